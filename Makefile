@@ -1,0 +1,65 @@
+# batchserve: every command a developer or CI needs. `make test` and `make serve`
+# work on a fresh clone: they create .venv and install what they use.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+MODEL_REPO ?= model_repo
+PYTEST_ARGS ?=
+
+.PHONY: help venv serve test lint format unit integration models protos clean
+
+help:
+	@echo "make serve    serve ./$(MODEL_REPO) on ports 8000 (HTTP), 8001 (gRPC), 8002 (metrics)"
+	@echo "make test     lint, type-check and run the whole test suite"
+	@echo "make models   retrain and re-export the example models into ./$(MODEL_REPO)"
+	@echo "make protos   regenerate the protobuf/gRPC modules"
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# One stamp per set of extras, remade when pyproject.toml changes.
+$(VENV)/.stamp-%: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install --quiet -e ".[$(subst +,$(comma),$*)]"
+	touch $@
+
+comma := ,
+SERVE_EXTRAS := cpu
+DEV_EXTRAS := cpu+export+test
+
+venv: $(VENV)/.stamp-$(DEV_EXTRAS)
+
+serve: $(VENV)/.stamp-$(SERVE_EXTRAS)
+	$(VENV)/bin/batchserve serve --model-repository $(MODEL_REPO)
+
+lint: $(VENV)/.stamp-$(DEV_EXTRAS)
+	$(PY) -m ruff format --check server tests scripts
+	$(PY) -m ruff check server tests scripts
+	$(PY) -m mypy
+	$(PY) scripts/gen_protos.py --check
+
+format: $(VENV)/.stamp-$(DEV_EXTRAS)
+	$(PY) -m ruff format server tests scripts
+	$(PY) -m ruff check --fix server tests scripts
+
+# Unit and integration suites run in separate processes: the integration tests
+# load tritonclient's generated protobuf modules, which define the same
+# `inference.*` message names as batchserve's own and cannot share a process.
+unit: $(VENV)/.stamp-$(DEV_EXTRAS)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: $(VENV)/.stamp-$(DEV_EXTRAS)
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+test: lint unit integration
+
+models: $(VENV)/.stamp-$(DEV_EXTRAS)
+	$(PY) -m batchserve.zoo --model-repository $(MODEL_REPO)
+
+protos: $(VENV)/.stamp-$(DEV_EXTRAS)
+	$(PY) scripts/gen_protos.py
+
+clean:
+	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache

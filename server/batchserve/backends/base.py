@@ -1,0 +1,54 @@
+"""The contract every runtime implements, and nothing more.
+
+Backends know nothing of batching, protocols or metrics: they load one model file
+onto one device, run one batch synchronously (the scheduler calls them from a
+worker thread; ONNX Runtime and TensorRT release the GIL), and release it.
+Each backend translates its runtime's exceptions into ``batchserve.errors`` at
+one boundary, so ``OutOfMemory`` means the same thing whatever the runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from batchserve.devices import Device
+from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.signature import ModelSignature
+
+Arrays = Mapping[str, np.ndarray]
+
+
+class Backend(Protocol):
+    """One loaded model instance on one device."""
+
+    @property
+    def device(self) -> Device:
+        """Where the instance runs (after any execution-provider choice)."""
+        ...
+
+    @property
+    def signature(self) -> ModelSignature:
+        """Inputs and outputs as the runtime sees them."""
+        ...
+
+    def load(self, model_file: Path, config: ModelConfig, device: Device) -> None:
+        """Load the file; raise DeviceUnavailable / BackendError / ModelConfigError."""
+        ...
+
+    def infer(
+        self, inputs: Arrays, output_names: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Run one batch; ``output_names`` None means every output."""
+        ...
+
+    def memory_bytes(self) -> int | None:
+        """Device memory this instance holds now, or None where the runtime cannot tell."""
+        ...
+
+    def unload(self) -> None:
+        """Release the session/engine and its buffers; safe to call twice."""
+        ...

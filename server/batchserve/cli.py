@@ -1,0 +1,41 @@
+"""The `batchserve` console script: one subcommand per job, each defined beside its code.
+
+Each command module exposes ``register(subparsers)``, which adds its parser and sets
+``handler`` to a function taking the parsed namespace and returning an exit code.
+Command modules keep their heavy imports (torch, TensorRT) inside the handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+COMMAND_MODULES = (
+    "batchserve.export.command",
+    "batchserve.repository_command",
+)
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="batchserve",
+        description="Inference server for ONNX and TensorRT models (KServe v2 / Triton protocol).",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""One error hierarchy, mapped once to HTTP status codes and gRPC status codes.
+
+    BatchserveError
+    ├── InvalidArgument        400  INVALID_ARGUMENT   the client sent something wrong
+    │   └── ModelConfigError   400  INVALID_ARGUMENT   a config.pbtxt or model file is wrong
+    ├── NotFound               404  NOT_FOUND          unknown model or version
+    ├── Unavailable            503  UNAVAILABLE        not ready, draining
+    │   └── Overloaded         503  UNAVAILABLE        queue full: retry later
+    ├── DeadlineExceeded       504  DEADLINE_EXCEEDED  timed out before it could run
+    ├── PermissionDenied       403  PERMISSION_DENIED  the call is switched off
+    ├── Unauthenticated        401  UNAUTHENTICATED    token missing or wrong
+    └── Internal               500  INTERNAL           our fault, or the backend's
+        ├── BackendError       500  INTERNAL           the runtime failed to run a batch
+        │   └── OutOfMemory    500  INTERNAL           the runtime ran out of memory
+        └── DeviceUnavailable  500  INTERNAL           a GPU was asked for and none is there
+
+The tables are looked up along the class's MRO (as Starlette does for exception
+handlers), so a subclass inherits its parent's codes unless it names its own.
+"""
+
+from __future__ import annotations
+
+from typing import Final, TypeVar
+
+import grpc
+
+
+class BatchserveError(Exception):
+    """Root of every error batchserve raises on purpose."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(BatchserveError):
+    """The request is malformed; the message names the tensor and the problem."""
+
+
+class ModelConfigError(InvalidArgument):
+    """A model's configuration or file is wrong; the message names file and field."""
+
+
+class NotFound(BatchserveError):
+    """The model or version does not exist."""
+
+
+class Unavailable(BatchserveError):
+    """The model or server cannot take the request now (loading, failed, draining)."""
+
+    retry_after_seconds: int = 1
+
+
+class Overloaded(Unavailable):
+    """The model's queue is full; the client should retry after a pause."""
+
+
+class DeadlineExceeded(BatchserveError):
+    """The request's deadline passed before it could be answered."""
+
+
+class PermissionDenied(BatchserveError):
+    """The call is disabled by the server's configuration."""
+
+
+class Unauthenticated(BatchserveError):
+    """The call needs a token that is missing or wrong."""
+
+
+class Internal(BatchserveError):
+    """Something failed on the server's side."""
+
+
+class BackendError(Internal):
+    """The runtime failed while loading or running a model."""
+
+
+class OutOfMemory(BackendError):
+    """The runtime could not allocate memory for a batch."""
+
+
+class DeviceUnavailable(Internal):
+    """A GPU (or a GPU runtime) was asked for and is not present."""
+
+
+HTTP_STATUS: Final[dict[type[BaseException], int]] = {
+    InvalidArgument: 400,
+    Unauthenticated: 401,
+    PermissionDenied: 403,
+    NotFound: 404,
+    Unavailable: 503,
+    DeadlineExceeded: 504,
+    Internal: 500,
+    BaseException: 500,
+}
+
+GRPC_STATUS: Final[dict[type[BaseException], grpc.StatusCode]] = {
+    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
+    DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    Internal: grpc.StatusCode.INTERNAL,
+    BaseException: grpc.StatusCode.INTERNAL,
+}
+
+
+_T = TypeVar("_T")
+
+
+def _lookup(table: dict[type[BaseException], _T], error: BaseException) -> _T:
+    for cls in type(error).__mro__:
+        if cls in table:
+            return table[cls]
+    raise AssertionError("BaseException is always in the table")  # pragma: no cover
+
+
+def http_status(error: BaseException) -> int:
+    """HTTP status for any exception; unexpected ones are 500."""
+    return _lookup(HTTP_STATUS, error)
+
+
+def grpc_status(error: BaseException) -> grpc.StatusCode:
+    """gRPC status for any exception; unexpected ones are INTERNAL."""
+    return _lookup(GRPC_STATUS, error)
+
+
+def public_message(error: BaseException) -> str:
+    """The text a client sees: ours verbatim, anything unexpected without internals."""
+    if isinstance(error, BatchserveError):
+        return error.message
+    return f"internal error: {type(error).__name__}"

@@ -1,0 +1,61 @@
+"""Read an ONNX file's declared inputs and outputs without starting a runtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from batchserve.datatypes import BY_WIRE, DataType
+from batchserve.errors import ModelConfigError
+from batchserve.signature import DYNAMIC, ModelSignature, TensorSpec
+
+# onnx.TensorProto element types -> protocol datatype names.
+_ONNX_TO_WIRE = {
+    onnx.TensorProto.BOOL: "BOOL",
+    onnx.TensorProto.UINT8: "UINT8",
+    onnx.TensorProto.UINT16: "UINT16",
+    onnx.TensorProto.UINT32: "UINT32",
+    onnx.TensorProto.UINT64: "UINT64",
+    onnx.TensorProto.INT8: "INT8",
+    onnx.TensorProto.INT16: "INT16",
+    onnx.TensorProto.INT32: "INT32",
+    onnx.TensorProto.INT64: "INT64",
+    onnx.TensorProto.FLOAT16: "FP16",
+    onnx.TensorProto.FLOAT: "FP32",
+    onnx.TensorProto.DOUBLE: "FP64",
+    onnx.TensorProto.STRING: "BYTES",
+    onnx.TensorProto.BFLOAT16: "BF16",
+}
+
+
+def _datatype(value_info: Any, path: Path) -> DataType:
+    elem_type = value_info.type.tensor_type.elem_type
+    wire = _ONNX_TO_WIRE.get(elem_type)
+    if wire is None:
+        type_name = onnx.TensorProto.DataType.Name(elem_type)
+        raise ModelConfigError(
+            f"{path}: tensor '{value_info.name}' has unsupported type {type_name}"
+        )
+    return BY_WIRE[wire]
+
+
+def _spec(value_info: Any, path: Path) -> TensorSpec:
+    dims = value_info.type.tensor_type.shape.dim
+    shape = tuple(d.dim_value if d.HasField("dim_value") else DYNAMIC for d in dims)
+    names = tuple(d.dim_param or None for d in dims)
+    return TensorSpec(value_info.name, _datatype(value_info, path), shape, names)
+
+
+def read_onnx_signature(path: Path) -> ModelSignature:
+    """Inputs (less initializers) and outputs declared by an ONNX file."""
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:
+        raise ModelConfigError(f"{path}: not a readable ONNX model: {exc}") from None
+    graph = model.graph
+    initializers = {init.name for init in graph.initializer}
+    inputs = tuple(_spec(v, path) for v in graph.input if v.name not in initializers)
+    outputs = tuple(_spec(v, path) for v in graph.output)
+    return ModelSignature(inputs, outputs)
