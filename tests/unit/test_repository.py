@@ -1,0 +1,444 @@
+"""The model repository: layout, completion of minimal entries, versions, scan, and escapes."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from batchserve.devices import gpu_count
+from batchserve.errors import InvalidArgument, ModelConfigError, NotFound
+from batchserve.model_config import DEFAULT_MAX_BATCH_SIZE, parse_pbtxt
+from batchserve.repository import (
+    InvalidModel,
+    ModelProblem,
+    ModelRepository,
+    ModelVersion,
+    validate_model_name,
+)
+from onnx_models import (
+    FP32,
+    build_model,
+    with_external_in_subgraph,
+    with_external_initializer,
+    write_model,
+)
+
+
+def add_model(root: Path, name: str = "digits", versions: tuple[int, ...] = (1,)) -> Path:
+    for version in versions:
+        write_model(root / name / str(version) / "model.onnx")
+    return root / name
+
+
+def problems(root: Path, name: str = "digits") -> tuple[str, ...]:
+    with pytest.raises(InvalidModel) as caught:
+        ModelRepository(root).resolve(name)
+    return caught.value.problems
+
+
+# --- a minimal entry, and a full Triton config ---------------------------------------------------
+
+
+def test_model_file_alone_resolves_to_a_complete_config(tmp_path: Path) -> None:
+    add_model(tmp_path)
+    model = ModelRepository(tmp_path).resolve("digits")
+    assert model.name == "digits"
+    assert model.versions == (ModelVersion(1, tmp_path / "digits" / "1" / "model.onnx"),)
+    config = model.config
+    assert (config.name, config.platform, config.backend) == (
+        "digits",
+        "onnxruntime_onnx",
+        "onnxruntime",
+    )
+    assert config.max_batch_size == DEFAULT_MAX_BATCH_SIZE
+    assert config.HasField("dynamic_batching")
+    assert [(t.name, list(t.dims)) for t in config.input] == [("image", [1, 8, 8])]
+    assert [(t.name, list(t.dims)) for t in config.output] == [("logits", [10])]
+    assert [g.count for g in config.instance_group] == [1]
+    assert config.version_policy.latest.num_versions == 1
+
+
+TRITON_CONFIG = """
+name: "digits"
+platform: "onnxruntime_onnx"
+max_batch_size: 16
+version_policy: { all { } }
+input [
+  {
+    name: "image"
+    data_type: TYPE_FP32
+    format: FORMAT_NCHW
+    dims: [ 1, 8, 8 ]
+  }
+]
+output [
+  {
+    name: "logits"
+    data_type: TYPE_FP32
+    dims: [ 10 ]
+    label_filename: "labels.txt"
+  }
+]
+dynamic_batching {
+  preferred_batch_size: [ 4, 8 ]
+  max_queue_delay_microseconds: 100
+}
+instance_group [ { count: 2, kind: KIND_CPU } ]
+optimization { execution_accelerators { cpu_execution_accelerator: [ { name: "openvino" } ] } }
+parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
+model_warmup [ { name: "zeros" batch_size: 1 inputs { key: "image" value: {
+  data_type: TYPE_FP32 dims: [ 1, 8, 8 ] zero_data: true } } } ]
+batchserve { memory_budget_bytes: 1048576 latency_objective_microseconds: 20000 }
+"""
+
+
+def test_full_triton_config_is_kept_as_written(tmp_path: Path) -> None:
+    add_model(tmp_path, versions=(1, 2))
+    (tmp_path / "digits" / "config.pbtxt").write_text(TRITON_CONFIG)
+    model = ModelRepository(tmp_path).resolve("digits")
+    assert [v.version for v in model.versions] == [1, 2]
+    config = model.config
+    assert config.backend == "onnxruntime"  # the one field completion adds
+    config.ClearField("backend")
+    assert config == parse_pbtxt(TRITON_CONFIG)
+
+
+# --- versions ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "served"),
+    [
+        ("", [3]),
+        ("version_policy { latest { num_versions: 2 } }", [2, 3]),
+        ("version_policy { all {} }", [1, 2, 3]),
+        ("version_policy { specific { versions: [3, 1] } }", [1, 3]),
+    ],
+)
+def test_version_policy_picks_the_served_versions(
+    tmp_path: Path, policy: str, served: list[int]
+) -> None:
+    model_dir = add_model(tmp_path, versions=(1, 2, 3))
+    (model_dir / "config.pbtxt").write_text(policy)
+    model = ModelRepository(tmp_path).resolve("digits")
+    assert [v.version for v in model.versions] == served
+    assert [v.model_file for v in model.versions] == [
+        model_dir / str(n) / "model.onnx" for n in served
+    ]
+
+
+def test_entries_that_are_not_version_directories_are_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    model_dir = add_model(tmp_path, versions=(2,))
+    for name in ("01", "0", "latest", "10.5"):
+        (model_dir / name).mkdir()
+    (model_dir / "7").write_text("a file, not a directory")
+    (model_dir / "README.md").write_text("notes")
+    (model_dir / "config.pbtxt").write_text("version_policy { all {} }")
+    with caplog.at_level(logging.DEBUG, logger="batchserve.repository"):
+        model = ModelRepository(tmp_path).resolve("digits")
+    assert [v.version for v in model.versions] == [2]
+    assert "ignoring 01 (not a version directory)" in caplog.text
+    assert "ignoring README.md" in caplog.text
+
+
+def test_specific_version_that_does_not_exist(tmp_path: Path) -> None:
+    model_dir = add_model(tmp_path, versions=(1,))
+    (model_dir / "config.pbtxt").write_text("version_policy { specific { versions: [1, 4] } }")
+    assert problems(tmp_path) == (
+        "digits/config.pbtxt: version_policy.specific lists version 4, but there is no "
+        "directory digits/4",
+    )
+
+
+def test_no_version_directory(tmp_path: Path) -> None:
+    (tmp_path / "digits").mkdir()
+    assert problems(tmp_path) == (
+        "digits: no version directory (expected e.g. digits/1/model.onnx)",
+    )
+
+
+def test_served_version_without_the_model_file(tmp_path: Path) -> None:
+    model_dir = add_model(tmp_path, versions=(1,))
+    (model_dir / "2").mkdir()
+    assert problems(tmp_path) == ("digits/2: version directory has no model.onnx",)
+
+
+def test_every_served_version_is_checked_against_the_config(tmp_path: Path) -> None:
+    model_dir = add_model(tmp_path, versions=(2,))
+    write_model(model_dir / "1" / "model.onnx", build_model([("image", FP32, ("N", 1, 7, 7))]))
+    (model_dir / "config.pbtxt").write_text("version_policy { all {} }")
+    assert problems(tmp_path) == (
+        "digits/config.pbtxt: input 'image': dims [1, 8, 8] contradict the model's [1, 7, 7] "
+        "(digits/1/model.onnx)",
+    )
+
+
+# --- which file, which backend -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("entry", ["model.pt", "model.savedmodel", "model.py"])
+def test_other_frameworks_are_a_clear_error(tmp_path: Path, entry: str) -> None:
+    version_dir = tmp_path / "digits" / "1"
+    version_dir.mkdir(parents=True)
+    if entry.endswith("savedmodel"):
+        (version_dir / entry).mkdir()
+    else:
+        (version_dir / entry).write_bytes(b"not ours")
+    assert problems(tmp_path) == (
+        f"digits/1/{entry}: unsupported backend; "
+        "batchserve serves ONNX (.onnx) and TensorRT (.plan) models",
+    )
+
+
+def test_version_directory_without_any_model_file(tmp_path: Path) -> None:
+    (tmp_path / "digits" / "1").mkdir(parents=True)
+    assert problems(tmp_path) == (
+        "digits: no model file in any version directory (expected model.onnx or model.plan)",
+    )
+
+
+def test_onnx_and_plan_side_by_side_need_a_platform(tmp_path: Path) -> None:
+    model_dir = add_model(tmp_path)
+    (model_dir / "1" / "model.plan").write_bytes(b"engine")
+    assert problems(tmp_path) == (
+        "digits: both model.onnx and model.plan are present; set platform in digits/config.pbtxt",
+    )
+    (model_dir / "config.pbtxt").write_text('platform: "onnxruntime_onnx"')
+    assert ModelRepository(tmp_path).resolve("digits").versions[0].model_file.suffix == ".onnx"
+
+
+def test_default_model_filename_renames_the_file(tmp_path: Path) -> None:
+    write_model(tmp_path / "digits" / "1" / "digits.onnx")
+    (tmp_path / "digits" / "config.pbtxt").write_text('default_model_filename: "digits.onnx"')
+    model = ModelRepository(tmp_path).resolve("digits")
+    assert model.versions[0].model_file.name == "digits.onnx"
+    assert model.config.platform == "onnxruntime_onnx"
+
+
+@pytest.mark.parametrize(
+    ("filename", "message"),
+    [
+        ("../digits.onnx", "default_model_filename '../digits.onnx' is not a plain file name"),
+        ("model.pt", "default_model_filename 'model.pt' implies an unsupported backend"),
+    ],
+)
+def test_bad_default_model_filename(tmp_path: Path, filename: str, message: str) -> None:
+    add_model(tmp_path)
+    (tmp_path / "digits" / "config.pbtxt").write_text(f'default_model_filename: "{filename}"')
+    found = problems(tmp_path)
+    assert len(found) == 1
+    assert found[0].startswith(f"digits/config.pbtxt: {message}")
+
+
+def test_unreadable_onnx_file(tmp_path: Path) -> None:
+    (tmp_path / "digits" / "1").mkdir(parents=True)
+    (tmp_path / "digits" / "1" / "model.onnx").write_bytes(b"\x00garbage")
+    (found,) = problems(tmp_path)
+    assert "model.onnx: not a readable ONNX model" in found
+
+
+def test_unreadable_config_is_one_problem(tmp_path: Path) -> None:
+    add_model(tmp_path)
+    (tmp_path / "digits" / "config.pbtxt").write_bytes(b"name: \xff")
+    (found,) = problems(tmp_path)
+    assert found.startswith("digits/config.pbtxt: cannot read")
+
+
+# --- TensorRT plans without a GPU ----------------------------------------------------------------
+
+no_gpu = pytest.mark.skipif(gpu_count() > 0, reason="a GPU can read the engine; this tests none")
+
+COMPLETE_PLAN_CONFIG = """
+max_batch_size: 8
+input { name: "image" data_type: TYPE_FP32 dims: [1, 8, 8] }
+output { name: "logits" data_type: TYPE_FP32 dims: [10] }
+"""
+
+
+@no_gpu
+def test_plan_with_a_complete_config_is_accepted_as_written(tmp_path: Path) -> None:
+    pytest.importorskip("batchserve.backends.tensorrt")
+    (tmp_path / "digits" / "1").mkdir(parents=True)
+    (tmp_path / "digits" / "1" / "model.plan").write_bytes(b"serialized engine")
+    (tmp_path / "digits" / "config.pbtxt").write_text(COMPLETE_PLAN_CONFIG)
+    model = ModelRepository(tmp_path).resolve("digits")
+    assert (model.config.platform, model.config.backend) == ("tensorrt_plan", "tensorrt")
+    assert model.config.max_batch_size == 8
+    assert model.versions[0].model_file.name == "model.plan"
+
+
+@no_gpu
+def test_plan_with_an_incomplete_config_says_what_is_missing(tmp_path: Path) -> None:
+    pytest.importorskip("batchserve.backends.tensorrt")
+    (tmp_path / "digits" / "1").mkdir(parents=True)
+    (tmp_path / "digits" / "1" / "model.plan").write_bytes(b"serialized engine")
+    (tmp_path / "digits" / "config.pbtxt").write_text('input { name: "image" dims: [4] }')
+    assert problems(tmp_path) == tuple(
+        f"digits/config.pbtxt: {problem}; to validate digits/1/model.plan without a GPU, "
+        "the config must list every input and output with data_type and dims"
+        for problem in ("input 'image' has no data_type", "it lists no outputs")
+    )
+
+
+# --- names, scanning, lookups ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        " ",
+        "..",
+        ".",
+        "../x",
+        "a/b",
+        "a\\b",
+        "a\0b",
+        ".hidden",
+        "%2e%2e%2f",
+        " x",
+        "a\nb",
+        "x" * 256,
+    ],
+)
+def test_names_that_are_not_plain_directory_names(name: str) -> None:
+    with pytest.raises(InvalidArgument, match="invalid model name"):
+        validate_model_name(name)
+
+
+@pytest.mark.parametrize("name", ["digits_cnn", "char-lstm.v2", "modèle", "x" * 255])
+def test_plain_names_pass(name: str) -> None:
+    assert validate_model_name(name) == name
+
+
+def test_resolve_refuses_bad_names_and_unknown_models(tmp_path: Path) -> None:
+    repository = ModelRepository(tmp_path)
+    with pytest.raises(InvalidArgument):
+        repository.resolve("../etc")
+    with pytest.raises(NotFound, match="model 'nope' is not in the repository"):
+        repository.resolve("nope")
+
+
+def test_invalid_model_is_a_model_config_error_carrying_every_problem(tmp_path: Path) -> None:
+    add_model(tmp_path)
+    (tmp_path / "digits" / "config.pbtxt").write_text('name: "x" max_batch_size: -1')
+    with pytest.raises(ModelConfigError) as caught:
+        ModelRepository(tmp_path).resolve("digits")
+    assert isinstance(caught.value, InvalidModel)
+    assert caught.value.message == "\n".join(caught.value.problems)
+    assert len(caught.value.problems) == 2
+
+
+def test_scan_reports_a_broken_entry_next_to_good_ones(tmp_path: Path) -> None:
+    add_model(tmp_path, "alpha")
+    add_model(tmp_path, "gamma")
+    add_model(tmp_path, "beta")
+    (tmp_path / "beta" / "config.pbtxt").write_text("max_batch_size: -3")
+    add_model(tmp_path, "bad%name")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("models")
+    repository = ModelRepository(tmp_path)
+    assert repository.names() == ["alpha", "bad%name", "beta", "gamma"]
+    resolved, broken = repository.scan()
+    assert [m.name for m in resolved] == ["alpha", "gamma"]
+    assert [p.name for p in broken] == ["bad%name", "beta"]
+    assert "invalid model name 'bad%name'" in broken[0].errors[0]
+    assert broken[1] == ModelProblem("beta", ("beta/config.pbtxt: max_batch_size -3 is negative",))
+
+
+def test_repository_root_must_be_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(NotFound, match="is not a directory"):
+        ModelRepository(tmp_path / "missing")
+
+
+# --- escapes through symlinks and external data ---------------------------------------------------
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A directory next to the repository, holding a valid model tree of its own."""
+    add_model(tmp_path / "outside", "elsewhere")
+    (tmp_path / "outside" / "config.pbtxt").write_text("")
+    (tmp_path / "repo").mkdir()
+    return tmp_path / "outside"
+
+
+def test_symlinked_model_directory_outside_the_root(tmp_path: Path, outside: Path) -> None:
+    os.symlink(outside / "elsewhere", tmp_path / "repo" / "digits")
+    assert problems(tmp_path / "repo") == (
+        "digits: the model directory leads outside the repository",
+    )
+
+
+def test_symlinked_version_directory_outside_the_root(tmp_path: Path, outside: Path) -> None:
+    (tmp_path / "repo" / "digits").mkdir()
+    os.symlink(outside / "elsewhere" / "1", tmp_path / "repo" / "digits" / "1")
+    found = problems(tmp_path / "repo")
+    assert (
+        found[0] == "digits/1: version directory leads outside the repository (through a symlink)"
+    )
+
+
+def test_symlinked_model_file_outside_the_root(tmp_path: Path, outside: Path) -> None:
+    (tmp_path / "repo" / "digits" / "1").mkdir(parents=True)
+    target = outside / "elsewhere" / "1" / "model.onnx"
+    os.symlink(target, tmp_path / "repo" / "digits" / "1" / "model.onnx")
+    assert problems(tmp_path / "repo") == (
+        "digits/1/model.onnx: leads outside the repository (through a symlink)",
+    )
+
+
+def test_symlinked_config_outside_the_root(tmp_path: Path, outside: Path) -> None:
+    add_model(tmp_path / "repo")
+    os.symlink(outside / "config.pbtxt", tmp_path / "repo" / "digits" / "config.pbtxt")
+    assert problems(tmp_path / "repo") == ("digits/config.pbtxt: leads outside the repository",)
+
+
+def test_symlink_inside_the_root_is_fine(tmp_path: Path) -> None:
+    add_model(tmp_path, "shared")
+    (tmp_path / "digits" / "1").mkdir(parents=True)
+    os.symlink(tmp_path / "shared" / "1" / "model.onnx", tmp_path / "digits" / "1" / "model.onnx")
+    assert ModelRepository(tmp_path).resolve("digits").config.name == "digits"
+
+
+def test_external_data_inside_the_version_directory(tmp_path: Path) -> None:
+    version_dir = tmp_path / "digits" / "1"
+    write_model(version_dir / "model.onnx", with_external_initializer("weights/w.bin"))
+    (version_dir / "weights").mkdir()
+    (version_dir / "weights" / "w.bin").write_bytes(bytes(8))
+    assert ModelRepository(tmp_path).resolve("digits").versions[0].version == 1
+
+
+@pytest.mark.parametrize(
+    ("location", "problem"),
+    [
+        ("../w.bin", "tensor 'weight' keeps its data at '../w.bin', outside the version directory"),
+        (
+            "/srv/w.bin",
+            "tensor 'weight' keeps its data at '/srv/w.bin', outside the version directory",
+        ),
+        ("link.bin", "tensor 'weight' keeps its data at 'link.bin', outside the version directory"),
+        ("absent.bin", "tensor 'weight' keeps its data in 'absent.bin', which does not exist"),
+    ],
+)
+def test_external_data_that_escapes_or_is_missing(
+    tmp_path: Path, location: str, problem: str
+) -> None:
+    version_dir = tmp_path / "repo" / "digits" / "1"
+    write_model(version_dir / "model.onnx", with_external_initializer(location))
+    (tmp_path / "repo" / "digits" / "w.bin").write_bytes(bytes(8))
+    (tmp_path / "secret.bin").write_bytes(bytes(8))
+    os.symlink(tmp_path / "secret.bin", version_dir / "link.bin")
+    assert problems(tmp_path / "repo") == (f"digits/1/model.onnx: {problem}",)
+
+
+def test_external_data_in_a_subgraph_is_checked(tmp_path: Path) -> None:
+    write_model(tmp_path / "digits" / "1" / "model.onnx", with_external_in_subgraph("../../x"))
+    assert problems(tmp_path) == (
+        "digits/1/model.onnx: tensor 'deep' keeps its data at '../../x', outside the version "
+        "directory",
+    )
