@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Literal
+
+from batchserve.errors import DeviceUnavailable, ModelConfigError
+from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 DeviceKind = Literal["cpu", "gpu"]
 
@@ -21,6 +25,8 @@ class Device:
 
 CPU = Device("cpu")
 
+_log = logging.getLogger(__name__)
+
 
 def gpu_count() -> int:
     """Number of NVIDIA GPUs NVML can see; 0 where there is no driver or no GPU."""
@@ -36,3 +42,56 @@ def gpu_count() -> int:
         return int(pynvml.nvmlDeviceGetCount())
     finally:
         pynvml.nvmlShutdown()
+
+
+def resolve_devices(config: ModelConfig, available_gpus: int) -> list[Device]:
+    """One Device per model instance, placed from ``instance_group`` as Triton places them.
+
+    No instance_group means one instance per GPU present, or one on the CPU without GPUs.
+    """
+    groups = list(config.instance_group) or [ModelInstanceGroup(kind=ModelInstanceGroup.KIND_AUTO)]
+    devices: list[Device] = []
+    for position, group in enumerate(groups):
+        devices.extend(_group_devices(config, group, position, available_gpus))
+    return devices
+
+
+def _group_devices(
+    config: ModelConfig, group: ModelInstanceGroup, position: int, available_gpus: int
+) -> list[Device]:
+    label = f"model '{config.name}' instance_group '{group.name or position}'"
+    if group.count < 0:
+        raise ModelConfigError(f"{label}: count {group.count} is negative")
+    count = group.count or 1
+    if any(index < 0 for index in group.gpus):
+        raise ModelConfigError(f"{label}: gpus {list(group.gpus)} lists a negative index")
+    kind = group.kind
+    if kind == ModelInstanceGroup.KIND_AUTO:
+        if available_gpus == 0 or any(index >= available_gpus for index in group.gpus):
+            return [CPU] * count
+        kind = ModelInstanceGroup.KIND_GPU
+    if kind == ModelInstanceGroup.KIND_GPU:
+        return _gpu_devices(config, group, label, count, available_gpus)
+    if kind == ModelInstanceGroup.KIND_CPU and not group.gpus:
+        return [CPU] * count
+    if kind == ModelInstanceGroup.KIND_CPU:
+        raise ModelConfigError(f"{label}: kind KIND_CPU cannot list gpus {list(group.gpus)}")
+    raise ModelConfigError(f"{label}: kind KIND_MODEL is not supported; use KIND_GPU or KIND_CPU")
+
+
+def _gpu_devices(
+    config: ModelConfig, group: ModelInstanceGroup, label: str, count: int, available_gpus: int
+) -> list[Device]:
+    indices = list(group.gpus) or list(range(available_gpus))
+    missing = [index for index in indices if index >= available_gpus]
+    if indices and not missing:
+        return [Device("gpu", index) for index in indices for _ in range(count)]
+    wanted = f"GPUs {missing}" if missing else "a GPU"
+    problem = f"{label} asks for {wanted}, but this machine has {available_gpus} GPU(s)"
+    if config.batchserve.allow_cpu_fallback:
+        _log.warning("%s; running its instances on the CPU (allow_cpu_fallback)", problem)
+        return [CPU] * (count * max(1, len(indices)))
+    raise DeviceUnavailable(
+        f"{problem}. Install an NVIDIA driver and expose the GPUs to this process, list only "
+        "GPUs that exist, or set `batchserve { allow_cpu_fallback: true }` to run on the CPU"
+    )

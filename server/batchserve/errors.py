@@ -2,7 +2,8 @@
 
     BatchserveError
     ├── InvalidArgument        400  INVALID_ARGUMENT   the client sent something wrong
-    │   └── ModelConfigError   400  INVALID_ARGUMENT   a config.pbtxt or model file is wrong
+    │   ├── ModelConfigError   400  INVALID_ARGUMENT   a config.pbtxt or model file is wrong
+    │   └── PayloadTooLarge    413  RESOURCE_EXHAUSTED the body is over the size limit
     ├── NotFound               404  NOT_FOUND          unknown model or version
     ├── Unavailable            503  UNAVAILABLE        not ready, draining
     │   └── Overloaded         503  UNAVAILABLE        queue full: retry later
@@ -39,6 +40,10 @@ class InvalidArgument(BatchserveError):
 
 class ModelConfigError(InvalidArgument):
     """A model's configuration or file is wrong; the message names file and field."""
+
+
+class PayloadTooLarge(InvalidArgument):
+    """The request body is larger than the server accepts."""
 
 
 class NotFound(BatchserveError):
@@ -85,6 +90,7 @@ class DeviceUnavailable(Internal):
 
 HTTP_STATUS: Final[dict[type[BaseException], int]] = {
     InvalidArgument: 400,
+    PayloadTooLarge: 413,
     Unauthenticated: 401,
     PermissionDenied: 403,
     NotFound: 404,
@@ -96,6 +102,7 @@ HTTP_STATUS: Final[dict[type[BaseException], int]] = {
 
 GRPC_STATUS: Final[dict[type[BaseException], grpc.StatusCode]] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    PayloadTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     NotFound: grpc.StatusCode.NOT_FOUND,

@@ -1,0 +1,1 @@
+"""Per-model scheduling: bounded priority queues, dynamic batching, instance pools."""

@@ -1,0 +1,63 @@
+"""Model instances and the worker thread each one runs its batches on.
+
+One thread per instance: the runtime's session (and, on GPUs, its CUDA stream) is only
+ever touched from that thread, and the event loop never blocks on inference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from batchserve.backends.base import Backend
+
+_R = TypeVar("_R")
+
+
+@dataclass(eq=False)
+class Instance:
+    """One loaded copy of a model with its own worker thread."""
+
+    name: str
+    backend: Backend
+    executor: ThreadPoolExecutor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name)
+
+    async def run(self, fn: Callable[[], _R]) -> _R:
+        """Run ``fn`` on this instance's thread."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
+
+    def close(self) -> None:
+        """Release the backend, then stop the thread once its current work is done."""
+        self.executor.submit(self.backend.unload).result()
+        self.executor.shutdown(wait=True)
+
+
+class InstancePool:
+    """Free instances, handed out one batch at a time."""
+
+    def __init__(self, instances: list[Instance]) -> None:
+        self.instances = instances
+        self._free: deque[Instance] = deque(instances)
+
+    def has_free(self) -> bool:
+        return bool(self._free)
+
+    def busy_count(self) -> int:
+        return len(self.instances) - len(self._free)
+
+    def acquire(self) -> Instance:
+        return self._free.popleft()
+
+    def release(self, instance: Instance) -> None:
+        self._free.append(instance)
+
+    def close(self) -> None:
+        for instance in self.instances:
+            instance.close()

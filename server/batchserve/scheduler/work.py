@@ -1,0 +1,41 @@
+"""The unit the scheduler queues: one request's validated arrays and its future."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+Arrays = dict[str, np.ndarray]
+
+
+@dataclass(slots=True, eq=False)
+class WorkItem:
+    """One request inside the scheduler.
+
+    Args:
+        inputs: validated input arrays; batch axis first when the model batches.
+        batch_size: samples this request contributes (its leading dimension, or 1).
+        output_names: outputs to compute for it.
+        priority: 1 is the highest level.
+        enqueued_ns: monotonic time it entered the queue.
+        deadline_ns: monotonic time after which it must not start; None for no deadline.
+        future: resolved with the request's own slice of the outputs.
+        is_cancelled: True once the client has gone away.
+    """
+
+    inputs: Arrays
+    batch_size: int
+    output_names: tuple[str, ...]
+    priority: int
+    enqueued_ns: int
+    deadline_ns: int | None
+    future: asyncio.Future[Arrays]
+    is_cancelled: Callable[[], bool] | None = None
+    dispatched_ns: int = 0
+
+    def abandoned(self) -> bool:
+        """True when nobody waits for the answer any more."""
+        return self.future.done() or (self.is_cancelled is not None and self.is_cancelled())

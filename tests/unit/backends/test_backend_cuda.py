@@ -1,0 +1,58 @@
+import numpy as np
+import pytest
+from batchserve.backends import cuda
+from batchserve.devices import gpu_count
+from batchserve.errors import BackendError, DeviceUnavailable, OutOfMemory
+
+HAS_GPU = gpu_count() > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "expected", "text"),
+    [
+        ("cudaErrorMemoryAllocation", OutOfMemory, "out of memory"),
+        ("cudaErrorInsufficientDriver", DeviceUnavailable, "driver version is insufficient"),
+        ("cudaErrorNoDevice", DeviceUnavailable, "no CUDA-capable device"),
+        ("cudaErrorIllegalAddress", BackendError, "illegal memory access"),
+    ],
+)
+def test_cuda_errors_map_to_batchserve_errors(name: str, expected: type, text: str):
+    error = getattr(cuda.runtime().cudaError_t, name)
+    translated = cuda.translate_error(error, "cudaMalloc")
+    assert type(translated) is expected
+    assert translated.message.startswith(f"cudaMalloc failed: {name}: ")
+    assert text in translated.message
+
+
+@pytest.mark.skipif(HAS_GPU, reason="a GPU is present")
+def test_without_a_driver_there_are_no_devices_and_no_allocations():
+    assert cuda.device_count() == 0
+    with pytest.raises(DeviceUnavailable, match="cudaMalloc failed"):
+        cuda.DeviceBuffer(16)
+    with pytest.raises(DeviceUnavailable, match="cudaStreamCreateWithFlags failed"):
+        cuda.Stream()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU")
+def test_round_trip_through_the_device_on_a_stream():
+    cuda.set_device(0)
+    data = np.arange(24, dtype=np.float32).reshape(4, 6)
+    stream, device, pinned = cuda.Stream(), cuda.DeviceBuffer(data.nbytes), cuda.PinnedBuffer(96)
+    try:
+        cuda.copy_to_device_async(device, data, stream)
+        cuda.copy_to_host_async(pinned, device, data.nbytes, stream)
+        stream.synchronize()
+        np.testing.assert_array_equal(pinned.view(data.dtype, (4, 6)), data)
+    finally:
+        for resource in (pinned, device, stream):
+            resource.close()
+            resource.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU")
+def test_an_impossible_allocation_is_out_of_memory():
+    cuda.set_device(0)
+    with pytest.raises(OutOfMemory, match="cudaMalloc failed: cudaErrorMemoryAllocation"):
+        cuda.DeviceBuffer(1 << 50)

@@ -1,0 +1,227 @@
+from pathlib import Path
+
+import onnxruntime as ort
+import pytest
+from batchserve.backends.onnx import (
+    CPU_EP,
+    CUDA_EP,
+    TENSORRT_EP,
+    choose_providers,
+    session_options,
+)
+from batchserve.devices import CPU, Device
+from batchserve.errors import DeviceUnavailable, ModelConfigError
+from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from google.protobuf import text_format
+
+MODEL = Path("repo/m/1/model.onnx")
+CPU_ONLY = ["AzureExecutionProvider", CPU_EP]
+WITH_CUDA = [CUDA_EP, CPU_EP]
+WITH_TRT = [TENSORRT_EP, CUDA_EP, CPU_EP]
+GPU1 = Device("gpu", 1)
+
+
+def pbtxt(text: str) -> ModelConfig:
+    return text_format.Parse(text, ModelConfig(name="m"))
+
+
+TRT_FP16 = pbtxt("""
+optimization { execution_accelerators { gpu_execution_accelerator {
+  name: "tensorrt"
+  parameters { key: "precision_mode" value: "FP16" }
+  parameters { key: "max_workspace_size_bytes" value: "1073741824" }
+  parameters { key: "trt_min_subgraph_size" value: "3" }
+} } }
+""")
+FALLBACK = pbtxt("batchserve { allow_cpu_fallback: true }")
+
+
+def names(plan_providers: tuple[tuple[str, dict[str, str]], ...]) -> list[str]:
+    return [name for name, _ in plan_providers]
+
+
+def test_cpu_device_gets_the_cpu_provider_only():
+    plan = choose_providers(CPU_ONLY, ModelConfig(), CPU, model_file=MODEL)
+    assert plan.providers == ((CPU_EP, {}),)
+    assert plan.device == CPU
+    assert plan.warnings == ()
+
+
+def test_gpu_device_with_cuda_gets_cuda_then_cpu():
+    plan = choose_providers(WITH_TRT, ModelConfig(), GPU1, model_file=MODEL)
+    assert names(plan.providers) == [CUDA_EP, CPU_EP]
+    assert plan.device == GPU1
+    cuda = plan.providers[0][1]
+    assert cuda["device_id"] == "1"
+    assert cuda["arena_extend_strategy"] == "kSameAsRequested"
+    assert cuda["do_copy_in_default_stream"] == "True"
+    assert "gpu_mem_limit" not in cuda
+
+
+def test_memory_limit_becomes_gpu_mem_limit():
+    plan = choose_providers(WITH_CUDA, ModelConfig(), GPU1, model_file=MODEL, memory_limit_bytes=7)
+    assert plan.providers[0][1]["gpu_mem_limit"] == "7"
+
+
+def test_tensorrt_requested_and_available_comes_first():
+    plan = choose_providers(WITH_TRT, TRT_FP16, GPU1, model_file=MODEL)
+    assert names(plan.providers) == [TENSORRT_EP, CUDA_EP, CPU_EP]
+    trt = plan.providers[0][1]
+    assert trt["device_id"] == "1"
+    assert trt["trt_fp16_enable"] == "True"
+    assert trt["trt_max_workspace_size"] == "1073741824"
+    assert trt["trt_min_subgraph_size"] == "3"
+    assert trt["trt_engine_cache_enable"] == "True"
+    assert trt["trt_engine_cache_path"] == str(MODEL.parent / "trt_cache")
+
+
+def test_tensorrt_requested_but_absent_warns_and_uses_cuda():
+    plan = choose_providers(WITH_CUDA, TRT_FP16, Device("gpu", 0), model_file=MODEL)
+    assert names(plan.providers) == [CUDA_EP, CPU_EP]
+    assert TENSORRT_EP in plan.warnings[0]
+
+
+def test_tensorrt_not_requested_is_not_used():
+    assert TENSORRT_EP not in names(
+        choose_providers(WITH_TRT, ModelConfig(), GPU1, model_file=MODEL).providers
+    )
+
+
+@pytest.mark.parametrize(
+    ("parameter", "match"),
+    [
+        ('key: "precision_mode" value: "FP8"', "precision_mode='FP8'"),
+        ('key: "workspace" value: "1"', "workspace='1'"),
+    ],
+)
+def test_bad_tensorrt_parameters_are_config_errors(parameter: str, match: str):
+    config = pbtxt(
+        "optimization { execution_accelerators { gpu_execution_accelerator {"
+        f' name: "tensorrt" parameters {{ {parameter} }} }} }} }}'
+    )
+    with pytest.raises(ModelConfigError, match=match):
+        choose_providers(WITH_TRT, config, GPU1, model_file=MODEL)
+
+
+def test_cuda_accelerator_parameters_override_the_defaults():
+    config = pbtxt("""
+    optimization { execution_accelerators { gpu_execution_accelerator {
+      name: "cuda"
+      parameters { key: "cudnn_conv_use_max_workspace" value: "0" }
+      parameters { key: "arena_extend_strategy" value: "kNextPowerOfTwo" }
+    } } }
+    """)
+    cuda = choose_providers(WITH_CUDA, config, GPU1, model_file=MODEL).providers[0][1]
+    assert cuda["cudnn_conv_use_max_workspace"] == "0"
+    assert cuda["arena_extend_strategy"] == "kNextPowerOfTwo"
+
+
+def test_unknown_gpu_accelerator_is_a_config_error():
+    config = pbtxt(
+        'optimization { execution_accelerators { gpu_execution_accelerator { name: "tpu" } } }'
+    )
+    with pytest.raises(
+        ModelConfigError, match=r"model\.onnx: unknown gpu_execution_accelerator 'tpu'"
+    ):
+        choose_providers(WITH_CUDA, config, GPU1, model_file=MODEL)
+
+
+def test_gpu_without_cuda_provider_refused_names_file_providers_and_fix():
+    with pytest.raises(DeviceUnavailable) as caught:
+        choose_providers(CPU_ONLY, ModelConfig(), GPU1, model_file=MODEL)
+    message = str(caught.value)
+    assert str(MODEL) in message
+    assert "gpu:1" in message
+    assert "AzureExecutionProvider, CPUExecutionProvider" in message
+    assert "pip install 'batchserve[gpu]'" in message
+    assert "NVIDIA driver" in message
+
+
+def test_gpu_without_cuda_provider_falls_back_when_allowed():
+    plan = choose_providers(CPU_ONLY, FALLBACK, GPU1, model_file=MODEL, memory_limit_bytes=9)
+    assert plan.providers == ((CPU_EP, {}),)
+    assert plan.device == CPU
+    assert "running on the CPU" in plan.warnings[0]
+
+
+def test_cpu_accelerators_are_used_when_the_wheel_offers_them():
+    config = pbtxt("""
+    optimization { execution_accelerators { cpu_execution_accelerator {
+      name: "openvino" parameters { key: "device_type" value: "CPU" }
+    } } }
+    """)
+    offered = choose_providers(["OpenVINOExecutionProvider", CPU_EP], config, CPU, model_file=MODEL)
+    assert offered.providers == (
+        ("OpenVINOExecutionProvider", {"device_type": "CPU"}),
+        (CPU_EP, {}),
+    )
+    absent = choose_providers(CPU_ONLY, config, CPU, model_file=MODEL)
+    assert absent.providers == ((CPU_EP, {}),)
+    assert "OpenVINOExecutionProvider" in absent.warnings[0]
+
+
+def test_unknown_cpu_accelerator_is_a_config_error():
+    config = pbtxt(
+        'optimization { execution_accelerators { cpu_execution_accelerator { name: "fpga" } } }'
+    )
+    with pytest.raises(
+        ModelConfigError, match=r"unknown cpu_execution_accelerator 'fpga'.*openvino"
+    ):
+        choose_providers(CPU_ONLY, config, CPU, model_file=MODEL)
+
+
+@pytest.mark.parametrize(
+    ("level", "expected"),
+    [
+        (None, ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
+        (-1, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC),
+        (1, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED),
+        (2, ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
+    ],
+)
+def test_graph_level_follows_triton(level: int | None, expected: object):
+    config = pbtxt("" if level is None else f"optimization {{ graph {{ level: {level} }} }}")
+    assert session_options(config, MODEL).graph_optimization_level == expected
+
+
+def test_unknown_graph_level_is_a_config_error():
+    with pytest.raises(ModelConfigError, match=r"graph\.level 5"):
+        session_options(pbtxt("optimization { graph { level: 5 } }"), MODEL)
+
+
+def test_parameters_set_threads_mode_and_memory_pattern():
+    config = pbtxt("""
+    parameters { key: "intra_op_thread_count" value { string_value: "2" } }
+    parameters { key: "inter_op_thread_count" value { string_value: "1" } }
+    parameters { key: "execution_mode" value { string_value: "1" } }
+    parameters { key: "enable_mem_pattern" value { string_value: "0" } }
+    parameters { key: "unrelated_setting" value { string_value: "x" } }
+    """)
+    options = session_options(config, MODEL)
+    assert options.intra_op_num_threads == 2
+    assert options.inter_op_num_threads == 1
+    assert options.execution_mode == ort.ExecutionMode.ORT_PARALLEL
+    assert options.enable_mem_pattern is False
+    assert options.enable_cpu_mem_arena is True
+
+
+def test_defaults_leave_ort_choosing():
+    options = session_options(ModelConfig(name="m"), MODEL)
+    assert options.intra_op_num_threads == 0
+    assert options.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
+    assert options.enable_mem_pattern is True
+    assert options.logid == "m"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("intra_op_thread_count", "two"),
+        ("inter_op_thread_count", "-1"),
+        ("enable_mem_pattern", "yes"),
+    ],
+)
+def test_bad_parameters_name_themselves(key: str, value: str):
+    config = pbtxt(f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}')
+    with pytest.raises(ModelConfigError, match=rf"model\.onnx: parameter {key}='{value}'"):
+        session_options(config, MODEL)

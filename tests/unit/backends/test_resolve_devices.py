@@ -1,0 +1,106 @@
+import logging
+
+import pytest
+from batchserve.devices import CPU, Device, resolve_devices
+from batchserve.errors import DeviceUnavailable, ModelConfigError
+from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from google.protobuf import text_format
+
+
+def config(text: str = "") -> ModelConfig:
+    return text_format.Parse(text, ModelConfig(name="m"))
+
+
+def gpus(*indices: int) -> list[Device]:
+    return [Device("gpu", i) for i in indices]
+
+
+@pytest.mark.parametrize(
+    ("available", "expected"),
+    [(0, [CPU]), (1, gpus(0)), (2, gpus(0, 1))],
+)
+def test_no_instance_group_means_one_per_gpu_else_one_cpu(available: int, expected: list[Device]):
+    assert resolve_devices(config(), available) == expected
+
+
+@pytest.mark.parametrize(
+    ("group", "available", "expected"),
+    [
+        ("count: 2", 2, gpus(0, 0, 1, 1)),
+        ("count: 2 gpus: [1]", 2, gpus(1, 1)),
+        ("count: 2 gpus: [3]", 2, [CPU, CPU]),
+        ("count: 3", 0, [CPU, CPU, CPU]),
+        ("", 0, [CPU]),
+    ],
+)
+def test_kind_auto_uses_gpus_only_when_every_listed_one_exists(
+    group: str, available: int, expected: list[Device]
+):
+    assert resolve_devices(config(f"instance_group {{ kind: KIND_AUTO {group} }}"), available) == (
+        expected
+    )
+
+
+@pytest.mark.parametrize(
+    ("group", "available", "expected"),
+    [
+        ("count: 1", 2, gpus(0, 1)),
+        ("count: 2 gpus: [1, 0]", 2, gpus(1, 1, 0, 0)),
+        ("gpus: [0]", 4, gpus(0)),
+    ],
+)
+def test_kind_gpu_places_count_instances_on_each_gpu(
+    group: str, available: int, expected: list[Device]
+):
+    assert resolve_devices(config(f"instance_group {{ kind: KIND_GPU {group} }}"), available) == (
+        expected
+    )
+
+
+def test_kind_gpu_without_a_gpu_is_device_unavailable():
+    with pytest.raises(DeviceUnavailable) as caught:
+        resolve_devices(config("instance_group { name: 'fast' kind: KIND_GPU count: 2 }"), 0)
+    message = str(caught.value)
+    assert "model 'm' instance_group 'fast' asks for a GPU" in message
+    assert "has 0 GPU(s)" in message
+    assert "allow_cpu_fallback" in message
+
+
+def test_kind_gpu_listing_an_absent_gpu_names_it():
+    with pytest.raises(DeviceUnavailable, match=r"asks for GPUs \[5\].*has 2 GPU"):
+        resolve_devices(config("instance_group { kind: KIND_GPU gpus: [0, 5] }"), 2)
+
+
+def test_kind_gpu_falls_back_to_cpu_when_allowed(caplog: pytest.LogCaptureFixture):
+    allowed = config(
+        "instance_group { kind: KIND_GPU count: 2 gpus: [0, 1] } "
+        "batchserve { allow_cpu_fallback: true }"
+    )
+    with caplog.at_level(logging.WARNING, logger="batchserve.devices"):
+        assert resolve_devices(allowed, 0) == [CPU] * 4
+    assert "running its instances on the CPU" in caplog.text
+
+
+def test_kind_cpu_places_count_cpu_instances_even_with_gpus():
+    assert resolve_devices(config("instance_group { kind: KIND_CPU count: 3 }"), 2) == [CPU] * 3
+
+
+def test_groups_are_concatenated_in_order():
+    two_groups = config(
+        "instance_group { kind: KIND_GPU gpus: [1] } instance_group { kind: KIND_CPU count: 2 }"
+    )
+    assert resolve_devices(two_groups, 2) == [Device("gpu", 1), CPU, CPU]
+
+
+@pytest.mark.parametrize(
+    ("group", "match"),
+    [
+        ("kind: KIND_CPU gpus: [0]", "KIND_CPU cannot list gpus"),
+        ("kind: KIND_MODEL", "KIND_MODEL is not supported"),
+        ("kind: KIND_GPU count: -1", "count -1 is negative"),
+        ("kind: KIND_GPU gpus: [-1]", "negative index"),
+    ],
+)
+def test_invalid_groups_are_config_errors(group: str, match: str):
+    with pytest.raises(ModelConfigError, match=f"model 'm' instance_group '0': .*{match}"):
+        resolve_devices(config(f"instance_group {{ {group} }}"), 1)

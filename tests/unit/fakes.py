@@ -1,0 +1,91 @@
+"""A real, in-memory implementation of the Backend protocol for scheduler tests.
+
+It computes ``y = 2x + 1`` and a per-row sum, records every batch it runs, and can be
+held (to let a queue build up), made to run out of memory above a batch size, or made
+to fail on a poisoned value.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from batchserve.datatypes import BY_WIRE
+from batchserve.devices import CPU, Device
+from batchserve.errors import BackendError, OutOfMemory
+from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.model_config import parse_pbtxt
+from batchserve.signature import DYNAMIC, ModelSignature, TensorSpec
+from google.protobuf import text_format
+
+FP32 = BY_WIRE["FP32"]
+
+FAKE_CONFIG = """
+name: "fake"
+max_batch_size: 8
+input [{ name: "x" data_type: TYPE_FP32 dims: [4] }]
+output [{ name: "y" data_type: TYPE_FP32 dims: [4] },
+        { name: "total" data_type: TYPE_FP32 dims: [1] }]
+dynamic_batching {}
+"""
+
+
+def fake_config(extra: str = "", *, batching: bool = True, **fields: int) -> ModelConfig:
+    """The fake model's config; ``extra`` pbtxt is merged in, ``fields`` set on top."""
+    config = parse_pbtxt(FAKE_CONFIG)
+    text_format.Merge(extra, config)
+    for name, value in fields.items():
+        setattr(config, name, value)
+    if not batching:
+        config.ClearField("dynamic_batching")
+    return config
+
+
+class FakeBackend:
+    """Deterministic arithmetic with switches for the faults a scheduler must survive."""
+
+    def __init__(self, *, oom_above: int | None = None, poison: float | None = None) -> None:
+        self.oom_above = oom_above
+        self.poison = poison
+        self.batches: list[int] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Semaphore(0)
+        self.unloaded = False
+        self._device = CPU
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def signature(self) -> ModelSignature:
+        return ModelSignature(
+            (TensorSpec("x", FP32, (DYNAMIC, 4)),),
+            (TensorSpec("y", FP32, (DYNAMIC, 4)), TensorSpec("total", FP32, (DYNAMIC, 1))),
+        )
+
+    def load(self, model_file: Path, config: ModelConfig, device: Device) -> None:
+        self._device = device
+
+    def infer(
+        self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        x = inputs["x"]
+        self.entered.release()
+        self.gate.wait(timeout=10)
+        if self.oom_above is not None and len(x) > self.oom_above:
+            raise OutOfMemory(f"cannot allocate a batch of {len(x)}")
+        self.batches.append(len(x))
+        if self.poison is not None and bool((x == self.poison).any()):
+            raise BackendError("poisoned input")
+        outputs = {"y": x * 2 + 1, "total": x.sum(axis=1, keepdims=True)}
+        return {name: outputs[name] for name in (output_names or outputs)}
+
+    def memory_bytes(self) -> int | None:
+        return None
+
+    def unload(self) -> None:
+        self.unloaded = True
