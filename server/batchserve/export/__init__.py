@@ -1,0 +1,6 @@
+"""PyTorch -> ONNX (-> TensorRT), each step checked numerically against PyTorch.
+
+The command (``batchserve export``) is a thin wrapper over ``export.onnx.export_onnx`` and
+``export.tensorrt.export_tensorrt``. This package imports nothing heavy: the CLI imports
+``export.command`` for every subcommand, and torch is only loaded when exporting.
+"""

@@ -1,0 +1,286 @@
+"""``batchserve export``: load a module from a factory, export, verify and publish it.
+
+Exit codes: 0 exported, 1 the converted model disagrees with PyTorch, 2 it could not be
+exported (bad arguments, unsupported operator, signature that does not fit the module).
+torch and the exporters are imported inside the handler, so other subcommands stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from batchserve.errors import BatchserveError, InvalidArgument
+from batchserve.export.errors import ExportError, VerificationFailed, first_line
+from batchserve.export.spec import (
+    ExportSpec,
+    ServingOptions,
+    Tolerance,
+    parse_axis_sizes,
+    parse_input_spec,
+    parse_sizes,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from batchserve.export.onnx import ExportReport
+    from batchserve.export.tensorrt import TensorRTOptions
+    from batchserve.export.verify import VerificationReport
+
+PROG = "batchserve export"
+DESCRIPTION = """\
+Export a PyTorch module to ONNX (and, with --tensorrt, to a TensorRT engine), compare it with
+PyTorch on random inputs at every tested batch and axis size, and only then write it into the
+model repository with its config.pbtxt.
+
+exit codes: 0 exported; 1 the converted model disagrees with PyTorch (nothing written);
+2 it could not be exported (the message names the argument, operator or input at fault)."""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="export a PyTorch module to ONNX (and TensorRT), verified against PyTorch",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_model_arguments(parser)
+    _add_test_arguments(parser)
+    _add_serving_arguments(parser)
+    _add_tensorrt_arguments(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The handler: print progress and a summary; errors become one line on stderr."""
+    try:
+        report = _export(args)
+    except VerificationFailed as exc:
+        print(f"{PROG}: error: {exc.message}", file=sys.stderr)
+        return 1
+    except BatchserveError as exc:
+        print(f"{PROG}: error: {exc.message}", file=sys.stderr)
+        return 2
+    _print_summary(report)
+    return 0
+
+
+def spec_from_args(args: argparse.Namespace) -> ExportSpec:
+    """The validated ExportSpec a command line describes."""
+    serving = ServingOptions(
+        dynamic_batching=args.dynamic_batching,
+        max_queue_delay_us=args.max_queue_delay_us,
+        preferred_batch_sizes=tuple(args.preferred_batch_sizes),
+        sequence_length_input=args.sequence_length_input,
+    )
+    return ExportSpec(
+        name=args.name,
+        inputs=tuple(parse_input_spec(text) for text in args.inputs),
+        outputs=tuple(args.outputs),
+        max_batch_size=args.max_batch_size,
+        version=args.version,
+        batch_sizes=parse_sizes(args.batch_sizes, option="--batch-sizes"),
+        axis_sizes=parse_axis_sizes(args.axis_sizes),
+        tolerance=_tolerance(args),
+        opset=args.opset,
+        serving=serving,
+    )
+
+
+def load_module(
+    reference: str, kwargs_json: str | None = None, state_dict: Path | None = None
+) -> torch.nn.Module:
+    """Call ``package.module:attr`` with the JSON keyword arguments; load weights if given."""
+    import torch
+
+    factory = _resolve(reference)
+    kwargs = _parse_kwargs(kwargs_json)
+    try:
+        module = factory(**kwargs)
+    except Exception as exc:
+        raise ExportError(f"FACTORY {reference} raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(module, torch.nn.Module):
+        kind = type(module).__name__
+        raise ExportError(f"FACTORY {reference} returned a {kind}, not a torch.nn.Module")
+    if state_dict is not None:
+        _load_state_dict(module, state_dict, reference)
+    return module
+
+
+def _export(args: argparse.Namespace) -> ExportReport:
+    tensorrt = _tensorrt_options(args)
+    if tensorrt is not None:
+        from batchserve.export.tensorrt import require_tensorrt
+
+        require_tensorrt()
+    spec = spec_from_args(args)
+    module = load_module(args.factory, args.factory_kwargs, args.state_dict)
+    if tensorrt is None:
+        from batchserve.export.onnx import export_onnx
+
+        return export_onnx(module, spec, args.model_repository, progress=_print_verification)
+    from batchserve.export.tensorrt import export_tensorrt
+
+    return export_tensorrt(
+        module, spec, args.model_repository, tensorrt, progress=_print_verification
+    )
+
+
+def _tolerance(args: argparse.Namespace) -> Tolerance:
+    given = {"atol": args.atol, "rtol": args.rtol}
+    return Tolerance(**{key: value for key, value in given.items() if value is not None})
+
+
+def _tensorrt_options(args: argparse.Namespace) -> TensorRTOptions | None:
+    if not args.tensorrt:
+        if args.fp16 or args.workspace_mib is not None:
+            raise InvalidArgument("--fp16 and --workspace-mib need --tensorrt")
+        return None
+    from batchserve.export.tensorrt import TensorRTOptions
+
+    explicit = args.atol is not None or args.rtol is not None
+    return TensorRTOptions(
+        fp16=args.fp16,
+        workspace_mib=args.workspace_mib,
+        tolerance=_tolerance(args) if explicit else None,
+    )
+
+
+def _resolve(reference: str) -> Callable[..., object]:
+    module_name, sep, attr = reference.partition(":")
+    if not (sep and module_name and attr):
+        raise ExportError(f"FACTORY {reference!r} must look like package.module:attr")
+    try:
+        target: object = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ExportError(f"FACTORY {reference}: cannot import {module_name}: {exc}") from None
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise ExportError(f"FACTORY {reference}: {module_name} has no attribute {attr!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise ExportError(f"FACTORY {reference} is a {type(target).__name__}, not callable")
+    return target
+
+
+def _parse_kwargs(text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"--factory-kwargs is not valid JSON: {exc}") from None
+    if not isinstance(kwargs, dict):
+        raise InvalidArgument(f"--factory-kwargs must be a JSON object, not {text!r}")
+    return kwargs
+
+
+def _load_state_dict(module: torch.nn.Module, path: Path, reference: str) -> None:
+    import torch
+
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as exc:
+        message = first_line(exc)
+        raise ExportError(
+            f"--state-dict {path}: cannot load with weights_only: {message}"
+        ) from None
+    if not isinstance(state, Mapping):
+        raise ExportError(f"--state-dict {path} holds a {type(state).__name__}, not a state dict")
+    try:
+        module.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        message = " ".join(str(exc).split())
+        raise ExportError(f"--state-dict {path} does not fit {reference}: {message}") from None
+
+
+def _print_verification(report: VerificationReport) -> None:
+    for line in report.lines():
+        print(line)
+
+
+def _print_summary(report: ExportReport) -> None:
+    for note in report.warnings:
+        print(f"note: exporter warning: {note}")
+    for model in report.models:
+        print(f"exported '{model.name}': {model.model_file}, {model.config_file}")
+    for kind, tensors in (("input", report.signature.inputs), ("output", report.signature.outputs)):
+        for tensor in tensors:
+            print(f"  {kind} {tensor.name}: {tensor.datatype.wire}{list(tensor.shape)}")
+    for model in report.models:
+        check = model.verification
+        print(
+            f"  {check.runtime}: max abs error {check.max_abs:.3g}, max rel error "
+            f"{check.max_rel:.3g} over {len(check.cases)} cases"
+        )
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "factory", metavar="FACTORY", help="package.module:attr building the module"
+    )
+    parser.add_argument("--name", required=True, help="model name in the repository")
+    parser.add_argument(
+        "--input",
+        dest="inputs",
+        action="append",
+        required=True,
+        metavar="SPEC",
+        help="NAME:DTYPE:DIMS[:LOW..HIGH], e.g. tokens:INT64:batch,seq:0..95 (repeat per input)",
+    )
+    parser.add_argument("--state-dict", type=Path, help="weights, loaded with weights_only=True")
+    parser.add_argument("--factory-kwargs", metavar="JSON", help="keyword arguments for FACTORY")
+    parser.add_argument(
+        "--output",
+        dest="outputs",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="output names (default output0, output1, ...)",
+    )
+    parser.add_argument("--version", type=int, default=1)
+    parser.add_argument("--model-repository", type=Path, default=Path("model_repo"))
+    parser.add_argument("--max-batch-size", type=int, default=64, help="0: no batch axis")
+    parser.add_argument("--opset", type=int, default=17)
+
+
+def _add_test_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch-sizes", default="1,3,8", help="batch sizes verified")
+    parser.add_argument(
+        "--axis-sizes",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="AXIS=N,...",
+        help="sizes verified for a named axis (default 1,7,33)",
+    )
+    parser.add_argument("--atol", type=float, help="absolute tolerance (default 1e-4)")
+    parser.add_argument("--rtol", type=float, help="relative tolerance (default 1e-3)")
+
+
+def _add_serving_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dynamic-batching", action="store_true")
+    parser.add_argument("--max-queue-delay-us", type=int, metavar="N")
+    parser.add_argument(
+        "--preferred-batch-size",
+        dest="preferred_batch_sizes",
+        type=int,
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="N",
+    )
+    parser.add_argument("--sequence-length-input", metavar="NAME")
+
+
+def _add_tensorrt_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tensorrt", action="store_true", help="also build a TensorRT engine")
+    parser.add_argument("--fp16", action="store_true", help="allow FP16 kernels in the engine")
+    parser.add_argument("--workspace-mib", type=int, metavar="N")
