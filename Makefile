@@ -50,7 +50,11 @@ format: $(VENV)/.stamp-$(DEV_EXTRAS)
 unit: $(VENV)/.stamp-$(DEV_EXTRAS)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: $(VENV)/.stamp-$(DEV_EXTRAS)
+# NVIDIA's perf_analyzer binary (tritonclient 2.50.0 wheel) for the protocol tests.
+$(VENV)/bin/perf_analyzer: | $(VENV)/.stamp-$(DEV_EXTRAS)
+	bash scripts/install_perf_analyzer.sh $(VENV)
+
+integration: $(VENV)/.stamp-$(DEV_EXTRAS) $(VENV)/bin/perf_analyzer
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 test: lint unit integration

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 COMMAND_MODULES = (
     "batchserve.export.command",
     "batchserve.repository_command",
+    "batchserve.server_command",
 )
 
 Handler = Callable[[argparse.Namespace], int]

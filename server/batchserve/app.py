@@ -1,0 +1,141 @@
+"""Composition root and lifecycle: build every part, serve, drain on SIGTERM.
+
+HTTP (uvicorn), gRPC (grpc.aio) and metrics share one uvloop event loop. Shutdown
+follows the order Kubernetes needs: not ready at once, an optional delay while load
+balancers notice, stop accepting on both protocols, let accepted work finish, unload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+import uvloop
+from prometheus_client import make_asgi_app
+
+from batchserve.dataplane import DataPlane
+from batchserve.errors import BatchserveError
+from batchserve.grpc.server import GrpcServer
+from batchserve.registry import ModelRegistry
+from batchserve.repository import ModelRepository
+from batchserve.rest.app import build_http_app
+from batchserve.settings import ModelControlMode, Settings
+
+logger = logging.getLogger(__name__)
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: the application owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    def bound_port(self) -> int:
+        return int(self.servers[0].sockets[0].getsockname()[1])
+
+
+def _uvicorn(app: Any, settings: Settings, port: int) -> _Uvicorn:
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=port,
+        loop="none",
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_config=None,
+        server_header=False,
+        timeout_graceful_shutdown=int(settings.shutdown_timeout_seconds),
+    )
+    return _Uvicorn(config)
+
+
+class Server:
+    """The whole server process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        repository = ModelRepository(settings.model_repository)
+        self.registry = ModelRegistry(repository, settings.max_queue_size)
+        self.dataplane = DataPlane(settings, self.registry, self._models_to_load(repository))
+        self.http = _uvicorn(build_http_app(self.dataplane, settings), settings, settings.http_port)
+        self.metrics = _uvicorn(make_asgi_app(), settings, settings.metrics_port)
+        self.grpc = GrpcServer(self.dataplane, settings)
+        self._stop = asyncio.Event()
+
+    def _models_to_load(self, repository: ModelRepository) -> list[str]:
+        if self.settings.model_control_mode is ModelControlMode.EXPLICIT:
+            return list(self.settings.load_model)
+        return repository.names()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Listen, load the models, serve until asked to stop, then drain."""
+        http_task = asyncio.create_task(self.http.serve())
+        metrics_task = asyncio.create_task(self.metrics.serve())
+        await self.grpc.start()
+        while not (self.http.started and self.metrics.started):
+            if http_task.done() or metrics_task.done():
+                await asyncio.gather(http_task, metrics_task)
+                return
+            await asyncio.sleep(0.01)
+        logger.info(
+            "listening",
+            extra={"host": self.settings.host, "http_port": self.http.bound_port(),
+                   "grpc_port": self.grpc.port, "metrics_port": self.metrics.bound_port()},
+        )  # fmt: skip
+        await self._load_models()
+        await self._stop.wait()
+        await self._drain(http_task, metrics_task)
+
+    async def _load_models(self) -> None:
+        for name in self.dataplane.expected_models:
+            try:
+                await self.registry.load(name)
+            except BatchserveError as exc:
+                logger.error("model failed to load", extra={"model": name, "reason": exc.message})
+        ready = self.dataplane.ready()
+        await self.grpc.set_serving(ready)
+        logger.info("server ready" if ready else "server not ready: a model failed to load")
+
+    async def _drain(self, http_task: asyncio.Task[None], metrics_task: asyncio.Task[None]) -> None:
+        logger.info("shutting down: draining accepted requests")
+        self.dataplane.draining = True
+        await self.grpc.set_serving(False)
+        await asyncio.sleep(self.settings.shutdown_delay_seconds)
+        self.http.should_exit = True
+        await asyncio.gather(self.grpc.stop(self.settings.shutdown_timeout_seconds), http_task)
+        await self.registry.close()
+        self.metrics.should_exit = True
+        await metrics_task
+        logger.info("stopped")
+
+
+async def serve(settings: Settings) -> None:
+    """Run a server until SIGTERM or SIGINT; a second signal stops without draining."""
+    server = Server(settings)
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+
+    def on_signal() -> None:
+        if server._stop.is_set():
+            main.cancel()
+        server.request_stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    await server.run()
+
+
+def run(settings: Settings) -> None:
+    """Blocking entry point used by the `batchserve serve` command."""
+    uvloop.run(serve(settings))

@@ -1,0 +1,177 @@
+"""The protocol-free core both adapters call: health, metadata, statistics, inference and
+repository control. Validation, lookup, error typing and statistics live here, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from dataclasses import dataclass
+
+from batchserve import __version__
+from batchserve.datatypes import from_config
+from batchserve.errors import (
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
+from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
+from batchserve.registry import IndexEntry, ModelRegistry, ServedVersion
+from batchserve.repository import validate_model_name
+from batchserve.scheduler.work import WorkItem
+from batchserve.settings import ModelControlMode, Settings
+from batchserve.stats import ModelStats
+from batchserve.types import (
+    InferRequest,
+    InferResponse,
+    ModelMetadata,
+    ServerMetadata,
+    Tensor,
+    TensorMetadata,
+)
+from batchserve.validation import validate_request
+
+SERVER_NAME = "batchserve"
+EXTENSIONS = ("binary_tensor_data", "model_configuration", "statistics", "model_repository")
+
+
+@dataclass(frozen=True, slots=True)
+class VersionStats:
+    """Statistics of one served version, for the statistics endpoints."""
+
+    name: str
+    version: str
+    stats: ModelStats
+
+
+def _tensor_metadata(spec: ModelInput | ModelOutput, batched: bool) -> TensorMetadata:
+    shape = ((-1,) if batched else ()) + tuple(spec.dims)
+    return TensorMetadata(spec.name, from_config(spec.data_type).wire, shape)
+
+
+class DataPlane:
+    """One instance per server; every protocol method maps to exactly one call here."""
+
+    def __init__(self, settings: Settings, registry: ModelRegistry, expected: list[str]) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.expected_models = list(expected)
+        self.draining = False
+
+    # health -------------------------------------------------------------------------
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        """Ready when not draining and every model the server was told to serve is ready."""
+        return not self.draining and all(self.registry.is_ready(m) for m in self.expected_models)
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        if not self.registry.knows(validate_model_name(name)):
+            raise NotFound(f"unknown model '{name}'")
+        return self.registry.is_ready(name, version)
+
+    # metadata -----------------------------------------------------------------------
+    def server_metadata(self) -> ServerMetadata:
+        return ServerMetadata(SERVER_NAME, __version__, EXTENSIONS)
+
+    def _served(self, name: str, version: str) -> ServedVersion:
+        return self.registry.get(validate_model_name(name), version)
+
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        served = self._served(name, version)
+        config = served.config
+        batched = config.max_batch_size > 0
+        return ModelMetadata(
+            name=served.name,
+            versions=tuple(str(v.version) for v in self.registry.versions_of(served.name)),
+            platform=config.platform,
+            inputs=tuple(_tensor_metadata(spec, batched) for spec in config.input),
+            outputs=tuple(_tensor_metadata(spec, batched) for spec in config.output),
+        )
+
+    def model_config(self, name: str, version: str = "") -> ModelConfig:
+        return self._served(name, version).config
+
+    def model_statistics(self, name: str = "", version: str = "") -> list[VersionStats]:
+        """Every served version when ``name`` is empty; else that model's (or one version)."""
+        if name:
+            served = (
+                [self._served(name, version)]
+                if version
+                else self.registry.versions_of(self._served(name, "").name)
+            )
+        else:
+            served = self.registry.loaded()
+        return [VersionStats(s.name, str(s.version), s.stats) for s in served]
+
+    # inference ----------------------------------------------------------------------
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if self.draining:
+            raise Unavailable("server is shutting down")
+        served = self._served(request.model_name, request.model_version)
+        started = time.monotonic_ns()
+        try:
+            item = self._work_item(request, served, started)
+            served.batcher.submit(item)
+            outputs = await item.future
+        except BaseException:
+            served.stats.record_request(False, time.monotonic_ns() - started, 0)
+            raise
+        finished = time.monotonic_ns()
+        served.stats.record_request(True, finished - started, item.dispatched_ns - started)
+        types = served.output_types
+        return InferResponse(
+            model_name=served.name,
+            model_version=str(served.version),
+            id=request.id,
+            outputs=[Tensor(n, types[n], a.shape, a) for n, a in outputs.items()],
+        )
+
+    def _work_item(self, request: InferRequest, served: ServedVersion, now: int) -> WorkItem:
+        valid = validate_request(request.inputs, request.outputs, served.config)
+        policy = served.batcher.policy
+        priority = request.priority or policy.default_priority
+        if not 1 <= priority <= policy.priority_levels:
+            raise InvalidArgument(
+                f"parameter 'priority': {request.priority} is outside 1..{policy.priority_levels}"
+            )
+        timeout_ns = policy.default_timeout_ns
+        if request.timeout_us and (policy.allow_timeout_override or not timeout_ns):
+            requested = request.timeout_us * 1000
+            timeout_ns = min(timeout_ns, requested) if timeout_ns else requested
+        return WorkItem(
+            inputs=valid.inputs,
+            batch_size=valid.batch_size,
+            output_names=valid.output_names,
+            priority=priority,
+            enqueued_ns=now,
+            deadline_ns=now + timeout_ns if timeout_ns else None,
+            future=asyncio.get_running_loop().create_future(),
+            is_cancelled=request.is_cancelled,
+        )
+
+    # repository ---------------------------------------------------------------------
+    def _check_control(self, token: str | None) -> None:
+        if self.settings.model_control_mode is not ModelControlMode.EXPLICIT:
+            raise PermissionDenied(
+                "model control is disabled; start the server with --model-control-mode explicit"
+            )
+        expected = self.settings.control_token
+        if expected is not None and not hmac.compare_digest(token or "", expected):
+            raise Unauthenticated("model control needs a valid token")
+
+    def repository_index(self, token: str | None, ready_only: bool = False) -> list[IndexEntry]:
+        self._check_control(token)
+        return self.registry.index(ready_only)
+
+    async def repository_load(self, name: str, token: str | None) -> None:
+        self._check_control(token)
+        await self.registry.load(validate_model_name(name))
+
+    async def repository_unload(self, name: str, token: str | None) -> None:
+        self._check_control(token)
+        await self.registry.unload(validate_model_name(name))

@@ -1,0 +1,195 @@
+"""ModelInferRequest / ModelInferResponse messages to and from the internal types.
+
+Inputs arrive either as typed ``contents`` or as ``raw_input_contents`` (one entry per
+input, what tritonclient and perf_analyzer send); outputs always leave as
+``raw_output_contents``, which is what those clients read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from batchserve.datatypes import DataType, from_wire
+from batchserve.errors import Internal, InvalidArgument
+from batchserve.grpc.generated.grpc_service_pb2 import (
+    InferParameter,
+    ModelInferRequest,
+    ModelInferResponse,
+)
+from batchserve.tensors import (
+    Array,
+    array_from_bytes,
+    array_from_values,
+    array_to_bytes,
+    check_count,
+    check_tensor_parameters,
+    check_unique,
+    checked_shape,
+    format_shape,
+    request_options,
+)
+from batchserve.types import InferRequest, InferResponse, RequestedOutput, Tensor
+
+InputTensor = ModelInferRequest.InferInputTensor
+OutputTensor = ModelInferResponse.InferOutputTensor
+
+# The typed field holding each datatype; FP16 and BF16 travel only as raw contents.
+CONTENTS_FIELD: Final = {
+    "BOOL": "bool_contents",
+    **dict.fromkeys(("INT8", "INT16", "INT32"), "int_contents"),
+    "INT64": "int64_contents",
+    **dict.fromkeys(("UINT8", "UINT16", "UINT32"), "uint_contents"),
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+_INT64: Final = range(-(2**63), 2**63)
+
+
+def decode_infer_request(message: ModelInferRequest) -> InferRequest:
+    """A ModelInferRequest as an InferRequest; problems are InvalidArgument naming the field."""
+    options = request_options(parameter_values(message.parameters))
+    outputs = _decode_outputs(message.outputs)
+    return InferRequest(
+        model_name=message.model_name,
+        model_version=message.model_version,
+        id=message.id,
+        inputs=_decode_inputs(message),
+        outputs=outputs,
+        parameters=options.parameters,
+        priority=options.priority,
+        timeout_us=options.timeout_us,
+    )
+
+
+def parameter_values(parameters: Mapping[str, InferParameter]) -> dict[str, Any]:
+    """InferParameter map to plain values (None where no value of the oneof is set)."""
+    values: dict[str, Any] = {}
+    if not parameters:
+        return values
+    for key, parameter in parameters.items():
+        choice = parameter.WhichOneof("parameter_choice")
+        values[key] = None if choice is None else getattr(parameter, choice)
+    return values
+
+
+def _decode_outputs(
+    outputs: Sequence[ModelInferRequest.InferRequestedOutputTensor],
+) -> list[RequestedOutput] | None:
+    """Requested outputs; none means every output."""
+    check_count(len(outputs), what="output")
+    requested = []
+    for index, output in enumerate(outputs):
+        if not output.name:
+            raise InvalidArgument(f"outputs[{index}]: 'name' must be a non-empty string")
+        check_tensor_parameters(output.parameters, tensor=output.name)
+        requested.append(RequestedOutput(output.name))
+    check_unique([output.name for output in requested], what="output")
+    return requested or None
+
+
+def _decode_inputs(message: ModelInferRequest) -> list[Tensor]:
+    count = len(message.inputs)
+    if not count:
+        raise InvalidArgument("the request has no inputs")
+    check_count(count, what="input")
+    raw_count = len(message.raw_input_contents)
+    if raw_count and raw_count != count:
+        raise InvalidArgument(
+            f"raw_input_contents has {raw_count} entries but the request has {count} inputs"
+        )
+    raw: list[bytes | None] = list(message.raw_input_contents) if raw_count else [None] * count
+    pairs = zip(message.inputs, raw, strict=True)
+    inputs = [_decode_input(tensor, index, data) for index, (tensor, data) in enumerate(pairs)]
+    check_unique([tensor.name for tensor in inputs], what="input")
+    return inputs
+
+
+def _decode_input(tensor: InputTensor, index: int, raw: bytes | None) -> Tensor:
+    name = tensor.name
+    if not name:
+        raise InvalidArgument(f"inputs[{index}]: 'name' must be a non-empty string")
+    datatype = from_wire(tensor.datatype, tensor=name)
+    shape = checked_shape(tensor.shape[:], tensor=name)  # [:] is a list, 2x faster than list()
+    parameters = parameter_values(tensor.parameters)
+    check_tensor_parameters(parameters, tensor=name)
+    if raw is None:
+        data = _from_contents(tensor, datatype, shape)
+    elif tensor.HasField("contents"):
+        raise InvalidArgument(
+            f"tensor '{name}': has both contents and raw_input_contents; send one of them"
+        )
+    else:
+        data = array_from_bytes(raw, datatype, shape, tensor=name)
+    return Tensor(name, datatype, shape, data, parameters)
+
+
+def _from_contents(tensor: InputTensor, datatype: DataType, shape: tuple[int, ...]) -> Array:
+    """The input's typed contents, after checking the field and the element count."""
+    name, field, count = tensor.name, CONTENTS_FIELD.get(datatype.wire), math.prod(shape)
+    present = [descriptor.name for descriptor, _ in tensor.contents.ListFields()]
+    if field is None:
+        if present or count:
+            raise InvalidArgument(
+                f"tensor '{name}': {datatype.wire} data must be sent in raw_input_contents"
+            )
+        return array_from_values((), datatype, shape, tensor=name)
+    wrong = [other for other in present if other != field]
+    if wrong:
+        raise InvalidArgument(
+            f"tensor '{name}': {datatype.wire} data belongs in contents.{field}, "
+            f"got contents.{wrong[0]}"
+        )
+    values: Sequence[Any] = getattr(tensor.contents, field)
+    if len(values) != count:
+        raise InvalidArgument(
+            f"tensor '{name}': contents has {len(values)} elements, shape {format_shape(shape)} "
+            f"needs {count}"
+        )
+    return array_from_values(values, datatype, shape, tensor=name)
+
+
+def encode_infer_response(response: InferResponse) -> ModelInferResponse:
+    """The response with every output's bytes in raw_output_contents (BYTES length-prefixed)."""
+    outputs = [
+        OutputTensor(
+            name=tensor.name,
+            datatype=tensor.datatype.wire,
+            shape=tensor.shape,
+            parameters=_parameters(tensor.parameters) if tensor.parameters else None,
+        )
+        for tensor in response.outputs
+    ]
+    raw = [
+        bytes(array_to_bytes(tensor.data, tensor.datatype, tensor=tensor.name))
+        for tensor in response.outputs
+    ]
+    return ModelInferResponse(
+        model_name=response.model_name,
+        model_version=response.model_version,
+        id=response.id,
+        parameters=_parameters(response.parameters) if response.parameters else None,
+        outputs=outputs,
+        raw_output_contents=raw,
+    )
+
+
+def _parameters(values: Mapping[str, object]) -> dict[str, InferParameter]:
+    return {key: _parameter(key, value) for key, value in values.items()}
+
+
+def _parameter(key: str, value: object) -> InferParameter:
+    if isinstance(value, bool):
+        return InferParameter(bool_param=value)
+    if isinstance(value, int) and value in _INT64:
+        return InferParameter(int64_param=value)
+    if isinstance(value, int) and 0 <= value < 2**64:
+        return InferParameter(uint64_param=value)
+    if isinstance(value, float):
+        return InferParameter(double_param=value)
+    if isinstance(value, str):
+        return InferParameter(string_param=value)
+    raise Internal(f"response parameter '{key}' of type {type(value).__name__} has no gRPC form")

@@ -1,0 +1,80 @@
+"""Protobuf messages of the non-inference gRPC calls, built from the dataplane's answers."""
+
+from __future__ import annotations
+
+from batchserve.dataplane import VersionStats
+from batchserve.grpc.generated import grpc_service_pb2 as pb
+from batchserve.registry import IndexEntry
+from batchserve.stats import BatchStats, Duration, ModelStats
+from batchserve.types import ModelMetadata, ServerMetadata, TensorMetadata
+
+
+def server_metadata(meta: ServerMetadata) -> pb.ServerMetadataResponse:
+    return pb.ServerMetadataResponse(
+        name=meta.name, version=meta.version, extensions=list(meta.extensions)
+    )
+
+
+def _tensor(meta: TensorMetadata) -> pb.ModelMetadataResponse.TensorMetadata:
+    return pb.ModelMetadataResponse.TensorMetadata(
+        name=meta.name, datatype=meta.datatype, shape=list(meta.shape)
+    )
+
+
+def model_metadata(meta: ModelMetadata) -> pb.ModelMetadataResponse:
+    return pb.ModelMetadataResponse(
+        name=meta.name,
+        versions=list(meta.versions),
+        platform=meta.platform,
+        inputs=[_tensor(t) for t in meta.inputs],
+        outputs=[_tensor(t) for t in meta.outputs],
+    )
+
+
+def _duration(d: Duration) -> pb.StatisticDuration:
+    return pb.StatisticDuration(count=d.count, ns=d.ns)
+
+
+def _batch(size: int, b: BatchStats) -> pb.InferBatchStatistics:
+    return pb.InferBatchStatistics(
+        batch_size=size,
+        compute_input=_duration(b.compute_input),
+        compute_infer=_duration(b.compute_infer),
+        compute_output=_duration(b.compute_output),
+    )
+
+
+def _model_stats(name: str, version: str, s: ModelStats) -> pb.ModelStatistics:
+    return pb.ModelStatistics(
+        name=name,
+        version=version,
+        last_inference=s.last_inference_ms,
+        inference_count=s.inference_count,
+        execution_count=s.execution_count,
+        inference_stats=pb.InferStatistics(
+            success=_duration(s.success),
+            fail=_duration(s.fail),
+            queue=_duration(s.queue),
+            compute_input=_duration(s.compute_input),
+            compute_infer=_duration(s.compute_infer),
+            compute_output=_duration(s.compute_output),
+        ),
+        batch_stats=[_batch(size, b) for size, b in sorted(s.batches.items())],
+    )
+
+
+def statistics(rows: list[VersionStats]) -> pb.ModelStatisticsResponse:
+    return pb.ModelStatisticsResponse(
+        model_stats=[_model_stats(r.name, r.version, r.stats) for r in rows]
+    )
+
+
+def repository_index(rows: list[IndexEntry]) -> pb.RepositoryIndexResponse:
+    return pb.RepositoryIndexResponse(
+        models=[
+            pb.RepositoryIndexResponse.ModelIndex(
+                name=r.name, version=r.version, state=r.state, reason=r.reason
+            )
+            for r in rows
+        ]
+    )

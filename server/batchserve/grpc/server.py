@@ -1,0 +1,52 @@
+"""The grpc.aio server: the inference service, standard health checking and reflection."""
+
+from __future__ import annotations
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from batchserve.dataplane import DataPlane
+from batchserve.grpc.generated import grpc_service_pb2 as pb
+from batchserve.grpc.generated import grpc_service_pb2_grpc as pb_grpc
+from batchserve.grpc.servicer import ErrorInterceptor, InferenceServicer
+from batchserve.settings import Settings
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+
+
+class GrpcServer:
+    """Owns the grpc.aio server and the health status it reports."""
+
+    def __init__(self, dataplane: DataPlane, settings: Settings) -> None:
+        options = [
+            ("grpc.max_receive_message_length", settings.max_binary_body_bytes),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 0),
+        ]
+        self.server = grpc.aio.server(interceptors=[ErrorInterceptor()], options=options)
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(
+            InferenceServicer(dataplane), self.server
+        )
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
+        reflection.enable_server_reflection(names, self.server)
+        self.port = self.server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
+
+    async def start(self) -> None:
+        await self.server.start()
+
+    async def set_serving(self, serving: bool) -> None:
+        """Mirror the server's readiness in the standard health service."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for service in ("", SERVICE_NAME):
+            await self.health.set(service, status)
+
+    async def stop(self, grace_seconds: float) -> None:
+        """Refuse new calls at once; let those in flight finish within the grace period."""
+        await self.server.stop(grace_seconds)

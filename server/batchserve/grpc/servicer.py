@@ -1,0 +1,197 @@
+"""The GRPCInferenceService: each method decodes, calls the dataplane once, encodes.
+
+Errors are mapped in one place, ``ErrorInterceptor``, for every method.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeAlias
+
+import grpc
+
+from batchserve.dataplane import DataPlane
+from batchserve.errors import grpc_status, public_message
+from batchserve.grpc import codec, messages
+from batchserve.grpc.generated import grpc_service_pb2 as pb
+from batchserve.grpc.generated import grpc_service_pb2_grpc as pb_grpc
+
+logger = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def _token(context: Context) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if (
+            key == "authorization"
+            and isinstance(value, str)
+            and value.lower().startswith("bearer ")
+        ):
+            return value[7:].strip()
+    return None
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """Translation only: no validation, lookup or error handling here."""
+
+    def __init__(self, dataplane: DataPlane) -> None:
+        self.dataplane = dataplane
+
+    async def ServerLive(
+        self, request: pb.ServerLiveRequest, context: Context
+    ) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.dataplane.live())
+
+    async def ServerReady(
+        self, request: pb.ServerReadyRequest, context: Context
+    ) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.dataplane.ready())
+
+    async def ModelReady(
+        self, request: pb.ModelReadyRequest, context: Context
+    ) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(
+            ready=self.dataplane.model_ready(request.name, request.version)
+        )
+
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: Context
+    ) -> pb.ServerMetadataResponse:
+        return messages.server_metadata(self.dataplane.server_metadata())
+
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: Context
+    ) -> pb.ModelMetadataResponse:
+        return messages.model_metadata(self.dataplane.model_metadata(request.name, request.version))
+
+    async def ModelConfig(
+        self, request: pb.ModelConfigRequest, context: Context
+    ) -> pb.ModelConfigResponse:
+        return pb.ModelConfigResponse(
+            config=self.dataplane.model_config(request.name, request.version)
+        )
+
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: Context
+    ) -> pb.ModelStatisticsResponse:
+        return messages.statistics(self.dataplane.model_statistics(request.name, request.version))
+
+    async def ModelInfer(
+        self, request: pb.ModelInferRequest, context: Context
+    ) -> pb.ModelInferResponse:
+        return await self._infer(request)
+
+    async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        response = await self.dataplane.infer(codec.decode_infer_request(request))
+        encoded: pb.ModelInferResponse = codec.encode_infer_response(response)
+        return encoded
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Requests of one stream run concurrently; each answer carries its request's id."""
+        answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        reader = asyncio.get_running_loop().create_task(
+            self._read_stream(request_iterator, answers)
+        )
+        try:
+            while (answer := await answers.get()) is not None:
+                yield answer
+        finally:
+            reader.cancel()
+
+    async def _read_stream(
+        self,
+        requests: AsyncIterator[pb.ModelInferRequest],
+        answers: asyncio.Queue[pb.ModelStreamInferResponse | None],
+    ) -> None:
+        running: set[asyncio.Task[None]] = set()
+        try:
+            async for request in requests:
+                task = asyncio.get_running_loop().create_task(self._stream_one(request, answers))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if running:
+                await asyncio.wait(set(running))
+        finally:
+            await answers.put(None)
+
+    async def _stream_one(
+        self,
+        request: pb.ModelInferRequest,
+        answers: asyncio.Queue[pb.ModelStreamInferResponse | None],
+    ) -> None:
+        try:
+            response = await self._infer(request)
+        except Exception as exc:
+            if not isinstance(exc, grpc.RpcError):
+                logger.debug("stream request failed", exc_info=exc)
+            await answers.put(pb.ModelStreamInferResponse(error_message=public_message(exc)))
+        else:
+            await answers.put(pb.ModelStreamInferResponse(infer_response=response))
+
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: Context
+    ) -> pb.RepositoryIndexResponse:
+        rows = self.dataplane.repository_index(_token(context), request.ready)
+        return messages.repository_index(rows)
+
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Context
+    ) -> pb.RepositoryModelLoadResponse:
+        await self.dataplane.repository_load(request.model_name, _token(context))
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Context
+    ) -> pb.RepositoryModelUnloadResponse:
+        await self.dataplane.repository_unload(request.model_name, _token(context))
+        return pb.RepositoryModelUnloadResponse()
+
+
+Behavior = Callable[[Any, Context], Awaitable[Any]]
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # generic only to type checkers
+
+
+def _guarded(behavior: Behavior) -> Behavior:
+    async def call(request: Any, context: Context) -> Any:
+        try:
+            return await behavior(request, context)
+        except Exception as exc:
+            if not isinstance(exc, grpc.aio.AbortError):
+                if grpc_status(exc) is grpc.StatusCode.INTERNAL:
+                    logger.error("unexpected error", exc_info=exc)
+                await context.abort(grpc_status(exc), public_message(exc))
+            raise
+
+    return call
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Maps every exception of every unary method to its status code, once."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Handler] = {}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler:
+        method = handler_call_details.method
+        cached = self._cache.get(method)
+        if cached is not None:
+            return cached
+        handler = await continuation(handler_call_details)
+        if handler is not None and handler.unary_unary is not None:
+            handler = grpc.unary_unary_rpc_method_handler(
+                _guarded(handler.unary_unary),  # type: ignore[arg-type]
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler is not None:
+            self._cache[method] = handler
+        return handler

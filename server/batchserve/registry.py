@@ -1,0 +1,229 @@
+"""The models this server holds: loading, readiness, lookup by name and version, unloading.
+
+Loading happens off the event loop; a model is READY only once every instance is loaded
+and has run a warm-up batch. Reloading builds the new versions first and swaps them in,
+so requests in flight on the old ones finish and none are lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cached_property, partial
+from pathlib import Path
+
+from batchserve.backends import create_backend, resolve_devices
+from batchserve.backends.base import Backend
+from batchserve.datatypes import DataType, from_config
+from batchserve.devices import gpu_count
+from batchserve.errors import BatchserveError, NotFound, Unavailable
+from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.repository import ModelRepository, ModelVersion, ResolvedModel
+from batchserve.scheduler.batcher import Batcher
+from batchserve.scheduler.instances import Instance, InstancePool
+from batchserve.scheduler.policy import BatchPolicy
+from batchserve.stats import ModelStats
+from batchserve.warmup import zero_inputs
+
+logger = logging.getLogger(__name__)
+
+BackendFactory = Callable[[ModelConfig, Path], Backend]
+
+
+class ModelState(StrEnum):
+    """Triton's repository-index states."""
+
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass(eq=False)
+class ServedVersion:
+    """One loaded version: its config, instances and scheduler."""
+
+    name: str
+    version: int
+    config: ModelConfig
+    batcher: Batcher
+    stats: ModelStats
+
+    @cached_property
+    def output_types(self) -> dict[str, DataType]:
+        """Each output's element type, as configured."""
+        return {spec.name: from_config(spec.data_type) for spec in self.config.output}
+
+    async def close(self) -> None:
+        await self.batcher.close()
+        await asyncio.to_thread(self.batcher.pool.close)
+
+
+@dataclass(eq=False)
+class ModelEntry:
+    """What the server knows of one model name, loaded or not."""
+
+    name: str
+    state: ModelState = ModelState.UNAVAILABLE
+    reason: str = ""
+    versions: dict[int, ServedVersion] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """One row of the repository index."""
+
+    name: str
+    version: str
+    state: str
+    reason: str
+
+
+class ModelRegistry:
+    """Owns every loaded model; the dataplane's only way to reach one."""
+
+    def __init__(
+        self,
+        repository: ModelRepository,
+        max_queue_size: int,
+        backend_factory: BackendFactory = create_backend,
+    ) -> None:
+        self.repository = repository
+        self._max_queue_size = max_queue_size
+        self._backend_factory = backend_factory
+        self._entries: dict[str, ModelEntry] = {}
+
+    def _entry(self, name: str) -> ModelEntry:
+        entry = self._entries.get(name)
+        if entry is None:
+            entry = self._entries[name] = ModelEntry(name)
+        return entry
+
+    async def load(self, name: str) -> None:
+        """Load (or reload) every served version of a model; failures leave it UNAVAILABLE."""
+        resolved = await asyncio.to_thread(self.repository.resolve, name)
+        entry = self._entry(resolved.name)
+        async with entry.lock:
+            if entry.state is not ModelState.READY:
+                entry.state, entry.reason = ModelState.LOADING, ""
+            try:
+                versions = await self._load_versions(resolved)
+            except BatchserveError as exc:
+                entry.state, entry.reason = ModelState.UNAVAILABLE, exc.message
+                raise
+            old, entry.versions = entry.versions, versions
+            entry.state, entry.reason = ModelState.READY, ""
+        for served in old.values():
+            await served.close()
+        logger.info("model ready", extra={"model": name, "versions": sorted(versions)})
+
+    async def _load_versions(self, resolved: ResolvedModel) -> dict[int, ServedVersion]:
+        loaded: dict[int, ServedVersion] = {}
+        try:
+            for version in resolved.versions:
+                loaded[version.version] = await self._load_version(resolved, version)
+        except BaseException:
+            for served in loaded.values():
+                await served.close()
+            raise
+        return loaded
+
+    async def _load_version(self, resolved: ResolvedModel, version: ModelVersion) -> ServedVersion:
+        config = resolved.config
+        devices = resolve_devices(config, gpu_count())
+        instances: list[Instance] = []
+        try:
+            for index, device in enumerate(devices):
+                backend = self._backend_factory(config, version.model_file)
+                instance = Instance(f"{resolved.name}-{version.version}-{index}", backend)
+                instances.append(instance)
+                await instance.run(partial(backend.load, version.model_file, config, device))
+                await instance.run(partial(backend.infer, zero_inputs(config)))
+                logger.info(
+                    "instance loaded",
+                    extra={"model": resolved.name, "version": version.version,
+                           "instance": index, "device": str(backend.device)},
+                )  # fmt: skip
+        except BaseException:
+            await asyncio.to_thread(InstancePool(instances).close)
+            raise
+        stats = ModelStats()
+        policy = BatchPolicy.from_config(config, self._max_queue_size)
+        pad = config.batchserve.padding_value
+        batcher = Batcher(InstancePool(instances), policy, stats, pad_value=pad)
+        return ServedVersion(resolved.name, version.version, config, batcher, stats)
+
+    async def unload(self, name: str) -> None:
+        """Stop taking requests for a model, finish those accepted, release it."""
+        entry = self._entries.get(name)
+        if entry is None or (entry.state is ModelState.UNAVAILABLE and not entry.versions):
+            raise NotFound(f"model '{name}' is not loaded")
+        async with entry.lock:
+            entry.state, entry.reason = ModelState.UNLOADING, ""
+            old, entry.versions = entry.versions, {}
+            for served in old.values():
+                await served.close()
+            entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"
+        logger.info("model unloaded", extra={"model": name})
+
+    def get(self, name: str, version: str = "") -> ServedVersion:
+        """The version to serve: the highest one when ``version`` is empty."""
+        entry = self._entries.get(name)
+        if entry is None:
+            if self.knows(name):
+                raise Unavailable(f"model '{name}' is not loaded")
+            raise NotFound(f"unknown model '{name}'")
+        if entry.state is not ModelState.READY:
+            detail = f": {entry.reason}" if entry.reason else ""
+            raise Unavailable(f"model '{name}' is not ready ({entry.state.value}{detail})")
+        if not version:
+            return entry.versions[max(entry.versions)]
+        served = entry.versions.get(int(version)) if version.isdigit() else None
+        if served is None:
+            raise NotFound(f"model '{name}' has no version '{version}' being served")
+        return served
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.get(name, version)
+        except BatchserveError:
+            return False
+        return True
+
+    def knows(self, name: str) -> bool:
+        """True for a model loaded now, once, or present in the repository."""
+        return name in self._entries or (self.repository.root / name).is_dir()
+
+    def versions_of(self, name: str) -> list[ServedVersion]:
+        """The served versions of one ready model, ascending."""
+        self.get(name)
+        return [served for _, served in sorted(self._entries[name].versions.items())]
+
+    def loaded(self) -> list[ServedVersion]:
+        """Every version being served, by name then version."""
+        return [
+            served
+            for name in sorted(self._entries)
+            for _, served in sorted(self._entries[name].versions.items())
+        ]
+
+    def index(self, ready_only: bool = False) -> list[IndexEntry]:
+        """The repository's models with their states, loaded or not."""
+        rows: list[IndexEntry] = []
+        for name in sorted(set(self.repository.names()) | set(self._entries)):
+            entry = self._entries.get(name, ModelEntry(name))
+            if ready_only and entry.state is not ModelState.READY:
+                continue
+            versions = [str(v) for v in sorted(entry.versions)] or [""]
+            rows.extend(IndexEntry(name, v, entry.state.value, entry.reason) for v in versions)
+        return rows
+
+    async def close(self) -> None:
+        """Drain and release every model."""
+        for name, entry in list(self._entries.items()):
+            if entry.versions:
+                await self.unload(name)

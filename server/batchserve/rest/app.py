@@ -1,0 +1,145 @@
+"""The HTTP application: FastAPI for every route, a raw handler in front for inference.
+
+Routes follow the KServe v2 REST protocol and Triton's extensions (model configuration,
+statistics, repository). Error bodies are ``{"error": message}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from batchserve import __version__
+from batchserve.dataplane import DataPlane
+from batchserve.errors import BatchserveError, InvalidArgument, Unavailable
+from batchserve.rest import responses
+from batchserve.rest.errors import (
+    handle_batchserve_error,
+    handle_http_exception,
+    handle_validation_error,
+)
+from batchserve.rest.infer import ASGIApp, InferEndpoint, Receive, Scope, Send, in_front_of
+from batchserve.rest.openapi import INFER_OPENAPI
+from batchserve.settings import Settings
+
+
+def _json(content: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(content), status_code=status, media_type="application/json")
+
+
+def _token(authorization: str | None) -> str | None:
+    if authorization and authorization.lower().startswith("bearer "):
+        return authorization[7:].strip()
+    return None
+
+
+def _add_health_routes(app: FastAPI, dataplane: DataPlane) -> None:
+    @app.get("/v2/health/live", summary="Server liveness")
+    async def live() -> Response:
+        return _json({"live": True})
+
+    @app.get("/v2/health/ready", summary="Server readiness: every model it serves is ready")
+    async def ready() -> Response:
+        if not dataplane.ready():
+            raise Unavailable("server is not ready")
+        return _json({"ready": True})
+
+    @app.get("/v2", summary="Server metadata")
+    async def server_metadata() -> Response:
+        return _json(responses.server_metadata(dataplane.server_metadata()))
+
+
+class _Delegate(Response):
+    """Hands the untouched request to the raw inference handler."""
+
+    def __init__(self, endpoint: InferEndpoint) -> None:
+        super().__init__()
+        self.endpoint = endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.endpoint(scope, receive, send)
+
+
+def _add_model_routes(app: FastAPI, dataplane: DataPlane, endpoint: InferEndpoint) -> None:
+    @app.get("/v2/models/stats", summary="Statistics of every served model")
+    async def all_stats() -> Response:
+        return _json(responses.statistics(dataplane.model_statistics()))
+
+    for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
+
+        @app.get(prefix, summary="Model metadata")
+        async def metadata(name: str, version: str = "") -> Response:
+            return _json(responses.model_metadata(dataplane.model_metadata(name, version)))
+
+        @app.get(prefix + "/ready", summary="Model readiness")
+        async def model_ready(name: str, version: str = "") -> Response:
+            if not dataplane.model_ready(name, version):
+                raise Unavailable(f"model '{name}' is not ready")
+            return _json({"name": name, "ready": True})
+
+        @app.get(prefix + "/config", summary="Model configuration (Triton extension)")
+        async def config(name: str, version: str = "") -> Response:
+            return _json(responses.message_json(dataplane.model_config(name, version)))
+
+        @app.get(prefix + "/stats", summary="Model statistics (Triton extension)")
+        async def stats(name: str, version: str = "") -> Response:
+            return _json(responses.statistics(dataplane.model_statistics(name, version)))
+
+        @app.post(prefix + "/infer", summary="Inference", openapi_extra=INFER_OPENAPI)
+        async def infer(name: str, version: str = "") -> Response:
+            # Normally answered in front of the framework; this keeps the route whole.
+            return _Delegate(endpoint)
+
+
+def _ready_flag(body: bytes) -> bool:
+    """The optional ``{"ready": bool}`` body of the index request."""
+    if not body.strip():
+        return False
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgument(f"malformed JSON: {exc}") from None
+    ready = data.get("ready", False) if isinstance(data, dict) else None
+    if not isinstance(ready, bool):
+        raise InvalidArgument("'ready' must be a boolean")
+    return ready
+
+
+def _add_repository_routes(app: FastAPI, dataplane: DataPlane) -> None:
+    @app.post("/v2/repository/index", summary="Repository index (model control)")
+    async def index(request: Request, authorization: str | None = Header(None)) -> Response:
+        rows = dataplane.repository_index(_token(authorization), _ready_flag(await request.body()))
+        return _json(responses.repository_index(rows))
+
+    @app.post("/v2/repository/models/{name}/load", summary="Load or reload a model")
+    async def load(name: str, authorization: str | None = Header(None)) -> Response:
+        await dataplane.repository_load(name, _token(authorization))
+        return _json({})
+
+    @app.post("/v2/repository/models/{name}/unload", summary="Unload a model")
+    async def unload(name: str, authorization: str | None = Header(None)) -> Response:
+        await dataplane.repository_unload(name, _token(authorization))
+        return _json({})
+
+
+def build_fastapi(dataplane: DataPlane, endpoint: InferEndpoint) -> FastAPI:
+    """Every route, declared for the OpenAPI document; errors in the protocol's shape."""
+    app = FastAPI(title="batchserve", version=__version__, docs_url=None, redoc_url=None)
+    app.add_exception_handler(BatchserveError, handle_batchserve_error)
+    app.add_exception_handler(RequestValidationError, handle_validation_error)
+    app.add_exception_handler(HTTPException, handle_http_exception)
+    _add_health_routes(app, dataplane)
+    _add_model_routes(app, dataplane, endpoint)
+    _add_repository_routes(app, dataplane)
+    return app
+
+
+def build_http_app(dataplane: DataPlane, settings: Settings) -> ASGIApp:
+    """The ASGI application uvicorn serves."""
+    endpoint = InferEndpoint(dataplane, settings)
+    return in_front_of(endpoint, build_fastapi(dataplane, endpoint))

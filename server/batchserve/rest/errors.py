@@ -1,0 +1,58 @@
+"""The one place HTTP errors are rendered: ``{"error": message}`` with the mapped status."""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from batchserve.errors import BatchserveError, Unavailable, http_status, public_message
+
+logger = logging.getLogger(__name__)
+
+
+def error_headers(error: BaseException) -> list[tuple[bytes, bytes]]:
+    """Content type, plus Retry-After on 503 so clients back off instead of hammering."""
+    headers = [(b"content-type", b"application/json")]
+    if isinstance(error, Unavailable):
+        headers.append((b"retry-after", str(error.retry_after_seconds).encode()))
+    return headers
+
+
+def error_body(error: BaseException) -> tuple[int, bytes]:
+    """Status and body for any exception; unexpected ones are logged with their traceback."""
+    if not isinstance(error, BatchserveError):
+        logger.error("unexpected error", exc_info=error)
+    return http_status(error), orjson.dumps({"error": public_message(error)})
+
+
+def _response(error: BaseException) -> Response:
+    status, body = error_body(error)
+    headers = {k.decode(): v.decode() for k, v in error_headers(error)}
+    return Response(body, status_code=status, headers=headers)
+
+
+async def handle_batchserve_error(_: Request, exc: Exception) -> Response:
+    return _response(exc)
+
+
+async def handle_validation_error(_: Request, exc: Exception) -> Response:
+    """FastAPI's 422 for schema errors becomes the protocol's 400."""
+    assert isinstance(exc, RequestValidationError)
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()
+    )
+    body = orjson.dumps({"error": f"invalid request: {problems}"})
+    return Response(body, status_code=400, media_type="application/json")
+
+
+async def handle_http_exception(_: Request, exc: Exception) -> Response:
+    """Starlette's 404/405 keep their status but use the protocol's error body."""
+    assert isinstance(exc, HTTPException)
+    body = orjson.dumps({"error": str(exc.detail)})
+    return Response(body, status_code=exc.status_code, media_type="application/json",
+                    headers=exc.headers)  # fmt: skip

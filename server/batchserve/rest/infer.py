@@ -1,0 +1,180 @@
+"""The inference route as a raw ASGI handler placed in front of the FastAPI application.
+
+Measured on the 2-core reference machine, a FastAPI route costs ~127 µs of CPU per
+request, a raw ASGI callable ~43 µs: the hot path skips routing, dependency injection
+and pydantic. Everything else (health, metadata, ...) is left to FastAPI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+from batchserve.dataplane import DataPlane
+from batchserve.errors import InvalidArgument, PayloadTooLarge
+from batchserve.rest.codec import decode_infer_request, encode_infer_response, parse_header_length
+from batchserve.rest.errors import error_body, error_headers
+from batchserve.settings import Settings
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+INFER_PATH = re.compile(rb"^/v2/models/([^/]+)(?:/versions/([^/]+))?/infer$")
+HEADER_LENGTH = b"inference-header-content-length"
+JSON = b"application/json"
+BINARY = b"application/octet-stream"
+SEND_WHOLE_BELOW = 1 << 16
+
+
+class ClientDisconnected(Exception):
+    """The client went away before its answer was ready."""
+
+
+def _segment(raw: bytes) -> str:
+    """A percent-decoded path segment; the repository rejects traversal and odd names."""
+    try:
+        return unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArgument("model name or version is not valid UTF-8") from None
+
+
+def _headers(scope: Scope) -> dict[bytes, bytes]:
+    return {k: v for k, v in scope["headers"] if k in _WANTED}
+
+
+_WANTED = {b"content-length", HEADER_LENGTH, b"content-encoding"}
+
+
+async def read_body(receive: Receive, limit: int, declared: bytes | None) -> bytes:
+    """The whole body, refused as soon as the bytes received (or declared) pass ``limit``."""
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(
+            f"request body of {int(declared)} bytes is over the {limit}-byte limit"
+        )
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body is over the {limit}-byte limit")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class InferEndpoint:
+    """POST /v2/models/<name>[/versions/<v>]/infer, answered without the framework."""
+
+    def __init__(self, dataplane: DataPlane, settings: Settings) -> None:
+        self.dataplane = dataplane
+        self.json_limit = settings.max_json_body_bytes
+        self.binary_limit = settings.max_binary_body_bytes
+
+    def match(self, scope: Scope) -> re.Match[bytes] | None:
+        """The path's name and version when ``scope`` is an inference request."""
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return None
+        return INFER_PATH.match(scope.get("raw_path") or scope["path"].encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = self.match(scope)
+        assert match is not None, "InferEndpoint only receives inference requests"
+        await self.answer(scope, receive, send, match)
+
+    async def answer(
+        self, scope: Scope, receive: Receive, send: Send, match: re.Match[bytes]
+    ) -> None:
+        try:
+            chunks, header_length = await self._respond(scope, receive, match)
+        except ClientDisconnected:
+            return
+        except Exception as exc:
+            status, body = error_body(exc)
+            await _send(send, status, error_headers(exc), [body])
+            return
+        headers = [(b"content-type", JSON if header_length is None else BINARY)]
+        if header_length is not None:
+            headers.append((HEADER_LENGTH, str(header_length).encode()))
+        await _send(send, 200, headers, chunks)
+
+    async def _respond(
+        self, scope: Scope, receive: Receive, match: re.Match[bytes]
+    ) -> tuple[list[bytes | memoryview], int | None]:
+        headers = _headers(scope)
+        encoding = headers.get(b"content-encoding", b"identity").lower()
+        if encoding != b"identity":
+            raise InvalidArgument(
+                f"Content-Encoding {encoding.decode(errors='replace')} is not supported"
+            )
+        header_value = headers.get(HEADER_LENGTH)
+        limit = self.json_limit if header_value is None else self.binary_limit
+        body = await read_body(receive, limit, headers.get(b"content-length"))
+        header_length = parse_header_length(
+            None if header_value is None else header_value.decode("latin-1"), len(body)
+        )
+        request = decode_infer_request(
+            body, header_length, _segment(match[1]), _segment(match[2] or b"")
+        )
+        response = await _until_disconnect(self.dataplane.infer(request), receive)
+        return encode_infer_response(response, request)
+
+
+async def _until_disconnect(work: Awaitable[Any], receive: Receive) -> Any:
+    """Await ``work``, cancelling it if the client disconnects first (freeing its place)."""
+    task = asyncio.current_task()
+    assert task is not None
+    waiting = True
+
+    async def watch() -> None:
+        message = await receive()
+        if message["type"] == "http.disconnect" and waiting:
+            task.cancel()
+
+    watcher = asyncio.get_running_loop().create_task(watch())
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if watcher.done() and not watcher.cancelled():
+            raise ClientDisconnected from None
+        raise
+    finally:
+        waiting = False
+        watcher.cancel()
+
+
+async def _send(
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], chunks: list[bytes | memoryview]
+) -> None:
+    total = sum(len(c) for c in chunks)
+    headers.append((b"content-length", str(total).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    if total < SEND_WHOLE_BELOW or len(chunks) == 1:
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        await send({"type": "http.response.body", "body": bytes(body)})
+        return
+    for index, chunk in enumerate(chunks):
+        more = index < len(chunks) - 1
+        await send({"type": "http.response.body", "body": bytes(chunk), "more_body": more})
+
+
+def in_front_of(endpoint: InferEndpoint, app: ASGIApp) -> ASGIApp:
+    """An ASGI app sending inference requests to ``endpoint`` and the rest to ``app``."""
+
+    async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
+        match = endpoint.match(scope)
+        if match is None:
+            await app(scope, receive, send)
+        else:
+            await endpoint.answer(scope, receive, send, match)
+
+    return dispatch

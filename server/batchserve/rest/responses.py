@@ -1,0 +1,117 @@
+"""JSON bodies of the non-inference HTTP routes, in the shapes Triton's clients parse."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from batchserve.dataplane import VersionStats
+from batchserve.registry import IndexEntry
+from batchserve.stats import BatchStats, Duration, ModelStats
+from batchserve.types import ModelMetadata, ServerMetadata, TensorMetadata
+
+_INT64_TYPES = {
+    FieldDescriptor.TYPE_INT64,
+    FieldDescriptor.TYPE_UINT64,
+    FieldDescriptor.TYPE_SINT64,
+    FieldDescriptor.TYPE_FIXED64,
+    FieldDescriptor.TYPE_SFIXED64,
+}
+
+
+def _is_map(field: Any) -> bool:
+    message_type = field.message_type
+    return message_type is not None and bool(message_type.GetOptions().map_entry)
+
+
+def _int64_as_numbers(message: Message, data: dict[str, Any]) -> None:
+    """Protobuf's JSON writes 64-bit integers as strings; Triton's clients expect numbers."""
+    for field in message.DESCRIPTOR.fields:
+        if field.name not in data:
+            continue
+        value = data[field.name]
+        if field.type in _INT64_TYPES:
+            data[field.name] = [int(v) for v in value] if isinstance(value, list) else int(value)
+        elif field.type == FieldDescriptor.TYPE_MESSAGE and not _is_map(field):
+            children = getattr(message, field.name)
+            pairs = (
+                zip(children, value, strict=True)
+                if isinstance(value, list)
+                else [(children, value)]
+            )
+            for child, child_data in pairs:
+                _int64_as_numbers(child, child_data)
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    """A protobuf message as Triton renders it: proto field names, numbers, defaults shown."""
+    data = json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    _int64_as_numbers(message, data)
+    return data
+
+
+def server_metadata(meta: ServerMetadata) -> dict[str, Any]:
+    return {"name": meta.name, "version": meta.version, "extensions": list(meta.extensions)}
+
+
+def _tensor(meta: TensorMetadata) -> dict[str, Any]:
+    return {"name": meta.name, "datatype": meta.datatype, "shape": list(meta.shape)}
+
+
+def model_metadata(meta: ModelMetadata) -> dict[str, Any]:
+    return {
+        "name": meta.name,
+        "versions": list(meta.versions),
+        "platform": meta.platform,
+        "inputs": [_tensor(t) for t in meta.inputs],
+        "outputs": [_tensor(t) for t in meta.outputs],
+    }
+
+
+def _duration(d: Duration) -> dict[str, int]:
+    return {"count": d.count, "ns": d.ns}
+
+
+def _batch(size: int, b: BatchStats) -> dict[str, Any]:
+    return {
+        "batch_size": size,
+        "compute_input": _duration(b.compute_input),
+        "compute_infer": _duration(b.compute_infer),
+        "compute_output": _duration(b.compute_output),
+    }
+
+
+def _model_stats(name: str, version: str, s: ModelStats) -> dict[str, Any]:
+    return {
+        "name": name,
+        "version": version,
+        "last_inference": s.last_inference_ms,
+        "inference_count": s.inference_count,
+        "execution_count": s.execution_count,
+        "inference_stats": {
+            "success": _duration(s.success),
+            "fail": _duration(s.fail),
+            "queue": _duration(s.queue),
+            "compute_input": _duration(s.compute_input),
+            "compute_infer": _duration(s.compute_infer),
+            "compute_output": _duration(s.compute_output),
+            "cache_hit": _duration(Duration()),
+            "cache_miss": _duration(Duration()),
+        },
+        "batch_stats": [_batch(size, b) for size, b in sorted(s.batches.items())],
+    }
+
+
+def statistics(rows: list[VersionStats]) -> dict[str, Any]:
+    return {"model_stats": [_model_stats(r.name, r.version, r.stats) for r in rows]}
+
+
+def repository_index(rows: list[IndexEntry]) -> list[dict[str, str]]:
+    return [
+        {"name": r.name, "version": r.version, "state": r.state, "reason": r.reason} for r in rows
+    ]

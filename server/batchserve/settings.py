@@ -1,0 +1,44 @@
+"""Server-wide settings, resolved once: command-line flags > BATCHSERVE_* environment > defaults.
+
+Per-model settings live in each model's config.pbtxt, never here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIB = 1024 * 1024
+
+
+class ModelControlMode(StrEnum):
+    """Triton's names: `none` loads everything at start and forbids changes; `explicit`
+    loads what `--load-model` names and opens the repository load/unload API."""
+
+    NONE = "none"
+    EXPLICIT = "explicit"
+
+
+class Settings(BaseSettings):
+    """Everything the server needs to start; frozen so it can be passed around freely."""
+
+    model_config = SettingsConfigDict(env_prefix="BATCHSERVE_", frozen=True, extra="forbid")
+
+    model_repository: Path = Path("model_repo")
+    host: str = "127.0.0.1"
+    http_port: int = Field(8000, ge=0, le=65535)
+    grpc_port: int = Field(8001, ge=0, le=65535)
+    metrics_port: int = Field(8002, ge=0, le=65535)
+    model_control_mode: ModelControlMode = ModelControlMode.NONE
+    load_model: tuple[str, ...] = ()
+    control_token: str | None = None
+    max_json_body_bytes: int = Field(16 * MIB, gt=0)
+    max_binary_body_bytes: int = Field(64 * MIB, gt=0)
+    max_queue_size: int = Field(1024, gt=0)
+    shutdown_delay_seconds: float = Field(0.0, ge=0)
+    shutdown_timeout_seconds: float = Field(30.0, gt=0)
+    log_level: str = "info"
+    log_format: str = Field("json", pattern="^(json|text)$")

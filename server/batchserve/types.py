@@ -1,0 +1,118 @@
+"""The protocol-free request and response that both adapters translate to and from.
+
+Tensors carry numpy arrays: zero-copy views of the request bytes where the wire
+allows (binary HTTP bodies, gRPC raw contents), object arrays of ``bytes`` for BYTES.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from batchserve.datatypes import DataType
+
+Parameters = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Tensor:
+    """One named tensor; ``data.shape`` equals ``shape``.
+
+    Args:
+        name: tensor name as the model declares it.
+        datatype: element type (protocol, config and numpy spellings).
+        shape: full shape including any batch axis.
+        data: the elements; for BYTES an object array of ``bytes``.
+        parameters: per-tensor protocol parameters (e.g. ``binary_data_size``).
+    """
+
+    name: str
+    datatype: DataType
+    shape: tuple[int, ...]
+    data: np.ndarray
+    parameters: Parameters = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RequestedOutput:
+    """An output the client asked for by name.
+
+    Args:
+        name: output tensor name.
+        binary: HTTP only: send as binary data (``binary_data`` parameter); None = default.
+    """
+
+    name: str
+    binary: bool | None = None
+
+
+@dataclass(slots=True)
+class InferRequest:
+    """An inference request after decoding, before validation against the model.
+
+    Args:
+        model_name: target model.
+        model_version: "" lets the version policy pick (the highest served version).
+        id: client-chosen id echoed in the response.
+        inputs: input tensors, in wire order.
+        outputs: requested outputs; None means every output.
+        parameters: request-level protocol parameters.
+        priority: 0 means the model's default level; 1 is the highest.
+        timeout_us: 0 means the model's default queue timeout.
+        binary_output: HTTP only: default for outputs without an explicit ``binary_data``.
+        is_cancelled: returns True once the client has gone away.
+    """
+
+    model_name: str
+    model_version: str = ""
+    id: str = ""
+    inputs: list[Tensor] = field(default_factory=list)
+    outputs: list[RequestedOutput] | None = None
+    parameters: Parameters = field(default_factory=dict)
+    priority: int = 0
+    timeout_us: int = 0
+    binary_output: bool = False
+    is_cancelled: Callable[[], bool] | None = None
+
+
+@dataclass(slots=True)
+class InferResponse:
+    """The answer to one request, outputs in the order requested (or model order)."""
+
+    model_name: str
+    model_version: str
+    id: str
+    outputs: list[Tensor]
+    parameters: Parameters = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMetadata:
+    """A tensor as model metadata describes it; -1 marks a variable dimension."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    """What `GET /v2/models/<name>` and gRPC ModelMetadata return."""
+
+    name: str
+    versions: tuple[str, ...]
+    platform: str
+    inputs: tuple[TensorMetadata, ...]
+    outputs: tuple[TensorMetadata, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMetadata:
+    """What `GET /v2` and gRPC ServerMetadata return."""
+
+    name: str
+    version: str
+    extensions: tuple[str, ...]

@@ -1,0 +1,108 @@
+"""Start a real `batchserve serve` process on OS-chosen loopback ports and stop it."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MODEL_REPO = REPO_ROOT / "model_repo"
+
+
+@dataclass
+class ServerProcess:
+    """A running server, its ports and every log record it has written."""
+
+    process: subprocess.Popen[str]
+    http_port: int = 0
+    grpc_port: int = 0
+    metrics_port: int = 0
+    logs: list[dict[str, object]] = field(default_factory=list)
+    _lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def _pump(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def wait_for(self, message: str, timeout: float = 120.0) -> dict[str, object]:
+        """Read log records until one has this message; fail if the process dies first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise RuntimeError(f"server exited ({self.process.wait()}) before '{message}'")
+            record = _parse(line)
+            self.logs.append(record)
+            if record.get("message") == message:
+                return record
+        raise TimeoutError(f"server did not log '{message}' within {timeout} s")
+
+    def drain_logs(self) -> None:
+        while True:
+            try:
+                line = self._lines.get_nowait()
+            except queue.Empty:
+                return
+            if line is not None:
+                self.logs.append(_parse(line))
+
+    def stop(self, timeout: float = 60.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout)
+        time.sleep(0.1)
+        self.drain_logs()
+        return code
+
+
+def _parse(line: str) -> dict[str, object]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return {"message": line.rstrip()}
+    return record if isinstance(record, dict) else {"message": line.rstrip()}
+
+
+def start_server(
+    model_repository: Path = MODEL_REPO, extra_args: Sequence[str] = (), wait_ready: bool = True
+) -> ServerProcess:
+    """Launch the console script and wait until it listens (and, by default, is ready)."""
+    command = [
+        sys.executable, "-m", "batchserve.cli", "serve",
+        "--model-repository", str(model_repository),
+        "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
+        "--log-format", "json", *extra_args,
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSERVE_")}
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    server = ServerProcess(process)
+    threading.Thread(target=server._pump, daemon=True).start()
+    listening = server.wait_for("listening")
+    server.http_port = int(str(listening["http_port"]))
+    server.grpc_port = int(str(listening["grpc_port"]))
+    server.metrics_port = int(str(listening["metrics_port"]))
+    if wait_ready:
+        server.wait_for("server ready")
+    return server

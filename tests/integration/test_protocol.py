@@ -1,0 +1,210 @@
+"""The KServe v2 / Triton protocol, spoken by NVIDIA's own clients against a real server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.integration.server import MODEL_REPO, ServerProcess
+
+DIGITS = "digits_cnn"
+LSTM = "char_lstm"
+
+
+def _session(model: str) -> ort.InferenceSession:
+    return ort.InferenceSession(str(MODEL_REPO / model / "1" / "model.onnx"))
+
+
+@pytest.fixture(scope="module")
+def http(server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
+    client = httpclient.InferenceServerClient(server.http_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def grpc(server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    yield client
+    client.close()
+
+
+def _digits(batch: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 17, size=(batch, 1, 8, 8)).astype(np.float32)
+
+
+def _tokens(lengths: list[int], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    tokens = np.zeros((len(lengths), max(lengths)), dtype=np.int64)
+    for row, length in enumerate(lengths):
+        tokens[row, :length] = rng.integers(3, 98, size=length)
+    return tokens, np.array(lengths, dtype=np.int64)[:, None]
+
+
+def test_health_on_both_protocols(
+    http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
+) -> None:
+    assert http.is_server_live()
+    assert http.is_server_ready()
+    assert grpc.is_server_live()
+    assert grpc.is_server_ready()
+    for model in (DIGITS, LSTM):
+        for client in (http, grpc):
+            assert client.is_model_ready(model)
+            assert client.is_model_ready(model, "1")
+            assert not client.is_model_ready(model, "2")
+
+
+def test_server_metadata(
+    http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
+) -> None:
+    meta = http.get_server_metadata()
+    assert meta["name"] == "batchserve"
+    assert "binary_tensor_data" in meta["extensions"]
+    assert grpc.get_server_metadata().name == "batchserve"
+
+
+def test_model_metadata_describes_batch_axis(
+    http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
+) -> None:
+    meta = http.get_model_metadata(DIGITS)
+    assert meta["inputs"] == [{"name": "image", "datatype": "FP32", "shape": [-1, 1, 8, 8]}]
+    assert [o["name"] for o in meta["outputs"]] == ["logits", "probabilities"]
+    assert meta["versions"] == ["1"]
+    grpc_meta = grpc.get_model_metadata(LSTM)
+    assert [(t.name, t.datatype, list(t.shape)) for t in grpc_meta.inputs] == [
+        ("tokens", "INT64", [-1, -1]),
+        ("lengths", "INT64", [-1, 1]),
+    ]
+
+
+def test_model_config_matches_on_both_protocols(
+    http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
+) -> None:
+    config = http.get_model_config(DIGITS)
+    assert config["max_batch_size"] == 64
+    assert config["input"][0]["dims"] == [1, 8, 8]
+    assert config["input"][0]["data_type"] == "TYPE_FP32"
+    grpc_config = grpc.get_model_config(LSTM).config
+    assert grpc_config.name == LSTM
+    assert grpc_config.batchserve.sequence_length_input == "lengths"
+    assert grpc_config.HasField("dynamic_batching")
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_http_digits_match_in_process_onnxruntime(
+    http: httpclient.InferenceServerClient, binary: bool
+) -> None:
+    images = _digits(5)
+    inp = httpclient.InferInput("image", list(images.shape), "FP32")
+    inp.set_data_from_numpy(images, binary_data=binary)
+    outputs = [
+        httpclient.InferRequestedOutput(n, binary_data=binary) for n in ("logits", "probabilities")
+    ]
+    result = http.infer(DIGITS, [inp], outputs=outputs, request_id="r1")
+    expected_logits, expected_probs = _session(DIGITS).run(None, {"image": images})
+    np.testing.assert_allclose(result.as_numpy("logits"), expected_logits, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        result.as_numpy("probabilities"), expected_probs, rtol=1e-5, atol=1e-6
+    )
+    assert result.get_response()["id"] == "r1"
+
+
+def test_grpc_lstm_matches_in_process_onnxruntime(grpc: grpcclient.InferenceServerClient) -> None:
+    tokens, lengths = _tokens([12, 5, 30])
+    inputs = [grpcclient.InferInput("tokens", list(tokens.shape), "INT64"),
+              grpcclient.InferInput("lengths", list(lengths.shape), "INT64")]  # fmt: skip
+    inputs[0].set_data_from_numpy(tokens)
+    inputs[1].set_data_from_numpy(lengths)
+    result = grpc.infer(LSTM, inputs)
+    (expected,) = _session(LSTM).run(None, {"tokens": tokens, "lengths": lengths})
+    np.testing.assert_allclose(result.as_numpy("next_char_logits"), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_requested_output_subset_over_grpc(grpc: grpcclient.InferenceServerClient) -> None:
+    images = _digits(2, seed=3)
+    inp = grpcclient.InferInput("image", list(images.shape), "FP32")
+    inp.set_data_from_numpy(images)
+    result = grpc.infer(DIGITS, [inp], outputs=[grpcclient.InferRequestedOutput("probabilities")])
+    assert result.as_numpy("logits") is None
+    assert result.as_numpy("probabilities").shape == (2, 10)
+
+
+def test_asyncio_clients(server: ServerProcess) -> None:
+    asyncio.run(_asyncio_clients(server))
+
+
+async def _asyncio_clients(server: ServerProcess) -> None:
+    import tritonclient.grpc.aio as grpc_aio
+    import tritonclient.http.aio as http_aio
+
+    images = _digits(3, seed=7)
+    (expected, _) = _session(DIGITS).run(None, {"image": images})
+    http_client = http_aio.InferenceServerClient(server.http_url)
+    grpc_client = grpc_aio.InferenceServerClient(server.grpc_url)
+    try:
+        h_in = http_aio.InferInput("image", list(images.shape), "FP32")
+        h_in.set_data_from_numpy(images)
+        g_in = grpc_aio.InferInput("image", list(images.shape), "FP32")
+        g_in.set_data_from_numpy(images)
+        h_result = await http_client.infer(DIGITS, [h_in])
+        g_result = await grpc_client.infer(DIGITS, [g_in])
+    finally:
+        await http_client.close()
+        await grpc_client.close()
+    np.testing.assert_allclose(h_result.as_numpy("logits"), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(g_result.as_numpy("logits"), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_statistics_count_what_was_served(
+    http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
+) -> None:
+    before = http.get_inference_statistics(DIGITS)["model_stats"][0]["inference_count"]
+    images = _digits(4, seed=9)
+    inp = httpclient.InferInput("image", list(images.shape), "FP32")
+    inp.set_data_from_numpy(images)
+    http.infer(DIGITS, [inp])
+    stats = grpc.get_inference_statistics(DIGITS).model_stats[0]
+    assert stats.inference_count == before + 4
+    assert stats.inference_stats.success.count >= 1
+    assert stats.execution_count >= 1
+
+
+def test_errors_name_the_problem_and_the_server_keeps_answering(
+    http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
+) -> None:
+    wrong = np.zeros((1, 1, 8, 8), dtype=np.int64)
+    h_in = httpclient.InferInput("image", [1, 1, 8, 8], "INT64")
+    h_in.set_data_from_numpy(wrong)
+    with pytest.raises(InferenceServerException, match=r"image.*INT64.*FP32") as exc:
+        http.infer(DIGITS, [h_in])
+    assert exc.value.status() == "400"
+    g_in = grpcclient.InferInput("image", [1, 1, 8, 8], "INT64")
+    g_in.set_data_from_numpy(wrong)
+    with pytest.raises(InferenceServerException, match="image") as gexc:
+        grpc.infer(DIGITS, [g_in])
+    assert gexc.value.status() == "StatusCode.INVALID_ARGUMENT"
+    with pytest.raises(InferenceServerException, match="nope") as missing:
+        http.get_model_metadata("nope")
+    assert missing.value.status() == "404"
+    test_http_digits_match_in_process_onnxruntime(http, binary=True)
+
+
+def test_openapi_document_lists_every_route(server: ServerProcess) -> None:
+    import httpx
+
+    document = httpx.get(f"http://{server.http_url}/openapi.json").json()
+    paths = set(document["paths"])
+    for route in ("/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/{name}/infer",
+                  "/v2/models/{name}/versions/{version}/infer", "/v2/models/{name}/config",
+                  "/v2/models/{name}/stats", "/v2/repository/index"):  # fmt: skip
+        assert route in paths
+    assert "requestBody" in document["paths"]["/v2/models/{name}/infer"]["post"]

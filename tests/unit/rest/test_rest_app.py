@@ -1,0 +1,138 @@
+"""The HTTP application in-process: real dataplane, registry and batcher over a fake backend."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import orjson
+import pytest
+from batchserve.dataplane import DataPlane
+from batchserve.registry import ModelRegistry
+from batchserve.repository import ModelRepository
+from batchserve.rest.app import build_http_app
+from batchserve.settings import Settings
+from fakes import FAKE_CONFIG, FakeBackend
+from onnx_models import FP32, build_model, write_model
+
+pytestmark = pytest.mark.anyio
+
+
+def _repository(root: Path) -> ModelRepository:
+    model = build_model([("x", FP32, ("N", 4))], [("y", FP32, ("N", 4)), ("total", FP32, ("N", 1))])
+    write_model(root / "fake" / "1" / "model.onnx", model)
+    (root / "fake" / "config.pbtxt").write_text(FAKE_CONFIG)
+    return ModelRepository(root)
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    settings = Settings(model_repository=tmp_path, max_json_body_bytes=4096)
+    registry = ModelRegistry(_repository(tmp_path), 8, lambda config, path: FakeBackend())
+    dataplane = DataPlane(settings, registry, ["fake"])
+    await registry.load("fake")
+    transport = httpx.ASGITransport(app=build_http_app(dataplane, settings))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        yield client
+    await registry.close()
+
+
+def _body(data: list[float], shape: list[int]) -> dict[str, object]:
+    return {"inputs": [{"name": "x", "datatype": "FP32", "shape": shape, "data": data}]}
+
+
+async def test_json_inference_returns_every_output(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v2/models/fake/infer", json=_body([1, 2, 3, 4], [1, 4]))
+    assert response.status_code == 200
+    outputs = {o["name"]: o for o in response.json()["outputs"]}
+    assert outputs["y"]["data"] == [3, 5, 7, 9]
+    assert outputs["total"] == {"name": "total", "datatype": "FP32", "shape": [1, 1], "data": [10]}
+
+
+async def test_binary_request_and_response(client: httpx.AsyncClient) -> None:
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    header = orjson.dumps({
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 4],
+                    "parameters": {"binary_data_size": x.nbytes}}],
+        "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
+    })  # fmt: skip
+    response = await client.post(
+        "/v2/models/fake/versions/1/infer",
+        content=header + x.tobytes(),
+        headers={"Inference-Header-Content-Length": str(len(header))},
+    )
+    assert response.status_code == 200
+    length = int(response.headers["inference-header-content-length"])
+    meta = orjson.loads(response.content[:length])
+    assert meta["outputs"][0]["parameters"]["binary_data_size"] == x.nbytes
+    y = np.frombuffer(response.content[length:], dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(y, x * 2 + 1)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "fragment"),
+    [
+        ("/v2/models/nope/infer", _body([1, 2, 3, 4], [1, 4]), 404, "nope"),
+        ("/v2/models/fake/versions/7/infer", _body([1, 2, 3, 4], [1, 4]), 404, "version '7'"),
+        ("/v2/models/fake/infer", _body([1, 2, 3], [1, 3]), 400, "'x'"),
+        ("/v2/models/fake/infer", _body([1, 2, 3, 4], [1, 2]), 400, "'x'"),
+        ("/v2/models/%2e%2e%2fetc/infer", _body([1, 2, 3, 4], [1, 4]), 400, "name"),
+        ("/v2/models/fake/infer", {"inputs": [{"name": "x"}]}, 400, "x"),
+    ],
+)
+async def test_bad_requests_get_a_clear_error(
+    client: httpx.AsyncClient, path: str, body: object, status: int, fragment: str
+) -> None:
+    response = await client.post(path, json=body)
+    assert response.status_code == status
+    assert fragment in response.json()["error"]
+    good = await client.post("/v2/models/fake/infer", json=_body([1, 2, 3, 4], [1, 4]))
+    assert good.status_code == 200
+
+
+async def test_malformed_json_is_400_not_422(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v2/models/fake/infer", content=b'{"inputs":[')
+    assert response.status_code == 400
+    assert "JSON" in response.json()["error"]
+
+
+async def test_body_over_the_json_limit_is_413(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v2/models/fake/infer", content=b"[" * 5000)
+    assert response.status_code == 413
+
+
+async def test_not_ready_model_is_503_with_retry_after(tmp_path: Path) -> None:
+    settings = Settings(model_repository=tmp_path)
+    registry = ModelRegistry(_repository(tmp_path), 8, lambda config, path: FakeBackend())
+    app = build_http_app(DataPlane(settings, registry, ["fake"]), settings)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        response = await c.post("/v2/models/fake/infer", json=_body([1, 2, 3, 4], [1, 4]))
+        ready = await c.get("/v2/health/ready")
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    assert ready.status_code == 503
+
+
+async def test_routes_outside_inference_use_the_error_shape(client: httpx.AsyncClient) -> None:
+    missing = await client.get("/v2/nothing-here")
+    assert missing.status_code == 404
+    assert "error" in missing.json()
+    wrong_method = await client.put("/v2/health/live")
+    assert wrong_method.status_code == 405
+    control = await client.post("/v2/repository/index")
+    assert control.status_code == 403
+    assert "model-control-mode explicit" in control.json()["error"]
+
+
+async def test_config_and_statistics(client: httpx.AsyncClient) -> None:
+    config = (await client.get("/v2/models/fake/config")).json()
+    assert config["max_batch_size"] == 8
+    assert config["input"][0]["dims"] == [4]
+    await client.post("/v2/models/fake/infer", json=_body([1, 2, 3, 4, 5, 6, 7, 8], [2, 4]))
+    stats = (await client.get("/v2/models/fake/stats")).json()["model_stats"][0]
+    assert stats["inference_count"] == 2
+    assert stats["inference_stats"]["success"]["count"] == 1
+    all_stats = (await client.get("/v2/models/stats")).json()["model_stats"]
+    assert [s["name"] for s in all_stats] == ["fake"]

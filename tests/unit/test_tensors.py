@@ -1,0 +1,372 @@
+import struct
+import time
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import orjson
+import pytest
+from batchserve import tensors
+from batchserve.datatypes import BY_WIRE, DataType
+from batchserve.errors import Internal, InvalidArgument
+from batchserve.tensors import (
+    MAX_ELEMENTS,
+    MAX_TENSORS,
+    NotJsonRepresentable,
+    array_from_bytes,
+    array_from_json,
+    array_to_bytes,
+    array_to_json,
+    checked_shape,
+    request_options,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+FP32, BYTES, BF16 = BY_WIRE["FP32"], BY_WIRE["BYTES"], BY_WIRE["BF16"]
+NUMERIC = [dt for dt in BY_WIRE.values() if dt.wire != "BYTES"]
+SHAPES = hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=4)
+
+
+def packed(*items: bytes) -> bytes:
+    return b"".join(struct.pack("<I", len(item)) + item for item in items)
+
+
+def numeric_arrays(datatype: DataType, *, finite: bool) -> st.SearchStrategy[np.ndarray]:
+    elements = None
+    if datatype.numpy.kind == "f":
+        elements = hnp.from_dtype(datatype.numpy, allow_nan=not finite, allow_infinity=not finite)
+    return hnp.arrays(datatype.numpy, SHAPES, elements=elements)
+
+
+def object_array(items: list[bytes], shape: tuple[int, ...]) -> np.ndarray:
+    array = np.empty(len(items), dtype=object)
+    array[:] = items
+    return array.reshape(shape)
+
+
+def bytes_arrays(text: bool) -> st.SearchStrategy[np.ndarray]:
+    """BYTES arrays of any shape; ``text`` keeps elements UTF-8 (representable in JSON)."""
+    items = st.text(max_size=8).map(str.encode) if text else st.binary(max_size=8)
+
+    def build(shape: tuple[int, ...]) -> st.SearchStrategy[np.ndarray]:
+        count = int(np.prod(shape))
+        lists = st.lists(items, min_size=count, max_size=count)
+        return lists.map(lambda xs: object_array(xs, shape))
+
+    return SHAPES.flatmap(build)
+
+
+# --- checked_shape -------------------------------------------------------------------------
+
+
+def test_checked_shape_accepts_non_negative_ints() -> None:
+    assert checked_shape([1, 0, 8], tensor="x") == (1, 0, 8)
+    assert checked_shape([], tensor="x") == ()
+
+
+@pytest.mark.parametrize(
+    ("shape", "problem"),
+    [
+        ("1,8", "must be a list"),
+        (None, "must be a list"),
+        ({"a": 1}, "must be a list"),
+        ([2, -5], "-5 is negative"),
+        ([2.5], "2.5 is not an integer"),
+        ([True], "true is not an integer"),
+        (["8"], "'8' is not an integer"),
+        ([[1]], "an array is not an integer"),
+        ([1] * 65, "65 dimensions"),
+        ([16, 2**60 + 2], "too large"),
+        ([2**31, 2], "4294967296 elements"),
+        ([2**20, 2**20], "1099511627776 elements"),
+        ([0, 2**40], "too large"),
+    ],
+)
+def test_checked_shape_rejects(shape: object, problem: str) -> None:
+    with pytest.raises(InvalidArgument, match=rf"tensor 'x'.*{problem}"):
+        checked_shape(shape, tensor="x")
+
+
+def test_element_count_overflowing_int64_is_rejected_not_wrapped() -> None:
+    # numpy.prod of this shape is 0 (wraps around); the check must not accept b"".
+    assert int(np.prod([2**32, 2**32])) == 0
+    with pytest.raises(InvalidArgument, match="elements"):
+        checked_shape([2**30, 2**30, 2**30], tensor="x")
+
+
+# --- binary ----------------------------------------------------------------------------------
+
+
+def test_array_from_bytes_is_a_zero_copy_view() -> None:
+    body = np.arange(8, dtype=np.float32).tobytes()
+    array = array_from_bytes(memoryview(body)[0:32], FP32, (2, 4), tensor="x")
+    assert array.shape == (2, 4)
+    assert np.shares_memory(array, np.frombuffer(body, dtype=np.uint8))
+    assert array[1, 3] == 7.0
+
+
+def test_array_from_bytes_size_mismatch_message() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        array_from_bytes(b"\0" * 40, FP32, (1, 8), tensor="x")
+    assert info.value.message == "tensor 'x': expected 32 bytes for shape [1, 8] FP32, got 40"
+
+
+def test_array_from_bytes_bf16_is_a_uint16_view() -> None:
+    values = np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16)
+    array = array_from_bytes(values.tobytes(), BF16, (2,), tensor="x")
+    assert array.dtype == np.uint16
+    assert array.view(ml_dtypes.bfloat16).tolist() == [1.5, -2.0]
+
+
+def test_bytes_elements_keep_empty_nul_and_non_utf8() -> None:
+    array = array_from_bytes(packed(b"", b"a\x00b", b"\xff\xfe"), BYTES, (3, 1), tensor="s")
+    assert array.shape == (3, 1)
+    assert array.ravel().tolist() == [b"", b"a\x00b", b"\xff\xfe"]
+
+
+@pytest.mark.parametrize(
+    ("buf", "shape", "problem"),
+    [
+        (struct.pack("<I", 10) + b"abc", (1,), "element 0 has length 10 but only 3 bytes remain"),
+        (packed(b"a", b"b") + b"\x01\x00", (3,), "ends after 2 of the 3 elements"),
+        (packed(b"a", b"bc", b"d"), (2,), "bytes left over after the 2 BYTES elements"),
+        (packed(b"a") + b"xyz", (1,), "3 bytes left over"),
+        (packed(b"a"), (2, 2), "cannot hold the 4 BYTES elements"),
+        (b"", (MAX_ELEMENTS,), "cannot hold"),
+    ],
+)
+def test_bytes_elements_rejected(buf: bytes, shape: tuple[int, ...], problem: str) -> None:
+    with pytest.raises(InvalidArgument, match=rf"tensor 's'.*{problem}"):
+        array_from_bytes(buf, BYTES, shape, tensor="s")
+
+
+def test_huge_bytes_shape_is_rejected_before_allocating() -> None:
+    start = time.perf_counter()
+    with pytest.raises(InvalidArgument):
+        array_from_bytes(b"\0" * 64, BYTES, (MAX_ELEMENTS,), tensor="s")
+    assert time.perf_counter() - start < 0.1
+
+
+def test_array_to_bytes_of_large_contiguous_array_does_not_copy() -> None:
+    array = np.arange(tensors.COPY_BELOW, dtype=np.int32).reshape(2, -1)
+    raw = array_to_bytes(array, BY_WIRE["INT32"])
+    assert isinstance(raw, memoryview)
+    assert len(raw) == array.nbytes
+    assert np.shares_memory(np.frombuffer(raw, dtype=np.int32), array)
+    assert bytes(raw) == array.tobytes()
+
+
+def test_array_to_bytes_of_small_array_is_a_copy() -> None:
+    array = np.arange(6, dtype=np.int32).reshape(2, 3)
+    assert array_to_bytes(array, BY_WIRE["INT32"]) == array.tobytes()
+
+
+def test_array_to_bytes_of_views_and_big_endian_is_row_major_little_endian() -> None:
+    array = np.arange(6, dtype=">f4").reshape(2, 3).T
+    raw = array_to_bytes(array, FP32)
+    assert bytes(raw) == np.ascontiguousarray(array, dtype="<f4").tobytes()
+
+
+def test_array_to_bytes_accepts_ml_dtypes_bfloat16() -> None:
+    values = np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16)
+    assert bytes(array_to_bytes(values, BF16)) == values.tobytes()
+
+
+def test_array_to_bytes_refuses_a_dtype_that_is_not_the_datatype() -> None:
+    with pytest.raises(Internal, match="tensor 'y': array of dtype float64 cannot be sent as FP32"):
+        array_to_bytes(np.zeros(2), FP32, tensor="y")
+
+
+def test_bytes_output_accepts_str_elements_as_utf8() -> None:
+    # ONNX Runtime returns string outputs as object arrays of str.
+    raw = array_to_bytes(np.array(["é", b"\xff"], dtype=object), BYTES)
+    assert raw == packed("é".encode(), b"\xff")
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.sampled_from(NUMERIC).flatmap(
+        lambda dt: st.tuples(st.just(dt), numeric_arrays(dt, finite=False))
+    )
+)
+def test_numeric_bytes_round_trip(case: tuple[DataType, np.ndarray]) -> None:
+    datatype, array = case
+    raw = array_to_bytes(array, datatype)
+    back = array_from_bytes(raw, datatype, array.shape, tensor="x")
+    assert back.dtype == datatype.numpy
+    assert back.tobytes() == array.tobytes()
+
+
+@settings(max_examples=60, deadline=None)
+@given(bytes_arrays(text=False))
+def test_bytes_round_trip(array: np.ndarray) -> None:
+    back = array_from_bytes(array_to_bytes(array, BYTES), BYTES, array.shape, tensor="s")
+    assert back.shape == array.shape
+    assert back.ravel().tolist() == array.ravel().tolist()
+
+
+# --- JSON ------------------------------------------------------------------------------------
+
+
+def test_json_flat_and_nested_give_the_same_array() -> None:
+    flat = array_from_json([1, 2, 3, 4, 5, 6], FP32, (2, 3), tensor="x")
+    nested = array_from_json([[1, 2, 3], [4, 5, 6]], FP32, (2, 3), tensor="x")
+    assert flat.dtype == np.float32
+    assert np.array_equal(flat, nested)
+    assert nested[1, 0] == 4.0
+
+
+def test_json_bytes_are_utf8_encoded_strings() -> None:
+    array = array_from_json(["", "a\x00b", "é"], BYTES, (3,), tensor="s")
+    assert array.tolist() == [b"", b"a\x00b", "é".encode()]
+
+
+def test_json_fp16_is_converted_from_numbers() -> None:
+    array = array_from_json([0.5, 2], BY_WIRE["FP16"], (2,), tensor="h")
+    assert array.dtype == np.float16
+    assert array.tolist() == [0.5, 2.0]
+
+
+def test_json_nesting_may_be_rank_plus_one() -> None:
+    assert array_from_json([[[1.0]]], FP32, (1, 1), tensor="x").shape == (1, 1)
+    with pytest.raises(InvalidArgument, match="tensor 'x': data is nested deeper than 3 levels"):
+        array_from_json([[[[1.0]]]], FP32, (1, 1), tensor="x")
+
+
+def test_json_nesting_is_capped_without_recursion() -> None:
+    data: Any = [1.0]
+    for _ in range(100_000):
+        data = [data]
+    with pytest.raises(InvalidArgument, match="nested deeper than 32 levels"):
+        array_from_json(data, FP32, (1,) * 64, tensor="x")
+
+
+@pytest.mark.parametrize(
+    ("data", "wire", "shape", "problem"),
+    [
+        ("1.5", "FP32", (1,), "data must be an array, got '1.5'"),
+        (1.5, "FP32", (1,), "data must be an array, got 1.5"),
+        ([1.0, 2.0, 3.0], "FP32", (1, 2), r"data has 3 elements, shape \[1, 2\] needs 2"),
+        ([[1.0], 2.0], "FP32", (2,), "mixes nested arrays and values"),
+        ([1.0, [2.0]], "FP32", (2,), "FP32 data must be numbers, got an array"),
+        (["1.5"], "FP32", (1,), "FP32 data must be numbers, got '1.5'"),
+        ([True], "FP32", (1,), "FP32 data must be numbers, got true"),
+        ([None], "FP64", (1,), "FP64 data must be numbers, got null"),
+        ([{"a": 1}], "FP64", (1,), "got an object"),
+        ([1.5], "INT64", (1,), "INT64 data must be integers, got 1.5"),
+        ([False], "INT32", (1,), "INT32 data must be integers, got false"),
+        ([1], "BOOL", (1,), "BOOL data must be true or false, got 1"),
+        ([1], "BYTES", (1,), "BYTES data must be strings, got 1"),
+        ([300], "INT8", (1,), "out of range for INT8"),
+        ([-1], "UINT8", (1,), "out of range for UINT8"),
+        ([2**64], "UINT64", (1,), "out of range for UINT64"),
+        ([2**63], "INT64", (1,), "out of range for INT64"),
+        ([1e300], "FP32", (1,), "out of range for FP32"),
+        ([70000.0], "FP16", (1,), "out of range for FP16"),
+        ([1.0], "BF16", (1,), "BF16 cannot be sent as JSON numbers; send it as binary data"),
+    ],
+)
+def test_json_data_rejected(data: object, wire: str, shape: tuple[int, ...], problem: str) -> None:
+    with pytest.raises(InvalidArgument, match=rf"tensor 'x': .*{problem}"):
+        array_from_json(data, BY_WIRE[wire], shape, tensor="x")
+
+
+def test_json_output_of_bytes_is_strings() -> None:
+    data = array_to_json(np.array([[b"a\x00"], ["b"]], dtype=object), BYTES)
+    assert data == ["a\x00", "b"]
+
+
+def test_json_output_of_non_utf8_bytes_is_refused() -> None:
+    with pytest.raises(NotJsonRepresentable, match="tensor 'y': BYTES data is not UTF-8"):
+        array_to_json(np.array([b"\xff"], dtype=object), BYTES, tensor="y")
+
+
+@pytest.mark.parametrize("wire", ["FP16", "FP32", "FP64", "BF16"])
+def test_json_output_of_nan_or_infinity_is_refused(wire: str) -> None:
+    values = np.array(
+        [1.0, np.nan], dtype=ml_dtypes.bfloat16 if wire == "BF16" else BY_WIRE[wire].numpy
+    )
+    with pytest.raises(
+        NotJsonRepresentable, match=f"tensor 'y': {wire} data holds NaN or infinity"
+    ):
+        array_to_json(values, BY_WIRE[wire], tensor="y")
+
+
+def test_json_output_of_bf16_is_the_exact_float_value() -> None:
+    values = np.array([[1.5, -0.1], [3e38, 0.0]], dtype=ml_dtypes.bfloat16)
+    data = orjson.loads(
+        orjson.dumps(array_to_json(values.view(np.uint16), BF16), option=tensors.JSON_OPTIONS)
+    )
+    assert data == [float(v) for v in values.ravel()]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.sampled_from([dt for dt in NUMERIC if dt.wire != "BF16"]).flatmap(
+        lambda dt: st.tuples(st.just(dt), numeric_arrays(dt, finite=True))
+    )
+)
+def test_numeric_json_round_trip(case: tuple[DataType, np.ndarray]) -> None:
+    datatype, array = case
+    wire = orjson.dumps(array_to_json(array, datatype), option=tensors.JSON_OPTIONS)
+    back = array_from_json(orjson.loads(wire), datatype, array.shape, tensor="x")
+    assert back.dtype == datatype.numpy
+    assert np.array_equal(back, array)
+
+
+@settings(max_examples=60, deadline=None)
+@given(bytes_arrays(text=True))
+def test_bytes_json_round_trip(array: np.ndarray) -> None:
+    wire = orjson.dumps(array_to_json(array, BYTES))
+    back = array_from_json(orjson.loads(wire), BYTES, array.shape, tensor="s")
+    assert back.ravel().tolist() == array.ravel().tolist()
+
+
+# --- request-level rules ---------------------------------------------------------------------
+
+
+def test_request_options_split_known_parameters() -> None:
+    options = request_options(
+        {"priority": 2, "timeout": 500, "binary_data_output": True, "custom": [1]}
+    )
+    assert (options.priority, options.timeout_us, options.binary_output) == (2, 500, True)
+    assert options.parameters == {"custom": [1]}
+    assert request_options({}) == tensors.RequestOptions(0, 0, False, {})
+
+
+@pytest.mark.parametrize(
+    ("parameters", "problem"),
+    [
+        ({"priority": -1}, "'priority' must be an integer >= 0, got -1"),
+        ({"priority": True}, "'priority' must be an integer >= 0, got true"),
+        ({"priority": 1.0}, "'priority' must be an integer >= 0, got 1.0"),
+        ({"timeout": "x"}, "'timeout' must be an integer >= 0, got 'x'"),
+        ({"timeout": 2**64}, "'timeout' must be an integer >= 0"),
+        ({"binary_data_output": 1}, "'binary_data_output' must be true or false, got 1"),
+        ({"sequence_id": 7}, "'sequence_id': sequence batching is not supported"),
+        ({"sequence_start": True}, "'sequence_start': sequence batching is not supported"),
+        ({"sequence_end": False}, "'sequence_end': sequence batching is not supported"),
+    ],
+)
+def test_request_options_rejected(parameters: dict[str, object], problem: str) -> None:
+    with pytest.raises(InvalidArgument, match=f"request parameter {problem}"):
+        request_options(parameters)
+
+
+def test_tensor_count_and_duplicates() -> None:
+    tensors.check_count(MAX_TENSORS, what="output")
+    with pytest.raises(InvalidArgument, match="request names 1025 outputs"):
+        tensors.check_count(MAX_TENSORS + 1, what="output")
+    with pytest.raises(InvalidArgument, match="input 'a' appears more than once"):
+        tensors.check_unique(["a", "b", "a"], what="input")
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [("shared_memory_region", "shared memory"), ("classification", "the classification extension")],
+)
+def test_unsupported_tensor_parameters(key: str, problem: str) -> None:
+    with pytest.raises(InvalidArgument, match=f"tensor 'x': parameter '{key}': {problem}"):
+        tensors.check_tensor_parameters({key: "r"}, tensor="x")
