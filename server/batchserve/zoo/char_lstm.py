@@ -1,0 +1,145 @@
+"""A character-level LSTM language model trained on the Python standard library's own source.
+
+Inputs are padded token ids ``tokens`` [batch, seq] and each row's true length
+``lengths`` [batch, 1]; the output is the logits of the character that follows the
+last real token. The LSTM is causal, so padding after a row's end cannot change its
+answer: rows of different lengths batch together and give the same result as alone.
+"""
+
+from __future__ import annotations
+
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+PAD, UNKNOWN, NEWLINE = 0, 1, 2
+FIRST_PRINTABLE = ord(" ")
+VOCAB_SIZE = 3 + (ord("~") - FIRST_PRINTABLE + 1)  # pad, unknown, newline, ' '..'~'
+
+# Pure-Python standard-library modules present in every CPython >= 3.11.
+CORPUS_FILES = (
+    "argparse.py",
+    "calendar.py",
+    "csv.py",
+    "dataclasses.py",
+    "difflib.py",
+    "enum.py",
+    "fractions.py",
+    "functools.py",
+    "heapq.py",
+    "json/decoder.py",
+    "json/encoder.py",
+    "pprint.py",
+    "shlex.py",
+    "statistics.py",
+    "string.py",
+    "textwrap.py",
+)
+
+
+def encode(text: str) -> np.ndarray:
+    """Token ids (int64) for text; characters outside printable ASCII map to UNKNOWN."""
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+    ids = codes - FIRST_PRINTABLE + 3
+    ids[(codes < FIRST_PRINTABLE) | (codes > ord("~"))] = UNKNOWN
+    ids[codes == ord("\n")] = NEWLINE
+    return ids
+
+
+def decode_id(token: int) -> str:
+    """The character a token id stands for ('' for padding, U+FFFD for unknown)."""
+    if token == NEWLINE:
+        return "\n"
+    if token >= 3:
+        return chr(token - 3 + FIRST_PRINTABLE)
+    return "" if token == PAD else "\ufffd"
+
+
+class CharLSTM(nn.Module):
+    """Embedding, stacked LSTM, linear head over the vocabulary."""
+
+    def __init__(self, embed: int = 32, hidden: int = 128, layers: int = 2) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB_SIZE, embed, padding_idx=PAD)
+        self.lstm = nn.LSTM(embed, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, VOCAB_SIZE)
+
+    def all_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Next-character logits at every position, [batch, seq, vocab] (for training)."""
+        out, _ = self.lstm(self.embed(tokens))
+        logits: torch.Tensor = self.head(out)
+        return logits
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(self.embed(tokens))
+        last = (lengths - 1).clamp(min=0).unsqueeze(-1).expand(-1, 1, out.size(-1))
+        logits: torch.Tensor = self.head(out.gather(1, last).squeeze(1))
+        return logits
+
+
+def build() -> CharLSTM:
+    """Factory for `batchserve export batchserve.zoo.char_lstm:build`."""
+    return CharLSTM()
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Token ids of the training text and of the held-out tail of every file."""
+
+    train: np.ndarray
+    held_out: np.ndarray
+
+
+def load_corpus(held_out_fraction: float = 0.1) -> Corpus:
+    """The last tenth of each source file is held out, so evaluation text is unseen."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    train, held_out = [], []
+    for name in CORPUS_FILES:
+        ids = encode((stdlib / name).read_text(encoding="utf-8"))
+        cut = int(len(ids) * (1 - held_out_fraction))
+        train.append(ids[:cut])
+        held_out.append(ids[cut:])
+    return Corpus(np.concatenate(train), np.concatenate(held_out))
+
+
+def _windows(ids: np.ndarray, starts: np.ndarray, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = np.stack([ids[s : s + length + 1] for s in starts])
+    return torch.from_numpy(rows[:, :-1]), torch.from_numpy(rows[:, 1:])
+
+
+def train(
+    corpus: Corpus, steps: int = 1000, seq_len: int = 96, batch: int = 64, seed: int = 0
+) -> tuple[CharLSTM, float]:
+    """Teacher-forced training on random windows; returns the model and held-out accuracy."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    model = CharLSTM()
+    optimiser = torch.optim.Adam(model.parameters(), lr=3e-3)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, steps)
+    for _ in range(steps):
+        starts = rng.integers(0, len(corpus.train) - seq_len - 1, size=batch)
+        x, y = _windows(corpus.train, starts, seq_len)
+        optimiser.zero_grad()
+        logits = model.all_logits(x)
+        nn.functional.cross_entropy(logits.reshape(-1, VOCAB_SIZE), y.reshape(-1)).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimiser.step()
+        schedule.step()
+    return model.eval(), held_out_accuracy(model, corpus.held_out, seq_len)
+
+
+@torch.no_grad()
+def held_out_accuracy(model: CharLSTM, ids: np.ndarray, seq_len: int) -> float:
+    """Next-character accuracy over non-overlapping held-out windows."""
+    starts = np.arange(0, len(ids) - seq_len - 1, seq_len)
+    correct = total = 0
+    for chunk in np.array_split(starts, max(1, len(starts) // 256)):
+        x, y = _windows(ids, chunk, seq_len)
+        predicted = model.eval().all_logits(x).argmax(dim=-1)
+        correct += int((predicted == y).sum())
+        total += y.numel()
+    return correct / total

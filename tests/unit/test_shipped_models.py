@@ -1,0 +1,69 @@
+"""The example models committed in model_repo/ are valid, accurate, and batch-safe."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from batchserve.repository import ModelRepository
+
+MODEL_REPO = Path(__file__).resolve().parents[2] / "model_repo"
+
+
+def _session(name: str) -> ort.InferenceSession:
+    return ort.InferenceSession(str(MODEL_REPO / name / "1" / "model.onnx"))
+
+
+def _reported(name: str) -> dict[str, float]:
+    return dict(json.loads((MODEL_REPO / name / "training.json").read_text()))
+
+
+def test_the_shipped_repository_is_valid() -> None:
+    resolved, problems = ModelRepository(MODEL_REPO).scan()
+    assert problems == []
+    assert sorted(m.name for m in resolved) == ["char_lstm", "digits_cnn"]
+
+
+def test_digits_cnn_reaches_its_reported_held_out_accuracy() -> None:
+    pytest.importorskip("sklearn")
+    from batchserve.zoo.digits_cnn import load_digits_split
+
+    split = load_digits_split()
+    logits, probabilities = _session("digits_cnn").run(None, {"image": split.test_x})
+    accuracy = float((logits.argmax(axis=1) == split.test_y).mean())
+    assert accuracy >= 0.95
+    assert accuracy == pytest.approx(_reported("digits_cnn")["held_out_accuracy"], abs=0.005)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_char_lstm_reaches_its_reported_next_character_accuracy() -> None:
+    from batchserve.zoo.char_lstm import load_corpus
+
+    held_out = load_corpus().held_out
+    seq = 96
+    starts = np.arange(0, len(held_out) - seq - 1, seq)[:200]
+    tokens = np.stack([held_out[s : s + seq] for s in starts])
+    targets = np.array([held_out[s + seq] for s in starts])
+    lengths = np.full((len(starts), 1), seq, dtype=np.int64)
+    (logits,) = _session("char_lstm").run(None, {"tokens": tokens, "lengths": lengths})
+    accuracy = float((logits.argmax(axis=1) == targets).mean())
+    # 200 last-position predictions: a looser bound than the full held-out figure.
+    assert accuracy >= _reported("char_lstm")["held_out_next_char_accuracy"] - 0.1
+
+
+def test_char_lstm_rows_of_different_lengths_batch_like_one_by_one() -> None:
+    session = _session("char_lstm")
+    rng = np.random.default_rng(0)
+    lengths = [3, 17, 1, 40]
+    padded = np.zeros((len(lengths), max(lengths)), dtype=np.int64)
+    alone = []
+    for row, length in enumerate(lengths):
+        ids = rng.integers(3, 98, size=length)
+        padded[row, :length] = ids
+        (out,) = session.run(None, {"tokens": ids[None, :], "lengths": np.array([[length]])})
+        alone.append(out[0])
+    (batched,) = session.run(None, {"tokens": padded, "lengths": np.array(lengths)[:, None]})
+    np.testing.assert_allclose(batched, np.stack(alone), rtol=1e-4, atol=1e-5)

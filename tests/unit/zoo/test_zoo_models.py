@@ -1,0 +1,52 @@
+"""The example architectures behave as their docstrings promise (no training here)."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from batchserve.zoo import char_lstm, digits_cnn  # noqa: E402
+
+
+def test_encode_round_trips_printable_ascii_and_marks_the_rest_unknown() -> None:
+    text = "def f(x):\n    return x  # ok"
+    ids = char_lstm.encode(text)
+    assert ids.dtype == np.int64
+    assert "".join(char_lstm.decode_id(int(i)) for i in ids) == text
+    assert char_lstm.encode("é\t").tolist() == [char_lstm.UNKNOWN, char_lstm.UNKNOWN]
+    assert ids.max() < char_lstm.VOCAB_SIZE
+
+
+def test_padding_after_a_rows_end_does_not_change_its_answer() -> None:
+    torch.manual_seed(0)
+    model = char_lstm.CharLSTM(embed=8, hidden=16, layers=2).eval()
+    short = torch.from_numpy(char_lstm.encode("import os"))[None, :]
+    long = torch.from_numpy(char_lstm.encode("from typing import Any"))[None, :]
+    padded = torch.zeros((2, long.shape[1]), dtype=torch.int64)
+    padded[0, : short.shape[1]] = short[0]
+    padded[1] = long[0]
+    lengths = torch.tensor([[short.shape[1]], [long.shape[1]]])
+    with torch.no_grad():
+        batched = model(padded, lengths)
+        alone = model(short, torch.tensor([[short.shape[1]]]))
+    assert batched.shape == (2, char_lstm.VOCAB_SIZE)
+    torch.testing.assert_close(batched[0], alone[0], rtol=1e-5, atol=1e-6)
+
+
+def test_digits_cnn_scales_raw_pixels_and_returns_logits_and_probabilities() -> None:
+    torch.manual_seed(0)
+    model = digits_cnn.DigitsCNN().eval()
+    images = torch.rand(3, 1, 8, 8) * digits_cnn.PIXEL_MAX
+    with torch.no_grad():
+        logits, probabilities = model(images)
+    assert logits.shape == probabilities.shape == (3, digits_cnn.NUM_CLASSES)
+    torch.testing.assert_close(probabilities.sum(dim=1), torch.ones(3))
+    assert torch.equal(logits.argmax(1), probabilities.argmax(1))
+
+
+def test_digits_split_is_stratified_and_disjoint() -> None:
+    split = digits_cnn.load_digits_split()
+    assert split.train_x.shape[1:] == (1, 8, 8)
+    assert len(split.train_y) + len(split.test_y) == 1797
+    assert set(np.unique(split.test_y)) == set(range(10))
+    assert split.train_x.max() <= digits_cnn.PIXEL_MAX
