@@ -35,14 +35,14 @@ serve: $(VENV)/.stamp-$(SERVE_EXTRAS)
 	$(VENV)/bin/batchserve serve --model-repository $(MODEL_REPO)
 
 lint: $(VENV)/.stamp-$(DEV_EXTRAS)
-	$(PY) -m ruff format --check server tests scripts
-	$(PY) -m ruff check server tests scripts
+	$(PY) -m ruff format --check server tests scripts bench
+	$(PY) -m ruff check server tests scripts bench
 	$(PY) -m mypy
 	$(PY) scripts/gen_protos.py --check
 
 format: $(VENV)/.stamp-$(DEV_EXTRAS)
-	$(PY) -m ruff format server tests scripts
-	$(PY) -m ruff check --fix server tests scripts
+	$(PY) -m ruff format server tests scripts bench
+	$(PY) -m ruff check --fix server tests scripts bench
 
 # Unit and integration suites run in separate processes: the integration tests
 # load tritonclient's generated protobuf modules, which define the same

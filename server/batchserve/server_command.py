@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from batchserve.settings import Settings
+
 # (flag, settings field, type, help); the environment variable is BATCHSERVE_<FIELD>.
 FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--model-repository", "model_repository", Path, "model repository directory"),
@@ -37,15 +39,19 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from batchserve.app import run as run_server
-    from batchserve.logs import configure_logging
-    from batchserve.settings import Settings
-
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Flags given on the command line win over BATCHSERVE_* variables, which win over defaults."""
     given = {field: getattr(args, field) for _, field, _, _ in FLAGS}
     if args.load_model is not None:
         given["load_model"] = tuple(args.load_model)
-    settings = Settings(**{k: v for k, v in given.items() if v is not None})
+    return Settings(**{k: v for k, v in given.items() if v is not None})
+
+
+def run(args: argparse.Namespace) -> int:
+    from batchserve.app import run as run_server
+    from batchserve.logs import configure_logging
+
+    settings = settings_from_args(args)
     configure_logging(settings.log_level, settings.log_format)
     run_server(settings)
     return 0

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +28,7 @@ class ServerProcess:
     metrics_port: int = 0
     logs: list[dict[str, object]] = field(default_factory=list)
     _lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
+    _pump_thread: threading.Thread | None = None
 
     @property
     def http_url(self) -> str:
@@ -69,11 +70,15 @@ class ServerProcess:
                 self.logs.append(_parse(line))
 
     def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM, wait for a clean exit, and collect the last log records."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         code = self.process.wait(timeout)
-        time.sleep(0.1)
+        if self._pump_thread is not None:
+            self._pump_thread.join(timeout)
         self.drain_logs()
+        if self.process.stderr is not None:
+            self.process.stderr.close()
         return code
 
 
@@ -86,7 +91,10 @@ def _parse(line: str) -> dict[str, object]:
 
 
 def start_server(
-    model_repository: Path = MODEL_REPO, extra_args: Sequence[str] = (), wait_ready: bool = True
+    model_repository: Path = MODEL_REPO,
+    extra_args: Sequence[str] = (),
+    wait_ready: bool = True,
+    extra_env: Mapping[str, str] | None = None,
 ) -> ServerProcess:
     """Launch the console script and wait until it listens (and, by default, is ready)."""
     command = [
@@ -96,9 +104,11 @@ def start_server(
         "--log-format", "json", *extra_args,
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSERVE_")}
+    env.update(extra_env or {})
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
     server = ServerProcess(process)
-    threading.Thread(target=server._pump, daemon=True).start()
+    server._pump_thread = threading.Thread(target=server._pump, daemon=True)
+    server._pump_thread.start()
     listening = server.wait_for("listening")
     server.http_port = int(str(listening["http_port"]))
     server.grpc_port = int(str(listening["grpc_port"]))

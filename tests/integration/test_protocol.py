@@ -95,7 +95,8 @@ def test_model_config_matches_on_both_protocols(
     assert config["input"][0]["data_type"] == "TYPE_FP32"
     grpc_config = grpc.get_model_config(LSTM).config
     assert grpc_config.name == LSTM
-    assert grpc_config.batchserve.sequence_length_input == "lengths"
+    # batchserve's own settings travel as field 1000, which Triton's message skips.
+    assert http.get_model_config(LSTM)["batchserve"]["sequence_length_input"] == "lengths"
     assert grpc_config.HasField("dynamic_batching")
 
 
@@ -208,3 +209,29 @@ def test_openapi_document_lists_every_route(server: ServerProcess) -> None:
                   "/v2/models/{name}/stats", "/v2/repository/index"):  # fmt: skip
         assert route in paths
     assert "requestBody" in document["paths"]["/v2/models/{name}/infer"]["post"]
+
+
+def test_stream_infer_answers_every_request_with_its_id(
+    grpc: grpcclient.InferenceServerClient,
+) -> None:
+    import queue
+
+    answers: queue.Queue[tuple[object, object]] = queue.Queue()
+    grpc.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for i in range(4):
+            images = _digits(1, seed=20 + i)
+            inp = grpcclient.InferInput("image", [1, 1, 8, 8], "FP32")
+            inp.set_data_from_numpy(images)
+            grpc.async_stream_infer(DIGITS, [inp], request_id=f"s{i}")
+        bad = grpcclient.InferInput("image", [1, 1, 8, 8], "INT64")
+        bad.set_data_from_numpy(np.zeros((1, 1, 8, 8), dtype=np.int64))
+        grpc.async_stream_infer(DIGITS, [bad], request_id="bad")
+        results = [answers.get(timeout=30) for _ in range(5)]
+    finally:
+        grpc.stop_stream()
+    ids = {r.get_response().id for r, e in results if e is None}  # type: ignore[attr-defined]
+    errors = [e for _, e in results if e is not None]
+    assert ids == {"s0", "s1", "s2", "s3"}
+    assert len(errors) == 1
+    assert "image" in str(errors[0])

@@ -1,0 +1,207 @@
+"""Requests wrong in every way a client can get them wrong, over both protocols.
+
+Each gets its status and a message naming the problem, and the next good request is
+still answered correctly.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from tests.integration.server import ServerProcess
+
+GOOD_IMAGE = np.arange(64, dtype=np.float32).reshape(1, 1, 8, 8) % 17
+
+
+def _json_input(**overrides: object) -> dict[str, object]:
+    tensor: dict[str, object] = {
+        "name": "image", "datatype": "FP32", "shape": [1, 1, 8, 8],
+        "data": GOOD_IMAGE.ravel().tolist(),
+    }  # fmt: skip
+    tensor.update(overrides)
+    return {"inputs": [tensor]}
+
+
+def _binary(
+    header: dict[str, object], payload: bytes, length: int | None = None
+) -> tuple[bytes, dict[str, str]]:
+    import orjson
+
+    head = orjson.dumps(header)
+    return head + payload, {
+        "Inference-Header-Content-Length": str(len(head) if length is None else length)
+    }
+
+
+HTTP_CASES: list[tuple[str, str, object, dict[str, str], int, str]] = [
+    ("unknown model", "/v2/models/nope/infer", _json_input(), {}, 404, "nope"),
+    ("unknown version", "/v2/models/digits_cnn/versions/9/infer", _json_input(), {}, 404, "9"),
+    ("malformed JSON", "/v2/models/digits_cnn/infer", b'{"inputs":[', {}, 400, "JSON"),
+    ("name not a string", "/v2/models/digits_cnn/infer", _json_input(name=5), {}, 400, "name"),
+    ("shape not a list", "/v2/models/digits_cnn/infer", _json_input(shape="1,1,8,8"), {}, 400, "shape"),
+    ("unknown datatype", "/v2/models/digits_cnn/infer", _json_input(datatype="FP33"), {}, 400, "FP33"),
+    ("wrong datatype", "/v2/models/digits_cnn/infer", _json_input(datatype="INT64", data=[0] * 64), {}, 400, "image"),
+    ("wrong dims", "/v2/models/digits_cnn/infer", _json_input(shape=[1, 1, 8, 7], data=[0.0] * 56), {}, 400, "image"),
+    ("negative dim", "/v2/models/digits_cnn/infer", _json_input(shape=[1, -1, 8, 8]), {}, 400, "image"),
+    ("boolean dim", "/v2/models/digits_cnn/infer", _json_input(shape=[True, 1, 8, 8]), {}, 400, "image"),
+    ("overflowing shape", "/v2/models/digits_cnn/infer", _json_input(shape=[2**32, 2**32, 1, 1]), {}, 400, "image"),
+    ("data count", "/v2/models/digits_cnn/infer", _json_input(data=[1.0] * 63), {}, 400, "image"),
+    ("deep nesting", "/v2/models/digits_cnn/infer", _json_input(data=[[[[[[[[[1.0]]]]]]]]]), {}, 400, "image"),
+    ("missing input", "/v2/models/digits_cnn/infer", {"inputs": []}, {}, 400, "input"),
+    ("extra input", "/v2/models/digits_cnn/infer",
+     {"inputs": [_json_input()["inputs"][0], {**_json_input()["inputs"][0], "name": "other"}]}, {}, 400, "other"),  # type: ignore[index]
+    ("unknown output", "/v2/models/digits_cnn/infer", {**_json_input(), "outputs": [{"name": "nope"}]}, {}, 400, "nope"),
+    ("duplicate output", "/v2/models/digits_cnn/infer",
+     {**_json_input(), "outputs": [{"name": "logits"}, {"name": "logits"}]}, {}, 400, "logits"),
+    ("bad priority", "/v2/models/digits_cnn/infer", {**_json_input(), "parameters": {"priority": "high"}}, {}, 400, "priority"),
+    ("traversal name", "/v2/models/%2e%2e%2f/infer", _json_input(), {}, 400, "name"),
+    ("header length not a number", "/v2/models/digits_cnn/infer", b"{}", {"Inference-Header-Content-Length": "abc"}, 400, "Inference-Header-Content-Length"),
+    ("header length past body", "/v2/models/digits_cnn/infer", b"{}", {"Inference-Header-Content-Length": "99999"}, 400, "Inference-Header-Content-Length"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def http(server: ServerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=f"http://{server.http_url}", timeout=30) as client:
+        yield client
+
+
+def _assert_good_http(http: httpx.Client) -> None:
+    response = http.post("/v2/models/digits_cnn/infer", json=_json_input())
+    assert response.status_code == 200, response.text
+    assert response.json()["outputs"][0]["shape"] == [1, 10]
+
+
+@pytest.mark.parametrize(
+    ("case", "path", "body", "headers", "status", "fragment"),
+    HTTP_CASES,
+    ids=[c[0] for c in HTTP_CASES],
+)
+def test_http_bad_request(
+    http: httpx.Client,
+    case: str,
+    path: str,
+    body: object,
+    headers: dict[str, str],
+    status: int,
+    fragment: str,
+) -> None:
+    if isinstance(body, bytes):
+        response = http.post(path, content=body, headers=headers)
+    else:
+        response = http.post(path, json=body, headers=headers)
+    assert response.status_code == status, response.text
+    assert fragment in response.json()["error"]
+    _assert_good_http(http)
+
+
+@pytest.mark.parametrize(
+    ("case", "payload", "length_delta", "fragment"),
+    [
+        ("binary size past the body", GOOD_IMAGE.tobytes()[:100], 0, "image"),
+        ("trailing bytes", GOOD_IMAGE.tobytes() + b"xx", 0, "bytes"),
+        ("size does not match shape", GOOD_IMAGE.tobytes() + b"\0" * 8, 8, "image"),
+    ],
+)
+def test_http_bad_binary_request(
+    http: httpx.Client, case: str, payload: bytes, length_delta: int, fragment: str
+) -> None:
+    size = GOOD_IMAGE.nbytes + length_delta
+    header = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 8, 8],
+                          "parameters": {"binary_data_size": size}}]}  # fmt: skip
+    body, headers = _binary(header, payload)
+    response = http.post("/v2/models/digits_cnn/infer", content=body, headers=headers)
+    assert response.status_code == 400, response.text
+    assert fragment in response.json()["error"]
+    _assert_good_http(http)
+
+
+def test_http_body_over_the_limit_is_413(http: httpx.Client) -> None:
+    response = http.post("/v2/models/digits_cnn/infer", content=b" " * (17 * 1024 * 1024))
+    assert response.status_code == 413
+    _assert_good_http(http)
+
+
+@pytest.fixture(scope="module")
+def stub(server: ServerProcess) -> Iterator[service_pb2_grpc.GRPCInferenceServiceStub]:
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+
+def _grpc_request(**overrides: object) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name="digits_cnn")
+    tensor = request.inputs.add(name="image", datatype="FP32", shape=[1, 1, 8, 8])
+    request.raw_input_contents.append(GOOD_IMAGE.tobytes())
+    for key, value in overrides.items():
+        if key == "raw":
+            del request.raw_input_contents[:]
+            request.raw_input_contents.extend(value)  # type: ignore[arg-type]
+        elif key == "shape":
+            del tensor.shape[:]
+            tensor.shape.extend(value)  # type: ignore[arg-type]
+        else:
+            setattr(request if key == "model_name" else tensor, key, value)
+    return request
+
+
+GRPC_CASES = [
+    ("unknown model", {"model_name": "nope"}, grpc.StatusCode.NOT_FOUND, "nope"),
+    ("unknown datatype", {"datatype": "FP33"}, grpc.StatusCode.INVALID_ARGUMENT, "FP33"),
+    ("wrong datatype", {"datatype": "INT32", "raw": [GOOD_IMAGE.astype(np.int32).tobytes()]}, grpc.StatusCode.INVALID_ARGUMENT, "image"),
+    ("byte size", {"raw": [GOOD_IMAGE.tobytes() + b"\0" * 4]}, grpc.StatusCode.INVALID_ARGUMENT, "image"),
+    ("raw count", {"raw": [GOOD_IMAGE.tobytes()] * 2}, grpc.StatusCode.INVALID_ARGUMENT, "raw_input_contents"),
+    ("no contents at all", {"raw": []}, grpc.StatusCode.INVALID_ARGUMENT, "image"),
+    ("wrong dims", {"shape": [1, 1, 4, 16]}, grpc.StatusCode.INVALID_ARGUMENT, "image"),
+    ("overflowing shape", {"shape": [2**32, 2**32, 1, 1]}, grpc.StatusCode.INVALID_ARGUMENT, "image"),
+    ("BYTES prefix past the end", {"datatype": "BYTES", "shape": [1], "raw": [struct.pack("<I", 99) + b"ab"]}, grpc.StatusCode.INVALID_ARGUMENT, "image"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "overrides", "code", "fragment"), GRPC_CASES, ids=[c[0] for c in GRPC_CASES]
+)
+def test_grpc_bad_request(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub, case: str, overrides: dict[str, object],
+    code: grpc.StatusCode, fragment: str,
+) -> None:  # fmt: skip
+    with pytest.raises(grpc.RpcError) as error:
+        stub.ModelInfer(_grpc_request(**overrides))
+    assert error.value.code() == code
+    assert fragment in error.value.details()
+    good = stub.ModelInfer(_grpc_request())
+    assert list(good.outputs[0].shape) == [1, 10]
+    assert len(good.raw_output_contents[0]) == 40
+
+
+def test_grpc_message_over_the_limit_is_resource_exhausted(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub,
+) -> None:
+    huge = _grpc_request(raw=[b"\0" * (65 * 1024 * 1024)])
+    with pytest.raises(grpc.RpcError) as error:
+        stub.ModelInfer(huge)
+    assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert stub.ModelInfer(_grpc_request()).outputs[0].name == "logits"
+
+
+def test_grpc_health_and_reflection(server: ServerProcess) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        status = health.Check(
+            health_pb2.HealthCheckRequest(service="inference.GRPCInferenceService")
+        )
+        assert status.status == health_pb2.HealthCheckResponse.SERVING
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        answer = next(iter(reflection.ServerReflectionInfo(iter([request]))))
+        names = {s.name for s in answer.list_services_response.service}
+        assert "inference.GRPCInferenceService" in names

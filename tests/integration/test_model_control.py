@@ -1,0 +1,64 @@
+"""The repository extension: off by default, token-protected when on, load/unload live."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tests.integration.server import MODEL_REPO, ServerProcess, start_server
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture(scope="module")
+def explicit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = tmp_path_factory.mktemp("repo")
+    for name in ("digits_cnn", "char_lstm"):
+        shutil.copytree(MODEL_REPO / name, repo / name)
+    args = ["--model-control-mode", "explicit", "--load-model", "digits_cnn"]
+    server = start_server(repo, args, extra_env={"BATCHSERVE_CONTROL_TOKEN": TOKEN})
+    yield server
+    assert server.stop() == 0
+
+
+def test_control_is_refused_when_the_mode_is_none(server: ServerProcess) -> None:
+    response = httpx.post(f"http://{server.http_url}/v2/repository/index")
+    assert response.status_code == 403
+    with pytest.raises(InferenceServerException, match="model control is disabled"):
+        grpcclient.InferenceServerClient(server.grpc_url).unload_model("digits_cnn")
+
+
+def test_control_needs_the_token(explicit_server: ServerProcess) -> None:
+    url = f"http://{explicit_server.http_url}/v2/repository/index"
+    assert httpx.post(url).status_code == 401
+    assert httpx.post(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    rows = httpx.post(url, headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    states = {row["name"]: row["state"] for row in rows}
+    assert states == {"digits_cnn": "READY", "char_lstm": "UNAVAILABLE"}
+
+
+def test_load_and_unload_over_grpc(explicit_server: ServerProcess) -> None:
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    client = grpcclient.InferenceServerClient(explicit_server.grpc_url)
+    assert not client.is_model_ready("char_lstm")
+    client.load_model("char_lstm", headers=headers)
+    assert client.is_model_ready("char_lstm")
+    client.unload_model("char_lstm", headers=headers)
+    assert not client.is_model_ready("char_lstm")
+    with pytest.raises(InferenceServerException, match=r"not ready|not loaded"):
+        client.get_model_metadata("char_lstm")
+    index = client.get_model_repository_index(headers=headers, as_json=True)
+    assert {m["name"]: m["state"] for m in index["models"]}["char_lstm"] == "UNAVAILABLE"
+
+
+def test_loading_an_unknown_model_is_404(explicit_server: ServerProcess) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    url = f"http://{explicit_server.http_url}/v2/repository/models/absent/load"
+    response = httpx.post(url, headers=headers)
+    assert response.status_code == 404
+    assert "absent" in response.json()["error"]

@@ -1,0 +1,43 @@
+import os
+from pathlib import Path
+
+import pytest
+from batchserve.cli import build_parser
+from batchserve.server_command import settings_from_args
+from batchserve.settings import ModelControlMode, Settings
+from pydantic import ValidationError
+
+
+def _settings(*argv: str) -> Settings:
+    return settings_from_args(build_parser().parse_args(["serve", *argv]))
+
+
+def test_defaults_follow_triton_and_listen_on_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith("BATCHSERVE_"):
+            monkeypatch.delenv(key)
+    settings = _settings()
+    assert (settings.http_port, settings.grpc_port, settings.metrics_port) == (8000, 8001, 8002)
+    assert settings.host == "127.0.0.1"
+    assert settings.model_control_mode is ModelControlMode.NONE
+    assert settings.model_repository == Path("model_repo")
+
+
+def test_flags_override_environment_which_overrides_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BATCHSERVE_HTTP_PORT", "9000")
+    monkeypatch.setenv("BATCHSERVE_GRPC_PORT", "9001")
+    monkeypatch.setenv("BATCHSERVE_MODEL_CONTROL_MODE", "explicit")
+    settings = _settings("--grpc-port", "7001", "--load-model", "a", "--load-model", "b")
+    assert settings.http_port == 9000
+    assert settings.grpc_port == 7001
+    assert settings.model_control_mode is ModelControlMode.EXPLICIT
+    assert settings.load_model == ("a", "b")
+
+
+def test_invalid_values_are_refused() -> None:
+    with pytest.raises(ValidationError, match="model_control_mode"):
+        _settings("--model-control-mode", "sometimes")
+    with pytest.raises(ValidationError, match="http_port"):
+        _settings("--http-port", "70000")
