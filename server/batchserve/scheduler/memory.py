@@ -1,0 +1,387 @@
+"""Per-device memory budgets: how many samples a model instance may batch, and whether it loads.
+
+At load the server measures an instance at a few batch sizes (``memory_probe``), fits
+``fixed + per_sample * batch``, and reserves the prediction at the largest batch that fits
+what remains of the device's budget. The budget is shared by every instance on the device;
+a load that does not fit even at batch 1 is refused with the numbers. All of this is
+thread-safe: loads run in worker threads, unloads on the event loop.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from batchserve.devices import Device, DeviceKind
+from batchserve.errors import ModelConfigError, OutOfMemory
+from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+
+_PREFIXES = ("", "k", "m", "g", "t")
+_SIZE = re.compile(r"(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[kmgt]i?b?|b)?", re.I)
+_PERCENT = re.compile(r"(?P<number>\d+(?:\.\d+)?)\s*%")
+_MIN_BYTES = 1 << 20
+_KINDS: dict[str, DeviceKind] = {"cpu": "cpu", "gpu": "gpu"}
+
+
+def format_bytes(nbytes: int) -> str:
+    """``1.2 GiB``, ``96 MiB``, ``512 B``: what an operator reads in an error message."""
+    value, unit = float(nbytes), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    if unit == "B":
+        return f"{nbytes} B"
+    return f"{value:.1f} {unit}" if abs(value) < 10 else f"{value:.0f} {unit}"
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSpec:
+    """How much of a device the budget may use: a fraction of its total, or a byte count.
+
+    Args:
+        fraction: share of the device's total memory, in (0, 1].
+        nbytes: an absolute size; larger than the device means the whole device.
+    """
+
+    fraction: float | None = None
+    nbytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.fraction is None) == (self.nbytes is None):
+            raise ValueError("a memory budget is either a fraction or a byte count")
+        if self.fraction is not None and not 0 < self.fraction <= 1:
+            raise ValueError(f"fraction {self.fraction:g} is not in (0, 1]")
+        if self.nbytes is not None and self.nbytes < _MIN_BYTES:
+            raise ValueError(
+                f"{self.nbytes} bytes is below 1 MiB (a fraction is written 0.8 or 80%)"
+            )
+
+    def of(self, total_bytes: int) -> int:
+        """The budget on a device with ``total_bytes`` of memory."""
+        if self.fraction is not None:
+            return int(total_bytes * self.fraction)
+        return min(total_bytes, self.nbytes or 0)
+
+
+DEFAULT_BUDGET = BudgetSpec(fraction=0.9)
+
+
+def parse_budget(text: str) -> BudgetSpec:
+    """``0.8`` or ``80%`` (a fraction); ``512MiB``, ``8GiB``, ``8Gi``, ``2147483648`` (bytes)."""
+    value = text.strip()
+    if percent := _PERCENT.fullmatch(value):
+        return _checked(text, fraction=float(percent["number"]) / 100)
+    size = _SIZE.fullmatch(value)
+    if size is None:
+        raise ValueError(
+            f"memory budget {text!r} is neither a fraction (0.8, 80%) nor a size "
+            "(512MiB, 8GiB, 2147483648)"
+        )
+    number, unit = size["number"], (size["unit"] or "").lower()
+    if "." in number and not unit:
+        return _checked(text, fraction=float(number))
+    prefix = unit[0] if unit[:1] in ("k", "m", "g", "t") else ""
+    scale = (1024 if "i" in unit else 1000) ** _PREFIXES.index(prefix)
+    return _checked(text, nbytes=int(float(number) * scale))
+
+
+def _checked(text: str, *, fraction: float | None = None, nbytes: int | None = None) -> BudgetSpec:
+    try:
+        return BudgetSpec(fraction, nbytes)
+    except ValueError as exc:
+        raise ValueError(f"memory budget {text!r}: {exc}") from None
+
+
+def parse_budgets(text: str | None) -> dict[DeviceKind, BudgetSpec]:
+    """The ``--memory-budget`` flag: one value for every device, or ``cpu=8GiB,gpu=0.9``;
+    a kind left out (or no flag) gets ``DEFAULT_BUDGET``, 0.9 of the device."""
+    if text is None or not text.strip():
+        return {"cpu": DEFAULT_BUDGET, "gpu": DEFAULT_BUDGET}
+    if "=" not in text:
+        spec = parse_budget(text)
+        return {"cpu": spec, "gpu": spec}
+    specs: dict[DeviceKind, BudgetSpec] = {"cpu": DEFAULT_BUDGET, "gpu": DEFAULT_BUDGET}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        kind = _KINDS.get(name.strip().lower())
+        if kind is None:
+            raise ValueError(
+                f"memory budget {text!r}: {name.strip()!r} is not a device kind "
+                "(write cpu=... and/or gpu=...)"
+            )
+        specs[kind] = parse_budget(value)
+    return specs
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySample:
+    """Memory an instance held after running batches of up to ``batch_size`` samples."""
+
+    batch_size: int
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryProfile:
+    """``fixed + per_sample * batch``, fitted so it never predicts less than was measured.
+
+    Args:
+        fixed_bytes: weights, session and arena overhead: held at any batch size.
+        per_sample_bytes: activations and buffers that grow with the batch (never negative).
+        samples: the measurements the line was fitted to.
+    """
+
+    fixed_bytes: int
+    per_sample_bytes: int
+    samples: tuple[MemorySample, ...] = ()
+
+    def predict(self, batch_size: int) -> int:
+        return self.fixed_bytes + self.per_sample_bytes * batch_size
+
+    @classmethod
+    def fit(cls, samples: Sequence[MemorySample]) -> MemoryProfile:
+        """Least squares with both terms clamped at 0, then raised to cover every sample.
+
+        The raise matters: a budget that reserves less than the instance was seen to hold
+        would let the device run out. A single batch size gives a flat profile.
+        """
+        if not samples:
+            raise ValueError("a memory profile needs at least one measurement")
+        slope, intercept = _least_squares(samples)
+        shortfall = max(s.nbytes - (intercept + slope * s.batch_size) for s in samples)
+        fixed = math.ceil(intercept + max(0.0, shortfall))
+        return cls(fixed, math.ceil(slope), tuple(samples))
+
+
+def _least_squares(samples: Sequence[MemorySample]) -> tuple[float, float]:
+    """(slope, intercept) minimising squared error with slope >= 0 and intercept >= 0."""
+    n = len(samples)
+    xs = [float(s.batch_size) for s in samples]
+    ys = [float(max(0, s.nbytes)) for s in samples]
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    if spread == 0:
+        return 0.0, max(ys)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+    if slope <= 0:
+        return 0.0, mean_y
+    intercept = mean_y - slope * mean_x
+    if intercept < 0:
+        return sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs), 0.0
+    return slope, intercept
+
+
+def derive_cap(profile: MemoryProfile, available_bytes: int, max_batch_size: int) -> int:
+    """Largest batch (at most ``max_batch_size``) whose predicted memory fits; 0 if none does."""
+    if max_batch_size < 1:
+        raise ValueError(f"max_batch_size {max_batch_size} < 1 (a model without batching is 1)")
+    if profile.predict(1) > available_bytes:
+        return 0
+    if profile.per_sample_bytes == 0:
+        return max_batch_size
+    return min(max_batch_size, (available_bytes - profile.fixed_bytes) // profile.per_sample_bytes)
+
+
+def arena_limit_bytes(profile: MemoryProfile, batch_cap: int, margin: float = 0.25) -> int:
+    """A runtime arena cap (``OnnxBackend(memory_limit_bytes=...)``) for an instance capped at
+    ``batch_cap``: a batch well above the cap then fails in the runtime instead of eating the
+    device. The margin absorbs measurement noise at the cap itself."""
+    return math.ceil(profile.predict(batch_cap) * (1 + margin))
+
+
+class Reservation:
+    """Memory one instance holds in a device budget until ``release`` (idempotent)."""
+
+    __slots__ = ("_budget", "batch_cap", "nbytes", "owner")
+
+    def __init__(self, budget: DeviceBudget, owner: str, nbytes: int, batch_cap: int) -> None:
+        self._budget = budget
+        self.owner = owner
+        self.nbytes = nbytes
+        self.batch_cap = batch_cap
+
+    @property
+    def device(self) -> Device:
+        return self._budget.device
+
+    def release(self) -> None:
+        self._budget.release(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"Reservation({self.owner!r}, {self.device}, {format_bytes(self.nbytes)}, "
+            f"batch_cap={self.batch_cap})"
+        )
+
+
+class DeviceBudget:
+    """The memory every instance on one device shares; thread-safe.
+
+    Reservations are handles rather than names, so a model being reloaded can hold its old
+    and new instances' memory at once, under the same owner name.
+    """
+
+    def __init__(self, device: Device, total_bytes: int) -> None:
+        if total_bytes < 0:
+            raise ValueError(f"{device} budget of {total_bytes} bytes is negative")
+        self.device = device
+        self.total_bytes = total_bytes
+        self._lock = threading.Lock()
+        self._held: list[Reservation] = []
+
+    def available(self) -> int:
+        with self._lock:
+            return self._free()
+
+    def holdings(self) -> dict[str, int]:
+        """Bytes held per owner (several reservations of one owner are summed)."""
+        with self._lock:
+            return dict(self._holdings_unlocked())
+
+    def reserve(
+        self,
+        owner: str,
+        profile: MemoryProfile,
+        max_batch_size: int,
+        limit_bytes: int | None = None,
+    ) -> Reservation:
+        """Reserve ``profile`` at the largest batch that fits (and fits ``limit_bytes``).
+
+        Raises ModelConfigError when the model can never fit (its own limit or the whole
+        budget is too small), OutOfMemory when it does not fit beside what others hold.
+        """
+        with self._lock:
+            free = self._free()
+            allowed = free if limit_bytes is None else min(free, limit_bytes)
+            cap = derive_cap(profile, allowed, max_batch_size)
+            if cap == 0:
+                raise self._refusal(owner, profile, free, limit_bytes)
+            reservation = Reservation(self, owner, profile.predict(cap), cap)
+            self._held.append(reservation)
+            return reservation
+
+    def release(self, reservation: Reservation) -> None:
+        """Give the reservation's memory back; releasing twice is harmless."""
+        with self._lock:
+            if reservation in self._held:
+                self._held.remove(reservation)
+
+    def _refusal(
+        self, owner: str, profile: MemoryProfile, free: int, limit_bytes: int | None
+    ) -> ModelConfigError | OutOfMemory:
+        need = (
+            f"model '{owner}' needs {format_bytes(profile.predict(1))} at batch 1 (fixed "
+            f"{format_bytes(profile.fixed_bytes)} + {format_bytes(profile.per_sample_bytes)} "
+            "per sample)"
+        )
+        if limit_bytes is not None and profile.predict(1) > limit_bytes:
+            limit = format_bytes(limit_bytes)
+            return ModelConfigError(
+                f"{need} but its batchserve.memory_budget_bytes leaves {limit} for this instance"
+            )
+        if profile.predict(1) > self.total_bytes:
+            return ModelConfigError(
+                f"{need} but the whole {self.device} budget is {format_bytes(self.total_bytes)}; "
+                "raise --memory-budget or place the model on a larger device"
+            )
+        held = ", ".join(f"{name} {format_bytes(n)}" for name, n in self._holdings_unlocked())
+        return OutOfMemory(
+            f"{need} but only {format_bytes(free)} of the {self.device} budget of "
+            f"{format_bytes(self.total_bytes)} is free (held: {held})"
+        )
+
+    def _free(self) -> int:
+        return self.total_bytes - sum(r.nbytes for r in self._held)
+
+    def _holdings_unlocked(self) -> list[tuple[str, int]]:
+        held: dict[str, int] = {}
+        for reservation in self._held:
+            held[reservation.owner] = held.get(reservation.owner, 0) + reservation.nbytes
+        return sorted(held.items())
+
+
+class ModelReservations:
+    """The reservations of one loaded model version, all under its ``memory_budget_bytes``.
+
+    The config's budget covers the version's instances together, on whatever devices; a
+    version being replaced keeps its own until it is closed, so a reload is not refused for
+    memory the outgoing version still holds.
+    """
+
+    def __init__(self, model: str, max_batch_size: int, limit_bytes: int | None = None) -> None:
+        self.model = model
+        self.max_batch_size = max(1, max_batch_size)
+        self.limit_bytes = limit_bytes
+        self._lock = threading.Lock()
+        self._held: list[Reservation] = []
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> ModelReservations:
+        """A model without a batch axis (max_batch_size 0) runs one sample at a time."""
+        limit = config.batchserve.memory_budget_bytes or None
+        return cls(config.name, config.max_batch_size, limit)
+
+    @property
+    def reservations(self) -> tuple[Reservation, ...]:
+        with self._lock:
+            return tuple(self._held)
+
+    def allowance(self, budget: DeviceBudget) -> int:
+        """What the next instance may use on ``budget`` now (a probe's ``limit_bytes``)."""
+        with self._lock:
+            left = self._left()
+        return budget.available() if left is None else min(left, budget.available())
+
+    def reserve(self, budget: DeviceBudget, profile: MemoryProfile) -> Reservation:
+        """Reserve one instance's memory on ``budget`` within what the model has left."""
+        with self._lock:
+            reservation = budget.reserve(self.model, profile, self.max_batch_size, self._left())
+            self._held.append(reservation)
+            return reservation
+
+    def _left(self) -> int | None:
+        if self.limit_bytes is None:
+            return None
+        return self.limit_bytes - sum(r.nbytes for r in self._held)
+
+    def release(self) -> None:
+        """Give back every instance's memory (at unload, or when the load failed)."""
+        with self._lock:
+            held, self._held = self._held, []
+        for reservation in held:
+            reservation.release()
+
+
+class MemoryBudgets:
+    """Every device's budget, created on first use from the device's total memory.
+
+    Args:
+        specs: budget per device kind (``parse_budgets`` of the ``--memory-budget`` flag).
+        device_total: total memory of a device (``memory_probe.device_total_bytes``).
+    """
+
+    def __init__(
+        self, specs: Mapping[DeviceKind, BudgetSpec], device_total: Callable[[Device], int]
+    ) -> None:
+        self._specs = dict(specs)
+        self._device_total = device_total
+        self._lock = threading.Lock()
+        self._budgets: dict[Device, DeviceBudget] = {}
+
+    def for_device(self, device: Device) -> DeviceBudget:
+        with self._lock:
+            budget = self._budgets.get(device)
+            if budget is None:
+                spec = self._specs.get(device.kind, DEFAULT_BUDGET)
+                budget = DeviceBudget(device, spec.of(self._device_total(device)))
+                self._budgets[device] = budget
+            return budget
+
+    def budgets(self) -> list[DeviceBudget]:
+        """The budgets of devices used so far (for metrics), CPU first then GPUs by index."""
+        with self._lock:
+            return sorted(self._budgets.values(), key=lambda b: (b.device.kind, b.device.index))

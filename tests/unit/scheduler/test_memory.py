@@ -1,0 +1,303 @@
+"""Memory budgets: the fitted profile, the batch cap, budget flags, reservations and refusals."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from batchserve.devices import CPU, Device
+from batchserve.errors import ModelConfigError, OutOfMemory
+from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.scheduler.memory import (
+    DEFAULT_BUDGET,
+    BudgetSpec,
+    DeviceBudget,
+    MemoryBudgets,
+    MemoryProfile,
+    MemorySample,
+    ModelReservations,
+    arena_limit_bytes,
+    derive_cap,
+    format_bytes,
+    parse_budget,
+    parse_budgets,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+
+
+def samples(*pairs: tuple[int, int]) -> list[MemorySample]:
+    return [MemorySample(batch, nbytes) for batch, nbytes in pairs]
+
+
+def flat(nbytes: int) -> MemoryProfile:
+    return MemoryProfile(nbytes, 0)
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "text"),
+    [
+        (512, "512 B"),
+        (96 * MIB, "96 MiB"),
+        (int(1.2 * GIB), "1.2 GiB"),
+        (2 * GIB, "2.0 GiB"),
+        (300 * MIB, "300 MiB"),
+        (5 * 1024 * GIB, "5.0 TiB"),
+    ],
+)
+def test_format_bytes_reads_like_an_operator_writes(nbytes: int, text: str):
+    assert format_bytes(nbytes) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "spec"),
+    [
+        ("0.8", BudgetSpec(fraction=0.8)),
+        ("1.0", BudgetSpec(fraction=1.0)),
+        ("80%", BudgetSpec(fraction=0.8)),
+        ("512MiB", BudgetSpec(nbytes=512 * MIB)),
+        ("8GiB", BudgetSpec(nbytes=8 * GIB)),
+        ("8 gib", BudgetSpec(nbytes=8 * GIB)),
+        ("8Gi", BudgetSpec(nbytes=8 * GIB)),
+        ("1.5GiB", BudgetSpec(nbytes=int(1.5 * GIB))),
+        ("8GB", BudgetSpec(nbytes=8 * 10**9)),
+        ("2147483648", BudgetSpec(nbytes=2 * GIB)),
+        (" 4194304 ", BudgetSpec(nbytes=4 * MIB)),
+    ],
+)
+def test_parse_budget_accepts_fractions_and_sizes(text: str, spec: BudgetSpec):
+    assert parse_budget(text) == spec
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "neither a fraction"),
+        ("lots", "neither a fraction"),
+        ("-1GiB", "neither a fraction"),
+        ("8 gigs", "neither a fraction"),
+        ("1.5", r"fraction 1\.5 is not in \(0, 1\]"),
+        ("0.0", r"fraction 0 is not in \(0, 1\]"),
+        ("150%", r"fraction 1\.5 is not in \(0, 1\]"),
+        ("1", "below 1 MiB"),
+        ("512KiB", "below 1 MiB"),
+    ],
+)
+def test_parse_budget_rejects_junk_naming_it(text: str, problem: str):
+    with pytest.raises(ValueError, match=problem) as caught:
+        parse_budget(text)
+    assert repr(text) in str(caught.value)
+
+
+def test_parse_budgets_one_value_for_all_or_per_kind():
+    assert parse_budgets(None) == {"cpu": DEFAULT_BUDGET, "gpu": DEFAULT_BUDGET}
+    assert parse_budgets("0.5") == {"cpu": BudgetSpec(0.5), "gpu": BudgetSpec(0.5)}
+    assert parse_budgets("cpu=8GiB") == {"cpu": BudgetSpec(nbytes=8 * GIB), "gpu": DEFAULT_BUDGET}
+    both = parse_budgets("gpu=0.7, CPU=2GiB")
+    assert both == {"cpu": BudgetSpec(nbytes=2 * GIB), "gpu": BudgetSpec(0.7)}
+
+
+@pytest.mark.parametrize("text", ["tpu=1GiB", "0.5,gpu=0.5", "cpu=junk"])
+def test_parse_budgets_rejects_unknown_kinds_and_values(text: str):
+    with pytest.raises(ValueError, match="memory budget"):
+        parse_budgets(text)
+
+
+def test_budget_spec_resolves_against_the_device_total():
+    assert BudgetSpec(fraction=0.5).of(8 * GIB) == 4 * GIB
+    assert BudgetSpec(nbytes=2 * GIB).of(8 * GIB) == 2 * GIB
+    assert BudgetSpec(nbytes=16 * GIB).of(8 * GIB) == 8 * GIB  # never more than the device
+    with pytest.raises(ValueError, match="either a fraction or a byte count"):
+        BudgetSpec()
+
+
+def test_fit_recovers_an_exact_line():
+    profile = MemoryProfile.fit(samples((1, 1010), (16, 1160), (64, 1640)))
+    assert (profile.fixed_bytes, profile.per_sample_bytes) == (1000, 10)
+    assert profile.predict(100) == 2000
+
+
+def test_fit_is_raised_to_cover_every_measurement():
+    measured = samples((1, 1000), (16, 1500), (64, 1640))  # the middle one sits above the line
+    profile = MemoryProfile.fit(measured)
+    assert all(profile.predict(s.batch_size) >= s.nbytes for s in measured)
+    assert profile.predict(16) - 1500 < 100  # raised by the shortfall, not far past it
+
+
+def test_fit_clamps_a_falling_line_to_flat():
+    profile = MemoryProfile.fit(samples((1, 5000), (64, 4000), (256, 4500)))
+    assert profile.per_sample_bytes == 0
+    assert profile.fixed_bytes == 5000
+
+
+def test_fit_clamps_a_negative_intercept_to_zero():
+    profile = MemoryProfile.fit(samples((1, 0), (64, 0), (256, 1_000_000)))
+    assert profile.fixed_bytes >= 0
+    assert profile.per_sample_bytes > 0
+    assert profile.predict(256) >= 1_000_000
+
+
+def test_fit_with_one_batch_size_is_flat_and_empty_is_refused():
+    assert MemoryProfile.fit(samples((1, 700))) == MemoryProfile(700, 0, tuple(samples((1, 700))))
+    with pytest.raises(ValueError, match="at least one measurement"):
+        MemoryProfile.fit([])
+
+
+@given(st.lists(st.tuples(st.integers(1, 1024), st.integers(0, 1 << 34)), min_size=1, max_size=6))
+def test_fit_never_predicts_below_a_measurement(pairs: list[tuple[int, int]]):
+    measured = samples(*pairs)
+    profile = MemoryProfile.fit(measured)
+    assert profile.fixed_bytes >= 0
+    assert profile.per_sample_bytes >= 0
+    assert all(profile.predict(s.batch_size) >= s.nbytes for s in measured)
+
+
+def test_derive_cap_is_the_largest_batch_that_fits():
+    profile = MemoryProfile(100 * MIB, 1 * MIB)
+    assert derive_cap(profile, 164 * MIB, 1024) == 64
+    assert derive_cap(profile, 164 * MIB - 1, 1024) == 63
+    assert derive_cap(profile, 164 * MIB, 32) == 32
+    assert derive_cap(profile, 101 * MIB - 1, 1024) == 0
+    assert derive_cap(flat(10 * MIB), 10 * MIB, 8) == 8
+    with pytest.raises(ValueError, match="max_batch_size 0"):
+        derive_cap(profile, GIB, 0)
+
+
+@given(
+    st.integers(0, 1 << 30), st.integers(0, 1 << 20), st.integers(0, 1 << 32), st.integers(1, 4096)
+)
+def test_derive_cap_fits_and_one_more_would_not(fixed: int, per: int, available: int, most: int):
+    profile = MemoryProfile(fixed, per)
+    cap = derive_cap(profile, available, most)
+    assert 0 <= cap <= most
+    if cap:
+        assert profile.predict(cap) <= available
+    if cap < most:
+        assert profile.predict(cap + 1) > available
+
+
+def test_arena_limit_leaves_a_margin_over_the_cap():
+    profile = MemoryProfile(8 * MIB, 64 * KIB)
+    assert arena_limit_bytes(profile, 64) == int(12 * MIB * 1.25)
+    assert arena_limit_bytes(profile, 64, margin=0.0) == profile.predict(64)
+
+
+def test_reserve_takes_the_prediction_at_the_cap_and_release_gives_it_back():
+    budget = DeviceBudget(CPU, 200 * MIB)
+    reservation = budget.reserve("digits", MemoryProfile(100 * MIB, 1 * MIB), 256)
+    assert reservation.batch_cap == 100
+    assert reservation.nbytes == 200 * MIB
+    assert reservation.device == CPU
+    assert budget.available() == 0
+    assert budget.holdings() == {"digits": 200 * MIB}
+    reservation.release()
+    reservation.release()  # twice is harmless
+    assert budget.available() == 200 * MIB
+    assert budget.holdings() == {}
+
+
+def test_instances_share_the_device_and_later_ones_get_what_is_left():
+    budget = DeviceBudget(Device("gpu", 1), 100 * MIB)
+    lstm = budget.reserve("lstm", flat(4 * MIB), 8)
+    first = budget.reserve("cnn", MemoryProfile(10 * MIB, 1 * MIB), 64)
+    second = budget.reserve("cnn", MemoryProfile(10 * MIB, 1 * MIB), 64)
+    assert (lstm.batch_cap, first.batch_cap, second.batch_cap) == (8, 64, 12)
+    assert budget.holdings() == {"lstm": 4 * MIB, "cnn": 74 * MIB + 22 * MIB}
+    assert budget.available() == 0
+    first.release()
+    assert budget.available() == 74 * MIB
+
+
+def test_a_load_that_does_not_fit_beside_others_is_out_of_memory_with_the_numbers():
+    budget = DeviceBudget(CPU, 2 * GIB)
+    budget.reserve("digits_cnn", flat(12 * MIB), 1)
+    budget.reserve("char_lstm", flat(40 * MIB), 1)
+    budget.reserve("filler", flat(2 * GIB - 352 * MIB), 1)
+    big = MemoryProfile(int(1.1 * GIB), 96 * MIB)
+    with pytest.raises(OutOfMemory) as caught:
+        budget.reserve("big", big, 64)
+    assert caught.value.message == (
+        "model 'big' needs 1.2 GiB at batch 1 (fixed 1.1 GiB + 96 MiB per sample) but only "
+        "300 MiB of the cpu budget of 2.0 GiB is free (held: char_lstm 40 MiB, digits_cnn "
+        "12 MiB, filler 1.7 GiB)"
+    )
+    assert budget.holdings().keys() == {"digits_cnn", "char_lstm", "filler"}  # nothing taken
+
+
+def test_a_model_larger_than_the_whole_budget_is_a_config_error():
+    budget = DeviceBudget(Device("gpu", 0), 1 * GIB)
+    with pytest.raises(ModelConfigError, match=r"needs 2\.0 GiB .* whole gpu:0 budget is 1\.0 GiB"):
+        budget.reserve("huge", flat(2 * GIB), 8)
+
+
+def test_the_model_limit_caps_its_reservation_below_the_device():
+    budget = DeviceBudget(CPU, 10 * GIB)
+    capped = budget.reserve("m", MemoryProfile(10 * MIB, 1 * MIB), 1024, limit_bytes=42 * MIB)
+    assert capped.batch_cap == 32
+    with pytest.raises(ModelConfigError, match=r"memory_budget_bytes leaves 5\.0 MiB"):
+        budget.reserve("m", MemoryProfile(10 * MIB, 1 * MIB), 1024, limit_bytes=5 * MIB)
+
+
+def test_concurrent_reservations_never_overcommit():
+    budget = DeviceBudget(CPU, 10 * MIB)
+    start = threading.Barrier(16)
+    won: list[int] = []
+    lost: list[str] = []
+
+    def load(i: int) -> None:
+        start.wait()
+        try:
+            won.append(budget.reserve(f"m{i}", flat(1 * MIB), 1).nbytes)
+        except OutOfMemory as exc:
+            lost.append(exc.message)
+
+    threads = [threading.Thread(target=load, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert (len(won), len(lost)) == (10, 6)
+    assert budget.available() == 0
+
+
+def test_model_reservations_share_the_config_budget_across_instances():
+    config = ModelConfig(name="cnn", max_batch_size=64)
+    config.batchserve.memory_budget_bytes = 50 * MIB
+    model = ModelReservations.from_config(config)
+    cpu, gpu = DeviceBudget(CPU, GIB), DeviceBudget(Device("gpu", 0), GIB)
+    profile = MemoryProfile(10 * MIB, 256 * KIB)
+    assert model.allowance(cpu) == 50 * MIB
+    first = model.reserve(cpu, profile)
+    assert first.batch_cap == 64  # 26 MiB
+    assert model.allowance(gpu) == 24 * MIB
+    second = model.reserve(gpu, profile)
+    assert second.batch_cap == 56  # what the 24 MiB left allows
+    with pytest.raises(ModelConfigError, match=r"model 'cnn' .* leaves 0 B for this instance"):
+        model.reserve(cpu, profile)
+    model.release()
+    assert cpu.available() == gpu.available() == GIB
+    assert model.reservations == ()
+
+
+def test_a_reload_may_hold_the_old_and_new_version_under_one_name():
+    budget = DeviceBudget(CPU, 100 * MIB)
+    config = ModelConfig(name="cnn", max_batch_size=0)  # no batch axis: one sample at a time
+    old, new = ModelReservations.from_config(config), ModelReservations.from_config(config)
+    assert old.reserve(budget, MemoryProfile(30 * MIB, MIB)).batch_cap == 1
+    new.reserve(budget, MemoryProfile(30 * MIB, MIB))
+    assert budget.holdings() == {"cnn": 62 * MIB}
+    old.release()
+    assert budget.holdings() == {"cnn": 31 * MIB}
+
+
+def test_memory_budgets_make_one_budget_per_device_from_its_total():
+    totals = {CPU: 8 * GIB, Device("gpu", 0): 16 * GIB, Device("gpu", 1): 24 * GIB}
+    budgets = MemoryBudgets(parse_budgets("cpu=2GiB,gpu=0.5"), totals.__getitem__)
+    gpu1 = budgets.for_device(Device("gpu", 1))
+    assert budgets.for_device(Device("gpu", 1)) is gpu1
+    assert gpu1.total_bytes == 12 * GIB
+    assert budgets.for_device(CPU).total_bytes == 2 * GIB
+    assert budgets.for_device(Device("gpu", 0)).total_bytes == 8 * GIB
+    assert [str(b.device) for b in budgets.budgets()] == ["cpu", "gpu:0", "gpu:1"]
