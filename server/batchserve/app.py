@@ -24,6 +24,8 @@ from batchserve.grpc.server import GrpcServer
 from batchserve.registry import ModelRegistry
 from batchserve.repository import ModelRepository
 from batchserve.rest.app import build_http_app
+from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
+from batchserve.scheduler.memory_probe import device_total_bytes
 from batchserve.settings import ModelControlMode, Settings
 
 logger = logging.getLogger(__name__)
@@ -62,7 +64,8 @@ class Server:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         repository = ModelRepository(settings.model_repository)
-        self.registry = ModelRegistry(repository, settings.max_queue_size)
+        budgets = MemoryBudgets(parse_budgets(settings.memory_budget), device_total_bytes)
+        self.registry = ModelRegistry(repository, settings.max_queue_size, budgets)
         self.dataplane = DataPlane(settings, self.registry, self._models_to_load(repository))
         self.http = _uvicorn(build_http_app(self.dataplane, settings), settings, settings.http_port)
         self.metrics = _uvicorn(make_asgi_app(), settings, settings.metrics_port)

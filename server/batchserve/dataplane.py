@@ -19,7 +19,7 @@ from batchserve.errors import (
     Unavailable,
 )
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
-from batchserve.registry import IndexEntry, ModelRegistry, ServedVersion
+from batchserve.registry import IndexEntry, InstanceMemory, ModelRegistry, ServedVersion
 from batchserve.repository import validate_model_name
 from batchserve.scheduler.work import WorkItem
 from batchserve.settings import ModelControlMode, Settings
@@ -45,6 +45,8 @@ class VersionStats:
     name: str
     version: str
     stats: ModelStats
+    batch_cap: int
+    memory: tuple[InstanceMemory, ...]
 
 
 def _tensor_metadata(spec: ModelInput | ModelOutput, batched: bool) -> TensorMetadata:
@@ -106,7 +108,9 @@ class DataPlane:
             )
         else:
             served = self.registry.loaded()
-        return [VersionStats(s.name, str(s.version), s.stats) for s in served]
+        return [
+            VersionStats(s.name, str(s.version), s.stats, s.batcher.cap, s.memory) for s in served
+        ]
 
     # inference ----------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
@@ -134,6 +138,12 @@ class DataPlane:
     def _work_item(self, request: InferRequest, served: ServedVersion, now: int) -> WorkItem:
         valid = validate_request(request.inputs, request.outputs, served.config)
         policy = served.batcher.policy
+        if policy.max_batch_size and valid.batch_size > policy.max_batch_size:
+            raise InvalidArgument(
+                f"batch of {valid.batch_size} samples exceeds the batch cap of model "
+                f"'{served.name}' ({policy.max_batch_size}, derived from its memory budget); "
+                "send smaller batches"
+            )
         priority = request.priority or policy.default_priority
         if not 1 <= priority <= policy.priority_levels:
             raise InvalidArgument(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property, partial
 from pathlib import Path
@@ -18,12 +18,14 @@ from pathlib import Path
 from batchserve.backends import create_backend, resolve_devices
 from batchserve.backends.base import Backend
 from batchserve.datatypes import DataType, from_config
-from batchserve.devices import gpu_count
+from batchserve.devices import Device, gpu_count
 from batchserve.errors import BatchserveError, NotFound, Unavailable
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig
 from batchserve.repository import ModelRepository, ModelVersion, ResolvedModel
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.instances import Instance, InstancePool
+from batchserve.scheduler.memory import MemoryBudgets, MemoryProfile, ModelReservations
+from batchserve.scheduler.memory_probe import probe_backend
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.stats import ModelStats
 from batchserve.warmup import zero_inputs
@@ -31,6 +33,15 @@ from batchserve.warmup import zero_inputs
 logger = logging.getLogger(__name__)
 
 BackendFactory = Callable[[ModelConfig, Path], Backend]
+
+# Dynamic non-batch axes (sequence length, image size) are probed at this size for models
+# with a sequence-length input, and at 1 otherwise: memory then scales with the real
+# lengths, which the cap cannot foresee; a batch that still runs out is split (OOM split).
+PROBE_SEQUENCE_LENGTH = 128
+
+
+def probe_length(config: ModelConfig) -> int:
+    return PROBE_SEQUENCE_LENGTH if config.batchserve.sequence_length_input else 1
 
 
 class ModelState(StrEnum):
@@ -42,15 +53,27 @@ class ModelState(StrEnum):
     UNAVAILABLE = "UNAVAILABLE"
 
 
+@dataclass(frozen=True, slots=True)
+class InstanceMemory:
+    """What one instance was measured to need, and what it reserved of its device's budget."""
+
+    device: Device
+    profile: MemoryProfile
+    reserved_bytes: int
+    batch_cap: int
+
+
 @dataclass(eq=False)
 class ServedVersion:
-    """One loaded version: its config, instances and scheduler."""
+    """One loaded version: its config, instances, scheduler and memory reservations."""
 
     name: str
     version: int
     config: ModelConfig
     batcher: Batcher
     stats: ModelStats
+    memory: tuple[InstanceMemory, ...] = ()
+    reservations: ModelReservations | None = None
 
     @cached_property
     def output_types(self) -> dict[str, DataType]:
@@ -60,6 +83,8 @@ class ServedVersion:
     async def close(self) -> None:
         await self.batcher.close()
         await asyncio.to_thread(self.batcher.pool.close)
+        if self.reservations is not None:
+            self.reservations.release()
 
 
 @dataclass(eq=False)
@@ -90,9 +115,11 @@ class ModelRegistry:
         self,
         repository: ModelRepository,
         max_queue_size: int,
+        budgets: MemoryBudgets,
         backend_factory: BackendFactory = create_backend,
     ) -> None:
         self.repository = repository
+        self.budgets = budgets
         self._max_queue_size = max_queue_size
         self._backend_factory = backend_factory
         self._entries: dict[str, ModelEntry] = {}
@@ -134,28 +161,64 @@ class ModelRegistry:
 
     async def _load_version(self, resolved: ResolvedModel, version: ModelVersion) -> ServedVersion:
         config = resolved.config
-        devices = resolve_devices(config, gpu_count())
+        reservations = ModelReservations.from_config(config)
         instances: list[Instance] = []
+        memory: list[InstanceMemory] = []
         try:
-            for index, device in enumerate(devices):
-                backend = self._backend_factory(config, version.model_file)
-                instance = Instance(f"{resolved.name}-{version.version}-{index}", backend)
+            for index, device in enumerate(resolve_devices(config, gpu_count())):
+                name = f"{resolved.name}-{version.version}-{index}"
+                instance, used = await self._load_instance(
+                    name, config, version, device, reservations
+                )
                 instances.append(instance)
-                await instance.run(partial(backend.load, version.model_file, config, device))
-                await instance.run(partial(backend.infer, zero_inputs(config)))
-                logger.info(
-                    "instance loaded",
-                    extra={"model": resolved.name, "version": version.version,
-                           "instance": index, "device": str(backend.device)},
-                )  # fmt: skip
+                memory.append(used)
         except BaseException:
             await asyncio.to_thread(InstancePool(instances).close)
+            reservations.release()
             raise
         stats = ModelStats()
         policy = BatchPolicy.from_config(config, self._max_queue_size)
+        if config.max_batch_size > 0:
+            policy = replace(policy, max_batch_size=min(m.batch_cap for m in memory))
         pad = config.batchserve.padding_value
         batcher = Batcher(InstancePool(instances), policy, stats, pad_value=pad)
-        return ServedVersion(resolved.name, version.version, config, batcher, stats)
+        return ServedVersion(
+            resolved.name, version.version, config, batcher, stats, tuple(memory), reservations
+        )
+
+    async def _load_instance(
+        self,
+        name: str,
+        config: ModelConfig,
+        version: ModelVersion,
+        device: Device,
+        reservations: ModelReservations,
+    ) -> tuple[Instance, InstanceMemory]:
+        """Load, measure, reserve, then warm up at the derived cap: ready means all four."""
+        backend = self._backend_factory(config, version.model_file)
+        instance = Instance(name, backend)
+        free_dim = probe_length(config)
+        try:
+            allowance = reservations.allowance(self.budgets.for_device(device))
+            profile = await instance.run(
+                partial(probe_backend, backend, version.model_file, config, device,
+                        limit_bytes=allowance, free_dim=free_dim)
+            )  # fmt: skip
+            reservation = reservations.reserve(self.budgets.for_device(backend.device), profile)
+            cap = reservation.batch_cap if config.max_batch_size > 0 else 1
+            await instance.run(partial(backend.infer, zero_inputs(config, cap, free_dim)))
+        except BaseException:
+            await asyncio.to_thread(instance.close)
+            raise
+        logger.info(
+            "instance loaded",
+            extra={"model": config.name, "version": version.version, "instance": name,
+                   "device": str(backend.device), "batch_cap": cap,
+                   "fixed_bytes": profile.fixed_bytes, "per_sample_bytes": profile.per_sample_bytes,
+                   "reserved_bytes": reservation.nbytes},
+        )  # fmt: skip
+        used = InstanceMemory(backend.device, profile, reservation.nbytes, cap)
+        return instance, used
 
     async def unload(self, name: str) -> None:
         """Stop taking requests for a model, finish those accepted, release it."""

@@ -17,6 +17,13 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--metrics-port", "metrics_port", int, "Prometheus metrics port (default 8002)"),
     ("--model-control-mode", "model_control_mode", str, "none (default) or explicit"),
     ("--max-queue-size", "max_queue_size", int, "requests queued per model before 503"),
+    (
+        "--memory-budget",
+        "memory_budget",
+        str,
+        "memory per device for models: a fraction (0.9, the default) or a size (8GiB); "
+        "or per kind: cpu=8GiB,gpu=0.9",
+    ),
     ("--shutdown-delay", "shutdown_delay_seconds", float, "seconds not-ready before draining"),
     ("--shutdown-timeout", "shutdown_timeout_seconds", float, "longest drain, in seconds"),
     ("--log-level", "log_level", str, "debug, info (default), warning, error"),

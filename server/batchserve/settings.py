@@ -8,8 +8,10 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from batchserve.scheduler.memory import parse_budgets
 
 MIB = 1024 * 1024
 
@@ -38,7 +40,14 @@ class Settings(BaseSettings):
     max_json_body_bytes: int = Field(16 * MIB, gt=0)
     max_binary_body_bytes: int = Field(64 * MIB, gt=0)
     max_queue_size: int = Field(1024, gt=0)
+    memory_budget: str | None = None
     shutdown_delay_seconds: float = Field(0.0, ge=0)
     shutdown_timeout_seconds: float = Field(30.0, gt=0)
     log_level: str = "info"
     log_format: str = Field("json", pattern="^(json|text)$")
+
+    @field_validator("memory_budget")
+    @classmethod
+    def _budget_parses(cls, value: str | None) -> str | None:
+        parse_budgets(value)
+        return value

@@ -58,6 +58,9 @@ class ServerProcess:
             self.logs.append(record)
             if record.get("message") == message:
                 return record
+            if str(record.get("message", "")).startswith("server not ready"):
+                failures = [r for r in self.logs if r.get("level") == "ERROR"]
+                raise RuntimeError(f"server is not ready: {failures}")
         raise TimeoutError(f"server did not log '{message}' within {timeout} s")
 
     def drain_logs(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from batchserve.dataplane import VersionStats
 from batchserve.grpc.generated import grpc_service_pb2 as pb
 from batchserve.registry import IndexEntry
-from batchserve.stats import BatchStats, Duration, ModelStats
+from batchserve.stats import BatchStats, Duration
 from batchserve.types import ModelMetadata, ServerMetadata, TensorMetadata
 
 
@@ -44,10 +44,25 @@ def _batch(size: int, b: BatchStats) -> pb.InferBatchStatistics:
     )
 
 
-def _model_stats(name: str, version: str, s: ModelStats) -> pb.ModelStatistics:
+def _batchserve(row: VersionStats) -> pb.BatchserveStatistics:
+    return pb.BatchserveStatistics(
+        batch_cap=row.batch_cap,
+        instances=[
+            pb.BatchserveStatistics.InstanceMemory(
+                device=str(m.device), fixed_bytes=m.profile.fixed_bytes,
+                per_sample_bytes=m.profile.per_sample_bytes,
+                reserved_bytes=m.reserved_bytes, batch_cap=m.batch_cap,
+            )
+            for m in row.memory
+        ],
+    )  # fmt: skip
+
+
+def _model_stats(row: VersionStats) -> pb.ModelStatistics:
+    s = row.stats
     return pb.ModelStatistics(
-        name=name,
-        version=version,
+        name=row.name,
+        version=row.version,
         last_inference=s.last_inference_ms,
         inference_count=s.inference_count,
         execution_count=s.execution_count,
@@ -60,13 +75,18 @@ def _model_stats(name: str, version: str, s: ModelStats) -> pb.ModelStatistics:
             compute_output=_duration(s.compute_output),
         ),
         batch_stats=[_batch(size, b) for size, b in sorted(s.batches.items())],
+        memory_usage=[
+            pb.MemoryUsage(
+                type=m.device.kind.upper(), id=m.device.index, byte_size=m.reserved_bytes
+            )
+            for m in row.memory
+        ],
+        batchserve=_batchserve(row),
     )
 
 
 def statistics(rows: list[VersionStats]) -> pb.ModelStatisticsResponse:
-    return pb.ModelStatisticsResponse(
-        model_stats=[_model_stats(r.name, r.version, r.stats) for r in rows]
-    )
+    return pb.ModelStatisticsResponse(model_stats=[_model_stats(r) for r in rows])
 
 
 def repository_index(rows: list[IndexEntry]) -> pb.RepositoryIndexResponse:

@@ -9,8 +9,8 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from batchserve.dataplane import VersionStats
-from batchserve.registry import IndexEntry
-from batchserve.stats import BatchStats, Duration, ModelStats
+from batchserve.registry import IndexEntry, InstanceMemory
+from batchserve.stats import BatchStats, Duration
 from batchserve.types import ModelMetadata, ServerMetadata, TensorMetadata
 
 _INT64_TYPES = {
@@ -86,10 +86,35 @@ def _batch(size: int, b: BatchStats) -> dict[str, Any]:
     }
 
 
-def _model_stats(name: str, version: str, s: ModelStats) -> dict[str, Any]:
+def _memory_usage(memory: tuple[InstanceMemory, ...]) -> list[dict[str, Any]]:
+    return [
+        {"type": m.device.kind.upper(), "id": m.device.index, "byte_size": m.reserved_bytes}
+        for m in memory
+    ]
+
+
+def _batchserve(row: VersionStats) -> dict[str, Any]:
+    """batchserve's own figures: the cap in use and what each instance was measured to need."""
     return {
-        "name": name,
-        "version": version,
+        "batch_cap": row.batch_cap,
+        "instances": [
+            {
+                "device": str(m.device),
+                "fixed_bytes": m.profile.fixed_bytes,
+                "per_sample_bytes": m.profile.per_sample_bytes,
+                "reserved_bytes": m.reserved_bytes,
+                "batch_cap": m.batch_cap,
+            }
+            for m in row.memory
+        ],
+    }
+
+
+def _model_stats(row: VersionStats) -> dict[str, Any]:
+    s = row.stats
+    return {
+        "name": row.name,
+        "version": row.version,
         "last_inference": s.last_inference_ms,
         "inference_count": s.inference_count,
         "execution_count": s.execution_count,
@@ -104,11 +129,13 @@ def _model_stats(name: str, version: str, s: ModelStats) -> dict[str, Any]:
             "cache_miss": _duration(Duration()),
         },
         "batch_stats": [_batch(size, b) for size, b in sorted(s.batches.items())],
+        "memory_usage": _memory_usage(row.memory),
+        "batchserve": _batchserve(row),
     }
 
 
 def statistics(rows: list[VersionStats]) -> dict[str, Any]:
-    return {"model_stats": [_model_stats(r.name, r.version, r.stats) for r in rows]}
+    return {"model_stats": [_model_stats(r) for r in rows]}
 
 
 def repository_index(rows: list[IndexEntry]) -> list[dict[str, str]]:

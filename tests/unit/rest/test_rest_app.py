@@ -13,6 +13,8 @@ from batchserve.dataplane import DataPlane
 from batchserve.registry import ModelRegistry
 from batchserve.repository import ModelRepository
 from batchserve.rest.app import build_http_app
+from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
+from batchserve.scheduler.memory_probe import device_total_bytes
 from batchserve.settings import Settings
 from fakes import FAKE_CONFIG, FakeBackend
 from onnx_models import FP32, build_model, write_model
@@ -27,10 +29,16 @@ def _repository(root: Path) -> ModelRepository:
     return ModelRepository(root)
 
 
+def _budgets() -> MemoryBudgets:
+    return MemoryBudgets(parse_budgets(None), device_total_bytes)
+
+
 @pytest.fixture
 async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     settings = Settings(model_repository=tmp_path, max_json_body_bytes=4096)
-    registry = ModelRegistry(_repository(tmp_path), 8, lambda config, path: FakeBackend())
+    registry = ModelRegistry(
+        _repository(tmp_path), 8, _budgets(), lambda config, path: FakeBackend()
+    )
     dataplane = DataPlane(settings, registry, ["fake"])
     await registry.load("fake")
     transport = httpx.ASGITransport(app=build_http_app(dataplane, settings))
@@ -105,7 +113,9 @@ async def test_body_over_the_json_limit_is_413(client: httpx.AsyncClient) -> Non
 
 async def test_not_ready_model_is_503_with_retry_after(tmp_path: Path) -> None:
     settings = Settings(model_repository=tmp_path)
-    registry = ModelRegistry(_repository(tmp_path), 8, lambda config, path: FakeBackend())
+    registry = ModelRegistry(
+        _repository(tmp_path), 8, _budgets(), lambda config, path: FakeBackend()
+    )
     app = build_http_app(DataPlane(settings, registry, ["fake"]), settings)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         response = await c.post("/v2/models/fake/infer", json=_body([1, 2, 3, 4], [1, 4]))

@@ -910,6 +910,7 @@ class ModelStatistics(_message.Message):
     BATCH_STATS_FIELD_NUMBER: _builtins.int
     MEMORY_USAGE_FIELD_NUMBER: _builtins.int
     RESPONSE_STATS_FIELD_NUMBER: _builtins.int
+    BATCHSERVE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     version: _builtins.str
     last_inference: _builtins.int
@@ -926,6 +927,10 @@ class ModelStatistics(_message.Message):
     def memory_usage(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryUsage]: ...
     @_builtins.property
     def response_stats(self) -> _containers.MessageMap[_builtins.str, Global___InferResponseStatistics]: ...
+    @_builtins.property
+    def batchserve(self) -> Global___BatchserveStatistics:
+        """not part of Triton's message"""
+
     def __init__(
         self,
         *,
@@ -938,14 +943,78 @@ class ModelStatistics(_message.Message):
         batch_stats: _abc.Iterable[Global___InferBatchStatistics] | None = ...,
         memory_usage: _abc.Iterable[Global___MemoryUsage] | None = ...,
         response_stats: _abc.Mapping[_builtins.str, Global___InferResponseStatistics] | None = ...,
+        batchserve: Global___BatchserveStatistics | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["inference_stats", b"inference_stats"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["batchserve", b"batchserve", "inference_stats", b"inference_stats"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_stats", b"batch_stats", "execution_count", b"execution_count", "inference_count", b"inference_count", "inference_stats", b"inference_stats", "last_inference", b"last_inference", "memory_usage", b"memory_usage", "name", b"name", "response_stats", b"response_stats", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_stats", b"batch_stats", "batchserve", b"batchserve", "execution_count", b"execution_count", "inference_count", b"inference_count", "inference_stats", b"inference_stats", "last_inference", b"last_inference", "memory_usage", b"memory_usage", "name", b"name", "response_stats", b"response_stats", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ModelStatistics: _TypeAlias = ModelStatistics  # noqa: Y015
+
+@_typing.final
+class BatchserveStatistics(_message.Message):
+    """What batchserve measured at load and derived from the memory budget."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class InstanceMemory(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        DEVICE_FIELD_NUMBER: _builtins.int
+        FIXED_BYTES_FIELD_NUMBER: _builtins.int
+        PER_SAMPLE_BYTES_FIELD_NUMBER: _builtins.int
+        RESERVED_BYTES_FIELD_NUMBER: _builtins.int
+        BATCH_CAP_FIELD_NUMBER: _builtins.int
+        device: _builtins.str
+        """"cpu" or "gpu:N" """
+        fixed_bytes: _builtins.int
+        """measured cost at no batch"""
+        per_sample_bytes: _builtins.int
+        """measured cost of each sample"""
+        reserved_bytes: _builtins.int
+        """held in the device's budget"""
+        batch_cap: _builtins.int
+        """samples per batch the reservation allows"""
+        def __init__(
+            self,
+            *,
+            device: _builtins.str = ...,
+            fixed_bytes: _builtins.int = ...,
+            per_sample_bytes: _builtins.int = ...,
+            reserved_bytes: _builtins.int = ...,
+            batch_cap: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_cap", b"batch_cap", "device", b"device", "fixed_bytes", b"fixed_bytes", "per_sample_bytes", b"per_sample_bytes", "reserved_bytes", b"reserved_bytes"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    BATCH_CAP_FIELD_NUMBER: _builtins.int
+    INSTANCES_FIELD_NUMBER: _builtins.int
+    OOM_SPLITS_FIELD_NUMBER: _builtins.int
+    batch_cap: _builtins.int
+    """the cap the scheduler uses now"""
+    oom_splits: _builtins.int
+    @_builtins.property
+    def instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchserveStatistics.InstanceMemory]: ...
+    def __init__(
+        self,
+        *,
+        batch_cap: _builtins.int = ...,
+        instances: _abc.Iterable[Global___BatchserveStatistics.InstanceMemory] | None = ...,
+        oom_splits: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_cap", b"batch_cap", "instances", b"instances", "oom_splits", b"oom_splits"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchserveStatistics: _TypeAlias = BatchserveStatistics  # noqa: Y015
 
 @_typing.final
 class ModelStatisticsResponse(_message.Message):

@@ -1,0 +1,72 @@
+"""A model whose max_batch_size is more than its memory budget allows: the server derives a
+smaller cap at load, batches stay under it under load, and no request fails."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.integration.server import MODEL_REPO, ServerProcess, start_server
+
+MODEL = "char_lstm"
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("budget_repo")
+    shutil.copytree(MODEL_REPO / MODEL, root / MODEL)
+    return root
+
+
+def _stats(server: ServerProcess) -> dict[str, object]:
+    url = f"http://{server.http_url}/v2/models/{MODEL}/stats"
+    return dict(httpx.get(url).json()["model_stats"][0])
+
+
+@pytest.fixture(scope="module")
+def budgeted(repo: Path) -> Iterator[ServerProcess]:
+    """Measure the model once, then restart it with a budget worth about 16 samples."""
+    probe = start_server(repo)
+    measured = _stats(probe)["batchserve"]["instances"][0]  # type: ignore[index]
+    assert probe.stop() == 0
+    budget = measured["fixed_bytes"] + 16 * measured["per_sample_bytes"]
+    config = repo / MODEL / "config.pbtxt"
+    text = config.read_text().replace(
+        "batchserve {", f"batchserve {{\n  memory_budget_bytes: {budget}"
+    )
+    config.write_text(text)
+    server = start_server(repo)
+    yield server
+    assert server.stop() == 0
+
+
+def test_batches_stay_under_the_derived_cap_and_nothing_fails(budgeted: ServerProcess) -> None:
+    cap = int(_stats(budgeted)["batchserve"]["batch_cap"])  # type: ignore[index]
+    assert 1 <= cap < 64
+    client = httpclient.InferenceServerClient(budgeted.http_url, concurrency=32)
+    rng = np.random.default_rng(0)
+    pending = []
+    for _ in range(256):
+        length = int(rng.integers(1, 100))
+        tokens = rng.integers(3, 98, size=(1, length)).astype(np.int64)
+        inputs = [httpclient.InferInput("tokens", [1, length], "INT64"),
+                  httpclient.InferInput("lengths", [1, 1], "INT64")]  # fmt: skip
+        inputs[0].set_data_from_numpy(tokens)
+        inputs[1].set_data_from_numpy(np.array([[length]], dtype=np.int64))
+        pending.append(client.async_infer(MODEL, inputs))
+    results = [p.get_result() for p in pending]
+    client.close()
+    assert all(r.as_numpy("next_char_logits").shape == (1, 98) for r in results)
+    stats = _stats(budgeted)
+    inference = stats["inference_stats"]  # type: ignore[index]
+    assert inference["fail"]["count"] == 0  # type: ignore[index]
+    assert inference["success"]["count"] == 256  # type: ignore[index]
+    sizes = [b["batch_size"] for b in stats["batch_stats"]]  # type: ignore[union-attr]
+    assert max(sizes) <= cap
+    assert max(sizes) > 1, "concurrent requests should have been batched"
