@@ -286,7 +286,17 @@ class ModelRegistry:
         return rows
 
     async def close(self) -> None:
-        """Drain and release every model."""
+        """Drain and release every model, logging what each version answered in its life."""
         for name, entry in list(self._entries.items()):
-            if entry.versions:
+            versions = list(entry.versions.values())
+            if versions:
                 await self.unload(name)
+            for served in versions:
+                stats = served.stats
+                logger.info(
+                    "final statistics",
+                    extra={"model": name, "version": served.version,
+                           "success": stats.success.count, "fail": stats.fail.count,
+                           "inference_count": stats.inference_count,
+                           "execution_count": stats.execution_count},
+                )  # fmt: skip

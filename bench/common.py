@@ -1,0 +1,124 @@
+"""Shared pieces of the benchmark scripts: a real server on free ports, perf_analyzer runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+# Realistic inputs where random ones would be meaningless (token ids, true lengths).
+INPUT_DATA = {
+    "char_lstm": {
+        "data": [{"tokens": {"content": list(range(3, 35)), "shape": [32]}, "lengths": [32]}]
+    },
+}
+SHAPES = {"char_lstm": ["tokens:32"]}
+
+
+@dataclass(frozen=True)
+class Point:
+    model: str
+    protocol: str
+    concurrency: int
+    throughput: float
+    p50_us: float
+    p99_us: float
+    queue_us: float
+    compute_us: float
+
+
+def perf_analyzer() -> str:
+    found = shutil.which("perf_analyzer", path=str(Path(sys.executable).parent)) or shutil.which(
+        "perf_analyzer"
+    )
+    if found is None:
+        raise SystemExit("perf_analyzer not found: run scripts/install_perf_analyzer.sh")
+    return found
+
+
+def start_server(
+    repository: Path, extra_args: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[str], dict[str, int]]:
+    """`batchserve serve` on free loopback ports; returns once every model has loaded."""
+    command = [sys.executable, "-m", "batchserve.cli", "serve", "--model-repository",
+               str(repository), "--http-port", "0", "--grpc-port", "0",
+               "--metrics-port", "0", *extra_args]  # fmt: skip
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    ports: dict[str, int] = {}
+    for line in process.stderr:
+        record = json.loads(line) if line.startswith("{") else {}
+        if record.get("message") == "listening":
+            ports = {k: int(record[k]) for k in ("http_port", "grpc_port")}
+        if record.get("message") in ("server ready", "server not ready: a model failed to load"):
+            break
+    if not ports:
+        raise SystemExit(f"server did not start (exit {process.poll()})")
+    threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe flowing
+    return process, ports
+
+
+def run_point(
+    model: str, protocol: str, port: int, concurrency: int, window_ms: int, work: Path
+) -> Point:
+    out = work / f"{model}-{protocol}-{concurrency}.csv"
+    command = [
+        perf_analyzer(), "-m", model, "-u", f"127.0.0.1:{port}", "-i", protocol,
+        "--concurrency-range", f"{concurrency}:{concurrency}",
+        "--measurement-interval", str(window_ms), "--stability-percentage", "50",
+        "--max-trials", "6", "-f", str(out),
+    ]  # fmt: skip
+    for shape in SHAPES.get(model, []):
+        command += ["--shape", shape]
+    if model in INPUT_DATA:
+        data = work / f"{model}.json"
+        data.write_text(json.dumps(INPUT_DATA[model]))
+        command += ["--input-data", str(data)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"perf_analyzer failed for {model}/{protocol}:\n{result.stdout}\n{result.stderr}"
+        )
+    with out.open() as handle:
+        row = next(csv.DictReader(handle))
+    return Point(
+        model, protocol, concurrency, float(row["Inferences/Second"]),
+        float(row["p50 latency"]), float(row["p99 latency"]),
+        float(row["Server Queue"]), float(row["Server Compute Infer"]),
+    )  # fmt: skip
+
+
+def stop_server(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGTERM)
+    process.wait(60)
+
+
+def model_stats(http_port: int, model: str) -> dict[str, Any]:
+    """The server's Triton-style statistics of one model."""
+    url = f"http://127.0.0.1:{http_port}/v2/models/{model}/stats"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return dict(json.load(response)["model_stats"][0])
+
+
+def machine_line() -> str:
+    """Machine, versions and load, for the head of every results file."""
+    import onnxruntime
+
+    return (
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; "
+        f"Python {platform.python_version()}, onnxruntime {onnxruntime.__version__}; "
+        f"load average at start {os.getloadavg()[0]:.2f}; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."
+    )
