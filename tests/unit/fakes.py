@@ -1,14 +1,16 @@
-"""A real, in-memory implementation of the Backend protocol for scheduler tests.
+"""A real, in-memory implementation of the Backend protocol for scheduler tests, and a
+clock the tests advance by hand.
 
-It computes ``y = 2x + 1`` and a per-row sum, records every batch it runs, and can be
-held (to let a queue build up), made to run out of memory above a batch size, or made
-to fail on a poisoned value.
+The backend computes ``y = 2x + 1`` and a per-row sum, records every batch it runs, and
+can be held (to let a queue build up), made to run out of memory above a batch size, or
+made to fail on a poisoned value.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +52,7 @@ class FakeBackend:
         self.oom_above = oom_above
         self.poison = poison
         self.batches: list[int] = []
+        self.shapes: list[tuple[int, ...]] = []
         self.gate = threading.Event()
         self.gate.set()
         self.entered = threading.Semaphore(0)
@@ -79,6 +82,7 @@ class FakeBackend:
         if self.oom_above is not None and len(x) > self.oom_above:
             raise OutOfMemory(f"cannot allocate a batch of {len(x)}")
         self.batches.append(len(x))
+        self.shapes.append(x.shape)
         if self.poison is not None and bool((x == self.poison).any()):
             raise BackendError("poisoned input")
         outputs = {"y": x * 2 + 1, "total": x.sum(axis=1, keepdims=True)}
@@ -89,3 +93,43 @@ class FakeBackend:
 
     def unload(self) -> None:
         self.unloaded = True
+
+
+@dataclass(eq=False)
+class _Call:
+    when_ns: int
+    callback: Callable[[], None]
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ManualClock:
+    """The batcher's clock and timer at once; time moves only when the test calls ``advance``."""
+
+    def __init__(self, start_ns: int = 1_000_000_000) -> None:
+        self.now_ns = start_ns
+        self._calls: list[_Call] = []
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def call_at(self, when_ns: int, callback: Callable[[], None]) -> _Call:
+        call = _Call(when_ns, callback)
+        self._calls.append(call)
+        return call
+
+    @property
+    def pending(self) -> list[int]:
+        """When the scheduled, uncancelled callbacks are due."""
+        return sorted(call.when_ns for call in self._calls if not call.cancelled)
+
+    def advance(self, ns: int) -> None:
+        """Move time forward and run the callbacks that fall due, in time order."""
+        self.now_ns += ns
+        due = sorted((c for c in self._calls if c.when_ns <= self.now_ns), key=lambda c: c.when_ns)
+        self._calls = [c for c in self._calls if c.when_ns > self.now_ns and not c.cancelled]
+        for call in due:
+            if not call.cancelled:
+                call.callback()

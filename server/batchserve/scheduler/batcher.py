@@ -1,33 +1,44 @@
 """The dynamic batcher of one model version.
 
-Requests are queued per priority level. Whenever an instance is free, a batch is formed
-from the head of the queue up to the batch cap and dispatched:
-- at once when it reaches a preferred size, fills the cap, or no delay is configured
-  (greedy: batches grow with load by themselves);
-- otherwise when the oldest request has waited ``max_queue_delay``.
+Requests are queued per priority level (with aging). Whenever an instance is free, a batch
+is formed from the head of the queue up to the batch cap and dispatched:
+- at once when no delay is configured (greedy: batches grow with load by themselves);
+- otherwise (Triton's rules) when the queue reaches a preferred size (the largest one it
+  reaches), when the batch cannot grow without passing the cap or the largest preferred
+  size, or when the oldest request has waited ``max_queue_delay``; and also at once when
+  the measured arrival rate says no other request can come before that delay is out.
 Requests whose deadline passed or whose client went away are dropped before they cost
-compute. Each batch runs on its instance's thread; outputs are split back per request.
+compute. Each batch runs on its instance's thread (``execution.BatchRun``, which also
+recovers from running out of memory and isolates poisoned requests); running out of
+memory lowers the cap.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Callable
 
 from batchserve.errors import DeadlineExceeded, Unavailable
-from batchserve.scheduler.batching import merge_inputs, split_outputs
+from batchserve.scheduler.execution import BatchRun
 from batchserve.scheduler.instances import Instance, InstancePool
+from batchserve.scheduler.ordering import InOrder
+from batchserve.scheduler.padding import LOOKAHEAD, SequenceLayout, closest_first
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.queue import PriorityQueue
-from batchserve.scheduler.work import Arrays, WorkItem
+from batchserve.scheduler.timing import ArrivalGaps, Clock, LoopTimer, Timer, TimerHandle
+from batchserve.scheduler.work import Outcome, WorkItem
 from batchserve.stats import ModelStats
 
-Clock = Callable[[], int]
+logger = logging.getLogger(__name__)
 
 
 class Batcher:
-    """Queue, batch and dispatch the requests of one model version."""
+    """Queue, batch and dispatch the requests of one model version.
+
+    ``clock`` and ``timer`` are injectable (tests advance time by hand); every time the
+    batcher sees (``WorkItem.enqueued_ns``, ``deadline_ns``) is on ``clock``.
+    """
 
     def __init__(
         self,
@@ -37,98 +48,157 @@ class Batcher:
         *,
         pad_value: float = 0,
         clock: Clock = time.monotonic_ns,
+        timer: Timer | None = None,
     ) -> None:
         self.pool = pool
         self.policy = policy
         self.stats = stats
-        self.queue = PriorityQueue(policy.priority_levels, policy.max_queue_size)
+        self.queue = PriorityQueue(policy.priority_levels, policy.max_queue_size, policy.aging_ns)
         self._pad_value = pad_value
         self._clock = clock
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer = timer if timer is not None else LoopTimer(clock)
+        self._wakeup: TimerHandle | None = None
+        self._wake_ns = 0
+        self._delay_ns = policy.max_queue_delay_ns if policy.merge_requests else 0
+        self._arrivals = ArrivalGaps()
+        self._layout = SequenceLayout(policy.sequence_inputs, policy.sequence_outputs)
+        self._grouping = bool(self._layout) and policy.merge_requests
+        self._order = InOrder() if policy.preserve_ordering else None
         self._running: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._set_cap(max(1, policy.max_batch_size))
 
     @property
     def cap(self) -> int:
-        """Samples per batch (1 for a model without a batch axis)."""
-        return max(1, self.policy.max_batch_size)
+        """Samples per batch now: the configured maximum, lowered after running out of memory."""
+        return self._cap
 
     def submit(self, item: WorkItem) -> None:
         """Queue a request (Overloaded when full, Unavailable when closed) and dispatch."""
         if self._closed:
             raise Unavailable("model is being unloaded")
         self.queue.push(item)
+        if self._order is not None:
+            item.ticket = self._order.ticket()
+        if self._grouping:
+            item.sequence_length = self._layout.length(item.inputs)
+        if self._delay_ns:
+            self._arrivals.record(item.enqueued_ns)
         self._dispatch()
 
+    def _set_cap(self, cap: int) -> None:
+        self._cap = cap
+        preferred = [size for size in self.policy.preferred_batch_sizes if size <= cap]
+        self._preferred = frozenset(preferred)
+        self._largest_preferred = max(preferred, default=cap)
+        self._smallest_preferred = min(preferred, default=cap)
+
+    # forming batches ----------------------------------------------------------------
     def _dispatch(self) -> None:
-        while self.queue and self.pool.has_free():
-            batch = self._form_batch()
-            if batch is None:
+        queue = self.queue
+        while queue and self.pool.has_free():
+            now = self._clock()
+            self._drop_dead_heads(now)
+            if not queue:
                 return
-            if batch:
-                self._start(batch)
+            target = self._target(now)
+            if not target:
+                return
+            self._start(self._take(target, now), now)
 
-    def _form_batch(self) -> list[WorkItem] | None:
-        """Items for the next batch; [] if only dropped items were seen; None to wait."""
-        self._drop_dead_heads()
-        if not self.queue:
-            return []
-        if not self._ready_to_dispatch():
-            return None
-        return self._take()
-
-    def _drop_dead_heads(self) -> None:
-        now = self._clock()
-        while (head := self.queue.peek()) is not None:
+    def _drop_dead_heads(self, now: int) -> None:
+        while (head := self.queue.peek(now)) is not None:
             if head.abandoned():
-                self.queue.pop()
+                self._settle(self.queue.pop(now), asyncio.CancelledError())
             elif head.deadline_ns is not None and head.deadline_ns <= now:
-                self.queue.pop().future.set_exception(
-                    DeadlineExceeded("request timed out in the queue before it could run")
+                self.queue.pop(now)
+                self._settle(
+                    head, DeadlineExceeded("request timed out in the queue before it could run")
                 )
             else:
                 return
 
-    def _ready_to_dispatch(self) -> bool:
-        policy = self.policy
-        if self._closed or not policy.merge_requests or policy.max_queue_delay_ns == 0:
-            return True
-        waiting = self.queue.samples_waiting(self.cap)
-        if waiting >= self.cap or waiting in policy.preferred_batch_sizes:
-            return True
+    def _target(self, now: int) -> int:
+        """Samples to dispatch now, or 0 to wait (with a wake-up set)."""
+        if not self._delay_ns or self._closed:
+            return self._cap
+        ready = self._ready_size()
+        if ready:
+            return ready
         oldest = self.queue.oldest_enqueued_ns()
         assert oldest is not None
-        wake_at = oldest + policy.max_queue_delay_ns
-        if self._clock() >= wake_at:
-            return True
-        self._wake_at(wake_at)
-        return False
+        due = oldest + self._delay_ns
+        if now >= due or now + self._arrivals.expected_gap_ns() > due:
+            return self._cap
+        self._wake_at(due)
+        return 0
 
-    def _wake_at(self, deadline_ns: int) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        delay = max(0.0, (deadline_ns - self._clock()) / 1e9)
-        self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+    def _ready_size(self) -> int:
+        """The largest preferred size the queue reaches, or what it holds once the batch
+        cannot grow past the cap (or the largest preferred size); 0 when neither holds."""
+        if self.queue.samples < self._smallest_preferred:
+            return 0  # common case, O(1): nothing to walk
+        limit, total, best = self._largest_preferred, 0, 0
+        for item in self.queue:
+            if item.abandoned():
+                continue
+            if total and total + item.batch_size > limit:
+                return best or total
+            total += item.batch_size
+            if total in self._preferred:
+                best = total
+            if total >= limit:
+                return best or total
+        return best
 
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._dispatch()
-
-    def _take(self) -> list[WorkItem]:
-        batch = [self.queue.pop()]
+    def _take(self, target: int, now: int) -> list[WorkItem]:
+        """The head (always) and then queued requests up to ``target`` samples."""
+        head = self.queue.pop(now)
         if not self.policy.merge_requests:
-            return batch
-        size = batch[0].batch_size
-        while (head := self.queue.peek()) is not None and size + head.batch_size <= self.cap:
-            item = self.queue.pop()
-            if not item.abandoned():
+            return [head]
+        if self._grouping:
+            return self._take_grouped(head, target, now)
+        batch, size = [head], head.batch_size
+        while (item := self.queue.peek(now)) is not None and size + item.batch_size <= target:
+            self.queue.pop(now)
+            if item.abandoned():
+                self._settle(item, asyncio.CancelledError())
+            else:
                 batch.append(item)
                 size += item.batch_size
         return batch
 
-    def _start(self, batch: list[WorkItem]) -> None:
+    def _take_grouped(self, head: WorkItem, target: int, now: int) -> list[WorkItem]:
+        """Like ``_take``, but the requests closest in length to the head's go first."""
+        window = self.queue.pop_many(LOOKAHEAD * self._cap, now)
+        batch, size, removed = [head], head.batch_size, set()
+        for item in closest_first(head, window):
+            if item.abandoned():
+                self._settle(item, asyncio.CancelledError())
+            elif size + item.batch_size <= target:
+                batch.append(item)
+                size += item.batch_size
+            else:
+                continue
+            removed.add(id(item))
+        self.queue.push_front(item for item in window if id(item) not in removed)
+        return batch
+
+    def _wake_at(self, due_ns: int) -> None:
+        if self._wakeup is not None:
+            if self._wake_ns <= due_ns:
+                return  # an earlier wake-up looks again anyway
+            self._wakeup.cancel()
+        self._wake_ns = due_ns
+        self._wakeup = self._timer.call_at(due_ns, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._wakeup = None
+        self._dispatch()
+
+    # running them -------------------------------------------------------------------
+    def _start(self, batch: list[WorkItem], now: int) -> None:
         instance = self.pool.acquire()
-        now = self._clock()
         for item in batch:
             item.dispatched_ns = now
         task = asyncio.get_running_loop().create_task(self._execute(instance, batch))
@@ -136,55 +206,62 @@ class Batcher:
         task.add_done_callback(self._running.discard)
 
     async def _execute(self, instance: Instance, batch: list[WorkItem]) -> None:
+        run = BatchRun(instance.backend, batch, self._pad_value, self._layout)
         try:
-            results, timings = await instance.run(lambda: self._run_batch(instance, batch))
+            outcomes = await instance.run(run)
         except BaseException as exc:  # delivered to every waiter, never lost
-            for item in batch:
-                _fail(item, exc)
-        else:
-            self.stats.record_batch(sum(item.batch_size for item in batch), *timings)
-            for item, outputs in zip(batch, results, strict=True):
-                if not item.future.done():
-                    item.future.set_result(outputs)
-        finally:
             self.pool.release(instance)
-            self._dispatch()
+            self._deliver(batch, [exc] * len(batch))
+        else:
+            self.pool.release(instance)
+            self._deliver(batch, outcomes)  # first, so that no bookkeeping can strand them
+            self._learn(run, instance)
+        self._dispatch()
 
-    def _run_batch(
-        self, instance: Instance, batch: list[WorkItem]
-    ) -> tuple[list[Arrays], tuple[int, int, int]]:
-        """On the instance thread: merge, infer, split; returns results and their timings."""
-        t0 = time.monotonic_ns()
-        inputs = merge_inputs([item.inputs for item in batch], self._pad_value)
-        names = sorted({name for item in batch for name in item.output_names})
-        t1 = time.monotonic_ns()
-        outputs = instance.backend.infer(inputs, names)
-        t2 = time.monotonic_ns()
-        parts = split_outputs(outputs, [item.batch_size for item in batch])
-        results = [
-            {name: part[name] for name in item.output_names}
-            for item, part in zip(batch, parts, strict=True)
-        ]
-        t3 = time.monotonic_ns()
-        return results, (t1 - t0, t2 - t1, t3 - t2)
+    def _deliver(self, batch: list[WorkItem], outcomes: list[Outcome]) -> None:
+        if self._order is None:
+            for item, outcome in zip(batch, outcomes, strict=True):
+                item.finish(outcome)
+        else:
+            for item, outcome in zip(batch, outcomes, strict=True):
+                self._order.settle(item, outcome)
+
+    def _learn(self, run: BatchRun, instance: Instance) -> None:
+        """Record the run's executions; after running out of memory, lower the cap to the
+        largest batch that then succeeded (and below the smallest that failed)."""
+        for e in run.executions:
+            self.stats.record_batch(
+                e.samples, e.input_ns, e.infer_ns, e.output_ns,
+                padding=e.padding, elements=e.elements, cap=self._cap,
+            )  # fmt: skip
+        if not run.oom_splits:
+            return
+        self.stats.oom_splits += run.oom_splits
+        learned = min(run.smallest_oom - 1, run.largest_ok or run.smallest_oom)
+        if learned < self._cap:
+            logger.warning(
+                "batch cap lowered after running out of memory",
+                extra={"instance": instance.name, "cap": max(1, learned), "was": self._cap},
+            )
+            self._set_cap(max(1, learned))
+
+    def _settle(self, item: WorkItem, outcome: Outcome) -> None:
+        if self._order is None:
+            item.finish(outcome)
+        else:
+            self._order.settle(item, outcome)
 
     async def close(self) -> None:
-        """Refuse new work, finish what is queued and running."""
+        """Refuse new work, finish what is queued and running.
+
+        Once closed, every free instance takes a batch at once and each finished batch
+        starts the next, so waiting on the running batches drains the queue.
+        """
         self._closed = True
-        while self.queue or self._running:
-            self._dispatch()
-            if self._running:
-                await asyncio.wait(set(self._running))
-            elif self.queue and not self.pool.has_free():
-                await asyncio.sleep(0.001)
-        if self._timer is not None:
-            self._timer.cancel()
-
-
-def _fail(item: WorkItem, exc: BaseException) -> None:
-    if item.future.done():
-        return
-    if isinstance(exc, Exception):
-        item.future.set_exception(exc)
-    else:
-        item.future.cancel()
+        self._dispatch()
+        while self._running:
+            await asyncio.wait(set(self._running))
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+        while self.queue:  # no instance at all to run them: answer rather than strand them
+            self._settle(self.queue.pop(self._clock()), Unavailable("model was unloaded"))

@@ -8,10 +8,25 @@ its own length input, so padding never changes an answer.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from batchserve.scheduler.work import Arrays
+
+
+class Merged(NamedTuple):
+    """A batch's inputs, with what padding they carry.
+
+    Args:
+        arrays: one array per input name, requests stacked along the batch axis.
+        padding: elements added as padding, over all inputs.
+        elements: elements of ``arrays``, padding included.
+    """
+
+    arrays: Arrays
+    padding: int
+    elements: int
 
 
 def _pad_and_stack(arrays: Sequence[np.ndarray], pad_value: float) -> np.ndarray:
@@ -26,18 +41,25 @@ def _pad_and_stack(arrays: Sequence[np.ndarray], pad_value: float) -> np.ndarray
     return merged
 
 
-def merge_inputs(requests: Sequence[Arrays], pad_value: float = 0) -> Arrays:
-    """One array per input name, requests stacked along the batch axis in order."""
+def merge_inputs(requests: Sequence[Arrays], pad_value: float = 0) -> Merged:
+    """Requests stacked in order; ragged trailing axes padded with ``pad_value``."""
     if len(requests) == 1:
-        return requests[0]
+        elements = 0
+        for array in requests[0].values():
+            elements += array.size
+        return Merged(requests[0], 0, elements)
     merged: Arrays = {}
+    padding = elements = 0
     for name in requests[0]:
         arrays = [request[name] for request in requests]
-        if all(a.shape[1:] == arrays[0].shape[1:] for a in arrays):
+        shape = arrays[0].shape[1:]
+        if all(a.shape[1:] == shape for a in arrays):
             merged[name] = np.concatenate(arrays)
         else:
             merged[name] = _pad_and_stack(arrays, pad_value)
-    return merged
+            padding += merged[name].size - sum(a.size for a in arrays)
+        elements += merged[name].size
+    return Merged(merged, padding, elements)
 
 
 def split_outputs(outputs: Arrays, batch_sizes: Sequence[int]) -> list[Arrays]:
@@ -52,14 +74,8 @@ def split_outputs(outputs: Arrays, batch_sizes: Sequence[int]) -> list[Arrays]:
     return parts
 
 
-def padding_waste(requests: Sequence[Arrays]) -> tuple[int, int]:
-    """(padded elements, total elements) a merge of these requests would carry."""
-    padded = total = 0
-    for name in requests[0]:
-        shapes = [r[name].shape for r in requests]
-        trailing = [max(s) for s in zip(*(shape[1:] for shape in shapes), strict=True)]
-        batch_total = sum(shape[0] for shape in shapes) * int(np.prod(trailing, dtype=np.int64))
-        real = sum(int(np.prod(shape, dtype=np.int64)) for shape in shapes)
-        padded += batch_total - real
-        total += batch_total
-    return padded, total
+def join_rows(pieces: Sequence[Arrays]) -> Arrays:
+    """One request's outputs from the consecutive row ranges it was run in."""
+    if len(pieces) == 1:
+        return pieces[0]
+    return {name: np.concatenate([piece[name] for piece in pieces]) for name in pieces[0]}

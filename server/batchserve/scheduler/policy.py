@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
+
+MS = 1_000_000
+AxisOf = tuple[tuple[str, int], ...]
+"""(tensor name, axis) pairs, the axis counted with the batch axis as 0."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +26,13 @@ class BatchPolicy:
         default_priority: level of requests that name none.
         default_timeout_ns: queue timeout of requests that name none; 0 for none.
         allow_timeout_override: requests may ask for a shorter timeout.
+        aging_ns: a request queued this long is served as if it were top priority.
+        preserve_ordering: requests complete in the order they were submitted.
+        sequence_inputs: for a model naming ``batchserve.sequence_length_input``, the
+            sequence axis of each other input with one (its first dynamic axis); requests
+            are grouped by their length on it.
+        sequence_outputs: likewise for outputs: each request's rows are cut back to its own
+            length on that axis.
     """
 
     max_batch_size: int
@@ -32,6 +44,10 @@ class BatchPolicy:
     default_priority: int = 1
     default_timeout_ns: int = 0
     allow_timeout_override: bool = True
+    aging_ns: int = 10 * MS
+    preserve_ordering: bool = False
+    sequence_inputs: AxisOf = ()
+    sequence_outputs: AxisOf = ()
 
     @classmethod
     def from_config(cls, config: ModelConfig, server_max_queue_size: int) -> BatchPolicy:
@@ -42,15 +58,30 @@ class BatchPolicy:
         batching = config.dynamic_batching
         queue = batching.default_queue_policy
         levels = max(1, batching.priority_levels)
+        delay_ns = batching.max_queue_delay_microseconds * 1000
+        length_input = config.batchserve.sequence_length_input
+        batched = config.max_batch_size > 0 and bool(length_input)
         return cls(
             max_batch_size=config.max_batch_size,
             merge_requests=config.max_batch_size > 0,
             preferred_batch_sizes=tuple(sorted(batching.preferred_batch_size)),
-            max_queue_delay_ns=batching.max_queue_delay_microseconds * 1000,
+            max_queue_delay_ns=delay_ns,
             max_queue_size=queue.max_queue_size or server_max_queue_size,
             priority_levels=levels,
             default_priority=batching.default_priority_level or levels,
             default_timeout_ns=queue.default_timeout_microseconds * 1000,
             allow_timeout_override=queue.allow_timeout_override
             or not queue.default_timeout_microseconds,
+            aging_ns=10 * max(delay_ns, MS),
+            preserve_ordering=batching.preserve_ordering,
+            sequence_inputs=_sequence_axes(config.input, length_input) if batched else (),
+            sequence_outputs=_sequence_axes(config.output, length_input) if batched else (),
         )
+
+
+def _sequence_axes(tensors: Iterable[ModelInput | ModelOutput], length_input: str) -> AxisOf:
+    return tuple(
+        (tensor.name, list(tensor.dims).index(-1) + 1)
+        for tensor in tensors
+        if tensor.name != length_input and -1 in tensor.dims
+    )

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 Arrays = dict[str, np.ndarray]
+Outcome = Arrays | BaseException
+"""What a request ends with: its outputs, or the error it failed with."""
 
 
 @dataclass(slots=True, eq=False)
@@ -20,10 +22,13 @@ class WorkItem:
         batch_size: samples this request contributes (its leading dimension, or 1).
         output_names: outputs to compute for it.
         priority: 1 is the highest level.
-        enqueued_ns: monotonic time it entered the queue.
-        deadline_ns: monotonic time after which it must not start; None for no deadline.
+        enqueued_ns: time it entered the queue, on the batcher's clock.
+        deadline_ns: time after which it must not start; None for no deadline.
         future: resolved with the request's own slice of the outputs.
         is_cancelled: True once the client has gone away.
+        dispatched_ns: set by the batcher when its batch starts.
+        ticket: set by the batcher: its place in submission order.
+        sequence_length: set by the batcher for sequence models: its padded length.
     """
 
     inputs: Arrays
@@ -35,7 +40,21 @@ class WorkItem:
     future: asyncio.Future[Arrays]
     is_cancelled: Callable[[], bool] | None = None
     dispatched_ns: int = 0
+    ticket: int = 0
+    sequence_length: int = 0
 
     def abandoned(self) -> bool:
         """True when nobody waits for the answer any more."""
         return self.future.done() or (self.is_cancelled is not None and self.is_cancelled())
+
+    def finish(self, outcome: Outcome) -> None:
+        """Resolve the future (once); a non-Exception outcome such as cancellation cancels it."""
+        future = self.future
+        if future.done():
+            return
+        if not isinstance(outcome, BaseException):
+            future.set_result(outcome)
+        elif isinstance(outcome, Exception):
+            future.set_exception(outcome)
+        else:
+            future.cancel()

@@ -1,0 +1,185 @@
+"""One batch on its instance's thread: merge, infer, split back, and recover from failures.
+
+- OutOfMemory on more than one sample: the batch is halved (by requests; a lone request by
+  rows, its outputs joined back) and each half retried, recursively, so no request is lost
+  because it shared a batch. The batcher then lowers its cap from what the run learned.
+- Another BackendError (or InvalidArgument) on several requests: the batch is bisected by
+  requests so that only the requests failing alone get the error. At most 2*ceil(log2 n) extra
+  runs: enough to isolate one poisoned request exactly, bounded when the runtime is broken.
+
+Statistics are only collected here; the event loop records them (counters are not locked).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from batchserve.backends.base import Backend
+from batchserve.errors import BackendError, InvalidArgument, OutOfMemory
+from batchserve.scheduler.batching import join_rows, merge_inputs, split_outputs
+from batchserve.scheduler.padding import SequenceLayout
+from batchserve.scheduler.work import Arrays, Outcome, WorkItem
+
+
+class Execution(NamedTuple):
+    """One successful backend run: its samples, timings and padding."""
+
+    samples: int
+    input_ns: int
+    infer_ns: int
+    output_ns: int
+    padding: int
+    elements: int
+
+
+Part = tuple[int, int, int]
+"""Rows ``start:stop`` of the batch's request number ``index``: (index, start, stop)."""
+
+
+class BatchRun:
+    """Runs a batch to one outcome per request; called once, on the instance's thread."""
+
+    def __init__(
+        self, backend: Backend, batch: Sequence[WorkItem], pad_value: float, layout: SequenceLayout
+    ) -> None:
+        self._backend = backend
+        self._batch = batch
+        self._pad_value = pad_value
+        self._layout = layout if layout else None
+        self._names = _output_names(batch)
+        self._outputs: list[Arrays | None] = [None] * len(batch)
+        self._pieces: dict[int, list[Arrays]] = {}  # requests run in row ranges
+        self._errors: list[BaseException | None] = [None] * len(batch)
+        self._failed = False
+        self._retries = 2 * math.ceil(math.log2(len(batch))) if len(batch) > 1 else 0
+        self.executions: list[Execution] = []
+        self.oom_splits = 0
+        self.largest_ok = 0
+        """Most samples a run succeeded with."""
+        self.smallest_oom = 0
+        """Fewest samples (more than one) a run ran out of memory with; 0 if none did."""
+
+    def __call__(self) -> list[Outcome]:
+        whole = [(index, 0, item.batch_size) for index, item in enumerate(self._batch)]
+        self._attempt(whole, whole=True)
+        return self._outcomes()
+
+    def _attempt(self, parts: list[Part], *, whole: bool = False) -> None:
+        if self._failed:
+            parts = [part for part in parts if self._errors[part[0]] is None]
+            if not parts:
+                return
+        try:
+            self._execute(parts, whole)
+        except OutOfMemory as exc:
+            self._out_of_memory(parts, exc)
+        except (BackendError, InvalidArgument) as exc:
+            self._bisect(parts, exc)
+        except Exception as exc:  # a runtime's untranslated failure: no request's own fault
+            self._fail(parts, exc)
+
+    def _execute(self, parts: list[Part], whole: bool) -> None:
+        """Run ``parts`` once; ``whole``: they are the entire batch, every request whole."""
+        t0 = time.monotonic_ns()
+        items = [self._batch[index] for index, _, _ in parts]
+        arrays = [item.inputs for item in items] if whole else _inputs(items, parts)
+        merged = merge_inputs(arrays, self._pad_value)
+        names = self._names if whole else _output_names(items)
+        t1 = time.monotonic_ns()
+        outputs = self._backend.infer(merged.arrays, names)
+        t2 = time.monotonic_ns()
+        rows = [stop - start for _, start, stop in parts]
+        self._distribute(parts, items, split_outputs(outputs, rows))
+        samples = sum(rows)
+        self.largest_ok = max(self.largest_ok, samples)
+        t3 = time.monotonic_ns()
+        self.executions.append(
+            Execution(samples, t1 - t0, t2 - t1, t3 - t2, merged.padding, merged.elements)
+        )
+
+    def _distribute(self, parts: list[Part], items: list[WorkItem], pieces: list[Arrays]) -> None:
+        """Each request's own outputs (cut back to its length); row ranges kept apart."""
+        layout = self._layout
+        batch_length = max(item.sequence_length for item in items) if layout else 0
+        for (index, start, stop), item, piece in zip(parts, items, pieces, strict=True):
+            own = {name: piece[name] for name in item.output_names}
+            if layout is not None:
+                own = layout.trim(own, item.sequence_length, batch_length)
+            if stop - start == item.batch_size:
+                self._outputs[index] = own
+            else:
+                self._pieces.setdefault(index, []).append(own)
+
+    def _out_of_memory(self, parts: list[Part], exc: OutOfMemory) -> None:
+        samples = sum(stop - start for _, start, stop in parts)
+        if samples == 1:
+            self._fail(parts, _alone_does_not_fit(exc))
+            return
+        self.oom_splits += 1
+        self.smallest_oom = min(self.smallest_oom or samples, samples)
+        for half in _halves(parts):
+            self._attempt(half)
+
+    def _bisect(self, parts: list[Part], exc: BackendError | InvalidArgument) -> None:
+        if len(parts) == 1:  # one request, or rows of one: the failure is its own
+            self._fail(parts, exc)
+            return
+        for half in _halves(parts):
+            if self._retries == 0:
+                self._fail(half, exc)
+            else:
+                self._retries -= 1
+                self._attempt(half)
+
+    def _fail(self, parts: list[Part], exc: BaseException) -> None:
+        self._failed = True
+        for index, _, _ in parts:
+            if self._errors[index] is None:
+                self._errors[index] = exc
+
+    def _outcomes(self) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        for index, (outputs, error) in enumerate(zip(self._outputs, self._errors, strict=True)):
+            if error is not None:
+                outcomes.append(error)
+            elif outputs is not None:
+                outcomes.append(outputs)
+            else:
+                outcomes.append(join_rows(self._pieces[index]))
+        return outcomes
+
+
+def _inputs(items: list[WorkItem], parts: list[Part]) -> list[Arrays]:
+    """Each part's input rows: the request's own arrays when it runs whole."""
+    return [
+        item.inputs
+        if stop - start == item.batch_size
+        else {name: array[start:stop] for name, array in item.inputs.items()}
+        for item, (_, start, stop) in zip(items, parts, strict=True)
+    ]
+
+
+def _output_names(items: Sequence[WorkItem]) -> list[str]:
+    if len(items) == 1:
+        return list(items[0].output_names)
+    return sorted({name for item in items for name in item.output_names})
+
+
+def _halves(parts: list[Part]) -> tuple[list[Part], list[Part]]:
+    """Two halves by requests; a lone request's rows split in two."""
+    if len(parts) > 1:
+        middle = len(parts) // 2
+        return parts[:middle], parts[middle:]
+    index, start, stop = parts[0]
+    middle = (start + stop) // 2
+    return [(index, start, middle)], [(index, middle, stop)]
+
+
+def _alone_does_not_fit(exc: OutOfMemory) -> OutOfMemory:
+    return OutOfMemory(
+        f"{exc.message}; the request does not fit in memory even alone: send fewer samples "
+        "(or shorter sequences) per request"
+    )

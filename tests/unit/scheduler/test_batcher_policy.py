@@ -1,0 +1,40 @@
+"""What the batcher reads from config.pbtxt beyond Triton's basic fields."""
+
+from __future__ import annotations
+
+from batchserve.model_config import parse_pbtxt
+from batchserve.scheduler.policy import BatchPolicy
+
+CHAR_LSTM = """
+name: "char_lstm" max_batch_size: 64
+input [{ name: "tokens" data_type: TYPE_INT64 dims: [-1] },
+       { name: "lengths" data_type: TYPE_INT64 dims: [1] }]
+output [{ name: "next_char_logits" data_type: TYPE_FP32 dims: [98] }]
+dynamic_batching { max_queue_delay_microseconds: 2000 preserve_ordering: true }
+batchserve { sequence_length_input: "lengths" }
+"""
+
+
+def test_a_sequence_model_groups_on_its_ragged_inputs_only() -> None:
+    policy = BatchPolicy.from_config(parse_pbtxt(CHAR_LSTM), server_max_queue_size=8)
+    assert policy.sequence_inputs == (("tokens", 1),)
+    assert policy.sequence_outputs == ()  # the logits have no sequence axis: nothing to cut
+    assert policy.preserve_ordering
+    assert policy.aging_ns == 10 * 2_000_000
+
+
+def test_outputs_with_a_dynamic_axis_are_cut_back() -> None:
+    config = parse_pbtxt(CHAR_LSTM)
+    config.output[0].ClearField("dims")
+    config.output[0].dims.extend([4, -1])
+    policy = BatchPolicy.from_config(config, server_max_queue_size=8)
+    assert policy.sequence_outputs == (("next_char_logits", 2),)
+
+
+def test_without_a_length_input_nothing_is_grouped() -> None:
+    config = parse_pbtxt(CHAR_LSTM)
+    config.ClearField("batchserve")
+    config.dynamic_batching.max_queue_delay_microseconds = 0
+    policy = BatchPolicy.from_config(config, server_max_queue_size=8)
+    assert policy.sequence_inputs == ()
+    assert policy.aging_ns == 10 * 1_000_000  # a greedy model ages after 10 ms
