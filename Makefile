@@ -8,13 +8,14 @@ PIP := $(PY) -m pip
 MODEL_REPO ?= model_repo
 PYTEST_ARGS ?=
 
-.PHONY: help venv serve test lint format unit integration models protos clean
+.PHONY: help venv serve test lint format unit integration models protos dashboards prometheus clean
 
 help:
 	@echo "make serve    serve ./$(MODEL_REPO) on ports 8000 (HTTP), 8001 (gRPC), 8002 (metrics)"
 	@echo "make test     lint, type-check and run the whole test suite"
 	@echo "make models   retrain and re-export the example models into ./$(MODEL_REPO)"
 	@echo "make protos   regenerate the protobuf/gRPC modules"
+	@echo "make dashboards  regenerate deploy/grafana/batchserve.json from its generator"
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,14 +36,14 @@ serve: $(VENV)/.stamp-$(SERVE_EXTRAS)
 	$(VENV)/bin/batchserve serve --model-repository $(MODEL_REPO)
 
 lint: $(VENV)/.stamp-$(DEV_EXTRAS)
-	$(PY) -m ruff format --check server tests scripts bench
-	$(PY) -m ruff check server tests scripts bench
+	$(PY) -m ruff format --check server tests scripts bench deploy
+	$(PY) -m ruff check server tests scripts bench deploy
 	$(PY) -m mypy
 	$(PY) scripts/gen_protos.py --check
 
 format: $(VENV)/.stamp-$(DEV_EXTRAS)
-	$(PY) -m ruff format server tests scripts bench
-	$(PY) -m ruff check --fix server tests scripts bench
+	$(PY) -m ruff format server tests scripts bench deploy
+	$(PY) -m ruff check --fix server tests scripts bench deploy
 
 # Unit and integration suites run in separate processes: the integration tests
 # load tritonclient's generated protobuf modules, which define the same
@@ -54,7 +55,11 @@ unit: $(VENV)/.stamp-$(DEV_EXTRAS)
 $(VENV)/bin/perf_analyzer: | $(VENV)/.stamp-$(DEV_EXTRAS)
 	bash scripts/install_perf_analyzer.sh $(VENV)
 
-integration: $(VENV)/.stamp-$(DEV_EXTRAS) $(VENV)/bin/perf_analyzer
+# prometheus and promtool (Debian's prometheus package) for the metrics tests.
+prometheus:
+	bash scripts/install_prometheus.sh
+
+integration: $(VENV)/.stamp-$(DEV_EXTRAS) $(VENV)/bin/perf_analyzer prometheus
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 test: lint unit integration
@@ -64,6 +69,9 @@ models: $(VENV)/.stamp-$(DEV_EXTRAS)
 
 protos: $(VENV)/.stamp-$(DEV_EXTRAS)
 	$(PY) scripts/gen_protos.py
+
+dashboards: $(VENV)/.stamp-$(DEV_EXTRAS)
+	$(PY) deploy/grafana/generate_dashboard.py
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache

@@ -71,13 +71,19 @@ def start_server(
 
 
 def run_point(
-    model: str, protocol: str, port: int, concurrency: int, window_ms: int, work: Path
+    model: str,
+    protocol: str,
+    port: int,
+    concurrency: int,
+    window_ms: int,
+    work: Path,
+    stability: float = 50,
 ) -> Point:
     out = work / f"{model}-{protocol}-{concurrency}.csv"
     command = [
         perf_analyzer(), "-m", model, "-u", f"127.0.0.1:{port}", "-i", protocol,
         "--concurrency-range", f"{concurrency}:{concurrency}",
-        "--measurement-interval", str(window_ms), "--stability-percentage", "50",
+        "--measurement-interval", str(window_ms), "--stability-percentage", str(stability),
         "--max-trials", "6", "-f", str(out),
     ]  # fmt: skip
     for shape in SHAPES.get(model, []):

@@ -49,6 +49,10 @@ def main() -> int:
     parser.add_argument("--models", default="digits_cnn,char_lstm")
     parser.add_argument("--concurrency", default="1,8")
     parser.add_argument("--window-ms", type=int, default=2000)
+    parser.add_argument(
+        "--stability", type=float, default=50,
+        help="perf_analyzer --stability-percentage; a huge value accepts any window (smoke tests)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "PERF_SMOKE.md")
     args = parser.parse_args()
     load = f"{os.getloadavg()[0]:.2f}"
@@ -60,7 +64,9 @@ def main() -> int:
                 for protocol, port in (("http", ports["http_port"]), ("grpc", ports["grpc_port"])):
                     for c in (int(x) for x in args.concurrency.split(",")):
                         points.append(
-                            run_point(model, protocol, port, c, args.window_ms, Path(tmp))
+                            run_point(
+                                model, protocol, port, c, args.window_ms, Path(tmp), args.stability
+                            )
                         )
     finally:
         server.send_signal(signal.SIGTERM)

@@ -11,16 +11,19 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 import uvloop
-from prometheus_client import make_asgi_app
 
 from batchserve.dataplane import DataPlane
 from batchserve.errors import BatchserveError
+from batchserve.gpu import GpuMonitor
 from batchserve.grpc.server import GrpcServer
+from batchserve.metrics import metrics_app
+from batchserve.metrics_collector import ServerCollector, metrics_registry
 from batchserve.registry import ModelRegistry
 from batchserve.repository import ModelRepository
 from batchserve.rest.app import build_http_app
@@ -68,7 +71,11 @@ class Server:
         self.registry = ModelRegistry(repository, settings.max_queue_size, budgets)
         self.dataplane = DataPlane(settings, self.registry, self._models_to_load(repository))
         self.http = _uvicorn(build_http_app(self.dataplane, settings), settings, settings.http_port)
-        self.metrics = _uvicorn(make_asgi_app(), settings, settings.metrics_port)
+        self.gpus = GpuMonitor.open()
+        self.load_seconds: dict[str, float] = {}
+        collector = ServerCollector(self.registry, self.gpus, self.load_seconds)
+        self.metrics = _uvicorn(metrics_app(metrics_registry(collector)), settings,
+                                settings.metrics_port)  # fmt: skip
         self.grpc = GrpcServer(self.dataplane, settings)
         self._stop = asyncio.Event()
 
@@ -101,8 +108,10 @@ class Server:
 
     async def _load_models(self) -> None:
         for name in self.dataplane.expected_models:
+            started = time.monotonic()
             try:
                 await self.registry.load(name)
+                self.load_seconds[name] = time.monotonic() - started
             except BatchserveError as exc:
                 logger.error("model failed to load", extra={"model": name, "reason": exc.message})
         ready = self.dataplane.ready()
@@ -119,6 +128,8 @@ class Server:
         await self.registry.close()
         self.metrics.should_exit = True
         await metrics_task
+        if self.gpus is not None:
+            self.gpus.close()
         logger.info("stopped")
 
 

@@ -16,9 +16,9 @@ from batchserve.errors import (
     NotFound,
     PermissionDenied,
     Unauthenticated,
-    Unavailable,
 )
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
+from batchserve.logs import bind_request
 from batchserve.registry import IndexEntry, InstanceMemory, ModelRegistry, ServedVersion
 from batchserve.repository import validate_model_name
 from batchserve.scheduler.work import WorkItem
@@ -114,16 +114,18 @@ class DataPlane:
 
     # inference ----------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
-        if self.draining:
-            raise Unavailable("server is shutting down")
+        # Draining only turns readiness off: requests keep being served until the listeners
+        # close, so load balancers have the shutdown delay to stop sending traffic.
         served = self._served(request.model_name, request.model_version)
         started = time.monotonic_ns()
+        served.stats.received += 1
         try:
             item = self._work_item(request, served, started)
             served.batcher.submit(item)
             outputs = await item.future
-        except BaseException:
-            served.stats.record_request(False, time.monotonic_ns() - started, 0)
+        except BaseException as exc:
+            served.stats.record_request(False, time.monotonic_ns() - started, 0, exc)
+            bind_request(served.name, request.id)
             raise
         finished = time.monotonic_ns()
         served.stats.record_request(True, finished - started, item.dispatched_ns - started)

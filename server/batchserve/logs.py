@@ -1,5 +1,10 @@
 """Logging set-up: one JSON object per line by default, with model and request fields.
 
+Every line carries ``time``, ``level``, ``logger`` and ``message``, plus the fields the
+call passes in ``extra`` (``model``, ``version``, ...). A record logged while a failed
+request is being answered also carries that request's ``model`` and ``request_id``
+(``bind_request``), so an unexpected error in an adapter names the request it broke.
+
 Access logs are off: a log line per request would cost more than the request itself
 on the hot path.
 """
@@ -8,10 +13,35 @@ from __future__ import annotations
 
 import logging
 import sys
+from contextvars import ContextVar
 
+from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# uvicorn adds a copy of its messages with terminal colour codes: noise in a JSON line.
+_NOT_FIELDS = (*RESERVED_ATTRS, "color_message")
+
+_request: ContextVar[tuple[str, str] | None] = ContextVar("batchserve_request", default=None)
+
+
+def bind_request(model: str, request_id: str) -> None:
+    """Tag the records logged from here on, in this task, with the request's model and id."""
+    _request.set((model, request_id))
+
+
+class RequestFields(logging.Filter):
+    """Adds the bound request's ``model`` and ``request_id`` where the call gave none."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        bound = _request.get()
+        if bound is not None:
+            model, request_id = bound
+            if not hasattr(record, "model"):
+                record.model = model
+            if request_id and not hasattr(record, "request_id"):
+                record.request_id = request_id
+        return True
 
 
 def configure_logging(level: str = "info", fmt: str = "json") -> None:
@@ -22,10 +52,12 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
             JsonFormatter(
                 "%(asctime)s %(levelname)s %(name)s %(message)s",
                 rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+                reserved_attrs=_NOT_FIELDS,
             )
         )
     else:
         handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    handler.addFilter(RequestFields())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -12,7 +12,8 @@ from tests.integration.server import REPO_ROOT
 def test_perf_analyzer_runs_cleanly_on_both_protocols(tmp_path: Path) -> None:
     out = tmp_path / "smoke.md"
     command = [sys.executable, str(REPO_ROOT / "bench" / "perf_smoke.py"),
-               "--concurrency", "4", "--window-ms", "800", "--out", str(out)]  # fmt: skip
+               "--concurrency", "4", "--window-ms", "800", "--stability", "1000",
+               "--out", str(out)]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     rows = [
