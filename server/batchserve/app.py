@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,8 +71,7 @@ class Server:
         self.dataplane = DataPlane(settings, self.registry, self._models_to_load(repository))
         self.http = _uvicorn(build_http_app(self.dataplane, settings), settings, settings.http_port)
         self.gpus = GpuMonitor.open()
-        self.load_seconds: dict[str, float] = {}
-        collector = ServerCollector(self.registry, self.gpus, self.load_seconds)
+        collector = ServerCollector(self.registry, self.gpus, self.registry.load_seconds)
         self.metrics = _uvicorn(metrics_app(metrics_registry(collector)), settings,
                                 settings.metrics_port)  # fmt: skip
         self.grpc = GrpcServer(self.dataplane, settings)
@@ -108,10 +106,8 @@ class Server:
 
     async def _load_models(self) -> None:
         for name in self.dataplane.expected_models:
-            started = time.monotonic()
             try:
                 await self.registry.load(name)
-                self.load_seconds[name] = time.monotonic() - started
             except BatchserveError as exc:
                 logger.error("model failed to load", extra={"model": name, "reason": exc.message})
         ready = self.dataplane.ready()

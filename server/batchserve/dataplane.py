@@ -124,11 +124,14 @@ class DataPlane:
             served.batcher.submit(item)
             outputs = await item.future
         except BaseException as exc:
-            served.stats.record_request(False, time.monotonic_ns() - started, 0, exc)
+            elapsed = time.monotonic_ns() - started
+            served.stats.record_request(False, elapsed, 0, exc, request.protocol)
             bind_request(served.name, request.id)
             raise
         finished = time.monotonic_ns()
-        served.stats.record_request(True, finished - started, item.dispatched_ns - started)
+        served.stats.record_request(
+            True, finished - started, item.dispatched_ns - started, protocol=request.protocol
+        )
         types = served.output_types
         return InferResponse(
             model_name=served.name,

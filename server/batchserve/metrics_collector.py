@@ -137,7 +137,9 @@ def metrics_registry(collector: ServerCollector) -> CollectorRegistry:
 
 def _request_families(versions: list[ServedVersion]) -> Iterator[Metric]:
     requests = _counter(
-        "batchserve_requests", "Inference requests answered, by outcome.", ("outcome",)
+        "batchserve_requests",
+        "Inference requests answered, by protocol and outcome.",
+        ("protocol", "outcome"),
     )
     rejected = _counter(
         "batchserve_rejected_requests",
@@ -151,8 +153,9 @@ def _request_families(versions: list[ServedVersion]) -> Iterator[Metric]:
     )
     for served in versions:
         stats, labels = served.stats, _labels(served)
-        requests.add_metric([*labels, "success"], stats.success.count)
-        requests.add_metric([*labels, "failure"], stats.fail.count)
+        for (protocol, ok), count in sorted(stats.outcomes.items()):
+            outcome = "success" if ok else "failure"
+            requests.add_metric([*labels, protocol or "internal", outcome], count)
         for reason in Rejection:
             rejected.add_metric([*labels, reason.value], stats.rejections.get(reason, 0))
         splits.add_metric(labels, stats.oom_splits)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -120,6 +121,7 @@ class ModelRegistry:
     ) -> None:
         self.repository = repository
         self.budgets = budgets
+        self.load_seconds: dict[str, float] = {}  # latest load of each model, however started
         self._max_queue_size = max_queue_size
         self._backend_factory = backend_factory
         self._entries: dict[str, ModelEntry] = {}
@@ -132,6 +134,7 @@ class ModelRegistry:
 
     async def load(self, name: str) -> None:
         """Load (or reload) every served version of a model; failures leave it UNAVAILABLE."""
+        started = time.monotonic()
         resolved = await asyncio.to_thread(self.repository.resolve, name)
         entry = self._entry(resolved.name)
         async with entry.lock:
@@ -144,6 +147,7 @@ class ModelRegistry:
                 raise
             old, entry.versions = entry.versions, versions
             entry.state, entry.reason = ModelState.READY, ""
+            self.load_seconds[resolved.name] = time.monotonic() - started
         for served in old.values():
             await served.close()
         logger.info("model ready", extra={"model": name, "versions": sorted(versions)})

@@ -58,6 +58,7 @@ class ModelStats:
     padding_elements: int = 0
     input_elements: int = 0
     received: int = 0
+    outcomes: dict[tuple[str, bool], int] = field(default_factory=dict)  # (protocol, ok)
     rejections: dict[Rejection, int] = field(default_factory=dict)
     observed: Observations = field(default_factory=Observations)
 
@@ -90,11 +91,18 @@ class ModelStats:
         self.observed.on_batch(size, input_ns + infer_ns + output_ns, cap)
 
     def record_request(
-        self, ok: bool, total_ns: int, queue_ns: int, error: BaseException | None = None
+        self,
+        ok: bool,
+        total_ns: int,
+        queue_ns: int,
+        error: BaseException | None = None,
+        protocol: str = "",
     ) -> None:
         """One request answered (or failed with ``error``) after ``total_ns``, ``queue_ns``
         of it queued."""
         (self.success if ok else self.fail).add(total_ns)
+        key = (protocol, ok)
+        self.outcomes[key] = self.outcomes.get(key, 0) + 1
         if ok:
             self.queue.add(queue_ns)
             self.observed.on_request(total_ns, queue_ns)

@@ -64,6 +64,7 @@ class InferRequest:
         timeout_us: 0 means the model's default queue timeout.
         binary_output: HTTP only: default for outputs without an explicit ``binary_data``.
         is_cancelled: returns True once the client has gone away.
+        protocol: "http" or "grpc", for the per-protocol request counts.
     """
 
     model_name: str
@@ -76,6 +77,7 @@ class InferRequest:
     timeout_us: int = 0
     binary_output: bool = False
     is_cancelled: Callable[[], bool] | None = None
+    protocol: str = ""
 
 
 @dataclass(slots=True)

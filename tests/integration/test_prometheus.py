@@ -194,6 +194,14 @@ def test_request_counts_and_rate(scraped: Scraped) -> None:
     assert 0.5 * client_rate < rate < 1.5 * client_rate
 
 
+def test_requests_are_counted_by_protocol_and_loads_are_timed(scraped: Scraped) -> None:
+    prometheus = scraped.prometheus
+    for model, count in scraped.load.ok.items():
+        labels = f'model="{model}",protocol="http",outcome="success"'
+        assert prometheus.value(f"batchserve_requests_total{{{labels}}}") == count
+        assert prometheus.value(f'batchserve_model_load_duration_seconds{{model="{model}"}}') > 0
+
+
 def test_p99_latency_from_the_histogram(scraped: Scraped) -> None:
     def quantile(q: float) -> float:
         series = 'batchserve_request_duration_seconds_bucket{model="digits_cnn"}'

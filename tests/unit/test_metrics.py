@@ -127,6 +127,7 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
 
 def _request(rows: int, model: str = "fake", **fields: object) -> InferRequest:
     data = np.ones((rows, 4), np.float32)
+    fields.setdefault("protocol", "http")
     return InferRequest(model, inputs=[Tensor("x", FP32, data.shape, data)], **fields)  # type: ignore[arg-type]
 
 
@@ -158,13 +159,19 @@ async def test_series_appear_for_loaded_models_only(served: Served) -> None:
 async def test_counters_and_histograms_are_the_model_stats(served: Served) -> None:
     for rows in (1, 3, 8):
         await served.dataplane.infer(_request(rows))
-    bad = InferRequest("fake", inputs=[Tensor("nope", FP32, (1, 4), np.ones((1, 4), np.float32))])
+    bad = InferRequest(
+        "fake", inputs=[Tensor("nope", FP32, (1, 4), np.ones((1, 4), np.float32))], protocol="http"
+    )
     with pytest.raises(InvalidArgument):
         await served.dataplane.infer(bad)
     stats = served.registry.get("fake").stats
     samples = served.scrape()
-    assert _of(samples, "batchserve_requests_total", outcome="success", **FAKE) == 3
-    assert _of(samples, "batchserve_requests_total", outcome="failure", **FAKE) == 1
+    assert (
+        _of(samples, "batchserve_requests_total", outcome="success", protocol="http", **FAKE) == 3
+    )
+    assert (
+        _of(samples, "batchserve_requests_total", outcome="failure", protocol="http", **FAKE) == 1
+    )
     assert _of(samples, "batchserve_rejected_requests_total", reason="invalid", **FAKE) == 1
     assert _of(samples, "batchserve_rejected_requests_total", reason="queue_full", **FAKE) == 0
     assert _of(samples, "batchserve_request_duration_seconds_count", **FAKE) == stats.success.count
@@ -258,7 +265,9 @@ async def test_timeouts_and_cancelled_requests_are_counted_by_reason(served: Ser
     samples = served.scrape()
     assert _of(samples, "batchserve_rejected_requests_total", reason="timeout", **FAKE) == 1
     assert _of(samples, "batchserve_rejected_requests_total", reason="cancelled", **FAKE) == 1
-    assert _of(samples, "batchserve_requests_total", outcome="failure", **FAKE) == 2
+    assert (
+        _of(samples, "batchserve_requests_total", outcome="failure", protocol="http", **FAKE) == 2
+    )
     assert _of(samples, "batchserve_inflight_requests", **FAKE) == 0
 
 

@@ -62,6 +62,7 @@ def decode_infer_request(message: ModelInferRequest) -> InferRequest:
         parameters=options.parameters,
         priority=options.priority,
         timeout_us=options.timeout_us,
+        protocol="grpc",
     )
 
 

@@ -73,6 +73,7 @@ def decode_infer_request(
         priority=options.priority,
         timeout_us=options.timeout_us,
         binary_output=options.binary_output,
+        protocol="http",
     )
 
 
