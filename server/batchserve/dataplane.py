@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from batchserve import __version__
 from batchserve.datatypes import from_config
 from batchserve.errors import (
+    BatchserveError,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -113,6 +115,24 @@ class DataPlane:
         ]
 
     # inference ----------------------------------------------------------------------
+    def decode(
+        self, decode: Callable[[], InferRequest], model: str, version: str, protocol: str
+    ) -> InferRequest:
+        """Run a wire decoder, counting a malformed request against its model when served."""
+        try:
+            return decode()
+        except InvalidArgument as exc:
+            served = self._served_or_none(model, version)
+            if served is not None:
+                served.stats.record_request(False, 0, 0, exc, protocol)
+            raise
+
+    def _served_or_none(self, model: str, version: str) -> ServedVersion | None:
+        try:
+            return self._served(model, version)
+        except BatchserveError:
+            return None
+
     async def infer(self, request: InferRequest) -> InferResponse:
         # Draining only turns readiness off: requests keep being served until the listeners
         # close, so load balancers have the shutdown delay to stop sending traffic.

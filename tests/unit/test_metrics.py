@@ -322,3 +322,19 @@ async def test_endpoint_speaks_openmetrics_when_asked_and_text_otherwise(served:
     assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
     assert openmetrics.text.endswith("# EOF\n")
     assert elsewhere.status_code == 404
+
+
+async def test_a_request_the_codec_refuses_counts_as_invalid_for_its_model(served: Served) -> None:
+    def malformed() -> InferRequest:
+        raise InvalidArgument("tensor 'x': expected 16 bytes, got 3")
+
+    with pytest.raises(InvalidArgument):
+        served.dataplane.decode(malformed, "fake", "", "grpc")
+    with pytest.raises(InvalidArgument):
+        served.dataplane.decode(malformed, "unknown-model", "", "grpc")
+    samples = served.scrape()
+    assert _of(samples, "batchserve_rejected_requests_total", reason="invalid", **FAKE) == 1
+    assert (
+        _of(samples, "batchserve_requests_total", outcome="failure", protocol="grpc", **FAKE) == 1
+    )
+    assert not any(dict(labels).get("model") == "unknown-model" for _, labels in samples)

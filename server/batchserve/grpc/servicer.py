@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any, TypeAlias
 
 import grpc
@@ -85,7 +86,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return await self._infer(request)
 
     async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
-        response = await self.dataplane.infer(codec.decode_infer_request(request))
+        decode = partial(codec.decode_infer_request, request)
+        decoded = self.dataplane.decode(decode, request.model_name, request.model_version, "grpc")
+        response = await self.dataplane.infer(decoded)
         encoded: pb.ModelInferResponse = codec.encode_infer_response(response)
         return encoded
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
+from functools import partial
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -122,9 +123,9 @@ class InferEndpoint:
         header_length = parse_header_length(
             None if header_value is None else header_value.decode("latin-1"), len(body)
         )
-        request = decode_infer_request(
-            body, header_length, _segment(match[1]), _segment(match[2] or b"")
-        )
+        name, version = _segment(match[1]), _segment(match[2] or b"")
+        decode = partial(decode_infer_request, body, header_length, name, version)
+        request = self.dataplane.decode(decode, name, version, "http")
         response = await _until_disconnect(self.dataplane.infer(request), receive)
         return encode_infer_response(response, request)
 
