@@ -112,10 +112,15 @@ def start_server(
     server = ServerProcess(process)
     server._pump_thread = threading.Thread(target=server._pump, daemon=True)
     server._pump_thread.start()
-    listening = server.wait_for("listening")
-    server.http_port = int(str(listening["http_port"]))
-    server.grpc_port = int(str(listening["grpc_port"]))
-    server.metrics_port = int(str(listening["metrics_port"]))
-    if wait_ready:
-        server.wait_for("server ready")
+    try:
+        listening = server.wait_for("listening")
+        server.http_port = int(str(listening["http_port"]))
+        server.grpc_port = int(str(listening["grpc_port"]))
+        server.metrics_port = int(str(listening["metrics_port"]))
+        if wait_ready:
+            server.wait_for("server ready")
+    except BaseException:
+        process.kill()  # never leave a half-started server behind a failed fixture
+        server.stop()
+        raise
     return server
