@@ -43,7 +43,9 @@ def measure(
         server, ports = start_server(repo)
         try:
             port = ports["http_port" if protocol == "http" else "grpc_port"]
-            point = run_point(model, protocol, port, args.concurrency, args.window_ms, work)
+            point = run_point(
+                model, protocol, port, args.concurrency, args.window_ms, work, args.stability
+            )
             stats = model_stats(ports["http_port"], model)
         finally:
             stop_server(server)
@@ -53,12 +55,13 @@ def measure(
     return rows
 
 
-def render(rows: list[Row], concurrency: int) -> str:
+def render(rows: list[Row], concurrency: int, stability: float) -> str:
     lines = [
         "# Dynamic batching on and off",
         "",
         machine_line(),
-        f"perf_analyzer 2.50.0 at concurrency {concurrency}, batch 1 per request, binary "
+        f"perf_analyzer 2.50.0 at concurrency {concurrency} (stability {stability:g} %), "
+        "batch 1 per request, binary "
         "tensors; client and server share the machine. Mean batch size = samples / batches "
         "from the server's statistics over the whole run.",
         "",
@@ -84,6 +87,7 @@ def main() -> int:
     parser.add_argument("--models", default="digits_cnn,char_lstm")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--window-ms", type=int, default=3000)
+    parser.add_argument("--stability", type=float, default=50, help="perf_analyzer stability %%")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "BATCHING.md")
     args = parser.parse_args()
     rows: list[Row] = []
@@ -93,7 +97,7 @@ def main() -> int:
             rows += measure(args.model_repository, model, True, args, work)
             unbatched = without_batching(args.model_repository, work / model, model)
             rows += measure(unbatched, model, False, args, work)
-    args.out.write_text(render(rows, args.concurrency))
+    args.out.write_text(render(rows, args.concurrency, args.stability))
     print(args.out.read_text())
     return 0
 
