@@ -1,7 +1,9 @@
-"""Read an ONNX file's declared inputs and outputs without starting a runtime."""
+"""Read an ONNX file's declared inputs and outputs, and where its external data lives,
+without starting a runtime."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +61,53 @@ def read_onnx_signature(path: Path) -> ModelSignature:
     inputs = tuple(_spec(v, path) for v in graph.input if v.name not in initializers)
     outputs = tuple(_spec(v, path) for v in graph.output)
     return ModelSignature(inputs, outputs)
+
+
+def external_data_problems(model_file: Path, label: str) -> list[str]:
+    """External tensor data must exist inside the model's version directory."""
+    model = onnx.load(str(model_file), load_external_data=False)
+    problems = []
+    for tensor in _model_tensors(model):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            problem = _location_problem(location, model_file.parent)
+            if problem is not None:
+                problems.append(f"{label}: tensor '{tensor.name}' keeps its data {problem}")
+    return problems
+
+
+def _location_problem(location: str, version_dir: Path) -> str | None:
+    if not location or "\0" in location or Path(location).is_absolute():
+        return f"at {location!r}, outside the version directory"
+    target = version_dir / location
+    if not target.resolve().is_relative_to(version_dir.resolve()):
+        return f"at {location!r}, outside the version directory"
+    if not target.is_file():
+        return f"in {location!r}, which does not exist"
+    return None
+
+
+def _model_tensors(model: Any) -> Iterator[Any]:
+    yield from _graph_tensors(model.graph)
+    for function in model.functions:
+        yield from _node_tensors(function.node)
+
+
+def _graph_tensors(graph: Any) -> Iterator[Any]:
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield from (sparse.values, sparse.indices)
+    yield from _node_tensors(graph.node)
+
+
+def _node_tensors(nodes: Any) -> Iterator[Any]:
+    """Tensors held in node attributes, descending into subgraphs (If, Loop, Scan bodies)."""
+    for node in nodes:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            if attribute.HasField("g"):
+                yield from _graph_tensors(attribute.g)
+            for graph in attribute.graphs:
+                yield from _graph_tensors(graph)

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import logging
 import unicodedata
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import onnx
 
 from batchserve.config_validation import completeness_problems, config_problems, model_problems
 from batchserve.errors import (
@@ -39,7 +35,7 @@ from batchserve.model_config import (
     parse_pbtxt,
     version_policy,
 )
-from batchserve.onnx_file import read_onnx_signature
+from batchserve.onnx_file import external_data_problems, read_onnx_signature
 from batchserve.signature import ModelSignature
 
 logger = logging.getLogger(__name__)
@@ -339,7 +335,7 @@ class _ModelCheck:
         except ModelConfigError as exc:
             self.problems.append(exc.message)
             return None
-        self.problems += _external_data_problems(version.model_file, self.label(version.model_file))
+        self.problems += external_data_problems(version.model_file, self.label(version.model_file))
         return signature
 
     def _plan_signature(self, version: ModelVersion) -> ModelSignature | None:
@@ -371,53 +367,3 @@ class _ModelCheck:
             label = self.label(self.without_gpu[-1].model_file)
             self.problems += completeness_problems(done, source=self.source, model_file=label)
         return done
-
-
-def _external_data_problems(model_file: Path, label: str) -> list[str]:
-    """External tensor data must exist inside the model's version directory."""
-    model = onnx.load(str(model_file), load_external_data=False)
-    problems = []
-    for tensor in _model_tensors(model):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-            problem = _location_problem(location, model_file.parent)
-            if problem is not None:
-                problems.append(f"{label}: tensor '{tensor.name}' keeps its data {problem}")
-    return problems
-
-
-def _location_problem(location: str, version_dir: Path) -> str | None:
-    if not location or "\0" in location or Path(location).is_absolute():
-        return f"at {location!r}, outside the version directory"
-    target = version_dir / location
-    if not _inside(target, version_dir.resolve()):
-        return f"at {location!r}, outside the version directory"
-    if not target.is_file():
-        return f"in {location!r}, which does not exist"
-    return None
-
-
-def _model_tensors(model: Any) -> Iterator[Any]:
-    yield from _graph_tensors(model.graph)
-    for function in model.functions:
-        yield from _node_tensors(function.node)
-
-
-def _graph_tensors(graph: Any) -> Iterator[Any]:
-    yield from graph.initializer
-    for sparse in graph.sparse_initializer:
-        yield from (sparse.values, sparse.indices)
-    yield from _node_tensors(graph.node)
-
-
-def _node_tensors(nodes: Any) -> Iterator[Any]:
-    """Tensors held in node attributes, descending into subgraphs (If, Loop, Scan bodies)."""
-    for node in nodes:
-        for attribute in node.attribute:
-            if attribute.HasField("t"):
-                yield attribute.t
-            yield from attribute.tensors
-            if attribute.HasField("g"):
-                yield from _graph_tensors(attribute.g)
-            for graph in attribute.graphs:
-                yield from _graph_tensors(graph)

@@ -1,9 +1,7 @@
 """ONNX Runtime backend: one InferenceSession per instance, on the CPU or one GPU.
 
-Execution providers come from what the installed onnxruntime wheel offers and what
-config.pbtxt asks for (Triton's names and parameters), chosen by a pure function so
-every combination is testable without a GPU. ORT's exceptions become batchserve's
-errors in one place, ``map_ort_errors``.
+Execution providers and session options are chosen in ``onnx_options``. ORT's
+exceptions become batchserve's errors in one place, ``map_ort_errors``.
 """
 
 from __future__ import annotations
@@ -11,9 +9,9 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,12 @@ import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from batchserve.backends.base import Arrays
+from batchserve.backends.onnx_options import (
+    CUDA_EP,
+    ProviderPlan,
+    choose_providers,
+    session_options,
+)
 from batchserve.datatypes import BY_WIRE, BYTES, DataType
 from batchserve.devices import CPU, Device
 from batchserve.errors import (
@@ -36,204 +40,6 @@ from batchserve.grpc.generated.model_config_pb2 import ModelConfig
 from batchserve.signature import DYNAMIC, ModelSignature, TensorSpec
 
 _log = logging.getLogger(__name__)
-
-CPU_EP = "CPUExecutionProvider"
-CUDA_EP = "CUDAExecutionProvider"
-TENSORRT_EP = "TensorrtExecutionProvider"
-TRT_CACHE_DIR = "trt_cache"  # beside the model file: built engines survive restarts
-
-ProviderSpec = tuple[str, dict[str, str]]
-
-_CPU_ACCELERATORS = {
-    "openvino": "OpenVINOExecutionProvider",
-    "dnnl": "DnnlExecutionProvider",
-    "xnnpack": "XnnpackExecutionProvider",
-}
-_GPU_ACCELERATORS = ("tensorrt", "cuda")
-# Triton's TensorRT accelerator keys that ORT spells differently; other trt_* keys pass as-is.
-_TRT_RENAMED = {
-    "max_workspace_size_bytes": "trt_max_workspace_size",
-    "int8_calibration_table_name": "trt_int8_calibration_table_name",
-    "int8_use_native_calibration_table": "trt_int8_use_native_calibration_table",
-}
-_TRT_PRECISION = {
-    "FP32": {},
-    "FP16": {"trt_fp16_enable": "True"},
-    "INT8": {"trt_int8_enable": "True"},
-}
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderPlan:
-    """Execution providers in priority order, the device they run on, and what to warn about.
-
-    Args:
-        providers: (name, options) pairs as ``InferenceSession`` takes them.
-        device: where the session runs; CPU when a GPU was asked for and fallback allowed.
-        warnings: messages the caller logs (the choice itself stays pure).
-    """
-
-    providers: tuple[ProviderSpec, ...]
-    device: Device
-    warnings: tuple[str, ...] = ()
-
-
-def choose_providers(
-    available: Collection[str],
-    config: ModelConfig,
-    device: Device,
-    *,
-    model_file: Path,
-    memory_limit_bytes: int | None = None,
-) -> ProviderPlan:
-    """Pick providers for ``device`` from ``available`` (``ort.get_available_providers()``)."""
-    if device.kind == "cpu":
-        return _cpu_plan(available, config, model_file)
-    if CUDA_EP in available:
-        return _gpu_plan(available, config, device, model_file, memory_limit_bytes)
-    problem = (
-        f"{model_file}: an instance on {device} needs onnxruntime's {CUDA_EP}, but this "
-        f"onnxruntime offers only {', '.join(available) or 'no providers'}"
-    )
-    if not config.batchserve.allow_cpu_fallback:
-        raise DeviceUnavailable(
-            f"{problem}. Install the GPU build (pip install 'batchserve[gpu]', which brings "
-            "onnxruntime-gpu in place of onnxruntime) and an NVIDIA driver, or set "
-            "`batchserve { allow_cpu_fallback: true }` in config.pbtxt to run on the CPU"
-        )
-    plan = _cpu_plan(available, config, model_file)
-    return replace(plan, warnings=(f"{problem}; running on the CPU", *plan.warnings))
-
-
-def _cpu_plan(available: Collection[str], config: ModelConfig, model_file: Path) -> ProviderPlan:
-    providers: list[ProviderSpec] = []
-    warnings: list[str] = []
-    for accelerator in config.optimization.execution_accelerators.cpu_execution_accelerator:
-        provider = _CPU_ACCELERATORS.get(accelerator.name)
-        if provider is None:
-            known = ", ".join(_CPU_ACCELERATORS)
-            raise ModelConfigError(
-                f"{model_file}: unknown cpu_execution_accelerator {accelerator.name!r} "
-                f"(known: {known})"
-            )
-        if provider in available:
-            providers.append((provider, dict(accelerator.parameters)))
-        else:
-            warnings.append(f"{model_file}: {provider} is not in this onnxruntime; skipping it")
-    return ProviderPlan((*providers, (CPU_EP, {})), CPU, tuple(warnings))
-
-
-def _gpu_plan(
-    available: Collection[str],
-    config: ModelConfig,
-    device: Device,
-    model_file: Path,
-    memory_limit_bytes: int | None,
-) -> ProviderPlan:
-    accelerators = _gpu_accelerators(config, model_file)
-    providers: list[ProviderSpec] = []
-    warnings: list[str] = []
-    if "tensorrt" in accelerators and TENSORRT_EP in available:
-        providers.append(
-            (TENSORRT_EP, _tensorrt_options(accelerators["tensorrt"], device, model_file))
-        )
-    elif "tensorrt" in accelerators:
-        warnings.append(f"{model_file}: {TENSORRT_EP} is not in this onnxruntime; using CUDA only")
-    cuda_options = _cuda_options(device, memory_limit_bytes) | accelerators.get("cuda", {})
-    providers += [(CUDA_EP, cuda_options), (CPU_EP, {})]
-    return ProviderPlan(tuple(providers), device, tuple(warnings))
-
-
-def _gpu_accelerators(config: ModelConfig, model_file: Path) -> dict[str, dict[str, str]]:
-    found: dict[str, dict[str, str]] = {}
-    for accelerator in config.optimization.execution_accelerators.gpu_execution_accelerator:
-        if accelerator.name not in _GPU_ACCELERATORS:
-            raise ModelConfigError(
-                f"{model_file}: unknown gpu_execution_accelerator {accelerator.name!r} "
-                f"(known: {', '.join(_GPU_ACCELERATORS)})"
-            )
-        found[accelerator.name] = dict(accelerator.parameters)
-    return found
-
-
-def _tensorrt_options(
-    params: Mapping[str, str], device: Device, model_file: Path
-) -> dict[str, str]:
-    options = {
-        "device_id": str(device.index),
-        "trt_engine_cache_enable": "True",
-        "trt_engine_cache_path": str(model_file.parent / TRT_CACHE_DIR),
-    }
-    for key, value in params.items():
-        if key == "precision_mode" and value.upper() in _TRT_PRECISION:
-            options |= _TRT_PRECISION[value.upper()]
-        elif key in _TRT_RENAMED or key.startswith("trt_"):
-            options[_TRT_RENAMED.get(key, key)] = value
-        else:
-            raise ModelConfigError(
-                f"{model_file}: tensorrt accelerator parameter {key}={value!r} is not supported "
-                f"(precision_mode is one of {', '.join(_TRT_PRECISION)}; other keys start trt_)"
-            )
-    return options
-
-
-def _cuda_options(device: Device, memory_limit_bytes: int | None) -> dict[str, str]:
-    options = {
-        "device_id": str(device.index),
-        # Grow by what is asked, not to the next power of two: the budget is measured.
-        "arena_extend_strategy": "kSameAsRequested",
-        "do_copy_in_default_stream": "True",
-    }
-    if memory_limit_bytes is not None:
-        options["gpu_mem_limit"] = str(memory_limit_bytes)
-    return options
-
-
-# Triton's optimization.graph.level: -1 basic, 0 (default) all, 1 extended, 2 none.
-_GRAPH_LEVELS = {
-    -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    0: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    2: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-}
-_FLAGS = {"1": True, "true": True, "0": False, "false": False}
-
-
-def session_options(config: ModelConfig, model_file: Path) -> Any:
-    """SessionOptions from config.pbtxt, using Triton's ONNX backend parameter names."""
-    level = config.optimization.graph.level
-    if level not in _GRAPH_LEVELS:
-        raise ModelConfigError(
-            f"{model_file}: optimization.graph.level {level} is not one of -1, 0, 1, 2"
-        )
-    params = {key: value.string_value for key, value in config.parameters.items()}
-    options = ort.SessionOptions()
-    options.logid = config.name or model_file.stem
-    options.graph_optimization_level = _GRAPH_LEVELS[level]
-    options.intra_op_num_threads = _count_param(params, "intra_op_thread_count", model_file)
-    options.inter_op_num_threads = _count_param(params, "inter_op_thread_count", model_file)
-    if _flag_param(params, "execution_mode", False, model_file):
-        options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
-    options.enable_mem_pattern = _flag_param(params, "enable_mem_pattern", True, model_file)
-    options.enable_cpu_mem_arena = _flag_param(params, "enable_mem_arena", True, model_file)
-    return options
-
-
-def _count_param(params: Mapping[str, str], key: str, model_file: Path) -> int:
-    value = params.get(key, "0").strip()
-    if not value.isdigit():
-        raise ModelConfigError(f"{model_file}: parameter {key}={value!r} is not a count >= 0")
-    return int(value)
-
-
-def _flag_param(params: Mapping[str, str], key: str, default: bool, model_file: Path) -> bool:
-    if key not in params:
-        return default
-    value = params[key].strip().lower()
-    if value not in _FLAGS:
-        raise ModelConfigError(f"{model_file}: parameter {key}={params[key]!r} is not 0 or 1")
-    return _FLAGS[value]
-
 
 _OOM = re.compile(
     r"Failed to allocate memory|bad allocation|std::bad_alloc|out of memory|BFCArena"

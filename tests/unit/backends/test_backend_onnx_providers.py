@@ -2,7 +2,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 import pytest
-from batchserve.backends.onnx import (
+from batchserve.backends.onnx_options import (
     CPU_EP,
     CUDA_EP,
     TENSORRT_EP,
