@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 MODEL_REPO ?= model_repo
 PYTEST_ARGS ?=
 
-.PHONY: help venv serve test lint format unit integration models protos dashboards prometheus clean
+.PHONY: help venv serve test lint format unit integration models protos dashboards prometheus bench clean
 
 help:
 	@echo "make serve    serve ./$(MODEL_REPO) on ports 8000 (HTTP), 8001 (gRPC), 8002 (metrics)"
@@ -16,6 +16,7 @@ help:
 	@echo "make models   retrain and re-export the example models into ./$(MODEL_REPO)"
 	@echo "make protos   regenerate the protobuf/gRPC modules"
 	@echo "make dashboards  regenerate deploy/grafana/batchserve.json from its generator"
+	@echo "make bench    ceiling, floors and batchserve in one run -> bench/RESULTS.md (~30 min; BENCH_ARGS=--quick)"
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +75,10 @@ models: $(VENV)/.stamp-$(DEV_EXTRAS)
 protos: $(VENV)/.stamp-$(DEV_EXTRAS)
 	$(PY) scripts/gen_protos.py
 	$(PY) clients/python/scripts/gen_protos.py
+
+BENCH_ARGS ?=
+bench: $(VENV)/.stamp-$(DEV_EXTRAS) $(VENV)/bin/perf_analyzer
+	$(PY) -m bench.run $(BENCH_ARGS)
 
 dashboards: $(VENV)/.stamp-$(DEV_EXTRAS)
 	$(PY) deploy/grafana/generate_dashboard.py

@@ -1,0 +1,84 @@
+"""CPU time, load and machine facts read from /proc (Linux), without extra packages."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+def parse_stat(text: str) -> tuple[int, int]:
+    """(parent pid, utime + stime in clock ticks) from one /proc/<pid>/stat line.
+
+    The command name sits in parentheses and may itself hold spaces or ')', so fields
+    are counted from the last ')'.
+    """
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[1]), int(fields[11]) + int(fields[12])
+
+
+def _stats(proc: Path) -> dict[int, tuple[int, int]]:
+    found = {}
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                found[int(entry.name)] = parse_stat((entry / "stat").read_text())
+            except (OSError, ValueError):
+                continue  # the process ended while we looked
+    return found
+
+
+def tree_ticks(stats: dict[int, tuple[int, int]], root: int) -> int:
+    """CPU ticks of ``root`` and all its descendants, from parsed stats by pid."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += stats[pid][1] if pid in stats else 0
+        todo += children.get(pid, [])
+    return total
+
+
+def cpu_seconds(root: int, proc: Path = PROC) -> float:
+    """User + system CPU seconds of a process and its descendants so far."""
+    return tree_ticks(_stats(proc), root) / os.sysconf("SC_CLK_TCK")
+
+
+def load1() -> float:
+    return os.getloadavg()[0]
+
+
+def cpu_ticks(stat: str) -> tuple[int, int]:
+    """(busy, total) ticks of all CPUs from /proc/stat text; idle and iowait are not busy."""
+    fields = [int(v) for v in stat.splitlines()[0].split()[1:]]
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest is in user)
+    return total - fields[3] - fields[4], total
+
+
+def busy_fraction(seconds: float, proc: Path = PROC) -> float:
+    """Share of the machine's CPU time that was busy over ``seconds`` (0..1)."""
+    busy0, total0 = cpu_ticks((proc / "stat").read_text())
+    time.sleep(seconds)
+    busy1, total1 = cpu_ticks((proc / "stat").read_text())
+    return (busy1 - busy0) / max(1, total1 - total0)
+
+
+def cpu_model(cpuinfo: str) -> str:
+    """The first 'model name' in /proc/cpuinfo text ('unknown' when absent, e.g. on ARM)."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            return value.strip()
+    return "unknown"
+
+
+def mem_total_bytes(meminfo: str) -> int:
+    """MemTotal from /proc/meminfo text, in bytes."""
+    for line in meminfo.splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    raise ValueError("no MemTotal line in /proc/meminfo")

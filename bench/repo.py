@@ -1,0 +1,108 @@
+"""The model repositories a run serves: the models asked for, built ones, and variants.
+
+The ResNet-like CNN is exported through the real ``batchserve export`` command; the identity
+model (the request-overhead floor) is built with onnx.helper; the batching-off variant of a
+model is its completed config without ``dynamic_batching``, beside links to its files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.model_config import (
+    CONFIG_FILENAME,
+    ONNX,
+    complete_config,
+    load_pbtxt,
+    to_pbtxt,
+)
+from batchserve.onnx_file import read_onnx_signature
+from onnx import TensorProto, helper
+
+from bench.common import ROOT
+
+RESNET = "resnet18ish"
+IDENTITY_WIDTH = 16
+MAX_BATCH = 64
+EXPORT_TIMEOUT_S = 900
+
+
+def onnx_file(model_dir: Path) -> Path:
+    """The newest version's ONNX file (the one the server loads by default)."""
+    config_path = model_dir / CONFIG_FILENAME
+    config = load_pbtxt(config_path) if config_path.exists() else ModelConfig()
+    filename = config.default_model_filename or ONNX.default_filename
+    versions = sorted(
+        (int(p.name) for p in model_dir.iterdir() if p.name.isdigit() and (p / filename).exists()),
+        reverse=True,
+    )
+    if not versions:
+        raise ValueError(f"{model_dir}: no version directory holds {filename} (ONNX only)")
+    return model_dir / str(versions[0]) / filename
+
+
+def completed_config(model_dir: Path) -> ModelConfig:
+    """The config the server will use: config.pbtxt (if any) completed from the ONNX file."""
+    path = model_dir / CONFIG_FILENAME
+    written = load_pbtxt(path) if path.exists() else ModelConfig()
+    signature = read_onnx_signature(onnx_file(model_dir))
+    return complete_config(written, name=model_dir.name, model_format=ONNX, signature=signature)
+
+
+def without_batching(model_dir: Path, repo: Path) -> Path:
+    """``repo/<model>``: a copy under a config with no dynamic batching.
+
+    A copy, not links: the server refuses version directories that lead outside its repository.
+    """
+    config = completed_config(model_dir)
+    config.ClearField("dynamic_batching")
+    target = repo / model_dir.name
+    shutil.copytree(model_dir, target, ignore=shutil.ignore_patterns(CONFIG_FILENAME))
+    (target / CONFIG_FILENAME).write_text(to_pbtxt(config))
+    return target
+
+
+def write_identity(repo: Path) -> Path:
+    """identity: FP32 [-1, 16] in, the same out; batched dynamically like the shipped models."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT__0"], ["OUTPUT__0"])],
+        "identity",
+        [helper.make_tensor_value_info("INPUT__0", TensorProto.FLOAT, ["batch", IDENTITY_WIDTH])],
+        [helper.make_tensor_value_info("OUTPUT__0", TensorProto.FLOAT, ["batch", IDENTITY_WIDTH])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    target = repo / "identity"
+    (target / "1").mkdir(parents=True)
+    onnx.save(model, str(target / "1" / "model.onnx"))
+    config = f'name: "identity"\nmax_batch_size: {MAX_BATCH}\ndynamic_batching {{\n}}\n'
+    (target / CONFIG_FILENAME).write_text(config)
+    return target
+
+
+def export_resnet(repo: Path) -> Path:
+    """Export ``bench.models:resnet18ish`` with the real CLI (verified against PyTorch)."""
+    argv = [
+        sys.executable, "-m", "batchserve.cli", "export", "bench.models:resnet18ish",
+        "--name", RESNET, "--input", "image:FP32:batch,3,224,224", "--output", "logits",
+        "--model-repository", str(repo), "--max-batch-size", str(MAX_BATCH),
+        "--dynamic-batching", "--batch-sizes", "1,2",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), _pythonpath()]))}
+    done = subprocess.run(
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"batchserve export {RESNET} failed:\n{done.stdout}{done.stderr}")
+    return repo / RESNET
+
+
+def _pythonpath() -> str:
+    return os.environ.get("PYTHONPATH", "")

@@ -1,0 +1,291 @@
+"""`make bench`: the in-process ceiling, the request floors and batchserve, in one run.
+
+Writes bench/RESULTS.md (machine, versions, load, one table per section, the targets of the
+performance issue as PASS/FAIL, notes). The full run takes 20-40 minutes on 2 cores;
+--quick is a smoke run of a few minutes.
+
+    python -m bench.run [--quick] [--model-repository DIR --models a,b] [--shape NAME:DIMS]
+                        [--peers DIR] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+
+from bench import ceiling, machine, perf, repo, report, servers, targets
+from bench.common import ROOT
+from bench.inputs import ModelInputs, parse_shape, plan
+from bench.procstat import busy_fraction, load1
+from bench.records import (
+    AIOHTTP,
+    BATCHSERVE,
+    GRPC_AIO,
+    IDENTITY,
+    RAW_ASGI,
+    Results,
+    SectionLoad,
+    ServerPoint,
+)
+from bench.report import BUSY_LOAD
+
+DEFAULT_MODELS = f"digits_cnn,char_lstm,{repo.RESNET}"
+PROTOCOLS = ("http", "grpc")
+HEAVY_MS = 5.0  # a model whose batch-1 call takes longer gets windows twice as long
+# Before a section, wait (at most settle_s) for load1 to fall to BUSY_LOAD: the 1-minute
+# average still carries the previous section, and would otherwise hide other work.
+SETTLE_STEP_S = 5.0
+FLOOR_SERVERS = (
+    ("bench.floors.http_aiohttp", AIOHTTP, "http"),
+    ("bench.floors.http_asgi", RAW_ASGI, "http"),
+    ("bench.floors.grpc_aio", GRPC_AIO, "grpc"),
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long and at which points a run measures."""
+
+    quick: bool
+    concurrency: tuple[int, ...]
+    batches: tuple[int, ...]
+    budget_s: float
+    window_ms: int
+    settle_s: float
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Plan:
+        quick = bool(args.quick)
+        concurrency: tuple[int, ...] = (1, 32) if quick else (1, 4, 16, 32)
+        if args.concurrency:
+            concurrency = tuple(int(c) for c in args.concurrency.split(","))
+        if quick:
+            return cls(quick, concurrency, (1, 8, 32, 64), 0.5, 1000, 0.0)
+        return cls(quick, concurrency, (1, 2, 4, 8, 16, 32, 64), 2.0, 3000, 60.0)
+
+    def settings(self, results: Results, model: str) -> perf.PaSettings:
+        alone = results.ceiling(model, 1)
+        heavy = alone is not None and alone.median_s * 1000 >= HEAVY_MS
+        return perf.PaSettings(self.window_ms * (2 if heavy else 1))
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A model this run measures: where it lives, its variants and its request data."""
+
+    name: str
+    directory: Path
+    unbatched: Path | None  # repository holding the batching-off variant (None: shipped off)
+    inputs: ModelInputs
+
+    @property
+    def variants(self) -> list[tuple[str, Path]]:
+        shipped = [("on" if self.unbatched else "off", self.directory.parent)]
+        return shipped + ([("off", self.unbatched)] if self.unbatched else [])
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run", description=__doc__.splitlines()[0]
+    )
+    add = parser.add_argument
+    add("--model-repository", type=Path, default=ROOT / "model_repo")
+    add("--models", default=DEFAULT_MODELS,
+        help=f"comma-separated; {repo.RESNET} is exported when not in the repository")  # fmt: skip
+    add("--shape", action="append", default=[], metavar="NAME:DIMS",
+        help="one sample's dims for an input with free axes (default 32 each)")  # fmt: skip
+    add("--quick", action="store_true", help="short windows, c=1 and 32 only")
+    add("--concurrency", help="override the concurrencies, e.g. 1,16")
+    add("--peers", type=Path, metavar="DIR", help="a directory holding venv/ with nvidia-pytriton")
+    add("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    command = shlex.join(["python", "-m", "bench.run", *words])
+    results = Results(header=machine.describe(), command=command, quick=bool(args.quick))
+    started, run_plan = time.monotonic(), Plan.from_args(args)
+    try:
+        with tempfile.TemporaryDirectory(prefix="batchserve-bench-") as tmp:
+            runner = Runner(run_plan, Path(tmp), results)
+            subjects, identity = prepare(args, runner.work, results)
+            runner.run(subjects, identity, args.peers)
+    except (Exception, KeyboardInterrupt) as exc:
+        results.notes.append(f"The run stopped early ({type(exc).__name__}: {exc}).")
+        raise
+    finally:
+        results.duration_s = time.monotonic() - started
+        if results.ceilings:  # something was measured: keep it, even from a run cut short
+            write(args.out, run_plan, results)
+    return 0
+
+
+def write(out: Path, run_plan: Plan, results: Results) -> None:
+    """RESULTS.md from whatever was measured, and each target's verdict on stdout."""
+    results.notes = method_notes(run_plan, results) + results.notes
+    verdicts = targets.evaluate(results)
+    out.write_text(report.render(results, verdicts))
+    for verdict in verdicts:
+        print(f"{verdict.label:>12}  {verdict.target}: {verdict.measured}")
+    print(f"wrote {out}")
+
+
+def prepare(
+    args: argparse.Namespace, work: Path, results: Results
+) -> tuple[list[Subject], Subject]:
+    """Locate or build every model, its batching-off variant and its request data."""
+    shapes = dict(parse_shape(text) for text in args.shape)
+    subjects = []
+    for name in (n.strip() for n in args.models.split(",") if n.strip()):
+        directory = locate(name, args.model_repository, work / "built")
+        subjects.append(subject(directory, work / "unbatched", shapes, results))
+    identity = subject(repo.write_identity(work / "floor"), None, shapes, results)
+    return subjects, identity
+
+
+def locate(name: str, source: Path, built: Path) -> Path:
+    if name == IDENTITY:
+        raise SystemExit(f"'{IDENTITY}' names the floor model of every run; measure another")
+    if (source / name).is_dir():
+        return source / name
+    if name == repo.RESNET:
+        print(f"exporting {name} with batchserve export", flush=True)
+        return repo.export_resnet(built)
+    raise SystemExit(f"model '{name}' is not in {source}")
+
+
+def subject(
+    directory: Path,
+    unbatched_repo: Path | None,
+    shapes: dict[str, tuple[int, ...]],
+    results: Results,
+) -> Subject:
+    config = repo.completed_config(directory)
+    inputs = plan(directory.name, config, shapes)
+    results.notes += inputs.notes
+    batches = config.HasField("dynamic_batching")
+    results.shipped[directory.name] = "on" if batches else "off"
+    unbatched = None
+    if batches and unbatched_repo is not None:
+        unbatched = repo.without_batching(directory, unbatched_repo).parent
+    return Subject(directory.name, directory, unbatched, inputs)
+
+
+def method_notes(run_plan: Plan, results: Results) -> list[str]:
+    """How the figures were taken, with the windows this run actually used."""
+    windows = {m: run_plan.settings(results, m).window_ms for m in results.shipped}
+    heavy = [m for m, w in windows.items() if w > run_plan.window_ms]
+    longer = f", {2 * run_plan.window_ms} ms for {', '.join(heavy)}" if heavy else ""
+    return [
+        f"Ceiling: one ONNX Runtime session per model (CPU EP, default options); "
+        f"{ceiling.WARMUP_CALLS} warm-up calls, then calls for {run_plan.budget_s:g} s (at "
+        f"least {ceiling.MIN_CALLS}); samples/s = batch / median call time. Each batch repeats "
+        "the sample the servers are sent.",
+        f"perf_analyzer: `-b 1 --concurrency-range c:c --measurement-interval W "
+        f"--stability-percentage 25 --max-trials 8`, binary tensors, the same sample in "
+        f"--input-data; W = {run_plan.window_ms} ms{longer} (batch-1 call >= {HEAVY_MS:g} ms).",
+        "batchserve runs as it ships (`batchserve serve`, defaults, only the measured model "
+        "loaded); batching off is the completed config without dynamic_batching.",
+        "Server CPU µs/req: utime + stime of the server's process tree (/proc) over the whole "
+        "perf_analyzer run, over the inferences the server counted in that run.",
+        "perf_analyzer, the servers and the in-process ceiling share the machine's cores.",
+    ]
+
+
+@dataclass(frozen=True)
+class Runner:
+    """Measures sections in order, appending every figure to ``results`` as it comes."""
+
+    plan: Plan
+    work: Path
+    results: Results
+
+    def run(self, subjects: list[Subject], identity: Subject, peers: Path | None) -> None:
+        self.section("ceiling (in-process)", partial(self.ceilings, [*subjects, identity]))
+        self.section("floors", partial(self.floors, identity))
+        for s in subjects:
+            self.section(f"batchserve {s.name}", partial(self.model, s))
+        if peers is not None:
+            from bench.peers import launch
+
+            self.section(
+                "peers (PyTriton)", partial(launch.measure, peers, [*subjects, identity], self)
+            )
+
+    def section(self, name: str, body: Callable[[], None]) -> None:
+        """One section, after the load of the last one has had time to decay (bounded)."""
+        deadline = time.monotonic() + self.plan.settle_s
+        while load1() > BUSY_LOAD and time.monotonic() < deadline:
+            time.sleep(SETTLE_STEP_S)
+        before, busy = load1(), busy_fraction(1.0)
+        print(f"== {name} (load1 {before:.2f}, CPU busy {busy:.0%})", flush=True)
+        body()
+        self.results.sections.append(SectionLoad(name, before, load1(), busy))
+
+    def ceilings(self, subjects: list[Subject]) -> None:
+        batches, budget = self.plan.batches, self.plan.budget_s
+        for s in subjects:
+            for point in ceiling.measure(repo.onnx_file(s.directory), s.inputs, batches, budget):
+                self.results.ceilings.append(point)
+                print(report.ceiling_line(point), flush=True)
+
+    def floors(self, identity: Subject) -> None:
+        for module, label, protocol in FLOOR_SERVERS:
+            serve = partial(servers.floor, module, label, protocol)
+            self.guarded(serve, label, identity, "", (protocol,))
+        self.variant(identity, "on", identity.directory.parent)
+
+    def model(self, s: Subject) -> None:
+        for batching, repository in s.variants:
+            self.variant(s, batching, repository)
+
+    def variant(self, s: Subject, batching: str, repository: Path) -> None:
+        serve = partial(servers.batchserve, repository, s.name)
+        self.guarded(serve, BATCHSERVE, s, batching, PROTOCOLS)
+
+    def guarded(
+        self,
+        serve: Callable[[], AbstractContextManager[servers.Running]],
+        label: str,
+        s: Subject,
+        batching: str,
+        protocols: Sequence[str],
+    ) -> None:
+        """Every point on one server; if the server fails, its points left are kept as failed."""
+        try:
+            with serve() as running:
+                self.points(running, s, batching, protocols)
+        except RuntimeError as exc:
+            for protocol in protocols:
+                for c in self.plan.concurrency:
+                    if not self.results.find(label, s.name, protocol, c, batching):
+                        failed = ServerPoint(label, s.name, protocol, c, batching, None)
+                        self.record(replace(failed, error=str(exc)))
+
+    def points(
+        self, running: servers.Running, s: Subject, batching: str, protocols: Sequence[str]
+    ) -> None:
+        """Every protocol x concurrency point of one model on one running server."""
+        settings, extra = self.plan.settings(self.results, s.name), s.inputs.pa_args(self.work)
+        for protocol in protocols:
+            for c in self.plan.concurrency:
+                args = (running, s.name, protocol, c, batching, settings, self.work, extra)
+                self.record(servers.measure(*args))
+
+    def record(self, point: ServerPoint) -> None:
+        self.results.points.append(point)
+        print(report.progress_line(point), flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,201 @@
+"""Servers under measurement, started on free loopback ports, and one measured point on each.
+
+A point is one perf_analyzer run; around it the server's own statistics (inferences,
+executions) and its process tree's CPU time are read, so the figures cover the whole run.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from batchserve.grpc.generated import grpc_service_pb2 as pb
+from batchserve.grpc.generated import grpc_service_pb2_grpc as pbg
+
+from bench import perf, procstat
+from bench.common import ROOT
+from bench.records import BATCHSERVE, ServerPoint
+
+READY_TIMEOUT_S = 30.0
+STARTUP_TIMEOUT_S = 600.0  # loading includes the memory probe and warm-up at the batch cap
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A server's statistics for one model at one moment."""
+
+    inferences: int
+    executions: int
+    cap: int = 0
+
+
+@dataclass(frozen=True)
+class Running:
+    """A server process and the ports it listens on ("http" and/or "grpc")."""
+
+    label: str
+    process: subprocess.Popen[str]
+    ports: dict[str, int]
+
+    def url(self, protocol: str) -> str:
+        return f"127.0.0.1:{self.ports[protocol]}"
+
+    def counts(self, model: str) -> Counts:
+        """Statistics over HTTP when the server has it (Triton's JSON), else over gRPC."""
+        if "http" in self.ports:
+            return http_counts(self.ports["http"], model)
+        return grpc_counts(self.ports["grpc"], model)
+
+
+def http_counts(port: int, model: str) -> Counts:
+    url = f"http://127.0.0.1:{port}/v2/models/{model}/stats"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return counts_from_stats(json.load(response))
+
+
+def counts_from_stats(body: dict[str, Any]) -> Counts:
+    """Counts from a v2 statistics body; batchserve adds its batch cap under "batchserve"."""
+    stats = body["model_stats"][0]
+    cap = int(stats.get("batchserve", {}).get("batch_cap", 0))
+    return Counts(int(stats["inference_count"]), int(stats["execution_count"]), cap)
+
+
+def grpc_counts(port: int, model: str) -> Counts:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pbg.GRPCInferenceServiceStub(channel)
+        reply = stub.ModelStatistics(pb.ModelStatisticsRequest(name=model), timeout=10)
+    stats = reply.model_stats[0]
+    return Counts(int(stats.inference_count), int(stats.execution_count))
+
+
+@contextmanager
+def batchserve(repository: Path, model: str) -> Iterator[Running]:
+    """`batchserve serve` with only ``model`` loaded, as it ships (logging, metrics on)."""
+    command = [sys.executable, "-m", "batchserve.cli", "serve", "--model-repository",
+               str(repository), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
+               "--model-control-mode", "explicit", "--load-model", model]  # fmt: skip
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        ports = _startup(process, model)
+        yield Running(BATCHSERVE, process, ports)
+    finally:
+        stop(process)
+
+
+def _startup(process: subprocess.Popen[str], model: str) -> dict[str, int]:
+    """Ports from the server's JSON log once it is ready; the load error if it is not."""
+    assert process.stderr is not None
+    ports: dict[str, int] = {}
+    with _watchdog(process):
+        for line in process.stderr:
+            record = json.loads(line) if line.startswith("{") else {}
+            message = record.get("message")
+            if message == "listening":
+                ports = {"http": int(record["http_port"]), "grpc": int(record["grpc_port"])}
+            elif message == "model failed to load":
+                raise RuntimeError(f"batchserve could not load {model}: {record.get('reason')}")
+            elif message == "server ready" and ports:
+                threading.Thread(target=process.stderr.read, daemon=True).start()
+                return ports
+    raise RuntimeError(f"batchserve did not start for {model} (exit {process.wait()})")
+
+
+@contextmanager
+def _watchdog(process: subprocess.Popen[str]) -> Iterator[None]:
+    """Kill a server that is not ready within STARTUP_TIMEOUT_S, so reading its output ends."""
+    timer = threading.Timer(STARTUP_TIMEOUT_S, process.kill)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+@contextmanager
+def floor(module: str, label: str, protocol: str) -> Iterator[Running]:
+    """An echo server from ``bench.floors`` on a free port."""
+    command = [sys.executable, "-m", module, "--port", "0"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(wait_for_ready_line(process, module)[0])
+        running = Running(label, process, {protocol: port})
+        _wait_counts(running, "identity")
+        yield running
+    finally:
+        stop(process)
+
+
+def wait_for_ready_line(process: subprocess.Popen[str], what: str) -> list[str]:
+    """The words after ``READY`` on the process's stdout, which is drained from then on."""
+    assert process.stdout is not None
+    with _watchdog(process):
+        for line in process.stdout:
+            words = line.split()
+            if words[:1] == ["READY"]:
+                threading.Thread(target=process.stdout.read, daemon=True).start()
+                return words[1:]
+    raise RuntimeError(f"{what} did not start (exit {process.wait()})")
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    """SIGTERM, then SIGKILL if it has not ended within 30 s."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _wait_counts(running: Running, model: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        try:
+            running.counts(model)
+            return
+        except (OSError, grpc.RpcError, KeyError, IndexError):
+            if running.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{running.label} does not answer for {model}") from None
+            time.sleep(0.1)
+
+
+def measure(
+    running: Running,
+    model: str,
+    protocol: str,
+    concurrency: int,
+    batching: str,
+    settings: perf.PaSettings,
+    work: Path,
+    extra: Sequence[str] = (),
+) -> ServerPoint:
+    """One perf_analyzer point, with the server's counts and CPU over the whole run."""
+    load, before = procstat.load1(), running.counts(model)
+    cpu, start = procstat.cpu_seconds(running.process.pid), time.monotonic()
+    row, error = perf.run(
+        model, protocol, running.url(protocol), concurrency, settings, work, extra
+    )
+    cpu = procstat.cpu_seconds(running.process.pid) - cpu
+    wall = time.monotonic() - start
+    try:
+        after = running.counts(model)
+    except (OSError, grpc.RpcError) as exc:
+        raise RuntimeError(f"{running.label} stopped answering: {exc}") from None
+    return ServerPoint(
+        running.label, model, protocol, concurrency, batching, row,
+        requests=after.inferences - before.inferences,
+        executions=after.executions - before.executions,
+        cpu_s=cpu, wall_s=wall, load1=load, cap=after.cap, error=error,
+    )  # fmt: skip

@@ -1,0 +1,162 @@
+"""The performance issue's targets, judged on synthetic figures with known answers."""
+
+from __future__ import annotations
+
+from bench.records import (
+    AIOHTTP,
+    BATCHSERVE,
+    GRPC_AIO,
+    IDENTITY,
+    PYTRITON,
+    RAW_ASGI,
+    CeilingPoint,
+    PaRow,
+    Results,
+    ServerPoint,
+)
+from bench.targets import Verdict, compute_bound, evaluate
+
+
+def point(
+    server: str, model: str, protocol: str, c: int, rate: float, *,
+    batching: str = "on", p50_ms: float = 1.0, p99_ms: float = 5.0,
+    requests: int = 0, executions: int = 0, cap: int = 64,
+) -> ServerPoint:  # fmt: skip
+    row = PaRow(rate, p50_ms * 1000, p99_ms * 1000, 0.0, 0.0)
+    return ServerPoint(server, model, protocol, c, batching, row, requests, executions, cap=cap)
+
+
+def floors() -> list[ServerPoint]:
+    return [
+        point(AIOHTTP, IDENTITY, "http", 32, 13000),
+        point(RAW_ASGI, IDENTITY, "http", 32, 18000),
+        point(GRPC_AIO, IDENTITY, "grpc", 32, 5800),
+    ]
+
+
+def results(*points: ServerPoint, ceilings: tuple[CeilingPoint, ...] = ()) -> Results:
+    done = Results(ceilings=list(ceilings), points=[*floors(), *points])
+    done.shipped = {p.model: "on" for p in done.points}
+    return done
+
+
+def verdicts(found: Results, contains: str) -> dict[str, bool | None]:
+    """Verdicts whose target names ``contains``, the identity model's left out."""
+    return {
+        v.target: v.passed
+        for v in evaluate(found)
+        if contains in v.target and not v.target.startswith(IDENTITY)
+    }
+
+
+def test_compute_bound_model_is_judged_against_its_ceiling_at_c16() -> None:
+    ceilings = (CeilingPoint("cnn", 1, 0.0125, 10), CeilingPoint("cnn", 64, 64 / 88, 5))
+    found = results(
+        point(BATCHSERVE, "cnn", "http", 16, 84.0),  # 0.955 x 88
+        point(BATCHSERVE, "cnn", "grpc", 16, 83.0),  # 0.943 x 88
+        ceilings=ceilings,
+    )
+    assert compute_bound(found, "cnn") is True
+    assert verdicts(found, "ceiling") == {
+        "cnn HTTP c=16 >= 0.95 x ceiling": True,
+        "cnn gRPC c=16 >= 0.95 x ceiling": False,
+    }
+    assert not verdicts(found, "echo")
+
+
+def test_request_bound_model_is_judged_against_the_floor_of_its_protocol() -> None:
+    found = results(
+        point(BATCHSERVE, "small", "http", 32, 8000),  # 0.615 x 13,000; 0.44 x 18,000
+        point(BATCHSERVE, "small", "grpc", 32, 3000),  # 0.517 x 5,800
+        ceilings=(CeilingPoint("small", 32, 32 / 93000, 100),),
+    )
+    assert compute_bound(found, "small") is False
+    assert verdicts(found, "echo") == {
+        "small HTTP c=32 >= 0.6 x aiohttp echo": True,
+        "small gRPC c=32 >= 0.6 x grpc.aio echo": False,
+        "(stretch) small HTTP c=32 >= 0.6 x raw ASGI echo": False,
+    }
+
+
+def test_p99_against_pytriton_only_when_the_peer_was_measured() -> None:
+    ours = point(BATCHSERVE, "small", "http", 32, 8000, p99_ms=4.0)
+    theirs = point(PYTRITON, "small", "http", 32, 2400, p99_ms=25.0)
+    ceilings = (CeilingPoint("small", 32, 32 / 93000, 100),)
+    measured = verdicts(results(ours, theirs, ceilings=ceilings), "PyTriton")
+    assert measured["small HTTP c=32 p99 below PyTriton's"] is True
+    assert measured["small gRPC c=32 p99 below PyTriton's"] is None
+    alone = evaluate(results(ours, ceilings=ceilings))
+    assert any(v.measured == "peers not run" for v in alone)
+
+
+def test_c1_overhead_is_p50_minus_the_in_process_batch_1_time() -> None:
+    found = results(
+        point(BATCHSERVE, "small", "http", 1, 2000, p50_ms=0.40),  # 0.40 - 0.04 = 0.36
+        point(BATCHSERVE, "small", "grpc", 1, 1500, p50_ms=0.60),  # 0.60 - 0.04 = 0.56
+        ceilings=(CeilingPoint("small", 1, 0.00004, 2000),),
+    )
+    assert verdicts(found, "p50") == {
+        "small HTTP c=1 p50 - in-process b=1 <= 0.35 ms": False,
+        "small gRPC c=1 p50 - in-process b=1 <= 0.6 ms": True,
+    }
+
+
+def test_mean_batch_target_follows_a_lower_cap() -> None:
+    found = results(
+        point(BATCHSERVE, "small", "http", 32, 8000, requests=2300, executions=100),
+        point(BATCHSERVE, "small", "grpc", 32, 3000, requests=600, executions=100, cap=8),
+    )
+    assert verdicts(found, "mean batch") == {
+        "small HTTP c=32 mean batch >= 0.7 x min(32, cap)": True,  # 23 >= 22.4
+        "small gRPC c=32 mean batch >= 0.7 x min(32, cap)": True,  # 6 >= 0.7 x 8
+    }
+
+
+def test_mean_batch_is_not_asked_of_a_model_shipped_without_batching() -> None:
+    found = results(point(BATCHSERVE, "plain", "http", 32, 100, batching="off"))
+    found.shipped["plain"] = "off"
+    assert not verdicts(found, "plain HTTP c=32 mean batch")
+
+
+def test_missing_and_failed_points_are_not_measured_rather_than_failed() -> None:
+    failed = ServerPoint(BATCHSERVE, "small", "http", 1, "on", None, error="x\nserver crashed\n")
+    found = results(failed, ceilings=(CeilingPoint("small", 1, 0.00004, 2000),))
+    by_target = {v.target: v for v in evaluate(found)}
+    http = by_target["small HTTP c=1 p50 - in-process b=1 <= 0.35 ms"]
+    assert (http.passed, http.measured) == (None, "point failed: server crashed")
+    assert (
+        by_target["small gRPC c=1 p50 - in-process b=1 <= 0.6 ms"].measured
+        == "not measured in this run"
+    )
+    assert Verdict("t", "m", None).label == "not measured"
+
+
+def test_a_model_without_ceiling_cannot_be_classified() -> None:
+    found = results(point(BATCHSERVE, "small", "http", 32, 8000))
+    assert compute_bound(found, "small") is None
+    assert verdicts(found, "throughput") == {"small: throughput target": None}
+
+
+def test_identity_through_batchserve_is_held_to_latency_and_batching_targets() -> None:
+    found = results(
+        point(BATCHSERVE, IDENTITY, "http", 1, 4000, p50_ms=0.2),
+        point(BATCHSERVE, IDENTITY, "http", 32, 9000, requests=3200, executions=200),
+        ceilings=(CeilingPoint(IDENTITY, 1, 0.00001, 2000),),
+    )
+    judged = {v.target: v.passed for v in evaluate(found)}
+    assert judged["identity HTTP c=1 p50 - in-process b=1 <= 0.35 ms"] is True
+    assert judged["identity HTTP c=32 mean batch >= 0.7 x min(32, cap)"] is False  # 16 < 22.4
+    assert not any("identity" in t and "echo" in t for t in judged)
+
+
+def test_negative_overhead_passes_with_a_warning() -> None:
+    found = results(
+        point(BATCHSERVE, "cnn", "http", 1, 30, p50_ms=30.0),
+        ceilings=(CeilingPoint("cnn", 1, 0.2, 5),),
+    )
+    judged = {v.target: v for v in evaluate(found)}
+    verdict = judged["cnn HTTP c=1 p50 - in-process b=1 <= 0.35 ms"]
+    assert verdict.passed is True
+    assert verdict.measured.endswith(
+        "= -170.000 ms (the in-process call was the slower: see the load table)"
+    )
