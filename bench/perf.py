@@ -32,11 +32,17 @@ class PaSettings:
 
 
 def command(
-    model: str, protocol: str, url: str, concurrency: int, settings: PaSettings, out: Path
+    model: str,
+    protocol: str,
+    url: str,
+    concurrency: int,
+    settings: PaSettings,
+    out: Path,
+    binary: str | None = None,
 ) -> list[str]:
     """perf_analyzer's command line for one point (batch 1 per request, binary tensors)."""
     return [
-        perf_analyzer(), "-m", model, "-u", url, "-i", protocol, "-b", "1",
+        binary or perf_analyzer(), "-m", model, "-u", url, "-i", protocol, "-b", "1",
         "--concurrency-range", f"{concurrency}:{concurrency}",
         "--measurement-interval", str(settings.window_ms),
         "--stability-percentage", str(settings.stability),

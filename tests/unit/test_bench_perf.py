@@ -34,7 +34,8 @@ def test_parse_csv_without_rows_is_an_error() -> None:
 
 
 def test_command_uses_the_peers_flags(tmp_path: Path) -> None:
-    argv = command("m", "grpc", "127.0.0.1:1", 16, PaSettings(6000), tmp_path / "o.csv")
+    out = tmp_path / "o.csv"
+    argv = command("m", "grpc", "127.0.0.1:1", 16, PaSettings(6000), out, "perf_analyzer")
     text = " ".join(argv[1:])
     assert "-m m -u 127.0.0.1:1 -i grpc -b 1 --concurrency-range 16:16" in text
     assert "--measurement-interval 6000 --stability-percentage 25 --max-trials 8" in text
