@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 
-import orjson
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from batchserve.errors import BatchserveError, Unavailable, http_status, public_message
+from batchserve.rest.codec import encode_error
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ def error_body(error: BaseException) -> tuple[int, bytes]:
     """Status and body for any exception; unexpected ones are logged with their traceback."""
     if not isinstance(error, BatchserveError):
         logger.error("unexpected error", exc_info=error)
-    return http_status(error), orjson.dumps({"error": public_message(error)})
+    return http_status(error), encode_error(public_message(error))
 
 
 def _response(error: BaseException) -> Response:
@@ -46,13 +46,13 @@ async def handle_validation_error(_: Request, exc: Exception) -> Response:
     problems = "; ".join(
         f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()
     )
-    body = orjson.dumps({"error": f"invalid request: {problems}"})
+    body = encode_error(f"invalid request: {problems}")
     return Response(body, status_code=400, media_type="application/json")
 
 
 async def handle_http_exception(_: Request, exc: Exception) -> Response:
     """Starlette's 404/405 keep their status but use the protocol's error body."""
     assert isinstance(exc, HTTPException)
-    body = orjson.dumps({"error": str(exc.detail)})
+    body = encode_error(str(exc.detail))
     return Response(body, status_code=exc.status_code, media_type="application/json",
                     headers=exc.headers)  # fmt: skip
