@@ -156,16 +156,18 @@ async def _until_disconnect(work: Awaitable[Any], receive: Receive) -> Any:
 async def _send(
     send: Send, status: int, headers: list[tuple[bytes, bytes]], chunks: list[bytes | memoryview]
 ) -> None:
+    """Large binary outputs go out as the codec's memoryviews: the transport writes any
+    bytes-like object, so copying them into ``bytes`` first would only cost time."""
     total = sum(len(c) for c in chunks)
     headers.append((b"content-length", str(total).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     if total < SEND_WHOLE_BELOW or len(chunks) == 1:
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        await send({"type": "http.response.body", "body": bytes(body)})
+        await send({"type": "http.response.body", "body": body})
         return
     for index, chunk in enumerate(chunks):
         more = index < len(chunks) - 1
-        await send({"type": "http.response.body", "body": bytes(chunk), "more_body": more})
+        await send({"type": "http.response.body", "body": chunk, "more_body": more})
 
 
 def in_front_of(endpoint: InferEndpoint, app: ASGIApp) -> ASGIApp:
