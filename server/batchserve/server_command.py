@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from batchserve.settings import Settings
 
@@ -28,6 +31,15 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--shutdown-timeout", "shutdown_timeout_seconds", float, "longest drain, in seconds"),
     ("--log-level", "log_level", str, "debug, info (default), warning, error"),
     ("--log-format", "log_format", str, "json (default) or text"),
+    ("--tls-cert-file", "tls_cert_file", Path, "PEM certificate chain: HTTP and gRPC serve TLS"),
+    ("--tls-key-file", "tls_key_file", Path, "PEM private key of --tls-cert-file (unencrypted)"),
+    (
+        "--tls-ca-file",
+        "tls_ca_file",
+        Path,
+        "PEM CA certificates: HTTP and gRPC clients must present a certificate signed by one "
+        "(mutual TLS)",
+    ),
 )
 
 
@@ -54,11 +66,26 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings(**{k: v for k, v in given.items() if v is not None})
 
 
+def settings_errors(error: ValidationError) -> list[str]:
+    """One line per invalid setting, instead of pydantic's multi-line report."""
+    lines = []
+    for detail in error.errors(include_url=False):
+        message = str(detail["msg"]).removeprefix("Value error, ")
+        field = ".".join(str(part) for part in detail["loc"])
+        lines.append(f"{field}: {message}" if field else message)
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     from batchserve.app import run as run_server
     from batchserve.logs import configure_logging
 
-    settings = settings_from_args(args)
+    try:
+        settings = settings_from_args(args)
+    except ValidationError as error:
+        for line in settings_errors(error):
+            print(f"batchserve serve: {line}", file=sys.stderr)
+        return 2
     configure_logging(settings.log_level, settings.log_format)
     run_server(settings)
     return 0

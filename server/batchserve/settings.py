@@ -8,10 +8,11 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from batchserve.scheduler.memory import parse_budgets
+from batchserve.tls import TlsFiles
 
 MIB = 1024 * 1024
 
@@ -45,9 +46,30 @@ class Settings(BaseSettings):
     shutdown_timeout_seconds: float = Field(30.0, gt=0)
     log_level: str = "info"
     log_format: str = Field("json", pattern="^(json|text)$")
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_ca_file: Path | None = None
 
     @field_validator("memory_budget")
     @classmethod
     def _budget_parses(cls, value: str | None) -> str | None:
         parse_budgets(value)
         return value
+
+    @model_validator(mode="after")
+    def _tls_files_load(self) -> Settings:
+        """Refuse to start with TLS half set up, or with files the listeners could not load."""
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("--tls-cert-file and --tls-key-file go together: give both or neither")
+        if self.tls_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("--tls-ca-file (mutual TLS) needs --tls-cert-file and --tls-key-file")
+        if self.tls is not None:
+            self.tls.check()
+        return self
+
+    @property
+    def tls(self) -> TlsFiles | None:
+        """The HTTP and gRPC listeners' TLS files, or None to serve in plain text."""
+        if self.tls_cert_file is None or self.tls_key_file is None:
+            return None
+        return TlsFiles(self.tls_cert_file, self.tls_key_file, self.tls_ca_file)

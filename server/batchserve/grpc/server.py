@@ -32,7 +32,11 @@ class GrpcServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
         reflection.enable_server_reflection(names, self.server)
-        self.port = self.server.add_insecure_port(f"{settings.host}:{settings.grpc_port}")
+        address = f"{settings.host}:{settings.grpc_port}"
+        if settings.tls is None:
+            self.port = self.server.add_insecure_port(address)
+        else:
+            self.port = self.server.add_secure_port(address, settings.tls.grpc_credentials())
 
     async def start(self) -> None:
         await self.server.start()

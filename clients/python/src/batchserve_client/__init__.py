@@ -26,6 +26,7 @@ from batchserve_client.errors import (
 )
 from batchserve_client.results import InferResult, ModelMetadata, ServerMetadata, TensorMetadata
 from batchserve_client.retry import DEFAULT_RETRY, NO_RETRY, RetryEvent, RetryPolicy
+from batchserve_client.tls import TlsConfig
 
 __version__ = "0.1.0"
 
@@ -50,6 +51,7 @@ __all__ = [
     "RetryPolicy",
     "ServerMetadata",
     "TensorMetadata",
+    "TlsConfig",
     "Unauthenticated",
     "Unavailable",
     "Unimplemented",

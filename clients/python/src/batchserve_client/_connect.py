@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+import grpc
 
 from batchserve_client._call import Api, AsyncRunner, SyncRunner
 from batchserve_client._grpc import GrpcApi
 from batchserve_client._grpc_io import AsyncGrpcRunner, GrpcRunner, channel_options
 from batchserve_client._http import HttpApi
 from batchserve_client._http_io import AsyncHttpRunner, HttpRunner
+from batchserve_client.tls import TlsConfig
 
 _SCHEMES = {"http": False, "https": True, "grpc": False, "grpcs": True}
 
@@ -23,6 +27,7 @@ class Settings:
     Args:
         url: ``http://host:port[/prefix]``, ``https://...``, ``grpc://host:port`` or
             ``grpcs://host:port`` (TLS with the system's root certificates).
+        tls: for ``https://`` and ``grpcs://``: a private CA, a client certificate.
         connect_timeout: seconds a connection may take to open.
         max_backoff: the retry policy's longest wait, which bounds gRPC's reconnect backoff.
         token: sent as ``Authorization: Bearer <token>`` (gRPC metadata ``authorization``).
@@ -31,6 +36,7 @@ class Settings:
     """
 
     url: str
+    tls: TlsConfig | None
     connect_timeout: float
     max_backoff: float
     token: str | None
@@ -42,6 +48,8 @@ class Settings:
             raise ValueError(
                 f"the URL must start with http://, https://, grpc:// or grpcs://: {self.url!r}"
             )
+        if self.tls is not None and not _SCHEMES[urlsplit(self.url).scheme]:
+            raise ValueError(f"tls= needs an https:// or grpcs:// URL, got {self.url!r}")
 
     @property
     def is_grpc(self) -> bool:
@@ -53,33 +61,50 @@ class Settings:
             headers["authorization"] = f"Bearer {self.token}"
         return headers
 
-    def grpc_target(self) -> tuple[str, bool]:
-        """``host:port`` and whether to use TLS."""
+    def grpc_target(self) -> tuple[str, grpc.ChannelCredentials | None]:
+        """``host:port`` and the channel's credentials (None: plain text)."""
         parts = urlsplit(self.url)
         if parts.port is None or parts.path not in ("", "/"):
             raise ValueError(f"a gRPC URL is scheme://host:port, got {self.url!r}")
-        return parts.netloc, _SCHEMES[parts.scheme]
+        if not _SCHEMES[parts.scheme]:
+            return parts.netloc, None
+        tls = self.tls or TlsConfig()
+        return parts.netloc, tls.grpc_credentials()
+
+    def verify(self) -> ssl.SSLContext | bool:
+        """httpx's ``verify``: the system's roots unless a TlsConfig says otherwise."""
+        return True if self.tls is None else self.tls.ssl_context()
 
 
 def open_sync(settings: Settings) -> tuple[Api[Any, Any], SyncRunner[Any, Any]]:
     if not settings.is_grpc:
         runner = HttpRunner(
-            settings.url, headers=settings.metadata(), connect_timeout=settings.connect_timeout
+            settings.url,
+            headers=settings.metadata(),
+            connect_timeout=settings.connect_timeout,
+            verify=settings.verify(),
         )
         return HttpApi(binary_data=settings.binary_data), runner
-    target, secure = settings.grpc_target()
+    target, credentials = settings.grpc_target()
     options = channel_options(settings.connect_timeout, settings.max_backoff)
     metadata = tuple(settings.metadata().items())
-    return GrpcApi(), GrpcRunner(target, secure=secure, options=options, metadata=metadata)
+    return GrpcApi(), GrpcRunner(
+        target, credentials=credentials, options=options, metadata=metadata
+    )
 
 
 def open_async(settings: Settings) -> tuple[Api[Any, Any], AsyncRunner[Any, Any]]:
     if not settings.is_grpc:
         runner = AsyncHttpRunner(
-            settings.url, headers=settings.metadata(), connect_timeout=settings.connect_timeout
+            settings.url,
+            headers=settings.metadata(),
+            connect_timeout=settings.connect_timeout,
+            verify=settings.verify(),
         )
         return HttpApi(binary_data=settings.binary_data), runner
-    target, secure = settings.grpc_target()
+    target, credentials = settings.grpc_target()
     options = channel_options(settings.connect_timeout, settings.max_backoff)
     metadata = tuple(settings.metadata().items())
-    return GrpcApi(), AsyncGrpcRunner(target, secure=secure, options=options, metadata=metadata)
+    return GrpcApi(), AsyncGrpcRunner(
+        target, credentials=credentials, options=options, metadata=metadata
+    )

@@ -40,11 +40,15 @@ class GrpcRunner:
     """Sends requests over one ``grpc.Channel``."""
 
     def __init__(
-        self, target: str, *, secure: bool, options: Sequence[tuple[str, Any]], metadata: Metadata
+        self,
+        target: str,
+        *,
+        credentials: grpc.ChannelCredentials | None,
+        options: Sequence[tuple[str, Any]],
+        metadata: Metadata,
     ) -> None:
         self._target, self._metadata = target, metadata
-        if secure:
-            credentials = grpc.ssl_channel_credentials()
+        if credentials is not None:
             self._channel = grpc.secure_channel(target, credentials, options=options)
         else:
             self._channel = grpc.insecure_channel(target, options=options)
@@ -73,17 +77,21 @@ class AsyncGrpcRunner:
     first call (an aio channel belongs to the loop it was made in)."""
 
     def __init__(
-        self, target: str, *, secure: bool, options: Sequence[tuple[str, Any]], metadata: Metadata
+        self,
+        target: str,
+        *,
+        credentials: grpc.ChannelCredentials | None,
+        options: Sequence[tuple[str, Any]],
+        metadata: Metadata,
     ) -> None:
-        self._target, self._secure = target, secure
+        self._target, self._credentials = target, credentials
         self._options, self._metadata = list(options), metadata
         self._channel: grpc.aio.Channel | None = None
         self._methods: dict[str, grpc.aio.UnaryUnaryMultiCallable[Message, Message]] = {}
 
     def _open(self) -> grpc.aio.Channel:
-        if self._secure:
-            credentials = grpc.ssl_channel_credentials()
-            return grpc.aio.secure_channel(self._target, credentials, options=self._options)
+        if self._credentials is not None:
+            return grpc.aio.secure_channel(self._target, self._credentials, options=self._options)
         return grpc.aio.insecure_channel(self._target, options=self._options)
 
     async def send(self, request: GrpcRequest, timeout: float | None) -> Message:

@@ -3,6 +3,7 @@ connections are kept alive and reused, and httpx's errors as the library's."""
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -47,10 +48,11 @@ class HttpRunner:
         *,
         headers: Mapping[str, str],
         connect_timeout: float,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self._url = base_url
         self._connect = connect_timeout
-        self._client = httpx.Client(base_url=base_url, headers=dict(headers))
+        self._client = httpx.Client(base_url=base_url, headers=dict(headers), verify=verify)
 
     def send(self, request: HttpRequest, timeout: float | None) -> httpx.Response:
         with _mapped_errors(self._url):
@@ -75,10 +77,11 @@ class AsyncHttpRunner:
         *,
         headers: Mapping[str, str],
         connect_timeout: float,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self._url = base_url
         self._connect = connect_timeout
-        self._client = httpx.AsyncClient(base_url=base_url, headers=dict(headers))
+        self._client = httpx.AsyncClient(base_url=base_url, headers=dict(headers), verify=verify)
 
     async def send(self, request: HttpRequest, timeout: float | None) -> httpx.Response:
         with _mapped_errors(self._url):

@@ -13,6 +13,7 @@ from batchserve_client._connect import Settings, open_async
 from batchserve_client._infer import ParameterValue, build_request
 from batchserve_client.results import InferResult, ModelMetadata, ServerMetadata
 from batchserve_client.retry import DEFAULT_RETRY, Attempts, RetryPolicy, run_async
+from batchserve_client.tls import TlsConfig
 
 T = TypeVar("T")
 A = TypeVar("A", bound="AsyncClient")
@@ -36,6 +37,8 @@ class AsyncClient:
         headers: extra HTTP headers, or gRPC metadata, sent with every call.
         binary_data: HTTP only: send and receive tensors as binary data (the default)
             rather than JSON.
+        tls: for ``https://`` and ``grpcs://`` URLs: the CA that signed the server's
+            certificate and, for a server that requires one, the client's certificate.
     """
 
     def __init__(
@@ -48,9 +51,10 @@ class AsyncClient:
         token: str | None = None,
         headers: Mapping[str, str] | None = None,
         binary_data: bool = True,
+        tls: TlsConfig | None = None,
     ) -> None:
         settings = Settings(
-            url, connect_timeout, retry.max_backoff, token, dict(headers or {}), binary_data
+            url, tls, connect_timeout, retry.max_backoff, token, dict(headers or {}), binary_data
         )
         self.url, self._timeout, self._retry = url, timeout, retry
         self._api, self._runner = open_async(settings)
