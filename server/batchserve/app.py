@@ -17,18 +17,21 @@ from typing import Any
 import uvicorn
 import uvloop
 
+from batchserve.backends import create_backend
 from batchserve.dataplane import DataPlane
 from batchserve.errors import BatchserveError
 from batchserve.gpu import GpuMonitor
 from batchserve.grpc.server import GrpcServer
 from batchserve.metrics import metrics_app
 from batchserve.metrics_collector import ServerCollector, metrics_registry
-from batchserve.registry import ModelRegistry
+from batchserve.registry import BackendFactory, ModelRegistry
 from batchserve.repository import ModelRepository
 from batchserve.rest.app import build_http_app
+from batchserve.rest.transport import CoalescingHttpToolsProtocol
 from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
 from batchserve.scheduler.memory_probe import device_total_bytes
 from batchserve.settings import ModelControlMode, Settings
+from batchserve.tls import TlsFiles, TlsMode
 
 logger = logging.getLogger(__name__)
 
@@ -44,32 +47,37 @@ class _Uvicorn(uvicorn.Server):
         return int(self.servers[0].sockets[0].getsockname()[1])
 
 
-def _uvicorn(app: Any, settings: Settings, port: int) -> _Uvicorn:
+def _uvicorn(app: Any, settings: Settings, port: int, tls: TlsFiles | None = None) -> _Uvicorn:
+    """A uvicorn server on ``port``, serving TLS when ``tls`` is given."""
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=port,
         loop="none",
-        http="httptools",
+        http=CoalescingHttpToolsProtocol,
         lifespan="off",
         access_log=False,
         log_config=None,
         server_header=False,
         timeout_graceful_shutdown=int(settings.shutdown_timeout_seconds),
+        **(tls.uvicorn_options() if tls is not None else {}),
     )
     return _Uvicorn(config)
 
 
 class Server:
-    """The whole server process."""
+    """The whole server process; ``backend_factory`` lets a test harness wrap the runtimes."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, backend_factory: BackendFactory = create_backend
+    ) -> None:
         self.settings = settings
         repository = ModelRepository(settings.model_repository)
         budgets = MemoryBudgets(parse_budgets(settings.memory_budget), device_total_bytes)
-        self.registry = ModelRegistry(repository, settings.max_queue_size, budgets)
+        self.registry = ModelRegistry(repository, settings.max_queue_size, budgets, backend_factory)
         self.dataplane = DataPlane(settings, self.registry, self._models_to_load(repository))
-        self.http = _uvicorn(build_http_app(self.dataplane, settings), settings, settings.http_port)
+        self.http = _uvicorn(build_http_app(self.dataplane, settings), settings,
+                             settings.http_port, settings.tls)  # fmt: skip
         self.gpus = GpuMonitor.open()
         collector = ServerCollector(self.registry, self.gpus, self.registry.load_seconds)
         self.metrics = _uvicorn(metrics_app(metrics_registry(collector)), settings,
@@ -95,10 +103,12 @@ class Server:
                 await asyncio.gather(http_task, metrics_task)
                 return
             await asyncio.sleep(0.01)
+        tls = self.settings.tls.mode if self.settings.tls is not None else TlsMode.OFF
         logger.info(
             "listening",
             extra={"host": self.settings.host, "http_port": self.http.bound_port(),
-                   "grpc_port": self.grpc.port, "metrics_port": self.metrics.bound_port()},
+                   "grpc_port": self.grpc.port, "metrics_port": self.metrics.bound_port(),
+                   "http_tls": tls, "grpc_tls": tls, "metrics_tls": TlsMode.OFF},
         )  # fmt: skip
         await self._load_models()
         await self._stop.wait()
@@ -129,9 +139,9 @@ class Server:
         logger.info("stopped")
 
 
-async def serve(settings: Settings) -> None:
+async def serve(settings: Settings, backend_factory: BackendFactory = create_backend) -> None:
     """Run a server until SIGTERM or SIGINT; a second signal stops without draining."""
-    server = Server(settings)
+    server = Server(settings, backend_factory)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
@@ -146,6 +156,6 @@ async def serve(settings: Settings) -> None:
     await server.run()
 
 
-def run(settings: Settings) -> None:
-    """Blocking entry point used by the `batchserve serve` command."""
-    uvloop.run(serve(settings))
+def run(settings: Settings, backend_factory: BackendFactory = create_backend) -> None:
+    """Blocking entry point used by the `batchserve serve` command (and bench's leaky server)."""
+    uvloop.run(serve(settings, backend_factory))
