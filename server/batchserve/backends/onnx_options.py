@@ -196,6 +196,13 @@ def session_options(config: ModelConfig, model_file: Path) -> Any:
         options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     options.enable_mem_pattern = _flag_param(params, "enable_mem_pattern", True, model_file)
     options.enable_cpu_mem_arena = _flag_param(params, "enable_mem_arena", True, model_file)
+    # ORT's pool threads busy-wait between operators by default. In a server they then
+    # spin between batches too, taking the cores the event loop needs: measured on the
+    # 2-core reference machine, spinning doubled the server's CPU per request at equal
+    # throughput (bench/NOTES.md). Off unless the model's config asks for it.
+    spinning = "1" if _flag_param(params, "allow_spinning", False, model_file) else "0"
+    options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
+    options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
     return options
 
 

@@ -195,9 +195,11 @@ def test_parameters_set_threads_mode_and_memory_pattern():
     parameters { key: "inter_op_thread_count" value { string_value: "1" } }
     parameters { key: "execution_mode" value { string_value: "1" } }
     parameters { key: "enable_mem_pattern" value { string_value: "0" } }
+    parameters { key: "allow_spinning" value { string_value: "1" } }
     parameters { key: "unrelated_setting" value { string_value: "x" } }
     """)
     options = session_options(config, MODEL)
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
     assert options.intra_op_num_threads == 2
     assert options.inter_op_num_threads == 1
     assert options.execution_mode == ort.ExecutionMode.ORT_PARALLEL
@@ -211,6 +213,9 @@ def test_defaults_leave_ort_choosing():
     assert options.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
     assert options.enable_mem_pattern is True
     assert options.logid == "m"
+    # threads wait without spinning, so idle instances leave the cores to the event loop
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert options.get_session_config_entry("session.inter_op.allow_spinning") == "0"
 
 
 @pytest.mark.parametrize(
