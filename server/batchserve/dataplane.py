@@ -161,7 +161,7 @@ class DataPlane:
         )
 
     def _work_item(self, request: InferRequest, served: ServedVersion, now: int) -> WorkItem:
-        valid = validate_request(request.inputs, request.outputs, served.config)
+        valid = validate_request(request.inputs, request.outputs, served.schema)
         policy = served.batcher.policy
         if policy.max_batch_size and valid.batch_size > policy.max_batch_size:
             raise InvalidArgument(

@@ -20,7 +20,7 @@ from batchserve.backends import create_backend, resolve_devices
 from batchserve.backends.base import Backend
 from batchserve.datatypes import DataType, from_config
 from batchserve.devices import Device, gpu_count
-from batchserve.errors import BatchserveError, NotFound, Unavailable
+from batchserve.errors import BatchserveError, ModelConfigError, NotFound, Unavailable
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig
 from batchserve.repository import ModelRepository, ModelVersion, ResolvedModel
 from batchserve.scheduler.batcher import Batcher
@@ -29,6 +29,7 @@ from batchserve.scheduler.memory import MemoryBudgets, MemoryProfile, ModelReser
 from batchserve.scheduler.memory_probe import probe_backend
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.stats import ModelStats
+from batchserve.validation import RequestSchema
 from batchserve.warmup import zero_inputs
 
 logger = logging.getLogger(__name__)
@@ -75,6 +76,11 @@ class ServedVersion:
     stats: ModelStats
     memory: tuple[InstanceMemory, ...] = ()
     reservations: ModelReservations | None = None
+
+    @cached_property
+    def schema(self) -> RequestSchema:
+        """The config compiled for validating requests (once, not per request)."""
+        return RequestSchema.of(self.config)
 
     @cached_property
     def output_types(self) -> dict[str, DataType]:
@@ -135,7 +141,13 @@ class ModelRegistry:
     async def load(self, name: str) -> None:
         """Load (or reload) every served version of a model; failures leave it UNAVAILABLE."""
         started = time.monotonic()
-        resolved = await asyncio.to_thread(self.repository.resolve, name)
+        try:
+            resolved = await asyncio.to_thread(self.repository.resolve, name)
+        except ModelConfigError as exc:  # in the repository, but broken: say why when asked
+            failed = self._entry(name)
+            if failed.state is not ModelState.READY:
+                failed.state, failed.reason = ModelState.UNAVAILABLE, exc.message
+            raise
         entry = self._entry(resolved.name)
         async with entry.lock:
             if entry.state is not ModelState.READY:
