@@ -24,6 +24,7 @@ from batchserve.errors import BatchserveError, ModelConfigError, NotFound, Unava
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig
 from batchserve.repository import ModelRepository, ModelVersion, ResolvedModel
 from batchserve.scheduler.batcher import Batcher
+from batchserve.scheduler.inline import INLINE_BELOW_NS
 from batchserve.scheduler.instances import Instance, InstancePool
 from batchserve.scheduler.memory import MemoryBudgets, MemoryProfile, ModelReservations
 from batchserve.scheduler.memory_probe import probe_backend
@@ -197,7 +198,9 @@ class ModelRegistry:
         if config.max_batch_size > 0:
             policy = replace(policy, max_batch_size=min(m.batch_cap for m in memory))
         pad = config.batchserve.padding_value
-        batcher = Batcher(InstancePool(instances), policy, stats, pad_value=pad)
+        batcher = Batcher(
+            InstancePool(instances), policy, stats, pad_value=pad, inline_below_ns=INLINE_BELOW_NS
+        )
         return ServedVersion(
             resolved.name, version.version, config, batcher, stats, tuple(memory), reservations
         )

@@ -9,8 +9,10 @@ is formed from the head of the queue up to the batch cap and dispatched:
   the measured arrival rate says no other request can come before that delay is out.
 Requests whose deadline passed or whose client went away are dropped before they cost
 compute. Each batch runs on its instance's thread (``execution.BatchRun``, which also
-recovers from running out of memory and isolates poisoned requests); running out of
-memory lowers the cap.
+recovers from running out of memory and isolates poisoned requests), or directly on the
+event loop when ``inline_below_ns`` is set and a CPU batch of its size is measured to run
+faster than that (``inline.py``: about what the hand-over to the thread costs). Running
+out of memory lowers the cap.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 
 from batchserve.errors import DeadlineExceeded, Unavailable
 from batchserve.scheduler.execution import BatchRun
+from batchserve.scheduler.inline import InlineRuns
 from batchserve.scheduler.instances import Instance, InstancePool
 from batchserve.scheduler.ordering import InOrder
 from batchserve.scheduler.padding import LOOKAHEAD, SequenceLayout, closest_first
@@ -49,6 +52,7 @@ class Batcher:
         pad_value: float = 0,
         clock: Clock = time.monotonic_ns,
         timer: Timer | None = None,
+        inline_below_ns: int = 0,
     ) -> None:
         self.pool = pool
         self.policy = policy
@@ -65,6 +69,7 @@ class Batcher:
         self._grouping = bool(self._layout) and policy.merge_requests
         self._order = InOrder() if policy.preserve_ordering else None
         self._running: set[asyncio.Task[None]] = set()
+        self._inline = InlineRuns(inline_below_ns)
         self._closed = False
         self._set_cap(max(1, policy.max_batch_size))
 
@@ -77,6 +82,9 @@ class Batcher:
         """Queue a request (Overloaded when full, Unavailable when closed) and dispatch."""
         if self._closed:
             raise Unavailable("model is being unloaded")
+        if self.queue.full:  # places held by clients that went away are free
+            for gone in self.queue.remove_abandoned():
+                self._settle(gone, asyncio.CancelledError())
         self.queue.push(item)
         if self._order is not None:
             item.ticket = self._order.ticket()
@@ -201,22 +209,41 @@ class Batcher:
         instance = self.pool.acquire()
         for item in batch:
             item.dispatched_ns = now
-        task = asyncio.get_running_loop().create_task(self._execute(instance, batch))
+        run = BatchRun(instance.backend, batch, self._pad_value, self._layout)
+        if instance.backend.device.kind == "cpu" and self._inline.inline(
+            sum(item.batch_size for item in batch)
+        ):
+            try:
+                outcomes: list[Outcome] | BaseException = run()
+            except Exception as exc:  # delivered to every waiter, never lost
+                outcomes = exc
+            self._finish(instance, batch, run, outcomes)
+            return  # the caller's dispatch loop goes on
+        task = asyncio.get_running_loop().create_task(self._execute(instance, batch, run))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
-    async def _execute(self, instance: Instance, batch: list[WorkItem]) -> None:
-        run = BatchRun(instance.backend, batch, self._pad_value, self._layout)
+    async def _execute(self, instance: Instance, batch: list[WorkItem], run: BatchRun) -> None:
         try:
-            outcomes = await instance.run(run)
+            outcomes: list[Outcome] | BaseException = await instance.run(run)
         except BaseException as exc:  # delivered to every waiter, never lost
-            self.pool.release(instance)
-            self._deliver(batch, [exc] * len(batch))
-        else:
-            self.pool.release(instance)
-            self._deliver(batch, outcomes)  # first, so that no bookkeeping can strand them
-            self._learn(run, instance)
+            outcomes = exc
+        self._finish(instance, batch, run, outcomes)
         self._dispatch()
+
+    def _finish(
+        self,
+        instance: Instance,
+        batch: list[WorkItem],
+        run: BatchRun,
+        outcomes: list[Outcome] | BaseException,
+    ) -> None:
+        self.pool.release(instance)
+        if isinstance(outcomes, BaseException):
+            self._deliver(batch, [outcomes] * len(batch))
+            return
+        self._deliver(batch, outcomes)  # first, so that no bookkeeping can strand them
+        self._learn(run, instance)
 
     def _deliver(self, batch: list[WorkItem], outcomes: list[Outcome]) -> None:
         if self._order is None:
@@ -230,6 +257,7 @@ class Batcher:
         """Record the run's executions; after running out of memory, lower the cap to the
         largest batch that then succeeded (and below the smallest that failed)."""
         for e in run.executions:
+            self._inline.record(e.samples, e.input_ns + e.infer_ns + e.output_ns)
             self.stats.record_batch(
                 e.samples, e.input_ns, e.infer_ns, e.output_ns,
                 padding=e.padding, elements=e.elements, cap=self._cap,

@@ -1,7 +1,9 @@
 """Model instances and the worker thread each one runs its batches on.
 
-One thread per instance: the runtime's session (and, on GPUs, its CUDA stream) is only
-ever touched from that thread, and the event loop never blocks on inference.
+One thread per instance: a GPU runtime's session and CUDA stream are only ever touched
+from that thread, and the event loop does not block on inference. The one exception is a
+CPU batch measured to run faster than the hand-over to this thread costs, which the
+batcher runs on the loop instead (``inline.py``).
 """
 
 from __future__ import annotations

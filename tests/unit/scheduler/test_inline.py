@@ -1,0 +1,115 @@
+"""Fast CPU batches run on the event loop; slow, unmeasured and GPU batches on the thread."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pytest
+from batchserve.devices import Device
+from batchserve.scheduler.batcher import Batcher
+from batchserve.scheduler.inline import InlineRuns
+from batchserve.scheduler.instances import Instance, InstancePool
+from batchserve.scheduler.policy import BatchPolicy
+from batchserve.stats import ModelStats
+from fakes import FakeBackend, fake_config
+from harness import answer, item
+
+pytestmark = pytest.mark.anyio
+
+
+def test_unmeasured_sizes_go_to_the_thread() -> None:
+    runs = InlineRuns(threshold_ns=100)
+    assert not runs.inline(1)
+    runs.record(1, 50)
+    assert runs.inline(1)
+    assert not runs.inline(2)
+
+
+def test_the_decision_follows_the_smoothed_run_time() -> None:
+    runs = InlineRuns(threshold_ns=100)
+    runs.record(4, 40)
+    assert runs.inline(4)
+    runs.record(4, 1_000)  # one slow run: 40 + (1000 - 40) / 4 = 280
+    assert not runs.inline(4)
+    for _ in range(8):
+        runs.record(4, 40)
+    assert runs.inline(4)
+
+
+def test_disabled_never_runs_inline() -> None:
+    runs = InlineRuns(threshold_ns=0)
+    runs.record(1, 1)
+    assert not runs.inline(1)
+
+
+class ThreadRecordingBackend(FakeBackend):
+    """The fake model, noting which thread each batch ran on."""
+
+    def __init__(self, device: Device | None = None) -> None:
+        super().__init__()
+        self.threads: list[int] = []
+        if device is not None:
+            self._device = device
+
+    def infer(
+        self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        self.threads.append(threading.get_ident())
+        return super().infer(inputs, output_names)
+
+
+ONE_SECOND_NS = 1_000_000_000  # any run of the fake model counts as fast
+
+
+def _batcher(backend: FakeBackend, inline: bool) -> Batcher:
+    pool = InstancePool([Instance("fake-0", backend)])
+    policy = BatchPolicy.from_config(fake_config(""), server_max_queue_size=64)
+    return Batcher(pool, policy, ModelStats(), inline_below_ns=ONE_SECOND_NS if inline else 0)
+
+
+async def test_a_measured_fast_cpu_batch_runs_on_the_loop_thread() -> None:
+    backend = ThreadRecordingBackend()
+    batcher = _batcher(backend, inline=True)
+    loop_thread = threading.get_ident()
+    for value in (1.0, 2.0, 3.0):
+        request = item(1, value)
+        batcher.submit(request)
+        out = await answer(request)
+        np.testing.assert_array_equal(out["y"], np.full((1, 4), 2 * value + 1))
+    first, *later = backend.threads
+    assert first != loop_thread  # unmeasured: the instance's thread
+    assert later == [loop_thread, loop_thread]
+    assert batcher.stats.execution_count == 3
+
+
+async def test_gpu_instances_and_the_default_keep_to_their_thread() -> None:
+    loop_thread = threading.get_ident()
+    for backend, inline in (
+        (ThreadRecordingBackend(Device("gpu", 0)), True),
+        (ThreadRecordingBackend(), False),
+    ):
+        batcher = _batcher(backend, inline)
+        for _ in range(3):
+            request = item(1, 1.0)
+            batcher.submit(request)
+            await answer(request)
+        assert loop_thread not in backend.threads
+
+
+async def test_an_inline_failure_reaches_only_the_waiters() -> None:
+    backend = ThreadRecordingBackend()
+    batcher = _batcher(backend, inline=True)
+    warm = item(1, 1.0)
+    batcher.submit(warm)
+    await answer(warm)
+    backend.poison = 7.0
+    poisoned = item(1, 7.0)
+    batcher.submit(poisoned)
+    with pytest.raises(Exception, match="poisoned input"):
+        await answer(poisoned)
+    healthy = item(1, 2.0)
+    batcher.submit(healthy)
+    np.testing.assert_array_equal((await answer(healthy))["y"], np.full((1, 4), 5.0))
+    assert threading.get_ident() in backend.threads
