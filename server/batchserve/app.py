@@ -27,7 +27,7 @@ from batchserve.metrics_collector import ServerCollector, metrics_registry
 from batchserve.registry import BackendFactory, ModelRegistry
 from batchserve.repository import ModelRepository
 from batchserve.rest.app import build_http_app
-from batchserve.rest.transport import CoalescingHttpToolsProtocol
+from batchserve.rest.http_limits import LimitedHttpToolsProtocol
 from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
 from batchserve.scheduler.memory_probe import device_total_bytes
 from batchserve.settings import ModelControlMode, Settings
@@ -54,7 +54,7 @@ def _uvicorn(app: Any, settings: Settings, port: int, tls: TlsFiles | None = Non
         host=settings.host,
         port=port,
         loop="none",
-        http=CoalescingHttpToolsProtocol,
+        http=LimitedHttpToolsProtocol,
         lifespan="off",
         access_log=False,
         log_config=None,

@@ -199,7 +199,12 @@ class ModelRegistry:
             policy = replace(policy, max_batch_size=min(m.batch_cap for m in memory))
         pad = config.batchserve.padding_value
         batcher = Batcher(
-            InstancePool(instances), policy, stats, pad_value=pad, inline_below_ns=INLINE_BELOW_NS
+            InstancePool(instances),
+            policy,
+            stats,
+            pad_value=pad,
+            inline_below_ns=INLINE_BELOW_NS,
+            dispatch_per_pass=True,
         )
         return ServedVersion(
             resolved.name, version.version, config, batcher, stats, tuple(memory), reservations

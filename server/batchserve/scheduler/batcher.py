@@ -40,7 +40,10 @@ class Batcher:
     """Queue, batch and dispatch the requests of one model version.
 
     ``clock`` and ``timer`` are injectable (tests advance time by hand); every time the
-    batcher sees (``WorkItem.enqueued_ns``, ``deadline_ns``) is on ``clock``.
+    batcher sees (``WorkItem.enqueued_ns``, ``deadline_ns``) is on ``clock``. With
+    ``dispatch_per_pass`` a submit does not dispatch at once but at the end of the event
+    loop's current pass (the server's setting); without it, inside ``submit`` (what the
+    rule tests observe).
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class Batcher:
         clock: Clock = time.monotonic_ns,
         timer: Timer | None = None,
         inline_below_ns: int = 0,
+        dispatch_per_pass: bool = False,
     ) -> None:
         self.pool = pool
         self.policy = policy
@@ -69,6 +73,8 @@ class Batcher:
         self._grouping = bool(self._layout) and policy.merge_requests
         self._order = InOrder() if policy.preserve_ordering else None
         self._running: set[asyncio.Task[None]] = set()
+        self._dispatch_per_pass = dispatch_per_pass
+        self._dispatch_pending = False
         self._inline = InlineRuns(inline_below_ns)
         self._closed = False
         self._set_cap(max(1, policy.max_batch_size))
@@ -92,6 +98,17 @@ class Batcher:
             item.sequence_length = self._layout.length(item.inputs)
         if self._delay_ns:
             self._arrivals.record(item.enqueued_ns)
+        if not self._dispatch_per_pass:
+            self._dispatch()
+        elif not self._dispatch_pending:
+            self._dispatch_pending = True
+            asyncio.get_running_loop().call_soon(self._deferred_dispatch)
+
+    def _deferred_dispatch(self) -> None:
+        """Dispatch once per event-loop pass, after every request that pass decoded has
+        been queued: dispatching on each submit would start a batch with the first of them
+        (at once, when it runs inline) and leave the rest for the next batch."""
+        self._dispatch_pending = False
         self._dispatch()
 
     def _set_cap(self, cap: int) -> None:

@@ -36,6 +36,28 @@ class PriorityQueue:
         self._size += 1
         self.samples += item.batch_size
 
+    @property
+    def full(self) -> bool:
+        return self._size >= self._max_size
+
+    def remove_abandoned(self) -> list[WorkItem]:
+        """Take out every item nobody waits for any more, keeping the others' order.
+
+        Called when the queue is full: a client that went away must not hold its place
+        until an instance is free to drop it (new requests would be refused meanwhile).
+        """
+        removed: list[WorkItem] = []
+        for level in self._levels:
+            for _ in range(len(level)):
+                item = level.popleft()
+                if item.abandoned():
+                    removed.append(item)
+                else:
+                    level.append(item)
+        self._size -= len(removed)
+        self.samples -= sum(item.batch_size for item in removed)
+        return removed
+
     def peek(self, now_ns: int) -> WorkItem | None:
         """The item that would be taken next at ``now_ns``."""
         level = self._front(now_ns)

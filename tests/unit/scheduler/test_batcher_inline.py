@@ -1,4 +1,5 @@
-"""Fast CPU batches run on the event loop; slow, unmeasured and GPU batches on the thread."""
+"""Fast CPU batches run on the event loop; slow, unmeasured and GPU batches on the thread;
+the server dispatches once per event-loop pass so that such batches still grow with load."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from batchserve.scheduler.instances import Instance, InstancePool
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.stats import ModelStats
 from fakes import FakeBackend, fake_config
-from harness import answer, item
+from harness import answer, answers, item
 
 pytestmark = pytest.mark.anyio
 
@@ -63,10 +64,16 @@ class ThreadRecordingBackend(FakeBackend):
 ONE_SECOND_NS = 1_000_000_000  # any run of the fake model counts as fast
 
 
-def _batcher(backend: FakeBackend, inline: bool) -> Batcher:
+def _batcher(backend: FakeBackend, inline: bool, *, per_pass: bool = False) -> Batcher:
     pool = InstancePool([Instance("fake-0", backend)])
     policy = BatchPolicy.from_config(fake_config(""), server_max_queue_size=64)
-    return Batcher(pool, policy, ModelStats(), inline_below_ns=ONE_SECOND_NS if inline else 0)
+    return Batcher(
+        pool,
+        policy,
+        ModelStats(),
+        inline_below_ns=ONE_SECOND_NS if inline else 0,
+        dispatch_per_pass=per_pass,
+    )
 
 
 async def test_a_measured_fast_cpu_batch_runs_on_the_loop_thread() -> None:
@@ -113,3 +120,39 @@ async def test_an_inline_failure_reaches_only_the_waiters() -> None:
     batcher.submit(healthy)
     np.testing.assert_array_equal((await answer(healthy))["y"], np.full((1, 4), 5.0))
     assert threading.get_ident() in backend.threads
+
+
+async def test_requests_queued_in_one_loop_pass_form_one_inline_batch() -> None:
+    backend = ThreadRecordingBackend()
+    batcher = _batcher(backend, inline=True, per_pass=True)
+    for size in (1, 8):  # measure both sizes on the thread first
+        warm = [item(1, 1.0) for _ in range(size)]
+        for request in warm:
+            batcher.submit(request)
+        await answers(*warm)
+    assert backend.batches == [1, 8]
+    loop_thread = threading.get_ident()
+    burst = [item(1, float(i)) for i in range(8)]
+    for request in burst:
+        batcher.submit(request)
+    assert batcher.pool.busy_count() == 0  # nothing starts before the pass ends
+    assert len(batcher.queue) == 8
+    outputs = await answers(*burst)
+    assert backend.batches == [1, 8, 8]  # one batch of eight, not eight of one
+    assert backend.threads[-1] == loop_thread
+    for i, out in enumerate(outputs):
+        np.testing.assert_array_equal(out["y"], np.full((1, 4), 2 * i + 1))
+
+
+async def test_without_per_pass_dispatch_an_inline_model_runs_one_by_one() -> None:
+    """Why the server dispatches per pass: inline, each submit would run its own batch."""
+    backend = ThreadRecordingBackend()
+    batcher = _batcher(backend, inline=True, per_pass=False)
+    warm = item(1, 1.0)
+    batcher.submit(warm)
+    await answer(warm)
+    burst = [item(1, 1.0) for _ in range(4)]
+    for request in burst:
+        batcher.submit(request)
+    await answers(*burst)
+    assert backend.batches == [1, 1, 1, 1, 1]

@@ -1,0 +1,61 @@
+"""A model whose files are broken: clients asking for it are told why, not just "not loaded"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from batchserve.errors import ModelConfigError, NotFound, Unavailable
+from batchserve.registry import ModelRegistry, ModelState
+from batchserve.repository import ModelRepository
+from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
+from batchserve.scheduler.memory_probe import device_total_bytes
+from fakes import FAKE_CONFIG, FakeBackend
+from onnx_models import FP32, build_model, write_model
+
+pytestmark = pytest.mark.anyio
+
+
+def _registry(root: Path) -> ModelRegistry:
+    model = build_model([("x", FP32, ("N", 4))], [("y", FP32, ("N", 4)), ("total", FP32, ("N", 1))])
+    write_model(root / "fake" / "1" / "model.onnx", model)
+    (root / "fake" / "config.pbtxt").write_text(FAKE_CONFIG)
+    budgets = MemoryBudgets(parse_budgets(None), device_total_bytes)
+    return ModelRegistry(ModelRepository(root), 8, budgets, lambda *_: FakeBackend())
+
+
+def _corrupt(root: Path) -> None:
+    path = root / "fake" / "1" / "model.onnx"
+    path.write_bytes(path.read_bytes()[:40] + b"\xff" * 40)
+
+
+async def test_a_model_that_cannot_be_read_is_unavailable_with_the_reason(tmp_path: Path) -> None:
+    registry = _registry(tmp_path)
+    _corrupt(tmp_path)
+    with pytest.raises(ModelConfigError) as failure:
+        await registry.load("fake")
+    with pytest.raises(Unavailable) as refused:
+        registry.get("fake")
+    assert failure.value.message in refused.value.message
+    assert [(r.name, r.state, r.reason) for r in registry.index()] == [
+        ("fake", ModelState.UNAVAILABLE.value, failure.value.message)
+    ]
+
+
+async def test_a_failed_reload_keeps_the_loaded_version_serving(tmp_path: Path) -> None:
+    registry = _registry(tmp_path)
+    await registry.load("fake")
+    _corrupt(tmp_path)
+    with pytest.raises(ModelConfigError):
+        await registry.load("fake")
+    assert registry.get("fake").version == 1
+    await registry.close()
+
+
+async def test_an_unknown_name_leaves_no_trace(tmp_path: Path) -> None:
+    registry = _registry(tmp_path)
+    with pytest.raises(NotFound):
+        await registry.load("absent")
+    assert [r.name for r in registry.index()] == ["fake"]
+    with pytest.raises(NotFound):
+        registry.get("absent")
