@@ -48,6 +48,19 @@ def cpu_seconds(root: int, proc: Path = PROC) -> float:
     return tree_ticks(_stats(proc), root) / os.sysconf("SC_CLK_TCK")
 
 
+def parse_rss(status: str) -> int:
+    """VmRSS from /proc/<pid>/status text, in bytes (resident memory, shared pages included)."""
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise ValueError("no VmRSS line: the process has exited or is a zombie")
+
+
+def rss_bytes(pid: int, proc: Path = PROC) -> int:
+    """Resident memory of one process now; OSError or ValueError once it has gone."""
+    return parse_rss((proc / str(pid) / "status").read_text())
+
+
 def load1() -> float:
     return os.getloadavg()[0]
 

@@ -13,11 +13,11 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import grpc
 from batchserve.grpc.generated import grpc_service_pb2 as pb
@@ -87,14 +87,19 @@ def batchserve(repository: Path, model: str) -> Iterator[Running]:
                "--model-control-mode", "explicit", "--load-model", model]  # fmt: skip
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
-        ports = _startup(process, model)
+        ports = startup(process, model)
         yield Running(BATCHSERVE, process, ports)
     finally:
         stop(process)
 
 
-def _startup(process: subprocess.Popen[str], model: str) -> dict[str, int]:
-    """Ports from the server's JSON log once it is ready; the load error if it is not."""
+def startup(
+    process: subprocess.Popen[str], model: str, on_line: Callable[[str], None] | None = None
+) -> dict[str, int]:
+    """Ports from the server's JSON log once it is ready; the load error if it is not.
+
+    The rest of the log is read on a thread, and handed line by line to ``on_line``.
+    """
     assert process.stderr is not None
     ports: dict[str, int] = {}
     with _watchdog(process):
@@ -106,9 +111,17 @@ def _startup(process: subprocess.Popen[str], model: str) -> dict[str, int]:
             elif message == "model failed to load":
                 raise RuntimeError(f"batchserve could not load {model}: {record.get('reason')}")
             elif message == "server ready" and ports:
-                threading.Thread(target=process.stderr.read, daemon=True).start()
+                threading.Thread(
+                    target=_follow, args=(process.stderr, on_line), daemon=True
+                ).start()
                 return ports
     raise RuntimeError(f"batchserve did not start for {model} (exit {process.wait()})")
+
+
+def _follow(stream: IO[str], on_line: Callable[[str], None] | None) -> None:
+    for line in stream:
+        if on_line is not None:
+            on_line(line)
 
 
 @contextmanager
