@@ -1,4 +1,4 @@
-"""The few CUDA runtime calls the TensorRT backend makes, with errors turned into batchserve's.
+"""The few CUDA runtime calls the GPU backends make, with errors turned into batchserve's.
 
 cuda-python returns ``(error, *values)`` tuples instead of raising; ``call`` checks each one
 so an allocation failure is ``OutOfMemory`` and a missing driver is ``DeviceUnavailable``.
@@ -7,6 +7,7 @@ so an allocation failure is ``OutOfMemory`` and a missing driver is ``DeviceUnav
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -137,3 +138,41 @@ def copy_to_host_async(
         raise BackendError(f"{nbytes} bytes do not fit a {target.nbytes}-byte buffer")
     kind = runtime().cudaMemcpyKind.cudaMemcpyDeviceToHost
     call("cudaMemcpyAsync", target.pointer, source.pointer, nbytes, kind, stream.handle)
+
+
+def memset_async(target: DeviceBuffer, value: int, stream: Stream) -> None:
+    """Queue filling ``target`` with the byte ``value``."""
+    call("cudaMemsetAsync", target.pointer, value, target.nbytes, stream.handle)
+
+
+class Graph:
+    """A CUDA graph captured from the work one call queues on a stream, ready to replay.
+
+    Replaying launches every kernel of the capture with one call, and with the same
+    arguments: the same device addresses and shapes, so the buffers it used must stay put.
+    """
+
+    def __init__(self, stream: Stream, work: Callable[[], None]) -> None:
+        cudart = runtime()
+        mode = cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
+        call("cudaStreamBeginCapture", stream.handle, mode)
+        try:
+            work()
+        except BaseException:
+            _, leftover = cudart.cudaStreamEndCapture(stream.handle)  # its error is moot
+            if leftover is not None and int(leftover):
+                cudart.cudaGraphDestroy(leftover)
+            raise
+        graph = call("cudaStreamEndCapture", stream.handle)
+        try:
+            self._exec: Any = call("cudaGraphInstantiate", graph, 0)
+        finally:
+            call("cudaGraphDestroy", graph)
+
+    def launch(self, stream: Stream) -> None:
+        call("cudaGraphLaunch", self._exec, stream.handle)
+
+    def close(self) -> None:
+        if self._exec is not None:
+            graph_exec, self._exec = self._exec, None
+            call("cudaGraphExecDestroy", graph_exec)

@@ -1,7 +1,8 @@
 """ONNX Runtime backend: one InferenceSession per instance, on the CPU or one GPU.
 
-Execution providers and session options are chosen in ``onnx_options``. ORT's
-exceptions become batchserve's errors in one place, ``map_ort_errors``.
+Execution providers and session options are chosen in ``onnx_options``; on a GPU, batches go
+through ``onnx_io`` (buffers sized once, the instance's own CUDA stream, CUDA graphs when the
+config asks). ORT's exceptions become batchserve's errors in one place, ``map_ort_errors``.
 """
 
 from __future__ import annotations
@@ -19,12 +20,25 @@ import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
+from batchserve.backends import cuda
 from batchserve.backends.base import Arrays
+from batchserve.backends.gpu_plan import graph_batch_sizes, preferred_sizes
+from batchserve.backends.onnx_io import (
+    BoundRunner,
+    CudaMemory,
+    HostMemory,
+    IoLayout,
+    Memory,
+    fixed_rows,
+)
 from batchserve.backends.onnx_options import (
     CUDA_EP,
+    TENSORRT_EP,
     ProviderPlan,
     choose_providers,
     session_options,
+    tensorrt_profile,
+    with_gpu_io,
 )
 from batchserve.datatypes import BY_WIRE, BYTES, DataType
 from batchserve.devices import CPU, Device
@@ -37,6 +51,7 @@ from batchserve.errors import (
     OutOfMemory,
 )
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.onnx_file import read_onnx_signature
 from batchserve.signature import DYNAMIC, ModelSignature, TensorSpec
 
 _log = logging.getLogger(__name__)
@@ -46,6 +61,7 @@ _OOM = re.compile(
     r"|Available memory of \d+ is smaller than requested|ALLOC_FAILED",
     re.IGNORECASE,
 )
+_GRAPH_REFUSED = re.compile(r"graph capture|cuda graph", re.IGNORECASE)
 _ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
 # ORT's own classes for a bad model file, as opposed to a failing runtime.
 _BAD_MODEL = (
@@ -171,7 +187,8 @@ class OnnxBackend:
 
     Args:
         memory_limit_bytes: cap on the session's memory arena: ``gpu_mem_limit`` on a GPU, an
-            environment-registered CPU arena (``OrtArenaCfg.max_mem``) on the CPU.
+            environment-registered CPU arena (``OrtArenaCfg.max_mem``) on the CPU. The I/O
+            buffers ``onnx_io`` allocates once per GPU instance sit outside that arena.
         io_binding: bind inputs and outputs explicitly; None means on GPUs only.
     """
 
@@ -181,13 +198,12 @@ class OnnxBackend:
         self._memory_limit = memory_limit_bytes
         self._io_binding = io_binding
         self._session: Any = None
+        self._runner: BoundRunner | None = None
+        self._memory: Memory = HostMemory()
         self._device = CPU
         self._name = ""
         self._signature = ModelSignature((), ())
-        # A failed run comes back as an exception, logged by whoever handles it; without
-        # this ORT would also print every failure (each out-of-memory batch) to stderr.
-        self._run_options = ort.RunOptions()
-        self._run_options.log_severity_level = 4
+        self._run_options = _run_options()
 
     @property
     def device(self) -> Device:
@@ -196,6 +212,11 @@ class OnnxBackend:
     @property
     def signature(self) -> ModelSignature:
         return self._signature
+
+    @property
+    def graph_batch_sizes(self) -> tuple[int, ...]:
+        """Batch sizes this instance runs as captured CUDA graphs (empty without graphs)."""
+        return () if self._runner is None else self._runner.graph_sizes
 
     def load(self, model_file: Path, config: ModelConfig, device: Device) -> None:
         self._name = config.name or model_file.stem
@@ -206,16 +227,42 @@ class OnnxBackend:
             model_file=model_file,
             memory_limit_bytes=self._memory_limit,
         )
+        setup = _GpuSetup.prepare(plan, config, model_file, self._io_binding is not False)
+        try:
+            self._load(model_file, config, setup)
+        except BaseException:
+            self._session = self._runner = None
+            self._memory = HostMemory()
+            setup.memory.close()
+            raise
+
+    def _load(self, model_file: Path, config: ModelConfig, setup: _GpuSetup) -> None:
+        plan = setup.plan
         _make_cache_dirs(plan)
         options = session_options(config, model_file)
         cpu_limit = self._memory_limit if plan.device.kind == "cpu" else None
-        with map_ort_errors(str(model_file), loading=True):
+        with _graph_hint(setup, model_file), map_ort_errors(str(model_file), loading=True):
             session = _create_session(model_file, options, plan, cpu_limit)
         plan = _confirm_gpu(session, plan, config, model_file)
-        for warning in plan.warnings:
+        for warning in (*plan.warnings, *setup.warnings):
             _log.warning(warning)
-        self._signature = session_signature(session, model_file)
-        self._session, self._device = session, plan.device
+        on_gpu = plan.device.kind == "gpu"
+        memory = setup.memory if on_gpu else HostMemory()
+        self._signature, self._session, self._memory = (
+            session_signature(session, model_file),
+            session,
+            memory,
+        )
+        self._device = plan.device
+        if self._io_binding or (self._io_binding is None and on_gpu):
+            layout = IoLayout.plan(self._signature, config.max_batch_size)
+            sizes = setup.graph_sizes if on_gpu else ()
+            where = f"model '{self._name}'"
+            with _graph_hint(setup, model_file), map_ort_errors(where):
+                self._runner = BoundRunner(session, layout, memory, _run_options, sizes, where)
+                self._runner.capture_graphs()
+        if memory is not setup.memory:  # fell back to the CPU: the GPU stream is not needed
+            setup.memory.close()
 
     def infer(
         self, inputs: Arrays, output_names: Sequence[str] | None = None
@@ -226,8 +273,8 @@ class OnnxBackend:
         names = list(output_names or (spec.name for spec in self._signature.outputs))
         self._check_dtypes(inputs)
         with map_ort_errors(f"model '{self._name}'"):
-            if self._binds():
-                arrays = _run_bound(session, inputs, names, self._device, self._run_options)
+            if self._runner is not None:
+                arrays = self._runner.run(inputs, names)
             else:
                 arrays = session.run(names, dict(inputs), self._run_options)
         return dict(zip(names, arrays, strict=True))
@@ -237,10 +284,12 @@ class OnnxBackend:
         return None
 
     def unload(self) -> None:
-        self._session = None
-
-    def _binds(self) -> bool:
-        return self._device.kind == "gpu" if self._io_binding is None else self._io_binding
+        # The session goes first: it may compute on the stream the memory owns.
+        runner, self._runner, self._session = self._runner, None, None
+        if runner is not None:
+            runner.close()
+        memory, self._memory = self._memory, HostMemory()
+        memory.close()
 
     def _check_dtypes(self, inputs: Arrays) -> None:
         # ORT's own dtype error does not name the tensor; this does, at no per-element cost.
@@ -254,25 +303,126 @@ class OnnxBackend:
             )
 
 
+def _run_options() -> Any:
+    options = ort.RunOptions()
+    # A failed run comes back as an exception, logged by whoever handles it; without
+    # this ORT would also print every failure (each out-of-memory batch) to stderr.
+    options.log_severity_level = 4
+    return options
+
+
+class _GpuSetup:
+    """What an instance needs before its session exists: on a GPU, its stream and ORT options.
+
+    Args:
+        plan: the provider plan with the stream, graphs and TensorRT EP profile applied.
+        memory: the instance's buffers (and stream): on the GPU with cuda-python, else host
+            memory. It lives as long as the session, which may compute on its stream.
+        graph_sizes: batch sizes to capture CUDA graphs for.
+        warnings: why something the config asks for is not used.
+    """
+
+    def __init__(
+        self,
+        plan: ProviderPlan,
+        memory: Memory,
+        graph_sizes: tuple[int, ...] = (),
+        warnings: tuple[str, ...] = (),
+    ) -> None:
+        self.plan, self.memory = plan, memory
+        self.graph_sizes, self.warnings = graph_sizes, warnings
+
+    @classmethod
+    def prepare(
+        cls, plan: ProviderPlan, config: ModelConfig, model_file: Path, binds: bool
+    ) -> _GpuSetup:
+        if plan.device.kind != "gpu":
+            ignored = config.optimization.cuda.graphs
+            note = f"{model_file}: optimization.cuda.graphs is ignored on the CPU"
+            return cls(plan, HostMemory(), warnings=(note,) if ignored else ())
+        sizes = graph_batch_sizes(config, model_file)
+        uses_trt = any(name == TENSORRT_EP for name, _ in plan.providers)
+        signature = read_onnx_signature(model_file) if sizes or uses_trt else None
+        warnings: list[str] = []
+        if sizes and not (binds and _graphable(signature, config)):
+            warnings.append(
+                f"{model_file}: optimization.cuda.graphs needs I/O binding and every input "
+                "and output fixed apart from the batch axis; running without CUDA graphs"
+            )
+            sizes = ()
+        memory, problem = _gpu_memory(plan.device)
+        if problem:
+            warnings.append(f"{model_file}: {problem}")
+        if sizes and not isinstance(memory, CudaMemory):
+            _refuse_graphs_without_cuda_python(model_file, problem)
+            sizes = ()  # no driver: _confirm_gpu reports the GPU as unusable
+        plan = with_gpu_io(
+            plan,
+            stream=memory.stream.handle if isinstance(memory, CudaMemory) else None,
+            cuda_graphs=bool(sizes),
+            tensorrt_profile=_tensorrt_ep_profile(signature, config) if uses_trt else None,
+        )
+        return cls(plan, memory, sizes, tuple(warnings))
+
+
+def _graphable(signature: ModelSignature | None, config: ModelConfig) -> bool:
+    return signature is not None and IoLayout.plan(signature, config.max_batch_size).complete
+
+
+def _tensorrt_ep_profile(signature: ModelSignature | None, config: ModelConfig) -> dict[str, str]:
+    """An explicit profile when every input is fixed apart from the batch axis, else none."""
+    if signature is None:
+        return {}
+    rows = [fixed_rows(spec) for spec in signature.inputs]
+    fixed = [(r.name, r.row_shape) for r in rows if r is not None]
+    if len(fixed) != len(rows):
+        return {}
+    return tensorrt_profile(fixed, config.max_batch_size, preferred_sizes(config))
+
+
+def _gpu_memory(device: Device) -> tuple[Memory, str]:
+    """CudaMemory for the device, or host memory and why not (ORT then does the copies)."""
+    try:
+        cuda.runtime()
+    except DeviceUnavailable:
+        return HostMemory(), (
+            "cuda-python is not installed: ONNX Runtime copies every batch through pageable "
+            "host memory on a stream of its own, without CUDA graphs; pip install "
+            "'batchserve[gpu]' for pinned buffers and a stream per instance"
+        )
+    try:
+        return CudaMemory(device.index), ""
+    except DeviceUnavailable as exc:  # no driver: the session will say so too
+        return HostMemory(), f"no CUDA stream on {device}: {exc.message}"
+
+
+def _refuse_graphs_without_cuda_python(model_file: Path, problem: str) -> None:
+    if problem.startswith("cuda-python is not installed"):
+        raise DeviceUnavailable(
+            f"{model_file}: optimization.cuda.graphs needs cuda-python, which is not installed "
+            "(pip install 'batchserve[gpu]'), or set optimization { cuda { graphs: false } }"
+        )
+
+
+@contextmanager
+def _graph_hint(setup: _GpuSetup, model_file: Path) -> Iterator[None]:
+    """ORT refuses graph capture for models with nodes off the GPU: say how to go on."""
+    try:
+        yield
+    except BatchserveError as exc:
+        if not setup.graph_sizes or not _GRAPH_REFUSED.search(exc.message):
+            raise
+        config_file = model_file.parent.parent / "config.pbtxt"
+        raise ModelConfigError(
+            f"{exc.message}; CUDA graphs need every node on the GPU provider and no control "
+            f"flow: set optimization {{ cuda {{ graphs: false }} }} in {config_file}"
+        ) from exc
+
+
 def _dtype_fits(dtype: np.dtype[Any], datatype: DataType) -> bool:
     if datatype is BYTES:
         return dtype.kind in ("O", "S", "U")
     return bool(dtype == datatype.numpy)
-
-
-def _run_bound(
-    session: Any, inputs: Arrays, names: list[str], device: Device, run_options: Any
-) -> list[Any]:
-    binding = session.io_binding()
-    # bind_cpu_input keeps no reference: the contiguous copies must outlive the run.
-    held = {name: np.ascontiguousarray(array) for name, array in inputs.items()}
-    for name, array in held.items():
-        binding.bind_cpu_input(name, array)
-    target = "cuda" if device.kind == "gpu" else "cpu"
-    for name in names:
-        binding.bind_output(name, target, device.index)
-    session.run_with_iobinding(binding, run_options)
-    return list(binding.copy_outputs_to_cpu())
 
 
 def _confirm_gpu(

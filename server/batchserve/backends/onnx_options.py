@@ -6,7 +6,7 @@ Pure functions of what the installed wheel offers and what config.pbtxt asks for
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -155,6 +155,68 @@ def _tensorrt_options(
                 f"(precision_mode is one of {', '.join(_TRT_PRECISION)}; other keys start trt_)"
             )
     return options
+
+
+def with_gpu_io(
+    plan: ProviderPlan,
+    *,
+    stream: int | None = None,
+    cuda_graphs: bool = False,
+    tensorrt_profile: Mapping[str, str] | None = None,
+) -> ProviderPlan:
+    """The GPU plan with the instance's stream, CUDA graphs and a TensorRT EP profile applied.
+
+    Args:
+        stream: the instance's own ``cudaStream_t``; ORT computes on it
+            (``user_compute_stream``) instead of a stream of its choosing.
+        cuda_graphs: capture CUDA graphs (``gpu_graph_id`` per run). ORT refuses a session
+            whose nodes are not all on the capturing provider, so with the TensorRT EP present
+            it alone captures (``trt_cuda_graph_enable``), else the CUDA EP
+            (``enable_cuda_graph``).
+        tensorrt_profile: ``trt_profile_*_shapes`` for the TensorRT EP, unless the
+            accelerator's parameters already set any of them.
+    """
+    if plan.device.kind != "gpu":
+        return plan
+    names = [name for name, _ in plan.providers]
+    providers: list[ProviderSpec] = []
+    for name, given in plan.providers:
+        options = dict(given)
+        if stream is not None and name in (CUDA_EP, TENSORRT_EP):
+            options |= {"has_user_compute_stream": "1", "user_compute_stream": str(stream)}
+        if name == TENSORRT_EP:
+            if tensorrt_profile and not any(key in options for key in _TRT_PROFILE_KEYS):
+                options |= tensorrt_profile
+            if cuda_graphs:
+                options["trt_cuda_graph_enable"] = "True"
+        elif name == CUDA_EP and cuda_graphs and TENSORRT_EP not in names:
+            options["enable_cuda_graph"] = "1"
+        providers.append((name, options))
+    return replace(plan, providers=tuple(providers))
+
+
+_TRT_PROFILE_KEYS = ("trt_profile_min_shapes", "trt_profile_opt_shapes", "trt_profile_max_shapes")
+
+
+def tensorrt_profile(
+    inputs: Sequence[tuple[str, Sequence[int]]], max_batch: int, preferred: Sequence[int]
+) -> dict[str, str]:
+    """One explicit TensorRT EP profile: batch 1..max_batch, tuned for the largest preferred size.
+
+    ``inputs`` are (name, shape without the batch axis) pairs, every axis fixed. Without an
+    explicit profile the TensorRT EP builds an engine for the shapes it has seen and rebuilds
+    it, mid-traffic, whenever a larger batch arrives. The EP's profile cannot follow each
+    preferred size the way ``batchserve export --tensorrt`` does, so it is tuned for the
+    largest: the size the batcher reaches under load.
+    """
+    if max_batch < 1 or not inputs:
+        return {}
+    opt = max((size for size in preferred if 1 <= size <= max_batch), default=max_batch)
+
+    def shapes(batch: int) -> str:
+        return ",".join(f"{name}:{'x'.join(map(str, (batch, *dims)))}" for name, dims in inputs)
+
+    return dict(zip(_TRT_PROFILE_KEYS, (shapes(1), shapes(opt), shapes(max_batch)), strict=True))
 
 
 def _cuda_options(device: Device, memory_limit_bytes: int | None) -> dict[str, str]:

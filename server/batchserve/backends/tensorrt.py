@@ -1,17 +1,22 @@
 """TensorRT backend: a deserialised engine with one execution context and CUDA stream per instance.
 
-Buffers are sized for the optimisation profile's largest shapes once at load, so a batch
-never allocates: inputs are copied to the device on the instance's own stream, outputs come
-back through pinned host buffers reused across batches. ``tensorrt`` and cuda-python are
-imported inside functions; without them, or without a GPU, load says which is missing.
+Buffers are sized once at load for the largest shapes of every optimisation profile the
+instance may use, so a batch never allocates: inputs go through pinned host buffers to the
+device on the instance's own stream, outputs come back the same way, and every buffer is
+reused by the next batch. Each batch runs on the profile tuned nearest its size. With
+``optimization { cuda { graphs: true } }`` a CUDA graph is captured per preferred batch size
+and a batch is padded up to the next one. ``tensorrt`` and cuda-python are imported inside
+functions; without them, or without a GPU, load says which is missing.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +24,16 @@ import numpy as np
 
 from batchserve.backends import cuda
 from batchserve.backends.base import Arrays
-from batchserve.datatypes import BY_WIRE, DataType
+from batchserve.backends.gpu_plan import graph_batch_sizes, padded_batch
+from batchserve.backends.tensorrt_profiles import (
+    EngineTensor,
+    Profile,
+    check_inputs,
+    datatype_from_trt,
+    instance_profiles,
+    pick_profile,
+    union_tensor,
+)
 from batchserve.devices import CPU, Device, gpu_count
 from batchserve.errors import (
     BackendError,
@@ -29,97 +43,21 @@ from batchserve.errors import (
     ModelConfigError,
     OutOfMemory,
 )
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from batchserve.grpc.generated.model_config_pb2 import ModelConfig
 from batchserve.signature import DYNAMIC, ModelSignature, TensorSpec
 
-_TRT_TO_WIRE = {
-    "FLOAT": "FP32",
-    "HALF": "FP16",
-    "BF16": "BF16",
-    "INT8": "INT8",
-    "INT32": "INT32",
-    "INT64": "INT64",
-    "BOOL": "BOOL",
-    "UINT8": "UINT8",
-}
-_GPU_KINDS = (ModelInstanceGroup.KIND_GPU, ModelInstanceGroup.KIND_AUTO)
+__all__ = [
+    "EngineTensor",
+    "TensorRTBackend",
+    "check_inputs",
+    "datatype_from_trt",
+    "instance_profiles",
+    "map_trt_errors",
+    "pick_profile",
+    "read_engine_signature",
+]
 
-
-def datatype_from_trt(trt_name: str, tensor: str, path: Path) -> DataType:
-    """The protocol datatype of a ``tensorrt.DataType`` member name (FP8, INT4... have none)."""
-    wire = _TRT_TO_WIRE.get(trt_name)
-    if wire is None:
-        raise ModelConfigError(
-            f"{path}: tensor '{tensor}' has TensorRT type {trt_name}, unsupported"
-        )
-    return BY_WIRE[wire]
-
-
-@dataclass(frozen=True, slots=True)
-class EngineTensor:
-    """One I/O tensor of an engine under the instance's optimisation profile.
-
-    Args:
-        name: tensor name in the engine.
-        datatype: element type.
-        is_input: True for inputs.
-        min_shape: smallest shape the profile accepts (outputs: same as ``max_shape``).
-        max_shape: largest shape; buffers are sized for it.
-    """
-
-    name: str
-    datatype: DataType
-    is_input: bool
-    min_shape: tuple[int, ...]
-    max_shape: tuple[int, ...]
-
-    @property
-    def max_bytes(self) -> int:
-        return math.prod(self.max_shape) * self.datatype.itemsize
-
-
-def check_inputs(tensors: Sequence[EngineTensor], inputs: Arrays, model: str) -> None:
-    """Raise InvalidArgument, naming the tensor, unless ``inputs`` fit the engine's profile."""
-    expected = {t.name: t for t in tensors if t.is_input}
-    unknown, missing = sorted(set(inputs) - set(expected)), sorted(set(expected) - set(inputs))
-    if unknown or missing:
-        raise InvalidArgument(
-            f"model '{model}': the engine takes inputs {sorted(expected)}; "
-            f"unknown {unknown}, missing {missing}"
-        )
-    for tensor in expected.values():
-        _check_input(tensor, inputs[tensor.name], model)
-
-
-def _check_input(tensor: EngineTensor, array: np.ndarray, model: str) -> None:
-    if array.dtype != tensor.datatype.numpy:
-        raise InvalidArgument(
-            f"model '{model}': input '{tensor.name}' has numpy dtype {array.dtype}, "
-            f"but the engine expects {tensor.datatype.wire}"
-        )
-    bounds = zip(array.shape, tensor.min_shape, tensor.max_shape, strict=False)
-    if len(array.shape) != len(tensor.min_shape) or any(
-        not lo <= dim <= hi for dim, lo, hi in bounds
-    ):
-        raise InvalidArgument(
-            f"model '{model}': input '{tensor.name}' has shape {list(array.shape)}; the engine's "
-            f"optimisation profile accepts {list(tensor.min_shape)} to {list(tensor.max_shape)}"
-        )
-
-
-def choose_profile(config: ModelConfig, device: Device, profiles: int, path: Path) -> int:
-    """The optimisation profile of the first GPU instance group covering ``device``, else 0."""
-    for group in config.instance_group:
-        covers = not group.gpus or device.index in group.gpus
-        if group.kind in _GPU_KINDS and covers and group.profile:
-            value = group.profile[0]
-            if not value.isdigit() or int(value) >= profiles:
-                raise ModelConfigError(
-                    f"{path}: instance_group profile {value!r} is not one of the engine's "
-                    f"{profiles} optimisation profiles (0..{profiles - 1})"
-                )
-            return int(value)
-    return 0
+_log = logging.getLogger(__name__)
 
 
 def _import_tensorrt() -> Any:
@@ -198,15 +136,16 @@ def read_engine_signature(path: Path) -> ModelSignature:
     return _engine_signature(trt, engine, path)
 
 
-def _input_tensor(engine: Any, name: str, profile: int, path: Path) -> EngineTensor:
+def _profile_input(engine: Any, name: str, profile: int, path: Path) -> tuple[EngineTensor, int]:
+    """The input's range under ``profile``, and the batch size the profile was tuned for."""
     if engine.is_shape_inference_io(name):
         raise ModelConfigError(f"{path}: input '{name}' is a shape tensor, which is unsupported")
     shape = tuple(engine.get_tensor_shape(name))
-    low, high = shape, shape
+    low = opt = high = shape
     if DYNAMIC in shape:
-        low, _, high = (tuple(s) for s in engine.get_tensor_profile_shape(name, profile))
+        low, opt, high = (tuple(s) for s in engine.get_tensor_profile_shape(name, profile))
     datatype = datatype_from_trt(engine.get_tensor_dtype(name).name, name, path)
-    return EngineTensor(name, datatype, True, low, high)
+    return EngineTensor(name, datatype, True, low, high), (opt[0] if opt else 1)
 
 
 def _output_tensor(engine: Any, context: Any, name: str, path: Path) -> EngineTensor:
@@ -217,56 +156,138 @@ def _output_tensor(engine: Any, context: Any, name: str, path: Path) -> EngineTe
     return EngineTensor(name, datatype, False, shape, shape)
 
 
+@dataclass(frozen=True, slots=True)
+class _CapturedGraph:
+    """A CUDA graph for one padded batch size, its own context, and the output shapes."""
+
+    graph: cuda.Graph
+    context: Any  # never reshaped after capture: the graph replays what it held then
+    outputs: dict[str, tuple[int, ...]]
+
+
+def _scratch_bytes(engine: Any) -> int:
+    size = getattr(engine, "device_memory_size_v2", None)  # TensorRT >= 10.1
+    return int(engine.device_memory_size if size is None else size)
+
+
 class _Instance:
-    """What one loaded instance owns on the GPU; ``close`` frees it all and may run twice."""
+    """What one loaded instance owns on the GPU; ``close`` frees it all and may run twice.
+
+    One execution context per optimisation profile (and one per CUDA graph), so a batch
+    never switches a context's profile. They share one scratch buffer: the instance runs
+    one batch at a time on its one stream, so no two of them use it at once.
+    """
 
     def __init__(self, runtime: Any, engine: Any) -> None:
         self.runtime, self.engine = runtime, engine
-        self.context: Any = None
         self.stream = cuda.Stream()
+        self.scratch: cuda.DeviceBuffer | None = None
+        self.profiles: list[Profile] = []
+        self.contexts: dict[int, Any] = {}
         self.tensors: dict[str, EngineTensor] = {}
         self.device_buffers: dict[str, cuda.DeviceBuffer] = {}
         self.host_buffers: dict[str, cuda.PinnedBuffer] = {}
+        self.graphs: dict[int, _CapturedGraph] = {}
 
-    def open(self, trt: Any, profile: int, path: Path) -> None:
-        self.context = self.engine.create_execution_context()
-        if self.context is None:
-            raise OutOfMemory(f"{path}: TensorRT could not create an execution context")
-        if not self.context.set_optimization_profile_async(profile, self.stream.handle):
-            raise ModelConfigError(f"{path}: cannot select optimisation profile {profile}")
-        self._describe(trt, profile, path)
+    def open(self, trt: Any, profiles: Sequence[int], path: Path) -> None:
+        self.scratch = cuda.DeviceBuffer(_scratch_bytes(self.engine))
+        input_names, output_names = _io_names(trt, self.engine)
+        outputs: dict[str, list[EngineTensor]] = {name: [] for name in output_names}
+        for index in profiles:
+            profile = self._describe(index, input_names, path)
+            context = self._context(trt, index, path)
+            for tensor in profile.inputs.values():
+                if not context.set_input_shape(tensor.name, tensor.max_shape):
+                    raise ModelConfigError(f"{path}: TensorRT rejects profile {index}'s maximum")
+            for name in output_names:
+                outputs[name].append(_output_tensor(self.engine, context, name, path))
+            self.profiles.append(profile)
+            self.contexts[index] = context
+        for name in input_names:
+            self.tensors[name] = union_tensor([p.inputs[name] for p in self.profiles])
+        for name, per_profile in outputs.items():
+            self.tensors[name] = union_tensor(per_profile)
         for tensor in self.tensors.values():
             self.device_buffers[tensor.name] = cuda.DeviceBuffer(tensor.max_bytes)
-            if not tensor.is_input:
-                self.host_buffers[tensor.name] = cuda.PinnedBuffer(tensor.max_bytes)
-            if not self.context.set_tensor_address(
-                tensor.name, self.device_buffers[tensor.name].pointer
-            ):
-                raise BackendError(f"{path}: TensorRT refused the buffer of '{tensor.name}'")
+            self.host_buffers[tensor.name] = cuda.PinnedBuffer(tensor.max_bytes)
+            # Rows past a padded batch hold zeros or earlier rows, never uninitialised memory.
+            cuda.memset_async(self.device_buffers[tensor.name], 0, self.stream)
+        for context in self.contexts.values():
+            self._bind(context, path)
+        self.stream.synchronize()
 
-    def _describe(self, trt: Any, profile: int, path: Path) -> None:
-        input_names, output_names = _io_names(trt, self.engine)
-        for name in input_names:
-            tensor = _input_tensor(self.engine, name, profile, path)
-            self.tensors[name] = tensor
-            if not self.context.set_input_shape(name, tensor.max_shape):
-                raise ModelConfigError(f"{path}: TensorRT rejects the profile's maximum shape")
-        for name in output_names:
-            self.tensors[name] = _output_tensor(self.engine, self.context, name, path)
+    def _describe(self, index: int, input_names: Sequence[str], path: Path) -> Profile:
+        described = [_profile_input(self.engine, n, index, path) for n in input_names]
+        opt = max((batch for _, batch in described), default=1)
+        return Profile(index, {t.name: t for t, _ in described}, opt)
+
+    def _context(self, trt: Any, profile: int, path: Path) -> Any:
+        """A context on ``profile`` without memory of its own (it uses the shared scratch)."""
+        assert self.scratch is not None
+        strategy = trt.ExecutionContextAllocationStrategy.USER_MANAGED
+        context = self.engine.create_execution_context(strategy)
+        if context is None:
+            raise OutOfMemory(f"{path}: TensorRT could not create an execution context")
+        if hasattr(context, "set_device_memory"):  # TensorRT >= 10.1
+            context.set_device_memory(self.scratch.pointer, self.scratch.nbytes)
+        else:
+            context.device_memory = self.scratch.pointer
+        if not context.set_optimization_profile_async(profile, self.stream.handle):
+            raise ModelConfigError(f"{path}: cannot select optimisation profile {profile}")
+        return context
+
+    def _bind(self, context: Any, where: Path | str) -> None:
+        for name, buffer in self.device_buffers.items():
+            if not context.set_tensor_address(name, buffer.pointer):
+                raise BackendError(f"{where}: TensorRT refused the buffer of '{name}'")
+
+    def capture_graphs(self, trt: Any, sizes: Sequence[int], path: Path) -> list[str]:
+        """Capture a CUDA graph per batch size; returns why sizes were left out."""
+        inputs = [t for t in self.tensors.values() if t.is_input]
+        outputs = [t for t in self.tensors.values() if not t.is_input]
+        if sizes and not all(_batch_only(t) for t in inputs):
+            return [f"{path}: CUDA graphs need every input fixed apart from the batch axis"]
+        skipped: list[str] = []
+        for size in sizes:
+            zeros = {t.name: np.zeros((size, *t.max_shape[1:]), t.datatype.numpy) for t in inputs}
+            profile = pick_profile(self.profiles, zeros)
+            if profile is None:
+                skipped.append(f"{path}: no optimisation profile takes batch {size}; no graph")
+                continue
+            context = self._context(trt, profile, path)
+            self._bind(context, path)
+            _set_shapes(context, zeros, path)
+            _enqueue(context, self.stream, path)  # the first run after setting shapes does setup
+            self.stream.synchronize()
+            graph = cuda.Graph(self.stream, partial(_enqueue, context, self.stream, path))
+            shapes = {t.name: tuple(context.get_tensor_shape(t.name)) for t in outputs}
+            if any(shape[:1] != (size,) for shape in shapes.values()):
+                graph.close()
+                return [*skipped, f"{path}: CUDA graphs need every output's first axis batched"]
+            self.graphs[size] = _CapturedGraph(graph, context, shapes)
+        return skipped
 
     def run(self, inputs: Arrays, names: Sequence[str], model: str) -> dict[str, np.ndarray]:
+        where = f"model '{model}'"
         held = {
             t.name: np.ascontiguousarray(inputs[t.name])
             for t in self.tensors.values()
             if t.is_input
         }
+        rows = next((int(a.shape[0]) for a in held.values() if a.ndim), 1)
+        graph = self._graph_for(held, rows)
+        context = self._context_for(held, where) if graph is None else graph.context
         for name, array in held.items():
-            if not self.context.set_input_shape(name, array.shape):
-                raise InvalidArgument(f"model '{model}': TensorRT rejects shape {array.shape}")
-            cuda.copy_to_device_async(self.device_buffers[name], array, self.stream)
-        if not self.context.execute_async_v3(self.stream.handle):
-            raise BackendError(f"model '{model}': TensorRT execution failed (see its log)")
-        shapes = {name: tuple(self.context.get_tensor_shape(name)) for name in names}
+            staged = self.host_buffers[name].view(array.dtype, array.shape)
+            np.copyto(staged, array)
+            cuda.copy_to_device_async(self.device_buffers[name], staged, self.stream)
+        if graph is not None:
+            graph.graph.launch(self.stream)
+            shapes = {n: (rows, *graph.outputs[n][1:]) for n in names}
+        else:
+            _set_shapes(context, held, where)
+            _enqueue(context, self.stream, where)
+            shapes = {name: tuple(context.get_tensor_shape(name)) for name in names}
         for name, shape in shapes.items():
             nbytes = math.prod(shape) * self.tensors[name].datatype.itemsize
             cuda.copy_to_host_async(
@@ -278,28 +299,70 @@ class _Instance:
             for name, shape in shapes.items()
         }
 
+    def _graph_for(self, inputs: Arrays, rows: int) -> _CapturedGraph | None:
+        size = padded_batch(rows, list(self.graphs))
+        if size is None:
+            return None
+        fits = all(
+            array.shape == (rows, *self.tensors[name].max_shape[1:])
+            for name, array in inputs.items()
+        )
+        return self.graphs[size] if fits else None
+
+    def _context_for(self, inputs: Arrays, where: str) -> Any:
+        profile = pick_profile(self.profiles, inputs)
+        if profile is None:
+            shapes = {name: list(array.shape) for name, array in inputs.items()}
+            raise InvalidArgument(
+                f"{where}: no optimisation profile of this instance accepts the shapes {shapes}"
+            )
+        return self.contexts[profile]
+
     def memory_bytes(self) -> int:
-        engine_bytes = getattr(self.engine, "device_memory_size_v2", None)
-        if engine_bytes is None:
-            engine_bytes = self.engine.device_memory_size
-        return int(engine_bytes) + sum(b.nbytes for b in self.device_buffers.values())
+        scratch = 0 if self.scratch is None else self.scratch.nbytes
+        return scratch + sum(b.nbytes for b in self.device_buffers.values())
 
     def close(self) -> None:
-        self.context = None  # the context goes before its engine, the engine before its runtime
+        for captured in self.graphs.values():
+            captured.graph.close()
+        # Contexts go before the memory they use and before their engine, the engine
+        # before its runtime.
+        self.graphs.clear()
+        self.contexts.clear()
         for pinned in self.host_buffers.values():
             pinned.close()
         for buffer in self.device_buffers.values():
             buffer.close()
         self.host_buffers.clear()
         self.device_buffers.clear()
+        if self.scratch is not None:
+            self.scratch.close()
         self.stream.close()
         self.engine = self.runtime = None
 
 
-def _open_instance(trt: Any, runtime: Any, engine: Any, profile: int, path: Path) -> _Instance:
+def _set_shapes(context: Any, inputs: Arrays, where: Path | str) -> None:
+    for name, array in inputs.items():
+        if not context.set_input_shape(name, array.shape):
+            raise InvalidArgument(f"{where}: TensorRT rejects shape {array.shape} of '{name}'")
+
+
+def _enqueue(context: Any, stream: cuda.Stream, where: Path | str) -> None:
+    if not context.execute_async_v3(stream.handle):
+        raise BackendError(f"{where}: TensorRT execution failed (see its log)")
+
+
+def _batch_only(tensor: EngineTensor) -> bool:
+    """Only the leading axis varies: a graph per batch size covers every request."""
+    return tensor.min_shape[1:] == tensor.max_shape[1:] and len(tensor.min_shape) > 0
+
+
+def _open_instance(
+    trt: Any, runtime: Any, engine: Any, profiles: Sequence[int], path: Path
+) -> _Instance:
     instance = _Instance(runtime, engine)
     try:
-        instance.open(trt, profile, path)
+        instance.open(trt, profiles, path)
     except BaseException:
         instance.close()
         raise
@@ -324,7 +387,8 @@ class TensorRTBackend:
     """One TensorRT execution context on one GPU.
 
     Args:
-        profile: optimisation profile to use; None takes it from the instance group (else 0).
+        profile: the one optimisation profile to use; None takes the instance group's
+            ``profile`` list, else every profile of the engine, and picks one per batch.
     """
 
     def __init__(self, *, profile: int | None = None) -> None:
@@ -342,18 +406,30 @@ class TensorRTBackend:
     def signature(self) -> ModelSignature:
         return self._signature
 
+    @property
+    def graph_batch_sizes(self) -> tuple[int, ...]:
+        """Batch sizes this instance replays as CUDA graphs (empty without graphs)."""
+        return () if self._instance is None else tuple(sorted(self._instance.graphs))
+
     def load(self, model_file: Path, config: ModelConfig, device: Device) -> None:
         trt = _require_gpu(model_file, device)
         self._name = config.name or model_file.stem
+        sizes = graph_batch_sizes(config, model_file)
         with map_trt_errors(str(model_file)):
             cuda.set_device(device.index)
             runtime, engine = _deserialize(trt, model_file)
-            profile = self._profile
-            if profile is None:
-                profiles = engine.num_optimization_profiles
-                profile = choose_profile(config, device, profiles, model_file)
-            instance = _open_instance(trt, runtime, engine, profile, model_file)
-            self._signature = _engine_signature(trt, engine, model_file)
+            profiles: tuple[int, ...] = (self._profile,) if self._profile is not None else ()
+            if not profiles:
+                count = engine.num_optimization_profiles
+                profiles = instance_profiles(config, device, count, model_file)
+            instance = _open_instance(trt, runtime, engine, profiles, model_file)
+            try:
+                for warning in instance.capture_graphs(trt, sizes, model_file):
+                    _log.warning(warning)
+                self._signature = _engine_signature(trt, engine, model_file)
+            except BaseException:
+                instance.close()
+                raise
         self._instance, self._device = instance, device
 
     def infer(
@@ -363,7 +439,7 @@ class TensorRTBackend:
         tensors = list(instance.tensors.values())
         check_inputs(tensors, inputs, self._name)
         names = list(output_names or (t.name for t in tensors if not t.is_input))
-        unknown = [n for n in names if n not in instance.host_buffers]
+        unknown = [n for n in names if n not in instance.tensors or instance.tensors[n].is_input]
         if unknown:
             raise InvalidArgument(f"model '{self._name}': unknown outputs {unknown}")
         with map_trt_errors(f"model '{self._name}'"):

@@ -115,11 +115,12 @@ def load_module(
 
 def _export(args: argparse.Namespace) -> ExportReport:
     tensorrt = _tensorrt_options(args)
-    if tensorrt is not None:
-        from batchserve.export.tensorrt import require_tensorrt
-
-        require_tensorrt()
     spec = spec_from_args(args)
+    if tensorrt is not None:
+        from batchserve.export.tensorrt import profile_shapes, require_tensorrt
+
+        profile_shapes(spec, tensorrt.profile_batch_sizes)  # bad sizes fail before any work
+        require_tensorrt()
     module = load_module(args.factory, args.factory_kwargs, args.state_dict)
     if tensorrt is None:
         from batchserve.export.onnx import export_onnx
@@ -139,16 +140,28 @@ def _tolerance(args: argparse.Namespace) -> Tolerance:
 
 def _tensorrt_options(args: argparse.Namespace) -> TensorRTOptions | None:
     if not args.tensorrt:
-        if args.fp16 or args.workspace_mib is not None:
-            raise InvalidArgument("--fp16 and --workspace-mib need --tensorrt")
+        if args.fp16 or args.workspace_mib is not None or args.profile_batch_sizes:
+            raise InvalidArgument(
+                "--fp16, --workspace-mib and --profile-batch-sizes need --tensorrt"
+            )
         return None
-    from batchserve.export.tensorrt import TensorRTOptions
+    from batchserve.export.tensorrt import FP16_TOLERANCE, TensorRTOptions
 
-    explicit = args.atol is not None or args.rtol is not None
+    tolerance = None
+    if args.atol is not None or args.rtol is not None:
+        tolerance = _tolerance(args)
+        if args.fp16:  # what is not given keeps the FP16 default, not the FP32 one
+            atol = FP16_TOLERANCE.fraction if args.atol is None else args.atol
+            rtol = FP16_TOLERANCE.rtol if args.rtol is None else args.rtol
+            tolerance = Tolerance(atol=atol, rtol=rtol)
+    sizes: tuple[int, ...] = ()
+    if args.profile_batch_sizes:
+        sizes = parse_sizes(args.profile_batch_sizes, option="--profile-batch-sizes")
     return TensorRTOptions(
         fp16=args.fp16,
         workspace_mib=args.workspace_mib,
-        tolerance=_tolerance(args) if explicit else None,
+        tolerance=tolerance,
+        profile_batch_sizes=sizes,
     )
 
 
@@ -282,5 +295,16 @@ def _add_serving_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_tensorrt_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tensorrt", action="store_true", help="also build a TensorRT engine")
-    parser.add_argument("--fp16", action="store_true", help="allow FP16 kernels in the engine")
+    parser.add_argument(
+        "--fp16",
+        action="store_true",
+        help="allow FP16 kernels; the engine is then checked against the FP32 ONNX model with "
+        "--atol as a fraction of each output's range (default 0.01) and --rtol (default 0.01)",
+    )
     parser.add_argument("--workspace-mib", type=int, metavar="N")
+    parser.add_argument(
+        "--profile-batch-sizes",
+        metavar="N,...",
+        help="batch sizes to build one optimisation profile each for (default: the "
+        "--preferred-batch-size values; without them one profile up to --max-batch-size)",
+    )

@@ -1,8 +1,15 @@
-"""Verified ONNX -> TensorRT engine, checked against PyTorch through the serving backend.
+"""Verified ONNX -> TensorRT engine, checked through the serving backend.
 
-One optimisation profile covers the batch range 1..max_batch_size and every other dynamic axis
-over the sizes the export was tested at. Without --fp16 TF32 is switched off, so the engine
-computes in FP32 and is held to the same tolerance as ONNX Runtime.
+One optimisation profile per preferred batch size (``--preferred-batch-size``, or
+``--profile-batch-sizes``), each tuned (``opt``) for that size and taking the batches above
+the previous one; a last profile reaches max_batch_size. Other dynamic axes cover the sizes
+the export was tested at. The server runs each batch on the profile tuned nearest its size.
+
+Without --fp16 TF32 is switched off, so the engine computes in FP32 and is held to the same
+tolerance against PyTorch as ONNX Runtime. With --fp16 the engine is compared with the FP32
+ONNX model on ONNX Runtime's CPU provider, on the same inputs, with a tolerance scaled to
+each output's range (FP16 keeps 11 significant bits, so an element-wise bound fails on
+values near zero while saying nothing about the ones that matter).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import Any
 
 import torch
 
+from batchserve.backends.gpu_plan import plan_profiles
 from batchserve.devices import Device, gpu_count
 from batchserve.errors import DeviceUnavailable
 from batchserve.export.errors import ExportError
@@ -24,23 +32,28 @@ from batchserve.export.onnx import (
     StagedModel,
     Target,
     merge_config,
+    onnxruntime_runner,
     publish,
     stage_onnx,
 )
 from batchserve.export.spec import ExportSpec, Tolerance
 from batchserve.export.verify import (
+    Runner,
+    ScaledTolerance,
     TorchModel,
     VerificationReport,
     bind_module,
     check_report,
     verify,
+    verify_against,
 )
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig
 from batchserve.model_config import config_from_signature
 
 GPU_MISSING = "--tensorrt needs an NVIDIA GPU with CUDA; none was found (NVML reports 0 devices)"
 PACKAGE_MISSING = "the tensorrt package is not installed: pip install 'batchserve[gpu]'"
-FP16_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2)
+FP16_TOLERANCE = ScaledTolerance(fraction=1e-2, rtol=1e-2)
+FP16_REFERENCE = "ONNX Runtime FP32 (CPU)"
 Shape = tuple[int, ...]
 
 
@@ -51,26 +64,34 @@ class TensorRTOptions:
     Args:
         fp16: allow FP16 kernels (BuilderFlag.FP16).
         workspace_mib: workspace memory pool limit; None leaves TensorRT's default.
-        tolerance: None means the spec's tolerance, or atol = rtol = 1e-2 with ``fp16``.
+        tolerance: without ``fp16``, the element-wise tolerance against PyTorch (None: the
+            spec's); with it, ``atol`` is a fraction of each output's range and ``rtol`` is
+            relative to each element, against the FP32 ONNX model (None: 1e-2 and 1e-2).
+        profile_batch_sizes: the batch sizes optimisation profiles are tuned for; empty means
+            the preferred batch sizes.
     """
 
     fp16: bool = False
     workspace_mib: int | None = None
     tolerance: Tolerance | None = None
+    profile_batch_sizes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.workspace_mib is not None and self.workspace_mib < 1:
             raise ExportError(f"--workspace-mib must be >= 1, not {self.workspace_mib}")
 
     def tolerance_for(self, spec: ExportSpec) -> Tolerance:
-        if self.tolerance is not None:
-            return self.tolerance
-        return FP16_TOLERANCE if self.fp16 else spec.tolerance
+        return spec.tolerance if self.tolerance is None else self.tolerance
+
+    def fp16_tolerance(self) -> ScaledTolerance:
+        if self.tolerance is None:
+            return FP16_TOLERANCE
+        return ScaledTolerance(fraction=self.tolerance.atol, rtol=self.tolerance.rtol)
 
 
 @dataclass(frozen=True, slots=True)
 class ProfileShapes:
-    """One input's min/opt/max shapes in the optimisation profile."""
+    """One input's min/opt/max shapes in an optimisation profile."""
 
     minimum: Shape
     optimum: Shape
@@ -89,17 +110,49 @@ def tensorrt_target(spec: ExportSpec) -> Target:
     return Target(f"{spec.name}_trt", "model.plan", "tensorrt_plan", "tensorrt", gpu_only=True)
 
 
-def profile_shapes(spec: ExportSpec) -> dict[str, ProfileShapes]:
-    """Batch axis 1..max_batch_size (opt: largest preferred size, else the max); other axes
-    cover the tested sizes, optimised for the largest."""
+def profile_shapes(
+    spec: ExportSpec, batch_sizes: tuple[int, ...] = ()
+) -> tuple[dict[str, ProfileShapes], ...]:
+    """Each optimisation profile's shapes, per input (``plan_profiles`` splits the batch axis).
+
+    ``batch_sizes`` are the sizes profiles are tuned for; empty means the preferred batch
+    sizes, and without those one profile 1..max_batch_size tuned for the max. Other axes
+    cover the tested sizes, tuned for the largest. No batch axis: one profile.
+    """
     low = {axis: min(spec.sizes_of(axis)) for axis in spec.dynamic_axes}
     high = {axis: max(spec.sizes_of(axis)) for axis in spec.dynamic_axes}
-    opt = dict(high)
-    if spec.batch_axis:
-        low[spec.batch_axis] = 1
-        high[spec.batch_axis] = spec.max_batch_size
-        preferred = spec.serving.preferred_batch_sizes
-        opt[spec.batch_axis] = max(preferred, default=spec.max_batch_size)
+    batch_axis = spec.batch_axis
+    if batch_axis is None:
+        if batch_sizes:
+            raise ExportError("--profile-batch-sizes needs a batch axis (--max-batch-size > 0)")
+        return (_profile(spec, low, high, high),)
+    tuned = batch_sizes or spec.serving.preferred_batch_sizes
+    try:
+        ranges = plan_profiles(tuned, spec.max_batch_size)
+    except ValueError as exc:
+        raise ExportError(f"optimisation profile batch sizes: {exc}") from None
+    tested = spec.sizes_of(batch_axis)
+    for batch in ranges:
+        if not any(batch.covers(size) for size in tested):
+            raise ExportError(
+                f"the optimisation profile for batches {batch.low}..{batch.high} would go "
+                f"unverified: no --batch-sizes value ({','.join(map(str, tested))}) falls in "
+                f"it; add one, e.g. --batch-sizes {','.join(map(str, (*tested, batch.opt)))}"
+            )
+    return tuple(
+        _profile(
+            spec,
+            low | {batch_axis: batch.low},
+            high | {batch_axis: batch.opt},
+            high | {batch_axis: batch.high},
+        )
+        for batch in ranges
+    )
+
+
+def _profile(
+    spec: ExportSpec, low: dict[str, int], opt: dict[str, int], high: dict[str, int]
+) -> dict[str, ProfileShapes]:
     return {
         item.name: ProfileShapes(item.shape(low), item.shape(opt), item.shape(high))
         for item in spec.inputs
@@ -135,13 +188,20 @@ def stage_engine(
     options: TensorRTOptions,
     progress: Progress | None,
 ) -> StagedModel:
-    """Build the engine beside the verified ONNX file and verify it against PyTorch."""
+    """Build the engine beside the verified ONNX file and verify it as the server runs it.
+
+    FP32: against PyTorch. FP16: against the FP32 ONNX model on ONNX Runtime's CPU provider.
+    """
     target = tensorrt_target(spec)
     plan = onnx_model.path.with_name(target.filename)
     build_engine(onnx_model.path, spec, options, plan)
     fresh = config_from_signature(target.model_name, onnx_model.signature, spec.max_batch_size)
     config = merge_config(ModelConfig(), fresh, target, spec.serving)
-    report = _verify_engine(model, spec, plan, config, options.tolerance_for(spec))
+    if options.fp16:
+        reference = onnxruntime_runner(onnx_model.path)
+        report = _verify_fp16(reference, spec, plan, config, options.fp16_tolerance())
+    else:
+        report = _verify_engine(model, spec, plan, config, options.tolerance_for(spec))
     check_report(report, progress)
     return StagedModel(plan, target, onnx_model.signature, report)
 
@@ -169,10 +229,11 @@ def build_engine(onnx_path: Path, spec: ExportSpec, options: TensorRTOptions, pl
 
 def _builder_config(trt: Any, builder: Any, spec: ExportSpec, options: TensorRTOptions) -> Any:
     config = builder.create_builder_config()
-    profile = builder.create_optimization_profile()
-    for name, shapes in profile_shapes(spec).items():
-        profile.set_shape(name, shapes.minimum, shapes.optimum, shapes.maximum)
-    config.add_optimization_profile(profile)
+    for shapes_by_input in profile_shapes(spec, options.profile_batch_sizes):
+        profile = builder.create_optimization_profile()
+        for name, shapes in shapes_by_input.items():
+            profile.set_shape(name, shapes.minimum, shapes.optimum, shapes.maximum)
+        config.add_optimization_profile(profile)
     if options.workspace_mib is not None:
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_mib << 20)
     if options.fp16:
@@ -205,5 +266,26 @@ def _verify_engine(
     backend.load(plan, config, Device("gpu", 0))
     try:
         return verify(model, spec, backend.infer, runtime="TensorRT", tolerance=tolerance)
+    finally:
+        backend.unload()
+
+
+def _verify_fp16(
+    reference: Runner, spec: ExportSpec, plan: Path, config: ModelConfig, tolerance: ScaledTolerance
+) -> VerificationReport:
+    """The FP16 engine, through the TensorRT backend, against the FP32 ONNX model."""
+    from batchserve.backends.tensorrt import TensorRTBackend
+
+    backend = TensorRTBackend()
+    backend.load(plan, config, Device("gpu", 0))
+    try:
+        return verify_against(
+            reference,
+            backend.infer,
+            spec,
+            runtime="TensorRT FP16",
+            reference_name=FP16_REFERENCE,
+            tolerance=tolerance,
+        )
     finally:
         backend.unload()

@@ -1,14 +1,20 @@
-"""Run PyTorch and a converted model on the same random inputs, and compare every element.
+"""Run PyTorch (or a reference runtime) and a converted model on the same random inputs, and
+compare every element.
 
 A case fails when an element is outside the tolerance, when NaN appears on one side only, when
-a shape or dtype differs, or when the converted model cannot run at that size at all.
+a shape or dtype differs, or when the converted model cannot run at that size at all. Reduced
+precision (an FP16 engine against the FP32 model) is judged against each output's range
+(``ScaledTolerance``), and values the reference gives as finite but the converted model
+overflows to infinity fail by name.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -83,6 +89,7 @@ class OutputCheck:
     outside: int
     total: int
     problem: str = ""
+    scale: float | None = None  # the output's range, when errors are judged against it
 
     @property
     def passed(self) -> bool:
@@ -91,8 +98,34 @@ class OutputCheck:
     def __str__(self) -> str:
         if self.problem:
             return f"{self.name} {self.problem}"
-        text = f"{self.name} max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}"
+        if self.scale is None:
+            text = f"{self.name} max abs {self.max_abs:.3g}, max rel {self.max_rel:.3g}"
+        else:
+            text = (
+                f"{self.name} max abs error {self.max_abs:.3g} = {100 * self.max_rel:.3g}% of "
+                f"its range {self.scale:.3g}"
+            )
         return text if self.outside == 0 else f"{text} ({self.outside}/{self.total} outside)"
+
+
+@dataclass(frozen=True, slots=True)
+class ScaledTolerance:
+    """An element passes when ``|got - expected| <= fraction * range + rtol * |expected|``.
+
+    ``range`` is the largest finite ``|expected|`` of that output in that case: a reduced-
+    precision model's error grows with the magnitudes it computes, not with each element.
+    """
+
+    fraction: float = 1e-2
+    rtol: float = 1e-2
+
+    def __post_init__(self) -> None:
+        for label, value in (("fraction", self.fraction), ("rtol", self.rtol)):
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{label} must be a finite number >= 0, not {value}")
+
+    def __str__(self) -> str:
+        return f"|got - expected| <= {self.fraction:g} * range + {self.rtol:g} * |expected|"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +151,9 @@ class VerificationReport:
     """Every case of one runtime against PyTorch."""
 
     runtime: str
-    tolerance: Tolerance
+    tolerance: Tolerance | ScaledTolerance
     cases: tuple[CaseResult, ...]
+    reference: str = "PyTorch"
 
     @property
     def passed(self) -> bool:
@@ -134,7 +168,9 @@ class VerificationReport:
         return max((c.max_rel for c in self._checks() if np.isfinite(c.max_rel)), default=0.0)
 
     def lines(self) -> list[str]:
-        header = f"{self.runtime} vs PyTorch, {len(self.cases)} cases, pass if {self.tolerance}"
+        header = (
+            f"{self.runtime} vs {self.reference}, {len(self.cases)} cases, pass if {self.tolerance}"
+        )
         return [header, *(f"  {case}" for case in self.cases)]
 
     def _checks(self) -> list[OutputCheck]:
@@ -176,9 +212,31 @@ def verify(
     whose real shape contradicts its declaration fails, since config.pbtxt is built from it.
     """
     rng = np.random.default_rng(SEED)
-    check = _Check(model, runner, runtime, tolerance, declared or {})
+    judge = partial(compare, tolerance=tolerance)
+    check = _Check(model.run, runner, runtime, judge, declared or {})
     results = tuple(check.case(sizes, random_inputs(spec, sizes, rng)) for sizes in spec.cases())
     return VerificationReport(runtime, tolerance, results)
+
+
+def verify_against(
+    reference: Runner,
+    runner: Runner,
+    spec: ExportSpec,
+    *,
+    runtime: str,
+    reference_name: str,
+    tolerance: ScaledTolerance,
+) -> VerificationReport:
+    """Compare ``runner`` with another runtime's ``reference`` on the inputs ``verify`` uses.
+
+    For a reduced-precision model against the full-precision one it was built from, so the
+    comparison measures the precision lost, not the conversion (already verified).
+    """
+    rng = np.random.default_rng(SEED)
+    judge = partial(compare_scaled, tolerance=tolerance, reference=reference_name)
+    check = _Check(reference, runner, runtime, judge, {})
+    results = tuple(check.case(sizes, random_inputs(spec, sizes, rng)) for sizes in spec.cases())
+    return VerificationReport(runtime, tolerance, results, reference_name)
 
 
 def check_report(
@@ -190,18 +248,19 @@ def check_report(
     failed = [case for case in report.cases if not case.passed]
     if failed:
         raise VerificationFailed(
-            f"{report.runtime} disagrees with PyTorch in {len(failed)} of {len(report.cases)} "
+            f"{report.runtime} disagrees with {report.reference} in {len(failed)} of "
+            f"{len(report.cases)} "
             f"cases (first: {failed[0]}); nothing was written"
         )
 
 
-def compare(name: str, expected: Array, got: Array, tolerance: Tolerance) -> OutputCheck:
+def compare(
+    name: str, expected: Array, got: Array, tolerance: Tolerance, reference: str = "PyTorch"
+) -> OutputCheck:
     """Element-wise comparison; NaN matches only NaN, and infinities must match exactly."""
-    if got.shape != expected.shape or got.dtype != expected.dtype:
-        problem = (
-            f"is {got.dtype}{list(got.shape)}, PyTorch gives {expected.dtype}{list(expected.shape)}"
-        )
-        return OutputCheck(name, np.nan, np.nan, expected.size, expected.size, problem)
+    mismatch = _mismatch(name, expected, got, reference)
+    if mismatch is not None:
+        return mismatch
     e = expected.astype(np.float64)
     g = got.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -214,21 +273,66 @@ def compare(name: str, expected: Array, got: Array, tolerance: Tolerance) -> Out
     return OutputCheck(name, _max(diff), _max(rel), outside, int(close.size))
 
 
+def compare_scaled(
+    name: str, expected: Array, got: Array, tolerance: ScaledTolerance, reference: str
+) -> OutputCheck:
+    """Compare a reduced-precision output with the full-precision one, against its range.
+
+    Fails by name when the converted model gives inf or NaN where the reference is finite:
+    FP16 tops out at 65504, and an activation above that is the usual way an FP16 engine
+    breaks. ``max_rel`` is the largest error as a fraction of the range.
+    """
+    mismatch = _mismatch(name, expected, got, reference)
+    if mismatch is not None:
+        return mismatch
+    e = expected.astype(np.float64)
+    g = got.astype(np.float64)
+    finite = np.isfinite(e)
+    lost = finite & ~np.isfinite(g)
+    if lost.any():
+        largest = float(np.abs(e[lost]).max())
+        problem = (
+            f"overflows: {int(lost.sum())} of {e.size} values are inf or NaN where {reference} "
+            f"gives finite ones (largest |expected| {largest:.3g}; FP16 tops out at 65504)"
+        )
+        return OutputCheck(name, np.inf, np.inf, int(lost.sum()), e.size, problem)
+    scale = _max(np.abs(e[finite]))
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(np.subtract(g, e, out=np.zeros_like(e), where=finite))
+        limit = tolerance.fraction * scale + tolerance.rtol * np.abs(e)
+        unmatched = ~finite & ~((e == g) | (np.isnan(e) & np.isnan(g)))
+    outside = int(np.count_nonzero((diff > limit) & finite) + np.count_nonzero(unmatched))
+    max_abs = _max(diff)
+    return OutputCheck(name, max_abs, max_abs / scale if scale else 0.0, outside, e.size, "", scale)
+
+
+def _mismatch(name: str, expected: Array, got: Array, reference: str) -> OutputCheck | None:
+    if got.shape == expected.shape and got.dtype == expected.dtype:
+        return None
+    problem = (
+        f"is {got.dtype}{list(got.shape)}, {reference} gives {expected.dtype}{list(expected.shape)}"
+    )
+    return OutputCheck(name, np.nan, np.nan, expected.size, expected.size, problem)
+
+
 def describe(arrays: Mapping[str, Array]) -> str:
     """``tokens: INT64[3, 7], lengths: INT64[3, 1]``, for messages."""
     return ", ".join(f"{name}: {_wire(a)}{list(a.shape)}" for name, a in arrays.items())
 
 
+Judge = Callable[[str, Array, Array], OutputCheck]
+
+
 @dataclass(frozen=True, slots=True)
 class _Check:
-    model: TorchModel
+    expected: Runner
     runner: Runner
     runtime: str
-    tolerance: Tolerance
+    judge: Judge
     declared: Mapping[str, tuple[int, ...]]
 
     def case(self, sizes: Mapping[str, int], inputs: Arrays) -> CaseResult:
-        expected = self.model.run(inputs)
+        expected = dict(self.expected(inputs))
         try:
             got = self.runner(inputs)
         except Exception as exc:  # the runtime cannot run this case: a verification failure
@@ -238,7 +342,7 @@ class _Check:
     def output(self, name: str, expected: Array, got: Mapping[str, Array]) -> OutputCheck:
         if name not in got:
             return OutputCheck(name, np.nan, np.nan, expected.size, expected.size, "is missing")
-        check = compare(name, expected, np.asarray(got[name]), self.tolerance)
+        check = self.judge(name, np.asarray(expected), np.asarray(got[name]))
         declared = self.declared.get(name)
         if check.problem or declared is None or _conforms(declared, expected.shape):
             return check

@@ -56,3 +56,31 @@ def test_an_impossible_allocation_is_out_of_memory():
     cuda.set_device(0)
     with pytest.raises(OutOfMemory, match="cudaMalloc failed: cudaErrorMemoryAllocation"):
         cuda.DeviceBuffer(1 << 50)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU")
+def test_a_captured_graph_replays_its_copies_on_new_data():
+    cuda.set_device(0)
+    stream = cuda.Stream()
+    pinned_in, pinned_out = cuda.PinnedBuffer(64), cuda.PinnedBuffer(64)
+    device = cuda.DeviceBuffer(64)
+    try:
+        cuda.memset_async(device, 0, stream)
+        stream.synchronize()
+
+        def work() -> None:
+            cuda.copy_to_device_async(device, pinned_in.view(np.dtype(np.float32), (16,)), stream)
+            cuda.copy_to_host_async(pinned_out, device, 64, stream)
+
+        graph = cuda.Graph(stream, work)
+        for value in (1.0, 7.0):  # the graph reads the pinned buffer's contents at replay
+            pinned_in.view(np.dtype(np.float32), (16,))[:] = value
+            graph.launch(stream)
+            stream.synchronize()
+            assert (pinned_out.view(np.dtype(np.float32), (16,)) == value).all()
+        graph.close()
+        graph.close()
+    finally:
+        for resource in (pinned_in, pinned_out, device, stream):
+            resource.close()

@@ -236,3 +236,26 @@ def test_cuda_provider_matches_numpy(mlp_file: Path, config: ModelConfig, mlp_re
     out = backend.infer({"x": x}, ["y"])
     np.testing.assert_allclose(out["y"], mlp_reference(x)["y"], rtol=1e-4, atol=1e-5)
     backend.unload()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(gpu_count() == 0 or not HAS_CUDA_EP, reason="needs a GPU and onnxruntime-gpu")
+def test_cuda_graphs_per_preferred_size_pad_batches_and_match_numpy(
+    mlp_file: Path, mlp_reference: Reference
+):
+    from google.protobuf import text_format
+
+    config = text_format.Parse(
+        "max_batch_size: 16 dynamic_batching { preferred_batch_size: [4, 8] } "
+        "optimization { cuda { graphs: true } }",
+        ModelConfig(name="m"),
+    )
+    backend = OnnxBackend()
+    backend.load(mlp_file, config, Device("gpu", 0))
+    assert backend.graph_batch_sizes == (4, 8)
+    for batch in (4, 3, 8, 5, 12, 1):  # graphs for 4 and 8; 12 runs without one
+        x = np.random.default_rng(batch).standard_normal((batch, 8)).astype(np.float32)
+        out = backend.infer({"x": x})
+        assert out["y"].shape == (batch, 4)
+        np.testing.assert_allclose(out["y"], mlp_reference(x)["y"], rtol=1e-4, atol=1e-5)
+    backend.unload()

@@ -8,11 +8,13 @@ from batchserve.backends.tensorrt import (
     EngineTensor,
     TensorRTBackend,
     check_inputs,
-    choose_profile,
     datatype_from_trt,
+    instance_profiles,
     map_trt_errors,
+    pick_profile,
     read_engine_signature,
 )
+from batchserve.backends.tensorrt_profiles import Profile, union_tensor
 from batchserve.datatypes import BY_WIRE
 from batchserve.devices import Device, gpu_count
 from batchserve.errors import (
@@ -96,27 +98,69 @@ def config(text: str) -> ModelConfig:
 @pytest.mark.parametrize(
     ("text", "device", "expected"),
     [
-        ("", 0, 0),
-        ("instance_group { kind: KIND_GPU profile: ['1'] }", 0, 1),
-        ("instance_group { kind: KIND_GPU gpus: [1] profile: ['2'] }", 0, 0),
+        ("", 0, (0, 1, 2)),  # no profile listed: every profile, chosen per batch
+        ("instance_group { kind: KIND_GPU profile: ['1'] }", 0, (1,)),
+        ("instance_group { kind: KIND_GPU gpus: [1] profile: ['2'] }", 0, (0, 1, 2)),
         (
             "instance_group { kind: KIND_GPU gpus: [0] profile: ['2'] } "
             "instance_group { kind: KIND_GPU gpus: [1] profile: ['1', '2'] }",
             1,
-            1,
+            (1, 2),
         ),
-        ("instance_group { kind: KIND_CPU profile: ['1'] }", 0, 0),
+        ("instance_group { kind: KIND_CPU profile: ['1'] }", 0, (0, 1, 2)),
     ],
 )
-def test_profile_comes_from_the_group_covering_the_gpu(text: str, device: int, expected: int):
-    assert choose_profile(config(text), Device("gpu", device), 3, PLAN) == expected
+def test_profiles_come_from_the_group_covering_the_gpu(
+    text: str, device: int, expected: tuple[int, ...]
+):
+    assert instance_profiles(config(text), Device("gpu", device), 3, PLAN) == expected
 
 
 @pytest.mark.parametrize("profile", ["3", "first"])
 def test_a_profile_the_engine_lacks_is_a_config_error(profile: str):
     text = f"instance_group {{ kind: KIND_GPU profile: ['{profile}'] }}"
     with pytest.raises(ModelConfigError, match=rf"model\.plan: .*'{profile}'.*3 optimisation"):
-        choose_profile(config(text), Device("gpu", 0), 3, PLAN)
+        instance_profiles(config(text), Device("gpu", 0), 3, PLAN)
+
+
+def images(low: int, high: int) -> EngineTensor:
+    return EngineTensor("image", FP32, True, (low, 3, 8, 8), (high, 3, 8, 8))
+
+
+# What `batchserve export --tensorrt --preferred-batch-size 4 16 --max-batch-size 32` builds.
+PROFILES = [
+    Profile(0, {"image": images(1, 4)}, 4),
+    Profile(1, {"image": images(5, 16)}, 16),
+    Profile(2, {"image": images(17, 32)}, 32),
+]
+
+
+@pytest.mark.parametrize(("batch", "expected"), [(1, 0), (4, 0), (5, 1), (16, 1), (17, 2)])
+def test_each_batch_runs_on_the_profile_whose_range_holds_it(batch: int, expected: int):
+    inputs = {"image": np.zeros((batch, 3, 8, 8), np.float32)}
+    assert pick_profile(PROFILES, inputs) == expected
+
+
+def test_overlapping_profiles_prefer_the_one_tuned_nearest_above():
+    overlapping = [
+        Profile(0, {"image": images(1, 32)}, 32),
+        Profile(1, {"image": images(1, 8)}, 8),
+    ]
+    small = {"image": np.zeros((3, 3, 8, 8), np.float32)}
+    large = {"image": np.zeros((20, 3, 8, 8), np.float32)}
+    assert pick_profile(overlapping, small) == 1
+    assert pick_profile(overlapping, large) == 0
+
+
+def test_no_profile_for_shapes_outside_every_range():
+    assert pick_profile(PROFILES, {"image": np.zeros((2, 3, 9, 8), np.float32)}) is None
+    assert pick_profile(PROFILES, {"image": np.zeros((33, 3, 8, 8), np.float32)}) is None
+
+
+def test_union_of_profiles_accepts_all_of_them_and_sizes_buffers_for_the_largest():
+    union = union_tensor([p.inputs["image"] for p in PROFILES])
+    assert (union.min_shape, union.max_shape) == ((1, 3, 8, 8), (32, 3, 8, 8))
+    assert union.max_bytes == 32 * 3 * 8 * 8 * 4
 
 
 @pytest.mark.parametrize(
@@ -150,8 +194,10 @@ def test_tensorrt_exceptions_are_translated_at_one_boundary(raised: Exception, e
     assert type(caught.value) is expected
 
 
-def build_engine(onnx_file: Path, plan: Path, max_batch: int) -> Path:
-    """A TensorRT plan for the mlp model, one profile covering batches 1..max_batch."""
+def build_engine(
+    onnx_file: Path, plan: Path, max_batch: int, profiles: tuple[tuple[int, int, int], ...] = ()
+) -> Path:
+    """A TensorRT plan for the mlp model: one profile 1..max_batch, or the (min, opt, max)."""
     import tensorrt as trt
 
     logger = trt.Logger(trt.Logger.WARNING)
@@ -160,9 +206,10 @@ def build_engine(onnx_file: Path, plan: Path, max_batch: int) -> Path:
     parser = trt.OnnxParser(network, logger)
     assert parser.parse(onnx_file.read_bytes()), parser.get_error(0)
     build_config = builder.create_builder_config()
-    profile = builder.create_optimization_profile()
-    profile.set_shape("x", (1, 8), (max_batch // 2, 8), (max_batch, 8))
-    build_config.add_optimization_profile(profile)
+    for low, opt, high in profiles or ((1, max_batch // 2, max_batch),):
+        profile = builder.create_optimization_profile()
+        profile.set_shape("x", (low, 8), (opt, 8), (high, 8))
+        build_config.add_optimization_profile(profile)
     serialized = builder.build_serialized_network(network, build_config)
     plan.write_bytes(bytes(serialized))
     return plan
@@ -230,3 +277,26 @@ def test_a_file_that_is_not_an_engine_is_a_config_error(tmp_path: Path):
     bad.write_bytes(b"not an engine")
     with pytest.raises(ModelConfigError, match=r"bad\.plan: TensorRT .* cannot deserialise"):
         TensorRTBackend().load(bad, ModelConfig(name="m"), Device("gpu", 0))
+
+
+@pytest.mark.gpu
+@gpu
+def test_batches_run_on_each_profile_and_as_padded_cuda_graphs(
+    mlp_file: Path, tmp_path: Path, mlp_reference: Callable[[np.ndarray], dict[str, np.ndarray]]
+):
+    pytest.importorskip("tensorrt")
+    plan = build_engine(mlp_file, tmp_path / "model.plan", 16, ((1, 4, 4), (5, 16, 16)))
+    graphs = config(
+        "max_batch_size: 16 dynamic_batching { preferred_batch_size: [4, 16] } "
+        "optimization { cuda { graphs: true } }"
+    )
+    for model_config, sizes in ((ModelConfig(name="m"), ()), (graphs, (4, 16))):
+        backend = TensorRTBackend()
+        backend.load(plan, model_config, Device("gpu", 0))
+        assert backend.graph_batch_sizes == sizes
+        for batch in (1, 3, 4, 5, 11, 16, 2):  # both profiles; padded up to 4 or 16
+            x = np.random.default_rng(batch).standard_normal((batch, 8)).astype(np.float32)
+            out = backend.infer({"x": x})
+            assert out["y"].shape == (batch, 4)
+            np.testing.assert_allclose(out["y"], mlp_reference(x)["y"], rtol=1e-3, atol=1e-4)
+        backend.unload()

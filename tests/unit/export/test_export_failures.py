@@ -206,4 +206,33 @@ def test_tensorrt_flags_need_tensorrt(export_cli: Callable[..., Any], repo: Path
     result = export_cli(f"{__name__}:TinyNet", "--name", "m", "--input", IMAGE, "--fp16")
 
     assert_clean_failure(result, 2, repo)
-    assert "--fp16 and --workspace-mib need --tensorrt" in result.err
+    assert "--fp16, --workspace-mib and --profile-batch-sizes need --tensorrt" in result.err
+
+
+def test_profile_batch_sizes_need_tensorrt(export_cli: Callable[..., Any], repo: Path) -> None:
+    result = export_cli(
+        f"{__name__}:TinyNet", "--name", "m", "--input", IMAGE, "--profile-batch-sizes", "4"
+    )
+
+    assert_clean_failure(result, 2, repo)
+    assert "need --tensorrt" in result.err
+
+
+@pytest.mark.parametrize(
+    ("sizes", "message"),
+    [
+        ("4,80", r"optimisation profile batch sizes: batch sizes \[80\] are not within 1\.\.64"),
+        ("4,x", r"--profile-batch-sizes '4,x': 'x' is not a positive integer"),
+    ],
+)
+def test_bad_profile_batch_sizes_fail_before_the_gpu_check(
+    export_cli: Callable[..., Any], repo: Path, sizes: str, message: str
+) -> None:
+    # Checked before the GPU and before the factory is imported (it does not exist).
+    result = export_cli(
+        "no_such_module_for_export:build",
+        *("--name", "m", "--input", IMAGE, "--tensorrt", "--profile-batch-sizes", sizes),
+    )
+
+    assert_clean_failure(result, 2, repo)
+    assert re.search(message, result.err), result.err

@@ -3,6 +3,7 @@
 import pytest
 from batchserve.datatypes import BY_WIRE
 from batchserve.errors import InvalidArgument
+from batchserve.export.errors import ExportError
 from batchserve.export.spec import (
     ExportSpec,
     InputSpec,
@@ -157,15 +158,68 @@ def test_tolerance_rejects_negative_values() -> None:
         Tolerance(atol=-1.0)
 
 
-def test_tensorrt_profile_covers_batch_range_and_tested_axis_sizes() -> None:
+def test_tensorrt_profiles_follow_the_preferred_sizes_and_cover_tested_axis_sizes() -> None:
     spec = _spec(
         "tokens:INT64:batch,seq",
         "lengths:INT64:batch,1:1..seq",
         max_batch_size=32,
+        batch_sizes=(1, 8, 32),
         axis_sizes={"seq": (5, 50, 20)},
-        serving=ServingOptions(dynamic_batching=True, preferred_batch_sizes=(4, 16)),
+        serving=ServingOptions(dynamic_batching=True, preferred_batch_sizes=(16, 4)),
     )
-    assert profile_shapes(spec) == {
-        "tokens": ProfileShapes((1, 5), (16, 50), (32, 50)),
-        "lengths": ProfileShapes((1, 1), (16, 1), (32, 1)),
-    }
+    # One profile per preferred size (tuned for it, taking the batches above the previous
+    # one), and a last one up to max_batch_size.
+    assert profile_shapes(spec) == (
+        {
+            "tokens": ProfileShapes((1, 5), (4, 50), (4, 50)),
+            "lengths": ProfileShapes((1, 1), (4, 1), (4, 1)),
+        },
+        {
+            "tokens": ProfileShapes((5, 5), (16, 50), (16, 50)),
+            "lengths": ProfileShapes((5, 1), (16, 1), (16, 1)),
+        },
+        {
+            "tokens": ProfileShapes((17, 5), (32, 50), (32, 50)),
+            "lengths": ProfileShapes((17, 1), (32, 1), (32, 1)),
+        },
+    )
+
+
+def test_explicit_profile_batch_sizes_replace_the_preferred_ones() -> None:
+    spec = _spec(
+        "image:FP32:batch,3",
+        max_batch_size=8,
+        batch_sizes=(3, 8),
+        serving=ServingOptions(dynamic_batching=True, preferred_batch_sizes=(2,)),
+    )
+    shapes = profile_shapes(spec, (8, 4))
+    assert [p["image"] for p in shapes] == [
+        ProfileShapes((1, 3), (4, 3), (4, 3)),
+        ProfileShapes((5, 3), (8, 3), (8, 3)),
+    ]
+
+
+def test_without_preferred_sizes_one_profile_is_tuned_for_the_max() -> None:
+    spec = _spec("image:FP32:batch,3", max_batch_size=8)
+    assert profile_shapes(spec) == ({"image": ProfileShapes((1, 3), (8, 3), (8, 3))},)
+
+
+def test_profile_sizes_beyond_the_max_batch_or_without_a_batch_axis_are_refused() -> None:
+    with pytest.raises(ExportError, match=r"batch sizes \[9\] are not within 1\.\.8"):
+        profile_shapes(_spec("image:FP32:batch,3", max_batch_size=8), (4, 9))
+    with pytest.raises(ExportError, match="needs a batch axis"):
+        profile_shapes(_spec("image:FP32:2,3", max_batch_size=0), (1,))
+
+
+def test_every_profile_must_hold_a_verified_batch_size() -> None:
+    spec = _spec(
+        "image:FP32:batch,3",
+        max_batch_size=64,
+        serving=ServingOptions(dynamic_batching=True, preferred_batch_sizes=(16,)),
+    )  # tested at 1, 3, 8: nothing reaches the profile for 17..64
+    with pytest.raises(
+        ExportError,
+        match=r"profile for batches 17\.\.64 would go unverified: no --batch-sizes value "
+        r"\(1,3,8\) falls in it; add one, e.g\. --batch-sizes 1,3,8,64",
+    ):
+        profile_shapes(spec)

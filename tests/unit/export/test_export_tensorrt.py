@@ -30,9 +30,13 @@ class SmallCNN(nn.Module):
         return self.head(self.features(image).mean((2, 3)))
 
 
-@pytest.mark.parametrize("precision", [(), ("--fp16",)], ids=["fp32", "fp16"])
+@pytest.mark.parametrize(
+    ("precision", "checked"),
+    [((), "TensorRT vs PyTorch"), (("--fp16",), "TensorRT FP16 vs ONNX Runtime FP32 (CPU)")],
+    ids=["fp32", "fp16"],
+)
 def test_engine_is_built_verified_and_published(
-    export_cli: Callable[..., Any], repo: Path, precision: tuple[str, ...]
+    export_cli: Callable[..., Any], repo: Path, precision: tuple[str, ...], checked: str
 ) -> None:
     pytest.importorskip("tensorrt")
     result = export_cli(
@@ -42,7 +46,7 @@ def test_engine_is_built_verified_and_published(
     )
 
     assert result.code == 0, result.err
-    assert "TensorRT vs PyTorch, 3 cases" in result.out
+    assert f"{checked}, 3 cases" in result.out
     assert (repo / "cnn" / "1" / "model.onnx").is_file()
     assert (repo / "cnn_trt" / "1" / "model.plan").stat().st_size > 0
     config = load_pbtxt(repo / "cnn_trt" / "config.pbtxt")
@@ -54,3 +58,20 @@ def test_engine_is_built_verified_and_published(
     assert config.max_batch_size == 16
     assert [g.kind for g in config.instance_group] == [ModelInstanceGroup.KIND_GPU]
     assert [list(t.dims) for t in config.input] == [[3, 16, 16]]
+
+
+def test_one_profile_per_preferred_batch_size(export_cli: Callable[..., Any], repo: Path) -> None:
+    trt = pytest.importorskip("tensorrt")
+    result = export_cli(
+        f"{__name__}:SmallCNN",
+        *("--name", "cnn", "--input", "image:FP32:batch,3,16,16", "--max-batch-size", "16"),
+        *("--dynamic-batching", "--preferred-batch-size", "2", "8", "--batch-sizes", "1,2,5,8,16"),
+        "--tensorrt",
+    )
+
+    assert result.code == 0, result.err
+    runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+    engine = runtime.deserialize_cuda_engine((repo / "cnn_trt" / "1" / "model.plan").read_bytes())
+    assert engine.num_optimization_profiles == 3
+    ranges = [engine.get_tensor_profile_shape("image", p) for p in range(3)]
+    assert [(lo[0], opt[0], hi[0]) for lo, opt, hi in ranges] == [(1, 2, 2), (3, 8, 8), (9, 16, 16)]

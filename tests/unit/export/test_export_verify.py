@@ -1,15 +1,20 @@
 """The numerical comparison and the random test inputs it runs on."""
 
+from collections.abc import Mapping
+
 import numpy as np
 import pytest
 from batchserve.export.errors import VerificationFailed
 from batchserve.export.spec import ExportSpec, Tolerance, parse_input_spec
 from batchserve.export.verify import (
     CaseResult,
+    ScaledTolerance,
     VerificationReport,
     check_report,
     compare,
+    compare_scaled,
     random_inputs,
+    verify_against,
 )
 
 TOLERANCE = Tolerance(atol=1e-3, rtol=1e-2)
@@ -122,3 +127,129 @@ def test_a_runtime_that_cannot_run_a_case_fails_it() -> None:
 
     assert not case.passed
     assert str(case) == "batch=3: ONNX Runtime failed to run: bad shape [FAILED]"
+
+
+# --- FP16 against FP32: errors judged against each output's range ---------------------------
+
+FP16 = ScaledTolerance(fraction=1e-2, rtol=1e-2)
+REFERENCE = "ONNX Runtime FP32 (CPU)"
+
+
+def test_scaled_tolerance_allows_fp16_error_near_zero_that_an_element_bound_refuses() -> None:
+    expected = np.array([100.0, 0.001, -50.0], np.float32)
+    got = np.array([100.3, 0.2, -50.4], np.float32)  # 0.2 off near zero: 0.2% of the range
+
+    scaled = compare_scaled("logits", expected, got, FP16, REFERENCE)
+    elementwise = compare("logits", expected, got, Tolerance(atol=1e-2, rtol=1e-2))
+
+    assert scaled.passed
+    assert scaled.scale == pytest.approx(100.0)
+    assert scaled.max_rel == pytest.approx(0.004, rel=1e-3)  # 0.4 of a range of 100
+    assert not elementwise.passed
+
+
+def test_error_beyond_the_scaled_bound_fails_naming_output_and_size() -> None:
+    expected = np.linspace(-2.0, 2.0, 12, dtype=np.float32).reshape(3, 4)
+    got = expected.copy()
+    got[1, 2] += 0.1  # 5% of the range of 2; the bound there is 0.02 + 0.01 * |expected|
+
+    check = compare_scaled("logits", expected, got, FP16, REFERENCE)
+
+    assert not check.passed
+    assert (check.outside, check.total) == (1, 12)
+    assert str(check) == "logits max abs error 0.1 = 5% of its range 2 (1/12 outside)"
+
+
+def test_fp16_overflow_fails_by_name() -> None:
+    expected = np.array([[70000.0, 1.0], [2.0, 3.0]], np.float32)
+    got = np.array([[np.inf, 1.0], [2.0, 3.0]], np.float32)
+
+    check = compare_scaled("features", expected, got, FP16, REFERENCE)
+
+    assert not check.passed
+    assert str(check).startswith(
+        "features overflows: 1 of 4 values are inf or NaN where ONNX Runtime FP32 (CPU) gives "
+        "finite ones (largest |expected| 7e+04"
+    )
+
+
+@pytest.mark.parametrize(
+    ("expected", "got", "passed"),
+    [
+        ([np.nan, 1.0], [np.nan, 1.0], True),
+        ([np.inf, 1.0], [np.inf, 1.0], True),
+        ([np.inf, 1.0], [-np.inf, 1.0], False),
+        ([np.nan, 1.0], [0.0, 1.0], False),
+    ],
+)
+def test_non_finite_reference_values_must_match_exactly(
+    expected: list[float], got: list[float], passed: bool
+) -> None:
+    check = compare_scaled("y", np.array(expected), np.array(got), FP16, REFERENCE)
+
+    assert check.passed is passed
+
+
+def test_shape_mismatch_names_the_reference() -> None:
+    check = compare_scaled("y", np.zeros((2, 3)), np.zeros((3, 2)), FP16, REFERENCE)
+
+    assert check.problem == "is float64[3, 2], ONNX Runtime FP32 (CPU) gives float64[2, 3]"
+
+
+WEIGHTS = np.random.default_rng(7).standard_normal((16, 10)).astype(np.float32)
+
+
+def fp32_model(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {"logits": np.tanh(inputs["x"] @ WEIGHTS) * 30.0}
+
+
+def fp16_model(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The same model computed in half precision, as an FP16 engine would."""
+    x, w = inputs["x"].astype(np.float16), WEIGHTS.astype(np.float16)
+    return {"logits": (np.tanh(x @ w) * np.float16(30.0)).astype(np.float32)}
+
+
+def test_a_real_half_precision_model_passes_against_its_fp32_original() -> None:
+    spec = ExportSpec("m", (parse_input_spec("x:FP32:batch,16"),), batch_sizes=(1, 3, 8))
+
+    report = verify_against(
+        fp32_model,
+        fp16_model,
+        spec,
+        runtime="TensorRT FP16",
+        reference_name=REFERENCE,
+        tolerance=FP16,
+    )
+
+    assert report.passed, report.lines()
+    assert len(report.cases) == 3
+    assert 0 < report.max_abs < 0.3  # half precision does lose something
+    assert report.lines()[0] == (
+        "TensorRT FP16 vs ONNX Runtime FP32 (CPU), 3 cases, pass if "
+        "|got - expected| <= 0.01 * range + 0.01 * |expected|"
+    )
+
+
+def test_an_fp16_model_off_by_more_than_its_range_allows_fails_the_export() -> None:
+    spec = ExportSpec("m", (parse_input_spec("x:FP32:batch,16"),), batch_sizes=(2,))
+
+    def drifting(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"logits": fp16_model(inputs)["logits"] + 1.5}  # 5% of a range of 30
+
+    report = verify_against(
+        fp32_model,
+        drifting,
+        spec,
+        runtime="TensorRT FP16",
+        reference_name=REFERENCE,
+        tolerance=FP16,
+    )
+
+    with pytest.raises(VerificationFailed) as caught:
+        check_report(report, None)
+    message = str(caught.value)
+    assert message.startswith(
+        "TensorRT FP16 disagrees with ONNX Runtime FP32 (CPU) in 1 of 1 cases (first: batch=2: "
+        "logits max abs error 1.5"
+    )
+    assert "% of its range" in message
