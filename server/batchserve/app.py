@@ -35,6 +35,8 @@ from batchserve.tls import TlsFiles, TlsMode
 
 logger = logging.getLogger(__name__)
 
+KEEP_ALIVE_SECONDS = 30
+
 
 class _Uvicorn(uvicorn.Server):
     """uvicorn without its own signal handling: the application owns SIGTERM/SIGINT."""
@@ -59,6 +61,9 @@ def _uvicorn(app: Any, settings: Settings, port: int, tls: TlsFiles | None = Non
         access_log=False,
         log_config=None,
         server_header=False,
+        # Longer than clients keep idle connections (httpx and batchserve_client: 5 s),
+        # so a client never reuses a connection the server is closing at that moment.
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=int(settings.shutdown_timeout_seconds),
         **(tls.uvicorn_options() if tls is not None else {}),
     )

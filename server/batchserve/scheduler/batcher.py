@@ -6,7 +6,8 @@ is formed from the head of the queue up to the batch cap and dispatched:
 - otherwise (Triton's rules) when the queue reaches a preferred size (the largest one it
   reaches), when the batch cannot grow without passing the cap or the largest preferred
   size, or when the oldest request has waited ``max_queue_delay``; and also at once when
-  the measured arrival rate says no other request can come before that delay is out.
+  the measured arrival rate says no other request can come before that delay is out, or
+  when arrivals have stopped for ``QUIET_GAPS`` expected gaps (``timing.ArrivalGaps``).
 Requests whose deadline passed or whose client went away are dropped before they cost
 compute. Each batch runs on its instance's thread (``execution.BatchRun``, which also
 recovers from running out of memory and isolates poisoned requests), or directly on the
@@ -34,6 +35,10 @@ from batchserve.scheduler.work import Outcome, WorkItem
 from batchserve.stats import ModelStats
 
 logger = logging.getLogger(__name__)
+
+QUIET_GAPS = 2
+"""Expected gaps without an arrival after which a waiting batch stops waiting: the requests
+that were coming have come (with closed-loop clients, every client is now waiting)."""
 
 
 class Batcher:
@@ -69,6 +74,7 @@ class Batcher:
         self._wake_ns = 0
         self._delay_ns = policy.max_queue_delay_ns if policy.merge_requests else 0
         self._arrivals = ArrivalGaps()
+        self._made_to_wait = False
         self._layout = SequenceLayout(policy.sequence_inputs, policy.sequence_outputs)
         self._grouping = bool(self._layout) and policy.merge_requests
         self._order = InOrder() if policy.preserve_ordering else None
@@ -91,13 +97,13 @@ class Batcher:
         if self.queue.full:  # places held by clients that went away are free
             for gone in self.queue.remove_abandoned():
                 self._settle(gone, asyncio.CancelledError())
+        if self._delay_ns and not self._dispatch_pending:  # requests of one pass: one arrival
+            self._arrivals.arrival(item.enqueued_ns, joined=bool(self.queue))
         self.queue.push(item)
         if self._order is not None:
             item.ticket = self._order.ticket()
         if self._grouping:
             item.sequence_length = self._layout.length(item.inputs)
-        if self._delay_ns:
-            self._arrivals.record(item.enqueued_ns)
         if not self._dispatch_per_pass:
             self._dispatch()
         elif not self._dispatch_pending:
@@ -151,12 +157,25 @@ class Batcher:
         if ready:
             return ready
         oldest = self.queue.oldest_enqueued_ns()
+        last = self._arrivals.last_ns
         assert oldest is not None
+        assert last is not None
         due = oldest + self._delay_ns
-        if now >= due or now + self._arrivals.expected_gap_ns() > due:
-            return self._cap
-        self._wake_at(due)
+        gap = self._arrivals.expected_gap_ns()
+        if now + gap > due:  # the delay is out, or nobody is expected before it is
+            return self._go_without_waiting(now, oldest)
+        quiet = last + QUIET_GAPS * gap
+        if now >= quiet:  # the burst that was filling the batch has ended
+            return self._go_without_waiting(now, oldest)
+        self._wake_at(min(due, int(quiet)))
+        self._made_to_wait = True
         return 0
+
+    def _go_without_waiting(self, now: int, oldest: int) -> int:
+        if self._made_to_wait and len(self.queue) == 1:
+            self._arrivals.lonely(now - oldest)  # it waited, and nobody came
+        self._made_to_wait = False
+        return self._cap
 
     def _ready_size(self) -> int:
         """The largest preferred size the queue reaches, or what it holds once the batch

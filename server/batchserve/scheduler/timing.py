@@ -37,24 +37,40 @@ class LoopTimer:
 
 
 class ArrivalGaps:
-    """Exponentially weighted mean gap between arrivals (weight 1/8, as TCP's smoothed RTT).
+    """How soon a queued request gets company: the smoothed gap (weight 1/8, as TCP's
+    smoothed RTT) between arrivals that found other requests already queued.
 
-    With no two arrivals seen yet the expected gap is infinite: an idle model has no
-    reason to believe company is coming.
+    Only such arrivals count. With closed-loop clients (each waits for its answer before
+    asking again) a lone client's requests never meet another, so however often it asks
+    nobody is expected, and it never waits; under concurrent load they meet all the time.
+    A request that waited without company is a censored observation (the gap is longer
+    than its wait), recorded as ``LONELY_FACTOR`` times the wait, so a model whose load has
+    gone stops waiting after some such requests (each multiplies the estimate by about
+    1.4 when the batcher waits two expected gaps). A larger factor forgets a busy spell
+    sooner but also takes the last stragglers of a burst for a sign that load has gone.
+    Until some company has been seen the expected gap is infinite.
     """
 
     WEIGHT = 0.125
+    LONELY_FACTOR = 2
 
     def __init__(self) -> None:
-        self._last_ns: int | None = None
+        self.last_ns: int | None = None
         self._mean_ns = math.inf
 
-    def record(self, now_ns: int) -> None:
-        if self._last_ns is not None:
-            gap = now_ns - self._last_ns
-            mean = self._mean_ns
-            self._mean_ns = gap if mean == math.inf else mean + (gap - mean) * self.WEIGHT
-        self._last_ns = now_ns
+    def arrival(self, now_ns: int, *, joined: bool) -> None:
+        """A request arrived; ``joined``: others were queued when it did."""
+        if joined and self.last_ns is not None:
+            self._observe(now_ns - self.last_ns)
+        self.last_ns = now_ns
+
+    def lonely(self, waited_ns: int) -> None:
+        """A request waited ``waited_ns`` and nobody came."""
+        self._observe(self.LONELY_FACTOR * max(waited_ns, 1))
+
+    def _observe(self, gap_ns: float) -> None:
+        mean = self._mean_ns
+        self._mean_ns = gap_ns if mean == math.inf else mean + (gap_ns - mean) * self.WEIGHT
 
     def expected_gap_ns(self) -> float:
         return self._mean_ns

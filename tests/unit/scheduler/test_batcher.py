@@ -150,12 +150,14 @@ async def test_close_does_not_wait_out_the_queue_delay() -> None:
         [backend], clock=clock, extra="dynamic_batching { max_queue_delay_microseconds: 60000000 }"
     )
     first = await hold_first(batcher, backend, at=clock)
-    waiting = [item(1, 2.0, at=clock) for _ in range(3)]
-    for queued in waiting:
-        batcher.submit(queued)
+    waiting = []
+    for _ in range(3):  # arriving 10 us apart: more company is expected soon
+        clock.advance(10_000)
+        waiting.append(item(1, 2.0, at=clock))
+        batcher.submit(waiting[-1])
     backend.gate.set()
     await answer(first)
-    assert len(batcher.queue) == 3  # waiting for company, a minute on the clock
+    assert len(batcher.queue) == 3  # waiting for company, a minute of delay on the clock
     # The clock never moves: closing dispatches at once.
     await asyncio.wait_for(batcher.close(), WAIT_S)
     assert backend.batches == [1, 3]

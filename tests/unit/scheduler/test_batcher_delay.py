@@ -1,7 +1,8 @@
 """``max_queue_delay``: Triton's dispatch rules, and not waiting when no company can come.
 
 Time is a ManualClock: nothing moves unless the test advances it. Whether a request was
-dispatched is visible synchronously: ``submit`` starts a batch before it returns.
+dispatched is visible synchronously: ``submit`` starts a batch before it returns. Company
+is only expected from arrivals that found others queued (``ArrivalGaps``).
 """
 
 from __future__ import annotations
@@ -26,17 +27,24 @@ def _delayed(clock: ManualClock, backend: FakeBackend, delay_us: int = 1000) -> 
     return make_batcher([backend], clock=clock, extra=extra)
 
 
-def _arrivals(batcher: Batcher, clock: ManualClock, gap_ns: int, count: int) -> None:
-    """A history of ``count`` arrivals ``gap_ns`` apart, the last one ``gap_ns`` ago.
+async def _company(
+    batcher: Batcher, backend: FakeBackend, clock: ManualClock, gap_ns: int, count: int
+) -> None:
+    """A history of ``count`` arrivals ``gap_ns`` apart that met others in the queue (the
+    instance was busy); then the instance frees and the clock moves on by ``gap_ns``.
 
-    Their clients are already gone, so they shape the arrival rate and cost nothing else.
+    Their clients are already gone, so they shape the expected gap and cost nothing else.
     """
+    first = await hold_first(batcher, backend, at=clock)
     for _ in range(count):
+        clock.advance(gap_ns)
         gone = item(1, 1.0, at=clock)
         gone.future.cancel()
         batcher.submit(gone)
-        clock.advance(gap_ns)
+    backend.gate.set()
+    await answer(first)
     assert not batcher.queue
+    clock.advance(gap_ns)
 
 
 async def test_a_lone_request_on_an_idle_model_does_not_wait() -> None:
@@ -50,49 +58,89 @@ async def test_a_lone_request_on_an_idle_model_does_not_wait() -> None:
 
 
 @pytest.mark.parametrize(
-    ("gap_us", "waits"),
-    [(100, True), (900, True), (1100, False), (5000, False)],
+    ("gap_us", "wake_after_us"),
+    [(100, 200), (900, 1000), (1100, None), (5000, None)],
 )
-async def test_steady_arrivals_wait_only_if_the_next_can_come_within_the_delay(
-    gap_us: int, waits: bool
+async def test_a_request_waits_only_if_company_can_come_within_the_delay(
+    gap_us: int, wake_after_us: int | None
 ) -> None:
+    """Waits until the delay is out or the arrivals stop for QUIET_GAPS expected gaps,
+    whichever is sooner; not at all when the expected gap is longer than the delay."""
     clock, backend = ManualClock(), FakeBackend()
     batcher = _delayed(clock, backend, delay_us=1000)
-    _arrivals(batcher, clock, gap_us * US, 4)
+    await _company(batcher, backend, clock, gap_us * US, 5)
     probe = item(1, 2.0, at=clock)
     batcher.submit(probe)
-    assert batcher.pool.busy_count() == (0 if waits else 1)
-    assert clock.pending == ([probe.enqueued_ns + 1 * MS] if waits else [])
+    if wake_after_us is None:
+        assert batcher.pool.busy_count() == 1
+        assert clock.pending == []
+    else:
+        assert batcher.pool.busy_count() == 0
+        assert clock.pending == [probe.enqueued_ns + wake_after_us * US]
     clock.advance(1 * MS)
     assert (await answer(probe))["y"][0, 0] == 5.0
 
 
-async def test_a_waiting_request_goes_when_its_delay_is_out() -> None:
+async def test_a_burst_goes_when_it_stops() -> None:
     clock, backend = ManualClock(), FakeBackend()
     batcher = _delayed(clock, backend, delay_us=1000)
-    _arrivals(batcher, clock, 10 * US, 3)
-    a = item(1, 2.0, at=clock)
-    batcher.submit(a)
-    clock.advance(10 * US)
-    b = item(1, 3.0, at=clock)
-    batcher.submit(b)
-    clock.advance(1 * MS - 10 * US - 1)
-    assert len(batcher.queue) == 2  # one nanosecond short of a's delay
+    await _company(batcher, backend, clock, 10 * US, 4)
+    burst = []
+    for _ in range(3):
+        burst.append(item(1, 2.0, at=clock))
+        batcher.submit(burst[-1])
+        clock.advance(10 * US)
+    clock.advance(20 * US - 10 * US - 1)  # one nanosecond short of two gaps of silence
+    assert len(batcher.queue) == 3
     clock.advance(1)
     assert not batcher.queue
-    await answers(a, b)
-    assert backend.batches == [2]
+    await answers(*burst)
+    assert backend.batches[-1] == 3
 
 
-async def test_a_long_pause_means_no_company_is_expected() -> None:
+async def test_a_steady_stream_goes_when_the_oldest_delay_is_out() -> None:
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _delayed(clock, backend, delay_us=50)
+    await _company(batcher, backend, clock, 10 * US, 4)
+    stream = []
+    for index in range(5):  # never quiet: each arrival 10 us after the last
+        if index:
+            clock.advance(10 * US)
+        stream.append(item(1, 2.0, at=clock))
+        batcher.submit(stream[-1])
+    assert len(batcher.queue) == 5  # 40 us after the first
+    clock.advance(10 * US)  # 50 us: the first one's delay is out
+    assert not batcher.queue
+    await answers(*stream)
+    assert backend.batches[-1] == 5
+
+
+async def test_after_the_load_has_gone_lone_requests_soon_stop_waiting() -> None:
     clock, backend = ManualClock(), FakeBackend()
     batcher = _delayed(clock, backend, delay_us=1000)
-    _arrivals(batcher, clock, 10 * US, 8)  # a busy spell, arrivals 10 us apart
-    clock.advance(10 * MS)  # then silence
-    lone = item(1, 1.0, at=clock)
-    batcher.submit(lone)
-    assert batcher.pool.busy_count() == 1
-    await answer(lone)
+    await _company(batcher, backend, clock, 10 * US, 8)  # a busy spell, arrivals 10 us apart
+    waited = []
+    for _ in range(30):  # then one client alone: nobody ever joins its requests
+        clock.advance(5 * MS)
+        lone = item(1, 1.0, at=clock)
+        batcher.submit(lone)
+        waited.append(batcher.pool.busy_count() == 0)
+        clock.advance(1 * MS)
+        await answer(lone)
+    assert waited[0]
+    assert not any(waited[20:])  # the fruitless waits taught it that nobody comes
+
+
+async def test_a_lone_client_never_waits_however_often_it_asks() -> None:
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _delayed(clock, backend, delay_us=1000)
+    for _ in range(20):  # closed loop: one request at a time, 100 us apart
+        lone = item(1, 1.0, at=clock)
+        batcher.submit(lone)
+        assert batcher.pool.busy_count() == 1
+        assert clock.pending == []
+        await answer(lone)
+        clock.advance(100 * US)
 
 
 async def test_the_largest_preferred_size_reached_goes_at_once() -> None:
@@ -104,9 +152,11 @@ async def test_the_largest_preferred_size_reached_goes_at_once() -> None:
         "preferred_batch_size: [2, 4] }",
     )
     first = await hold_first(batcher, backend, at=clock)
-    items = [item(1, float(i), at=clock) for i in range(7)]
-    for queued in items:
-        batcher.submit(queued)
+    items = []
+    for i in range(7):  # 10 us apart: more company is expected soon
+        clock.advance(10 * US)
+        items.append(item(1, float(i), at=clock))
+        batcher.submit(items[-1])
     backend.gate.set()
     await answers(first, *items[:6])
     assert backend.batches == [1, 4, 2]  # 7 queued: the largest preferred, then 2 of 3
@@ -125,9 +175,11 @@ async def test_a_full_batch_goes_at_once_and_the_rest_waits() -> None:
         extra="dynamic_batching { max_queue_delay_microseconds: 60000000 }",
     )
     first = await hold_first(batcher, backend, at=clock)
-    items = [item(rows, 1.0, at=clock) for rows in (1, 2, 2, 1)]
-    for queued in items:
-        batcher.submit(queued)
+    items = []
+    for rows in (1, 2, 2, 1):  # 10 us apart: more company is expected soon
+        clock.advance(10 * US)
+        items.append(item(rows, 1.0, at=clock))
+        batcher.submit(items[-1])
     backend.gate.set()
     await answers(first, items[0], items[1])
     assert backend.batches == [1, 3]  # 1 + 2 = 3: the next 2 would pass the cap of 4
@@ -168,14 +220,17 @@ async def test_without_a_delay_batches_are_greedy() -> None:
     assert clock.pending == []
 
 
-def test_arrival_gaps_start_unknown_then_follow_a_weighted_mean() -> None:
+def test_arrival_gaps_count_only_arrivals_that_find_company() -> None:
     gaps = ArrivalGaps()
-    gaps.record(0)
+    gaps.arrival(0, joined=False)
+    gaps.arrival(500, joined=False)  # nobody was queued: says nothing about company
     assert gaps.expected_gap_ns() == float("inf")
-    gaps.record(800)
+    gaps.arrival(1300, joined=True)
     assert gaps.expected_gap_ns() == 800
-    gaps.record(800 + 1600)
+    gaps.arrival(1300 + 1600, joined=True)
     assert gaps.expected_gap_ns() == 800 + (1600 - 800) / 8
+    gaps.lonely(2000)  # waited 2000 ns for nobody: counted as 4000
+    assert gaps.expected_gap_ns() == 900 + (4000 - 900) / 8
 
 
 async def test_the_loop_timer_calls_back_no_earlier_than_asked() -> None:
