@@ -23,6 +23,7 @@ from batchserve.model_config import (
     to_pbtxt,
 )
 from batchserve.onnx_file import read_onnx_signature
+from batchserve.zoo import MAX_QUEUE_DELAY_US
 from onnx import TensorProto, helper
 
 from bench.common import ROOT
@@ -69,7 +70,7 @@ def without_batching(model_dir: Path, repo: Path) -> Path:
 
 
 def write_identity(repo: Path) -> Path:
-    """identity: FP32 [-1, 16] in, the same out; batched dynamically like the shipped models."""
+    """identity: FP32 [-1, 16] in, the same out; batched like the shipped models."""
     graph = helper.make_graph(
         [helper.make_node("Identity", ["INPUT__0"], ["OUTPUT__0"])],
         "identity",
@@ -82,7 +83,10 @@ def write_identity(repo: Path) -> Path:
     target = repo / "identity"
     (target / "1").mkdir(parents=True)
     onnx.save(model, str(target / "1" / "model.onnx"))
-    config = f'name: "identity"\nmax_batch_size: {MAX_BATCH}\ndynamic_batching {{\n}}\n'
+    config = (
+        f'name: "identity"\nmax_batch_size: {MAX_BATCH}\n'
+        f"dynamic_batching {{\n  max_queue_delay_microseconds: {MAX_QUEUE_DELAY_US}\n}}\n"
+    )
     (target / CONFIG_FILENAME).write_text(config)
     return target
 
@@ -93,7 +97,8 @@ def export_resnet(repo: Path) -> Path:
         sys.executable, "-m", "batchserve.cli", "export", "bench.models:resnet18ish",
         "--name", RESNET, "--input", "image:FP32:batch,3,224,224", "--output", "logits",
         "--model-repository", str(repo), "--max-batch-size", str(MAX_BATCH),
-        "--dynamic-batching", "--batch-sizes", "1,2",
+        "--dynamic-batching", "--max-queue-delay-us", str(MAX_QUEUE_DELAY_US),
+        "--batch-sizes", "1,2",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), _pythonpath()]))}
     done = subprocess.run(

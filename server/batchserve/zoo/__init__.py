@@ -2,3 +2,8 @@
 
 `make models` runs ``python -m batchserve.zoo``; needs the ``export`` extra (torch).
 """
+
+MAX_QUEUE_DELAY_US = 10_000
+"""The shipped models' ``max_queue_delay_microseconds``: long enough for closed-loop clients
+at concurrency 32 to fill one batch on the reference machine. The batcher does not wait
+when no company is expected, so a lone client is not delayed (bench/NOTES.md)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from batchserve.cli import main as batchserve_main
-from batchserve.zoo import char_lstm, digits_cnn
+from batchserve.zoo import MAX_QUEUE_DELAY_US, char_lstm, digits_cnn
 
 MAX_BATCH_SIZE = 64
 
@@ -58,11 +58,6 @@ TRAINERS: dict[str, Callable[[], tuple[torch.nn.Module, dict[str, float]]]] = {
     "digits_cnn": _train_digits,
     "char_lstm": _train_char_lstm,
 }
-
-
-MAX_QUEUE_DELAY_US = 10_000
-"""Long enough for closed-loop clients at concurrency 32 to fill one batch on the reference
-machine; the batcher does not wait when no company is expected (bench/NOTES.md)."""
 
 
 def build_one(name: str, repository: Path, work_dir: Path) -> dict[str, float]:
