@@ -7,3 +7,8 @@ MAX_QUEUE_DELAY_US = 10_000
 """The shipped models' ``max_queue_delay_microseconds``: long enough for closed-loop clients
 at concurrency 32 to fill one batch on the reference machine. The batcher does not wait
 when no company is expected, so a lone client is not delayed (bench/NOTES.md)."""
+
+ONE_THREAD = 'parameters {\n  key: "intra_op_thread_count"\n  value { string_value: "1" }\n}\n'
+"""Appended to the shipped models' configs. A batch of these models is a handful of small
+operators: a second ONNX Runtime thread only adds a wake-up per operator (measured at c=1:
+server-side compute 210-263 µs with ORT's default two threads, 144 µs with one)."""
