@@ -204,6 +204,8 @@ class Batcher:
             return self._take_grouped(head, target, now)
         batch, size = [head], head.batch_size
         while (item := self.queue.peek(now)) is not None and size + item.batch_size <= target:
+            if not item.abandoned() and not _same_shapes(head, item):
+                break  # Triton's rule: without a sequence layout, only equal shapes batch
             self.queue.pop(now)
             if item.abandoned():
                 self._settle(item, asyncio.CancelledError())
@@ -329,3 +331,9 @@ class Batcher:
             self._wakeup.cancel()
         while self.queue:  # no instance at all to run them: answer rather than strand them
             self._settle(self.queue.pop(self._clock()), Unavailable("model was unloaded"))
+
+
+def _same_shapes(a: WorkItem, b: WorkItem) -> bool:
+    """Whether every input of ``b`` has ``a``'s shape past the batch axis. Padding them to one
+    shape is only safe for sequence models, whose outputs are cut back to each length."""
+    return all(b.inputs[name].shape[1:] == array.shape[1:] for name, array in a.inputs.items())

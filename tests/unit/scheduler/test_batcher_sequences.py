@@ -61,19 +61,23 @@ MIXED = [length for pair in zip(range(2, 10), range(30, 22, -1), strict=True) fo
 
 
 async def test_grouping_by_length_cuts_padding_waste() -> None:
-    padding = {}
+    padding, executions = {}, {}
     for grouped in (False, True):
         backend = FakeBackend()
         batcher = batcher_for([backend], _config(grouped))
         await _queue_behind_a_held_batch(batcher, backend, MIXED)
         stats = batcher.stats
         padding[grouped] = (stats.padding_elements, stats.input_elements)
+        executions[grouped] = stats.execution_count
         assert stats.inference_count == 1 + len(MIXED)
-    # Elements: the held request (x and its length: 2), the x batches, 16 lengths.
-    # FIFO: [2 30 3 29] [4 28 5 27] [6 26 7 25] [8 24 9 23], each padded to its long ones.
-    # Grouped: [2 3 4 5] [30 29 28 27] [6 7 8 9] [26 25 24 23]: 6 padded elements each.
-    assert padding[False] == (56 + 48 + 40 + 32, 2 + 120 + 112 + 104 + 96 + 16)
+    # Without a sequence length input nothing could cut the outputs back, so requests of
+    # different lengths never share a batch (Triton's rule): no padding, 17 runs of one.
+    assert padding[False] == (0, 2 + sum(MIXED) + 16)
+    assert executions[False] == 1 + len(MIXED)
+    # Grouped: [2 3 4 5] [30 29 28 27] [6 7 8 9] [26 25 24 23]: 6 padded elements each;
+    # in arrival order they would have been [2 30 3 29] ...: 176 padded elements.
     assert padding[True] == (4 * 6, 2 + 20 + 120 + 36 + 104 + 16)
+    assert executions[True] == 1 + 4
 
 
 async def test_each_request_gets_outputs_of_its_own_length() -> None:
