@@ -8,15 +8,17 @@ PIP := $(PY) -m pip
 MODEL_REPO ?= model_repo
 PYTEST_ARGS ?=
 
-.PHONY: help venv serve test lint format unit integration models protos dashboards prometheus bench clean
+.PHONY: help venv serve test lint format unit integration models protos dashboards prometheus bench soak fuzz clean
 
 help:
 	@echo "make serve    serve ./$(MODEL_REPO) on ports 8000 (HTTP), 8001 (gRPC), 8002 (metrics)"
 	@echo "make test     lint, type-check and run the whole test suite"
+	@echo "make fuzz     fuzz the request decoders, FUZZ_EXAMPLES per target (default 20000: ~10 min; FUZZ_ARGS for pytest)"
 	@echo "make models   retrain and re-export the example models into ./$(MODEL_REPO)"
 	@echo "make protos   regenerate the protobuf/gRPC modules"
 	@echo "make dashboards  regenerate deploy/grafana/batchserve.json from its generator"
 	@echo "make bench    ceiling, floors and batchserve in one run -> bench/RESULTS.md (~30 min; BENCH_ARGS=--quick)"
+	@echo "make soak     10 min of mixed good/bad load, PASS/FAIL on errors, RSS growth, p99 drift -> bench/SOAK.md (SOAK_ARGS='--duration 120', --leaky)"
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +71,14 @@ integration: $(VENV)/.stamp-$(DEV_EXTRAS) $(VENV)/bin/perf_analyzer prometheus
 
 test: lint unit integration
 
+# The request decoders (REST, gRPC, binary tensors, validation) fed many generated, mostly
+# near-valid requests: each must decode or be refused with a client error. The unit suite
+# runs the same targets at a low count; this is the long run, to do before resolving.
+FUZZ_EXAMPLES ?= 20000
+FUZZ_ARGS ?=
+fuzz: $(VENV)/.stamp-$(DEV_EXTRAS)
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/fuzz -v $(FUZZ_ARGS)
+
 models: $(VENV)/.stamp-$(DEV_EXTRAS)
 	$(PY) -m batchserve.zoo --model-repository $(MODEL_REPO)
 
@@ -79,6 +89,11 @@ protos: $(VENV)/.stamp-$(DEV_EXTRAS)
 BENCH_ARGS ?=
 bench: $(VENV)/.stamp-$(DEV_EXTRAS) $(VENV)/bin/perf_analyzer
 	$(PY) -m bench.run $(BENCH_ARGS)
+
+# Exit status 1 when the verdict is FAIL; --leaky serves a model that leaks (it must FAIL).
+SOAK_ARGS ?=
+soak: $(VENV)/.stamp-$(DEV_EXTRAS)
+	$(PY) -m bench.soak $(SOAK_ARGS)
 
 dashboards: $(VENV)/.stamp-$(DEV_EXTRAS)
 	$(PY) deploy/grafana/generate_dashboard.py

@@ -121,6 +121,12 @@ def checked_shape(shape: object, *, tensor: str) -> tuple[int, ...]:
             f"tensor '{tensor}': shape {format_shape(shape)} has {count} elements "
             f"(at most {MAX_ELEMENTS})"
         )
+    # numpy refuses even an empty array whose other dimensions multiply past its limit
+    if count == 0 and math.prod(dim for dim in shape if dim) > MAX_ELEMENTS:
+        raise InvalidArgument(
+            f"tensor '{tensor}': shape {format_shape(shape)} has no elements, but its other "
+            f"dimensions multiply past {MAX_ELEMENTS}"
+        )
     return tuple(shape)
 
 
