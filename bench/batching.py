@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from batchserve.model_config import parse_pbtxt, to_pbtxt
 from common import ROOT, Point, machine_line, model_stats, run_point, start_server, stop_server
 
 
@@ -30,8 +31,10 @@ def without_batching(source: Path, work: Path, model: str) -> Path:
     """A copy of one model whose config has no dynamic_batching block."""
     repo = work / "unbatched"
     shutil.copytree(source / model, repo / model)
-    config = repo / model / "config.pbtxt"
-    config.write_text(config.read_text().replace("dynamic_batching {\n}\n", ""))
+    config_file = repo / model / "config.pbtxt"
+    config = parse_pbtxt(config_file.read_text())
+    config.ClearField("dynamic_batching")
+    config_file.write_text(to_pbtxt(config))
     return repo
 
 
