@@ -270,4 +270,12 @@ def test_retry_after_is_seconds_or_a_date() -> None:
 @pytest.mark.parametrize("url", ["localhost:8000", "ftp://host:1", "grpc://host", "grpc://h:1/x"])
 def test_urls_are_checked(url: str) -> None:
     with pytest.raises(ValueError, match="URL"):
-        Settings(url, 1.0, 1.0, None, {}, True).grpc_target()
+        Settings(
+            url=url,
+            tls=None,
+            connect_timeout=1.0,
+            max_backoff=1.0,
+            token=None,
+            headers={},
+            binary_data=True,
+        ).grpc_target()

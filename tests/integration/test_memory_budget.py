@@ -4,7 +4,9 @@ smaller cap at load, batches stay under it under load, and no request fails."""
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -49,19 +51,23 @@ def budgeted(repo: Path) -> Iterator[ServerProcess]:
 def test_batches_stay_under_the_derived_cap_and_nothing_fails(budgeted: ServerProcess) -> None:
     cap = int(_stats(budgeted)["batchserve"]["batch_cap"])  # type: ignore[index]
     assert 1 <= cap < 64
-    client = httpclient.InferenceServerClient(budgeted.http_url, concurrency=32)
     rng = np.random.default_rng(0)
-    pending = []
-    for _ in range(256):
-        length = int(rng.integers(1, 100))
-        tokens = rng.integers(3, 98, size=(1, length)).astype(np.int64)
+    lengths = [int(rng.integers(1, 100)) for _ in range(256)]
+    clients = threading.local()
+
+    def infer(length: int) -> httpclient.InferResult:
+        """One request on this thread's own connection: 32 threads keep 32 in flight."""
+        if not hasattr(clients, "client"):
+            clients.client = httpclient.InferenceServerClient(budgeted.http_url)
+        tokens = np.random.default_rng(length).integers(3, 98, size=(1, length)).astype(np.int64)
         inputs = [httpclient.InferInput("tokens", [1, length], "INT64"),
                   httpclient.InferInput("lengths", [1, 1], "INT64")]  # fmt: skip
         inputs[0].set_data_from_numpy(tokens)
         inputs[1].set_data_from_numpy(np.array([[length]], dtype=np.int64))
-        pending.append(client.async_infer(MODEL, inputs))
-    results = [p.get_result() for p in pending]
-    client.close()
+        return clients.client.infer(MODEL, inputs)
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        results = list(pool.map(infer, lengths))
     assert all(r.as_numpy("next_char_logits").shape == (1, 98) for r in results)
     stats = _stats(budgeted)
     inference = stats["inference_stats"]  # type: ignore[index]
