@@ -155,6 +155,7 @@ class Batcher:
             return self._cap
         ready = self._ready_size()
         if ready:
+            self._made_to_wait = False
             return ready
         oldest = self.queue.oldest_enqueued_ns()
         last = self._arrivals.last_ns
