@@ -1,8 +1,9 @@
+import shutil
 from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.server import ServerProcess, start_server
+from tests.integration.server import CONTROL_TOKEN, MODEL_REPO, ServerProcess, start_server
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -16,3 +17,15 @@ def server() -> Iterator[ServerProcess]:
     process = start_server()
     yield process
     assert process.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def explicit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Model control on with a token: digits_cnn loaded at start, char_lstm on request."""
+    repo = tmp_path_factory.mktemp("control_repo")
+    for name in ("digits_cnn", "char_lstm"):
+        shutil.copytree(MODEL_REPO / name, repo / name)
+    args = ["--model-control-mode", "explicit", "--load-model", "digits_cnn"]
+    server = start_server(repo, args, extra_env={"BATCHSERVE_CONTROL_TOKEN": CONTROL_TOKEN})
+    yield server
+    assert server.stop() == 0

@@ -16,6 +16,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_REPO = REPO_ROOT / "model_repo"
+CONTROL_TOKEN = "s3cret-token"
+"""The model-control token of the ``explicit_server`` fixture."""
 
 
 @dataclass

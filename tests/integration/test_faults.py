@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from tests.integration.server import MODEL_REPO, ServerProcess, start_server
+from tests.integration.server import CONTROL_TOKEN, MODEL_REPO, ServerProcess, start_server
 from tests.integration.slow_model import WIDTH, expected, write_slow_model
 
 QUEUE = 4
@@ -265,7 +265,7 @@ def test_clients_that_leave_free_their_place_in_the_queue(
 
 
 # load and unload under traffic ------------------------------------------------------------
-TOKEN = "fault-test-token"
+TOKEN = CONTROL_TOKEN
 GRPC_AUTH = (("authorization", f"Bearer {TOKEN}"),)
 IMAGE = np.arange(64, dtype=np.float32).reshape(1, 1, 8, 8) % 17
 TOKENS = np.array([[3 + (i * 7) % 60 for i in range(12)]], dtype=np.int64)
@@ -391,18 +391,6 @@ class Traffic:
     def count(self, *outcomes: str) -> int:
         with self._lock:
             return sum(self.seen[o] for o in outcomes)
-
-
-@pytest.fixture(scope="module")
-def explicit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """digits_cnn loaded at start; char_lstm in the repository, loaded on request."""
-    repo = tmp_path_factory.mktemp("control_repo")
-    for name in ("digits_cnn", "char_lstm"):
-        shutil.copytree(MODEL_REPO / name, repo / name)
-    args = ["--model-control-mode", "explicit", "--load-model", "digits_cnn"]
-    server = start_server(repo, args, extra_env={"BATCHSERVE_CONTROL_TOKEN": TOKEN})
-    yield server
-    assert server.stop() == 0
 
 
 def _control(server: ServerProcess, action: str, model: str, protocol: str) -> None:

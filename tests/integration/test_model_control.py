@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
-
 import httpx
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.server import MODEL_REPO, ServerProcess, start_server
+from tests.integration.server import CONTROL_TOKEN, ServerProcess
 
-TOKEN = "s3cret-token"
-
-
-@pytest.fixture(scope="module")
-def explicit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = tmp_path_factory.mktemp("repo")
-    for name in ("digits_cnn", "char_lstm"):
-        shutil.copytree(MODEL_REPO / name, repo / name)
-    args = ["--model-control-mode", "explicit", "--load-model", "digits_cnn"]
-    server = start_server(repo, args, extra_env={"BATCHSERVE_CONTROL_TOKEN": TOKEN})
-    yield server
-    assert server.stop() == 0
+TOKEN = CONTROL_TOKEN
 
 
 def test_control_is_refused_when_the_mode_is_none(server: ServerProcess) -> None:

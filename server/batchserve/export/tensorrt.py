@@ -14,8 +14,10 @@ values near zero while saying nothing about the ones that matter).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -256,36 +258,37 @@ def _parser_error(error: Any) -> str:
     return f"node {error.node()} '{error.node_name()}' ({error.node_operator()}): {error.desc()}"
 
 
-def _verify_engine(
-    model: TorchModel, spec: ExportSpec, plan: Path, config: ModelConfig, tolerance: Tolerance
-) -> VerificationReport:
-    """Run the engine the way the server will: through the TensorRT backend."""
+@contextlib.contextmanager
+def _served_engine(plan: Path, config: ModelConfig) -> Iterator[Runner]:
+    """The engine loaded the way the server will load it: through the TensorRT backend."""
     from batchserve.backends.tensorrt import TensorRTBackend
 
     backend = TensorRTBackend()
     backend.load(plan, config, Device("gpu", 0))
     try:
-        return verify(model, spec, backend.infer, runtime="TensorRT", tolerance=tolerance)
+        yield backend.infer
     finally:
         backend.unload()
+
+
+def _verify_engine(
+    model: TorchModel, spec: ExportSpec, plan: Path, config: ModelConfig, tolerance: Tolerance
+) -> VerificationReport:
+    """The engine against the PyTorch model."""
+    with _served_engine(plan, config) as engine:
+        return verify(model, spec, engine, runtime="TensorRT", tolerance=tolerance)
 
 
 def _verify_fp16(
     reference: Runner, spec: ExportSpec, plan: Path, config: ModelConfig, tolerance: ScaledTolerance
 ) -> VerificationReport:
-    """The FP16 engine, through the TensorRT backend, against the FP32 ONNX model."""
-    from batchserve.backends.tensorrt import TensorRTBackend
-
-    backend = TensorRTBackend()
-    backend.load(plan, config, Device("gpu", 0))
-    try:
+    """The FP16 engine against the FP32 ONNX model."""
+    with _served_engine(plan, config) as engine:
         return verify_against(
             reference,
-            backend.infer,
+            engine,
             spec,
             runtime="TensorRT FP16",
             reference_name=FP16_REFERENCE,
             tolerance=tolerance,
         )
-    finally:
-        backend.unload()
