@@ -211,9 +211,12 @@ class Runner:
     results: Results
 
     def run(self, subjects: list[Subject], identity: Subject, peers: Path | None) -> None:
-        self.section("ceiling (in-process)", partial(self.ceilings, [*subjects, identity]))
+        """Each model's ceiling right before its servers: this machine's speed drifts by
+        10-20 % over minutes (steal time), and a ratio should compare like with like."""
+        self.section(f"ceiling {identity.name}", partial(self.ceilings, [identity]))
         self.section("floors", partial(self.floors, identity))
         for s in subjects:
+            self.section(f"ceiling {s.name}", partial(self.ceilings, [s]))
             self.section(f"batchserve {s.name}", partial(self.model, s))
         if peers is not None:
             from bench.peers import launch

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import onnx
+from batchserve.grpc.generated.model_config_pb2 import ModelInstanceGroup
 from batchserve.model_config import load_pbtxt
 from onnx import TensorProto, helper
 
@@ -67,3 +69,17 @@ def test_ceiling_of_a_model_without_batch_axis_is_batch_1(tmp_path: Path) -> Non
         repo.onnx_file(directory), plan("fixed", config, {}), (1, 8), budget_s=0.01
     )
     assert [p.batch for p in points] == [1]
+
+
+def test_compute_bound_model_gets_one_single_threaded_instance_per_core(tmp_path: Path) -> None:
+    directory = repo.write_identity(tmp_path)
+    (directory / "config.pbtxt").write_text(
+        'name: "identity" max_batch_size: 64 instance_group { count: 5 kind: KIND_AUTO } '
+        'parameters { key: "intra_op_thread_count" value { string_value: "0" } }'
+    )
+    repo.one_instance_per_core(directory)
+    config = repo.completed_config(directory)
+    groups = [(g.count, g.kind) for g in config.instance_group]
+    assert groups == [(len(os.sched_getaffinity(0)), ModelInstanceGroup.KIND_CPU)]
+    assert config.parameters["intra_op_thread_count"].string_value == "1"
+    assert config.max_batch_size == 64  # the rest of the config is kept
