@@ -7,7 +7,9 @@ is formed from the head of the queue up to the batch cap and dispatched:
   reaches), when the batch cannot grow without passing the cap or the largest preferred
   size, or when the oldest request has waited ``max_queue_delay``; and also at once when
   the measured arrival rate says no other request can come before that delay is out, or
-  when arrivals have stopped for ``QUIET_GAPS`` expected gaps (``timing.ArrivalGaps``).
+  as soon as every client answered has asked again (closed-loop clients are then all
+  waiting), or, when no answered client is still expected, once arrivals have stopped
+  for ``QUIET_GAPS`` expected gaps (``timing.ArrivalGaps``).
 Requests whose deadline passed or whose client went away are dropped before they cost
 compute. Each batch runs on its instance's thread (``execution.BatchRun``, which also
 recovers from running out of memory and isolates poisoned requests), or directly on the
@@ -75,6 +77,7 @@ class Batcher:
         self._delay_ns = policy.max_queue_delay_ns if policy.merge_requests else 0
         self._arrivals = ArrivalGaps()
         self._made_to_wait = False
+        self._all_back = False
         self._layout = SequenceLayout(policy.sequence_inputs, policy.sequence_outputs)
         self._grouping = bool(self._layout) and policy.merge_requests
         self._order = InOrder() if policy.preserve_ordering else None
@@ -97,8 +100,10 @@ class Batcher:
         if self.queue.full:  # places held by clients that went away are free
             for gone in self.queue.remove_abandoned():
                 self._settle(gone, asyncio.CancelledError())
-        if self._delay_ns and not self._dispatch_pending:  # requests of one pass: one arrival
-            self._arrivals.arrival(item.enqueued_ns, joined=bool(self.queue))
+        if self._delay_ns:
+            self._all_back |= self._arrivals.request_came()
+            if not self._dispatch_pending:  # requests of one pass: one arrival
+                self._arrivals.arrival(item.enqueued_ns, joined=bool(self.queue))
         self.queue.push(item)
         if self._order is not None:
             item.ticket = self._order.ticket()
@@ -157,6 +162,9 @@ class Batcher:
         if ready:
             self._made_to_wait = False
             return ready
+        if self._all_back:  # every client answered has asked again: nobody else is coming
+            self._all_back = False
+            return self._go_without_waiting(now, self.queue.oldest_enqueued_ns() or now)
         oldest = self.queue.oldest_enqueued_ns()
         last = self._arrivals.last_ns
         assert oldest is not None
@@ -164,10 +172,13 @@ class Batcher:
         due = oldest + self._delay_ns
         gap = self._arrivals.expected_gap_ns()
         if now + gap > due:  # the delay is out, or nobody is expected before it is
+            self._arrivals.returning = 0  # answered clients not back by now are not coming
             return self._go_without_waiting(now, oldest)
         quiet = last + QUIET_GAPS * gap
-        if now >= quiet:  # the burst that was filling the batch has ended
-            return self._go_without_waiting(now, oldest)
+        if now >= quiet:
+            if not self._arrivals.returning:  # the burst that was filling the batch has ended
+                return self._go_without_waiting(now, oldest)
+            quiet = due  # answered clients are still to come: only they or the delay end it
         self._wake_at(min(due, int(quiet)))
         self._made_to_wait = True
         return 0
@@ -285,6 +296,8 @@ class Batcher:
         self._learn(run, instance)
 
     def _deliver(self, batch: list[WorkItem], outcomes: list[Outcome]) -> None:
+        if self._delay_ns:
+            self._arrivals.answered(len(batch))
         if self._order is None:
             for item, outcome in zip(batch, outcomes, strict=True):
                 item.finish(outcome)

@@ -57,12 +57,28 @@ class ArrivalGaps:
     def __init__(self) -> None:
         self.last_ns: int | None = None
         self._mean_ns = math.inf
+        self.returning = 0
+        """Requests answered and not yet matched by a new arrival: with closed-loop clients,
+        clients about to ask again. While some are, a pause in arrivals is the server
+        sending answers (gRPC sends them one per loop pass), not a sign that all clients
+        are waiting; once the last is back, they all are."""
 
     def arrival(self, now_ns: int, *, joined: bool) -> None:
         """A request arrived; ``joined``: others were queued when it did."""
         if joined and self.last_ns is not None:
             self._observe(now_ns - self.last_ns)
         self.last_ns = now_ns
+
+    def answered(self, requests: int) -> None:
+        self.returning += requests
+
+    def request_came(self) -> bool:
+        """Every request, not once per loop pass as ``arrival``: each may be one returning.
+        True when it is the last of them: every client answered has asked again."""
+        if not self.returning:
+            return False
+        self.returning -= 1
+        return not self.returning
 
     def lonely(self, waited_ns: int) -> None:
         """A request waited ``waited_ns`` and nobody came."""

@@ -44,6 +44,7 @@ async def _company(
     backend.gate.set()
     await answer(first)
     assert not batcher.queue
+    batcher._arrivals.returning = 0  # its client is gone too: nobody answered is expected
     clock.advance(gap_ns)
 
 
@@ -96,6 +97,55 @@ async def test_a_burst_goes_when_it_stops() -> None:
     assert not batcher.queue
     await answers(*burst)
     assert backend.batches[-1] == 3
+
+
+async def _burst(batcher: Batcher, clock: ManualClock, count: int, gap_ns: int) -> list:
+    burst = []
+    for _ in range(count):
+        burst.append(item(1, 2.0, at=clock))
+        batcher.submit(burst[-1])
+        clock.advance(gap_ns)
+    return burst
+
+
+async def test_a_batch_goes_once_every_answered_client_is_back() -> None:
+    """Closed-loop clients that were just answered are about to ask again (over gRPC the
+    answers leave one per loop pass, so arrivals pause meanwhile): a pause is not quiet
+    while some are still to come, and once the last is back nobody else is coming."""
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _delayed(clock, backend, delay_us=1000)
+    await _company(batcher, backend, clock, 10 * US, 4)  # expected gap 10 us
+    first = await _burst(batcher, clock, 3, 10 * US)
+    clock.advance(20 * US)  # quiet: these three go
+    await answers(*first)
+    assert backend.batches[-1] == 3
+    assert batcher._arrivals.returning == 3
+    again = await _burst(batcher, clock, 2, 10 * US)
+    clock.advance(100 * US)  # ten gaps of silence, but one answered client is not back
+    assert len(batcher.queue) == 2
+    again += await _burst(batcher, clock, 1, 0)
+    assert not batcher.queue  # the last one is back: the batch goes at once
+    await answers(*again)
+    assert backend.batches[-1] == 3
+
+
+async def test_answered_clients_that_never_come_back_cost_one_delay_at_most() -> None:
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _delayed(clock, backend, delay_us=1000)
+    await _company(batcher, backend, clock, 10 * US, 4)
+    first = await _burst(batcher, clock, 3, 10 * US)
+    clock.advance(20 * US)  # quiet: these three go
+    await answers(*first)
+    clock.advance(20 * US)
+    stayed = await _burst(batcher, clock, 1, 0)  # the other two answered clients left
+    clock.advance(MS // 2)  # fifty gaps of silence
+    assert len(batcher.queue) == 1
+    clock.advance(MS // 2)  # the delay is out: it goes, and they are no longer expected
+    await answers(*stayed)
+    assert batcher._arrivals.returning == 1  # only the client just answered is expected
+    back = await _burst(batcher, clock, 1, 0)
+    assert not batcher.queue  # that client is back: nobody else is expected, it goes at once
+    await answers(*back)
 
 
 async def test_a_steady_stream_goes_when_the_oldest_delay_is_out() -> None:
