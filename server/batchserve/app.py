@@ -60,6 +60,9 @@ def _uvicorn(app: Any, settings: Settings, port: int, tls: TlsFiles | None = Non
         lifespan="off",
         access_log=False,
         log_config=None,
+        # Nothing reads the client's address; rewriting it from X-Forwarded-* headers
+        # took ~2.5 % of the event loop under load.
+        proxy_headers=False,
         server_header=False,
         # Longer than clients keep idle connections (httpx and batchserve_client: 5 s),
         # so a client never reuses a connection the server is closing at that moment.

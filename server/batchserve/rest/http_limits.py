@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from batchserve.rest.codec import encode_error
+from batchserve.rest.disconnect import DisconnectNoticeProtocol
 from batchserve.rest.transport import CoalescingHttpToolsProtocol
 
 MAX_HEAD_BYTES = 32 * 1024
@@ -24,8 +25,9 @@ class HeadTooLarge(Exception):
     """The request head passed a limit; raised inside httptools' callbacks."""
 
 
-class LimitedHttpToolsProtocol(CoalescingHttpToolsProtocol):
-    """The server's httptools protocol, answering 431 ``{"error": ...}`` to oversized heads."""
+class LimitedHttpToolsProtocol(DisconnectNoticeProtocol, CoalescingHttpToolsProtocol):
+    """The server's httptools protocol: one write per response, a disconnect notice per
+    request, and 431 ``{"error": ...}`` for oversized heads."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

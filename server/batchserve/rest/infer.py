@@ -7,7 +7,6 @@ and pydantic. Everything else (health, metadata, ...) is left to FastAPI.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from functools import partial
@@ -17,6 +16,7 @@ from urllib.parse import unquote_to_bytes
 from batchserve.dataplane import DataPlane
 from batchserve.errors import InvalidArgument, PayloadTooLarge
 from batchserve.rest.codec import decode_infer_request, encode_infer_response, parse_header_length
+from batchserve.rest.disconnect import ClientDisconnected, until_disconnect
 from batchserve.rest.errors import error_body, error_headers
 from batchserve.settings import Settings
 
@@ -31,10 +31,6 @@ HEADER_LENGTH = b"inference-header-content-length"
 JSON = b"application/json"
 BINARY = b"application/octet-stream"
 SEND_WHOLE_BELOW = 1 << 16
-
-
-class ClientDisconnected(Exception):
-    """The client went away before its answer was ready."""
 
 
 def _segment(raw: bytes) -> str:
@@ -126,31 +122,8 @@ class InferEndpoint:
         name, version = _segment(match[1]), _segment(match[2] or b"")
         decode = partial(decode_infer_request, body, header_length, name, version)
         request = self.dataplane.decode(decode, name, version, "http")
-        response = await _until_disconnect(self.dataplane.infer(request), receive)
+        response = await until_disconnect(self.dataplane.infer(request), receive)
         return encode_infer_response(response, request)
-
-
-async def _until_disconnect(work: Awaitable[Any], receive: Receive) -> Any:
-    """Await ``work``, cancelling it if the client disconnects first (freeing its place)."""
-    task = asyncio.current_task()
-    assert task is not None
-    waiting = True
-
-    async def watch() -> None:
-        message = await receive()
-        if message["type"] == "http.disconnect" and waiting:
-            task.cancel()
-
-    watcher = asyncio.get_running_loop().create_task(watch())
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if watcher.done() and not watcher.cancelled():
-            raise ClientDisconnected from None
-        raise
-    finally:
-        waiting = False
-        watcher.cancel()
 
 
 async def _send(
