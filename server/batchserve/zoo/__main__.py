@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from batchserve.cli import main as batchserve_main
-from batchserve.zoo import MAX_QUEUE_DELAY_US, ONE_THREAD, char_lstm, digits_cnn
+from batchserve.zoo import MAX_QUEUE_DELAY_US, ONE_THREAD, ONE_THREAD_MODELS, char_lstm, digits_cnn
 
 MAX_BATCH_SIZE = 64
 
@@ -77,8 +77,9 @@ def build_one(name: str, repository: Path, work_dir: Path) -> dict[str, float]:
     ]  # fmt: skip
     if batchserve_main(args) != 0:
         raise SystemExit(f"exporting {name} failed")
-    config = repository / name / "config.pbtxt"
-    config.write_text(config.read_text() + ONE_THREAD)
+    if name in ONE_THREAD_MODELS:
+        config = repository / name / "config.pbtxt"
+        config.write_text(config.read_text() + ONE_THREAD)
     metrics["training_seconds"] = round(time.monotonic() - started, 1)
     (repository / name / "training.json").write_text(json.dumps(metrics, indent=2) + "\n")
     return metrics
