@@ -6,7 +6,7 @@
 MAX_QUEUE_DELAY_US = 25_000
 """The shipped models' ``max_queue_delay_microseconds``: long enough for 32 closed-loop gRPC
 clients to fill one batch on the reference machine, where a gRPC call costs the event loop
-0.5-1 ms. The batcher does not wait when no company is expected, so a lone client is not
+0.5-1.4 ms. The batcher does not wait when no company is expected, so a lone client is not
 delayed, and a batch goes as soon as every client answered is back (bench/NOTES.md)."""
 
 ONE_THREAD = 'parameters {\n  key: "intra_op_thread_count"\n  value { string_value: "1" }\n}\n'
