@@ -136,11 +136,13 @@ class Batcher:
             now = self._clock()
             self._drop_dead_heads(now)
             if not queue:
-                return
+                break
             target = self._target(now)
             if not target:
                 return
             self._start(self._take(target, now), now)
+        if not queue:  # those who were all back have gone, whichever rule sent them
+            self._all_back = False
 
     def _drop_dead_heads(self, now: int) -> None:
         while (head := self.queue.peek(now)) is not None:
@@ -162,13 +164,12 @@ class Batcher:
         if ready:
             self._made_to_wait = False
             return ready
-        if self._all_back:  # every client answered has asked again: nobody else is coming
-            self._all_back = False
-            return self._go_without_waiting(now, self.queue.oldest_enqueued_ns() or now)
         oldest = self.queue.oldest_enqueued_ns()
         last = self._arrivals.last_ns
         assert oldest is not None
         assert last is not None
+        if self._all_back:  # every client answered has asked again: nobody else is coming
+            return self._go_without_waiting(now, oldest)
         due = oldest + self._delay_ns
         gap = self._arrivals.expected_gap_ns()
         if now + gap > due:  # the delay is out, or nobody is expected before it is

@@ -129,6 +129,27 @@ async def test_a_batch_goes_once_every_answered_client_is_back() -> None:
     assert backend.batches[-1] == 3
 
 
+async def test_all_back_holds_only_for_the_requests_queued_when_it_happened() -> None:
+    """A batch that went at a preferred size took the clients that were back with it: the
+    next answered clients are waited for again."""
+    clock, backend = ManualClock(), FakeBackend()
+    extra = "dynamic_batching { max_queue_delay_microseconds: 1000 preferred_batch_size: [2] }"
+    batcher = make_batcher([backend], clock=clock, extra=extra)
+    await _company(batcher, backend, clock, 10 * US, 4)
+    first = await _burst(batcher, clock, 2, 10 * US)  # a preferred size: goes at once
+    await answers(*first)
+    second = await _burst(batcher, clock, 2, 10 * US)  # both back, and a preferred size
+    await answers(*second)
+    assert batcher._arrivals.returning == 2
+    third = await _burst(batcher, clock, 1, 10 * US)
+    clock.advance(100 * US)  # ten gaps of silence: one answered client is not back
+    assert len(batcher.queue) == 1
+    third += await _burst(batcher, clock, 1, 0)
+    assert not batcher.queue
+    await answers(*third)
+    assert backend.batches[-1] == 2
+
+
 async def test_answered_clients_that_never_come_back_cost_one_delay_at_most() -> None:
     clock, backend = ManualClock(), FakeBackend()
     batcher = _delayed(clock, backend, delay_us=1000)
