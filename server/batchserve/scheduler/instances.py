@@ -51,6 +51,10 @@ class InstancePool:
     def has_free(self) -> bool:
         return bool(self._free)
 
+    def free(self) -> tuple[Instance, ...]:
+        """The instances free now, in the order ``acquire`` hands them out."""
+        return tuple(self._free)
+
     def busy_count(self) -> int:
         return len(self.instances) - len(self._free)
 
