@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from batchserve import __version__
+from batchserve.busy_poll import BusyPoll
 from batchserve.datatypes import from_config
 from batchserve.errors import (
     BatchserveError,
@@ -64,6 +65,7 @@ class DataPlane:
         self.registry = registry
         self.expected_models = list(expected)
         self.draining = False
+        self.busy_poll = BusyPoll(settings.busy_poll_us * 1000)
 
     # health -------------------------------------------------------------------------
     def live(self) -> bool:
@@ -137,6 +139,7 @@ class DataPlane:
         # Draining only turns readiness off: requests keep being served until the listeners
         # close, so load balancers have the shutdown delay to stop sending traffic.
         served = self._served(request.model_name, request.model_version)
+        self.busy_poll.touch()
         started = time.monotonic_ns()
         served.stats.received += 1
         try:
@@ -148,6 +151,7 @@ class DataPlane:
             served.stats.record_request(False, elapsed, 0, exc, request.protocol)
             bind_request(served.name, request.id)
             raise
+        self.busy_poll.touch()
         finished = time.monotonic_ns()
         served.stats.record_request(
             True, finished - started, item.dispatched_ns - started, protocol=request.protocol

@@ -27,6 +27,13 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "memory per device for models: a fraction (0.9, the default) or a size (8GiB); "
         "or per kind: cpu=8GiB,gpu=0.9",
     ),
+    (
+        "--busy-poll-us",
+        "busy_poll_us",
+        int,
+        "microseconds the event loop keeps polling after a request instead of sleeping "
+        "(0 turns it off)",
+    ),
     ("--shutdown-delay", "shutdown_delay_seconds", float, "seconds not-ready before draining"),
     ("--shutdown-timeout", "shutdown_timeout_seconds", float, "longest drain, in seconds"),
     ("--log-level", "log_level", str, "debug, info (default), warning, error"),

@@ -42,6 +42,7 @@ class Settings(BaseSettings):
     max_binary_body_bytes: int = Field(64 * MIB, gt=0)
     max_queue_size: int = Field(1024, gt=0)
     memory_budget: str | None = None
+    busy_poll_us: int = Field(0, ge=0, le=100_000)
     shutdown_delay_seconds: float = Field(0.0, ge=0)
     shutdown_timeout_seconds: float = Field(30.0, gt=0)
     log_level: str = "info"

@@ -41,3 +41,11 @@ def test_invalid_values_are_refused() -> None:
         _settings("--model-control-mode", "sometimes")
     with pytest.raises(ValidationError, match="http_port"):
         _settings("--http-port", "70000")
+    with pytest.raises(ValidationError, match="busy_poll_us"):
+        _settings("--busy-poll-us", "-1")
+
+
+def test_busy_polling_is_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BATCHSERVE_BUSY_POLL_US", raising=False)
+    assert _settings().busy_poll_us == 0
+    assert _settings("--busy-poll-us", "300").busy_poll_us == 300

@@ -146,3 +146,19 @@ async def test_config_and_statistics(client: httpx.AsyncClient) -> None:
     assert stats["inference_stats"]["success"]["count"] == 1
     all_stats = (await client.get("/v2/models/stats")).json()["model_stats"]
     assert [s["name"] for s in all_stats] == ["fake"]
+
+
+@pytest.mark.parametrize("window_us", [0, 50_000])
+async def test_an_inference_starts_busy_polling_only_when_configured(
+    tmp_path: Path, window_us: int
+) -> None:
+    settings = Settings(model_repository=tmp_path, busy_poll_us=window_us)
+    registry = ModelRegistry(_repository(tmp_path), 8, _budgets(), lambda c, p: FakeBackend())
+    dataplane = DataPlane(settings, registry, ["fake"])
+    await registry.load("fake")
+    transport = httpx.ASGITransport(app=build_http_app(dataplane, settings))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        response = await client.post("/v2/models/fake/infer", json=_body([1, 2, 3, 4], [1, 4]))
+    assert response.status_code == 200
+    assert dataplane.busy_poll.polling is bool(window_us)
+    await registry.close()
