@@ -53,6 +53,8 @@ class ServerPoint:
         cpu_s: user + system CPU of the server's process tree over the run.
         load1: the 1-minute load average just before the run.
         cap: the server's batch cap for the model at the end of the run (0: unknown).
+        beside: for an echo server's point taken right before a model's point at the same
+            concurrency and protocol, that model; "" for the floors section.
     """
 
     server: str
@@ -68,6 +70,7 @@ class ServerPoint:
     load1: float = 0.0
     cap: int = 0
     error: str = ""
+    beside: str = ""
 
     @property
     def mean_batch(self) -> float:
@@ -138,9 +141,23 @@ class Results:
                 return p
         return None
 
-    def floor(self, server: str, protocol: str, concurrency: int) -> ServerPoint | None:
-        """An echo server's point on the identity model."""
-        return self.find(server, IDENTITY, protocol, concurrency)
+    def floor(
+        self, server: str, protocol: str, concurrency: int, beside: str = ""
+    ) -> ServerPoint | None:
+        """An echo server's point on the identity model: the one taken beside ``beside``'s
+        point when there is one (this machine's speed drifts over minutes), else the one
+        from the floors section."""
+        section = None
+        for p in self.points:
+            if (p.server, p.model, p.protocol, p.concurrency) != (
+                server, IDENTITY, protocol, concurrency
+            ):  # fmt: skip
+                continue
+            if beside and p.beside == beside:
+                return p
+            if not p.beside and section is None:
+                section = p
+        return section
 
     def models(self, server: str = BATCHSERVE) -> list[str]:
         """Models a server was measured on, in order, the identity floor model excluded."""

@@ -118,7 +118,7 @@ def _ceilings(results: Results) -> str:
 def _floors(results: Results) -> str:
     points = [p for p in results.points if p.model == IDENTITY and p.server != PYTRITON]
     rows = [
-        [p.server, NAMES[p.protocol], str(p.concurrency), *_figures(p), _mean_batch(p),
+        [_floor_label(p), NAMES[p.protocol], str(p.concurrency), *_figures(p), _mean_batch(p),
          _cpu(p), ratio(p.throughput, _floor_rate(results, p)), _load(p)]
         for p in points
     ]  # fmt: skip
@@ -128,7 +128,8 @@ def _floors(results: Results) -> str:
         "## (b) Floors: the identity model through batchserve, and echo servers\n\n"
         "Echo servers answer with the request's own tensor (no model, no batching); the "
         "protocol floor is aiohttp for HTTP and grpc.aio (uvloop) for gRPC, at the same "
-        "concurrency."
+        'concurrency. The echo points "beside" a model were taken right before that model\'s '
+        "shipped point at the same concurrency, and are the floors its ratios and targets use."
     )
     return f"{title}\n\n" + table(header, rows, "llrrrrrrrr")
 
@@ -152,7 +153,9 @@ def _servers(results: Results, server: str, title: str) -> str:
 
 def _server_row(results: Results, p: ServerPoint) -> list[str]:
     best = results.best_ceiling(p.model)
-    asgi = results.floor(RAW_ASGI, "http", p.concurrency) if p.protocol == "http" else None
+    asgi = None
+    if p.protocol == "http":
+        asgi = results.floor(RAW_ASGI, "http", p.concurrency, _beside(p))
     queue = ms(p.row.queue_us) if p.row else "—"
     compute = ms(p.row.compute_us) if p.row else "—"
     return [
@@ -225,6 +228,10 @@ def _label(p: ServerPoint) -> str:
     return f"{p.server} {p.model} {NAMES[p.protocol]} c={p.concurrency} {p.batching}".strip()
 
 
+def _floor_label(p: ServerPoint) -> str:
+    return f"{p.server}, beside {p.beside}" if p.beside else p.server
+
+
 def _figures(p: ServerPoint) -> list[str]:
     if p.row is None:
         return ["failed", "—", "—"]
@@ -244,8 +251,13 @@ def _cpu(p: ServerPoint) -> str:
     return "—" if math.isnan(p.cpu_us_per_request) else f"{p.cpu_us_per_request:.0f}"
 
 
+def _beside(p: ServerPoint) -> str:
+    """The model whose own floors a point is compared with: batchserve's models only."""
+    return p.model if p.server == BATCHSERVE and p.model != IDENTITY else ""
+
+
 def _floor_rate(results: Results, p: ServerPoint) -> float | None:
-    floor = results.floor(FLOORS[p.protocol], p.protocol, p.concurrency)
+    floor = results.floor(FLOORS[p.protocol], p.protocol, p.concurrency, _beside(p))
     if floor is None or floor is p or floor.row is None:
         return None
     return floor.throughput

@@ -217,7 +217,7 @@ class Runner:
         self.section("floors", partial(self.floors, identity))
         for s in subjects:
             self.section(f"ceiling {s.name}", partial(self.ceilings, [s]))
-            self.section(f"batchserve {s.name}", partial(self.model, s))
+            self.section(f"batchserve {s.name}", partial(self.model, s, identity))
         if peers is not None:
             from bench.peers import launch
 
@@ -248,13 +248,17 @@ class Runner:
             self.guarded(serve, label, identity, "", (protocol,))
         self.variant(identity, "on", identity.directory.parent)
 
-    def model(self, s: Subject) -> None:
+    def model(self, s: Subject, identity: Subject) -> None:
         for batching, repository in s.variants:
-            self.variant(s, batching, repository)
+            self.variant(s, batching, repository, identity)
 
-    def variant(self, s: Subject, batching: str, repository: Path) -> None:
+    def variant(
+        self, s: Subject, batching: str, repository: Path, identity: Subject | None = None
+    ) -> None:
+        """``identity``: measure the echo floors right before the shipped point at FLOOR_C."""
         serve = partial(servers.batchserve, repository, s.name)
-        self.guarded(serve, BATCHSERVE, s, batching, PROTOCOLS)
+        beside = identity if batching == self.results.shipped.get(s.name) else None
+        self.guarded(serve, BATCHSERVE, s, batching, PROTOCOLS, beside)
 
     def guarded(
         self,
@@ -263,11 +267,12 @@ class Runner:
         s: Subject,
         batching: str,
         protocols: Sequence[str],
+        floors_of: Subject | None = None,
     ) -> None:
         """Every point on one server; if the server fails, its points left are kept as failed."""
         try:
             with serve() as running:
-                self.points(running, s, batching, protocols)
+                self.points(running, s, batching, protocols, floors_of)
         except RuntimeError as exc:
             for protocol in protocols:
                 for c in self.plan.concurrency:
@@ -276,14 +281,38 @@ class Runner:
                         self.record(replace(failed, error=str(exc)))
 
     def points(
-        self, running: servers.Running, s: Subject, batching: str, protocols: Sequence[str]
+        self,
+        running: servers.Running,
+        s: Subject,
+        batching: str,
+        protocols: Sequence[str],
+        floors_of: Subject | None = None,
     ) -> None:
-        """Every protocol x concurrency point of one model on one running server."""
+        """Every protocol x concurrency point of one model on one running server; with
+        ``floors_of`` (the identity model), the echo floors right before the FLOOR_C point."""
         settings, extra = self.plan.settings(self.results, s.name), s.inputs.pa_args(self.work)
         for protocol in protocols:
             for c in self.plan.concurrency:
+                if floors_of is not None and c == targets.FLOOR_C:
+                    self.floors_beside(s.name, floors_of, protocol, c)
                 args = (running, s.name, protocol, c, batching, settings, self.work, extra)
                 self.record(servers.measure(*args))
+
+    def floors_beside(self, model: str, identity: Subject, protocol: str, c: int) -> None:
+        """The echo floors of ``protocol`` at ``c``, each on a fresh server, taken right
+        before ``model``'s point: this machine's speed drifts over minutes."""
+        settings = self.plan.settings(self.results, identity.name)
+        extra = identity.inputs.pa_args(self.work)
+        for module, label, served in FLOOR_SERVERS:
+            if served != protocol:
+                continue
+            try:
+                with servers.floor(module, label, protocol) as echo:
+                    args = (echo, identity.name, protocol, c, "", settings, self.work, extra)
+                    point = servers.measure(*args)
+            except RuntimeError as exc:
+                point = ServerPoint(label, identity.name, protocol, c, "", None, error=str(exc))
+            self.record(replace(point, beside=model))
 
     def record(self, point: ServerPoint) -> None:
         self.results.points.append(point)

@@ -99,7 +99,7 @@ def _vs_floor(results: Results, model: str, protocol: str, server: str, prefix: 
     target = f"{prefix}{model} {NAMES[protocol]} c={FLOOR_C} >= {FLOOR_SHARE} x {server}"
     point, floor = (
         _shipped(results, model, protocol, FLOOR_C),
-        results.floor(server, protocol, FLOOR_C),
+        results.floor(server, protocol, FLOOR_C, beside=model),
     )
     if floor is None or floor.row is None:
         return Verdict(target, f"no {server} point at c={FLOOR_C}", None)

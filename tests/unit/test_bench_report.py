@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -106,3 +107,14 @@ def test_progress_lines() -> None:
     found = sample()
     assert progress_line(found.points[3]).startswith("  batchserve small HTTP c=32 on: 8,000/s")
     assert progress_line(found.points[4]).endswith("FAILED port closed")
+
+
+def test_floors_beside_a_model_are_labelled_and_used_for_its_ratios() -> None:
+    found = sample()
+    found.points.append(replace(point(AIOHTTP, IDENTITY, "http", 10000), beside="small"))
+    text = render(found, evaluate(found))
+    assert "| aiohttp echo, beside small | HTTP | 32 | 10,000 |" in text
+    # 8,000/s against the 10,000 beside it (0.80), not the section's 13,000 (0.62)
+    assert "| small | HTTP | on | 32 | 8,000 | 2.30 | 4.10 | 0.12 | 0.34 | 32.0 | 64 | 500 | " \
+        "0.10 | 0.80 | 0.44 | 0.40 |" in text  # fmt: skip
+    assert "8,000/s = 0.80 x 10,000/s" in text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from bench.records import (
     AIOHTTP,
     BATCHSERVE,
@@ -160,3 +162,24 @@ def test_negative_overhead_passes_with_a_warning() -> None:
     assert verdict.measured.endswith(
         "= -170.000 ms (the in-process call was the slower: see the load table)"
     )
+
+
+def test_a_floor_taken_beside_the_model_is_the_one_it_is_judged_against() -> None:
+    beside = [
+        replace(point(AIOHTTP, IDENTITY, "http", 32, 10000), beside="small"),
+        replace(point(GRPC_AIO, IDENTITY, "grpc", 32, 5000), beside="other"),
+    ]
+    found = results(
+        *beside,
+        point(BATCHSERVE, "small", "http", 32, 6500),  # 0.5 x section 13,000; 0.65 x 10,000
+        point(BATCHSERVE, "small", "grpc", 32, 3200),  # 0.55 x section 5,800 (other's ignored)
+        ceilings=(CeilingPoint("small", 32, 32 / 93000, 100),),
+    )
+    assert found.floor(AIOHTTP, "http", 32, beside="small") is beside[0]
+    assert found.floor(AIOHTTP, "http", 32).throughput == 13000  # the floors section's
+    assert found.floor(GRPC_AIO, "grpc", 32, beside="small").throughput == 5800
+    assert verdicts(found, "echo") == {
+        "small HTTP c=32 >= 0.6 x aiohttp echo": True,
+        "small gRPC c=32 >= 0.6 x grpc.aio echo": False,
+        "(stretch) small HTTP c=32 >= 0.6 x raw ASGI echo": False,
+    }
