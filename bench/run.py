@@ -112,7 +112,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     words = sys.argv[1:] if argv is None else list(argv)
-    command = shlex.join(["python", "-m", "bench.run", *words])
+    command = shlex.join(["python", "-m", "bench.run", *public_words(words)])
     results = Results(header=machine.describe(), command=command, quick=bool(args.quick))
     started, run_plan = time.monotonic(), Plan.from_args(args)
     try:
@@ -128,6 +128,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         if results.ceilings:  # something was measured: keep it, even from a run cut short
             write(args.out, run_plan, results)
     return 0
+
+
+PATH_OPTIONS = ("--peers", "--out", "--model-repository")
+
+
+def public_words(words: Sequence[str]) -> list[str]:
+    """The command line as RESULTS.md shows it: a path outside the repository names the
+    machine it ran on, not the benchmark, so it is shown as its option's placeholder."""
+    shown, previous = [], ""
+    for word in words:
+        option, equals, value = word.partition("=")
+        if previous in PATH_OPTIONS:
+            word = _public_path(word, previous)
+        elif equals and option in PATH_OPTIONS:
+            word = f"{option}={_public_path(value, option)}"
+        shown.append(word)
+        previous = word
+    return shown
+
+
+def _public_path(value: str, option: str) -> str:
+    path = Path(value).resolve()
+    if path.is_relative_to(ROOT):
+        return str(path.relative_to(ROOT))
+    return option.removeprefix("--").replace("-", "_").upper()
 
 
 def write(out: Path, run_plan: Plan, results: Results) -> None:
