@@ -26,6 +26,24 @@ def batcher_for(
     return Batcher(pool, policy, ModelStats(), clock=clock, timer=clock)
 
 
+ONE_SECOND_NS = 1_000_000_000
+"""An inline threshold under which any run of the fake model counts as fast."""
+
+
+def inline_batcher(backends: list[FakeBackend], *, inline: bool, per_pass: bool = False) -> Batcher:
+    """A batcher over the fake model that runs batches measured fast on the event loop
+    (``inline``) and, with ``per_pass``, dispatches once per loop pass, as the server does."""
+    pool = InstancePool([Instance(f"fake-{i}", b) for i, b in enumerate(backends)])
+    policy = BatchPolicy.from_config(fake_config(""), server_max_queue_size=64)
+    return Batcher(
+        pool,
+        policy,
+        ModelStats(),
+        inline_below_ns=ONE_SECOND_NS if inline else 0,
+        dispatch_per_pass=per_pass,
+    )
+
+
 def make_batcher(
     backends: list[FakeBackend],
     extra: str = "",

@@ -11,11 +11,8 @@ import pytest
 from batchserve.devices import Device
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.inline import InlineRuns
-from batchserve.scheduler.instances import Instance, InstancePool
-from batchserve.scheduler.policy import BatchPolicy
-from batchserve.stats import ModelStats
-from fakes import FakeBackend, fake_config
-from harness import answer, answers, item
+from fakes import FakeBackend
+from harness import answer, answers, inline_batcher, item
 
 pytestmark = pytest.mark.anyio
 
@@ -61,19 +58,8 @@ class ThreadRecordingBackend(FakeBackend):
         return super().infer(inputs, output_names)
 
 
-ONE_SECOND_NS = 1_000_000_000  # any run of the fake model counts as fast
-
-
 def _batcher(backend: FakeBackend, inline: bool, *, per_pass: bool = False) -> Batcher:
-    pool = InstancePool([Instance("fake-0", backend)])
-    policy = BatchPolicy.from_config(fake_config(""), server_max_queue_size=64)
-    return Batcher(
-        pool,
-        policy,
-        ModelStats(),
-        inline_below_ns=ONE_SECOND_NS if inline else 0,
-        dispatch_per_pass=per_pass,
-    )
+    return inline_batcher([backend], inline=inline, per_pass=per_pass)
 
 
 async def test_a_measured_fast_cpu_batch_runs_on_the_loop_thread() -> None:

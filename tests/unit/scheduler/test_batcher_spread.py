@@ -6,52 +6,41 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
 from batchserve.devices import Device
 from batchserve.scheduler.batcher import Batcher, split_evenly
-from batchserve.scheduler.instances import Instance, InstancePool
-from batchserve.scheduler.policy import BatchPolicy
-from batchserve.stats import ModelStats
 from fakes import FakeBackend, fake_config
-from harness import answer, answers, entered, item
+from harness import answer, answers, entered, inline_batcher, item
 
 pytestmark = pytest.mark.anyio
 
-ONE_SECOND_NS = 1_000_000_000  # any run of the fake model counts as fast
-
-
-def _sizes(groups: list[list[object]]) -> list[list[int]]:
-    return [[entry.batch_size for entry in group] for group in groups]  # type: ignore[attr-defined]
-
-
-class _Sized:
-    def __init__(self, batch_size: int) -> None:
-        self.batch_size = batch_size
-
 
 def _split(sizes: list[int], parts: int) -> list[list[int]]:
-    return _sizes(split_evenly([_Sized(s) for s in sizes], parts))  # type: ignore[arg-type]
+    """``split_evenly`` on requests of these sample counts, as their sample counts."""
+    groups = split_evenly([item(size, 1.0) for size in sizes], parts)  # items need a loop
+    return [[entry.batch_size for entry in group] for group in groups]
 
 
-def test_equal_requests_split_into_equal_halves() -> None:
+async def test_equal_requests_split_into_equal_halves() -> None:
     assert _split([1, 1, 1, 1], 2) == [[1, 1], [1, 1]]
     assert _split([1, 1, 1, 1, 1], 2) == [[1, 1], [1, 1, 1]]
 
 
-def test_a_large_request_gets_a_run_of_its_own() -> None:
+async def test_a_large_request_gets_a_run_of_its_own() -> None:
     assert _split([1, 3], 2) == [[1], [3]]
     assert _split([3, 1], 2) == [[3], [1]]
     assert _split([2, 1, 1], 2) == [[2], [1, 1]]
 
 
-def test_never_more_runs_than_requests_or_instances() -> None:
+async def test_never_more_runs_than_requests_or_instances() -> None:
     assert _split([5], 2) == [[5]]
     assert _split([1, 1, 1], 4) == [[1], [1], [1]]
 
 
-def test_every_request_lands_once_in_order_and_no_run_is_empty() -> None:
+async def test_every_request_lands_once_in_order_and_no_run_is_empty() -> None:
     rng = random.Random(7)
     for _ in range(500):
         sizes = [rng.randint(1, 9) for _ in range(rng.randint(1, 12))]
@@ -66,15 +55,7 @@ def test_every_request_lands_once_in_order_and_no_run_is_empty() -> None:
 
 
 def _batcher(backends: list[FakeBackend], *, inline: bool = False) -> Batcher:
-    pool = InstancePool([Instance(f"fake-{i}", b) for i, b in enumerate(backends)])
-    policy = BatchPolicy.from_config(fake_config(""), server_max_queue_size=64)
-    return Batcher(
-        pool,
-        policy,
-        ModelStats(),
-        inline_below_ns=ONE_SECOND_NS if inline else 0,
-        dispatch_per_pass=True,
-    )
+    return inline_batcher(backends, inline=inline, per_pass=True)
 
 
 async def test_a_burst_is_shared_by_two_free_cpu_instances() -> None:
@@ -94,7 +75,7 @@ async def test_a_burst_is_shared_by_two_free_cpu_instances() -> None:
 async def test_gpu_instances_take_the_burst_as_one_batch() -> None:
     backends = [FakeBackend(), FakeBackend()]
     for backend in backends:
-        backend.load(None, None, Device("gpu", 0))  # type: ignore[arg-type]
+        backend.load(Path("model.onnx"), fake_config(""), Device("gpu", 0))
     batcher = _batcher(backends)
     burst = [item(1, float(i)) for i in range(4)]
     for request in burst:
