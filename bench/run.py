@@ -212,9 +212,11 @@ def method_notes(run_plan: Plan, results: Results) -> list[str]:
     heavy = [m for m, w in windows.items() if w > run_plan.window_ms]
     longer = f", {2 * run_plan.window_ms} ms for {', '.join(heavy)}" if heavy else ""
     return [
-        f"Ceiling: one ONNX Runtime session per model (CPU EP, default options); "
-        f"{ceiling.WARMUP_CALLS} warm-up calls, then calls for {run_plan.budget_s:g} s (at "
-        f"least {ceiling.MIN_CALLS}); samples/s = batch / median call time. Each batch repeats "
+        f"Ceiling: one ONNX Runtime session per model (CPU EP, default options); each batch "
+        f"size gets {ceiling.WARMUP_CALLS} warm-up calls, then calls for {run_plan.budget_s:g} s "
+        f"(at least {ceiling.MIN_CALLS}) spread over {ceiling.ROUNDS} rounds that cycle through "
+        "the sizes, so that every size samples the same minutes of this machine's drifting "
+        "speed; samples/s = batch / median call time. Each batch repeats "
         "the sample the servers are sent.",
         f"perf_analyzer: `-b 1 --concurrency-range c:c --measurement-interval W "
         f"--stability-percentage 25 --max-trials 8`, binary tensors, the same sample in "

@@ -27,6 +27,8 @@ def test_identity_model_is_batched_and_echoes_in_onnx_runtime(tmp_path: Path) ->
     points = ceiling.measure(repo.onnx_file(directory), inputs, (1, 4), budget_s=0.01)
     assert [(p.model, p.batch) for p in points] == [("identity", 1), ("identity", 4)]
     assert all(p.calls >= ceiling.MIN_CALLS and p.samples_per_s > 0 for p in points)
+    four = ceiling.measure(repo.onnx_file(directory), inputs, (1, 4), budget_s=0.0, rounds=4)
+    assert [p.calls for p in four] == [4 * 2, 4 * 2]  # each round times ceil(5 / 4) calls
 
 
 def test_unbatched_variant_keeps_everything_but_dynamic_batching(tmp_path: Path) -> None:
