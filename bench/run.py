@@ -280,12 +280,13 @@ class Runner:
             self.variant(s, batching, repository, identity)
 
     def variant(
-        self, s: Subject, batching: str, repository: Path, identity: Subject | None = None
+        self, s: Subject, batching: str, repository: Path, floors_of: Subject | None = None
     ) -> None:
-        """``identity``: measure the echo floors right before the shipped point at FLOOR_C."""
+        """``floors_of`` (the identity model): measure the echo floors right before the
+        shipped variant's FLOOR_C points."""
         serve = partial(servers.batchserve, repository, s.name)
-        beside = identity if batching == self.results.shipped.get(s.name) else None
-        self.guarded(serve, BATCHSERVE, s, batching, PROTOCOLS, beside)
+        shipped = batching == self.results.shipped.get(s.name)
+        self.guarded(serve, BATCHSERVE, s, batching, PROTOCOLS, floors_of if shipped else None)
 
     def guarded(
         self,

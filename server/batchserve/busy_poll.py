@@ -27,7 +27,6 @@ class BusyPoll:
         self.window_ns = window_ns
         self._clock = clock
         self._last_ns = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
         self.polling = False
         """Whether a polling pass is scheduled on the loop."""
 
@@ -38,14 +37,14 @@ class BusyPoll:
         self._last_ns = self._clock()
         if not self.polling:
             self.polling = True
-            self._loop = asyncio.get_running_loop()
-            self._loop.call_soon(self._poll)
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self._poll, loop)
 
-    def _poll(self) -> None:
+    def _poll(self, loop: asyncio.AbstractEventLoop) -> None:
         # A ready callback makes the loop look at its sockets without blocking, so the
         # next request is read in the pass after it arrives, on a CPU that never slept.
-        if self._clock() - self._last_ns < self.window_ns and self._loop is not None:
+        if self._clock() - self._last_ns < self.window_ns:
             os.sched_yield()
-            self._loop.call_soon(self._poll)
+            loop.call_soon(self._poll, loop)
         else:
             self.polling = False

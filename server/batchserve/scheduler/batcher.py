@@ -264,8 +264,10 @@ class Batcher:
         batch is not split when it or its parts are fast enough to run on the event loop:
         the parts would run there one after another.
         """
+        if len(batch) < 2:
+            return [batch]
         free = self.pool.free()
-        if len(batch) < 2 or len(free) < 2 or any(i.backend.device.kind != "cpu" for i in free):
+        if len(free) < 2 or any(i.backend.device.kind != "cpu" for i in free):
             return [batch]
         samples = sum(item.batch_size for item in batch)
         if self._inline.inline(samples) or self._inline.inline(-(-samples // len(free))):
