@@ -165,7 +165,7 @@ class DataPlane:
         )
 
     def _work_item(self, request: InferRequest, served: ServedVersion, now: int) -> WorkItem:
-        valid = validate_request(request.inputs, request.outputs, served.schema)
+        valid = validate_request(request.inputs, request.outputs, served.schema, request.layout)
         policy = served.batcher.policy
         if policy.max_batch_size and valid.batch_size > policy.max_batch_size:
             raise InvalidArgument(

@@ -6,7 +6,7 @@ allows (binary HTTP bodies, gRPC raw contents), object arrays of ``bytes`` for B
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,9 @@ class InferRequest:
         binary_output: HTTP only: default for outputs without an explicit ``binary_data``.
         is_cancelled: returns True once the client has gone away.
         protocol: "http" or "grpc", for the per-protocol request counts.
+        layout: equal for requests whose inputs have the same names, datatypes and shapes
+            and that ask for the same outputs, None when unknown: a validation one of them
+            passed holds for all (the HTTP header cache sets it).
     """
 
     model_name: str
@@ -78,6 +81,7 @@ class InferRequest:
     binary_output: bool = False
     is_cancelled: Callable[[], bool] | None = None
     protocol: str = ""
+    layout: Hashable | None = None
 
 
 @dataclass(slots=True)

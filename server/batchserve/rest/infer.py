@@ -15,9 +15,10 @@ from urllib.parse import unquote_to_bytes
 
 from batchserve.dataplane import DataPlane
 from batchserve.errors import InvalidArgument, PayloadTooLarge
-from batchserve.rest.codec import decode_infer_request, encode_infer_response, parse_header_length
+from batchserve.rest.codec import encode_infer_response, parse_header_length
 from batchserve.rest.disconnect import ClientDisconnected, until_disconnect
 from batchserve.rest.errors import error_body, error_headers
+from batchserve.rest.header_cache import HeaderCache
 from batchserve.settings import Settings
 
 Scope = MutableMapping[str, Any]
@@ -76,6 +77,7 @@ class InferEndpoint:
         self.dataplane = dataplane
         self.json_limit = settings.max_json_body_bytes
         self.binary_limit = settings.max_binary_body_bytes
+        self.headers = HeaderCache()
 
     def match(self, scope: Scope) -> re.Match[bytes] | None:
         """The path's name and version when ``scope`` is an inference request."""
@@ -120,7 +122,7 @@ class InferEndpoint:
             None if header_value is None else header_value.decode("latin-1"), len(body)
         )
         name, version = _segment(match[1]), _segment(match[2] or b"")
-        decode = partial(decode_infer_request, body, header_length, name, version)
+        decode = partial(self.headers.decode, body, header_length, name, version)
         request = self.dataplane.decode(decode, name, version, "http")
         response = await until_disconnect(self.dataplane.infer(request), receive)
         return encode_infer_response(response, request)

@@ -79,6 +79,36 @@ async def test_binary_request_and_response(client: httpx.AsyncClient) -> None:
     np.testing.assert_array_equal(y, x * 2 + 1)
 
 
+async def test_requests_repeating_a_header_each_get_their_own_answer(
+    client: httpx.AsyncClient,
+) -> None:
+    """The second and later requests with one JSON header reuse its decoding (and its
+    validation); their answers must still come from their own bytes."""
+    header = orjson.dumps({
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4],
+                    "parameters": {"binary_data_size": 16}}],
+        "outputs": [{"name": "total", "parameters": {"binary_data": False}}],
+    })  # fmt: skip
+    for start in range(4):
+        x = np.arange(start, start + 4, dtype=np.float32).reshape(1, 4)
+        response = await client.post(
+            "/v2/models/fake/infer",
+            content=header + x.tobytes(),
+            headers={"Inference-Header-Content-Length": str(len(header))},
+        )
+        assert response.status_code == 200
+        outputs = response.json()["outputs"]
+        assert [o["name"] for o in outputs] == ["total"]
+        assert outputs[0]["data"] == [float(x.sum())]
+    short = await client.post(
+        "/v2/models/fake/infer",
+        content=header + bytes(12),
+        headers={"Inference-Header-Content-Length": str(len(header))},
+    )
+    assert short.status_code == 400
+    assert "binary_data_size 16 runs past the end of the body" in short.json()["error"]
+
+
 @pytest.mark.parametrize(
     ("path", "body", "status", "fragment"),
     [
