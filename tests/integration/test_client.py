@@ -105,6 +105,17 @@ def test_digits_match_onnxruntime(client: Client) -> None:
     assert list(result) == ["logits", "probabilities"]
 
 
+def test_requests_repeating_one_shape_each_get_their_own_answer(client: Client) -> None:
+    """Repeats of a request layout reuse its decoding on both protocols; each answer must
+    still come from its own tensor bytes and carry its own id."""
+    for seed in range(6):
+        images = _digits(2, seed=seed)
+        request_id = f"r{seed}" if seed >= 4 else ""
+        result = client.infer(DIGITS, {"image": images}, request_id=request_id)
+        _check_digits(result, images)
+        assert result.id == request_id
+
+
 def test_requested_outputs_only(client: Client) -> None:
     result = client.infer(DIGITS, {"image": _digits(2, seed=3)}, outputs=["probabilities"])
     assert list(result) == ["probabilities"]

@@ -18,6 +18,7 @@ from batchserve.errors import grpc_status, public_message
 from batchserve.grpc import codec, messages
 from batchserve.grpc.generated import grpc_service_pb2 as pb
 from batchserve.grpc.generated import grpc_service_pb2_grpc as pb_grpc
+from batchserve.grpc.layout_cache import MessageLayouts
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
+        self.layouts = MessageLayouts()
 
     async def ServerLive(
         self, request: pb.ServerLiveRequest, context: Context
@@ -86,7 +88,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return await self._infer(request)
 
     async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
-        decode = partial(codec.decode_infer_request, request)
+        decode = partial(self.layouts.decode, request)
         decoded = self.dataplane.decode(decode, request.model_name, request.model_version, "grpc")
         response = await self.dataplane.infer(decoded)
         encoded: pb.ModelInferResponse = codec.encode_infer_response(response)

@@ -89,7 +89,7 @@ def test_the_cache_holds_no_request_bytes() -> None:
     cache = HeaderCache()
     body, length = _binary({"x": np.ones((1, 4), np.float32)})
     cache.decode(body, length, "m", "")
-    decoded = cache._headers.get(("m", "", body[:length], len(body)))
+    decoded = cache._layouts.get(("m", "", body[:length], len(body)))
     assert decoded is not None
     assert decoded.template.inputs == []
 
@@ -114,7 +114,7 @@ def test_malformed_requests_are_never_remembered(full_decodes: list[bytes]) -> N
         with pytest.raises(InvalidArgument, match="needs 'data' or a binary_data_size"):
             cache.decode(header + bytes(16), len(header), "m", "")
     assert len(full_decodes) == 2
-    assert len(cache._headers) == 0
+    assert len(cache) == 0
 
 
 @pytest.mark.parametrize(
@@ -145,7 +145,7 @@ def test_json_bodies_and_long_headers_are_not_kept(full_decodes: list[bytes]) ->
     long_id = "i" * MAX_HEADER_BYTES
     body, length = _binary({"x": np.ones((1, 4), np.float32)}, id=long_id)
     assert cache.decode(body, length, "m", "").id == long_id
-    assert len(cache._headers) == 0
+    assert len(cache) == 0
 
 
 def test_headers_kept_are_bounded(full_decodes: list[bytes]) -> None:
@@ -153,4 +153,4 @@ def test_headers_kept_are_bounded(full_decodes: list[bytes]) -> None:
     for i in range(5):
         body, length = _binary({"x": np.ones((1, 4), np.float32)}, id=str(i))
         cache.decode(body, length, "m", "")
-    assert len(cache._headers) == 2
+    assert len(cache) == 2

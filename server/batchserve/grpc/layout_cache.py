@@ -1,0 +1,49 @@
+"""gRPC requests that repeat a layout reuse its decoding (``layouts.py``).
+
+tritonclient and perf_analyzer send every input as ``raw_input_contents``; the rest of the
+message (model, each input's name, datatype, shape and parameters, the requested outputs,
+the request's parameters) is the same for every request of one shape. That rest, serialized,
+with the size of each raw input, keys the decoded layout; a repeat gets views of its own raw
+contents. The request id is read from each message, so it is not part of the key.
+"""
+
+from __future__ import annotations
+
+from batchserve.grpc.codec import decode_infer_request
+from batchserve.grpc.generated.grpc_service_pb2 import ModelInferRequest
+from batchserve.layouts import ENTRIES, DecodedLayout, Layouts
+from batchserve.types import InferRequest
+
+MessageKey = tuple[bytes, tuple[int, ...]]
+"""The message serialized without its raw contents and id, and each raw input's size."""
+
+
+class MessageLayouts:
+    """``decode_infer_request`` for ModelInferRequest, remembering the layouts it has decoded."""
+
+    def __init__(self, entries: int = ENTRIES) -> None:
+        self._layouts = Layouts(entries)
+
+    def decode(self, message: ModelInferRequest) -> InferRequest:
+        """Decode ``message``, which this may change (the server's own copy of the call)."""
+        raw = list(message.raw_input_contents)
+        if not raw or len(raw) != len(message.inputs):
+            return decode_infer_request(message)
+        request_id = message.id
+        del message.raw_input_contents[:]  # serializing the rest costs less than its parts
+        message.id = ""
+        key: MessageKey = (message.SerializeToString(), tuple(map(len, raw)))
+        known = self._layouts.get(key)
+        if known is not None:
+            return known.request(raw, request_id)
+        message.raw_input_contents.extend(raw)
+        message.id = request_id
+        request = decode_infer_request(message)
+        layout = DecodedLayout.of(key, request, [0] * len(request.inputs))
+        if layout is not None:
+            self._layouts.put(key, layout)
+            request.layout = key
+        return request
+
+    def __len__(self) -> int:
+        return len(self._layouts)

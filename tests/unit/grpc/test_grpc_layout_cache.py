@@ -1,0 +1,139 @@
+"""gRPC requests that repeat a layout: decoded once, then only viewed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from batchserve.errors import InvalidArgument
+from batchserve.grpc import codec, layout_cache
+from batchserve.grpc.generated.grpc_service_pb2 import InferParameter, ModelInferRequest
+from batchserve.grpc.layout_cache import MessageLayouts
+from batchserve.types import InferRequest
+
+Input = ModelInferRequest.InferInputTensor
+Output = ModelInferRequest.InferRequestedOutputTensor
+
+
+def _message(x: np.ndarray, n: np.ndarray, **fields: Any) -> ModelInferRequest:
+    """As it arrives: parsed from the bytes a client sent."""
+    sent = ModelInferRequest(
+        model_name="m",
+        model_version="1",
+        inputs=[
+            Input(name="x", datatype="FP32", shape=x.shape),
+            Input(name="n", datatype="INT64", shape=n.shape),
+        ],
+        outputs=[Output(name="y")],
+        raw_input_contents=[x.tobytes(), n.tobytes()],
+        **fields,
+    )
+    return ModelInferRequest.FromString(sent.SerializeToString())
+
+
+@pytest.fixture
+def full_decodes(monkeypatch: pytest.MonkeyPatch) -> list[ModelInferRequest]:
+    """The messages the full decoder was called with (it still does all the decoding)."""
+    calls: list[ModelInferRequest] = []
+    real: Callable[[ModelInferRequest], InferRequest] = codec.decode_infer_request
+
+    def counted(message: ModelInferRequest) -> InferRequest:
+        calls.append(message)
+        return real(message)
+
+    monkeypatch.setattr(layout_cache, "decode_infer_request", counted)
+    return calls
+
+
+def _same(a: InferRequest, b: InferRequest) -> None:
+    """Equal in everything but the layout token."""
+    assert [(t.name, t.datatype, t.shape, t.parameters) for t in a.inputs] == [
+        (t.name, t.datatype, t.shape, t.parameters) for t in b.inputs
+    ]
+    for x, y in zip(a.inputs, b.inputs, strict=True):
+        np.testing.assert_array_equal(x.data, y.data)
+        assert x.data.dtype == y.data.dtype
+        assert not x.data.flags.writeable
+    fields = ("model_name", "model_version", "id", "outputs", "parameters", "priority",
+              "timeout_us", "binary_output", "protocol")  # fmt: skip
+    assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
+
+
+def test_a_repeated_layout_decodes_as_the_full_decoder_would(
+    full_decodes: list[ModelInferRequest],
+) -> None:
+    layouts = MessageLayouts()
+    rng = np.random.default_rng(0)
+    for index in range(3):  # new values and ids, same layout
+        x = rng.random((2, 3), dtype=np.float32)
+        n = rng.integers(0, 9, (2, 1)).astype(np.int64)
+        fields = {"id": f"r{index}", "parameters": {"priority": InferParameter(uint64_param=2)}}
+        got = layouts.decode(_message(x, n, **fields))
+        _same(got, codec.decode_infer_request(_message(x, n, **fields)))
+        assert got.id == f"r{index}"
+        assert got.priority == 2
+        np.testing.assert_array_equal(got.inputs[0].data, x)
+        np.testing.assert_array_equal(got.inputs[1].data, n)
+        assert got.layout is not None
+    assert len(full_decodes) == 1
+    assert full_decodes[0].id == "r0"  # the message the decoder saw was whole again
+    assert len(full_decodes[0].raw_input_contents) == 2
+
+
+def test_parameters_and_sizes_are_part_of_the_layout(
+    full_decodes: list[ModelInferRequest],
+) -> None:
+    layouts = MessageLayouts()
+    x, n = np.ones((1, 3), np.float32), np.ones((1, 1), np.int64)
+    for priority in (1, 2, 1, 2):
+        request = layouts.decode(
+            _message(x, n, parameters={"priority": InferParameter(uint64_param=priority)})
+        )
+        assert request.priority == priority
+    assert len(full_decodes) == 2
+    bigger = layouts.decode(_message(np.ones((2, 3), np.float32), np.ones((2, 1), np.int64)))
+    assert bigger.inputs[0].shape == (2, 3)
+    assert len(full_decodes) == 3
+
+
+def test_raw_contents_of_the_wrong_size_fail_every_time(
+    full_decodes: list[ModelInferRequest],
+) -> None:
+    layouts = MessageLayouts()
+    good = _message(np.ones((1, 3), np.float32), np.ones((1, 1), np.int64))
+    layouts.decode(good)
+    for _ in range(2):
+        short = _message(np.ones((1, 3), np.float32), np.ones((1, 1), np.int64))
+        short.raw_input_contents[0] = bytes(8)
+        with pytest.raises(InvalidArgument, match="tensor 'x': expected 12 bytes"):
+            layouts.decode(short)
+    assert len(full_decodes) == 3
+    assert len(layouts) == 1
+
+
+def test_typed_contents_and_bytes_take_the_full_decoder(
+    full_decodes: list[ModelInferRequest],
+) -> None:
+    layouts = MessageLayouts()
+    typed = ModelInferRequest(
+        model_name="m",
+        inputs=[Input(name="x", datatype="FP32", shape=[1, 2], contents={"fp32_contents": [1, 2]})],
+    )
+    strings = ModelInferRequest(
+        model_name="m",
+        inputs=[Input(name="s", datatype="BYTES", shape=[1])],
+        raw_input_contents=[b"\2\0\0\0hi"],
+    )
+    for message in (typed, strings, typed, strings):
+        assert layouts.decode(message).layout is None
+    assert len(full_decodes) == 4
+    assert len(layouts) == 0
+
+
+def test_layouts_kept_are_bounded(full_decodes: list[ModelInferRequest]) -> None:
+    layouts = MessageLayouts(entries=2)
+    for rows in range(1, 6):
+        layouts.decode(_message(np.ones((rows, 3), np.float32), np.ones((rows, 1), np.int64)))
+    assert len(layouts) == 2
