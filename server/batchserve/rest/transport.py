@@ -4,8 +4,9 @@ uvicorn writes a response's head when the app sends ``http.response.start`` and 
 on ``http.response.body``: two ``send()`` calls, and the client is woken for a head it
 cannot use without the body. On the 2-core reference machine the server's main thread
 spent about a third of its time in those writes under load (bench/NOTES.md). Holding
-writes until the end of the current event-loop iteration and sending them with one
-``writelines`` (a single ``writev``) keeps every byte and its order, and costs one
+writes until the response is complete (or, for writes outside a response such as
+``100 Continue``, until the end of the current event-loop iteration) and sending them with
+one ``writelines`` (a single ``writev``) keeps every byte and its order, and costs one
 ``call_soon`` per response.
 """
 
@@ -81,3 +82,9 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         # uvloop's transports implement the interface without subclassing asyncio.Transport.
         inner = cast(asyncio.Transport, transport)
         super().connection_made(CoalescingTransport(inner, self.loop))
+
+    def on_response_complete(self) -> None:
+        """Send the whole response now: waiting for the end of the loop iteration would
+        only add that iteration to its latency."""
+        cast(CoalescingTransport, self.transport).flush()
+        super().on_response_complete()

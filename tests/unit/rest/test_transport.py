@@ -71,3 +71,35 @@ async def test_nothing_is_written_to_a_closing_transport() -> None:
     inner.closing = True
     await _one_iteration()
     assert inner.calls == []
+
+
+async def test_a_complete_response_leaves_at_once() -> None:
+    """The server's protocol sends a response as soon as its last byte is written, not one
+    loop iteration later: that iteration would only add to its latency."""
+    from batchserve.rest.http_limits import LimitedHttpToolsProtocol
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
+    inner = RecordingTransport()
+    written_when_sent: list[list[list[bytes]]] = []
+    done = asyncio.Event()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"2")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": b"ok"})
+        written_when_sent.append(list(inner.calls))
+        done.set()
+
+    config = Config(app=app, lifespan="off", log_level="warning")
+    config.load()
+    protocol = LimitedHttpToolsProtocol(config, ServerState(), {})
+    protocol.connection_made(inner)
+    protocol.data_received(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+    await asyncio.wait_for(done.wait(), 5)
+    [calls] = written_when_sent
+    assert len(calls) == 1
+    assert calls[0][0].startswith(b"HTTP/1.1 200 OK\r\n")
+    assert calls[0][-1] == b"ok"
+    protocol.connection_lost(None)
