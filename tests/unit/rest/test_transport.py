@@ -92,7 +92,7 @@ async def test_a_complete_response_leaves_at_once() -> None:
         written_when_sent.append(list(inner.calls))
         done.set()
 
-    config = Config(app=app, lifespan="off", log_level="warning")
+    config = Config(app=app, lifespan="off", log_config=None)  # leaves logging alone
     config.load()
     protocol = LimitedHttpToolsProtocol(config, ServerState(), {})
     protocol.connection_made(inner)
