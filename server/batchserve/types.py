@@ -67,7 +67,7 @@ class InferRequest:
         protocol: "http" or "grpc", for the per-protocol request counts.
         layout: equal for requests whose inputs have the same names, datatypes and shapes
             and that ask for the same outputs, None when unknown: a validation one of them
-            passed holds for all (the HTTP header cache sets it).
+            passed holds for all (set by the layout caches of both protocols, `layouts.py`).
     """
 
     model_name: str

@@ -14,6 +14,9 @@ from batchserve.grpc.generated.grpc_service_pb2 import ModelInferRequest
 from batchserve.layouts import ENTRIES, DecodedLayout, Layouts
 from batchserve.types import InferRequest
 
+MAX_KEY_BYTES = 4096
+"""Messages whose rest serializes longer are decoded every time (and never held)."""
+
 MessageKey = tuple[bytes, tuple[int, ...]]
 """The message serialized without its raw contents and id, and each raw input's size."""
 
@@ -33,13 +36,14 @@ class MessageLayouts:
         del message.raw_input_contents[:]  # serializing the rest costs less than its parts
         message.id = ""
         key: MessageKey = (message.SerializeToString(), tuple(map(len, raw)))
-        known = self._layouts.get(key)
+        kept = len(key[0]) <= MAX_KEY_BYTES
+        known = self._layouts.get(key) if kept else None
         if known is not None:
             return known.request(raw, request_id)
         message.raw_input_contents.extend(raw)
         message.id = request_id
         request = decode_infer_request(message)
-        layout = DecodedLayout.of(key, request, [0] * len(request.inputs))
+        layout = DecodedLayout.of(key, request, [0] * len(request.inputs)) if kept else None
         if layout is not None:
             self._layouts.put(key, layout)
             request.layout = key

@@ -10,7 +10,7 @@ import pytest
 from batchserve.errors import InvalidArgument
 from batchserve.grpc import codec, layout_cache
 from batchserve.grpc.generated.grpc_service_pb2 import InferParameter, ModelInferRequest
-from batchserve.grpc.layout_cache import MessageLayouts
+from batchserve.grpc.layout_cache import MAX_KEY_BYTES, MessageLayouts
 from batchserve.types import InferRequest
 
 Input = ModelInferRequest.InferInputTensor
@@ -129,6 +129,18 @@ def test_typed_contents_and_bytes_take_the_full_decoder(
     for message in (typed, strings, typed, strings):
         assert layouts.decode(message).layout is None
     assert len(full_decodes) == 4
+    assert len(layouts) == 0
+
+
+def test_messages_with_a_long_rest_are_not_kept(full_decodes: list[ModelInferRequest]) -> None:
+    layouts = MessageLayouts()
+    long = {"note": InferParameter(string_param="n" * MAX_KEY_BYTES)}
+    for _ in range(2):
+        message = _message(np.ones((1, 3), np.float32), np.ones((1, 1), np.int64), parameters=long)
+        request = layouts.decode(message)
+        assert request.parameters == {"note": "n" * MAX_KEY_BYTES}
+        assert request.layout is None
+    assert len(full_decodes) == 2
     assert len(layouts) == 0
 
 
