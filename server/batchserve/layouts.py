@@ -93,5 +93,22 @@ class DecodedLayout:
         )
 
 
-Layouts = LruCache[Hashable, DecodedLayout]
-"""Decoded layouts by their protocol's key."""
+class Layouts:
+    """Decoded layouts by their protocol's key, the least recently used dropped first."""
+
+    def __init__(self, entries: int = ENTRIES) -> None:
+        self._layouts: LruCache[Hashable, DecodedLayout] = LruCache(entries)
+
+    def get(self, key: Hashable) -> DecodedLayout | None:
+        return self._layouts.get(key)
+
+    def remember(self, key: Hashable, request: InferRequest, offsets: Sequence[int]) -> None:
+        """Keep the layout of ``request`` (just decoded in full) under ``key`` and mark the
+        request with it, when its inputs can be viewed (``DecodedLayout.of``)."""
+        layout = DecodedLayout.of(key, request, offsets)
+        if layout is not None:
+            self._layouts.put(key, layout)
+            request.layout = key
+
+    def __len__(self) -> int:
+        return len(self._layouts)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from batchserve.grpc.codec import decode_infer_request
 from batchserve.grpc.generated.grpc_service_pb2 import ModelInferRequest
-from batchserve.layouts import ENTRIES, DecodedLayout, Layouts
+from batchserve.layouts import ENTRIES, Layouts
 from batchserve.types import InferRequest
 
 MAX_KEY_BYTES = 4096
@@ -43,10 +43,8 @@ class MessageLayouts:
         message.raw_input_contents.extend(raw)
         message.id = request_id
         request = decode_infer_request(message)
-        layout = DecodedLayout.of(key, request, [0] * len(request.inputs)) if kept else None
-        if layout is not None:
-            self._layouts.put(key, layout)
-            request.layout = key
+        if kept:
+            self._layouts.remember(key, request, [0] * len(request.inputs))
         return request
 
     def __len__(self) -> int:

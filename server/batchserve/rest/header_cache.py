@@ -7,7 +7,7 @@ only needs views of the new body at the same offsets.
 
 from __future__ import annotations
 
-from batchserve.layouts import ENTRIES, DecodedLayout, Layouts
+from batchserve.layouts import ENTRIES, Layouts
 from batchserve.rest.codec import decode_infer_request
 from batchserve.types import InferRequest
 
@@ -36,10 +36,7 @@ class HeaderCache:
         request = decode_infer_request(body, header_length, model_name, model_version)
         offsets = _binary_offsets(request, header_length)
         if offsets is not None:
-            layout = DecodedLayout.of(key, request, offsets)
-            if layout is not None:
-                self._layouts.put(key, layout)
-                request.layout = key
+            self._layouts.remember(key, request, offsets)
         return request
 
     def __len__(self) -> int:

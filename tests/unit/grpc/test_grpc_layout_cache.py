@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -11,7 +10,7 @@ from batchserve.errors import InvalidArgument
 from batchserve.grpc import codec, layout_cache
 from batchserve.grpc.generated.grpc_service_pb2 import InferParameter, ModelInferRequest
 from batchserve.grpc.layout_cache import MAX_KEY_BYTES, MessageLayouts
-from batchserve.types import InferRequest
+from decoding import assert_same_request, count_full_decodes
 
 Input = ModelInferRequest.InferInputTensor
 Output = ModelInferRequest.InferRequestedOutputTensor
@@ -35,30 +34,7 @@ def _message(x: np.ndarray, n: np.ndarray, **fields: Any) -> ModelInferRequest:
 
 @pytest.fixture
 def full_decodes(monkeypatch: pytest.MonkeyPatch) -> list[ModelInferRequest]:
-    """The messages the full decoder was called with (it still does all the decoding)."""
-    calls: list[ModelInferRequest] = []
-    real: Callable[[ModelInferRequest], InferRequest] = codec.decode_infer_request
-
-    def counted(message: ModelInferRequest) -> InferRequest:
-        calls.append(message)
-        return real(message)
-
-    monkeypatch.setattr(layout_cache, "decode_infer_request", counted)
-    return calls
-
-
-def _same(a: InferRequest, b: InferRequest) -> None:
-    """Equal in everything but the layout token."""
-    assert [(t.name, t.datatype, t.shape, t.parameters) for t in a.inputs] == [
-        (t.name, t.datatype, t.shape, t.parameters) for t in b.inputs
-    ]
-    for x, y in zip(a.inputs, b.inputs, strict=True):
-        np.testing.assert_array_equal(x.data, y.data)
-        assert x.data.dtype == y.data.dtype
-        assert not x.data.flags.writeable
-    fields = ("model_name", "model_version", "id", "outputs", "parameters", "priority",
-              "timeout_us", "binary_output", "protocol")  # fmt: skip
-    assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
+    return count_full_decodes(monkeypatch, layout_cache)
 
 
 def test_a_repeated_layout_decodes_as_the_full_decoder_would(
@@ -71,7 +47,7 @@ def test_a_repeated_layout_decodes_as_the_full_decoder_would(
         n = rng.integers(0, 9, (2, 1)).astype(np.int64)
         fields = {"id": f"r{index}", "parameters": {"priority": InferParameter(uint64_param=2)}}
         got = layouts.decode(_message(x, n, **fields))
-        _same(got, codec.decode_infer_request(_message(x, n, **fields)))
+        assert_same_request(got, codec.decode_infer_request(_message(x, n, **fields)))
         assert got.id == f"r{index}"
         assert got.priority == 2
         np.testing.assert_array_equal(got.inputs[0].data, x)

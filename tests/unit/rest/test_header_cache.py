@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 from batchserve.errors import InvalidArgument
 from batchserve.rest import codec, header_cache
 from batchserve.rest.header_cache import MAX_HEADER_BYTES, HeaderCache
-from batchserve.types import InferRequest
+from decoding import assert_same_request, count_full_decodes
 
 
 def _binary(arrays: dict[str, np.ndarray], **extra: Any) -> tuple[bytes, int]:
@@ -28,30 +27,7 @@ def _binary(arrays: dict[str, np.ndarray], **extra: Any) -> tuple[bytes, int]:
 
 @pytest.fixture
 def full_decodes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """The bodies the full decoder was called with (it still does all the decoding)."""
-    calls: list[bytes] = []
-    real: Callable[..., InferRequest] = codec.decode_infer_request
-
-    def counted(body: bytes, *args: Any) -> InferRequest:
-        calls.append(body)
-        return real(body, *args)
-
-    monkeypatch.setattr(header_cache, "decode_infer_request", counted)
-    return calls
-
-
-def _same(a: InferRequest, b: InferRequest) -> None:
-    """Equal in everything but the layout token."""
-    assert [(t.name, t.datatype, t.shape, t.parameters) for t in a.inputs] == [
-        (t.name, t.datatype, t.shape, t.parameters) for t in b.inputs
-    ]
-    for x, y in zip(a.inputs, b.inputs, strict=True):
-        np.testing.assert_array_equal(x.data, y.data)
-        assert x.data.dtype == y.data.dtype
-        assert not x.data.flags.writeable
-    fields = ("model_name", "model_version", "id", "outputs", "parameters", "priority",
-              "timeout_us", "binary_output", "protocol")  # fmt: skip
-    assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
+    return count_full_decodes(monkeypatch, header_cache)
 
 
 def test_a_repeated_header_decodes_as_the_full_decoder_would(full_decodes: list[bytes]) -> None:
@@ -67,7 +43,7 @@ def test_a_repeated_header_decodes_as_the_full_decoder_would(full_decodes: list[
                   "n": rng.integers(0, 9, (2, 3)).astype(np.int64)}  # fmt: skip
         body, length = _binary(arrays, **extra)
         got = cache.decode(body, length, "m", "1")
-        _same(got, codec.decode_infer_request(body, length, "m", "1"))
+        assert_same_request(got, codec.decode_infer_request(body, length, "m", "1"))
         np.testing.assert_array_equal(got.inputs[0].data, arrays["x"])
         np.testing.assert_array_equal(got.inputs[1].data, arrays["n"])
         assert got.layout == ("m", "1", body[:length], len(body))
