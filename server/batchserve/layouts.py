@@ -22,7 +22,7 @@ import numpy as np
 
 from batchserve.datatypes import DataType
 from batchserve.lru import LruCache
-from batchserve.types import InferRequest, Parameters, RequestedOutput, Tensor
+from batchserve.types import InferRequest, Parameters, Tensor
 
 ENTRIES = 256
 """Layouts remembered per protocol and server: a few per model and shape in practice."""
@@ -51,11 +51,10 @@ class DecodedLayout:
     """What a layout says; each request rebuilt from it gets its own copies of what it may
     change (lists and dicts; the rest is immutable)."""
 
-    key: Hashable
     inputs: tuple[InputView, ...]
-    outputs: list[RequestedOutput] | None
     template: InferRequest
-    """The first such request without its inputs: holding them would hold its bytes."""
+    """The first such request without its inputs (holding them would hold its bytes), marked
+    with the layout's key."""
 
     @classmethod
     def of(
@@ -69,11 +68,14 @@ class DecodedLayout:
             InputView(t.name, t.datatype, t.shape, t.data.dtype, dict(t.parameters), offset)
             for t, offset in zip(request.inputs, offsets, strict=True)
         )
-        outputs = request.outputs
         template = replace(
-            request, inputs=[], outputs=None, parameters=dict(request.parameters), layout=key
+            request,
+            inputs=[],
+            outputs=None if request.outputs is None else list(request.outputs),
+            parameters=dict(request.parameters),
+            layout=key,
         )
-        return cls(key, inputs, None if outputs is None else list(outputs), template)
+        return cls(inputs, template)
 
     def request(self, buffers: Sequence[bytes], request_id: str) -> InferRequest:
         """The request whose inputs are in ``buffers`` (one per input, in input order)."""
@@ -83,13 +85,13 @@ class DecodedLayout:
             model_version=template.model_version,
             id=request_id,
             inputs=[view.tensor(buffer) for view, buffer in zip(self.inputs, buffers, strict=True)],
-            outputs=None if self.outputs is None else list(self.outputs),
+            outputs=None if template.outputs is None else list(template.outputs),
             parameters=dict(template.parameters) if template.parameters else {},
             priority=template.priority,
             timeout_us=template.timeout_us,
             binary_output=template.binary_output,
             protocol=template.protocol,
-            layout=self.key,
+            layout=template.layout,
         )
 
 
