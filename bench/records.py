@@ -22,6 +22,9 @@ class CeilingPoint:
     batch: int
     median_s: float
     calls: int
+    beside: str = ""  # a model whose server point of ``protocol`` and ``round`` followed it
+    protocol: str = ""
+    round: int = 0
 
     @property
     def samples_per_s(self) -> float:
@@ -55,6 +58,9 @@ class ServerPoint:
         cap: the server's batch cap for the model at the end of the run (0: unknown).
         beside: for an echo server's point taken right before a model's point at the same
             concurrency and protocol, that model; "" for the floors section.
+        round: which of the paired rounds at a target's point this is (0 when unpaired):
+            the model's point and the reference it is judged against alternate, so that
+            each ratio compares two windows a few seconds apart.
     """
 
     server: str
@@ -71,6 +77,7 @@ class ServerPoint:
     cap: int = 0
     error: str = ""
     beside: str = ""
+    round: int = 0
 
     @property
     def mean_batch(self) -> float:
@@ -123,37 +130,47 @@ class Results:
     duration_s: float = 0.0
 
     def ceiling(self, model: str, batch: int) -> CeilingPoint | None:
-        return next((c for c in self.ceilings if c.model == model and c.batch == batch), None)
+        """The ceiling section's point (not one taken beside a server round)."""
+        found = (c for c in self.ceilings if (c.model, c.batch, c.beside) == (model, batch, ""))
+        return next(found, None)
 
     def best_ceiling(self, model: str) -> CeilingPoint | None:
-        points = [c for c in self.ceilings if c.model == model]
+        points = [c for c in self.ceilings if c.model == model and not c.beside]
         return max(points, key=lambda c: c.samples_per_s, default=None)
+
+    def ceiling_beside(self, model: str, protocol: str, round_: int) -> CeilingPoint | None:
+        """The ceiling taken right before ``model``'s ``protocol`` point of round ``round_``."""
+        key = (model, protocol, round_)
+        return next((c for c in self.ceilings if (c.beside, c.protocol, c.round) == key), None)
+
+    def rounds(
+        self, server: str, model: str, protocol: str, concurrency: int, batching: str | None = None
+    ) -> list[ServerPoint]:
+        """Every round of one point, in order (one element when it was not paired)."""
+        key = (server, model, protocol, concurrency)
+        return [
+            p
+            for p in self.points
+            if (p.server, p.model, p.protocol, p.concurrency) == key
+            and batching in (None, p.batching)
+        ]
 
     def find(
         self, server: str, model: str, protocol: str, concurrency: int, batching: str | None = None
     ) -> ServerPoint | None:
-        """The point measured so (``batching`` None: any), or None."""
-        for p in self.points:
-            same = (p.server, p.model, p.protocol, p.concurrency) == (
-                server, model, protocol, concurrency
-            )  # fmt: skip
-            if same and batching in (None, p.batching):
-                return p
-        return None
+        """The point measured so (``batching`` None: any; its first round), or None."""
+        found = self.rounds(server, model, protocol, concurrency, batching)
+        return found[0] if found else None
 
     def floor(
-        self, server: str, protocol: str, concurrency: int, beside: str = ""
+        self, server: str, protocol: str, concurrency: int, beside: str = "", round_: int = 0
     ) -> ServerPoint | None:
         """An echo server's point on the identity model: the one taken beside ``beside``'s
-        point when there is one (this machine's speed drifts over minutes), else the one
-        from the floors section."""
+        point of round ``round_`` when there is one (this machine's speed drifts over
+        minutes), else the one from the floors section."""
         section = None
-        for p in self.points:
-            if (p.server, p.model, p.protocol, p.concurrency) != (
-                server, IDENTITY, protocol, concurrency
-            ):  # fmt: skip
-                continue
-            if beside and p.beside == beside:
+        for p in self.rounds(server, IDENTITY, protocol, concurrency):
+            if beside and (p.beside, p.round) == (beside, round_):
                 return p
             if not p.beside and section is None:
                 section = p

@@ -112,14 +112,28 @@ def _ceilings(results: Results) -> str:
         "## (a) Ceiling: the same ONNX file in-process (ONNX Runtime, CPU EP, default options)\n\n"
         "Samples/s at each batch size (median time per call)."
     )
-    return f"{title}\n\n" + table(header, rows, "l" + "r" * (len(header) - 1))
+    text = f"{title}\n\n" + table(header, rows, "l" + "r" * (len(header) - 1))
+    beside = [c for c in results.ceilings if c.beside]
+    if beside:
+        rows = [
+            [c.model, NAMES[c.protocol], str(c.round + 1), str(c.batch), rate(c.samples_per_s),
+             str(c.calls)]
+            for c in beside
+        ]  # fmt: skip
+        header = ["model", "before the point over", "round", "batch", "samples/s", "calls"]
+        text += (
+            "\n\nThe same ceiling at the best batch size, taken again right before each round "
+            "of the compute-bound model's judged point (its server up and idle):\n\n"
+            + table(header, rows, "llrrrr")
+        )
+    return text
 
 
 def _floors(results: Results) -> str:
     points = [p for p in results.points if p.model == IDENTITY and p.server != PYTRITON]
     rows = [
-        [_floor_label(p), NAMES[p.protocol], str(p.concurrency), *_figures(p), _mean_batch(p),
-         _cpu(p), ratio(p.throughput, _floor_rate(results, p)), _load(p)]
+        [_floor_label(results, p), NAMES[p.protocol], str(p.concurrency), *_figures(p),
+         _mean_batch(p), _cpu(p), ratio(p.throughput, _floor_rate(results, p)), _load(p)]
         for p in points
     ]  # fmt: skip
     header = ("server", "protocol", "c", "infer/s", "p50 ms", "p99 ms", "mean batch",
@@ -129,7 +143,8 @@ def _floors(results: Results) -> str:
         "Echo servers answer with the request's own tensor (no model, no batching); the "
         "protocol floor is aiohttp for HTTP and grpc.aio (uvloop) for gRPC, at the same "
         'concurrency. The echo points "beside" a model were taken right before that model\'s '
-        "shipped point at the same concurrency, and are the floors its ratios and targets use."
+        "shipped point at the same concurrency (in each round, where the point was taken in "
+        "rounds), and are the floors its ratios and targets use."
     )
     return f"{title}\n\n" + table(header, rows, "llrrrrrrrr")
 
@@ -152,15 +167,16 @@ def _servers(results: Results, server: str, title: str) -> str:
 
 
 def _server_row(results: Results, p: ServerPoint) -> list[str]:
-    best = results.best_ceiling(p.model)
+    best = results.ceiling_beside(_beside(p), p.protocol, p.round) if _beside(p) else None
+    best = best or results.best_ceiling(p.model)
     asgi = None
     if p.protocol == "http":
-        asgi = results.floor(RAW_ASGI, "http", p.concurrency, _beside(p))
+        asgi = results.floor(RAW_ASGI, "http", p.concurrency, _beside(p), p.round)
     queue = ms(p.row.queue_us) if p.row else "—"
     compute = ms(p.row.compute_us) if p.row else "—"
     return [
-        p.model, NAMES[p.protocol], p.batching, str(p.concurrency), *_figures(p), queue, compute,
-        _mean_batch(p), str(p.cap or "—"), _cpu(p),
+        p.model, NAMES[p.protocol], p.batching, _concurrency(results, p), *_figures(p), queue,
+        compute, _mean_batch(p), str(p.cap or "—"), _cpu(p),
         ratio(p.throughput, best.samples_per_s if best else None),
         ratio(p.throughput, _floor_rate(results, p)),
         ratio(p.throughput, asgi.throughput if asgi else None), _load(p),
@@ -228,8 +244,21 @@ def _label(p: ServerPoint) -> str:
     return f"{p.server} {p.model} {NAMES[p.protocol]} c={p.concurrency} {p.batching}".strip()
 
 
-def _floor_label(p: ServerPoint) -> str:
-    return f"{p.server}, beside {p.beside}" if p.beside else p.server
+def _floor_label(results: Results, p: ServerPoint) -> str:
+    if not p.beside:
+        return p.server
+    return f"{p.server}, beside {p.beside}{_round(results, p)}"
+
+
+def _concurrency(results: Results, p: ServerPoint) -> str:
+    return f"{p.concurrency}{_round(results, p)}"
+
+
+def _round(results: Results, p: ServerPoint) -> str:
+    """ ", round k of n" for a point taken in several rounds; "" for a single one."""
+    taken = results.rounds(p.server, p.model, p.protocol, p.concurrency, p.batching)
+    count = sum(1 for q in taken if q.beside == p.beside)
+    return f", round {p.round + 1} of {count}" if count > 1 else ""
 
 
 def _figures(p: ServerPoint) -> list[str]:
@@ -257,7 +286,7 @@ def _beside(p: ServerPoint) -> str:
 
 
 def _floor_rate(results: Results, p: ServerPoint) -> float | None:
-    floor = results.floor(FLOORS[p.protocol], p.protocol, p.concurrency, _beside(p))
+    floor = results.floor(FLOORS[p.protocol], p.protocol, p.concurrency, _beside(p), p.round)
     if floor is None or floor is p or floor.row is None:
         return None
     return floor.throughput
@@ -265,8 +294,9 @@ def _floor_rate(results: Results, p: ServerPoint) -> float | None:
 
 def ceiling_line(point: CeilingPoint) -> str:
     """Progress line for one in-process point."""
+    where = f" before {NAMES[point.protocol]} round {point.round + 1}" if point.beside else ""
     return (
-        f"  {point.model} b={point.batch}: {rate(point.samples_per_s)} samples/s "
+        f"  {point.model} b={point.batch}{where}: {rate(point.samples_per_s)} samples/s "
         f"({point.median_s * 1000:.3f} ms, {point.calls} calls)"
     )
 

@@ -1,7 +1,7 @@
 """`make bench`: the in-process ceiling, the request floors and batchserve, in one run.
 
 Writes bench/RESULTS.md (machine, versions, load, one table per section, the targets of the
-performance issue as PASS/FAIL, notes). The full run takes 20-40 minutes on 2 cores;
+performance issue as PASS/FAIL, notes). The full run takes 40-50 minutes on 2 cores;
 --quick is a smoke run of a few minutes.
 
     python -m bench.run [--quick] [--model-repository DIR --models a,b] [--shape NAME:DIMS]
@@ -40,6 +40,9 @@ from bench.report import BUSY_LOAD
 DEFAULT_MODELS = f"digits_cnn,char_lstm,{repo.RESNET}"
 PROTOCOLS = ("http", "grpc")
 HEAVY_MS = 5.0  # a model whose batch-1 call takes longer gets windows twice as long
+# At the point a throughput target is judged, the model and its reference (echo floors or
+# in-process ceiling) alternate this many times: one pair of windows moves with the minute.
+PAIRED_ROUNDS = 3
 # Before a section, wait (at most settle_s) for load1 to fall to BUSY_LOAD: the 1-minute
 # average still carries the previous section, and would otherwise hide other work.
 SETTLE_STEP_S = 5.0
@@ -60,6 +63,7 @@ class Plan:
     budget_s: float
     window_ms: int
     settle_s: float
+    rounds: int
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Plan:
@@ -67,9 +71,10 @@ class Plan:
         concurrency: tuple[int, ...] = (1, 32) if quick else (1, 4, 16, 32)
         if args.concurrency:
             concurrency = tuple(int(c) for c in args.concurrency.split(","))
+        rounds = args.rounds or (1 if quick else PAIRED_ROUNDS)
         if quick:
-            return cls(quick, concurrency, (1, 8, 32, 64), 0.5, 1000, 0.0)
-        return cls(quick, concurrency, (1, 2, 4, 8, 16, 32, 64), 2.0, 3000, 60.0)
+            return cls(quick, concurrency, (1, 8, 32, 64), 0.5, 1000, 0.0, rounds)
+        return cls(quick, concurrency, (1, 2, 4, 8, 16, 32, 64), 2.0, 3000, 60.0, rounds)
 
     def settings(self, results: Results, model: str) -> perf.PaSettings:
         alone = results.ceiling(model, 1)
@@ -104,6 +109,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="one sample's dims for an input with free axes (default 32 each)")  # fmt: skip
     add("--quick", action="store_true", help="short windows, c=1 and 32 only")
     add("--concurrency", help="override the concurrencies, e.g. 1,16")
+    add("--rounds", type=int, default=0,
+        help=f"paired rounds where targets are judged (default {PAIRED_ROUNDS})")  # fmt: skip
     add("--peers", type=Path, metavar="DIR", help="a directory holding venv/ with nvidia-pytriton")
     add("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
     return parser.parse_args(argv)
@@ -226,6 +233,19 @@ def method_notes(run_plan: Plan, results: Results) -> list[str]:
         "Server CPU µs/req: utime + stime of the server's process tree (/proc) over the whole "
         "perf_analyzer run, over the inferences the server counted in that run.",
         "perf_analyzer, the servers and the in-process ceiling share the machine's cores.",
+        *_rounds_note(run_plan),
+    ]
+
+
+def _rounds_note(run_plan: Plan) -> list[str]:
+    if run_plan.rounds < 2:
+        return []
+    return [
+        f"Paired rounds: where a model's throughput target is judged (c={targets.CEILING_C} "
+        f"against the ceiling for a compute-bound model, c={targets.FLOOR_C} against the echo "
+        f"floors otherwise), its point and the reference alternate {run_plan.rounds} times, a "
+        "few seconds apart, and the target takes the median of the rounds' ratios; mean "
+        "batch pools the rounds. Each round's row shows its own ratios."
     ]
 
 
@@ -316,19 +336,45 @@ class Runner:
         protocols: Sequence[str],
         floors_of: Subject | None = None,
     ) -> None:
-        """Every protocol x concurrency point of one model on one running server; with
-        ``floors_of`` (the identity model), the echo floors right before the FLOOR_C point."""
+        """Every protocol x concurrency point of one model on one running server. With
+        ``floors_of`` (the identity model; the shipped variant), the echo floors right before
+        the FLOOR_C point, and the point where the model's throughput target is judged in
+        paired rounds with its reference."""
         settings, extra = self.plan.settings(self.results, s.name), s.inputs.pa_args(self.work)
+        judged = self.judged_at(s.name) if floors_of is not None else None
         for protocol in protocols:
             for c in self.plan.concurrency:
-                if floors_of is not None and c == targets.FLOOR_C:
-                    self.floors_beside(s.name, floors_of, protocol, c)
-                args = (running, s.name, protocol, c, batching, settings, self.work, extra)
-                self.record(servers.measure(*args))
+                for round_ in range(self.plan.rounds if c == judged else 1):
+                    if floors_of is not None and c == targets.FLOOR_C:
+                        self.floors_beside(s.name, floors_of, protocol, c, round_)
+                    if c == judged == targets.CEILING_C:
+                        self.ceiling_beside(s, protocol, round_)
+                    args = (running, s.name, protocol, c, batching, settings, self.work, extra)
+                    self.record(replace(servers.measure(*args), round=round_))
 
-    def floors_beside(self, model: str, identity: Subject, protocol: str, c: int) -> None:
+    def judged_at(self, model: str) -> int:
+        """The concurrency of the model's throughput target: c=16 against the ceiling for a
+        compute-bound model, c=32 against the echo floors otherwise."""
+        compute_bound = targets.compute_bound(self.results, model)
+        return targets.CEILING_C if compute_bound else targets.FLOOR_C
+
+    def ceiling_beside(self, s: Subject, protocol: str, round_: int) -> None:
+        """The in-process ceiling at its best batch size, right before the server's
+        ``protocol`` point of ``round_`` (the server is up but idle)."""
+        best = self.results.best_ceiling(s.name)
+        if best is None:
+            return
+        model_file, budget = repo.onnx_file(s.directory), self.plan.budget_s
+        for point in ceiling.measure(model_file, s.inputs, (best.batch,), budget, rounds=1):
+            point = replace(point, beside=s.name, protocol=protocol, round=round_)
+            self.results.ceilings.append(point)
+            print(report.ceiling_line(point), flush=True)
+
+    def floors_beside(
+        self, model: str, identity: Subject, protocol: str, c: int, round_: int = 0
+    ) -> None:
         """The echo floors of ``protocol`` at ``c``, each on a fresh server, taken right
-        before ``model``'s point: this machine's speed drifts over minutes."""
+        before ``model``'s point of ``round_``: this machine's speed drifts over minutes."""
         settings = self.plan.settings(self.results, identity.name)
         extra = identity.inputs.pa_args(self.work)
         for module, label, served in FLOOR_SERVERS:
@@ -340,7 +386,7 @@ class Runner:
                     point = servers.measure(*args)
             except RuntimeError as exc:
                 point = ServerPoint(label, identity.name, protocol, c, "", None, error=str(exc))
-            self.record(replace(point, beside=model))
+            self.record(replace(point, beside=model, round=round_))
 
     def record(self, point: ServerPoint) -> None:
         self.results.points.append(point)

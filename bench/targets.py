@@ -3,11 +3,14 @@
 A model is judged against whichever limit binds it: compute-bound (0.95 x its in-process
 ceiling, at concurrency 16) when that asks for less than the request-bound target
 (0.6 x the echo floor of the protocol, at concurrency 32); otherwise request-bound.
+A throughput ratio is the median over paired rounds (the model's point and its reference
+taken seconds apart) when the run took several: one pair alone moves with the minute.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import statistics
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from bench.records import (
@@ -43,6 +46,45 @@ class Verdict:
         return {True: "PASS", False: "FAIL", None: "not measured"}[self.passed]
 
 
+@dataclass(frozen=True)
+class Pair:
+    """One round of a throughput target: the model's point and the rate it is judged against."""
+
+    point: ServerPoint
+    reference: float
+
+    @property
+    def ratio(self) -> float:
+        return self.point.throughput / self.reference
+
+
+def median_pair(pairs: Sequence[Pair]) -> Pair:
+    """The round whose ratio is the median (the lower of the middle two for an even count)."""
+    ordered = sorted(pairs, key=lambda pair: pair.ratio)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def floor_pairs(results: Results, model: str, protocol: str, server: str) -> list[Pair]:
+    """Each measured round of the model's c=32 point with the echo point taken beside it."""
+    pairs = []
+    for point in _rounds(results, model, protocol, FLOOR_C):
+        floor = results.floor(server, protocol, FLOOR_C, beside=model, round_=point.round)
+        if point.row is not None and floor is not None and floor.row is not None:
+            pairs.append(Pair(point, floor.throughput))
+    return pairs
+
+
+def ceiling_pairs(results: Results, model: str, protocol: str) -> list[Pair]:
+    """Each measured round of the model's c=16 point with the ceiling taken beside it (the
+    ceiling section's best when the round has none)."""
+    best, pairs = results.best_ceiling(model), []
+    for point in _rounds(results, model, protocol, CEILING_C):
+        beside = results.ceiling_beside(model, protocol, point.round) or best
+        if point.row is not None and beside is not None:
+            pairs.append(Pair(point, beside.samples_per_s))
+    return pairs
+
+
 def evaluate(results: Results) -> list[Verdict]:
     """Every target that applies to the models of this run, in the issue's order."""
     models = results.models()
@@ -67,8 +109,26 @@ def bounds(results: Results, model: str) -> tuple[float, float] | None:
 
 
 def _shipped(results: Results, model: str, protocol: str, concurrency: int) -> ServerPoint | None:
-    server = BATCHSERVE
-    return results.find(server, model, protocol, concurrency, results.shipped.get(model, "on"))
+    found = _rounds(results, model, protocol, concurrency)
+    return found[0] if found else None
+
+
+def _rounds(results: Results, model: str, protocol: str, concurrency: int) -> list[ServerPoint]:
+    batching = results.shipped.get(model, "on")
+    return results.rounds(BATCHSERVE, model, protocol, concurrency, batching)
+
+
+def _paired(pairs: Sequence[Pair], share: float, reference_note: str = "") -> tuple[str, bool]:
+    """The median round's figures, every round's ratio when there were several, the verdict."""
+    middle = median_pair(pairs)
+    measured = (
+        f"{rate(middle.point.throughput)}/s = {middle.ratio:.2f} x "
+        f"{rate(middle.reference)}/s{reference_note}"
+    )
+    if len(pairs) > 1:
+        ratios = " / ".join(f"{pair.ratio:.2f}" for pair in pairs)
+        measured += f"; rounds {ratios}, median {middle.ratio:.2f}"
+    return measured, middle.ratio >= share
 
 
 def _throughput(results: Results, model: str) -> Iterator[Verdict]:
@@ -85,39 +145,37 @@ def _throughput(results: Results, model: str) -> Iterator[Verdict]:
 
 def _vs_ceiling(results: Results, model: str, protocol: str) -> Verdict:
     target = f"{model} {NAMES[protocol]} c={CEILING_C} >= {CEILING_SHARE} x ceiling"
-    point, best = _shipped(results, model, protocol, CEILING_C), results.best_ceiling(model)
-    if point is None or point.row is None or best is None:
-        return Verdict(target, _missing(point), None)
-    ratio = point.throughput / best.samples_per_s
-    measured = (
-        f"{rate(point.throughput)}/s = {ratio:.2f} x {rate(best.samples_per_s)}/s (b={best.batch})"
-    )
-    return Verdict(target, measured, ratio >= CEILING_SHARE)
+    pairs, best = ceiling_pairs(results, model, protocol), results.best_ceiling(model)
+    if not pairs or best is None:
+        return Verdict(target, _missing(_shipped(results, model, protocol, CEILING_C)), None)
+    return Verdict(target, *_paired(pairs, CEILING_SHARE, f" (b={best.batch})"))
 
 
 def _vs_floor(results: Results, model: str, protocol: str, server: str, prefix: str) -> Verdict:
     target = f"{prefix}{model} {NAMES[protocol]} c={FLOOR_C} >= {FLOOR_SHARE} x {server}"
-    point, floor = (
-        _shipped(results, model, protocol, FLOOR_C),
-        results.floor(server, protocol, FLOOR_C, beside=model),
-    )
+    floor = results.floor(server, protocol, FLOOR_C, beside=model)
     if floor is None or floor.row is None:
         return Verdict(target, f"no {server} point at c={FLOOR_C}", None)
-    if point is None or point.row is None:
-        return Verdict(target, _missing(point), None)
-    ratio = point.throughput / floor.throughput
-    measured = f"{rate(point.throughput)}/s = {ratio:.2f} x {rate(floor.throughput)}/s"
-    return Verdict(target, measured, ratio >= FLOOR_SHARE)
+    pairs = floor_pairs(results, model, protocol, server)
+    if not pairs:
+        return Verdict(target, _missing(_shipped(results, model, protocol, FLOOR_C)), None)
+    return Verdict(target, *_paired(pairs, FLOOR_SHARE))
 
 
 def _vs_pytriton(results: Results, model: str, protocol: str) -> Verdict:
     target = f"{model} {NAMES[protocol]} c={FLOOR_C} p99 below PyTriton's"
     peer = results.find(PYTRITON, model, protocol, FLOOR_C)
-    point = _shipped(results, model, protocol, FLOOR_C)
-    if peer is None or peer.row is None or point is None or point.row is None:
-        return Verdict(target, "peers not run" if peer is None else _missing(peer), None)
-    measured = f"{point.row.p99_us / 1000:.2f} ms vs {peer.row.p99_us / 1000:.2f} ms"
-    return Verdict(target, measured, point.row.p99_us < peer.row.p99_us)
+    ours = [p.row.p99_us for p in _rounds(results, model, protocol, FLOOR_C) if p.row]
+    if peer is None:
+        return Verdict(target, "peers not run", None)
+    if peer.row is None or not ours:
+        failed = _shipped(results, model, protocol, FLOOR_C) if peer.row else peer
+        return Verdict(target, _missing(failed), None)
+    p99_us = statistics.median_low(ours)
+    measured = f"{p99_us / 1000:.2f} ms vs {peer.row.p99_us / 1000:.2f} ms"
+    if len(ours) > 1:
+        measured += f" (median of {len(ours)} rounds)"
+    return Verdict(target, measured, p99_us < peer.row.p99_us)
 
 
 def _overhead(results: Results, model: str) -> Iterator[Verdict]:
@@ -141,15 +199,20 @@ def _batching(results: Results, model: str) -> Iterator[Verdict]:
     if results.shipped.get(model, "on") != "on":
         return
     for protocol in PROTOCOLS:
-        point = _shipped(results, model, protocol, BATCH_C)
+        measured_rounds = [p for p in _rounds(results, model, protocol, BATCH_C) if p.row]
+        point = measured_rounds[0] if measured_rounds else None
         cap = min(BATCH_LIMIT, point.cap or BATCH_LIMIT) if point else BATCH_LIMIT
         need = BATCH_SHARE * cap
         target = f"{model} {NAMES[protocol]} c={BATCH_C} mean batch >= {BATCH_SHARE} x min(32, cap)"
-        if point is None or point.row is None or not point.executions:
-            yield Verdict(target, _missing(point), None)
+        executions = sum(p.executions for p in measured_rounds)
+        if point is None or not executions:
+            yield Verdict(target, _missing(_shipped(results, model, protocol, BATCH_C)), None)
             continue
-        measured = f"{point.mean_batch:.1f} (need {need:.1f}; cap {point.cap or 'unknown'})"
-        yield Verdict(target, measured, point.mean_batch >= need)
+        mean = sum(p.requests for p in measured_rounds) / executions
+        measured = f"{mean:.1f} (need {need:.1f}; cap {point.cap or 'unknown'})"
+        if len(measured_rounds) > 1:
+            measured += f" over {len(measured_rounds)} rounds"
+        yield Verdict(target, measured, mean >= need)
 
 
 def _missing(point: ServerPoint | None) -> str:

@@ -20,7 +20,7 @@ from bench.records import (
     SectionLoad,
     ServerPoint,
 )
-from bench.report import progress_line, ratio, render, table
+from bench.report import ceiling_line, progress_line, ratio, render, table
 from bench.targets import evaluate
 
 
@@ -118,3 +118,26 @@ def test_floors_beside_a_model_are_labelled_and_used_for_its_ratios() -> None:
     assert "| small | HTTP | on | 32 | 8,000 | 2.30 | 4.10 | 0.12 | 0.34 | 32.0 | 64 | 500 | " \
         "0.10 | 0.80 | 0.44 | 0.40 |" in text  # fmt: skip
     assert "8,000/s = 0.80 x 10,000/s" in text
+
+
+def test_rounds_are_labelled_and_each_uses_its_own_reference() -> None:
+    found = sample()
+    for number, (echo_rate, ours) in enumerate([(10000, 8000), (16000, 8000)]):
+        echo = replace(point(AIOHTTP, IDENTITY, "http", echo_rate), beside="small", round=number)
+        found.points += [echo, replace(point(BATCHSERVE, "small", "http", ours), round=number)]
+    del found.points[3]  # the unpaired point from sample()
+    found.ceilings += [
+        CeilingPoint("small", 32, 0.0005, 40, beside="small", protocol="http", round=1),
+        CeilingPoint("small", 32, 0.0001, 40, beside="small", protocol="grpc", round=0),
+    ]
+    text = render(found, evaluate(found))
+    assert "| aiohttp echo, beside small, round 2 of 2 | HTTP | 32 | 16,000 |" in text
+    # each round against its own echo point: 0.80 and 0.50; against its own ceiling in
+    # round 2 (64,000/s beside it), the section's best (80,000/s) in round 1
+    assert "| small | HTTP | on | 32, round 1 of 2 | 8,000 |" in text
+    assert "| 500 | 0.10 | 0.80 |" in text
+    assert "| small | HTTP | on | 32, round 2 of 2 | 8,000 |" in text
+    assert "| 500 | 0.12 | 0.50 |" in text
+    assert "| small | HTTP | 2 | 32 | 64,000 | 40 |" in text
+    assert "| small | gRPC | 1 | 32 | 320,000 | 40 |" in text
+    assert ceiling_line(found.ceilings[-1]).startswith("  small b=32 before gRPC round 1: 320,000")

@@ -183,3 +183,77 @@ def test_a_floor_taken_beside_the_model_is_the_one_it_is_judged_against() -> Non
         "small gRPC c=32 >= 0.6 x grpc.aio echo": False,
         "(stretch) small HTTP c=32 >= 0.6 x raw ASGI echo": False,
     }
+
+
+def rounds_of(model: str, protocol: str, rates: list[tuple[float, float]]) -> list[ServerPoint]:
+    """Paired rounds at c=32: (echo rate, model rate) for each round, echo first."""
+    echo = {"http": AIOHTTP, "grpc": GRPC_AIO}[protocol]
+    taken: list[ServerPoint] = []
+    for number, (floor_rate, model_rate) in enumerate(rates):
+        floor = point(echo, IDENTITY, protocol, 32, floor_rate)
+        ours = point(BATCHSERVE, model, protocol, 32, model_rate, requests=2400, executions=100)
+        taken += [replace(floor, beside=model, round=number), replace(ours, round=number)]
+    return taken
+
+
+def test_paired_rounds_are_judged_on_the_median_of_their_ratios() -> None:
+    # ratios 0.55, 0.70, 0.62: the median round passes, though the first alone would fail
+    http = rounds_of("small", "http", [(4000, 2200), (5000, 3500), (4500, 2790)])
+    # ratios 0.50, 0.58, 0.66: the median fails, though the last alone would pass
+    grpc = rounds_of("small", "grpc", [(2000, 1000), (2000, 1160), (2000, 1320)])
+    found = results(*http, *grpc, ceilings=(CeilingPoint("small", 32, 32 / 93000, 100),))
+    by_target = {v.target: v for v in evaluate(found)}
+    on_http = by_target["small HTTP c=32 >= 0.6 x aiohttp echo"]
+    assert on_http.passed is True
+    assert on_http.measured == "2,790/s = 0.62 x 4,500/s; rounds 0.55 / 0.70 / 0.62, median 0.62"
+    assert by_target["small gRPC c=32 >= 0.6 x grpc.aio echo"].passed is False
+
+
+def test_a_failed_round_leaves_the_others_to_judge() -> None:
+    taken = rounds_of("small", "http", [(4000, 2200), (5000, 3500)])
+    failed = ServerPoint(BATCHSERVE, "small", "http", 32, "on", None, error="crashed", round=2)
+    found = results(*taken, failed, ceilings=(CeilingPoint("small", 32, 32 / 93000, 100),))
+    target = "small HTTP c=32 >= 0.6 x aiohttp echo"
+    verdict = next(v for v in evaluate(found) if v.target == target)
+    # two rounds left: the lower of the middle two is the median
+    assert verdict.passed is False
+    assert verdict.measured == "2,200/s = 0.55 x 4,000/s; rounds 0.55 / 0.70, median 0.55"
+
+
+def test_compute_bound_rounds_are_judged_against_the_ceiling_taken_beside_each() -> None:
+    section = CeilingPoint("cnn", 16, 16 / 100, 5)  # 100/s, in a fast minute
+    taken: list[CeilingPoint | ServerPoint] = []
+    for protocol, ceilings, rates in [
+        ("http", [80.0, 82.0, 90.0], [77.0, 79.0, 84.0]),  # 0.96, 0.96, 0.93 round by round
+        ("grpc", [95.0, 95.0, 95.0], [80.0, 81.0, 82.0]),  # 0.84-0.86 against their own
+    ]:
+        for number, (ceiling, rate) in enumerate(zip(ceilings, rates, strict=True)):
+            beside = CeilingPoint("cnn", 16, 16 / ceiling, 5, "cnn", protocol, number)
+            ours = replace(point(BATCHSERVE, "cnn", protocol, 16, rate), round=number)
+            taken += [beside, ours]
+    ceilings = tuple(c for c in taken if isinstance(c, CeilingPoint))
+    ours = [p for p in taken if isinstance(p, ServerPoint)]
+    found = results(*ours, ceilings=(section, *ceilings))
+    assert found.best_ceiling("cnn") == section
+    by_target = {v.target: v for v in evaluate(found)}
+    http, grpc = (by_target[f"cnn {name} c=16 >= 0.95 x ceiling"] for name in ("HTTP", "gRPC"))
+    assert http.passed is True  # against the section's 100/s alone it would be 0.79
+    assert http.measured.startswith("77.0/s = 0.96 x 80.0/s (b=16); rounds 0.96 / 0.96 / 0.93")
+    assert grpc.passed is False
+    assert grpc.measured.startswith("81.0/s = 0.85 x 95.0/s (b=16)")
+
+
+def test_mean_batch_pools_rounds_and_p99_takes_their_median() -> None:
+    taken = rounds_of("small", "http", [(4000, 2400), (4000, 2400), (4000, 2400)])
+    p99s = iter([9.0, 30.0, 12.0])
+    taken = [replace(p, row=replace(p.row, p99_us=next(p99s) * 1000)) if p.server == BATCHSERVE
+             else p for p in taken]  # fmt: skip
+    small_batches = replace(taken[-1], requests=600)  # 6 a batch in the last round
+    taken[-1] = small_batches
+    theirs = point(PYTRITON, "small", "http", 32, 2400, p99_ms=20.0)
+    found = results(*taken, theirs, ceilings=(CeilingPoint("small", 32, 32 / 93000, 100),))
+    by_target = {v.target: v for v in evaluate(found)}
+    batch = by_target["small HTTP c=32 mean batch >= 0.7 x min(32, cap)"]
+    assert (batch.passed, batch.measured) == (False, "18.0 (need 22.4; cap 64) over 3 rounds")
+    tail = by_target["small HTTP c=32 p99 below PyTriton's"]
+    assert (tail.passed, tail.measured) == (True, "12.00 ms vs 20.00 ms (median of 3 rounds)")
