@@ -15,7 +15,7 @@ from bench.records import (
     SectionLoad,
     ServerPoint,
 )
-from bench.targets import FLOORS, NAMES, Verdict, bounds, last_line, rate
+from bench.targets import FLOORS, NAMES, Verdict, bounds, ceiling_of, last_line, rate
 
 BUSY_LOAD = 1.0
 BUSY_CPU = 0.1
@@ -167,8 +167,7 @@ def _servers(results: Results, server: str, title: str) -> str:
 
 
 def _server_row(results: Results, p: ServerPoint) -> list[str]:
-    best = results.ceiling_beside(_beside(p), p.protocol, p.round) if _beside(p) else None
-    best = best or results.best_ceiling(p.model)
+    best = ceiling_of(results, p)
     asgi = None
     if p.protocol == "http":
         asgi = results.floor(RAW_ASGI, "http", p.concurrency, _beside(p), p.round)

@@ -20,6 +20,7 @@ from bench.records import (
     IDENTITY,
     PYTRITON,
     RAW_ASGI,
+    CeilingPoint,
     Results,
     ServerPoint,
 )
@@ -75,14 +76,25 @@ def floor_pairs(results: Results, model: str, protocol: str, server: str) -> lis
 
 
 def ceiling_pairs(results: Results, model: str, protocol: str) -> list[Pair]:
-    """Each measured round of the model's c=16 point with the ceiling taken beside it (the
-    ceiling section's best when the round has none)."""
-    best, pairs = results.best_ceiling(model), []
+    """Each measured round of the model's c=16 point with the ceiling it is judged against."""
+    pairs = []
     for point in _rounds(results, model, protocol, CEILING_C):
-        beside = results.ceiling_beside(model, protocol, point.round) or best
-        if point.row is not None and beside is not None:
-            pairs.append(Pair(point, beside.samples_per_s))
+        reference = ceiling_of(results, point)
+        if point.row is not None and reference is not None:
+            pairs.append(Pair(point, reference.samples_per_s))
     return pairs
+
+
+def ceiling_of(results: Results, point: ServerPoint) -> CeilingPoint | None:
+    """The ceiling a batchserve point is compared with: the one taken right before it for a
+    round of the shipped variant at c=16, else the ceiling section's best."""
+    paired = (
+        point.server == BATCHSERVE
+        and point.concurrency == CEILING_C
+        and point.batching == results.shipped.get(point.model, "on")
+    )
+    beside = results.ceiling_beside(point.model, point.protocol, point.round) if paired else None
+    return beside or results.best_ceiling(point.model)
 
 
 def evaluate(results: Results) -> list[Verdict]:

@@ -126,18 +126,31 @@ def test_rounds_are_labelled_and_each_uses_its_own_reference() -> None:
         echo = replace(point(AIOHTTP, IDENTITY, "http", echo_rate), beside="small", round=number)
         found.points += [echo, replace(point(BATCHSERVE, "small", "http", ours), round=number)]
     del found.points[3]  # the unpaired point from sample()
-    found.ceilings += [
-        CeilingPoint("small", 32, 0.0005, 40, beside="small", protocol="http", round=1),
-        CeilingPoint("small", 32, 0.0001, 40, beside="small", protocol="grpc", round=0),
-    ]
     text = render(found, evaluate(found))
     assert "| aiohttp echo, beside small, round 2 of 2 | HTTP | 32 | 16,000 |" in text
-    # each round against its own echo point: 0.80 and 0.50; against its own ceiling in
-    # round 2 (64,000/s beside it), the section's best (80,000/s) in round 1
+    # each round against its own echo point: 0.80 and 0.50
     assert "| small | HTTP | on | 32, round 1 of 2 | 8,000 |" in text
     assert "| 500 | 0.10 | 0.80 |" in text
     assert "| small | HTTP | on | 32, round 2 of 2 | 8,000 |" in text
-    assert "| 500 | 0.12 | 0.50 |" in text
-    assert "| small | HTTP | 2 | 32 | 64,000 | 40 |" in text
+    assert "| 500 | 0.10 | 0.50 |" in text
+
+
+def test_a_ceiling_taken_beside_serves_only_its_own_round() -> None:
+    found = sample()
+    del found.points[3:]
+    found.ceilings += [
+        CeilingPoint("small", 32, 0.0005, 40, beside="small", protocol="http", round=0),
+        CeilingPoint("small", 32, 0.0001, 40, beside="small", protocol="grpc", round=0),
+    ]
+    at = {16: 32000.0, 4: 8000.0}
+    found.points += [replace(point(BATCHSERVE, "small", "http", at[c]), concurrency=c) for c in at]
+    text = render(found, evaluate(found))
+    assert "| small | HTTP | 1 | 32 | 64,000 | 40 |" in text
     assert "| small | gRPC | 1 | 32 | 320,000 | 40 |" in text
+    # c=16 against the HTTP ceiling taken before it (64,000/s); c=4, taken once, against
+    # the ceiling section's best (80,000/s)
+    assert "| small | HTTP | on | 16 | 32,000 |" in text
+    assert "| 500 | 0.50 | " in text
+    assert "| small | HTTP | on | 4 | 8,000 |" in text
+    assert "| 500 | 0.10 | " in text
     assert ceiling_line(found.ceilings[-1]).startswith("  small b=32 before gRPC round 1: 320,000")
