@@ -254,7 +254,7 @@ def _concurrency(results: Results, p: ServerPoint) -> str:
 
 
 def _round(results: Results, p: ServerPoint) -> str:
-    """ ", round k of n" for a point taken in several rounds; "" for a single one."""
+    """The label's suffix: ", round k of n" for a point taken in rounds, else nothing."""
     taken = results.rounds(p.server, p.model, p.protocol, p.concurrency, p.batching)
     count = sum(1 for q in taken if q.beside == p.beside)
     return f", round {p.round + 1} of {count}" if count > 1 else ""

@@ -245,7 +245,8 @@ def _rounds_note(run_plan: Plan) -> list[str]:
         f"against the ceiling for a compute-bound model, c={targets.FLOOR_C} against the echo "
         f"floors otherwise), its point and the reference alternate {run_plan.rounds} times, a "
         "few seconds apart, and the target takes the median of the rounds' ratios; mean "
-        "batch pools the rounds. Each round's row shows its own ratios."
+        "batch pools the rounds and p99 takes their median. Each round's row shows its own "
+        "ratios."
     ]
 
 
