@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 # Server labels used in the tables and to look up floors.
 BATCHSERVE = "batchserve"
@@ -180,3 +182,20 @@ class Results:
         """Models a server was measured on, in order, the identity floor model excluded."""
         names = (p.model for p in self.points if p.server == server and p.model != IDENTITY)
         return list(dict.fromkeys(names))
+
+
+def dump(results: Results) -> str:
+    """Every figure of a run as JSON, so that its report can be rendered again later."""
+    return json.dumps(asdict(results), indent=1, allow_nan=True)
+
+
+def load(text: str) -> Results:
+    """The inverse of ``dump``."""
+    raw: dict[str, Any] = json.loads(text)
+    ceilings = [CeilingPoint(**c) for c in raw.pop("ceilings")]
+    sections = [SectionLoad(**s) for s in raw.pop("sections")]
+    points = [
+        ServerPoint(**{**p, "row": PaRow(**p["row"]) if p["row"] else None})
+        for p in raw.pop("points")
+    ]
+    return Results(**raw, ceilings=ceilings, sections=sections, points=points)

@@ -34,6 +34,7 @@ from bench.records import (
     Results,
     SectionLoad,
     ServerPoint,
+    dump,
 )
 from bench.report import BUSY_LOAD
 
@@ -163,10 +164,12 @@ def _public_path(value: str, option: str) -> str:
 
 
 def write(out: Path, run_plan: Plan, results: Results) -> None:
-    """RESULTS.md from whatever was measured, and each target's verdict on stdout."""
+    """RESULTS.md from whatever was measured, every figure beside it as JSON (for
+    `python -m bench.rerender`), and each target's verdict on stdout."""
     results.notes = method_notes(run_plan, results) + results.notes
     verdicts = targets.evaluate(results)
     out.write_text(report.render(results, verdicts))
+    out.with_suffix(".json").write_text(dump(results))
     for verdict in verdicts:
         print(f"{verdict.label:>12}  {verdict.target}: {verdict.measured}")
     print(f"wrote {out}")
