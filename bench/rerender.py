@@ -22,6 +22,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("figures", type=Path, nargs="?", default=default)
     parser.add_argument("--out", type=Path, help="default: the figures' file with .md")
     args = parser.parse_args(argv)
+    if not args.figures.is_file():
+        parser.error(f"{args.figures} does not exist: `make bench` writes it beside RESULTS.md")
     results = load(args.figures.read_text())
     out = args.out or args.figures.with_suffix(".md")
     out.write_text(report.render(results, targets.evaluate(results)))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from bench import rerender
 from bench.records import AIOHTTP, BATCHSERVE, IDENTITY, CeilingPoint, dump, load
 from bench.report import render
@@ -29,3 +31,10 @@ def test_figures_round_trip_and_render_the_same_report(tmp_path: Path) -> None:
     figures.write_text(dump(found))
     assert rerender.main([str(figures)]) == 0
     assert (tmp_path / "RESULTS.md").read_text() == render(found, evaluate(found))
+
+
+def test_missing_figures_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        rerender.main([str(tmp_path / "RESULTS.json")])
+    assert stopped.value.code == 2
+    assert "RESULTS.json does not exist: `make bench` writes it" in capsys.readouterr().err
