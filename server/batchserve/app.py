@@ -17,6 +17,7 @@ from typing import Any
 import uvicorn
 import uvloop
 
+from batchserve import gc_tuning
 from batchserve.backends import create_backend
 from batchserve.dataplane import DataPlane
 from batchserve.errors import BatchserveError
@@ -82,7 +83,8 @@ class Server:
         self.settings = settings
         repository = ModelRepository(settings.model_repository)
         budgets = MemoryBudgets(parse_budgets(settings.memory_budget), device_total_bytes)
-        self.registry = ModelRegistry(repository, settings.max_queue_size, budgets, backend_factory)
+        self.registry = ModelRegistry(repository, settings.max_queue_size, budgets,
+                                      backend_factory, after_change=gc_tuning.settle)  # fmt: skip
         self.dataplane = DataPlane(settings, self.registry, self._models_to_load(repository))
         self.http = _uvicorn(build_http_app(self.dataplane, settings), settings,
                              settings.http_port, settings.tls)  # fmt: skip
@@ -103,6 +105,7 @@ class Server:
 
     async def run(self) -> None:
         """Listen, load the models, serve until asked to stop, then drain."""
+        gc_tuning.tune()
         http_task = asyncio.create_task(self.http.serve())
         metrics_task = asyncio.create_task(self.metrics.serve())
         await self.grpc.start()

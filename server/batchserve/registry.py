@@ -125,12 +125,16 @@ class ModelRegistry:
         max_queue_size: int,
         budgets: MemoryBudgets,
         backend_factory: BackendFactory = create_backend,
+        after_change: Callable[[], None] = lambda: None,
     ) -> None:
+        """``after_change`` runs once a load or unload has finished swapping models (the
+        server settles its heap there: ``gc_tuning.settle``)."""
         self.repository = repository
         self.budgets = budgets
         self.load_seconds: dict[str, float] = {}  # latest load of each model, however started
         self._max_queue_size = max_queue_size
         self._backend_factory = backend_factory
+        self._after_change = after_change
         self._entries: dict[str, ModelEntry] = {}
 
     def _entry(self, name: str) -> ModelEntry:
@@ -163,6 +167,7 @@ class ModelRegistry:
             self.load_seconds[resolved.name] = time.monotonic() - started
         for served in old.values():
             await served.close()
+        self._after_change()
         logger.info("model ready", extra={"model": name, "versions": sorted(versions)})
 
     async def _load_versions(self, resolved: ResolvedModel) -> dict[int, ServedVersion]:
@@ -255,6 +260,7 @@ class ModelRegistry:
             for served in old.values():
                 await served.close()
             entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"
+        self._after_change()
         logger.info("model unloaded", extra={"model": name})
 
     def get(self, name: str, version: str = "") -> ServedVersion:

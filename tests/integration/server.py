@@ -14,6 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_REPO = REPO_ROOT / "model_repo"
 CONTROL_TOKEN = "s3cret-token"
@@ -85,6 +88,17 @@ class ServerProcess:
         if self.process.stderr is not None:
             self.process.stderr.close()
         return code
+
+
+def metric(server: ServerProcess, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` on the metrics port whose labels include ``labels``."""
+    text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                total += sample.value
+    return total
 
 
 def _parse(line: str) -> dict[str, object]:

@@ -19,10 +19,15 @@ import grpc
 import httpx
 import numpy as np
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from tests.integration.server import CONTROL_TOKEN, MODEL_REPO, ServerProcess, start_server
+from tests.integration.server import (
+    CONTROL_TOKEN,
+    MODEL_REPO,
+    ServerProcess,
+    metric,
+    start_server,
+)
 from tests.integration.slow_model import WIDTH, expected, write_slow_model
 
 QUEUE = 4
@@ -40,17 +45,6 @@ def wait_until(condition: Callable[[], bool], timeout: float = 20.0, what: str =
         if time.monotonic() > deadline:
             raise TimeoutError(f"waited {timeout} s for {what or condition}")
         time.sleep(0.02)
-
-
-def metric(server: ServerProcess, name: str, **labels: str) -> float:
-    """Sum of the samples of ``name`` on the metrics port whose labels include ``labels``."""
-    text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and labels.items() <= sample.labels.items():
-                total += sample.value
-    return total
 
 
 def model_stats(server: ServerProcess, model: str) -> dict[str, int]:
