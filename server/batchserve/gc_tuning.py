@@ -5,16 +5,16 @@ With CPython's defaults, the serving process holds ~88,000 objects the collector
 its models are loaded (ONNX Runtime, grpc, FastAPI, pydantic and protobuf modules, the
 configs). Under load on the 2-core reference machine (bench/NOTES.md, seventh round) a full
 collection, which walks every one of them, came every two seconds and held the event loop
-for 50-65 ms; young collections came every 40 requests and cost 0.15-0.3 ms each.
+for 50-65 ms; young collections came every ~35 requests and cost 0.15-0.3 ms each.
 
 - ``settle`` freezes what exists after the set of loaded models changes (``gc.freeze``):
   later collections skip it, so a full one walks thousands of objects, not ~90,000. It
   unfreezes and collects first, so the cycles a model left behind when it was unloaded or
   replaced are still freed.
 - ``tune`` raises the young generation's threshold. Reference counting frees everything a
-  request allocates as soon as the answer leaves; the collector only finds cycles, which
-  the request path does not create, so scanning the requests still in flight every 700
-  allocations was pure cost.
+  request allocates as soon as the answer leaves; the collector only finds cycles, and the
+  only ones on the request path are grpc.aio's own (five small objects a call), so scanning
+  the requests still in flight every 700 allocations was nearly all cost.
 """
 
 from __future__ import annotations
