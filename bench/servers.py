@@ -7,6 +7,7 @@ executions) and its process tree's CPU time are read, so the figures cover the w
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -80,12 +81,17 @@ def grpc_counts(port: int, model: str) -> Counts:
 
 
 @contextmanager
-def batchserve(repository: Path, model: str) -> Iterator[Running]:
-    """`batchserve serve` with only ``model`` loaded, as it ships (logging, metrics on)."""
+def batchserve(repository: Path, model: str, source: Path | None = None) -> Iterator[Running]:
+    """`batchserve serve` with only ``model`` loaded, as it ships (logging, metrics on);
+    ``source``: a checkout whose ``server/`` is imported instead of the installed package."""
     command = [sys.executable, "-m", "batchserve.cli", "serve", "--model-repository",
                str(repository), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
                "--model-control-mode", "explicit", "--load-model", model]  # fmt: skip
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    env = None
+    if source is not None:
+        paths = [str(source / "server"), os.environ.get("PYTHONPATH", "")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
     try:
         ports = startup(process, model)
         yield Running(BATCHSERVE, process, ports)
