@@ -119,11 +119,13 @@ def compare(
     """``rounds`` rounds of every point, each version on a fresh server of its own."""
     sources = {BASE: base, HEAD: ROOT}
     comparisons = [Comparison(point) for point in points]
+    extras = {
+        model: plan(model, repo.completed_config(repository / model), {}).pa_args(work)
+        for model in {point.model for point in points}
+    }
     for round_ in range(1, rounds + 1):
         for comparison in comparisons:
-            point = comparison.point
-            config = repo.completed_config(repository / point.model)
-            extra = plan(point.model, config, {}).pa_args(work)
+            point, extra = comparison.point, extras[comparison.point.model]
             for version in order(round_):
                 with servers.batchserve(repository, point.model, sources[version]) as running:
                     measured = servers.measure(
