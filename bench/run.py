@@ -249,7 +249,8 @@ def _rounds_note(run_plan: Plan) -> list[str]:
         f"floors otherwise), its point and the reference alternate {run_plan.rounds} times, a "
         "few seconds apart, and the target takes the median of the rounds' ratios; mean "
         "batch pools the rounds and p99 takes their median. Each round's row shows its own "
-        "ratios."
+        f"ratios. The shipped configuration's c=1 point is also taken {run_plan.rounds} times, "
+        "back to back, and its overhead target takes the median p50."
     ]
 
 
@@ -343,12 +344,15 @@ class Runner:
         """Every protocol x concurrency point of one model on one running server. With
         ``floors_of`` (the identity model; the shipped variant), the echo floors right before
         the FLOOR_C point, and the point where the model's throughput target is judged in
-        paired rounds with its reference."""
+        paired rounds with its reference. The shipped variant's c=1 point is taken in rounds
+        too, back to back: its p50 is a target, and one window moves with the minute."""
         settings, extra = self.plan.settings(self.results, s.name), s.inputs.pa_args(self.work)
         judged = self.judged_at(s.name) if floors_of is not None else None
+        shipped = batching == self.results.shipped.get(s.name)
+        repeated = {1, judged} if shipped else {judged}
         for protocol in protocols:
             for c in self.plan.concurrency:
-                for round_ in range(self.plan.rounds if c == judged else 1):
+                for round_ in range(self.plan.rounds if c in repeated else 1):
                     if floors_of is not None and c == targets.FLOOR_C:
                         self.floors_beside(s.name, floors_of, protocol, c, round_)
                     if c == judged == targets.CEILING_C:

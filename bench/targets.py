@@ -36,11 +36,18 @@ NAMES = {"http": "HTTP", "grpc": "gRPC"}
 
 @dataclass(frozen=True)
 class Verdict:
-    """One target: what it asks, what was measured, and PASS (True), FAIL or not measured."""
+    """One target: what it asks, what was measured, and PASS (True), FAIL or not measured.
+
+    ``figure`` is the number judged (a ratio, milliseconds or a mean batch) and ``rounds``
+    the same figure in each paired round, so that two runs can be compared
+    (`python -m bench.compare`) without parsing ``measured``.
+    """
 
     target: str
     measured: str
     passed: bool | None
+    figure: float | None = None
+    rounds: tuple[float, ...] = ()
 
     @property
     def label(self) -> str:
@@ -130,17 +137,18 @@ def _rounds(results: Results, model: str, protocol: str, concurrency: int) -> li
     return results.rounds(BATCHSERVE, model, protocol, concurrency, batching)
 
 
-def _paired(pairs: Sequence[Pair], share: float, reference_note: str = "") -> tuple[str, bool]:
+def _paired(target: str, pairs: Sequence[Pair], share: float, reference_note: str = "") -> Verdict:
     """The median round's figures, every round's ratio when there were several, the verdict."""
     middle = median_pair(pairs)
     measured = (
         f"{rate(middle.point.throughput)}/s = {middle.ratio:.2f} x "
         f"{rate(middle.reference)}/s{reference_note}"
     )
+    ratios = tuple(pair.ratio for pair in pairs)
     if len(pairs) > 1:
-        ratios = " / ".join(f"{pair.ratio:.2f}" for pair in pairs)
-        measured += f"; rounds {ratios}, median {middle.ratio:.2f}"
-    return measured, middle.ratio >= share
+        shown = " / ".join(f"{ratio:.2f}" for ratio in ratios)
+        measured += f"; rounds {shown}, median {middle.ratio:.2f}"
+    return Verdict(target, measured, middle.ratio >= share, middle.ratio, ratios)
 
 
 def _throughput(results: Results, model: str) -> Iterator[Verdict]:
@@ -160,7 +168,7 @@ def _vs_ceiling(results: Results, model: str, protocol: str) -> Verdict:
     pairs, best = ceiling_pairs(results, model, protocol), results.best_ceiling(model)
     if not pairs or best is None:
         return Verdict(target, _missing(_shipped(results, model, protocol, CEILING_C)), None)
-    return Verdict(target, *_paired(pairs, CEILING_SHARE, f" (b={best.batch})"))
+    return _paired(target, pairs, CEILING_SHARE, f" (b={best.batch})")
 
 
 def _vs_floor(results: Results, model: str, protocol: str, server: str, prefix: str) -> Verdict:
@@ -171,7 +179,7 @@ def _vs_floor(results: Results, model: str, protocol: str, server: str, prefix: 
     pairs = floor_pairs(results, model, protocol, server)
     if not pairs:
         return Verdict(target, _missing(_shipped(results, model, protocol, FLOOR_C)), None)
-    return Verdict(target, *_paired(pairs, FLOOR_SHARE))
+    return _paired(target, pairs, FLOOR_SHARE)
 
 
 def _vs_pytriton(results: Results, model: str, protocol: str) -> Verdict:
@@ -187,24 +195,31 @@ def _vs_pytriton(results: Results, model: str, protocol: str) -> Verdict:
     measured = f"{p99_us / 1000:.2f} ms vs {peer.row.p99_us / 1000:.2f} ms"
     if len(ours) > 1:
         measured += f" (median of {len(ours)} rounds)"
-    return Verdict(target, measured, p99_us < peer.row.p99_us)
+    rounds = tuple(p99 / 1000 for p99 in ours)
+    return Verdict(target, measured, p99_us < peer.row.p99_us, p99_us / 1000, rounds)
 
 
 def _overhead(results: Results, model: str) -> Iterator[Verdict]:
     for protocol in PROTOCOLS:
         limit = OVERHEAD_MS[protocol]
         target = f"{model} {NAMES[protocol]} c=1 p50 - in-process b=1 <= {limit} ms"
-        point, alone = _shipped(results, model, protocol, 1), results.ceiling(model, 1)
-        if point is None or point.row is None or alone is None:
-            yield Verdict(target, _missing(point) if alone else "no in-process b=1", None)
+        taken, alone = _rounds(results, model, protocol, 1), results.ceiling(model, 1)
+        p50s_ms = [p.row.p50_us / 1000 for p in taken if p.row]
+        if not p50s_ms or alone is None:
+            failed = taken[0] if taken else None
+            yield Verdict(target, _missing(failed) if alone else "no in-process b=1", None)
             continue
-        extra_ms = point.row.p50_us / 1000 - alone.median_s * 1000
-        measured = (
-            f"{point.row.p50_us / 1000:.3f} - {alone.median_s * 1000:.3f} = {extra_ms:.3f} ms"
-        )
+        alone_ms = alone.median_s * 1000
+        p50_ms = statistics.median_low(p50s_ms)
+        extra_ms = p50_ms - alone_ms
+        measured = f"{p50_ms:.3f} - {alone_ms:.3f} = {extra_ms:.3f} ms"
+        if len(p50s_ms) > 1:
+            shown = " / ".join(f"{p50 - alone_ms:.3f}" for p50 in p50s_ms)
+            measured += f"; rounds {shown}, median of {len(p50s_ms)}"
         if extra_ms < 0:
             measured += " (the in-process call was the slower: see the load table)"
-        yield Verdict(target, measured, extra_ms <= limit)
+        rounds = tuple(p50 - alone_ms for p50 in p50s_ms)
+        yield Verdict(target, measured, extra_ms <= limit, extra_ms, rounds)
 
 
 def _batching(results: Results, model: str) -> Iterator[Verdict]:
@@ -224,7 +239,8 @@ def _batching(results: Results, model: str) -> Iterator[Verdict]:
         measured = f"{mean:.1f} (need {need:.1f}; cap {point.cap or 'unknown'})"
         if len(measured_rounds) > 1:
             measured += f" over {len(measured_rounds)} rounds"
-        yield Verdict(target, measured, mean >= need)
+        means = tuple(p.mean_batch for p in measured_rounds if p.executions)
+        yield Verdict(target, measured, mean >= need, mean, means)
 
 
 def _missing(point: ServerPoint | None) -> str:

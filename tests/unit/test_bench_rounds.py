@@ -78,7 +78,8 @@ def test_a_request_bound_model_alternates_with_the_echo_floors_at_c32(
     model, identity = subject("m", tmp_path), subject(IDENTITY, tmp_path)
     bench.points(served(BATCHSERVE, grpc=2), model, "on", ("grpc",), identity)
     rounds = [f"{GRPC_AIO} grpc c=32", f"{BATCHSERVE} grpc c=32"] * 3
-    assert taken == [f"{BATCHSERVE} grpc c=1", f"{BATCHSERVE} grpc c=16", *rounds]
+    alone = [f"{BATCHSERVE} grpc c=1"] * 3
+    assert taken == [*alone, f"{BATCHSERVE} grpc c=16", *rounds]
     points = [p for p in bench.results.points if p.concurrency == 32 and p.server != AIOHTTP]
     assert [(p.server, p.round, p.beside) for p in points] == [
         (GRPC_AIO, 0, "m"), (BATCHSERVE, 0, ""), (GRPC_AIO, 1, "m"), (BATCHSERVE, 1, ""),
@@ -94,7 +95,7 @@ def test_a_compute_bound_model_alternates_with_its_ceiling_at_c16(
     bench.points(served(BATCHSERVE, grpc=2), model, "on", ("grpc",), identity)
     rounds = ["ceiling b=16", f"{BATCHSERVE} grpc c=16"] * 3
     once = [f"{GRPC_AIO} grpc c=32", f"{BATCHSERVE} grpc c=32"]
-    assert taken == [f"{BATCHSERVE} grpc c=1", *rounds, *once]
+    assert taken == [*[f"{BATCHSERVE} grpc c=1"] * 3, *rounds, *once]
     beside = [(c.beside, c.round) for c in bench.results.ceilings if c.beside]
     assert beside == [("m", 0), ("m", 1), ("m", 2)]
 
@@ -105,3 +106,18 @@ def test_a_variant_without_floors_is_taken_once_per_point(
     bench, taken = runner(tmp_path, 1_000_000.0, monkeypatch)
     bench.points(served(BATCHSERVE, http=1), subject("m", tmp_path), "off", ("http",))
     assert taken == [f"{BATCHSERVE} http c={c}" for c in (1, 16, 32)]
+
+
+def test_the_shipped_c1_point_is_taken_in_rounds_even_without_floors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The identity model through batchserve has no floors of its own but a c=1 target."""
+    bench, taken = runner(tmp_path, 1_000_000.0, monkeypatch)
+    bench.results.shipped[IDENTITY] = "on"
+    bench.points(served(BATCHSERVE, http=1), subject(IDENTITY, tmp_path), "on", ("http",))
+    assert taken == [
+        *[f"{BATCHSERVE} http c=1"] * 3,
+        f"{BATCHSERVE} http c=16",
+        f"{BATCHSERVE} http c=32",
+    ]
+    assert [p.round for p in bench.results.points if p.concurrency == 1] == [0, 1, 2]

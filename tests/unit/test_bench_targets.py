@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from bench.records import (
     AIOHTTP,
     BATCHSERVE,
@@ -101,6 +103,21 @@ def test_c1_overhead_is_p50_minus_the_in_process_batch_1_time() -> None:
         "small HTTP c=1 p50 - in-process b=1 <= 0.35 ms": False,
         "small gRPC c=1 p50 - in-process b=1 <= 0.6 ms": True,
     }
+
+
+def test_c1_overhead_over_rounds_takes_the_median_p50() -> None:
+    taken = [
+        replace(point(BATCHSERVE, "small", "http", 1, 2000, p50_ms=p50), round=number)
+        for number, p50 in enumerate([0.50, 0.30, 0.36])  # 0.46, 0.26, 0.32 over b=1
+    ]
+    found = results(*taken, ceilings=(CeilingPoint("small", 1, 0.00004, 2000),))
+    verdict = next(v for v in evaluate(found) if v.target.startswith("small HTTP c=1"))
+    assert verdict.passed is True  # the median round, though the first alone would fail
+    assert verdict.figure == pytest.approx(0.32)
+    assert verdict.rounds == pytest.approx((0.46, 0.26, 0.32))
+    assert verdict.measured == (
+        "0.360 - 0.040 = 0.320 ms; rounds 0.460 / 0.260 / 0.320, median of 3"
+    )
 
 
 def test_mean_batch_target_follows_a_lower_cap() -> None:
@@ -206,6 +223,7 @@ def test_paired_rounds_are_judged_on_the_median_of_their_ratios() -> None:
     on_http = by_target["small HTTP c=32 >= 0.6 x aiohttp echo"]
     assert on_http.passed is True
     assert on_http.measured == "2,790/s = 0.62 x 4,500/s; rounds 0.55 / 0.70 / 0.62, median 0.62"
+    assert (on_http.figure, on_http.rounds) == (2790 / 4500, (0.55, 0.70, 2790 / 4500))
     assert by_target["small gRPC c=32 >= 0.6 x grpc.aio echo"].passed is False
 
 
