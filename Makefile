@@ -17,7 +17,7 @@ help:
 	@echo "make models   retrain and re-export the example models into ./$(MODEL_REPO)"
 	@echo "make protos   regenerate the protobuf/gRPC modules"
 	@echo "make dashboards  regenerate deploy/grafana/batchserve.json from its generator"
-	@echo "make bench    ceiling, floors and batchserve in one run -> bench/RESULTS.md (~30 min; BENCH_ARGS=--quick)"
+	@echo "make bench    ceiling, floors and batchserve in one run -> bench/RESULTS.md (~45 min; BENCH_ARGS=--quick)"
 	@echo "make soak     10 min of mixed good/bad load, PASS/FAIL on errors, RSS growth, p99 drift -> bench/SOAK.md (SOAK_ARGS='--duration 120', --leaky)"
 
 $(VENV)/bin/python:
