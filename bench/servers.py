@@ -131,9 +131,9 @@ def _follow(stream: IO[str], on_line: Callable[[str], None] | None) -> None:
 
 
 @contextmanager
-def _watchdog(process: subprocess.Popen[str]) -> Iterator[None]:
-    """Kill a server that is not ready within STARTUP_TIMEOUT_S, so reading its output ends."""
-    timer = threading.Timer(STARTUP_TIMEOUT_S, process.kill)
+def _watchdog(process: subprocess.Popen[str], timeout_s: float) -> Iterator[None]:
+    """Kill a server that is not ready within ``timeout_s``, so reading its output ends."""
+    timer = threading.Timer(timeout_s, kill, (process,))
     timer.start()
     try:
         yield
@@ -155,16 +155,31 @@ def floor(module: str, label: str, protocol: str) -> Iterator[Running]:
         stop(process)
 
 
-def wait_for_ready_line(process: subprocess.Popen[str], what: str) -> list[str]:
+def wait_for_ready_line(
+    process: subprocess.Popen[str], what: str, timeout_s: float = STARTUP_TIMEOUT_S
+) -> list[str]:
     """The words after ``READY`` on the process's stdout, which is drained from then on."""
     assert process.stdout is not None
-    with _watchdog(process):
+    with _watchdog(process, timeout_s):
         for line in process.stdout:
             words = line.split()
             if words[:1] == ["READY"]:
                 threading.Thread(target=process.stdout.read, daemon=True).start()
                 return words[1:]
     raise RuntimeError(f"{what} did not start (exit {process.wait()})")
+
+
+def kill(process: subprocess.Popen[str]) -> None:
+    """SIGKILL to a server, and to its whole process group when it leads one: a server that
+    runs children of its own (PyTriton's tritonserver) would otherwise leave them running,
+    holding its output pipe open."""
+    try:
+        if os.getpgid(process.pid) == process.pid:
+            os.killpg(process.pid, signal.SIGKILL)
+            return
+    except ProcessLookupError:
+        return
+    process.kill()
 
 
 def stop(process: subprocess.Popen[str]) -> None:

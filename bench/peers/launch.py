@@ -7,10 +7,11 @@ builds it. Without one, the report says the peers were not run and quotes no pee
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 
 MAX_BATCH = 64
 QUEUE_DELAY_US = 1000
+STARTS = 2
+START_TIMEOUT_S = 180.0
 PROBE = "import importlib.metadata as m, sysconfig; print(m.version('nvidia-pytriton'), sysconfig.get_config_var('LIBDIR'))"  # noqa: E501
 
 
@@ -68,12 +71,41 @@ def pytriton(python: Path, libdir: str, s: Subject) -> Iterator[servers.Running]
                f"--queue-delay-us={QUEUE_DELAY_US}"]  # fmt: skip
     # Triton's Python-backend stub must load this interpreter's libpython, not the system's.
     env = {**os.environ, "LD_LIBRARY_PATH": libdir, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    process = start(command, env)
     try:
-        servers.wait_for_ready_line(process, "PyTriton")
         yield servers.Running(PYTRITON, process, {"http": ports["http"], "grpc": ports["grpc"]})
     finally:
         servers.stop(process)
+        _kill_group(process)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def start(command: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """PyTriton in a process group of its own, started again once if it is not ready within
+    START_TIMEOUT_S: its startup has hung here for good (a full run lost one model's peer
+    figures to the ten-minute wait), and a second start came up as usual."""
+    for attempt in range(1, STARTS + 1):
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
+        try:
+            servers.wait_for_ready_line(process, "PyTriton", START_TIMEOUT_S)
+            return process
+        except RuntimeError:
+            _kill_group(process)
+            if process.stdout is not None:
+                process.stdout.close()
+            if attempt == STARTS:
+                raise
+            print(f"  PyTriton was not ready within {START_TIMEOUT_S:g} s; starting it again")
+    raise AssertionError("unreachable")
+
+
+def _kill_group(process: subprocess.Popen[str]) -> None:
+    """Whatever is left of PyTriton's group (tritonserver and its backend stubs)."""
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def free_port() -> int:
