@@ -348,7 +348,7 @@ class Runner:
         too, back to back: its p50 is a target, and one window moves with the minute."""
         settings, extra = self.plan.settings(self.results, s.name), s.inputs.pa_args(self.work)
         judged = self.judged_at(s.name) if floors_of is not None else None
-        shipped = batching == self.results.shipped.get(s.name)
+        shipped = running.label == BATCHSERVE and batching == self.results.shipped.get(s.name)
         repeated = {1, judged} if shipped else {judged}
         for protocol in protocols:
             for c in self.plan.concurrency:

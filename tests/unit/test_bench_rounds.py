@@ -23,6 +23,7 @@ from bench.records import (
     BATCHSERVE,
     GRPC_AIO,
     IDENTITY,
+    PYTRITON,
     CeilingPoint,
     PaRow,
     Results,
@@ -121,3 +122,9 @@ def test_the_shipped_c1_point_is_taken_in_rounds_even_without_floors(
         f"{BATCHSERVE} http c=32",
     ]
     assert [p.round for p in bench.results.points if p.concurrency == 1] == [0, 1, 2]
+
+
+def test_a_peer_takes_each_point_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bench, taken = runner(tmp_path, 1_000_000.0, monkeypatch)
+    bench.points(served(PYTRITON, http=1), subject("m", tmp_path), "on", ("http",))
+    assert taken == [f"{PYTRITON} http c={c}" for c in (1, 16, 32)]
