@@ -131,7 +131,9 @@ def _follow(stream: IO[str], on_line: Callable[[str], None] | None) -> None:
 
 
 @contextmanager
-def _watchdog(process: subprocess.Popen[str], timeout_s: float) -> Iterator[None]:
+def _watchdog(
+    process: subprocess.Popen[str], timeout_s: float = STARTUP_TIMEOUT_S
+) -> Iterator[None]:
     """Kill a server that is not ready within ``timeout_s``, so reading its output ends."""
     timer = threading.Timer(timeout_s, kill, (process,))
     timer.start()
