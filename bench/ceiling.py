@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import onnxruntime
@@ -29,7 +29,7 @@ ROUNDS = 3
 
 def time_calls(
     session: onnxruntime.InferenceSession,
-    feeds: dict[str, object],
+    feeds: Mapping[str, object],
     budget_s: float,
     *,
     warmup: int = WARMUP_CALLS,
