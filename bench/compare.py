@@ -5,9 +5,10 @@
 The benchmark is checked by running it again and asking that its ratios reproduce within
 noise. A run measures its own noise where a target is judged on paired rounds: the spread
 of the round figures. Two runs agree on such a target when their ranges of round figures
-overlap. A figure taken in one window only (the c=1 overheads) carries no band, so its
-change is shown and left to the reader. Exit status 1 when some target with a band falls
-outside it.
+overlap. A figure taken in one window only (a mean batch at a point not taken in rounds)
+carries no band, so its change is shown and left to the reader. Rounds taken back to back
+(c=1) share one minute of this machine's speed, so their band is narrower than the drift
+between runs. Exit status 1 when some target with a band falls outside it.
 """
 
 from __future__ import annotations
