@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -176,12 +176,19 @@ def kill(process: subprocess.Popen[str]) -> None:
     runs children of its own (PyTriton's tritonserver) would otherwise leave them running,
     holding its output pipe open."""
     try:
-        if os.getpgid(process.pid) == process.pid:
-            os.killpg(process.pid, signal.SIGKILL)
-            return
+        leads_group = os.getpgid(process.pid) == process.pid
     except ProcessLookupError:
         return
-    process.kill()
+    if leads_group:
+        kill_group(process.pid)
+    else:
+        process.kill()
+
+
+def kill_group(group: int) -> None:
+    """SIGKILL to whatever is left of a process group (it may outlive its leader)."""
+    with suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
 
 
 def stop(process: subprocess.Popen[str]) -> None:

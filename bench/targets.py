@@ -210,15 +210,14 @@ def _overhead(results: Results, model: str) -> Iterator[Verdict]:
             yield Verdict(target, _missing(failed) if alone else "no in-process b=1", None)
             continue
         alone_ms = alone.median_s * 1000
-        p50_ms = statistics.median_low(p50s_ms)
-        extra_ms = p50_ms - alone_ms
-        measured = f"{p50_ms:.3f} - {alone_ms:.3f} = {extra_ms:.3f} ms"
-        if len(p50s_ms) > 1:
-            shown = " / ".join(f"{p50 - alone_ms:.3f}" for p50 in p50s_ms)
-            measured += f"; rounds {shown}, median of {len(p50s_ms)}"
+        rounds = tuple(p50 - alone_ms for p50 in p50s_ms)
+        extra_ms = statistics.median_low(rounds)
+        measured = f"{extra_ms + alone_ms:.3f} - {alone_ms:.3f} = {extra_ms:.3f} ms"
+        if len(rounds) > 1:
+            shown = " / ".join(f"{extra:.3f}" for extra in rounds)
+            measured += f"; rounds {shown}, median of {len(rounds)}"
         if extra_ms < 0:
             measured += " (the in-process call was the slower: see the load table)"
-        rounds = tuple(p50 - alone_ms for p50 in p50s_ms)
         yield Verdict(target, measured, extra_ms <= limit, extra_ms, rounds)
 
 

@@ -7,11 +7,10 @@ builds it. Without one, the report says the peers were not run and quotes no pee
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -76,9 +75,7 @@ def pytriton(python: Path, libdir: str, s: Subject) -> Iterator[servers.Running]
         yield servers.Running(PYTRITON, process, {"http": ports["http"], "grpc": ports["grpc"]})
     finally:
         servers.stop(process)
-        _kill_group(process)
-        if process.stdout is not None:
-            process.stdout.close()
+        _discard(process)
 
 
 def start(command: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
@@ -93,19 +90,19 @@ def start(command: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
             servers.wait_for_ready_line(process, "PyTriton", START_TIMEOUT_S)
             return process
         except RuntimeError:
-            _kill_group(process)
-            if process.stdout is not None:
-                process.stdout.close()
+            _discard(process)
             if attempt == STARTS:
                 raise
             print(f"  PyTriton was not ready within {START_TIMEOUT_S:g} s; starting it again")
     raise AssertionError("unreachable")
 
 
-def _kill_group(process: subprocess.Popen[str]) -> None:
-    """Whatever is left of PyTriton's group (tritonserver and its backend stubs)."""
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
+def _discard(process: subprocess.Popen[str]) -> None:
+    """Whatever is left of PyTriton's group (tritonserver and its backend stubs), and the
+    pipe it wrote to."""
+    servers.kill_group(process.pid)
+    if process.stdout is not None:
+        process.stdout.close()
 
 
 def free_port() -> int:
