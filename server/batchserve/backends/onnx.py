@@ -161,11 +161,37 @@ def _create_session(
         if cpu_limit is not None:
             _register_cpu_arena(cpu_limit, model_file)
             options.add_session_config_entry("session.use_env_allocators", "1")
+        # Without enable_fallback=0, ORT answers a provider that fails to start by rebuilding
+        # the session on CUDA or the CPU with no provider options at all (device 0, no memory
+        # cap, no stream). Versions without the keyword ignore it; _plan_mismatch covers them.
         session = ort.InferenceSession(
-            str(model_file), options, providers=names, provider_options=provider_options
+            str(model_file),
+            options,
+            providers=names,
+            provider_options=provider_options,
+            enable_fallback=0,
         )
     session.disable_fallback()  # a failing GPU run must fail, not silently rerun on the CPU
     return session
+
+
+# What a GPU provider that cannot start raises from the session's constructor (CUDA_CALL_THROW,
+# TensorRT libraries missing), as opposed to ORT's status errors for a bad model file.
+_PROVIDER_FAILED = (RuntimeError, ort_state.EPFail)
+
+
+def _plan_mismatch(session: Any, plan: ProviderPlan) -> str | None:
+    """Why the session does not run the planned GPU providers on the planned device, if not."""
+    if plan.device.kind != "gpu":
+        return None
+    wanted = [name for name, _ in plan.providers]
+    running = list(session.get_providers())
+    if running != wanted:
+        return f"onnxruntime runs {', '.join(running)} instead of {', '.join(wanted)}"
+    device_id = session.get_provider_options().get(CUDA_EP, {}).get("device_id")
+    if device_id != str(plan.device.index):
+        return f"onnxruntime placed {CUDA_EP} on device {device_id}, not {plan.device}"
+    return None
 
 
 def _make_cache_dirs(plan: ProviderPlan) -> None:
@@ -239,11 +265,7 @@ class OnnxBackend:
     def _load(self, model_file: Path, config: ModelConfig, setup: _GpuSetup) -> None:
         plan = setup.plan
         _make_cache_dirs(plan)
-        options = session_options(config, model_file)
-        cpu_limit = self._memory_limit if plan.device.kind == "cpu" else None
-        with _graph_hint(setup, model_file), map_ort_errors(str(model_file), loading=True):
-            session = _create_session(model_file, options, plan, cpu_limit)
-        plan = _confirm_gpu(session, plan, config, model_file)
+        session, plan = self._open_session(model_file, config, setup)
         for warning in (*plan.warnings, *setup.warnings):
             _log.warning(warning)
         on_gpu = plan.device.kind == "gpu"
@@ -263,6 +285,29 @@ class OnnxBackend:
                 self._runner.capture_graphs()
         if memory is not setup.memory:  # fell back to the CPU: the GPU stream is not needed
             setup.memory.close()
+
+    def _open_session(
+        self, model_file: Path, config: ModelConfig, setup: _GpuSetup
+    ) -> tuple[Any, ProviderPlan]:
+        """A session running the plan, or, where the config allows it, one on the CPU."""
+        plan = setup.plan
+        cpu_limit = self._memory_limit if plan.device.kind == "cpu" else None
+        with _graph_hint(setup, model_file), map_ort_errors(str(model_file), loading=True):
+            try:
+                session = _create_session(
+                    model_file, session_options(config, model_file), plan, cpu_limit
+                )
+                problem = _plan_mismatch(session, plan)
+            except _PROVIDER_FAILED as exc:
+                if plan.device.kind != "gpu":
+                    raise
+                problem = _ORT_PREFIX.sub("", str(exc)).strip()
+            if problem is None:
+                return session, plan
+            cpu_plan = _cpu_fallback(problem, plan, config, model_file)
+            return _create_session(
+                model_file, session_options(config, model_file), cpu_plan, None
+            ), cpu_plan
 
     def infer(
         self, inputs: Arrays, output_names: Sequence[str] | None = None
@@ -344,6 +389,14 @@ class _GpuSetup:
         uses_trt = any(name == TENSORRT_EP for name, _ in plan.providers)
         signature = read_onnx_signature(model_file) if sizes or uses_trt else None
         warnings: list[str] = []
+        if sizes and uses_trt:
+            warnings.append(
+                f"{model_file}: optimization.cuda.graphs is not used with the tensorrt "
+                "accelerator: ONNX Runtime's TensorRT provider holds one CUDA graph per session "
+                "and replays it whatever the batch size. Serve a TensorRT engine "
+                "(batchserve export --tensorrt) for a graph per batch size"
+            )
+            sizes = ()
         if sizes and not (binds and _graphable(signature, config)):
             warnings.append(
                 f"{model_file}: optimization.cuda.graphs needs I/O binding and every input "
@@ -355,7 +408,7 @@ class _GpuSetup:
             warnings.append(f"{model_file}: {problem}")
         if sizes and not isinstance(memory, CudaMemory):
             _refuse_graphs_without_cuda_python(model_file, problem)
-            sizes = ()  # no driver: _confirm_gpu reports the GPU as unusable
+            sizes = ()  # no driver: the session's own failure reports the GPU as unusable
         plan = with_gpu_io(
             plan,
             stream=memory.stream.handle if isinstance(memory, CudaMemory) else None,
@@ -425,19 +478,18 @@ def _dtype_fits(dtype: np.dtype[Any], datatype: DataType) -> bool:
     return bool(dtype == datatype.numpy)
 
 
-def _confirm_gpu(
-    session: Any, plan: ProviderPlan, config: ModelConfig, model_file: Path
+def _cpu_fallback(
+    problem: str, plan: ProviderPlan, config: ModelConfig, model_file: Path
 ) -> ProviderPlan:
-    """ORT quietly drops a GPU provider it cannot start (no driver): check it really runs."""
-    if plan.device.kind == "cpu" or CUDA_EP in session.get_providers():
-        return plan
-    problem = (
-        f"{model_file}: onnxruntime could not start {CUDA_EP} on {plan.device} "
-        "(no NVIDIA driver, or CUDA/cuDNN libraries missing)"
-    )
+    """The CPU plan when the config allows falling back, else the GPU's failure, explained."""
+    failure = f"{model_file}: onnxruntime could not start {CUDA_EP} on {plan.device}: {problem}"
     if not config.batchserve.allow_cpu_fallback:
         raise DeviceUnavailable(
-            f"{problem}; install the NVIDIA driver and the CUDA 12 runtime libraries that "
-            "onnxruntime-gpu needs, or set `batchserve { allow_cpu_fallback: true }`"
+            f"{failure}. onnxruntime-gpu needs an NVIDIA driver with CUDA 13 and cuDNN 9 "
+            "(pip install 'batchserve[gpu]' brings them as wheels), and the TensorRT "
+            "accelerator needs TensorRT 10; or set `batchserve { allow_cpu_fallback: true }`"
         )
-    return replace(plan, device=CPU, warnings=(*plan.warnings, f"{problem}; running on the CPU"))
+    cpu_plan = choose_providers(ort.get_available_providers(), config, CPU, model_file=model_file)
+    return replace(
+        cpu_plan, warnings=(*plan.warnings, f"{failure}; running on the CPU", *cpu_plan.warnings)
+    )

@@ -6,6 +6,7 @@ Pure functions of what the installed wheel offers and what config.pbtxt asks for
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,7 +21,9 @@ from batchserve.grpc.generated.model_config_pb2 import ModelConfig
 CPU_EP = "CPUExecutionProvider"
 CUDA_EP = "CUDAExecutionProvider"
 TENSORRT_EP = "TensorrtExecutionProvider"
-TRT_CACHE_DIR = "trt_cache"  # beside the model file: built engines survive restarts
+# Under the temporary directory, not beside the model: repositories are mounted read-only and
+# containers run with a read-only root, while /tmp is writable (an emptyDir in the manifests).
+TRT_CACHE_DIR = "batchserve-trt-cache"
 
 ProviderSpec = tuple[str, dict[str, str]]
 
@@ -119,7 +122,11 @@ def _gpu_plan(
         )
     elif "tensorrt" in accelerators:
         warnings.append(f"{model_file}: {TENSORRT_EP} is not in this onnxruntime; using CUDA only")
-    cuda_options = _cuda_options(device, memory_limit_bytes) | accelerators.get("cuda", {})
+    cuda_options = (
+        _cuda_options(device, memory_limit_bytes)
+        | _cuda_parameters(config, model_file)
+        | accelerators.get("cuda", {})
+    )
     providers += [(CUDA_EP, cuda_options), (CPU_EP, {})]
     return ProviderPlan(tuple(providers), device, tuple(warnings))
 
@@ -142,7 +149,7 @@ def _tensorrt_options(
     options = {
         "device_id": str(device.index),
         "trt_engine_cache_enable": "True",
-        "trt_engine_cache_path": str(model_file.parent / TRT_CACHE_DIR),
+        "trt_engine_cache_path": str(default_engine_cache(model_file)),
     }
     for key, value in params.items():
         if key == "precision_mode" and value.upper() in _TRT_PRECISION:
@@ -157,6 +164,12 @@ def _tensorrt_options(
     return options
 
 
+def default_engine_cache(model_file: Path) -> Path:
+    """``<tmp>/batchserve-trt-cache/<model>/<version>``: writable wherever the server runs."""
+    version_dir = model_file.parent
+    return Path(tempfile.gettempdir(), TRT_CACHE_DIR, version_dir.parent.name, version_dir.name)
+
+
 def with_gpu_io(
     plan: ProviderPlan,
     *,
@@ -168,11 +181,12 @@ def with_gpu_io(
 
     Args:
         stream: the instance's own ``cudaStream_t``; ORT computes on it
-            (``user_compute_stream``) instead of a stream of its choosing.
-        cuda_graphs: capture CUDA graphs (``gpu_graph_id`` per run). ORT refuses a session
-            whose nodes are not all on the capturing provider, so with the TensorRT EP present
-            it alone captures (``trt_cuda_graph_enable``), else the CUDA EP
-            (``enable_cuda_graph``).
+            (``user_compute_stream``) instead of a stream of its choosing. The CUDA EP also
+            takes ``has_user_compute_stream``; the TensorRT EP's parser rejects that key and
+            sets the flag itself from ``user_compute_stream``.
+        cuda_graphs: capture CUDA graphs on the CUDA EP (``enable_cuda_graph``, one
+            ``gpu_graph_id`` per batch size). Callers leave it off when the TensorRT EP is in
+            the plan: that EP holds one graph per session and replays it whatever the shape.
         tensorrt_profile: ``trt_profile_*_shapes`` for the TensorRT EP, unless the
             accelerator's parameters already set any of them.
     """
@@ -182,13 +196,13 @@ def with_gpu_io(
     providers: list[ProviderSpec] = []
     for name, given in plan.providers:
         options = dict(given)
-        if stream is not None and name in (CUDA_EP, TENSORRT_EP):
+        if stream is not None and name == CUDA_EP:
             options |= {"has_user_compute_stream": "1", "user_compute_stream": str(stream)}
+        elif stream is not None and name == TENSORRT_EP:
+            options["user_compute_stream"] = str(stream)
         if name == TENSORRT_EP:
             if tensorrt_profile and not any(key in options for key in _TRT_PROFILE_KEYS):
                 options |= tensorrt_profile
-            if cuda_graphs:
-                options["trt_cuda_graph_enable"] = "True"
         elif name == CUDA_EP and cuda_graphs and TENSORRT_EP not in names:
             options["enable_cuda_graph"] = "1"
         providers.append((name, options))
@@ -225,9 +239,37 @@ def _cuda_options(device: Device, memory_limit_bytes: int | None) -> dict[str, s
         # Grow by what is asked, not to the next power of two: the budget is measured.
         "arena_extend_strategy": "kSameAsRequested",
         "do_copy_in_default_stream": "True",
+        # ORT computes FP32 MatMul and Conv in TF32 by default (a 10-bit mantissa): an FP32
+        # model must give FP32 results, as verified on the CPU. A cuda accelerator parameter
+        # use_tf32=1 opts in.
+        "use_tf32": "0",
+        # ORT's default EXHAUSTIVE search benchmarks cuDNN on the first batch of every new
+        # size, a latency spike per batch size in traffic; Triton's parameter overrides it.
+        "cudnn_conv_algo_search": "HEURISTIC",
     }
     if memory_limit_bytes is not None:
         options["gpu_mem_limit"] = str(memory_limit_bytes)
+    return options
+
+
+# Triton's ONNX Runtime backend takes cudnn_conv_algo_search as an integer in `parameters`.
+_CONV_ALGO_SEARCH = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}
+
+
+def _cuda_parameters(config: ModelConfig, model_file: Path) -> dict[str, str]:
+    """CUDA EP options from config.pbtxt ``parameters``, under Triton's names where it has one."""
+    params = {key: value.string_value for key, value in config.parameters.items()}
+    options: dict[str, str] = {}
+    if "cudnn_conv_algo_search" in params:
+        value = params["cudnn_conv_algo_search"].strip()
+        if value not in _CONV_ALGO_SEARCH:
+            raise ModelConfigError(
+                f"{model_file}: parameter cudnn_conv_algo_search={value!r} is not 0 "
+                "(exhaustive), 1 (heuristic) or 2 (default)"
+            )
+        options["cudnn_conv_algo_search"] = _CONV_ALGO_SEARCH[value]
+    if "use_tf32" in params:
+        options["use_tf32"] = "1" if _flag_param(params, "use_tf32", False, model_file) else "0"
     return options
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from batchserve.backends.onnx import CUDA_EP, OnnxBackend, translate_ort_error
+from batchserve.backends.onnx_options import CPU_EP
 from batchserve.devices import CPU, Device, gpu_count
 from batchserve.errors import (
     BackendError,
@@ -189,6 +190,43 @@ def test_gpu_instance_falls_back_to_cpu_when_allowed(
     assert backend.device == CPU
     assert "running on the CPU" in caplog.text
     x = np.ones((2, 8), np.float32)
+    np.testing.assert_allclose(backend.infer({"x": x})["y"], mlp_reference(x)["y"], rtol=1e-5)
+
+
+# ONNX Runtime drops a provider it cannot start and builds the session without it: it did so
+# after any provider failure before 1.31's enable_fallback=0, and still does for a provider the
+# wheel lacks. Claiming a CUDA provider this CPU wheel lacks makes real ORT do exactly that.
+@pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider'")
+@pytest.mark.skipif(HAS_CUDA_EP, reason="this onnxruntime has the CUDA provider")
+def test_a_gpu_session_quietly_rebuilt_on_the_cpu_is_refused(
+    mlp_file: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA_EP, CPU_EP])
+    with pytest.raises(DeviceUnavailable) as caught:
+        OnnxBackend().load(mlp_file, ModelConfig(name="m"), Device("gpu", 0))
+    message = str(caught.value)
+    assert f"could not start {CUDA_EP} on gpu:0" in message
+    assert f"runs {CPU_EP} instead of {CUDA_EP}, {CPU_EP}" in message
+    assert "CUDA 13 and cuDNN 9" in message
+    assert "allow_cpu_fallback" in message
+
+
+@pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider'")
+@pytest.mark.skipif(HAS_CUDA_EP, reason="this onnxruntime has the CUDA provider")
+def test_a_quiet_rebuild_becomes_an_explicit_cpu_session_when_allowed(
+    mlp_file: Path,
+    mlp_reference: Reference,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+):
+    monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA_EP, CPU_EP])
+    config = ModelConfig(name="m", batchserve=BatchserveOptions(allow_cpu_fallback=True))
+    backend = OnnxBackend()
+    with caplog.at_level(logging.WARNING, logger="batchserve.backends.onnx"):
+        backend.load(mlp_file, config, Device("gpu", 0))
+    assert backend.device == CPU
+    assert f"instead of {CUDA_EP}, {CPU_EP}; running on the CPU" in caplog.text
+    x = np.ones((3, 8), np.float32)
     np.testing.assert_allclose(backend.infer({"x": x})["y"], mlp_reference(x)["y"], rtol=1e-5)
 
 

@@ -1,5 +1,6 @@
 """What a GPU instance tells ONNX Runtime: its own stream, CUDA graphs, a TensorRT EP profile."""
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,12 +32,15 @@ def options(plan_providers: tuple[tuple[str, dict[str, str]], ...]) -> dict[str,
     return dict(plan_providers)
 
 
-def test_the_instance_stream_goes_to_every_gpu_provider() -> None:
+def test_the_instance_stream_goes_to_every_gpu_provider_in_its_own_keys() -> None:
     plan = choose_providers([TENSORRT_EP, CUDA_EP, CPU_EP], TRT, GPU0, model_file=MODEL)
     got = options(with_gpu_io(plan, stream=0x7F00).providers)
-    for provider in (TENSORRT_EP, CUDA_EP):
-        assert got[provider]["user_compute_stream"] == str(0x7F00)
-        assert got[provider]["has_user_compute_stream"] == "1"
+    assert got[CUDA_EP]["user_compute_stream"] == str(0x7F00)
+    assert got[CUDA_EP]["has_user_compute_stream"] == "1"
+    # The TensorRT EP's option parser throws on has_user_compute_stream (it sets the flag
+    # itself from user_compute_stream); the contract tests run the real parser.
+    assert got[TENSORRT_EP]["user_compute_stream"] == str(0x7F00)
+    assert "has_user_compute_stream" not in got[TENSORRT_EP]
     assert got[CPU_EP] == {}
 
 
@@ -47,13 +51,53 @@ def test_cuda_graphs_go_to_the_cuda_provider_alone_without_tensorrt() -> None:
     assert "user_compute_stream" not in got[CUDA_EP]  # no stream given: ORT picks its own
 
 
-def test_with_tensorrt_present_only_tensorrt_captures_graphs() -> None:
-    # ORT refuses a session whose nodes are not all on the capturing provider, and
-    # the TensorRT EP takes the nodes first.
+def test_with_tensorrt_present_no_provider_captures_graphs() -> None:
+    # The TensorRT EP holds one graph per session and replays it whatever the shape, and the
+    # CUDA EP cannot capture while the TensorRT EP holds nodes.
     plan = choose_providers([TENSORRT_EP, CUDA_EP, CPU_EP], TRT, GPU0, model_file=MODEL)
     got = options(with_gpu_io(plan, cuda_graphs=True).providers)
-    assert got[TENSORRT_EP]["trt_cuda_graph_enable"] == "True"
+    assert "trt_cuda_graph_enable" not in got[TENSORRT_EP]
     assert "enable_cuda_graph" not in got[CUDA_EP]
+
+
+def test_fp32_stays_fp32_and_convolutions_are_not_benchmarked_per_batch_size() -> None:
+    plan = choose_providers([CUDA_EP, CPU_EP], ModelConfig(), GPU0, model_file=MODEL)
+    got = options(plan.providers)[CUDA_EP]
+    assert got["use_tf32"] == "0"
+    assert got["cudnn_conv_algo_search"] == "HEURISTIC"
+
+
+@pytest.mark.parametrize(
+    ("params", "search", "tf32"),
+    [
+        ({"cudnn_conv_algo_search": "0"}, "EXHAUSTIVE", "0"),
+        ({"cudnn_conv_algo_search": "2", "use_tf32": "1"}, "DEFAULT", "1"),
+        ({"use_tf32": "true"}, "HEURISTIC", "1"),
+    ],
+)
+def test_tritons_cuda_parameters_override_the_defaults(
+    params: dict[str, str], search: str, tf32: str
+) -> None:
+    config = ModelConfig(name="m")
+    for key, value in params.items():
+        config.parameters[key].string_value = value
+    got = options(choose_providers([CUDA_EP, CPU_EP], config, GPU0, model_file=MODEL).providers)
+    assert (got[CUDA_EP]["cudnn_conv_algo_search"], got[CUDA_EP]["use_tf32"]) == (search, tf32)
+
+
+@pytest.mark.parametrize("params", [{"cudnn_conv_algo_search": "HEURISTIC"}, {"use_tf32": "2"}])
+def test_a_bad_cuda_parameter_names_itself(params: dict[str, str]) -> None:
+    config = ModelConfig(name="m")
+    for key, value in params.items():
+        config.parameters[key].string_value = value
+    with pytest.raises(ModelConfigError, match=next(iter(params))):
+        choose_providers([CUDA_EP, CPU_EP], config, GPU0, model_file=MODEL)
+
+
+def test_the_engine_cache_is_under_the_temporary_directory_not_the_repository() -> None:
+    plan = choose_providers([TENSORRT_EP, CUDA_EP, CPU_EP], TRT, GPU0, model_file=MODEL)
+    cache = Path(options(plan.providers)[TENSORRT_EP]["trt_engine_cache_path"])
+    assert cache == Path(tempfile.gettempdir(), "batchserve-trt-cache", "m", "1")
 
 
 def test_nothing_changes_without_graphs_stream_or_profile() -> None:
@@ -122,7 +166,8 @@ def test_without_a_driver_the_setup_keeps_going_for_the_session_to_report(mlp_fi
     plan = choose_providers([TENSORRT_EP, CUDA_EP, CPU_EP], GRAPHS, GPU0, model_file=mlp_file)
     setup = _GpuSetup.prepare(plan, GRAPHS, mlp_file, binds=True)
     assert isinstance(setup.memory, HostMemory)
-    assert setup.graph_sizes == ()  # no stream, no graphs; _confirm_gpu then refuses the GPU
+    assert setup.graph_sizes == ()  # the TensorRT EP is in the plan: no ORT graphs
+    assert any("holds one CUDA graph per session" in w for w in setup.warnings)
     assert any("no CUDA stream on gpu:0: cudaSetDevice failed" in w for w in setup.warnings)
     got = options(setup.plan.providers)
     assert "trt_cuda_graph_enable" not in got[TENSORRT_EP]

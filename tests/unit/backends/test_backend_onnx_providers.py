@@ -7,6 +7,7 @@ from batchserve.backends.onnx_options import (
     CUDA_EP,
     TENSORRT_EP,
     choose_providers,
+    default_engine_cache,
     session_options,
 )
 from batchserve.devices import CPU, Device
@@ -72,7 +73,7 @@ def test_tensorrt_requested_and_available_comes_first():
     assert trt["trt_max_workspace_size"] == "1073741824"
     assert trt["trt_min_subgraph_size"] == "3"
     assert trt["trt_engine_cache_enable"] == "True"
-    assert trt["trt_engine_cache_path"] == str(MODEL.parent / "trt_cache")
+    assert trt["trt_engine_cache_path"] == str(default_engine_cache(MODEL))
 
 
 def test_tensorrt_requested_but_absent_warns_and_uses_cuda():
