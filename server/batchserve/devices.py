@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from batchserve.errors import DeviceUnavailable, ModelConfigError
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInstanceGroup
@@ -29,7 +29,65 @@ _log = logging.getLogger(__name__)
 
 
 def gpu_count() -> int:
-    """Number of NVIDIA GPUs NVML can see; 0 where there is no driver or no GPU."""
+    """GPUs this process can run on, numbered as CUDA numbers them; 0 without driver or GPU.
+
+    CUDA decides, not NVML: NVML lists every board in the machine whatever
+    CUDA_VISIBLE_DEVICES says, in an order that need not be CUDA's, and lists a MIG slice as
+    its whole GPU. Without cuda-python (the ``gpu`` extra) NVML's count is the only one there
+    is, and CUDA_VISIBLE_DEVICES is then not honoured.
+    """
+    cudart = _cuda_runtime()
+    if cudart is None:
+        return _nvml_count()
+    error, count = cudart.cudaGetDeviceCount()
+    return int(count) if error == cudart.cudaError_t.cudaSuccess else 0
+
+
+def nvml_handle(nvml: Any, index: int) -> Any:
+    """NVML's handle for CUDA device ``index`` (``nvml`` is the initialised pynvml module).
+
+    Matched by UUID, which CUDA and NVML share (a MIG slice's under the ``MIG-`` prefix), so
+    memory and metrics are read from the device or slice an instance really runs on.
+    Without cuda-python, NVML's index is taken for CUDA's.
+    """
+    uuid = cuda_uuid(index)
+    if uuid is None:
+        return nvml.nvmlDeviceGetHandleByIndex(index)
+    try:
+        return nvml.nvmlDeviceGetHandleByUUID(uuid)
+    except nvml.NVMLError_NotFound:
+        return nvml.nvmlDeviceGetHandleByUUID(f"MIG-{uuid.removeprefix('GPU-')}")
+
+
+def cuda_uuid(index: int) -> str | None:
+    """CUDA device ``index``'s UUID as NVML writes it (``GPU-8hex-4hex-4hex-4hex-12hex``).
+
+    None without cuda-python; DeviceUnavailable when CUDA has no such device.
+    """
+    cudart = _cuda_runtime()
+    if cudart is None:
+        return None
+    error, properties = cudart.cudaGetDeviceProperties(index)
+    if error != cudart.cudaError_t.cudaSuccess:
+        raise DeviceUnavailable(f"gpu:{index}: CUDA cannot read this device ({error.name})")
+    return nvml_uuid(bytes(properties.uuid.bytes))
+
+
+def nvml_uuid(raw: bytes) -> str:
+    """CUDA's 16 UUID bytes written as NVML writes a GPU's UUID."""
+    parts = (raw[:4], raw[4:6], raw[6:8], raw[8:10], raw[10:16])
+    return "GPU-" + "-".join(part.hex() for part in parts)
+
+
+def _cuda_runtime() -> Any:
+    try:
+        from cuda.bindings import runtime
+    except ImportError:
+        return None
+    return runtime
+
+
+def _nvml_count() -> int:
     try:
         import pynvml
     except ImportError:  # pragma: no cover - nvidia-ml-py is a base dependency

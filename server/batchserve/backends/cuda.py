@@ -25,12 +25,13 @@ _NO_DEVICE = (
 
 
 def runtime() -> Any:
-    """cuda-python's runtime module (``cuda.bindings.runtime``, cuda-python >= 12.6)."""
+    """cuda-python's runtime module (``cuda.bindings.runtime``, cuda-python >= 12.6.2)."""
     try:
         from cuda.bindings import runtime as cudart
     except ImportError:
         raise DeviceUnavailable(
-            "cuda-python is not installed (or older than 12.6): pip install 'batchserve[gpu]'"
+            "cuda-python is not installed (or older than 12.6.2, which has no "
+            "cuda.bindings.runtime): pip install 'batchserve[gpu]'"
         ) from None
     return cudart
 
@@ -55,14 +56,6 @@ def call(function: str, *args: Any) -> Any:
     if error != cudart.cudaError_t.cudaSuccess:
         raise translate_error(error, function)
     return values[0] if values else None
-
-
-def device_count() -> int:
-    """CUDA devices visible to this process; 0 without a driver."""
-    try:
-        return int(call("cudaGetDeviceCount"))
-    except DeviceUnavailable:
-        return 0
 
 
 def set_device(index: int) -> None:

@@ -36,7 +36,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
 from batchserve.backends.base import Backend
-from batchserve.devices import Device
+from batchserve.devices import Device, nvml_handle
 from batchserve.errors import DeviceUnavailable
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig
 from batchserve.scheduler.memory import MemoryProfile, MemorySample
@@ -119,7 +119,7 @@ def _nvml() -> Iterator[Any]:
 
 def _gpu_handle(nvml: Any, index: int) -> Any:
     try:
-        return nvml.nvmlDeviceGetHandleByIndex(index)
+        return nvml_handle(nvml, index)
     except nvml.NVMLError as exc:
         raise DeviceUnavailable(f"gpu:{index}: NVML does not know this GPU ({exc})") from None
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 from batchserve.backends import cuda
-from batchserve.devices import gpu_count
+from batchserve.devices import cuda_uuid, gpu_count, nvml_uuid
 from batchserve.errors import BackendError, DeviceUnavailable, OutOfMemory
 
 HAS_GPU = gpu_count() > 0
@@ -26,7 +26,9 @@ def test_cuda_errors_map_to_batchserve_errors(name: str, expected: type, text: s
 
 @pytest.mark.skipif(HAS_GPU, reason="a GPU is present")
 def test_without_a_driver_there_are_no_devices_and_no_allocations():
-    assert cuda.device_count() == 0
+    assert gpu_count() == 0
+    with pytest.raises(DeviceUnavailable, match=r"gpu:0: CUDA cannot read this device"):
+        cuda_uuid(0)
     with pytest.raises(DeviceUnavailable, match="cudaMalloc failed"):
         cuda.DeviceBuffer(16)
     with pytest.raises(DeviceUnavailable, match="cudaStreamCreateWithFlags failed"):
@@ -84,3 +86,8 @@ def test_a_captured_graph_replays_its_copies_on_new_data():
     finally:
         for resource in (pinned_in, pinned_out, device, stream):
             resource.close()
+
+
+def test_cuda_uuid_bytes_are_written_as_nvml_writes_them():
+    raw = bytes.fromhex("5f3a9c1e7b2d4e8fa0b1c2d3e4f50617")
+    assert nvml_uuid(raw) == "GPU-5f3a9c1e-7b2d-4e8f-a0b1-c2d3e4f50617"
