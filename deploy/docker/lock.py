@@ -51,6 +51,15 @@ def resolve(requirements: list[str]) -> list[str]:
     return [f"{name}=={version}" for name, version in sorted(pins.items())]
 
 
+def _from_base_image(requirement: str) -> str:
+    """The requirement without the extras that bring CUDA and cuDNN as wheels.
+
+    The GPU image's base (nvidia/cuda ...-cudnn-runtime) has them installed system-wide;
+    ``onnxruntime-gpu[cuda,cudnn]`` is for hosts with only a driver.
+    """
+    return re.sub(r"^(onnxruntime-gpu)\[[^\]]*\]", r"\1", requirement)
+
+
 def write(path: Path, pins: list[str]) -> None:
     path.write_text(HEADER + "".join(f"{pin}\n" for pin in pins))
     print(f"{path.name}: {len(pins)} packages")
@@ -63,7 +72,7 @@ def main() -> int:
     dependencies = project["project"]["dependencies"]
     extras = project["project"]["optional-dependencies"]
     for extra, choices in CHOICES.items():
-        wanted = [r for r in extras[extra] if not r.startswith("tensorrt")]
+        wanted = [_from_base_image(r) for r in extras[extra] if not r.startswith("tensorrt")]
         pins = resolve([*dependencies, *wanted, *choices])
         if extra == "gpu":
             pins = sorted([*pins, *(f"{name}=={TENSORRT_VERSION}" for name in TENSORRT)])

@@ -7,12 +7,17 @@ config asks). ORT's exceptions become batchserve's errors in one place, ``map_or
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib.util
+import io
 import logging
 import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -152,9 +157,43 @@ def _register_cpu_arena(memory_limit_bytes: int, model_file: Path) -> None:
     ort.create_and_register_allocator(info, arena)
 
 
+@functools.cache
+def _one_onnxruntime() -> None:
+    """Refuse an install holding both ONNX Runtime wheels: each overwrites the other's module."""
+    installed = []
+    for distribution in ("onnxruntime", "onnxruntime-gpu"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            installed.append(f"{distribution} {metadata.version(distribution)}")
+    if len(installed) > 1:
+        raise DeviceUnavailable(
+            f"both {' and '.join(installed)} are installed; they install the same module and the "
+            "last one installed wins. pip uninstall -y onnxruntime onnxruntime-gpu, then "
+            "pip install 'batchserve[cpu]' or 'batchserve[gpu]', not both"
+        )
+
+
+@functools.cache
+def _preload_cuda_wheels() -> None:
+    """Load the CUDA and cuDNN libraries pip installed before the first GPU session.
+
+    onnxruntime-gpu[cuda,cudnn] brings them as ``nvidia-*`` wheels, whose directories the
+    dynamic loader does not search; a host with CUDA installed system-wide needs nothing.
+    """
+    if importlib.util.find_spec("nvidia") is None or not hasattr(ort, "preload_dlls"):
+        return
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):  # it prints its failures
+        ort.preload_dlls()
+    for line in said.getvalue().splitlines():
+        _log.warning("onnxruntime.preload_dlls: %s", line)
+
+
 def _create_session(
     model_file: Path, options: Any, plan: ProviderPlan, cpu_limit: int | None
 ) -> Any:
+    _one_onnxruntime()
+    if plan.device.kind == "gpu":
+        _preload_cuda_wheels()
     names = [name for name, _ in plan.providers]
     provider_options = [opts for _, opts in plan.providers]
     with _ENV_ALLOCATOR_LOCK:

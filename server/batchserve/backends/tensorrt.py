@@ -75,7 +75,7 @@ def _require_gpu(path: Path, device: Device | None) -> Any:
     try:
         cuda.runtime()
     except DeviceUnavailable:
-        problems.append("cuda-python (>= 12.6) is not installed")
+        problems.append("cuda-python (>= 12.6.2) is not installed")
     count = gpu_count()
     if count == 0:
         problems.append("no NVIDIA GPU is visible (no driver, or none exposed to this process)")
@@ -192,6 +192,7 @@ class _Instance:
     def open(self, trt: Any, profiles: Sequence[int], path: Path) -> None:
         self.scratch = cuda.DeviceBuffer(_scratch_bytes(self.engine))
         input_names, output_names = _io_names(trt, self.engine)
+        _require_linear(trt, self.engine, [*input_names, *output_names], path)
         outputs: dict[str, list[EngineTensor]] = {name: [] for name in output_names}
         for index in profiles:
             profile = self._describe(index, input_names, path)
@@ -244,7 +245,6 @@ class _Instance:
     def capture_graphs(self, trt: Any, sizes: Sequence[int], path: Path) -> list[str]:
         """Capture a CUDA graph per batch size; returns why sizes were left out."""
         inputs = [t for t in self.tensors.values() if t.is_input]
-        outputs = [t for t in self.tensors.values() if not t.is_input]
         if sizes and not all(_batch_only(t) for t in inputs):
             return [f"{path}: CUDA graphs need every input fixed apart from the batch axis"]
         skipped: list[str] = []
@@ -254,18 +254,29 @@ class _Instance:
             if profile is None:
                 skipped.append(f"{path}: no optimisation profile takes batch {size}; no graph")
                 continue
-            context = self._context(trt, profile, path)
-            self._bind(context, path)
-            _set_shapes(context, zeros, path)
-            _enqueue(context, self.stream, path)  # the first run after setting shapes does setup
-            self.stream.synchronize()
-            graph = cuda.Graph(self.stream, partial(_enqueue, context, self.stream, path))
-            shapes = {t.name: tuple(context.get_tensor_shape(t.name)) for t in outputs}
-            if any(shape[:1] != (size,) for shape in shapes.values()):
-                graph.close()
+            try:  # whether an engine can be captured depends on its layers: degrade, not fail
+                captured = self._capture(trt, profile, zeros, path)
+            except BatchserveError as exc:
+                skipped.append(f"{path}: no CUDA graph for batch {size}: {exc.message}")
+                continue
+            if any(shape[:1] != (size,) for shape in captured.outputs.values()):
+                captured.graph.close()
                 return [*skipped, f"{path}: CUDA graphs need every output's first axis batched"]
-            self.graphs[size] = _CapturedGraph(graph, context, shapes)
+            self.graphs[size] = captured
         return skipped
+
+    def _capture(
+        self, trt: Any, profile: int, zeros: dict[str, np.ndarray], path: Path
+    ) -> _CapturedGraph:
+        context = self._context(trt, profile, path)
+        self._bind(context, path)
+        _set_shapes(context, zeros, path)
+        _enqueue(context, self.stream, path)  # the first run after setting shapes does setup
+        self.stream.synchronize()
+        graph = cuda.Graph(self.stream, partial(_enqueue, context, self.stream, path))
+        outputs = [t.name for t in self.tensors.values() if not t.is_input]
+        shapes = {name: tuple(context.get_tensor_shape(name)) for name in outputs}
+        return _CapturedGraph(graph, context, shapes)
 
     def run(self, inputs: Arrays, names: Sequence[str], model: str) -> dict[str, np.ndarray]:
         where = f"model '{model}'"
@@ -350,6 +361,22 @@ def _set_shapes(context: Any, inputs: Arrays, where: Path | str) -> None:
 def _enqueue(context: Any, stream: cuda.Stream, where: Path | str) -> None:
     if not context.execute_async_v3(stream.handle):
         raise BackendError(f"{where}: TensorRT execution failed (see its log)")
+
+
+def _require_linear(trt: Any, engine: Any, names: Sequence[str], path: Path) -> None:
+    """Buffers are sized and copied as dense row-major arrays: refuse vectorized I/O formats.
+
+    Engines built with, say, ``trtexec --inputIOFormats=fp16:chw16`` pad and interleave a
+    tensor's channels; copying numpy's layout into them would compute on scrambled data.
+    """
+    for name in names:
+        layout = engine.get_tensor_format(name)
+        if layout != trt.TensorFormat.LINEAR:
+            raise ModelConfigError(
+                f"{path}: tensor '{name}' uses TensorRT's {layout.name} format; batchserve "
+                "serves engines whose inputs and outputs are LINEAR (rebuild without "
+                "--inputIOFormats/--outputIOFormats, or with :chw)"
+            )
 
 
 def _batch_only(tensor: EngineTensor) -> bool:

@@ -6,7 +6,10 @@ the previous one; a last profile reaches max_batch_size. Other dynamic axes cove
 the export was tested at. The server runs each batch on the profile tuned nearest its size.
 
 Without --fp16 TF32 is switched off, so the engine computes in FP32 and is held to the same
-tolerance against PyTorch as ONNX Runtime. With --fp16 the engine is compared with the FP32
+tolerance against PyTorch as ONNX Runtime. --fp16 builds a strongly typed network from an
+FP16-typed copy of the ONNX graph (FP32 inputs and outputs, casts at the edges): TensorRT 11
+removed the precision flags (BuilderFlag.FP16) and is always strongly typed, and TensorRT 10
+deprecated them, so one way serves both majors. The FP16 engine is compared with the FP32
 ONNX model on ONNX Runtime's CPU provider, on the same inputs, with a tolerance scaled to
 each output's range (FP16 keeps 11 significant bits, so an element-wise bound fails on
 values near zero while saying nothing about the ones that matter).
@@ -64,7 +67,7 @@ class TensorRTOptions:
     """How the engine is built and judged.
 
     Args:
-        fp16: allow FP16 kernels (BuilderFlag.FP16).
+        fp16: compute in FP16 (an FP16-typed, strongly typed network; FP32 inputs and outputs).
         workspace_mib: workspace memory pool limit; None leaves TensorRT's default.
         tolerance: without ``fp16``, the element-wise tolerance against PyTorch (None: the
             spec's); with it, ``atol`` is a fraction of each output's range and ``rtol`` is
@@ -214,9 +217,10 @@ def build_engine(onnx_path: Path, spec: ExportSpec, options: TensorRTOptions, pl
 
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
-    network = builder.create_network(0)  # TensorRT 10: every network is explicit-batch
+    network = builder.create_network(network_flags(trt, fp16=options.fp16))
     parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(str(onnx_path)):
+    source = fp16_graph(onnx_path) if options.fp16 else onnx_path
+    if not parser.parse_from_file(str(source)):
         raise ExportError(_parser_errors(parser))
     serialized = builder.build_serialized_network(
         network, _builder_config(trt, builder, spec, options)
@@ -229,6 +233,38 @@ def build_engine(onnx_path: Path, spec: ExportSpec, options: TensorRTOptions, pl
         file.write(serialized)
 
 
+def network_flags(trt: Any, *, fp16: bool) -> int:
+    """Explicit batch always (TensorRT 10+); strongly typed for FP16.
+
+    A strongly typed network computes each layer in the type the graph gives it, so an
+    FP16-typed graph runs in FP16. TensorRT 11 is strongly typed whatever the flags and
+    deprecates the flag, so it is set on TensorRT 10 alone.
+    """
+    if not fp16 or tensorrt_major(trt) >= 11:
+        return 0
+    return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+
+
+def tensorrt_major(trt: Any) -> int:
+    return int(str(trt.__version__).split(".", 1)[0])
+
+
+def fp16_graph(onnx_path: Path) -> Path:
+    """An FP16-typed copy of the ONNX file beside it, with FP32 inputs and outputs kept.
+
+    onnxconverter-common's converter casts weights and activations and leaves the ops that
+    have no FP16 kernel, or overflow in it, in FP32 behind casts.
+    """
+    import onnx
+    from onnxconverter_common import float16
+
+    model = onnx.load(str(onnx_path))
+    converted = float16.convert_float_to_float16(model, keep_io_types=True)
+    target = onnx_path.with_name(f"{onnx_path.stem}.fp16.onnx")
+    onnx.save(converted, str(target))
+    return target
+
+
 def _builder_config(trt: Any, builder: Any, spec: ExportSpec, options: TensorRTOptions) -> Any:
     config = builder.create_builder_config()
     for shapes_by_input in profile_shapes(spec, options.profile_batch_sizes):
@@ -238,10 +274,9 @@ def _builder_config(trt: Any, builder: Any, spec: ExportSpec, options: TensorRTO
         config.add_optimization_profile(profile)
     if options.workspace_mib is not None:
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_mib << 20)
-    if options.fp16:
-        config.set_flag(trt.BuilderFlag.FP16)
-    else:
-        config.clear_flag(trt.BuilderFlag.TF32)
+    # TF32 is on by default and would round FP32 layers (FP16 engines keep a few, behind
+    # their casts) to a 10-bit mantissa.
+    config.clear_flag(trt.BuilderFlag.TF32)
     return config
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from batchserve.backends.onnx import CUDA_EP, OnnxBackend, translate_ort_error
+from batchserve.backends.onnx import CUDA_EP, OnnxBackend, _one_onnxruntime, translate_ort_error
 from batchserve.backends.onnx_options import CPU_EP
 from batchserve.devices import CPU, Device, gpu_count
 from batchserve.errors import (
@@ -297,3 +297,24 @@ def test_cuda_graphs_per_preferred_size_pad_batches_and_match_numpy(
         assert out["y"].shape == (batch, 4)
         np.testing.assert_allclose(out["y"], mlp_reference(x)["y"], rtol=1e-4, atol=1e-5)
     backend.unload()
+
+
+def test_both_onnxruntime_wheels_installed_is_refused_naming_both(
+    mlp_file: Path, config: ModelConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    dist_info = tmp_path / "onnxruntime_gpu-1.31.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: onnxruntime-gpu\nVersion: 1.31.1\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _one_onnxruntime.cache_clear()
+    try:
+        with pytest.raises(
+            DeviceUnavailable,
+            match=r"both onnxruntime \S+ and onnxruntime-gpu "
+            r"1\.31\.1 are installed",
+        ):
+            loaded(mlp_file, config)
+    finally:
+        _one_onnxruntime.cache_clear()

@@ -206,6 +206,7 @@ def build_engine(
     parser = trt.OnnxParser(network, logger)
     assert parser.parse(onnx_file.read_bytes()), parser.get_error(0)
     build_config = builder.create_builder_config()
+    build_config.clear_flag(trt.BuilderFlag.TF32)  # on by default; the tolerances are FP32's
     for low, opt, high in profiles or ((1, max_batch // 2, max_batch),):
         profile = builder.create_optimization_profile()
         profile.set_shape("x", (low, 8), (opt, 8), (high, 8))
