@@ -35,7 +35,10 @@ DEFAULT_MAX_BATCH_SIZE: Final = 32
 dynamic axis. Above Triton's default of 4, so that the memory budget measured at load time,
 not this number, is what normally caps a batch."""
 
-SUPPORTED: Final = "batchserve serves ONNX (.onnx) and TensorRT (.plan) models"
+SUPPORTED: Final = (
+    "batchserve serves ONNX (.onnx), TensorRT (.plan) and torch.export (.pt2, platform "
+    "torch_export) models"
+)
 
 _QUOTE_LIMIT = 60
 # protobuf's ParseError text: "line:col : 'source line': problem" (the quote is optional).
@@ -57,7 +60,8 @@ class ModelFormat:
 
 ONNX: Final = ModelFormat("onnxruntime_onnx", "onnxruntime", ".onnx")
 TENSORRT: Final = ModelFormat("tensorrt_plan", "tensorrt", ".plan")
-FORMATS: Final = (ONNX, TENSORRT)
+PT2: Final = ModelFormat("torch_export", "pytorch", ".pt2")
+FORMATS: Final = (ONNX, TENSORRT, PT2)
 
 _Tensor = TypeVar("_Tensor", ModelInput, ModelOutput)
 

@@ -28,6 +28,7 @@ from batchserve.model_config import (
     CONFIG_FILENAME,
     FORMATS,
     ONNX,
+    PT2,
     SUPPORTED,
     ModelFormat,
     complete_config,
@@ -150,6 +151,13 @@ class ModelRepository:
         return resolved, problems
 
 
+def _pt2_signature(model_file: Path) -> ModelSignature:
+    """Read through the checked loader: torch's own would run what the archive carries."""
+    from batchserve.backends.torch_program import read_pt2_signature
+
+    return read_pt2_signature(model_file)
+
+
 def _inside(path: Path, root: Path) -> bool:
     return path.resolve().is_relative_to(root)
 
@@ -268,9 +276,10 @@ class _ModelCheck:
         if len(found) == 1:
             return found.pop()
         if found:
+            present = " and ".join(sorted(f.default_filename for f in found))
+            both = "both " if len(found) == 2 else ""
             self.problems.append(
-                f"{self.name}: both model.onnx and model.plan are present; "
-                f"set platform in {self.source}"
+                f"{self.name}: {both}{present} are present; set platform in {self.source}"
             )
             return None
         others = sorted(
@@ -281,7 +290,7 @@ class _ModelCheck:
         else:
             self.problems.append(
                 f"{self.name}: no model file in any version directory "
-                "(expected model.onnx or model.plan)"
+                "(expected model.onnx, model.plan or model.pt2)"
             )
         return None
 
@@ -331,6 +340,8 @@ class _ModelCheck:
     def _signature(self, model_format: ModelFormat, version: ModelVersion) -> ModelSignature | None:
         """The file's signature; None when it cannot be read (a problem, or no GPU for a plan)."""
         try:
+            if model_format == PT2:
+                return _pt2_signature(version.model_file)
             if model_format != ONNX:
                 return self._plan_signature(version)
             signature = read_onnx_signature(version.model_file)

@@ -189,15 +189,15 @@ def test_other_frameworks_are_a_clear_error(tmp_path: Path, entry: str) -> None:
     else:
         (version_dir / entry).write_bytes(b"not ours")
     assert problems(tmp_path) == (
-        f"digits/1/{entry}: unsupported backend; "
-        "batchserve serves ONNX (.onnx) and TensorRT (.plan) models",
+        f"digits/1/{entry}: unsupported backend; batchserve serves ONNX (.onnx), "
+        "TensorRT (.plan) and torch.export (.pt2, platform torch_export) models",
     )
 
 
 def test_version_directory_without_any_model_file(tmp_path: Path) -> None:
     (tmp_path / "digits" / "1").mkdir(parents=True)
     assert problems(tmp_path) == (
-        "digits: no model file in any version directory (expected model.onnx or model.plan)",
+        "digits: no model file in any version directory (expected model.onnx, model.plan or model.pt2)",
     )
 
 

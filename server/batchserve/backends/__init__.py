@@ -1,7 +1,7 @@
 """Pick the runtime for a model: from config.pbtxt's ``backend``/``platform``, else the file suffix.
 
-Runtimes are imported only when chosen, so a CPU-only install never imports TensorRT and a
-server without onnxruntime can still serve TensorRT plans.
+Runtimes are imported only when chosen, so a CPU-only install never imports TensorRT or
+torch, and a server without onnxruntime can still serve TensorRT plans and PyTorch programs.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ class _Runtime:
 _RUNTIMES = (
     _Runtime("onnxruntime", "onnxruntime_onnx", ".onnx"),
     _Runtime("tensorrt", "tensorrt_plan", ".plan"),
+    # Triton's PyTorch backend is "pytorch"; its platforms are TorchScript (pytorch_libtorch,
+    # model.pt) and AOTInductor builds (torch_aoti), neither of which a torch.export program is.
+    _Runtime("pytorch", "torch_export", ".pt2"),
 )
 
 
@@ -70,10 +73,15 @@ def create_backend(
     config: ModelConfig, model_file: Path, *, memory_limit_bytes: int | None = None
 ) -> Backend:
     """An unloaded backend for ``model_file``; ``memory_limit_bytes`` caps ONNX Runtime's arena."""
-    if runtime_name(config, model_file) == "tensorrt":
+    runtime = runtime_name(config, model_file)
+    if runtime == "tensorrt":
         from batchserve.backends.tensorrt import TensorRTBackend
 
         return TensorRTBackend()
+    if runtime == "pytorch":
+        from batchserve.backends.torch_pt2 import TorchBackend
+
+        return TorchBackend()
     from batchserve.backends.onnx import OnnxBackend
 
     return OnnxBackend(memory_limit_bytes=memory_limit_bytes)

@@ -35,9 +35,10 @@ if TYPE_CHECKING:
 
 PROG = "batchserve export"
 DESCRIPTION = """\
-Export a PyTorch module to ONNX (and, with --tensorrt, to a TensorRT engine), compare it with
-PyTorch on random inputs at every tested batch and axis size, and only then write it into the
-model repository with its config.pbtxt.
+Export a PyTorch module to ONNX (and, with --tensorrt, to a TensorRT engine) or, with
+--format pt2, to a torch.export program; compare it with PyTorch on random inputs at every
+tested batch and axis size, and only then write it into the model repository with its
+config.pbtxt.
 
 exit codes: 0 exported; 1 the converted model disagrees with PyTorch (nothing written);
 2 it could not be exported (the message names the argument, operator or input at fault)."""
@@ -46,7 +47,7 @@ exit codes: 0 exported; 1 the converted model disagrees with PyTorch (nothing wr
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "export",
-        help="export a PyTorch module to ONNX (and TensorRT), verified against PyTorch",
+        help="export a PyTorch module to ONNX (and TensorRT) or torch.export, verified",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -115,6 +116,8 @@ def load_module(
 
 def _export(args: argparse.Namespace) -> ExportReport:
     tensorrt = _tensorrt_options(args)
+    if tensorrt is not None and args.format != "onnx":
+        raise InvalidArgument("--tensorrt builds the engine from the ONNX model: use --format onnx")
     spec = spec_from_args(args)
     if tensorrt is not None:
         from batchserve.export.tensorrt import profile_shapes, require_tensorrt
@@ -122,6 +125,10 @@ def _export(args: argparse.Namespace) -> ExportReport:
         profile_shapes(spec, tensorrt.profile_batch_sizes)  # bad sizes fail before any work
         require_tensorrt()
     module = load_module(args.factory, args.factory_kwargs, args.state_dict)
+    if args.format == "pt2":
+        from batchserve.export.pt2 import export_pt2
+
+        return export_pt2(module, spec, args.model_repository, progress=_print_verification)
     if tensorrt is None:
         from batchserve.export.onnx import export_onnx
 
@@ -257,6 +264,13 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME",
         help="output names (default output0, output1, ...)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("onnx", "pt2"),
+        default="onnx",
+        help="onnx: model.onnx for ONNX Runtime (default); pt2: model.pt2, a torch.export "
+        "program for the pytorch backend (platform torch_export)",
     )
     parser.add_argument("--version", type=int, default=1)
     parser.add_argument("--model-repository", type=Path, default=Path("model_repo"))

@@ -29,7 +29,9 @@ class SmallCNN(nn.Module):
 
 @pytest.fixture
 def fp32_onnx(export_cli: Callable[..., Any], repo: Path) -> Path:
-    result = export_cli(f"{__name__}:SmallCNN", "--name", "cnn", "--input", "image:FP32:batch,3,16,16")
+    result = export_cli(
+        f"{__name__}:SmallCNN", "--name", "cnn", "--input", "image:FP32:batch,3,16,16"
+    )
     assert result.code == 0, result.err
     return repo / "cnn" / "1" / "model.onnx"
 
