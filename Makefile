@@ -8,11 +8,13 @@ PIP := $(PY) -m pip
 MODEL_REPO ?= model_repo
 PYTEST_ARGS ?=
 
-.PHONY: help venv serve test lint format unit integration models protos dashboards prometheus bench soak fuzz clean
+.PHONY: help venv serve test lint format unit integration gpu-contract gpu-check models protos dashboards prometheus bench soak fuzz clean
 
 help:
 	@echo "make serve    serve ./$(MODEL_REPO) on ports 8000 (HTTP), 8001 (gRPC), 8002 (metrics)"
 	@echo "make test     lint, type-check and run the whole test suite"
+	@echo "make gpu-contract  the GPU code through the real GPU packages over stub libraries (no GPU needed)"
+	@echo "make gpu-check     check this machine's GPU setup (scripts/gpu_check.sh)"
 	@echo "make fuzz     fuzz the request decoders, FUZZ_EXAMPLES per target (default 20000: ~10 min; FUZZ_ARGS for pytest)"
 	@echo "make models   retrain and re-export the example models into ./$(MODEL_REPO)"
 	@echo "make protos   regenerate the protobuf/gRPC modules"
@@ -69,7 +71,29 @@ prometheus:
 integration: $(VENV)/.stamp-$(DEV_EXTRAS) $(VENV)/bin/perf_analyzer prometheus
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
-test: lint unit integration
+# The GPU code (ONNX Runtime providers, cuda-python, NVML, TensorRT 10 and 11) driven through
+# the real GPU packages, loaded over stub C libraries built from what those packages link, so
+# it runs without a GPU. Its virtualenv is remade when its requirements, the project's or the
+# stubs change. One pass with TensorRT 10's Python API on the path, one with 11's.
+GPU_CONTRACT_VENV := .venv-gpu-contract
+GPU_CONTRACT_STUBS := $(abspath $(GPU_CONTRACT_VENV))/stubs
+GPU_CONTRACT_INPUTS := pyproject.toml scripts/gpu_contract_venv.sh \
+	$(wildcard tests/gpu_contract/requirements*.txt tests/stubs/*.c tests/stubs/*.py tests/stubs/templates/*)
+gpu_contract_pytest = GPU_CONTRACT_STUBS=$(GPU_CONTRACT_STUBS) GPU_CONTRACT_TENSORRT=$(1) \
+	LD_LIBRARY_PATH=$(GPU_CONTRACT_STUBS)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
+	PYTHONPATH=$(abspath $(GPU_CONTRACT_VENV))/tensorrt-$(1) $(GPU_CONTRACT_VENV)/bin/python -m pytest
+
+$(GPU_CONTRACT_VENV)/.stamp: $(GPU_CONTRACT_INPUTS)
+	bash scripts/gpu_contract_venv.sh $(GPU_CONTRACT_VENV)
+
+gpu-contract: $(GPU_CONTRACT_VENV)/.stamp
+	$(call gpu_contract_pytest,10) tests/gpu_contract $(PYTEST_ARGS)
+	$(call gpu_contract_pytest,11) tests/gpu_contract/tensorrt $(PYTEST_ARGS)
+
+gpu-check:
+	bash scripts/gpu_check.sh
+
+test: lint unit integration gpu-contract
 
 # The request decoders (REST, gRPC, binary tensors, validation) fed many generated, mostly
 # near-valid requests: each must decode or be refused with a client error. The unit suite
@@ -99,4 +123,4 @@ dashboards: $(VENV)/.stamp-$(DEV_EXTRAS)
 	$(PY) deploy/grafana/generate_dashboard.py
 
 clean:
-	rm -rf $(VENV) build .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(GPU_CONTRACT_VENV) build .mypy_cache .ruff_cache .pytest_cache

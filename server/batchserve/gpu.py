@@ -1,9 +1,11 @@
 """NVIDIA GPU readings through NVML, for the metrics endpoint.
 
-NVML is opened once, when the server starts, and each scrape reads every GPU's memory,
-utilisation, temperature and power. Without NVML (no driver) or without a GPU there is no
-monitor at all and the log says why, once: the GPU series are then absent, never zero. A
-reading one board does not support (power on some) is left out for that board alone.
+NVML is opened once, when the server starts, and each scrape reads the memory, utilisation,
+temperature and power of every GPU this process can run on, labelled with CUDA's index as
+instances are (``devices.nvml_handle`` matches NVML's devices to CUDA's). Without NVML (no
+driver) or without a GPU there is no monitor at all and the log says why, once: the GPU series
+are then absent, never zero. A reading one board does not support (power on some) is left out
+for that board alone.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from batchserve.devices import gpu_count, nvml_handle
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +27,7 @@ class GpuReading:
     """One GPU at one scrape; None where the board does not report that figure.
 
     Args:
-        index: CUDA/NVML index, as in ``Device("gpu", index)``.
+        index: CUDA's index, as in ``Device("gpu", index)`` (NVML's may differ).
         name: product name, e.g. ``NVIDIA A10G``.
         uuid: NVML's stable identifier (indices can change between boots).
         memory_used_bytes: device memory in use, by every process.
@@ -66,12 +70,12 @@ class GpuMonitor:
         except pynvml.NVMLError as exc:
             _log_absent(f"NVML cannot start ({exc}): no NVIDIA driver is visible")
             return None
-        count = int(pynvml.nvmlDeviceGetCount())
+        count = gpu_count()
         if count == 0:
             pynvml.nvmlShutdown()
-            _log_absent("NVML sees no GPU")
+            _log_absent("no GPU is visible to CUDA in this process")
             return None
-        monitor = cls(pynvml, [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)])
+        monitor = cls(pynvml, [nvml_handle(pynvml, index) for index in range(count)])
         logger.info("GPU metrics on", extra={"gpus": monitor._names})
         return monitor
 
@@ -109,11 +113,10 @@ class GpuMonitor:
 
     def _temperature(self, handle: Any) -> float:
         nvml = self._nvml
-        try:
-            reading = nvml.nvmlDeviceGetTemperatureV(handle, nvml.NVML_TEMPERATURE_GPU)
+        try:  # nvidia-ml-py returns the reading itself, an int, not the versioned struct
+            return float(nvml.nvmlDeviceGetTemperatureV(handle, nvml.NVML_TEMPERATURE_GPU))
         except nvml.NVMLError_FunctionNotFound:  # drivers older than the V call
             return float(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
-        return float(reading.temperature)
 
     def _optional(self, read: Callable[[], _T]) -> _T | None:
         try:

@@ -1,18 +1,82 @@
-"""GPU metrics through NVML: absent (and said once) without a GPU, real readings with one."""
+"""GPU metrics through NVML: absent (and said once) without a GPU, real readings with one.
+
+Readings go through real pynvml (nvidia-ml-py) over the NVML stub (``tests/stubs``), compiled
+here with ``cc``: pynvml's own structures, error classes and unit conversions are what the
+monitor is tested against, for a current driver and for one without nvmlDeviceGetTemperatureV.
+"""
 
 from __future__ import annotations
 
 import logging
-from types import SimpleNamespace
-from typing import Any
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 from batchserve.devices import gpu_count
 from batchserve.gpu import GpuMonitor
 from batchserve.metrics_collector import GPU_METRICS, gpu_families
 
+from tests.stubs.nvml import build_nvml_stub, pynvml_over
+
 no_gpu = pytest.mark.skipif(gpu_count() > 0, reason="this machine has a GPU")
 needs_gpu = pytest.mark.skipif(gpu_count() == 0, reason="needs an NVIDIA GPU")
+
+# Two boards: the first reports everything, the second has no power sensor.
+TWO_BOARDS = {
+    "NVML_STUB_GPUS": "2",
+    "NVML_STUB_NAMES": "NVIDIA A10G,Tesla T4",
+    "NVML_STUB_UUIDS": "GPU-0,GPU-1",
+    "NVML_STUB_MEMORY_TOTAL": f"{16 * 2**30},{16 * 2**30}",
+    "NVML_STUB_MEMORY_USED": f"{2**30},{2 * 2**30}",
+    "NVML_STUB_UTILIZATION": "37,12",
+    "NVML_STUB_TEMPERATURE": "54,47",
+    "NVML_STUB_POWER_MW": "61250,-",
+}
+
+
+@pytest.fixture(scope="session")
+def nvml_libraries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The stub built as a current driver's NVML and as one before nvmlDeviceGetTemperatureV."""
+    root = tmp_path_factory.mktemp("nvml")
+    return {
+        "current": build_nvml_stub(root / "current"),
+        "old": build_nvml_stub(root / "old", temperature_v=False),
+    }
+
+
+def _nvml(library: Path, scratch: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    for name, value in TWO_BOARDS.items():
+        monkeypatch.setenv(name, value)
+    with pynvml_over(library, scratch) as pynvml:
+        pynvml.nvmlInit()
+        yield pynvml
+
+
+@pytest.fixture
+def nvml(
+    nvml_libraries: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ModuleType]:
+    """pynvml, initialised, over the current driver's NVML with TWO_BOARDS."""
+    yield from _nvml(nvml_libraries["current"], tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def old_nvml(
+    nvml_libraries: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ModuleType]:
+    """The same boards behind an NVML without nvmlDeviceGetTemperatureV."""
+    yield from _nvml(nvml_libraries["old"], tmp_path, monkeypatch)
+
+
+def _monitor(nvml: ModuleType) -> GpuMonitor:
+    return GpuMonitor(nvml, [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(2)])
+
+
+def _reconfigure(nvml: ModuleType) -> None:
+    """The stub reads its environment at nvmlInit; the count of inits stays balanced."""
+    nvml.nvmlInit()
+    nvml.nvmlShutdown()
 
 
 @no_gpu
@@ -27,70 +91,16 @@ def test_without_a_gpu_there_is_no_monitor_and_the_log_says_why_once(
     assert "NVML" in records[0].getMessage()
 
 
-class _NvmlError(Exception):
-    pass
-
-
-class _NotSupported(_NvmlError):
-    pass
-
-
-class _FunctionNotFound(_NvmlError):
-    pass
-
-
-class _Nvml:
-    """NVML's Python surface as nvidia-ml-py exposes it, for two boards: the first reports
-    everything, the second has no power sensor and an old driver (no TemperatureV)."""
-
-    NVMLError = _NvmlError
-    NVMLError_NotSupported = _NotSupported
-    NVMLError_FunctionNotFound = _FunctionNotFound
-    NVML_TEMPERATURE_GPU = 0
-
-    def __init__(self) -> None:
-        self.lost: set[int] = set()
-        self.shut_down = False
-
-    def nvmlDeviceGetName(self, handle: int) -> bytes:  # noqa: N802
-        return b"NVIDIA A10G" if handle == 0 else b"Tesla T4"
-
-    def nvmlDeviceGetUUID(self, handle: int) -> str:  # noqa: N802
-        return f"GPU-{handle}"
-
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:  # noqa: N802
-        if handle in self.lost:
-            raise _NvmlError("GPU is lost")
-        return SimpleNamespace(used=(handle + 1) * 2**30, total=16 * 2**30)
-
-    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:  # noqa: N802
-        return SimpleNamespace(gpu=37, memory=5)
-
-    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:  # noqa: N802
-        if handle == 1:
-            raise _NotSupported("Not Supported")
-        return 61_250
-
-    def nvmlDeviceGetTemperatureV(self, handle: int, sensor: int) -> Any:  # noqa: N802
-        if handle == 1:
-            raise _FunctionNotFound("Function Not Found")
-        return SimpleNamespace(temperature=54)
-
-    def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:  # noqa: N802
-        return 47
-
-    def nvmlShutdown(self) -> None:  # noqa: N802
-        self.shut_down = True
-
-
-def test_readings_are_converted_to_base_units_and_unsupported_ones_left_out() -> None:
-    nvml = _Nvml()
-    first, second = GpuMonitor(nvml, [0, 1]).read()
+def test_readings_are_converted_to_base_units_and_unsupported_ones_left_out(
+    nvml: ModuleType,
+) -> None:
+    first, second = _monitor(nvml).read()
     assert (first.name, first.uuid) == ("NVIDIA A10G", "GPU-0")
     assert (first.memory_used_bytes, first.memory_total_bytes) == (2**30, 16 * 2**30)
     assert first.utilization_ratio == 0.37
     assert first.power_watts == 61.25
     assert first.temperature_celsius == 54
+    assert type(first.temperature_celsius) is float
     assert second.power_watts is None
     assert second.temperature_celsius == 47
     samples = {
@@ -104,20 +114,33 @@ def test_readings_are_converted_to_base_units_and_unsupported_ones_left_out() ->
     assert {name for name, _ in samples} == set(GPU_METRICS)
 
 
-def test_a_gpu_that_stops_answering_is_left_out_and_logged_once(
-    caplog: pytest.LogCaptureFixture,
+def test_an_old_driver_without_temperature_v_is_read_with_the_older_call(
+    old_nvml: ModuleType,
 ) -> None:
-    nvml = _Nvml()
-    monitor = GpuMonitor(nvml, [0, 1])
-    nvml.lost.add(1)
+    handle = old_nvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(old_nvml.NVMLError_FunctionNotFound):
+        old_nvml.nvmlDeviceGetTemperatureV(handle, old_nvml.NVML_TEMPERATURE_GPU)
+    readings = _monitor(old_nvml).read()
+    assert [r.temperature_celsius for r in readings] == [54, 47]
+    assert all(type(r.temperature_celsius) is float for r in readings)
+
+
+def test_a_gpu_that_stops_answering_is_left_out_and_logged_once(
+    nvml: ModuleType, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monitor = _monitor(nvml)
+    monkeypatch.setenv("NVML_STUB_LOST", "1")
+    _reconfigure(nvml)
     with caplog.at_level(logging.WARNING, logger="batchserve.gpu"):
         assert [r.index for r in monitor.read()] == [0]
         assert [r.index for r in monitor.read()] == [0]
     assert len(caplog.records) == 1
-    nvml.lost.clear()
+    monkeypatch.delenv("NVML_STUB_LOST")
+    _reconfigure(nvml)
     assert [r.index for r in monitor.read()] == [0, 1]
     monitor.close()
-    assert nvml.shut_down
+    with pytest.raises(nvml.NVMLError_Uninitialized):  # close() shut NVML down
+        nvml.nvmlShutdown()
 
 
 @pytest.mark.gpu
