@@ -80,6 +80,20 @@ VARIANTS: dict[str, tuple[str, int | None, dict[str, Any]]] = {
         None,
         {"stream": STREAM, "tensorrt_profile": PROFILE},
     ),
+    # Triton's documentation writes booleans as "1"; ORT's parser takes only True/False.
+    "tensorrt-triton-booleans": (
+        _accelerator(
+            "tensorrt",
+            {
+                "trt_engine_cache_enable": "1",
+                "trt_timing_cache_enable": "true",
+                "trt_force_sequential_engine_build": "0",
+                "trt_builder_optimization_level": "1",
+            },
+        ),
+        None,
+        {"stream": STREAM},
+    ),
     "tensorrt-int8": (
         _accelerator(
             "tensorrt", {"precision_mode": "INT8", "trt_int8_use_native_calibration_table": "False"}

@@ -155,13 +155,36 @@ def _tensorrt_options(
         if key == "precision_mode" and value.upper() in _TRT_PRECISION:
             options |= _TRT_PRECISION[value.upper()]
         elif key in _TRT_RENAMED or key.startswith("trt_"):
-            options[_TRT_RENAMED.get(key, key)] = value
+            renamed = _TRT_RENAMED.get(key, key)
+            options[renamed] = _trt_boolean(value) if _is_trt_flag(renamed) else value
         else:
             raise ModelConfigError(
                 f"{model_file}: tensorrt accelerator parameter {key}={value!r} is not supported "
                 f"(precision_mode is one of {', '.join(_TRT_PRECISION)}; other keys start trt_)"
             )
     return options
+
+
+# TensorRT EP options that are switches, beyond the *_enable ones.
+_TRT_FLAGS = {
+    "trt_dump_subgraphs",
+    "trt_force_sequential_engine_build",
+    "trt_force_timing_cache",
+    "trt_detailed_build_log",
+    "trt_layer_norm_fp32_fallback",
+    "trt_int8_use_native_calibration_table",
+    "trt_dump_ep_context_model",
+}
+_BOOLEANS = {"1": "True", "true": "True", "0": "False", "false": "False"}
+
+
+def _is_trt_flag(key: str) -> bool:
+    return key.endswith("_enable") or key in _TRT_FLAGS
+
+
+def _trt_boolean(value: str) -> str:
+    """Triton's configs write switches as "1" or "true"; the TensorRT EP takes only True/False."""
+    return _BOOLEANS.get(value.strip().lower(), value)
 
 
 def default_engine_cache(model_file: Path) -> Path:

@@ -231,3 +231,18 @@ def test_bad_parameters_name_themselves(key: str, value: str):
     config = pbtxt(f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}')
     with pytest.raises(ModelConfigError, match=rf"model\.onnx: parameter {key}='{value}'"):
         session_options(config, MODEL)
+
+
+def test_tritons_boolean_spellings_reach_the_tensorrt_provider_as_it_spells_them() -> None:
+    config = pbtxt(
+        'optimization { execution_accelerators { gpu_execution_accelerator { name: "tensorrt" '
+        'parameters { key: "trt_engine_cache_enable" value: "1" } '
+        'parameters { key: "trt_timing_cache_enable" value: "true" } '
+        'parameters { key: "trt_force_sequential_engine_build" value: "0" } '
+        'parameters { key: "trt_builder_optimization_level" value: "1" } } } }'
+    )
+    trt = dict(choose_providers(WITH_TRT, config, GPU1, model_file=MODEL).providers)[TENSORRT_EP]
+    assert trt["trt_engine_cache_enable"] == "True"
+    assert trt["trt_timing_cache_enable"] == "True"
+    assert trt["trt_force_sequential_engine_build"] == "False"
+    assert trt["trt_builder_optimization_level"] == "1"  # a number, left alone
