@@ -8,30 +8,16 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-import torch
 from batchserve.export.tensorrt import fp16_graph
 from onnx import TensorProto
-from torch import nn
 
-
-class SmallCNN(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.features = nn.Sequential(
-            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2)
-        )
-        self.head = nn.Linear(8, 4)
-
-    def forward(self, image: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(image).mean((2, 3)))
+# The CNN the GPU-only engine test exports; this test checks the graph built from it.
+SMALL_CNN = "test_export_tensorrt:SmallCNN"
 
 
 @pytest.fixture
 def fp32_onnx(export_cli: Callable[..., Any], repo: Path) -> Path:
-    result = export_cli(
-        f"{__name__}:SmallCNN", "--name", "cnn", "--input", "image:FP32:batch,3,16,16"
-    )
+    result = export_cli(SMALL_CNN, "--name", "cnn", "--input", "image:FP32:batch,3,16,16")
     assert result.code == 0, result.err
     return repo / "cnn" / "1" / "model.onnx"
 
