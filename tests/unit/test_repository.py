@@ -197,7 +197,8 @@ def test_other_frameworks_are_a_clear_error(tmp_path: Path, entry: str) -> None:
 def test_version_directory_without_any_model_file(tmp_path: Path) -> None:
     (tmp_path / "digits" / "1").mkdir(parents=True)
     assert problems(tmp_path) == (
-        "digits: no model file in any version directory (expected model.onnx, model.plan or model.pt2)",
+        "digits: no model file in any version directory "
+        "(expected model.onnx, model.plan or model.pt2)",
     )
 
 
