@@ -14,8 +14,7 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-
-import onnxruntime
+from typing import Any
 
 from bench.inputs import ModelInputs
 from bench.records import CeilingPoint
@@ -28,14 +27,18 @@ ROUNDS = 3
 
 
 def time_calls(
-    session: onnxruntime.InferenceSession,
+    session: Any,
     feeds: Mapping[str, object],
     budget_s: float,
     *,
     warmup: int = WARMUP_CALLS,
     min_calls: int = MIN_CALLS,
 ) -> list[float]:
-    """Seconds of each timed ``session.run``: at least ``min_calls``, for ``budget_s``."""
+    """Seconds of each timed ``session.run``: at least ``min_calls``, for ``budget_s``.
+
+    ``session``: anything with ONNX Runtime's ``run(names, feeds)`` (the GPU check passes
+    batchserve's backends through it).
+    """
     for _ in range(warmup):
         session.run(None, feeds)
     times: list[float] = []
@@ -56,6 +59,8 @@ def measure(
 ) -> list[CeilingPoint]:
     """One point per batch size (batch 1 only for a model without a batch axis): the median
     of its calls over every round."""
+    import onnxruntime  # here, so that the GPU check can time other runtimes without it
+
     session = onnxruntime.InferenceSession(str(model_file), providers=["CPUExecutionProvider"])
     sizes = tuple(batches) if inputs.batched else (1,)
     feeds = {batch: dict(inputs.feeds(batch)) for batch in sizes}

@@ -16,14 +16,14 @@ PACKAGES = ("onnxruntime", "numpy", "torch", "grpcio", "uvicorn", "uvloop", "htt
 INSTALLER = ROOT / "scripts" / "install_perf_analyzer.sh"
 
 
-def describe() -> list[str]:
+def describe(gpu: str = "no GPU used", packages: tuple[str, ...] = PACKAGES) -> list[str]:
     """One line each: machine, OS, Python, packages, perf_analyzer, date."""
     cpu = procstat.cpu_model(_read("/proc/cpuinfo"))
     memory = procstat.mem_total_bytes(_read("/proc/meminfo")) / 2**30
     return [
-        f"Machine: {cpu}, {os.cpu_count()} CPUs, {memory:.1f} GiB memory, no GPU used",
+        f"Machine: {cpu}, {os.cpu_count()} CPUs, {memory:.1f} GiB memory, {gpu}",
         f"OS: {_os_name()}, kernel {platform.release()} ({platform.machine()})",
-        f"Python {platform.python_version()}; " + ", ".join(versions(PACKAGES)),
+        f"Python {platform.python_version()}; " + ", ".join(versions(packages)),
         f"perf_analyzer: {perf_analyzer_origin()}",
         f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
     ]

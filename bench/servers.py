@@ -26,8 +26,12 @@ from batchserve.grpc.generated import grpc_service_pb2_grpc as pbg
 
 from bench import perf, procstat
 from bench.common import ROOT
-from bench.records import BATCHSERVE, ServerPoint
+from bench.records import BATCHSERVE, PaRow, ServerPoint
 
+# What takes one point: perf.run, or a load generator with its signature (bench.gpu.load.run).
+Driver = Callable[
+    [str, str, str, int, perf.PaSettings, Path, Sequence[str]], tuple[PaRow | None, str]
+]
 READY_TIMEOUT_S = 30.0
 STARTUP_TIMEOUT_S = 600.0  # loading includes the memory probe and warm-up at the batch cap
 
@@ -223,13 +227,14 @@ def measure(
     settings: perf.PaSettings,
     work: Path,
     extra: Sequence[str] = (),
+    driver: Driver | None = None,
 ) -> ServerPoint:
-    """One perf_analyzer point, with the server's counts and CPU over the whole run."""
+    """One perf_analyzer point (or ``driver``'s), with the server's counts and CPU over the
+    whole run."""
     load, before = procstat.load1(), running.counts(model)
     cpu, start = procstat.cpu_seconds(running.process.pid), time.monotonic()
-    row, error = perf.run(
-        model, protocol, running.url(protocol), concurrency, settings, work, extra
-    )
+    take = driver or perf.run
+    row, error = take(model, protocol, running.url(protocol), concurrency, settings, work, extra)
     cpu = procstat.cpu_seconds(running.process.pid) - cpu
     wall = time.monotonic() - start
     try:

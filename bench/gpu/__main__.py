@@ -1,0 +1,5 @@
+"""``python -m bench.gpu``: the harness (see ``bench.gpu.run``)."""
+
+from bench.gpu.run import main
+
+raise SystemExit(main())
