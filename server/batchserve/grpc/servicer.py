@@ -156,6 +156,43 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         await self.dataplane.repository_unload(request.model_name, _token(context))
         return pb.RepositoryModelUnloadResponse()
 
+    # Triton's shared-memory, trace and log RPCs: declared in the proto, not served yet.
+    async def SystemSharedMemoryStatus(self, request: Any, context: Context) -> Any:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "SystemSharedMemoryStatus is not implemented"
+        )
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Context) -> Any:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "SystemSharedMemoryRegister is not implemented"
+        )
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "SystemSharedMemoryUnregister is not implemented"
+        )
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Context) -> Any:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "CudaSharedMemoryStatus is not implemented"
+        )
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Context) -> Any:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "CudaSharedMemoryRegister is not implemented"
+        )
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "CudaSharedMemoryUnregister is not implemented"
+        )
+
+    async def TraceSetting(self, request: Any, context: Context) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "TraceSetting is not implemented")
+
+    async def LogSettings(self, request: Any, context: Context) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "LogSettings is not implemented")
+
 
 Behavior = Callable[[Any, Context], Awaitable[Any]]
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # generic only to type checkers
