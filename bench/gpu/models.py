@@ -21,40 +21,27 @@ from batchserve.zoo.digits_cnn import DigitsCNN
 from torch import nn
 
 from bench.gpu.records import DIGITS, RESNET
-from bench.models import CLASSES
+from bench.models import CLASSES, STEM_WIDTH, Residual, classifier, stem
 
 # (width, blocks, stride) of each stage; a block's output is 4 x its width.
 STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
 EXPANSION = 4
 
 
-class Bottleneck(nn.Module):
-    """1x1 reduce, 3x3 (carrying the stride), 1x1 expand, each with batch norm; projection
-    shortcut where the shape changes."""
-
-    def __init__(self, cin: int, width: int, stride: int) -> None:
-        super().__init__()
-        cout = width * EXPANSION
-        self.body = nn.Sequential(
-            nn.Conv2d(cin, width, 1, bias=False),
-            nn.BatchNorm2d(width),
-            nn.ReLU(inplace=True),
-            nn.Conv2d(width, width, 3, stride, 1, bias=False),
-            nn.BatchNorm2d(width),
-            nn.ReLU(inplace=True),
-            nn.Conv2d(width, cout, 1, bias=False),
-            nn.BatchNorm2d(cout),
-        )
-        self.shortcut: nn.Module = nn.Identity()
-        if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
-            )
-        self.relu = nn.ReLU(inplace=True)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.relu(self.body(x) + self.shortcut(x))
-        return out
+def bottleneck(cin: int, width: int, stride: int) -> Residual:
+    """1x1 reduce, 3x3 (carrying the stride), 1x1 expand, each with batch norm."""
+    cout = width * EXPANSION
+    body = nn.Sequential(
+        nn.Conv2d(cin, width, 1, bias=False),
+        nn.BatchNorm2d(width),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(width, width, 3, stride, 1, bias=False),
+        nn.BatchNorm2d(width),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(width, cout, 1, bias=False),
+        nn.BatchNorm2d(cout),
+    )
+    return Residual(body, cin, cout, stride)
 
 
 class ResNet50ish(nn.Module):
@@ -62,19 +49,14 @@ class ResNet50ish(nn.Module):
 
     def __init__(self, classes: int = CLASSES) -> None:
         super().__init__()
-        self.stem = nn.Sequential(
-            nn.Conv2d(3, 64, 7, 2, 3, bias=False),
-            nn.BatchNorm2d(64),
-            nn.ReLU(inplace=True),
-            nn.MaxPool2d(3, 2, 1),
-        )
-        blocks, cin = [], 64
+        self.stem = stem()
+        blocks, cin = [], STEM_WIDTH
         for width, count, stride in STAGES:
             for number in range(count):
-                blocks.append(Bottleneck(cin, width, stride if number == 0 else 1))
+                blocks.append(bottleneck(cin, width, stride if number == 0 else 1))
                 cin = width * EXPANSION
         self.blocks = nn.Sequential(*blocks)
-        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes))
+        self.head = classifier(cin, classes)
         for module in self.modules():
             if isinstance(module, nn.Conv2d):
                 nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
