@@ -15,10 +15,15 @@ apply it, ``src/http_server.cc``, ``src/grpc/infer_handler.h``):
 - the label is the line of the output's ``label_filename`` at that index, omitted when the
   file has fewer lines or the line is empty;
 - more than 1,000,000 elements per sample is refused.
+
+Bounds of batchserve's own: at most 1,000,000 entries per classified output (k is the
+client's to choose), and outputs of more than ``INLINE_BELOW`` elements are ranked in a
+thread, so that a large sort never stalls the event loop's other requests.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -35,6 +40,13 @@ Labels = Mapping[str, Sequence[bytes]]
 
 MAX_ELEMENTS: Final = 1_000_000
 """Per sample, as Triton bounds it (``kMaxClassificationElements``)."""
+MAX_ENTRIES: Final = 1_000_000
+"""Per classified output, all samples together: each entry becomes a string."""
+INLINE_BELOW: Final = 1 << 14
+"""Elements to rank below which classifying costs less than a hop to a thread."""
+PARTITION_RATIO: Final = 8
+"""Rows at least this many times wider than k are partitioned around the k-th value
+before sorting (linear time), not sorted whole."""
 
 _SUPPORTED: Final = frozenset(
     {"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP32", "FP64"}
@@ -62,10 +74,19 @@ def requested_counts(
     return counts
 
 
-def classify_outputs(
+async def classify_outputs(
     tensors: list[Tensor], counts: Mapping[str, int], labels: Labels, *, batched: bool
 ) -> list[Tensor]:
     """The response's outputs, those in ``counts`` replaced by their classification."""
+    work = sum(t.data.size for t in tensors if t.name in counts)
+    if work < INLINE_BELOW:
+        return _classify_outputs(tensors, counts, labels, batched)
+    return await asyncio.to_thread(_classify_outputs, tensors, counts, labels, batched)
+
+
+def _classify_outputs(
+    tensors: list[Tensor], counts: Mapping[str, int], labels: Labels, batched: bool
+) -> list[Tensor]:
     return [
         classify(t, counts[t.name], labels.get(t.name, ()), batched=batched)
         if t.name in counts
@@ -85,7 +106,8 @@ def classify(tensor: Tensor, k: int, labels: Sequence[bytes], *, batched: bool) 
             f"elements per sample (at most {MAX_ELEMENTS})"
         )
     rows = array.reshape(max(batch, 1), count)
-    top = _descending(rows)[:, : min(k, count)]
+    _check_entries(tensor.name, rows.shape[0], min(k, count))
+    top = _top(rows, min(k, count))
     values = np.take_along_axis(rows, top, axis=1)
     render = _render_float if array.dtype.kind == "f" else _render_int
     items = [
@@ -95,6 +117,36 @@ def classify(tensor: Tensor, k: int, labels: Sequence[bytes], *, batched: bool) 
     shape = top.shape if batch else (top.shape[1],)
     data = np.fromiter(items, dtype=object, count=len(items)).reshape(shape)
     return Tensor(tensor.name, BYTES, shape, data)
+
+
+def _check_entries(name: str, samples: int, per_sample: int) -> None:
+    entries = samples * per_sample
+    if entries > MAX_ENTRIES:
+        raise InvalidArgument(
+            f"classification output tensor too large: output '{name}' would hold {entries} "
+            f"entries ({samples} samples x {per_sample} classes; at most {MAX_ENTRIES}); "
+            "ask for fewer classes"
+        )
+
+
+def _top(rows: Array, k: int) -> Array:
+    """Column indexes of each row's k largest values, in ``_descending`` order."""
+    if k * PARTITION_RATIO >= rows.shape[1]:
+        return _descending(rows)[:, :k]
+    return np.stack([_top_of_row(row, k) for row in rows])
+
+
+def _top_of_row(row: Array, k: int) -> Array:
+    """Sort only the values at or above the k-th largest (ties there included, so the
+    lowest indexes among them win, as in the full sort)."""
+    if row.dtype.kind == "f":
+        negated = -row
+        kth = np.partition(negated, k - 1)[k - 1]  # NaN partitions last
+        chosen = np.arange(row.size) if np.isnan(kth) else np.flatnonzero(negated <= kth)
+    else:
+        chosen = np.flatnonzero(row >= np.partition(row, row.size - k)[row.size - k])
+    order: Array = chosen[_descending(row[chosen][np.newaxis, :])[0, :k]]
+    return order
 
 
 def _descending(rows: Array) -> Array:

@@ -157,7 +157,7 @@ class DataPlane:
             tensors = [Tensor(n, types[n], a.shape, a) for n, a in (await item.future).items()]
             if classes:
                 batched = served.config.max_batch_size > 0
-                tensors = classify_outputs(tensors, classes, served.labels, batched=batched)
+                tensors = await classify_outputs(tensors, classes, served.labels, batched=batched)
         except BaseException as exc:
             elapsed = time.monotonic_ns() - started
             served.stats.record_request(False, elapsed, 0, exc, request.protocol)

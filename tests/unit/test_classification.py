@@ -4,10 +4,20 @@ from typing import Any
 
 import numpy as np
 import pytest
-from batchserve.classification import MAX_ELEMENTS, classify, classify_outputs, requested_counts
+from batchserve.classification import (
+    INLINE_BELOW,
+    MAX_ELEMENTS,
+    MAX_ENTRIES,
+    classify,
+    classify_outputs,
+    requested_counts,
+)
 from batchserve.datatypes import BY_WIRE
 from batchserve.errors import InvalidArgument
 from batchserve.types import RequestedOutput, Tensor
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 
 def tensor(values: Any, wire: str = "FP32", name: str = "prob") -> Tensor:
@@ -164,11 +174,56 @@ def test_types_triton_cannot_classify_are_refused_in_its_words_first(name: str, 
         requested_counts([RequestedOutput(name, classification=1)], types)
 
 
-def test_classify_outputs_replaces_only_the_classified_tensors() -> None:
-    plain, scores = tensor([1.0], name="plain"), tensor([[0.2, 0.8]], name="scores")
-    done = classify_outputs(
-        [plain, scores], {"scores": 1}, {"scores": (b"no", b"yes")}, batched=True
-    )
+@pytest.mark.anyio
+@pytest.mark.parametrize("width", [2, INLINE_BELOW])  # on the event loop, and in a thread
+async def test_classify_outputs_replaces_only_the_classified_tensors(width: int) -> None:
+    values = np.zeros((1, width), dtype=np.float32)
+    values[0, 1] = 0.8
+    plain, scores = tensor([1.0], name="plain"), tensor(values, name="scores")
+    labels = {"scores": (b"no", b"yes")}
+    done = await classify_outputs([plain, scores], {"scores": 1}, labels, batched=True)
     assert done[0] is plain
     assert (done[1].name, done[1].shape) == ("scores", (1, 1))
     assert done[1].data.tolist() == [[b"0.800000:1:yes"]]
+
+
+def test_more_entries_than_batchserve_allows_are_refused_before_ranking() -> None:
+    values = np.zeros((MAX_ENTRIES // 1000 + 1, 1000), dtype=np.float32)
+    assert classify(tensor(values), 999, (), batched=True).shape == (1001, 999)
+    with pytest.raises(
+        InvalidArgument,
+        match=r"^classification output tensor too large: output 'prob' would hold 1001000 "
+        r"entries \(1001 samples x 1000 classes; at most 1000000\); ask for fewer classes$",
+    ):
+        classify(tensor(values), 1000, (), batched=True)
+
+
+def reference(row: list[float], k: int) -> list[int]:
+    """Descending, ties by ascending index, NaN last: the order documented, the slow way."""
+    return sorted(range(len(row)), key=lambda i: (row[i] != row[i], -row[i], i))[:k]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    wire=st.sampled_from(["FP32", "FP64", "INT8", "UINT8", "INT64", "UINT64"]),
+    width=st.integers(1, 200),
+    k=st.integers(1, 40),
+    data=st.data(),
+)
+def test_any_row_is_ranked_as_the_documented_order(
+    wire: str, width: int, k: int, data: st.DataObject
+) -> None:
+    dtype = BY_WIRE[wire].numpy
+    few = st.sampled_from([0, 1, 2, 7])  # few distinct values: many ties
+    if dtype.kind == "f":
+        values = few.map(float) | st.sampled_from([np.nan, -np.nan, np.inf, -np.inf, -0.0])
+    else:
+        info = np.iinfo(dtype)
+        values = few | st.integers(int(info.min), int(info.max))
+    rows = data.draw(hnp.arrays(dtype, (2, width), elements=values))
+    got = classify(tensor(rows, wire), k, (), batched=True).data.tolist()
+    indexes = [[int(entry.split(b":")[1]) for entry in sample] for sample in got]
+    expected = [reference([float(v) for v in row], k) for row in rows.tolist()]
+    if dtype.kind != "f":
+        expected = [sorted(range(width), key=lambda i, r=r: (-r[i], i))[:k] for r in rows.tolist()]
+    assert indexes == expected
