@@ -36,7 +36,7 @@ def _write(repo: Path, name: str, model: onnx.ModelProto, config: str) -> None:
     (repo / name / "config.pbtxt").write_text(config)
 
 
-def write_scores(repo: Path) -> None:
+def write_scores(repo: Path, name: str = "scores") -> None:
     """Batching: y = x (FP32, labelled), n = INT32(x), h = FP16(x), each [batch, 5]."""
     value = helper.make_tensor_value_info
     model = _model(
@@ -54,7 +54,7 @@ def write_scores(repo: Path) -> None:
     )
     _write(
         repo,
-        "scores",
+        name,
         model,
         'platform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
         'input [{ name: "x" data_type: TYPE_FP32 dims: [5] }]\n'
@@ -62,7 +62,7 @@ def write_scores(repo: Path) -> None:
         '        { name: "n" data_type: TYPE_INT32 dims: [5] },\n'
         '        { name: "h" data_type: TYPE_FP16 dims: [5] }]\n',
     )
-    (repo / "scores" / "labels.txt").write_text(LABELS)
+    (repo / name / "labels.txt").write_text(LABELS)
 
 
 def write_flat(repo: Path) -> None:
@@ -244,3 +244,29 @@ def test_the_server_lists_the_extension(server: ServerProcess) -> None:
     grpc_meta = grpcclient.InferenceServerClient(server.grpc_url).get_server_metadata()
     assert "classification" in http_meta["extensions"]
     assert "classification" in grpc_meta.extensions
+
+
+def test_a_missing_label_file_fails_the_load_naming_file_and_field(tmp_path: Path) -> None:
+    write_scores(tmp_path)
+    write_scores(tmp_path, "unlabelled")
+    (tmp_path / "unlabelled" / "labels.txt").unlink()
+    server = start_server(tmp_path, wait_ready=False)
+    try:
+        server.wait_for("server not ready: a model failed to load")
+        response = httpx.post(
+            f"http://{server.http_url}/v2/models/unlabelled/infer",
+            json={"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 5], "data": [0] * 5}]},
+        )
+        served = http_infer(server, "scores", [httpclient.InferRequestedOutput("y", class_count=1)],
+                            x=SCORES)  # fmt: skip
+    finally:
+        assert server.stop() == 0
+    problem = (
+        "unlabelled/config.pbtxt: output 'y': label_filename 'labels.txt': "
+        "does not exist or is not a file"
+    )
+    failures = [r for r in server.logs if r.get("message") == "model failed to load"]
+    assert [(r["model"], r["reason"]) for r in failures] == [("unlabelled", problem)]
+    assert response.status_code == 503
+    assert problem in response.json()["error"]
+    assert strings(served.as_numpy("y")) == [["0.700000:1:dog"], ["9.000000:0:cat"]]
