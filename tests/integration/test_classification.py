@@ -95,33 +95,28 @@ EXPECTED_TOP3 = [
 def strings(array: np.ndarray) -> list[Any]:
     """tritonclient gives bytes for binary BYTES and str for JSON: compare as str."""
     as_str = np.vectorize(lambda v: v.decode() if isinstance(v, bytes) else v, otypes=[object])
-    return as_str(array).tolist()  # type: ignore[no-any-return]
+    return as_str(array).tolist()
+
+
+def _inputs(client: Any, arrays: dict[str, np.ndarray]) -> list[Any]:
+    """tritonclient inputs (``client`` is tritonclient.http or .grpc), binary over HTTP."""
+    wires = {"float32": "FP32", "float64": "FP64", "object": "BYTES"}
+    inputs = []
+    for name, array in arrays.items():
+        tensor = client.InferInput(name, list(array.shape), wires[array.dtype.name])
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
 
 
 def http_infer(server: ServerProcess, model: str, outputs: list[Any], **arrays: Any) -> Any:
     client = httpclient.InferenceServerClient(server.http_url)
-    inputs = []
-    for name, array in arrays.items():
-        datatype = "BYTES" if array.dtype == object else _wire(array)
-        tensor = httpclient.InferInput(name, list(array.shape), datatype)
-        tensor.set_data_from_numpy(array, binary_data=True)
-        inputs.append(tensor)
-    return client.infer(model, inputs, outputs=outputs)
+    return client.infer(model, _inputs(httpclient, arrays), outputs=outputs)
 
 
 def grpc_infer(server: ServerProcess, model: str, outputs: list[Any], **arrays: Any) -> Any:
     client = grpcclient.InferenceServerClient(server.grpc_url)
-    inputs = []
-    for name, array in arrays.items():
-        datatype = "BYTES" if array.dtype == object else _wire(array)
-        tensor = grpcclient.InferInput(name, list(array.shape), datatype)
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    return client.infer(model, inputs, outputs=outputs)
-
-
-def _wire(array: np.ndarray) -> str:
-    return {"float32": "FP32", "float64": "FP64"}[array.dtype.name]
+    return client.infer(model, _inputs(grpcclient, arrays), outputs=outputs)
 
 
 @pytest.mark.parametrize("binary", [False, True])
