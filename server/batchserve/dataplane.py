@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from batchserve import __version__
 from batchserve.busy_poll import BusyPoll
+from batchserve.classification import classify_outputs, requested_counts
 from batchserve.datatypes import from_config
 from batchserve.errors import (
     BatchserveError,
@@ -38,7 +39,13 @@ from batchserve.types import (
 from batchserve.validation import validate_request
 
 SERVER_NAME = "batchserve"
-EXTENSIONS = ("binary_tensor_data", "model_configuration", "statistics", "model_repository")
+EXTENSIONS = (
+    "classification",
+    "binary_tensor_data",
+    "model_configuration",
+    "statistics",
+    "model_repository",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,10 +149,15 @@ class DataPlane:
         self.busy_poll.touch()
         started = time.monotonic_ns()
         served.stats.received += 1
+        types = served.output_types
         try:
             item = self._work_item(request, served, started)
+            classes = requested_counts(request.outputs, types)  # names checked by _work_item
             served.batcher.submit(item)
-            outputs = await item.future
+            tensors = [Tensor(n, types[n], a.shape, a) for n, a in (await item.future).items()]
+            if classes:
+                batched = served.config.max_batch_size > 0
+                tensors = await classify_outputs(tensors, classes, served.labels, batched=batched)
         except BaseException as exc:
             elapsed = time.monotonic_ns() - started
             served.stats.record_request(False, elapsed, 0, exc, request.protocol)
@@ -156,12 +168,11 @@ class DataPlane:
         served.stats.record_request(
             True, finished - started, item.dispatched_ns - started, protocol=request.protocol
         )
-        types = served.output_types
         return InferResponse(
             model_name=served.name,
             model_version=str(served.version),
             id=request.id,
-            outputs=[Tensor(n, types[n], a.shape, a) for n, a in outputs.items()],
+            outputs=tensors,
         )
 
     def _work_item(self, request: InferRequest, served: ServedVersion, now: int) -> WorkItem:

@@ -22,6 +22,7 @@ from batchserve.datatypes import DataType, from_config
 from batchserve.devices import Device, gpu_count
 from batchserve.errors import BatchserveError, ModelConfigError, NotFound, Unavailable
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.labels import LabelMap
 from batchserve.repository import ModelRepository, ModelVersion, ResolvedModel
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.inline import INLINE_BELOW_NS
@@ -77,6 +78,7 @@ class ServedVersion:
     stats: ModelStats
     memory: tuple[InstanceMemory, ...] = ()
     reservations: ModelReservations | None = None
+    labels: LabelMap = field(default_factory=dict)
 
     @cached_property
     def schema(self) -> RequestSchema:
@@ -212,7 +214,14 @@ class ModelRegistry:
             dispatch_per_pass=True,
         )
         return ServedVersion(
-            resolved.name, version.version, config, batcher, stats, tuple(memory), reservations
+            resolved.name,
+            version.version,
+            config,
+            batcher,
+            stats,
+            tuple(memory),
+            reservations,
+            resolved.labels,
         )
 
     async def _load_instance(

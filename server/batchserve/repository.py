@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from batchserve.config_validation import completeness_problems, config_problems, model_problems
@@ -24,6 +24,7 @@ from batchserve.errors import (
     NotFound,
 )
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.labels import LabelMap, read_labels
 from batchserve.model_config import (
     CONFIG_FILENAME,
     FORMATS,
@@ -83,11 +84,12 @@ class ModelVersion:
 
 @dataclass(frozen=True, slots=True)
 class ResolvedModel:
-    """A valid model: its completed config and served versions, ascending."""
+    """A valid model: its completed config, served versions (ascending) and output labels."""
 
     name: str
     config: ModelConfig
     versions: tuple[ModelVersion, ...]
+    labels: LabelMap = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,9 +212,11 @@ class _ModelCheck:
         versions = self._served(config, dirs, model_format)
         signatures = [(v, self._signature(model_format, v)) for v in versions]
         resolved = self._complete(config, model_format, signatures)
+        labels, problems = read_labels(resolved.output, self.dir, source=self.source)
+        self.problems += problems
         if self.problems:
             raise self.fail()
-        return ResolvedModel(self.name, resolved, tuple(versions))
+        return ResolvedModel(self.name, resolved, tuple(versions), labels)
 
     def _read_config(self) -> ModelConfig:
         path = self.dir / CONFIG_FILENAME

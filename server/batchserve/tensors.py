@@ -56,8 +56,8 @@ _JSON_KINDS: Final[dict[str, tuple[frozenset[type], str]]] = {
 _SEQUENCE_KEYS: Final = ("sequence_id", "sequence_start", "sequence_end")
 _UNSUPPORTED_KEYS: Final = {
     "shared_memory_region": "shared memory is not supported",
-    "classification": "the classification extension is not supported",
 }
+_CLASS_COUNT_MAX: Final = 2**64  # HTTP: any JSON unsigned integer; gRPC: int64
 
 
 class NotJsonRepresentable(InvalidArgument):
@@ -358,6 +358,16 @@ def check_tensor_parameters(parameters: Mapping[str, object], *, tensor: str) ->
         return
     key = next(key for key in _UNSUPPORTED_KEYS if key in parameters)
     raise InvalidArgument(f"tensor '{tensor}': parameter '{key}': {_UNSUPPORTED_KEYS[key]}")
+
+
+def class_count(value: object, *, tensor: str) -> int:
+    """A requested output's ``classification`` parameter: how many classes to return."""
+    if type(value) is not int or not 0 < value < _CLASS_COUNT_MAX:
+        raise InvalidArgument(
+            "invalid value for 'classification' parameter, expected >= 0: output "
+            f"'{tensor}': classification must be an integer >= 1, got {describe(value)}"
+        )
+    return value
 
 
 def request_options(parameters: Mapping[str, object]) -> RequestOptions:

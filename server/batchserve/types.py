@@ -43,10 +43,13 @@ class RequestedOutput:
     Args:
         name: output tensor name.
         binary: HTTP only: send as binary data (``binary_data`` parameter); None = default.
+        classification: k of the classification extension (its k largest entries, as
+            BYTES); 0 = the tensor itself.
     """
 
     name: str
     binary: bool | None = None
+    classification: int = 0
 
 
 @dataclass(slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from batchserve.classification import requested_counts
 from batchserve.datatypes import from_config
 from batchserve.errors import InvalidArgument
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig
@@ -86,3 +87,14 @@ def check_against_models(
         except InvalidArgument:
             continue
         check_valid(valid, config)
+        check_classification(outputs, config)
+
+
+def check_classification(outputs: Sequence[RequestedOutput] | None, config: ModelConfig) -> None:
+    """A classification request names a numeric output of the model, with k >= 1."""
+    types = {spec.name: from_config(spec.data_type) for spec in config.output}
+    try:
+        counts = requested_counts(outputs, types)
+    except InvalidArgument:
+        return
+    assert all(k >= 1 and types[name].wire != "BYTES" for name, k in counts.items())

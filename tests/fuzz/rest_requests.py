@@ -315,6 +315,11 @@ _OUTPUT = st.fixed_dictionaries(
                 {"binary_data": "yes"},
                 {"binary_data": None},
                 {"classification": 2},
+                {"classification": 0},
+                {"classification": -1},
+                {"classification": 2**64},
+                {"classification": "2"},
+                {"classification": True},
                 [],
                 "p",
             ]

@@ -97,12 +97,23 @@ batchserve { memory_budget_bytes: 1048576 latency_objective_microseconds: 20000 
 def test_full_triton_config_is_kept_as_written(tmp_path: Path) -> None:
     add_model(tmp_path, versions=(1, 2))
     (tmp_path / "digits" / "config.pbtxt").write_text(TRITON_CONFIG)
+    (tmp_path / "digits" / "labels.txt").write_text("zero\none\n")
     model = ModelRepository(tmp_path).resolve("digits")
     assert [v.version for v in model.versions] == [1, 2]
+    assert model.labels == {"logits": (b"zero", b"one")}
     config = model.config
     assert config.backend == "onnxruntime"  # the one field completion adds
     config.ClearField("backend")
     assert config == parse_pbtxt(TRITON_CONFIG)
+
+
+def test_a_missing_label_file_fails_the_model(tmp_path: Path) -> None:
+    add_model(tmp_path)
+    (tmp_path / "digits" / "config.pbtxt").write_text(TRITON_CONFIG)
+    assert problems(tmp_path) == (
+        "digits/config.pbtxt: output 'logits': label_filename 'labels.txt': "
+        "does not exist or is not a file",
+    )
 
 
 # --- versions ----------------------------------------------------------------------------------

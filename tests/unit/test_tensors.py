@@ -1,3 +1,4 @@
+import re
 import struct
 import time
 from typing import Any
@@ -363,10 +364,28 @@ def test_tensor_count_and_duplicates() -> None:
         tensors.check_unique(["a", "b", "a"], what="input")
 
 
+def test_unsupported_tensor_parameters() -> None:
+    with pytest.raises(
+        InvalidArgument, match="tensor 'x': parameter 'shared_memory_region': shared memory"
+    ):
+        tensors.check_tensor_parameters({"shared_memory_region": "r"}, tensor="x")
+    tensors.check_tensor_parameters({"classification": 3}, tensor="x")  # served now
+
+
+@pytest.mark.parametrize("k", [1, 1000, 2**64 - 1])
+def test_class_count_takes_positive_integers(k: int) -> None:
+    assert tensors.class_count(k, tensor="y") == k
+
+
 @pytest.mark.parametrize(
-    ("key", "problem"),
-    [("shared_memory_region", "shared memory"), ("classification", "the classification extension")],
-)
-def test_unsupported_tensor_parameters(key: str, problem: str) -> None:
-    with pytest.raises(InvalidArgument, match=f"tensor 'x': parameter '{key}': {problem}"):
-        tensors.check_tensor_parameters({key: "r"}, tensor="x")
+    ("value", "shown"),
+    [(0, "0"), (-1, "-1"), (2**64, "18446744073709551616"), (True, "true"), (2.0, "2.0"),
+     ("3", "'3'"), (None, "null")],
+)  # fmt: skip
+def test_class_count_refuses_the_rest_in_tritons_words_first(value: object, shown: str) -> None:
+    expected = (
+        r"^invalid value for 'classification' parameter, expected >= 0: output 'y': "
+        rf"classification must be an integer >= 1, got {re.escape(shown)}$"
+    )
+    with pytest.raises(InvalidArgument, match=expected):
+        tensors.class_count(value, tensor="y")

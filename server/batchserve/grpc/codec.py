@@ -27,6 +27,7 @@ from batchserve.tensors import (
     check_tensor_parameters,
     check_unique,
     checked_shape,
+    class_count,
     format_shape,
     request_options,
 )
@@ -87,9 +88,22 @@ def _decode_outputs(
         if not output.name:
             raise InvalidArgument(f"outputs[{index}]: 'name' must be a non-empty string")
         check_tensor_parameters(output.parameters, tensor=output.name)
-        requested.append(RequestedOutput(output.name))
+        requested.append(RequestedOutput(output.name, classification=_class_count(output)))
     check_unique([output.name for output in requested], what="output")
     return requested or None
+
+
+def _class_count(output: ModelInferRequest.InferRequestedOutputTensor) -> int:
+    """The output's ``classification`` parameter, which Triton reads as int64_param only."""
+    if "classification" not in output.parameters:
+        return 0
+    parameter = output.parameters["classification"]
+    if parameter.WhichOneof("parameter_choice") != "int64_param":
+        raise InvalidArgument(
+            "invalid value type for 'classification' parameter, expected int64_param: "
+            f"output '{output.name}': send classification as int64_param"
+        )
+    return class_count(parameter.int64_param, tensor=output.name)
 
 
 def _decode_inputs(message: ModelInferRequest) -> list[Tensor]:

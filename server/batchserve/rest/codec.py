@@ -25,6 +25,7 @@ from batchserve.tensors import (
     check_tensor_parameters,
     check_unique,
     checked_shape,
+    class_count,
     describe,
     request_options,
 )
@@ -159,7 +160,9 @@ def _decode_output(item: object, index: int) -> RequestedOutput:
             f"output '{name}': parameter 'binary_data' must be true or false, "
             f"got {describe(binary)}"
         )
-    return RequestedOutput(name, binary)
+    if "classification" not in parameters:
+        return RequestedOutput(name, binary)
+    return RequestedOutput(name, binary, class_count(parameters["classification"], tensor=name))
 
 
 def _decode_inputs(value: object, reader: _BinaryReader) -> list[Tensor]:

@@ -114,6 +114,14 @@ def test_request_fields_are_decoded() -> None:
     assert request.outputs == [RequestedOutput("y"), RequestedOutput("z")]
 
 
+def test_classification_is_read_as_tritonclient_writes_it() -> None:
+    # tritonclient.grpc's InferRequestedOutput(class_count=4) sets exactly this int64_param
+    classified = Output(name="y", parameters={"classification": InferParameter(int64_param=4)})
+    message = raw_request(fp32_input(), raw=[F8], outputs=[classified, Output(name="z")])
+    request = decode_infer_request(over_the_wire(message))
+    assert request.outputs == [RequestedOutput("y", classification=4), RequestedOutput("z")]
+
+
 def test_no_requested_outputs_means_every_output() -> None:
     message = raw_request(fp32_input(), raw=[bytes(8)])
     assert decode_infer_request(message).outputs is None
@@ -257,15 +265,24 @@ MALFORMED = [
         ),
         "tensor 'x': parameter 'shared_memory_region': shared memory is not supported",
     ),
-    case(
-        raw_request(
-            fp32_input(),
-            raw=[F8],
-            outputs=[
-                Output(name="y", parameters={"classification": InferParameter(int64_param=3)})
-            ],
-        ),
-        "tensor 'y': parameter 'classification': the classification extension",
+    # the classification extension: int64_param >= 1, as Triton reads it
+    *(
+        case(
+            raw_request(
+                fp32_input(), raw=[F8], outputs=[Output(name="y", parameters={"classification": p})]
+            ),
+            problem,
+        )
+        for p, problem in (
+            (InferParameter(int64_param=0), "expected >= 0: output 'y': .* got 0$"),
+            (InferParameter(int64_param=-2), "expected >= 0: output 'y': .* got -2$"),
+            (InferParameter(uint64_param=3), "type for 'classification' parameter, expected int64"),
+            (
+                InferParameter(string_param="3"),
+                "type for 'classification' parameter, expected int64",
+            ),
+            (InferParameter(), "invalid value type for 'classification' parameter"),
+        )
     ),
 ]
 

@@ -175,6 +175,15 @@ def test_request_fields_are_decoded() -> None:
     assert request.outputs == [RequestedOutput("y", None), RequestedOutput("z", False)]
 
 
+def test_classification_is_read_as_written_by_tritonclient() -> None:
+    outputs = [
+        httpclient.InferRequestedOutput("y", binary_data=False, class_count=3),
+        httpclient.InferRequestedOutput("z"),
+    ]
+    doc = {"inputs": [fp32_input()], "outputs": [o._get_tensor() for o in outputs]}
+    assert decode(doc).outputs == [RequestedOutput("y", False, 3), RequestedOutput("z", True, 0)]
+
+
 def test_empty_outputs_list_means_every_output() -> None:
     assert decode({"inputs": [fp32_input()], "outputs": []}).outputs is None
 
@@ -335,9 +344,16 @@ MALFORMED = [
         {"inputs": [fp32_input(parameters={"shared_memory_region": "r"})]},
         "tensor 'x': parameter 'shared_memory_region': shared memory is not supported",
     ),
-    doc_case(
-        {"inputs": [fp32_input()], "outputs": [{"name": "y", "parameters": {"classification": 2}}]},
-        "tensor 'y': parameter 'classification'",
+    # the classification extension: k >= 1
+    *(
+        doc_case(
+            {
+                "inputs": [fp32_input()],
+                "outputs": [{"name": "y", "parameters": {"classification": k}}],
+            },
+            f"invalid value for 'classification' parameter, expected >= 0: output 'y': .*{shown}",
+        )
+        for k, shown in ((0, "0"), (-3, "-3"), (2.5, "2.5"), ("2", "'2'"), (True, "true"))
     ),
 ]
 
