@@ -176,11 +176,11 @@ class ModelRegistry:
                 self.load_seconds[resolved.name] = time.monotonic() - started
         finally:
             if files is not None:
-                files.remove()
+                await asyncio.to_thread(files.remove)
         for served in old.values():
             await served.close()
         if old_files is not None:
-            old_files.remove()
+            await asyncio.to_thread(old_files.remove)
         self._after_change()
         logger.info("model ready", extra={"model": name, "versions": sorted(versions)})
 
@@ -289,7 +289,7 @@ class ModelRegistry:
             for served in old.values():
                 await served.close()
             if old_files is not None:
-                old_files.remove()
+                await asyncio.to_thread(old_files.remove)
             entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"
         self._after_change()
         logger.info("model unloaded", extra={"model": name})

@@ -187,3 +187,9 @@ def test_log_switches_change_what_the_server_writes(settings_server: ServerProce
     assert text  # written as a text line, not JSON
     assert not any("ignoring training.json" in line for line in lines[text[0] :])  # verbose 0
     assert http.get_log_settings() == LOG_DEFAULTS
+
+
+def test_the_openapi_document_lists_the_settings_routes(settings_server: ServerProcess) -> None:
+    paths = httpx.get(f"http://{settings_server.http_url}/openapi.json").json()["paths"]
+    for route in ("/v2/logging", "/v2/trace/setting", "/v2/models/{name}/trace/setting"):
+        assert set(paths[route]) == {"get", "post"}
