@@ -203,7 +203,7 @@ class DataPlane:
     def _check_token(self, token: str | None) -> None:
         expected = self.settings.control_token
         if expected is not None and not hmac.compare_digest(token or "", expected):
-            raise Unauthenticated("model control needs a valid token")
+            raise Unauthenticated("model control and settings updates need a valid token")
 
     def _check_control(self, token: str | None) -> None:
         if self.settings.model_control_mode is not ModelControlMode.EXPLICIT:
