@@ -7,27 +7,32 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from batchserve import __version__
+from batchserve import __version__, log_settings
 from batchserve.busy_poll import BusyPoll
 from batchserve.classification import classify_outputs, requested_counts
 from batchserve.datatypes import from_config
 from batchserve.errors import (
     BatchserveError,
+    ControlDisabled,
     InvalidArgument,
     NotFound,
-    PermissionDenied,
     Unauthenticated,
 )
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
+from batchserve.load_override import parse_load_parameters, parse_unload_parameters
+from batchserve.log_settings import Answer as LogAnswer
 from batchserve.logs import bind_request
 from batchserve.registry import IndexEntry, InstanceMemory, ModelRegistry, ServedVersion
 from batchserve.repository import validate_model_name
 from batchserve.scheduler.work import WorkItem
 from batchserve.settings import ModelControlMode, Settings
 from batchserve.stats import ModelStats
+from batchserve.trace_settings import Answer as TraceAnswer
+from batchserve.trace_settings import TraceSettings
+from batchserve.trace_settings import Update as TraceUpdate
 from batchserve.types import (
     InferRequest,
     InferResponse,
@@ -73,6 +78,7 @@ class DataPlane:
         self.expected_models = list(expected)
         self.draining = False
         self.busy_poll = BusyPoll(settings.busy_poll_us * 1000)
+        self.trace = TraceSettings()
 
     # health -------------------------------------------------------------------------
     def live(self) -> bool:
@@ -205,23 +211,90 @@ class DataPlane:
         )
 
     # repository ---------------------------------------------------------------------
-    def _check_control(self, token: str | None) -> None:
-        if self.settings.model_control_mode is not ModelControlMode.EXPLICIT:
-            raise PermissionDenied(
-                "model control is disabled; start the server with --model-control-mode explicit"
-            )
+    def _check_token(self, token: str | None) -> None:
         expected = self.settings.control_token
         if expected is not None and not hmac.compare_digest(token or "", expected):
-            raise Unauthenticated("model control needs a valid token")
+            raise Unauthenticated("model control and settings updates need a valid token")
+
+    def _check_control(self, token: str | None) -> None:
+        if self.settings.model_control_mode is not ModelControlMode.EXPLICIT:
+            # Triton's status and words (model_repository_manager.cc), then ours.
+            raise ControlDisabled(
+                "explicit model load / unload is not allowed if polling is enabled "
+                "(batchserve: model control is disabled; start the server with "
+                "--model-control-mode explicit)"
+            )
+        self._check_token(token)
 
     def repository_index(self, token: str | None, ready_only: bool = False) -> list[IndexEntry]:
-        self._check_control(token)
+        """Answered in every control mode, as Triton does; the token still guards it."""
+        self._check_token(token)
         return self.registry.index(ready_only)
 
-    async def repository_load(self, name: str, token: str | None) -> None:
+    async def repository_load(
+        self,
+        name: str,
+        token: str | None,
+        parameters: Mapping[str, object] | None = None,
+        *,
+        files_in_base64: bool = False,
+    ) -> None:
+        """Load with Triton's parameters (``load_override``); errors open with Triton's
+        "failed to load '<name>'", which Triton's own examples look for."""
         self._check_control(token)
-        await self.registry.load(validate_model_name(name))
+        validate_model_name(name)
+        try:
+            override = parse_load_parameters(
+                parameters or {},
+                files_in_base64=files_in_base64,
+                max_total_bytes=self.settings.max_binary_body_bytes,
+            )
+        except BatchserveError as exc:
+            raise _reworded(exc, f"failed to load '{name}', {POLL_FAILED}") from None
+        try:
+            await self.registry.load(name, override)
+        except BatchserveError as exc:
+            polled = not isinstance(exc, (InvalidArgument, NotFound))
+            raise _reworded(
+                exc, f"failed to load '{name}'" + ("" if polled else f", {POLL_FAILED}")
+            ) from None
 
-    async def repository_unload(self, name: str, token: str | None) -> None:
+    async def repository_unload(
+        self, name: str, token: str | None, parameters: Mapping[str, object] | None = None
+    ) -> None:
+        """``unload_dependents`` is checked and accepted; batchserve has no dependents."""
         self._check_control(token)
+        parse_unload_parameters(parameters or {})
         await self.registry.unload(validate_model_name(name))
+        self.trace.forget(name)
+
+    # trace and log settings ------------------------------------------------------------
+    def trace_settings(
+        self, model: str, token: str | None, updates: TraceUpdate | None = None
+    ) -> TraceAnswer:
+        """A model's settings exist while it is ready (Triton's check and words)."""
+        if model and not self.registry.is_ready(validate_model_name(model)):
+            raise InvalidArgument(f"Request for unknown model : {model}")
+        if updates is None:
+            return self.trace.get(model)
+        self._check_token(token)
+        return self.trace.update(updates, model)
+
+    def log_settings(
+        self, token: str | None, updates: Mapping[str, object] | None = None
+    ) -> LogAnswer:
+        if updates is None:
+            return log_settings.get()
+        self._check_token(token)
+        return log_settings.update(updates)
+
+
+# Triton's words for a load that failed before any runtime ran (model_repository_manager.cc).
+POLL_FAILED = "failed to poll from model repository"
+
+
+def _reworded(error: BatchserveError, prefix: str) -> BatchserveError:
+    """The same error with Triton's opening ("failed to load 'm'"), which clients look for."""
+    error.message = f"{prefix}: {error.message}"
+    error.args = (error.message,)
+    return error

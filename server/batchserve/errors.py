@@ -6,10 +6,12 @@
     │   └── PayloadTooLarge    413  RESOURCE_EXHAUSTED the body is over the size limit
     ├── NotFound               404  NOT_FOUND          unknown model or version
     ├── Unavailable            503  UNAVAILABLE        not ready, draining
-    │   └── Overloaded         503  UNAVAILABLE        queue full: retry later
+    │   ├── Overloaded         503  UNAVAILABLE        queue full: retry later
+    │   └── ControlDisabled    503  UNAVAILABLE        model control is off (Triton's status)
     ├── DeadlineExceeded       504  DEADLINE_EXCEEDED  timed out before it could run
     ├── PermissionDenied       403  PERMISSION_DENIED  the call is switched off
     ├── Unauthenticated        401  UNAUTHENTICATED    token missing or wrong
+    ├── Unsupported            501  UNIMPLEMENTED      a setting batchserve cannot honour
     └── Internal               500  INTERNAL           our fault, or the backend's
         ├── BackendError       500  INTERNAL           the runtime failed to run a batch
         │   └── OutOfMemory    500  INTERNAL           the runtime ran out of memory
@@ -60,6 +62,13 @@ class Overloaded(Unavailable):
     """The model's queue is full; the client should retry after a pause."""
 
 
+class ControlDisabled(Unavailable):
+    """Load or unload asked of a server whose model control is off: Triton answers
+    UNAVAILABLE; no Retry-After, as retrying cannot help."""
+
+    retry_after_seconds = 0
+
+
 class DeadlineExceeded(BatchserveError):
     """The request's deadline passed before it could be answered."""
 
@@ -70,6 +79,11 @@ class PermissionDenied(BatchserveError):
 
 class Unauthenticated(BatchserveError):
     """The call needs a token that is missing or wrong."""
+
+
+class Unsupported(BatchserveError):
+    """The request is well formed but asks for something batchserve does not do (Triton's
+    UNSUPPORTED: 501 over HTTP, UNIMPLEMENTED over gRPC)."""
 
 
 class Internal(BatchserveError):
@@ -96,6 +110,7 @@ HTTP_STATUS: Final[dict[type[BaseException], int]] = {
     NotFound: 404,
     Unavailable: 503,
     DeadlineExceeded: 504,
+    Unsupported: 501,
     Internal: 500,
     BaseException: 500,
 }
@@ -108,6 +123,7 @@ GRPC_STATUS: Final[dict[type[BaseException], grpc.StatusCode]] = {
     NotFound: grpc.StatusCode.NOT_FOUND,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    Unsupported: grpc.StatusCode.UNIMPLEMENTED,
     Internal: grpc.StatusCode.INTERNAL,
     BaseException: grpc.StatusCode.INTERNAL,
 }

@@ -18,6 +18,7 @@ from contextvars import ContextVar
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
 
+FORMATS = ("json", "text")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # uvicorn adds a copy of its messages with terminal colour codes: noise in a JSON line.
 _NOT_FIELDS = (*RESERVED_ATTRS, "color_message")
@@ -44,23 +45,27 @@ class RequestFields(logging.Filter):
         return True
 
 
+def formatter(fmt: str) -> logging.Formatter:
+    """The formatter of one of ``FORMATS``; the log settings API swaps it while running."""
+    if fmt == "json":
+        return JsonFormatter(
+            "%(asctime)s %(levelname)s %(name)s %(message)s",
+            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+            reserved_attrs=_NOT_FIELDS,
+        )
+    return logging.Formatter(TEXT_FORMAT)
+
+
 def configure_logging(level: str = "info", fmt: str = "json") -> None:
     """Route every logger (uvicorn's and grpc's included) through one stderr handler."""
+    from batchserve.log_settings import install  # it builds on this module
+
     handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(
-            JsonFormatter(
-                "%(asctime)s %(levelname)s %(name)s %(message)s",
-                rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
-                reserved_attrs=_NOT_FIELDS,
-            )
-        )
-    else:
-        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(formatter(fmt))
     handler.addFilter(RequestFields())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    install(handler, level, fmt)
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True

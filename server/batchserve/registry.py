@@ -23,6 +23,7 @@ from batchserve.devices import Device, gpu_count
 from batchserve.errors import BatchserveError, ModelConfigError, NotFound, Unavailable
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig
 from batchserve.labels import LabelMap
+from batchserve.load_override import LoadOverride, OverrideDirectory
 from batchserve.repository import ModelRepository, ModelVersion, ResolvedModel
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.inline import INLINE_BELOW_NS
@@ -106,6 +107,7 @@ class ModelEntry:
     reason: str = ""
     versions: dict[int, ServedVersion] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    files: OverrideDirectory | None = None  # the load's own files, while they are served
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,32 +147,58 @@ class ModelRegistry:
             entry = self._entries[name] = ModelEntry(name)
         return entry
 
-    async def load(self, name: str) -> None:
-        """Load (or reload) every served version of a model; failures leave it UNAVAILABLE."""
+    async def load(self, name: str, override: LoadOverride | None = None) -> None:
+        """Load (or reload) every served version of a model; failures leave it UNAVAILABLE.
+
+        ``override`` (a load's parameters) replaces the repository's config, or its whole
+        directory, for this load only: a later plain load reads the repository again.
+        """
         started = time.monotonic()
+        files = None
         try:
-            resolved = await asyncio.to_thread(self.repository.resolve, name)
+            resolved, files = await asyncio.to_thread(self._resolve, name, override)
         except ModelConfigError as exc:  # in the repository, but broken: say why when asked
             failed = self._entry(name)
             if failed.state is not ModelState.READY:
                 failed.state, failed.reason = ModelState.UNAVAILABLE, exc.message
             raise
         entry = self._entry(resolved.name)
-        async with entry.lock:
-            if entry.state is not ModelState.READY:
-                entry.state, entry.reason = ModelState.LOADING, ""
-            try:
-                versions = await self._load_versions(resolved)
-            except BatchserveError as exc:
-                entry.state, entry.reason = ModelState.UNAVAILABLE, exc.message
-                raise
-            old, entry.versions = entry.versions, versions
-            entry.state, entry.reason = ModelState.READY, ""
-            self.load_seconds[resolved.name] = time.monotonic() - started
+        try:
+            async with entry.lock:
+                if entry.state is not ModelState.READY:
+                    entry.state, entry.reason = ModelState.LOADING, ""
+                try:
+                    versions = await self._load_versions(resolved)
+                except BatchserveError as exc:
+                    entry.state, entry.reason = ModelState.UNAVAILABLE, exc.message
+                    raise
+                old, entry.versions = entry.versions, versions
+                old_files, entry.files, files = entry.files, files, None
+                entry.state, entry.reason = ModelState.READY, ""
+                self.load_seconds[resolved.name] = time.monotonic() - started
+        finally:
+            if files is not None:
+                await asyncio.to_thread(files.remove)
         for served in old.values():
             await served.close()
+        if old_files is not None:
+            await asyncio.to_thread(old_files.remove)
         self._after_change()
         logger.info("model ready", extra={"model": name, "versions": sorted(versions)})
+
+    def _resolve(
+        self, name: str, override: LoadOverride | None
+    ) -> tuple[ResolvedModel, OverrideDirectory | None]:
+        """The model to load: from the repository, or from the load's own files."""
+        if override is None or not override.files:
+            config = override.config if override is not None else None
+            return self.repository.resolve(name, config), None
+        files = OverrideDirectory(name, override.files)
+        try:
+            return ModelRepository(files.root).resolve(name, override.config), files
+        except BaseException:
+            files.remove()
+            raise
 
     async def _load_versions(self, resolved: ResolvedModel) -> dict[int, ServedVersion]:
         loaded: dict[int, ServedVersion] = {}
@@ -266,8 +294,11 @@ class ModelRegistry:
         async with entry.lock:
             entry.state, entry.reason = ModelState.UNLOADING, ""
             old, entry.versions = entry.versions, {}
+            old_files, entry.files = entry.files, None
             for served in old.values():
                 await served.close()
+            if old_files is not None:
+                await asyncio.to_thread(old_files.remove)
             entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"
         self._after_change()
         logger.info("model unloaded", extra={"model": name})

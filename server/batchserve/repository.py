@@ -127,14 +127,15 @@ class ModelRepository:
                 names.append(entry.name)
         return sorted(names)
 
-    def resolve(self, name: str) -> ResolvedModel:
-        """The model, completed and validated.
+    def resolve(self, name: str, config: ModelConfig | None = None) -> ResolvedModel:
+        """The model, completed and validated; ``config`` (a load's override) is used
+        instead of the directory's config.pbtxt when given.
 
         Raises InvalidArgument for a name that is not a plain directory name, NotFound
         when there is no such directory, and InvalidModel (a ModelConfigError) listing every
         problem found.
         """
-        return _ModelCheck(self.root, validate_model_name(name)).run()
+        return _ModelCheck(self.root, validate_model_name(name), config).run()
 
     def scan(self) -> tuple[list[ResolvedModel], list[ModelProblem]]:
         """Resolve every model; a broken entry is reported and never stops the others."""
@@ -182,8 +183,9 @@ def _is_version_number(name: str) -> bool:
 class _ModelCheck:
     """Resolves one model directory, collecting every problem rather than stopping at the first."""
 
-    def __init__(self, root: Path, name: str) -> None:
+    def __init__(self, root: Path, name: str, config: ModelConfig | None = None) -> None:
         self.root = root
+        self.override = config
         self.name = name
         self.dir = root / name
         self.source = f"{name}/{CONFIG_FILENAME}"
@@ -219,6 +221,9 @@ class _ModelCheck:
         return ResolvedModel(self.name, resolved, tuple(versions), labels)
 
     def _read_config(self) -> ModelConfig:
+        if self.override is not None:
+            self.source = f"{self.name}: load parameter 'config'"
+            return self.override
         path = self.dir / CONFIG_FILENAME
         if not path.exists() and not path.is_symlink():
             return ModelConfig()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.integration.server import CONTROL_TOKEN, ServerProcess
@@ -12,11 +13,39 @@ from tests.integration.server import CONTROL_TOKEN, ServerProcess
 TOKEN = CONTROL_TOKEN
 
 
-def test_control_is_refused_when_the_mode_is_none(server: ServerProcess) -> None:
-    response = httpx.post(f"http://{server.http_url}/v2/repository/index")
-    assert response.status_code == 403
-    with pytest.raises(InferenceServerException, match="model control is disabled"):
-        grpcclient.InferenceServerClient(server.grpc_url).unload_model("digits_cnn")
+def test_the_index_is_answered_when_the_mode_is_none(server: ServerProcess) -> None:
+    """Triton answers the index in every control mode; only load and unload are refused."""
+    rows = httpclient.InferenceServerClient(server.http_url).get_model_repository_index()
+    assert {row["name"]: row["state"] for row in rows} == {
+        "digits_cnn": "READY",
+        "char_lstm": "READY",
+    }
+    index = grpcclient.InferenceServerClient(server.grpc_url).get_model_repository_index()
+    assert {(m.name, m.version, m.state) for m in index.models} == {
+        ("digits_cnn", "1", "READY"),
+        ("char_lstm", "1", "READY"),
+    }
+
+
+def test_load_and_unload_are_unavailable_when_the_mode_is_none(server: ServerProcess) -> None:
+    """Triton's status (UNAVAILABLE, HTTP 503) and words, then how to turn control on."""
+    http = httpclient.InferenceServerClient(server.http_url)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    calls = [(c, "503") for c in (http.load_model, http.unload_model)]
+    calls += [(c, "StatusCode.UNAVAILABLE") for c in (grpc.load_model, grpc.unload_model)]
+    for call, status in calls:
+        with pytest.raises(InferenceServerException) as error:
+            call("digits_cnn")
+        assert error.value.status() == status
+        message = error.value.message()
+        assert message.startswith(
+            "explicit model load / unload is not allowed if polling is enabled"
+        )
+        assert "--model-control-mode explicit" in message
+    response = httpx.post(f"http://{server.http_url}/v2/repository/models/digits_cnn/load")
+    assert response.status_code == 503
+    assert "retry-after" not in response.headers  # retrying cannot help
+    assert http.is_model_ready("digits_cnn")
 
 
 def test_control_needs_the_token(explicit_server: ServerProcess) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any, TypeAlias
 
@@ -34,6 +34,16 @@ def _token(context: Context) -> str | None:
         ):
             return value[7:].strip()
     return None
+
+
+def _choices(parameters: Mapping[str, Any], oneof: str) -> dict[str, object]:
+    """Each parameter's oneof value; None where none is set (Triton's client sends that
+    for "clear" or "leave as is")."""
+    values: dict[str, object] = {}
+    for key, parameter in parameters.items():
+        choice = parameter.WhichOneof(oneof)
+        values[key] = getattr(parameter, choice) if choice else None
+    return values
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -147,16 +157,18 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelLoad(
         self, request: pb.RepositoryModelLoadRequest, context: Context
     ) -> pb.RepositoryModelLoadResponse:
-        await self.dataplane.repository_load(request.model_name, _token(context))
+        parameters = _choices(request.parameters, "parameter_choice")
+        await self.dataplane.repository_load(request.model_name, _token(context), parameters)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(
         self, request: pb.RepositoryModelUnloadRequest, context: Context
     ) -> pb.RepositoryModelUnloadResponse:
-        await self.dataplane.repository_unload(request.model_name, _token(context))
+        parameters = _choices(request.parameters, "parameter_choice")
+        await self.dataplane.repository_unload(request.model_name, _token(context), parameters)
         return pb.RepositoryModelUnloadResponse()
 
-    # Triton's shared-memory, trace and log RPCs: declared in the proto, not served yet.
+    # Triton's shared-memory RPCs: declared in the proto, not served yet.
     async def SystemSharedMemoryStatus(self, request: Any, context: Context) -> Any:
         await context.abort(
             grpc.StatusCode.UNIMPLEMENTED, "SystemSharedMemoryStatus is not implemented"
@@ -187,11 +199,31 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             grpc.StatusCode.UNIMPLEMENTED, "CudaSharedMemoryUnregister is not implemented"
         )
 
-    async def TraceSetting(self, request: Any, context: Context) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "TraceSetting is not implemented")
+    async def TraceSetting(
+        self, request: pb.TraceSettingRequest, context: Context
+    ) -> pb.TraceSettingResponse:
+        # An empty value list is how Triton's client asks to clear a setting.
+        updates = {key: list(v.value) or None for key, v in request.settings.items()}
+        answer = self.dataplane.trace_settings(request.model_name, _token(context), updates or None)
+        response = pb.TraceSettingResponse()
+        for key, value in answer.items():
+            response.settings[key].value.extend(value if isinstance(value, list) else [value])
+        return response
 
-    async def LogSettings(self, request: Any, context: Context) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "LogSettings is not implemented")
+    async def LogSettings(
+        self, request: pb.LogSettingsRequest, context: Context
+    ) -> pb.LogSettingsResponse:
+        updates = _choices(request.settings, "parameter_choice")
+        answer = self.dataplane.log_settings(_token(context), updates or None)
+        response = pb.LogSettingsResponse()
+        for key, value in answer.items():
+            if isinstance(value, bool):
+                response.settings[key].bool_param = value
+            elif isinstance(value, int):
+                response.settings[key].uint32_param = value
+            else:
+                response.settings[key].string_param = value
+        return response
 
 
 Behavior = Callable[[Any, Context], Awaitable[Any]]

@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from batchserve import __version__
 from batchserve.dataplane import DataPlane
-from batchserve.errors import BatchserveError, InvalidArgument, Unavailable
+from batchserve.errors import BatchserveError, InvalidArgument, PayloadTooLarge, Unavailable
 from batchserve.rest import responses
 from batchserve.rest.errors import (
     handle_batchserve_error,
@@ -26,6 +26,7 @@ from batchserve.rest.errors import (
 from batchserve.rest.infer import ASGIApp, InferEndpoint, Receive, Scope, Send, in_front_of
 from batchserve.rest.openapi import INFER_OPENAPI
 from batchserve.settings import Settings
+from batchserve.trace_settings import json_updates as trace_updates
 
 
 def _json(content: Any, status: int = 200) -> Response:
@@ -96,35 +97,109 @@ def _add_model_routes(app: FastAPI, dataplane: DataPlane, endpoint: InferEndpoin
             return _Delegate(endpoint)
 
 
-def _ready_flag(body: bytes) -> bool:
-    """The optional ``{"ready": bool}`` body of the index request."""
+async def _body(request: Request, limit: int) -> bytes:
+    """The body of a control request, refused once it passes ``limit`` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    """An optional JSON object body; empty is ``{}``."""
     if not body.strip():
-        return False
+        return {}
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise InvalidArgument(f"malformed JSON: {exc}") from None
-    ready = data.get("ready", False) if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise InvalidArgument("the request body must be a JSON object")
+    return data
+
+
+def _parameters(body: dict[str, Any]) -> dict[str, Any]:
+    parameters = body.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise InvalidArgument("'parameters' must be a JSON object")
+    return parameters
+
+
+def _ready_flag(body: bytes) -> bool:
+    """The optional ``{"ready": bool}`` body of the index request."""
+    ready = _json_object(body).get("ready", False)
     if not isinstance(ready, bool):
         raise InvalidArgument("'ready' must be a boolean")
     return ready
 
 
 def _add_repository_routes(app: FastAPI, dataplane: DataPlane) -> None:
-    @app.post("/v2/repository/index", summary="Repository index (model control)")
+    limit = dataplane.settings.max_binary_body_bytes
+
+    @app.post("/v2/repository/index", summary="Repository index")
     async def index(request: Request, authorization: str | None = Header(None)) -> Response:
-        rows = dataplane.repository_index(_token(authorization), _ready_flag(await request.body()))
+        body = await _body(request, dataplane.settings.max_json_body_bytes)
+        rows = dataplane.repository_index(_token(authorization), _ready_flag(body))
         return _json(responses.repository_index(rows))
 
     @app.post("/v2/repository/models/{name}/load", summary="Load or reload a model")
-    async def load(name: str, authorization: str | None = Header(None)) -> Response:
-        await dataplane.repository_load(name, _token(authorization))
+    async def load(
+        name: str, request: Request, authorization: str | None = Header(None)
+    ) -> Response:
+        parameters = _parameters(_json_object(await _body(request, limit)))
+        await dataplane.repository_load(
+            name, _token(authorization), parameters, files_in_base64=True
+        )
         return _json({})
 
     @app.post("/v2/repository/models/{name}/unload", summary="Unload a model")
-    async def unload(name: str, authorization: str | None = Header(None)) -> Response:
-        await dataplane.repository_unload(name, _token(authorization))
+    async def unload(
+        name: str, request: Request, authorization: str | None = Header(None)
+    ) -> Response:
+        body = await _body(request, dataplane.settings.max_json_body_bytes)
+        parameters = _parameters(_json_object(body))
+        await dataplane.repository_unload(name, _token(authorization), parameters)
         return _json({})
+
+
+def _add_settings_routes(app: FastAPI, dataplane: DataPlane) -> None:
+    """Triton's trace and log settings: GET reads, POST updates and answers the result."""
+    limit = dataplane.settings.max_json_body_bytes
+
+    async def trace(name: str, request: Request, authorization: str | None) -> Response:
+        updates = None
+        if request.method == "POST":
+            updates = trace_updates(_json_object(await _body(request, limit)))
+        return _json(dataplane.trace_settings(name, _token(authorization), updates))
+
+    @app.api_route("/v2/trace/setting", methods=["GET", "POST"], summary="Trace settings")
+    async def global_trace(request: Request, authorization: str | None = Header(None)) -> Response:
+        return await trace("", request, authorization)
+
+    @app.api_route(
+        "/v2/models/{name}/trace/setting",
+        methods=["GET", "POST"],
+        summary="A model's trace settings",
+    )
+    async def model_trace(
+        name: str, request: Request, authorization: str | None = Header(None)
+    ) -> Response:
+        return await trace(name, request, authorization)
+
+    @app.get("/v2/logging", summary="Log settings (Triton extension)")
+    async def get_logging() -> Response:
+        return _json(dataplane.log_settings(None))
+
+    @app.post("/v2/logging", summary="Update log settings (Triton extension)")
+    async def update_logging(
+        request: Request, authorization: str | None = Header(None)
+    ) -> Response:
+        updates = _json_object(await _body(request, limit))
+        return _json(dataplane.log_settings(_token(authorization), updates))
 
 
 def build_fastapi(dataplane: DataPlane, endpoint: InferEndpoint) -> FastAPI:
@@ -136,6 +211,7 @@ def build_fastapi(dataplane: DataPlane, endpoint: InferEndpoint) -> FastAPI:
     _add_health_routes(app, dataplane)
     _add_model_routes(app, dataplane, endpoint)
     _add_repository_routes(app, dataplane)
+    _add_settings_routes(app, dataplane)
     return app
 
 

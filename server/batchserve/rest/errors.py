@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 def error_headers(error: BaseException) -> list[tuple[bytes, bytes]]:
     """Content type, plus Retry-After on 503 so clients back off instead of hammering."""
     headers = [(b"content-type", b"application/json")]
-    if isinstance(error, Unavailable):
+    if isinstance(error, Unavailable) and error.retry_after_seconds:
         headers.append((b"retry-after", str(error.retry_after_seconds).encode()))
     return headers
 

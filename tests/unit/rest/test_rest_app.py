@@ -161,8 +161,8 @@ async def test_routes_outside_inference_use_the_error_shape(client: httpx.AsyncC
     assert "error" in missing.json()
     wrong_method = await client.put("/v2/health/live")
     assert wrong_method.status_code == 405
-    control = await client.post("/v2/repository/index")
-    assert control.status_code == 403
+    control = await client.post("/v2/repository/models/fake/load")
+    assert control.status_code == 503
     assert "model-control-mode explicit" in control.json()["error"]
 
 
