@@ -19,6 +19,7 @@ from batchserve.grpc.generated.model_config_pb2 import (
 )
 from batchserve.model_config import model_dims
 from batchserve.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.warmup_samples import warmup_problems
 
 Tensor = ModelInput | ModelOutput
 
@@ -36,6 +37,7 @@ def config_problems(config: ModelConfig, *, source: str, directory: str) -> list
     for kind, tensors in (("input", config.input), ("output", config.output)):
         problems += _tensor_list_problems(kind, tensors)
     problems += _sequence_length_problems(config)
+    problems += warmup_problems(config)
     return [f"{source}: {problem}" for problem in problems]
 
 
