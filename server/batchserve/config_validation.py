@@ -36,6 +36,12 @@ def config_problems(config: ModelConfig, *, source: str, directory: str) -> list
     problems += _policy_problems(config)
     for kind, tensors in (("input", config.input), ("output", config.output)):
         problems += _tensor_list_problems(kind, tensors)
+        problems += [
+            problem
+            for tensor in tensors
+            if tensor.HasField("reshape")
+            for problem in _reshape_problems(f"{kind} '{tensor.name}'", tensor, config)
+        ]
     problems += _sequence_length_problems(config)
     problems += warmup_problems(config)
     return [f"{source}: {problem}" for problem in problems]
@@ -107,6 +113,39 @@ def _dims_value_problems(what: str, dims: list[int]) -> list[str]:
     if 0 in dims:
         return [f"{what}: dims {dims} has a 0 (every axis holds at least one element)"]
     return []
+
+
+def _reshape_problems(what: str, tensor: Tensor, config: ModelConfig) -> list[str]:
+    """Triton's rules (core ``ValidateIOShape``): the same element count, and with free axes
+    the same number of them and the same fixed size between each pair."""
+    dims, shape = list(tensor.dims), list(tensor.reshape.shape)
+    if not shape and config.max_batch_size <= 0:
+        return [
+            f"{what}: cannot have empty reshape for non-batching model as scalar tensors are "
+            "not supported"
+        ]
+    if any(d < DYNAMIC or d == 0 for d in shape):
+        return [f"{what}: reshape dimensions must be integer >= 1, or -1 (got {shape})"]
+    if not shape and dims == [1]:
+        return []
+    if _chunks(dims) != _chunks(shape):
+        return [
+            f"{what}: has different size for dims and reshape: dims {dims} and reshape "
+            f"{shape} must hold the same elements, with the same fixed sizes between -1 axes"
+        ]
+    return []
+
+
+def _chunks(dims: list[int]) -> list[int]:
+    """Element counts between free (-1) axes: [2, 4, -1, 6] -> [8, 6]."""
+    chunks, current = [], 1
+    for dim in dims:
+        if dim == DYNAMIC:
+            chunks.append(current)
+            current = 1
+        else:
+            current *= dim
+    return [*chunks, current]
 
 
 def _sequence_length_problems(config: ModelConfig) -> list[str]:
