@@ -176,7 +176,9 @@ def model_problems(
         ("input", config.input, signature.inputs),
         ("output", config.output, signature.outputs),
     ):
-        problems += _name_problems(kind, listed, specs, model_file)
+        problems += _name_problems(kind, listed, specs, signature.defaulted, model_file)
+        if kind == "input":
+            specs += signature.defaulted
         by_name = {spec.name: spec for spec in specs}
         for tensor in listed:
             spec = by_name.get(tensor.name)
@@ -205,19 +207,30 @@ def _batch_axis_problems(max_batch_size: int, signature: ModelSignature) -> list
 
 
 def _name_problems(
-    kind: str, listed: Sequence[Tensor], specs: tuple[TensorSpec, ...], model_file: str
+    kind: str,
+    listed: Sequence[Tensor],
+    specs: tuple[TensorSpec, ...],
+    defaulted: tuple[TensorSpec, ...],
+    model_file: str,
 ) -> list[str]:
     known = [spec.name for spec in specs]
+    allowed = known + [spec.name for spec in defaulted] if kind == "input" else known
     written = {tensor.name for tensor in listed}
     problems = [
-        f"{kind} '{name}' is not an {kind} of the model, which has {_quoted(known)}"
-        for name in sorted(written - set(known))
+        f"{kind} '{name}' is not an {kind} of the model, which has {_quoted(allowed)}"
+        for name in sorted(written - set(allowed))
     ]
     if kind == "input":
         problems += [
             f"model input '{name}' is missing from the config's inputs"
             for name in known
             if name not in written
+        ]
+        problems += [
+            f"input '{tensor.name}' is optional, but the model has no default for it (only an "
+            "input backed by an ONNX initializer can be left out)"
+            for tensor in listed
+            if isinstance(tensor, ModelInput) and tensor.optional and tensor.name in known
         ]
     return problems
 
