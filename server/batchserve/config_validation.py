@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from batchserve.config_support import unsupported_problems
 from batchserve.datatypes import BY_CONFIG, config_name
 from batchserve.grpc.generated.model_config_pb2 import (
     DataType,
@@ -44,6 +45,7 @@ def config_problems(config: ModelConfig, *, source: str, directory: str) -> list
         ]
     problems += _sequence_length_problems(config)
     problems += warmup_problems(config)
+    problems += unsupported_problems(config)
     return [f"{source}: {problem}" for problem in problems]
 
 

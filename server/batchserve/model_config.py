@@ -144,7 +144,11 @@ def _named_format(source: str, field: str, value: str) -> ModelFormat | None:
     for fmt in FORMATS:
         if value == getattr(fmt, field):
             return fmt
-    raise ModelConfigError(f"{source}: unsupported {field} '{value}'; {SUPPORTED}")
+    what = "ensembles (pipelines of models)" if value == "ensemble" else f"the {field}"
+    raise ModelConfigError(
+        f"{source}: field '{field}' is '{value}': batchserve does not support {what} (yet); "
+        f"{SUPPORTED}"
+    )
 
 
 def format_from_filename(filename: str) -> ModelFormat | None:

@@ -65,7 +65,8 @@ def _lookup(field: str, value: str, model_file: Path) -> _Runtime | None:
     if found is None:
         known = ", ".join(getattr(r, field) for r in _RUNTIMES)
         raise ModelConfigError(
-            f"{model_file}: {field} '{value}' is not supported by batchserve (supported: {known})"
+            f"{model_file}: field '{field}' is '{value}': batchserve does not support this "
+            f"{field} (yet); supported: {known}"
         )
     return found
 
