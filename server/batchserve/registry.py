@@ -48,6 +48,17 @@ def probe_length(config: ModelConfig) -> int:
     return PROBE_SEQUENCE_LENGTH if config.batchserve.sequence_length_input else 1
 
 
+async def _run_sample(instance: Instance, sample: WarmupSample) -> None:
+    """Run one ``model_warmup`` sample ``count`` times; a failure names it, in Triton's words."""
+    try:
+        for _ in range(sample.count):
+            await instance.run(partial(instance.backend.infer, sample.inputs))
+    except BatchserveError as exc:
+        raise ModelConfigError(
+            f"failed to run warmup sample '{sample.name}': {exc.message}"
+        ) from exc
+
+
 class ModelState(StrEnum):
     """Triton's repository-index states."""
 
@@ -246,8 +257,7 @@ class ModelRegistry:
             reservation = reservations.reserve(self.budgets.for_device(backend.device), profile)
             cap = reservation.batch_cap if config.max_batch_size > 0 else 1
             for sample in samples:
-                for _ in range(sample.count):
-                    await instance.run(partial(backend.infer, sample.inputs))
+                await _run_sample(instance, sample)
             batch = synthetic_batch(config, cap, free_dim, first)
             await instance.run(partial(backend.infer, batch))
         except BaseException:
