@@ -54,7 +54,10 @@ model_warmup [{
 RESHAPED = """
 name: "reshaped"
 max_batch_size: 0
-input [{ name: "data_0" data_type: TYPE_FP32 dims: [ 3, 4, 4 ] reshape { shape: [ 1, 3, 4, 4 ] } }]
+input [{
+  name: "data_0" data_type: TYPE_FP32 format: FORMAT_NCHW
+  dims: [ 3, 4, 4 ] reshape { shape: [ 1, 3, 4, 4 ] }
+}]
 output [{ name: "pool" data_type: TYPE_FP32 dims: [ 3 ] reshape { shape: [ 1, 3, 1, 1 ] } }]
 """
 
