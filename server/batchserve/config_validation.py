@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from batchserve.config_support import unsupported_problems
 from batchserve.datatypes import BY_CONFIG, config_name
 from batchserve.grpc.generated.model_config_pb2 import (
     DataType,
@@ -19,6 +20,7 @@ from batchserve.grpc.generated.model_config_pb2 import (
 )
 from batchserve.model_config import model_dims
 from batchserve.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.warmup_samples import warmup_problems
 
 Tensor = ModelInput | ModelOutput
 
@@ -35,7 +37,15 @@ def config_problems(config: ModelConfig, *, source: str, directory: str) -> list
     problems += _policy_problems(config)
     for kind, tensors in (("input", config.input), ("output", config.output)):
         problems += _tensor_list_problems(kind, tensors)
+        problems += [
+            problem
+            for tensor in tensors
+            if tensor.HasField("reshape")
+            for problem in _reshape_problems(f"{kind} '{tensor.name}'", tensor, config)
+        ]
     problems += _sequence_length_problems(config)
+    problems += warmup_problems(config)
+    problems += unsupported_problems(config)
     return [f"{source}: {problem}" for problem in problems]
 
 
@@ -107,6 +117,39 @@ def _dims_value_problems(what: str, dims: list[int]) -> list[str]:
     return []
 
 
+def _reshape_problems(what: str, tensor: Tensor, config: ModelConfig) -> list[str]:
+    """Triton's rules (core ``ValidateIOShape``): the same element count, and with free axes
+    the same number of them and the same fixed size between each pair."""
+    dims, shape = list(tensor.dims), list(tensor.reshape.shape)
+    if not shape and config.max_batch_size <= 0:
+        return [
+            f"{what}: cannot have empty reshape for non-batching model as scalar tensors are "
+            "not supported"
+        ]
+    if any(d < DYNAMIC or d == 0 for d in shape):
+        return [f"{what}: reshape dimensions must be integer >= 1, or -1 (got {shape})"]
+    if not shape and dims == [1]:
+        return []
+    if _chunks(dims) != _chunks(shape):
+        return [
+            f"{what}: has different size for dims and reshape: dims {dims} and reshape "
+            f"{shape} must hold the same elements, with the same fixed sizes between -1 axes"
+        ]
+    return []
+
+
+def _chunks(dims: list[int]) -> list[int]:
+    """Element counts between free (-1) axes: [2, 4, -1, 6] -> [8, 6]."""
+    chunks, current = [], 1
+    for dim in dims:
+        if dim == DYNAMIC:
+            chunks.append(current)
+            current = 1
+        else:
+            current *= dim
+    return [*chunks, current]
+
+
 def _sequence_length_problems(config: ModelConfig) -> list[str]:
     name = config.batchserve.sequence_length_input
     if not name:
@@ -135,7 +178,9 @@ def model_problems(
         ("input", config.input, signature.inputs),
         ("output", config.output, signature.outputs),
     ):
-        problems += _name_problems(kind, listed, specs, model_file)
+        problems += _name_problems(kind, listed, specs, signature.defaulted, model_file)
+        if kind == "input":
+            specs += signature.defaulted
         by_name = {spec.name: spec for spec in specs}
         for tensor in listed:
             spec = by_name.get(tensor.name)
@@ -164,19 +209,30 @@ def _batch_axis_problems(max_batch_size: int, signature: ModelSignature) -> list
 
 
 def _name_problems(
-    kind: str, listed: Sequence[Tensor], specs: tuple[TensorSpec, ...], model_file: str
+    kind: str,
+    listed: Sequence[Tensor],
+    specs: tuple[TensorSpec, ...],
+    defaulted: tuple[TensorSpec, ...],
+    model_file: str,
 ) -> list[str]:
     known = [spec.name for spec in specs]
+    allowed = known + [spec.name for spec in defaulted] if kind == "input" else known
     written = {tensor.name for tensor in listed}
     problems = [
-        f"{kind} '{name}' is not an {kind} of the model, which has {_quoted(known)}"
-        for name in sorted(written - set(known))
+        f"{kind} '{name}' is not an {kind} of the model, which has {_quoted(allowed)}"
+        for name in sorted(written - set(allowed))
     ]
     if kind == "input":
         problems += [
             f"model input '{name}' is missing from the config's inputs"
             for name in known
             if name not in written
+        ]
+        problems += [
+            f"input '{tensor.name}' is optional, but the model has no default for it (only an "
+            "input backed by an ONNX initializer can be left out)"
+            for tensor in listed
+            if isinstance(tensor, ModelInput) and tensor.optional and tensor.name in known
         ]
     return problems
 

@@ -144,7 +144,11 @@ def _named_format(source: str, field: str, value: str) -> ModelFormat | None:
     for fmt in FORMATS:
         if value == getattr(fmt, field):
             return fmt
-    raise ModelConfigError(f"{source}: unsupported {field} '{value}'; {SUPPORTED}")
+    what = "ensembles (pipelines of models)" if value == "ensemble" else f"the {field}"
+    raise ModelConfigError(
+        f"{source}: field '{field}' is '{value}': batchserve does not support {what} (yet); "
+        f"{SUPPORTED}"
+    )
 
 
 def format_from_filename(filename: str) -> ModelFormat | None:
@@ -175,8 +179,9 @@ def complete_config(
     done.backend = done.backend or model_format.backend
     if signature is not None:
         _complete_batching(done, signature)
-        _complete_tensors(done.input, signature.inputs, done.max_batch_size > 0)
-        _complete_tensors(done.output, signature.outputs, done.max_batch_size > 0)
+        batched = done.max_batch_size > 0
+        _complete_tensors(done.input, signature.inputs, batched, signature.defaulted)
+        _complete_tensors(done.output, signature.outputs, batched)
     _complete_instances(done)
     done.version_policy.CopyFrom(version_policy(done))
     return done
@@ -211,13 +216,17 @@ def _writes_full_rank(
 
 
 def _complete_tensors(
-    listed: RepeatedCompositeFieldContainer[_Tensor], specs: tuple[TensorSpec, ...], batched: bool
+    listed: RepeatedCompositeFieldContainer[_Tensor],
+    specs: tuple[TensorSpec, ...],
+    batched: bool,
+    defaulted: tuple[TensorSpec, ...] = (),
 ) -> None:
-    """List every model tensor when the config lists none; else fill unset types and dims."""
+    """List every required model tensor when the config lists none; fill unset types and
+    dims (``defaulted`` inputs too, when the config declares them)."""
     if not listed:
         for new in specs:
             listed.add(name=new.name)
-    by_name = {spec.name: spec for spec in specs}
+    by_name = {spec.name: spec for spec in specs + defaulted}
     for tensor in listed:
         spec = by_name.get(tensor.name)
         if spec is None:

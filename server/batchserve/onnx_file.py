@@ -51,7 +51,8 @@ def _spec(value_info: Any, path: Path) -> TensorSpec:
 
 
 def read_onnx_signature(path: Path) -> ModelSignature:
-    """Inputs (less initializers) and outputs declared by an ONNX file."""
+    """Inputs and outputs declared by an ONNX file; inputs an initializer backs are
+    ``defaulted``, not required."""
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:
@@ -59,8 +60,9 @@ def read_onnx_signature(path: Path) -> ModelSignature:
     graph = model.graph
     initializers = {init.name for init in graph.initializer}
     inputs = tuple(_spec(v, path) for v in graph.input if v.name not in initializers)
+    defaulted = tuple(_spec(v, path) for v in graph.input if v.name in initializers)
     outputs = tuple(_spec(v, path) for v in graph.output)
-    return ModelSignature(inputs, outputs)
+    return ModelSignature(inputs, outputs, defaulted)
 
 
 def external_data_problems(model_file: Path, label: str) -> list[str]:

@@ -33,7 +33,8 @@ from batchserve.scheduler.memory_probe import probe_backend
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.stats import ModelStats
 from batchserve.validation import RequestSchema
-from batchserve.warmup import zero_inputs
+from batchserve.warmup import synthetic_batch
+from batchserve.warmup_samples import WarmupSample, read_warmup_samples
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,17 @@ PROBE_SEQUENCE_LENGTH = 128
 
 def probe_length(config: ModelConfig) -> int:
     return PROBE_SEQUENCE_LENGTH if config.batchserve.sequence_length_input else 1
+
+
+async def _run_sample(instance: Instance, sample: WarmupSample) -> None:
+    """Run one ``model_warmup`` sample ``count`` times; a failure names it, in Triton's words."""
+    try:
+        for _ in range(sample.count):
+            await instance.run(partial(instance.backend.infer, sample.inputs))
+    except BatchserveError as exc:
+        raise ModelConfigError(
+            f"failed to run warmup sample '{sample.name}': {exc.message}"
+        ) from exc
 
 
 class ModelState(StrEnum):
@@ -213,6 +225,12 @@ class ModelRegistry:
 
     async def _load_version(self, resolved: ResolvedModel, version: ModelVersion) -> ServedVersion:
         config = resolved.config
+        samples = await asyncio.to_thread(
+            read_warmup_samples,
+            config,
+            self.repository.root / resolved.name,
+            source=f"{resolved.name}/config.pbtxt",
+        )
         reservations = ModelReservations.from_config(config)
         instances: list[Instance] = []
         memory: list[InstanceMemory] = []
@@ -220,7 +238,7 @@ class ModelRegistry:
             for index, device in enumerate(resolve_devices(config, gpu_count())):
                 name = f"{resolved.name}-{version.version}-{index}"
                 instance, used = await self._load_instance(
-                    name, config, version, device, reservations
+                    name, config, version, device, reservations, samples
                 )
                 instances.append(instance)
                 memory.append(used)
@@ -259,20 +277,26 @@ class ModelRegistry:
         version: ModelVersion,
         device: Device,
         reservations: ModelReservations,
+        samples: tuple[WarmupSample, ...] = (),
     ) -> tuple[Instance, InstanceMemory]:
-        """Load, measure, reserve, then warm up at the derived cap: ready means all four."""
+        """Load, measure, reserve, then warm up (the config's ``model_warmup`` samples, as
+        Triton runs them, then a batch at the derived cap): ready means all four."""
         backend = self._backend_factory(config, version.model_file)
         instance = Instance(name, backend)
         free_dim = probe_length(config)
+        first = samples[0].inputs if samples else None
         try:
             allowance = reservations.allowance(self.budgets.for_device(device))
             profile = await instance.run(
                 partial(probe_backend, backend, version.model_file, config, device,
-                        limit_bytes=allowance, free_dim=free_dim)
+                        limit_bytes=allowance, free_dim=free_dim, sample=first)
             )  # fmt: skip
             reservation = reservations.reserve(self.budgets.for_device(backend.device), profile)
             cap = reservation.batch_cap if config.max_batch_size > 0 else 1
-            await instance.run(partial(backend.infer, zero_inputs(config, cap, free_dim)))
+            for sample in samples:
+                await _run_sample(instance, sample)
+            batch = synthetic_batch(config, cap, free_dim, first)
+            await instance.run(partial(backend.infer, batch))
         except BaseException:
             await asyncio.to_thread(instance.close)
             raise

@@ -28,10 +28,15 @@ class TensorSpec:
 
 @dataclass(frozen=True, slots=True)
 class ModelSignature:
-    """The inputs and outputs of a model file, in graph order."""
+    """The inputs and outputs of a model file, in graph order.
+
+    ``defaulted`` are inputs the file gives a value for (ONNX graph inputs backed by an
+    initializer): a config may declare them, ``optional: true`` to let clients omit them.
+    """
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    defaulted: tuple[TensorSpec, ...] = ()
 
     def input(self, name: str) -> TensorSpec | None:
         return next((t for t in self.inputs if t.name == name), None)

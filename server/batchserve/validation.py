@@ -120,8 +120,28 @@ def _index_inputs(inputs: Sequence[Tensor], schema: RequestSchema) -> dict[str, 
     return by_name
 
 
+def _missing_message(schema: RequestSchema, given: list[str], missing: list[str]) -> str:
+    """Triton core's text (``InferenceRequest::ValidateRequestInputs``), which clients and
+    tests match, then batchserve's plainer one."""
+    total = len(schema.inputs)
+    required = sum(not rule.optional for rule in schema.inputs)
+    expected = (
+        f"expected {total} inputs"
+        if required == total
+        else f"expected number of inputs between {required} and {total}"
+    )
+    got = "[" + ",".join(f"'{name}'" for name in given) + "]"
+    lacking = "[" + ",".join(f"'{name}'" for name in missing) + "]"
+    plain = ", ".join(f"'{name}'" for name in missing)
+    return (
+        f"{expected} but got {len(given)} inputs for model '{schema.model}'. Got input(s) "
+        f"{got}, but missing required input(s) {lacking}. Please provide all required "
+        f"input(s). (missing input {plain} of model '{schema.model}')"
+    )
+
+
 def _batch_size(tensors: Sequence[Tensor], schema: RequestSchema) -> int:
-    if schema.max_batch_size <= 0:
+    if schema.max_batch_size <= 0 or not tensors:
         return 1
     sizes = {t.shape[0] for t in tensors}
     if len(sizes) > 1:
@@ -170,13 +190,15 @@ def _validate(
     inputs: Sequence[Tensor], outputs: Sequence[RequestedOutput] | None, schema: RequestSchema
 ) -> ValidRequest:
     by_name = _index_inputs(inputs, schema)
+    missing = [
+        rule.name for rule in schema.inputs if not rule.optional and rule.name not in by_name
+    ]
+    if missing:
+        raise InvalidArgument(_missing_message(schema, list(by_name), missing))
     for rule in schema.inputs:
         tensor = by_name.get(rule.name)
-        if tensor is None:
-            if not rule.optional:
-                raise InvalidArgument(f"missing input '{rule.name}' of model '{schema.model}'")
-            continue
-        _check_input(tensor, rule, schema.max_batch_size)
+        if tensor is not None:
+            _check_input(tensor, rule, schema.max_batch_size)
     return ValidRequest(
         inputs={name: tensor.data for name, tensor in by_name.items()},
         batch_size=_batch_size(list(by_name.values()), schema),

@@ -145,8 +145,15 @@ def test_completion_leaves_the_input_untouched() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('backend: "python"', "unsupported backend 'python'; batchserve serves ONNX (.onnx)"),
-        ('platform: "pytorch_libtorch"', "unsupported platform 'pytorch_libtorch'"),
+        (
+            'backend: "python"',
+            "field 'backend' is 'python': batchserve does not support the backend (yet); "
+            "batchserve serves ONNX (.onnx)",
+        ),
+        (
+            'platform: "pytorch_libtorch"',
+            "field 'platform' is 'pytorch_libtorch': batchserve does not support",
+        ),
         (
             'platform: "onnxruntime_onnx" backend: "tensorrt"',
             "platform 'onnxruntime_onnx' contradicts backend 'tensorrt'",
@@ -279,7 +286,11 @@ def problems_of(tmp_path: Path, config: str, inputs: tuple[Tensor, ...] = (IMAGE
             "max_batch_size 8 needs a leading dynamic batch axis, but the model's input 'image' "
             "has shape [1, 1, 8, 8]",
         ),
-        ('backend: "python"', (IMAGE,), "unsupported backend 'python'; batchserve serves ONNX"),
+        (
+            'backend: "python"',
+            (IMAGE,),
+            "field 'backend' is 'python': batchserve does not support the backend (yet)",
+        ),
         (
             "version_policy { latest { num_versions: 0 } }",
             (IMAGE,),

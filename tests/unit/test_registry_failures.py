@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from batchserve.errors import ModelConfigError, NotFound, Unavailable
+from batchserve.errors import BackendError, ModelConfigError, NotFound, Unavailable
 from batchserve.registry import ModelRegistry, ModelState
 from batchserve.repository import ModelRepository
 from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
@@ -59,3 +59,24 @@ async def test_an_unknown_name_leaves_no_trace(tmp_path: Path) -> None:
     assert [r.name for r in registry.index()] == ["fake"]
     with pytest.raises(NotFound):
         registry.get("absent")
+
+
+class _FailsOnThreeRows(FakeBackend):
+    def infer(self, inputs, output_names=None):  # type: ignore[no-untyped-def]
+        if len(inputs["x"]) == 3:
+            raise BackendError("three rows are too many")
+        return super().infer(inputs, output_names)
+
+
+async def test_a_failing_warmup_sample_is_named_in_the_reason(tmp_path: Path) -> None:
+    registry = _registry(tmp_path)
+    config = tmp_path / "fake" / "config.pbtxt"
+    config.write_text(
+        FAKE_CONFIG + 'model_warmup [{ name: "three" batch_size: 3 inputs { key: "x" '
+        "value: { data_type: TYPE_FP32 dims: [4] zero_data: true } } }]"
+    )
+    registry._backend_factory = lambda *_: _FailsOnThreeRows()
+    with pytest.raises(ModelConfigError) as failure:
+        await registry.load("fake")
+    assert failure.value.message == ("failed to run warmup sample 'three': three rows are too many")
+    assert [r.state for r in registry.index()] == [ModelState.UNAVAILABLE.value]

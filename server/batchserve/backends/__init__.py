@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batchserve.backends.base import Backend
+from batchserve.backends.reshape import with_reshape
 from batchserve.devices import resolve_devices
 from batchserve.errors import ModelConfigError
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig
@@ -64,7 +65,8 @@ def _lookup(field: str, value: str, model_file: Path) -> _Runtime | None:
     if found is None:
         known = ", ".join(getattr(r, field) for r in _RUNTIMES)
         raise ModelConfigError(
-            f"{model_file}: {field} '{value}' is not supported by batchserve (supported: {known})"
+            f"{model_file}: field '{field}' is '{value}': batchserve does not support this "
+            f"{field} (yet); supported: {known}"
         )
     return found
 
@@ -72,7 +74,16 @@ def _lookup(field: str, value: str, model_file: Path) -> _Runtime | None:
 def create_backend(
     config: ModelConfig, model_file: Path, *, memory_limit_bytes: int | None = None
 ) -> Backend:
-    """An unloaded backend for ``model_file``; ``memory_limit_bytes`` caps ONNX Runtime's arena."""
+    """An unloaded backend for ``model_file``; ``memory_limit_bytes`` caps ONNX Runtime's arena.
+
+    The config's ``reshape`` is applied here, around the runtime, so it holds for every one.
+    """
+    return with_reshape(_runtime_backend(config, model_file, memory_limit_bytes), config)
+
+
+def _runtime_backend(
+    config: ModelConfig, model_file: Path, memory_limit_bytes: int | None
+) -> Backend:
     runtime = runtime_name(config, model_file)
     if runtime == "tensorrt":
         from batchserve.backends.tensorrt import TensorRTBackend

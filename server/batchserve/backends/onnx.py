@@ -356,6 +356,7 @@ class OnnxBackend:
             raise BackendError(f"model '{self._name}' is not loaded")
         names = list(output_names or (spec.name for spec in self._signature.outputs))
         self._check_dtypes(inputs)
+        inputs = self._as_text(inputs)
         with map_ort_errors(f"model '{self._name}'"):
             if self._runner is not None:
                 arrays = self._runner.run(inputs, names)
@@ -385,6 +386,34 @@ class OnnxBackend:
                 f"model '{self._name}': input '{name}' has numpy dtype {array.dtype}, "
                 f"but the model expects {spec.datatype.wire}"
             )
+
+    def _as_text(self, inputs: Arrays) -> Arrays:
+        """BYTES elements as str: ORT's Python binding turns a bytes object into its repr
+        ("b'12'"), which a model parsing its strings then rejects or misreads."""
+        strings = [
+            name
+            for name, array in inputs.items()
+            if array.dtype.kind in "OS" and (spec := self._signature.input(name)) is not None
+            and spec.datatype is BYTES
+        ]  # fmt: skip
+        if not strings:
+            return inputs
+        converted = dict(inputs)
+        for name in strings:
+            converted[name] = _decoded(inputs[name], name, self._name)
+        return converted
+
+
+def _decoded(array: np.ndarray, name: str, model: str) -> np.ndarray:
+    flat = array.reshape(-1)
+    try:
+        items = [item.decode() if isinstance(item, bytes) else item for item in flat]
+    except UnicodeDecodeError:
+        raise InvalidArgument(
+            f"model '{model}': input '{name}' holds BYTES that are not UTF-8, which ONNX "
+            "Runtime's string tensors cannot carry"
+        ) from None
+    return np.fromiter(items, dtype=object, count=len(items)).reshape(array.shape)
 
 
 def _run_options() -> Any:

@@ -107,9 +107,7 @@ def _class_count(output: ModelInferRequest.InferRequestedOutputTensor) -> int:
 
 
 def _decode_inputs(message: ModelInferRequest) -> list[Tensor]:
-    count = len(message.inputs)
-    if not count:
-        raise InvalidArgument("the request has no inputs")
+    count = len(message.inputs)  # none is for validation to judge: inputs may be optional
     check_count(count, what="input")
     raw_count = len(message.raw_input_contents)
     if raw_count and raw_count != count:

@@ -166,8 +166,8 @@ def _decode_output(item: object, index: int) -> RequestedOutput:
 
 
 def _decode_inputs(value: object, reader: _BinaryReader) -> list[Tensor]:
-    if type(value) is not list or not value:
-        raise InvalidArgument(f"'inputs' must be a non-empty array, got {describe(value)}")
+    if type(value) is not list:  # empty is for validation to judge: inputs may be optional
+        raise InvalidArgument(f"'inputs' must be an array, got {describe(value)}")
     check_count(len(value), what="input")
     inputs = [_decode_input(item, index, reader) for index, item in enumerate(value)]
     check_unique([tensor.name for tensor in inputs], what="input")

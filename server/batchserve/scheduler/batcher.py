@@ -382,4 +382,6 @@ def split_evenly(batch: list[WorkItem], parts: int) -> list[list[WorkItem]]:
 def _same_shapes(a: WorkItem, b: WorkItem) -> bool:
     """Whether every input of ``b`` has ``a``'s shape past the batch axis. Padding them to one
     shape is only safe for sequence models, whose outputs are cut back to each length."""
+    if a.inputs.keys() != b.inputs.keys():  # optional inputs sent by one and not the other
+        return False
     return all(b.inputs[name].shape[1:] == array.shape[1:] for name, array in a.inputs.items())

@@ -35,12 +35,12 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
-from batchserve.backends.base import Backend
+from batchserve.backends.base import Arrays, Backend
 from batchserve.devices import Device, nvml_handle
 from batchserve.errors import DeviceUnavailable
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig
 from batchserve.scheduler.memory import MemoryProfile, MemorySample
-from batchserve.warmup import zero_inputs
+from batchserve.warmup import synthetic_batch
 
 Meter = Callable[[], int]  # bytes an instance holds now, counted from when the meter started
 
@@ -257,11 +257,13 @@ def probe_backend(
     *,
     limit_bytes: int | None = None,
     free_dim: int = 1,
+    sample: Arrays | None = None,
 ) -> MemoryProfile:
-    """Load ``backend`` and measure it on zero inputs; call it on the instance's own thread.
+    """Load ``backend`` and measure it on synthetic inputs; call it on the instance's own thread.
 
     The result is for ``backend.device``, which is the CPU when a GPU instance fell back.
-    Dynamic non-batch dims (sequence length, image size) are probed at ``free_dim``.
+    Dynamic non-batch dims (sequence length, image size) are probed at ``free_dim``; a
+    config's warm-up ``sample``, when given, is repeated instead (``warmup.synthetic_batch``).
     """
     with _PROBE_LOCK, ExitStack() as stack:
         cpu = ProcessMemory()
@@ -274,7 +276,7 @@ def probe_backend(
             )
 
         def run(batch_size: int) -> object:
-            return backend.infer(zero_inputs(config, batch_size, free_dim))
+            return backend.infer(synthetic_batch(config, batch_size, free_dim, sample))
 
         sizes = probe_batch_sizes(config.max_batch_size)
         return probe_instance(run, meter, sizes, limit_bytes)

@@ -41,8 +41,16 @@ def test_memory_limit_reaches_the_onnx_backend(mlp_file: Path):
 @pytest.mark.parametrize(
     ("config", "filename", "match"),
     [
-        (ModelConfig(platform="pytorch_libtorch"), "model.pt", "platform 'pytorch_libtorch'"),
-        (ModelConfig(backend="python"), "model.py", "backend 'python' is not supported"),
+        (
+            ModelConfig(platform="pytorch_libtorch"),
+            "model.pt",
+            "field 'platform' is 'pytorch_libtorch'",
+        ),
+        (
+            ModelConfig(backend="python"),
+            "model.py",
+            "field 'backend' is 'python': batchserve does not support",
+        ),
         (ModelConfig(), "model.pt", "cannot tell which runtime"),
         (
             ModelConfig(backend="tensorrt", platform="onnxruntime_onnx"),

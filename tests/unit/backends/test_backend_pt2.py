@@ -46,7 +46,9 @@ def test_the_runtime_is_chosen_by_suffix_or_by_triton_style_names(tmp_path: Path
     assert runtime_name(ModelConfig(), path) == "pytorch"
     assert runtime_name(ModelConfig(backend="pytorch", platform="torch_export"), path) == "pytorch"
     assert isinstance(create_backend(ModelConfig(), path), TorchBackend)
-    with pytest.raises(ModelConfigError, match="platform 'torch_aoti' is not supported"):
+    with pytest.raises(
+        ModelConfigError, match="field 'platform' is 'torch_aoti': batchserve does not support"
+    ):
         runtime_name(ModelConfig(platform="torch_aoti"), path)
 
 

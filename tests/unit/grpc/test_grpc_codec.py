@@ -127,6 +127,11 @@ def test_no_requested_outputs_means_every_output() -> None:
     assert decode_infer_request(message).outputs is None
 
 
+def test_no_inputs_decode_for_validation_to_judge() -> None:
+    """A model whose inputs are all optional takes a request with none (validation decides)."""
+    assert decode_infer_request(ModelInferRequest(model_name="m")).inputs == []
+
+
 def test_zero_element_input_needs_no_contents() -> None:
     message = ModelInferRequest(inputs=[fp32_input(shape=(0, 2))])
     assert decode_infer_request(message).inputs[0].data.shape == (0, 2)
@@ -150,7 +155,6 @@ def case(message: ModelInferRequest, problem: str) -> Any:
 
 F8 = bytes(8)
 MALFORMED = [
-    case(ModelInferRequest(model_name="m"), "the request has no inputs"),
     case(raw_request(Input(datatype="FP32", shape=[1]), raw=[bytes(4)]), r"inputs\[0\]: 'name'"),
     case(raw_request(fp32_input(datatype="FP33"), raw=[F8]), "tensor 'x': unknown datatype 'FP33'"),
     case(raw_request(fp32_input(), fp32_input(), raw=[F8, F8]), "input 'x' appears more than once"),

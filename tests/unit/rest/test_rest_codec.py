@@ -184,6 +184,11 @@ def test_classification_is_read_as_written_by_tritonclient() -> None:
     assert decode(doc).outputs == [RequestedOutput("y", False, 3), RequestedOutput("z", True, 0)]
 
 
+def test_no_inputs_decode_for_validation_to_judge() -> None:
+    """A model whose inputs are all optional takes a request with none (validation decides)."""
+    assert decode({"inputs": []}).inputs == []
+
+
 def test_empty_outputs_list_means_every_output() -> None:
     assert decode({"inputs": [fp32_input()], "outputs": []}).outputs is None
 
@@ -210,9 +215,8 @@ MALFORMED = [
     doc_case(b'{"id": "\\ud800"}', "malformed JSON: .*surrogate"),
     # row 4: schema
     doc_case(b"[1, 2]", "the request must be a JSON object, got an array"),
-    doc_case({}, "'inputs' must be a non-empty array, got null"),
-    doc_case({"inputs": []}, "'inputs' must be a non-empty array, got an array"),
-    doc_case({"inputs": {"name": "x"}}, "'inputs' must be a non-empty array, got an object"),
+    doc_case({}, "'inputs' must be an array, got null"),
+    doc_case({"inputs": {"name": "x"}}, "'inputs' must be an array, got an object"),
     doc_case({"inputs": [5]}, r"inputs\[0\] must be an object, got 5"),
     doc_case({"inputs": [{"name": 3}]}, r"inputs\[0\]: 'name' must be a non-empty string, got 3"),
     doc_case({"inputs": [{"name": ""}]}, r"inputs\[0\]: 'name' must be a non-empty string"),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from batchserve.errors import DeadlineExceeded, Overloaded, Unavailable
 from fakes import FakeBackend, ManualClock
-from harness import WAIT_S, answer, answers, entered, hold_first, item, make_batcher
+from harness import WAIT_S, answer, answers, entered, hold_first, item, make_batcher, request
 
 pytestmark = pytest.mark.anyio
 
@@ -172,3 +172,18 @@ async def test_close_without_any_instance_answers_what_is_queued() -> None:
     await asyncio.wait_for(batcher.close(), WAIT_S)
     with pytest.raises(Unavailable, match="unloaded"):
         await answer(stranded)
+
+
+async def test_requests_with_different_optional_inputs_run_in_separate_batches() -> None:
+    """One request sends an optional input and the next leaves it out: never one batch."""
+    backend = FakeBackend()
+    batcher = make_batcher([backend])
+    first = await hold_first(batcher, backend)
+    x = np.ones((1, 4), dtype=np.float32)
+    with_bias = request({"x": x, "bias": x})
+    without = request({"x": x})
+    batcher.submit(with_bias)
+    batcher.submit(without)
+    backend.gate.set()
+    await answers(first, with_bias, without)
+    assert backend.batches == [1, 1, 1]

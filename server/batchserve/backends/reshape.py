@@ -1,0 +1,112 @@
+"""Triton's ``reshape``: clients send and receive ``dims``, the model sees ``reshape.shape``.
+
+Applied once, around whichever runtime serves the model (``create_backend``), so ONNX
+Runtime, TensorRT and torch.export models all get it, and everything above the backend
+(validation, batching, warm-up, the memory probe, metadata) speaks ``dims`` only. When the
+model batches, both shapes are per sample: the batch axis stays in front.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from batchserve.backends.base import Arrays, Backend
+from batchserve.devices import Device
+from batchserve.errors import InvalidArgument
+from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.signature import ModelSignature
+
+Shape = tuple[int, ...]
+Shapes = dict[str, tuple[Shape, Shape]]
+"""tensor name -> (the shape it arrives in, the shape to give it), per sample, -1 free."""
+
+
+def reshapes(config: ModelConfig) -> tuple[Shapes, Shapes]:
+    """(inputs, outputs) with a ``reshape``: inputs go dims -> reshape, outputs back."""
+    inputs = {
+        t.name: (tuple(t.dims), tuple(t.reshape.shape))
+        for t in config.input
+        if t.HasField("reshape")
+    }
+    outputs = {
+        t.name: (tuple(t.reshape.shape), tuple(t.dims))
+        for t in config.output
+        if t.HasField("reshape")
+    }
+    return inputs, outputs
+
+
+def target_shape(shape: Shape, source: Shape, target: Shape) -> Shape:
+    """``target`` with its k-th -1 set to the size ``shape`` has at ``source``'s k-th -1
+    (Triton pairs free axes in order; config validation checked the fixed sizes between)."""
+    free = iter(size for size, dim in zip(shape, source, strict=False) if dim == -1)
+    return tuple(next(free, 1) if dim == -1 else dim for dim in target)
+
+
+def with_reshape(backend: Backend, config: ModelConfig) -> Backend:
+    """``backend`` itself when no tensor has a reshape, else a ``ReshapedBackend``."""
+    inputs, outputs = reshapes(config)
+    if not inputs and not outputs:
+        return backend
+    return ReshapedBackend(backend, inputs, outputs, batched=config.max_batch_size > 0)
+
+
+def _reshaped(
+    array: np.ndarray, shapes: tuple[Shape, Shape], batched: bool, what: str
+) -> np.ndarray:
+    batch = array.shape[:1] if batched else ()
+    target = batch + target_shape(array.shape[len(batch) :], *shapes)
+    try:
+        return array.reshape(target)
+    except ValueError:
+        raise InvalidArgument(
+            f"{what}: shape {list(array.shape)} cannot be reshaped to {list(target)} "
+            "(the config's reshape)"
+        ) from None
+
+
+class ReshapedBackend:
+    """A backend whose named inputs and outputs are reshaped on the way in and out."""
+
+    def __init__(self, inner: Backend, inputs: Shapes, outputs: Shapes, *, batched: bool) -> None:
+        self.inner = inner
+        self._inputs, self._outputs, self._batched = inputs, outputs, batched
+
+    @property
+    def device(self) -> Device:
+        return self.inner.device
+
+    @property
+    def signature(self) -> ModelSignature:
+        return self.inner.signature
+
+    @property
+    def graph_batch_sizes(self) -> tuple[int, ...]:
+        return tuple(getattr(self.inner, "graph_batch_sizes", ()))
+
+    def load(self, model_file: Path, config: ModelConfig, device: Device) -> None:
+        self.inner.load(model_file, config, device)
+
+    def infer(
+        self, inputs: Arrays, output_names: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        fed = {
+            name: _reshaped(array, self._inputs[name], self._batched, f"input '{name}'")
+            if name in self._inputs
+            else array
+            for name, array in inputs.items()
+        }
+        outputs = self.inner.infer(fed, output_names)
+        for name, shapes in self._outputs.items():
+            if name in outputs:
+                outputs[name] = _reshaped(outputs[name], shapes, self._batched, f"output '{name}'")
+        return outputs
+
+    def memory_bytes(self) -> int | None:
+        return self.inner.memory_bytes()
+
+    def unload(self) -> None:
+        self.inner.unload()
