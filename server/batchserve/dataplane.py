@@ -24,8 +24,10 @@ from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInput, 
 from batchserve.logs import bind_request
 from batchserve.registry import IndexEntry, InstanceMemory, ModelRegistry, ServedVersion
 from batchserve.repository import validate_model_name
-from batchserve.scheduler.work import WorkItem
+from batchserve.scheduler.work import Arrays, WorkItem
 from batchserve.settings import ModelControlMode, Settings
+from batchserve.shared_memory import tensors as shm
+from batchserve.shared_memory.manager import Kind, RegionStatus, SharedMemoryManager
 from batchserve.stats import ModelStats
 from batchserve.types import (
     InferRequest,
@@ -38,7 +40,14 @@ from batchserve.types import (
 from batchserve.validation import validate_request
 
 SERVER_NAME = "batchserve"
-EXTENSIONS = ("binary_tensor_data", "model_configuration", "statistics", "model_repository")
+EXTENSIONS = (
+    "binary_tensor_data",
+    "model_configuration",
+    "statistics",
+    "model_repository",
+    "system_shared_memory",
+    "cuda_shared_memory",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +75,7 @@ class DataPlane:
         self.expected_models = list(expected)
         self.draining = False
         self.busy_poll = BusyPoll(settings.busy_poll_us * 1000)
+        self.shared_memory = SharedMemoryManager()
 
     # health -------------------------------------------------------------------------
     def live(self) -> bool:
@@ -120,10 +130,14 @@ class DataPlane:
     def decode(
         self, decode: Callable[[], InferRequest], model: str, version: str, protocol: str
     ) -> InferRequest:
-        """Run a wire decoder, counting a malformed request against its model when served."""
+        """Run a wire decoder, then read the inputs held in shared memory, counting a malformed
+        request (or one naming an unknown region) against its model when served."""
         try:
-            return decode()
-        except InvalidArgument as exc:
+            request = decode()
+            shm.read_inputs(request, self.shared_memory)
+            shm.check_outputs(request, self.shared_memory)
+            return request
+        except (InvalidArgument, NotFound) as exc:
             served = self._served_or_none(model, version)
             if served is not None:
                 served.stats.record_request(False, 0, 0, exc, protocol)
@@ -146,6 +160,7 @@ class DataPlane:
             item = self._work_item(request, served, started)
             served.batcher.submit(item)
             outputs = await item.future
+            response = self._response(request, served, outputs)
         except BaseException as exc:
             elapsed = time.monotonic_ns() - started
             served.stats.record_request(False, elapsed, 0, exc, request.protocol)
@@ -156,13 +171,23 @@ class DataPlane:
         served.stats.record_request(
             True, finished - started, item.dispatched_ns - started, protocol=request.protocol
         )
+        return response
+
+    def _response(
+        self, request: InferRequest, served: ServedVersion, outputs: Arrays
+    ) -> InferResponse:
+        """The response; outputs the client placed in shared memory are written there."""
         types = served.output_types
-        return InferResponse(
+        response = InferResponse(
             model_name=served.name,
             model_version=str(served.version),
             id=request.id,
             outputs=[Tensor(n, types[n], a.shape, a) for n, a in outputs.items()],
         )
+        placements = shm.output_placements(request.outputs)
+        if placements:
+            shm.write_outputs(response.outputs, placements, self.shared_memory)
+        return response
 
     def _work_item(self, request: InferRequest, served: ServedVersion, now: int) -> WorkItem:
         valid = validate_request(request.inputs, request.outputs, served.schema, request.layout)
@@ -192,6 +217,24 @@ class DataPlane:
             future=asyncio.get_running_loop().create_future(),
             is_cancelled=request.is_cancelled,
         )
+
+    # shared memory ------------------------------------------------------------------
+    def register_system_shared_memory(
+        self, name: str, key: str, offset: int, byte_size: int
+    ) -> None:
+        self.shared_memory.register_system(name, key, offset, byte_size)
+
+    def register_cuda_shared_memory(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        self.shared_memory.register_cuda(name, raw_handle, device_id, byte_size)
+
+    def unregister_shared_memory(self, kind: Kind, name: str = "") -> None:
+        """One region, or every region of ``kind`` when ``name`` is empty."""
+        self.shared_memory.unregister(kind, name)
+
+    def shared_memory_status(self, kind: Kind, name: str = "") -> list[RegionStatus]:
+        return self.shared_memory.status(kind, name)
 
     # repository ---------------------------------------------------------------------
     def _check_control(self, token: str | None) -> None:

@@ -55,7 +55,6 @@ _JSON_KINDS: Final[dict[str, tuple[frozenset[type], str]]] = {
 }
 _SEQUENCE_KEYS: Final = ("sequence_id", "sequence_start", "sequence_end")
 _UNSUPPORTED_KEYS: Final = {
-    "shared_memory_region": "shared memory is not supported",
     "classification": "the classification extension is not supported",
 }
 

@@ -363,10 +363,14 @@ def test_tensor_count_and_duplicates() -> None:
         tensors.check_unique(["a", "b", "a"], what="input")
 
 
-@pytest.mark.parametrize(
-    ("key", "problem"),
-    [("shared_memory_region", "shared memory"), ("classification", "the classification extension")],
-)
+@pytest.mark.parametrize(("key", "problem"), [("classification", "the classification extension")])
 def test_unsupported_tensor_parameters(key: str, problem: str) -> None:
     with pytest.raises(InvalidArgument, match=f"tensor 'x': parameter '{key}': {problem}"):
         tensors.check_tensor_parameters({key: "r"}, tensor="x")
+
+
+def test_shared_memory_parameters_are_no_longer_refused() -> None:
+    # the shared-memory extension is served: the codecs carry these to the dataplane
+    tensors.check_tensor_parameters(
+        {"shared_memory_region": "r", "shared_memory_byte_size": 8}, tensor="x"
+    )

@@ -13,6 +13,7 @@ import orjson
 
 from batchserve.datatypes import DataType, from_wire
 from batchserve.errors import InvalidArgument
+from batchserve.shared_memory.tensors import placeholder, placement
 from batchserve.tensors import (
     JSON_OPTIONS,
     Array,
@@ -153,13 +154,14 @@ def _decode_output(item: object, index: int) -> RequestedOutput:
     name = _name(obj, "outputs", index)
     parameters = _parameters(obj, "output", name)
     check_tensor_parameters(parameters, tensor=name)
+    placement(parameters, name)
     binary = parameters.get("binary_data")
     if binary is not None and type(binary) is not bool:
         raise InvalidArgument(
             f"output '{name}': parameter 'binary_data' must be true or false, "
             f"got {describe(binary)}"
         )
-    return RequestedOutput(name, binary)
+    return RequestedOutput(name, binary, parameters)
 
 
 def _decode_inputs(value: object, reader: _BinaryReader) -> list[Tensor]:
@@ -192,6 +194,11 @@ def _input_data(
 ) -> Array:
     """The input's elements from ``data`` or, with binary_data_size, from the binary section."""
     name, datatype, shape = spec
+    if parameters:
+        has_data = "data" in obj or "binary_data_size" in parameters
+        shared = placeholder(parameters, has_data, datatype, shape, name)
+        if shared is not None:
+            return shared
     size = parameters.get("binary_data_size")
     if size is None:
         if "data" not in obj:
@@ -271,6 +278,10 @@ def _encode_output(tensor: Tensor, binary: bool, chunks: list[Chunk]) -> Json:
     """The output's JSON entry; a binary output's bytes are appended to ``chunks``."""
     out: Json = {"name": tensor.name, "datatype": tensor.datatype.wire, "shape": tensor.shape}
     parameters = dict(tensor.parameters)
+    if tensor.in_shared_memory:  # as Triton: metadata only, the data is in the region
+        if parameters:
+            out["parameters"] = parameters
+        return out
     if not binary:
         try:
             out["data"] = array_to_json(tensor.data, tensor.datatype, tensor=tensor.name)

@@ -250,12 +250,24 @@ MALFORMED = [
         "request names 1025 inputs",
     ),
     # extensions batchserve does not serve
+    # shared memory: parameters checked as Triton's ParseSharedMemoryParams does
     case(
         raw_request(
-            fp32_input(parameters={"shared_memory_region": InferParameter(string_param="r")}),
+            fp32_input(
+                parameters={
+                    "shared_memory_region": InferParameter(string_param="r"),
+                    "shared_memory_byte_size": InferParameter(int64_param=8),
+                }
+            ),
             raw=[F8],
         ),
-        "tensor 'x': parameter 'shared_memory_region': shared memory is not supported",
+        "tensor 'x': has both 'shared_memory_region' and data",
+    ),
+    case(
+        ModelInferRequest(
+            inputs=[fp32_input(parameters={"shared_memory_region": InferParameter(int64_param=1)})]
+        ),
+        "invalid value type for 'shared_memory_region' parameter for tensor 'x'",
     ),
     case(
         raw_request(

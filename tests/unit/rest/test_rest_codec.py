@@ -172,7 +172,10 @@ def test_request_fields_are_decoded() -> None:
     assert (request.id, request.priority, request.timeout_us) == ("abc", 1, 10)
     assert request.binary_output is True
     assert request.parameters == {"k": "v"}
-    assert request.outputs == [RequestedOutput("y", None), RequestedOutput("z", False)]
+    assert request.outputs == [
+        RequestedOutput("y", None),
+        RequestedOutput("z", False, {"binary_data": False}),
+    ]
 
 
 def test_empty_outputs_list_means_every_output() -> None:
@@ -331,9 +334,46 @@ MALFORMED = [
     ),
     doc_case({"inputs": [fp32_input(f"i{i}") for i in range(2000)]}, "request names 2000 inputs"),
     # extensions batchserve does not serve
+    # shared memory: parameters checked as Triton's ParseSharedMemoryParams does
     doc_case(
         {"inputs": [fp32_input(parameters={"shared_memory_region": "r"})]},
-        "tensor 'x': parameter 'shared_memory_region': shared memory is not supported",
+        "tensor 'x': 'shared_memory_region' needs a 'shared_memory_byte_size' parameter",
+    ),
+    doc_case(
+        {"inputs": [fp32_input(parameters={"shared_memory_offset": 0})]},
+        "'shared_memory_offset' can not be specified without 'shared_memory_region'",
+    ),
+    doc_case(
+        {
+            "inputs": [
+                fp32_input(parameters={"shared_memory_region": 3, "shared_memory_byte_size": 8})
+            ]
+        },
+        "invalid value type for 'shared_memory_region' parameter for tensor 'x'",
+    ),
+    doc_case(
+        {
+            "inputs": [
+                fp32_input(parameters={"shared_memory_region": "r", "shared_memory_byte_size": -1})
+            ]
+        },
+        "invalid value for 'shared_memory_byte_size' parameter for tensor 'x'",
+    ),
+    doc_case(
+        {
+            "inputs": [
+                fp32_input(parameters={"shared_memory_region": "r", "shared_memory_byte_size": 8})
+            ]
+        },
+        "tensor 'x': has both 'shared_memory_region' and data",
+    ),
+    doc_case(
+        {
+            "inputs": [fp32_input()],
+            "outputs": [{"name": "y", "parameters": {"shared_memory_byte_size": 4}}],
+        },
+        "'shared_memory_byte_size' can not be specified without 'shared_memory_region' "
+        "parameter for tensor 'y'",
     ),
     doc_case(
         {"inputs": [fp32_input()], "outputs": [{"name": "y", "parameters": {"classification": 2}}]},
