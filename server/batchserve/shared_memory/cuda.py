@@ -29,7 +29,8 @@ def _no_gpu(name: str, reason: str) -> InvalidArgument:
 
 def _ipc_handle(raw: bytes) -> Any:
     """cuda-bindings >= 13 has no ``reserved`` field: the 64 bytes go in through getPtr()."""
-    handle = runtime().cudaIpcMemHandle_t()
+    handle_type = runtime().cudaIpcMemHandle_t  # a C type: no signature to introspect
+    handle = handle_type()
     ctypes.memmove(handle.getPtr(), raw, HANDLE_SIZE)
     return handle
 
