@@ -304,6 +304,12 @@ def test_http_register_bodies_are_checked(shm_server: ServerProcess) -> None:
         answer = requests.post(base, data=body, timeout=10)
         assert answer.status_code in (400, 413), answer.text
         assert problem in answer.json()["error"]
+    nameless = base.replace("/region/r", "")
+    answer = requests.post(nameless, data=b'{"key": "/x", "byte_size": 8}', timeout=10)
+    assert answer.status_code == 400
+    assert answer.json()["error"] == (
+        "'region name' is necessary to register system shared memory region"
+    )
     answer = requests.get(base.replace("register", "status"), timeout=10)
     assert answer.status_code == 404
 

@@ -105,6 +105,12 @@ def _cuda_row(row: RegionStatus) -> dict[str, Any]:
 
 def add_shared_memory_routes(app: FastAPI, dataplane: DataPlane) -> None:
     """The twelve routes (status, register, unregister; one region or all; both kinds)."""
+    _add_system_routes(app, dataplane)
+    _add_cuda_routes(app, dataplane)
+
+
+def _add_system_routes(app: FastAPI, dataplane: DataPlane) -> None:
+    # without a name, register answers Triton's refusal and the others act on every region
     for prefix in (SYSTEM, SYSTEM + "/region/{name}"):
 
         @app.get(prefix + "/status", summary="System shared-memory regions (Triton extension)")
@@ -112,11 +118,22 @@ def add_shared_memory_routes(app: FastAPI, dataplane: DataPlane) -> None:
             rows = dataplane.shared_memory_status("system", name)
             return _json([_system_row(row) for row in rows])
 
+        @app.post(prefix + "/register", summary="Register system shared memory")
+        async def system_register(request: Request, name: str = "") -> Response:
+            doc = await _body(request)
+            key = _key(doc)
+            offset = _uint(doc, "offset", required=False)
+            byte_size = _uint(doc, "byte_size", required=True)
+            dataplane.register_system_shared_memory(name, key, offset, byte_size)
+            return _empty()
+
         @app.post(prefix + "/unregister", summary="Unregister system shared memory")
         async def system_unregister(name: str = "") -> Response:
             dataplane.unregister_shared_memory("system", name)
             return _empty()
 
+
+def _add_cuda_routes(app: FastAPI, dataplane: DataPlane) -> None:
     for prefix in (CUDA, CUDA + "/region/{name}"):
 
         @app.get(prefix + "/status", summary="CUDA shared-memory regions (Triton extension)")
@@ -124,25 +141,16 @@ def add_shared_memory_routes(app: FastAPI, dataplane: DataPlane) -> None:
             rows = dataplane.shared_memory_status("cuda", name)
             return _json([_cuda_row(row) for row in rows])
 
+        @app.post(prefix + "/register", summary="Register CUDA shared memory")
+        async def cuda_register(request: Request, name: str = "") -> Response:
+            doc = await _body(request)
+            raw_handle = _raw_handle(doc)
+            byte_size = _uint(doc, "byte_size", required=True)
+            device_id = _uint(doc, "device_id", required=True)
+            dataplane.register_cuda_shared_memory(name, raw_handle, device_id, byte_size)
+            return _empty()
+
         @app.post(prefix + "/unregister", summary="Unregister CUDA shared memory")
         async def cuda_unregister(name: str = "") -> Response:
             dataplane.unregister_shared_memory("cuda", name)
             return _empty()
-
-    @app.post(SYSTEM + "/region/{name}/register", summary="Register system shared memory")
-    async def system_register(name: str, request: Request) -> Response:
-        doc = await _body(request)
-        key = _key(doc)
-        offset = _uint(doc, "offset", required=False)
-        byte_size = _uint(doc, "byte_size", required=True)
-        dataplane.register_system_shared_memory(name, key, offset, byte_size)
-        return _empty()
-
-    @app.post(CUDA + "/region/{name}/register", summary="Register CUDA shared memory")
-    async def cuda_register(name: str, request: Request) -> Response:
-        doc = await _body(request)
-        raw_handle = _raw_handle(doc)
-        byte_size = _uint(doc, "byte_size", required=True)
-        device_id = _uint(doc, "device_id", required=True)
-        dataplane.register_cuda_shared_memory(name, raw_handle, device_id, byte_size)
-        return _empty()

@@ -110,8 +110,8 @@ class SharedMemoryManager:
             )
 
     def status(self, kind: Kind, name: str = "") -> list[RegionStatus]:
-        if not name:
-            return [_status(r) for r in self._regions.values() if _kind(r) == kind]
+        if not name:  # by name, as Triton's std::map lists them
+            return [_status(r) for _, r in sorted(self._regions.items()) if _kind(r) == kind]
         region = self._regions.get(name)
         if region is None:
             where = "cuda" if kind == "cuda" else "system"

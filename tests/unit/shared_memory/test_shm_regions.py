@@ -142,9 +142,9 @@ def test_an_empty_name_is_refused(manager: SharedMemoryManager, shm_object: Make
 def test_status_and_unregister_follow_triton(
     manager: SharedMemoryManager, shm_object: MakeObject
 ) -> None:
-    manager.register_system("a", shm_object(8), 0, 8)
     manager.register_system("b", shm_object(8), 4, 4)
-    assert [row.name for row in manager.status("system")] == ["a", "b"]
+    manager.register_system("a", shm_object(8), 0, 8)
+    assert [row.name for row in manager.status("system")] == ["a", "b"]  # by name
     assert manager.status("cuda") == []
     with pytest.raises(NotFound, match="Unable to find system shared memory region: 'c'"):
         manager.status("system", "c")
