@@ -62,9 +62,10 @@ class SystemRegion:
         except OSError:
             raise InvalidArgument(f"Unable to open shared memory region: '{key}'") from None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
                 raise InvalidArgument(f"Invalid shared memory region: '{key}'")
-            size = os.fstat(fd).st_size
+            size = info.st_size
             if offset + byte_size > size:
                 raise InvalidArgument(
                     f"failed to register shared memory region '{name}': invalid args "
@@ -91,7 +92,10 @@ class SystemRegion:
         caller against ``byte_size``)."""
         start = self.offset + offset
         self._check_size(start, size, tensor)
-        data = os.pread(self._fd, size, start)
+        try:
+            data = os.pread(self._fd, size, start)
+        except OSError as error:
+            raise self._failed("read", tensor, error) from None
         if len(data) != size:
             raise InvalidArgument(
                 f"tensor '{tensor}': shared memory region '{self.name}' (key '{self.key}') "
@@ -104,8 +108,17 @@ class SystemRegion:
         view = memoryview(data).cast("B")
         self._check_size(start, view.nbytes, tensor)
         while view.nbytes:
-            written = os.pwrite(self._fd, view, start)
+            try:
+                written = os.pwrite(self._fd, view, start)
+            except OSError as error:
+                raise self._failed("written", tensor, error) from None
             view, start = view[written:], start + written
+
+    def _failed(self, verb: str, tensor: str, error: OSError) -> InvalidArgument:
+        return InvalidArgument(
+            f"tensor '{tensor}': shared memory region '{self.name}' (key '{self.key}') could "
+            f"not be {verb}: {error.strerror}"
+        )
 
     def close(self) -> None:
         if self._fd >= 0:
