@@ -206,13 +206,13 @@ def _simple_inputs(mod: Any, region_name: str, size: int, offset: int = 0) -> li
     return inputs
 
 
-def _refused(call: Any, *fragments: str) -> str:
+def _refused(call: Any, *fragments: str) -> InferenceServerException:
     with pytest.raises(InferenceServerException) as caught:
         call()
     message = str(caught.value.message())
     for fragment in fragments:
         assert fragment in message, message
-    return message
+    return caught.value
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -224,10 +224,11 @@ def test_hostile_requests_are_refused_and_the_server_carries_on(
     shm.set_shared_memory_region(handle, [np.arange(32, dtype=np.int32)])
     triton.register_system_shared_memory("in", key, INT32_BYTES * 2)
 
-    _refused(
+    duplicate = _refused(
         lambda: triton.register_system_shared_memory("in", key, 8),
         "shared memory region 'in' already in manager",
     )
+    assert duplicate.status() == ("400" if protocol == "http" else "StatusCode.ALREADY_EXISTS")
     _refused(
         lambda: triton.register_system_shared_memory("big", key, INT32_BYTES * 2 + 1),
         "failed to register shared memory region 'big': invalid args",

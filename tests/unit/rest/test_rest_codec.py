@@ -505,3 +505,15 @@ def test_encode_error() -> None:
     assert orjson.loads(encode_error("tensor 'x': bad \"shape\"")) == {
         "error": "tensor 'x': bad \"shape\""
     }
+
+
+def test_outputs_in_shared_memory_carry_metadata_but_no_data() -> None:
+    shared = Tensor("s", FP32, (1, 2), np.ones((1, 2), np.float32), {}, True)
+    chunks, header_length = encode_infer_response(
+        response_of(shared, fp32_output()), InferRequest("m", binary_output=True)
+    )
+    doc = orjson.loads(chunks[0])
+    assert doc["outputs"][0] == {"name": "s", "datatype": "FP32", "shape": [1, 2]}
+    assert doc["outputs"][1]["parameters"] == {"binary_data_size": 16}
+    assert header_length == len(chunks[0])
+    assert len(chunks) == 2  # the header and the one binary output
