@@ -219,18 +219,29 @@ class DataPlane:
         )
 
     # shared memory ------------------------------------------------------------------
+    def _check_client_shm(self) -> None:
+        """A client naming the server's host or GPU memory is opt-in, as in Triton."""
+        if not self.settings.allow_client_shm:
+            raise PermissionDenied(
+                "Client shared memory is disabled. Start the server with "
+                "'--allow-client-shm=true' to enable."
+            )
+
     def register_system_shared_memory(
         self, name: str, key: str, offset: int, byte_size: int
     ) -> None:
+        self._check_client_shm()
         self.shared_memory.register_system(name, key, offset, byte_size)
 
     def register_cuda_shared_memory(
         self, name: str, raw_handle: bytes, device_id: int, byte_size: int
     ) -> None:
+        self._check_client_shm()
         self.shared_memory.register_cuda(name, raw_handle, device_id, byte_size)
 
     def unregister_shared_memory(self, kind: Kind, name: str = "") -> None:
         """One region, or every region of ``kind`` when ``name`` is empty."""
+        self._check_client_shm()
         self.shared_memory.unregister(kind, name)
 
     def shared_memory_status(self, kind: Kind, name: str = "") -> list[RegionStatus]:

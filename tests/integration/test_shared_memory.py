@@ -32,7 +32,7 @@ INT32_BYTES = 16 * 4
 def shm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = write_simple_models(tmp_path_factory.mktemp("shm_repo"))
     write_slow_model(repo, "slow", max_queue_size=8)
-    server = start_server(repo)
+    server = start_server(repo, ["--allow-client-shm=true"])
     yield server
     assert server.stop() == 0
 
@@ -68,6 +68,21 @@ def _nothing_registered(shm_server: ServerProcess) -> Iterator[None]:
     yield
     for protocol in PROTOCOLS:
         client(shm_server, protocol).unregister_system_shared_memory()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_client_shared_memory_is_off_by_default_as_in_triton(
+    server: ServerProcess, protocol: str
+) -> None:
+    triton = client(server, protocol)
+    disabled = (
+        "Client shared memory is disabled. Start the server with '--allow-client-shm=true' "
+        "to enable."
+    )
+    _refused(lambda: triton.register_system_shared_memory("r", "/k", 8), disabled)
+    _refused(lambda: triton.unregister_system_shared_memory(), disabled)
+    _refused(lambda: triton.unregister_cuda_shared_memory(), disabled)
+    assert len(triton.get_system_shared_memory_status(**_as_json(protocol))) == 0
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
