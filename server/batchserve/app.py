@@ -143,6 +143,7 @@ class Server:
         self.http.should_exit = True
         await asyncio.gather(self.grpc.stop(self.settings.shutdown_timeout_seconds), http_task)
         await self.registry.close()
+        self.dataplane.shared_memory.close()  # CUDA IPC mappings before the GPUs go
         self.metrics.should_exit = True
         await metrics_task
         if self.gpus is not None:

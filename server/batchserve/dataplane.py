@@ -19,6 +19,7 @@ from batchserve.errors import (
     ControlDisabled,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     Unauthenticated,
 )
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
@@ -29,6 +30,8 @@ from batchserve.registry import IndexEntry, InstanceMemory, ModelRegistry, Serve
 from batchserve.repository import validate_model_name
 from batchserve.scheduler.work import WorkItem
 from batchserve.settings import ModelControlMode, Settings
+from batchserve.shared_memory import tensors as shm
+from batchserve.shared_memory.manager import Kind, RegionStatus, SharedMemoryManager
 from batchserve.stats import ModelStats
 from batchserve.trace_settings import Answer as TraceAnswer
 from batchserve.trace_settings import TraceSettings
@@ -50,6 +53,8 @@ EXTENSIONS = (
     "model_configuration",
     "statistics",
     "model_repository",
+    "system_shared_memory",
+    "cuda_shared_memory",
 )
 
 
@@ -79,6 +84,7 @@ class DataPlane:
         self.draining = False
         self.busy_poll = BusyPoll(settings.busy_poll_us * 1000)
         self.trace = TraceSettings()
+        self.shared_memory = SharedMemoryManager()
 
     # health -------------------------------------------------------------------------
     def live(self) -> bool:
@@ -133,10 +139,14 @@ class DataPlane:
     def decode(
         self, decode: Callable[[], InferRequest], model: str, version: str, protocol: str
     ) -> InferRequest:
-        """Run a wire decoder, counting a malformed request against its model when served."""
+        """Run a wire decoder, then read the inputs held in shared memory, counting a malformed
+        request (or one naming an unknown region) against its model when served."""
         try:
-            return decode()
-        except InvalidArgument as exc:
+            request = decode()
+            shm.read_inputs(request, self.shared_memory)
+            shm.check_outputs(request, self.shared_memory)
+            return request
+        except (InvalidArgument, NotFound) as exc:
             served = self._served_or_none(model, version)
             if served is not None:
                 served.stats.record_request(False, 0, 0, exc, protocol)
@@ -164,6 +174,7 @@ class DataPlane:
             if classes:
                 batched = served.config.max_batch_size > 0
                 tensors = await classify_outputs(tensors, classes, served.labels, batched=batched)
+            response = self._response(request, served, tensors)
         except BaseException as exc:
             elapsed = time.monotonic_ns() - started
             served.stats.record_request(False, elapsed, 0, exc, request.protocol)
@@ -174,12 +185,22 @@ class DataPlane:
         served.stats.record_request(
             True, finished - started, item.dispatched_ns - started, protocol=request.protocol
         )
-        return InferResponse(
+        return response
+
+    def _response(
+        self, request: InferRequest, served: ServedVersion, tensors: list[Tensor]
+    ) -> InferResponse:
+        """The response; outputs the client placed in shared memory are written there."""
+        response = InferResponse(
             model_name=served.name,
             model_version=str(served.version),
             id=request.id,
             outputs=tensors,
         )
+        placements = shm.output_placements(request.outputs)
+        if placements:
+            shm.write_outputs(response.outputs, placements, self.shared_memory)
+        return response
 
     def _work_item(self, request: InferRequest, served: ServedVersion, now: int) -> WorkItem:
         valid = validate_request(request.inputs, request.outputs, served.schema, request.layout)
@@ -209,6 +230,35 @@ class DataPlane:
             future=asyncio.get_running_loop().create_future(),
             is_cancelled=request.is_cancelled,
         )
+
+    # shared memory ------------------------------------------------------------------
+    def _check_client_shm(self) -> None:
+        """A client naming the server's host or GPU memory is opt-in, as in Triton."""
+        if not self.settings.allow_client_shm:
+            raise PermissionDenied(
+                "Client shared memory is disabled. Start the server with "
+                "'--allow-client-shm=true' to enable."
+            )
+
+    def register_system_shared_memory(
+        self, name: str, key: str, offset: int, byte_size: int
+    ) -> None:
+        self._check_client_shm()
+        self.shared_memory.register_system(name, key, offset, byte_size)
+
+    def register_cuda_shared_memory(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        self._check_client_shm()
+        self.shared_memory.register_cuda(name, raw_handle, device_id, byte_size)
+
+    def unregister_shared_memory(self, kind: Kind, name: str = "") -> None:
+        """One region, or every region of ``kind`` when ``name`` is empty."""
+        self._check_client_shm()
+        self.shared_memory.unregister(kind, name)
+
+    def shared_memory_status(self, kind: Kind, name: str = "") -> list[RegionStatus]:
+        return self.shared_memory.status(kind, name)
 
     # repository ---------------------------------------------------------------------
     def _check_token(self, token: str | None) -> None:

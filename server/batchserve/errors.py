@@ -3,7 +3,8 @@
     BatchserveError
     ├── InvalidArgument        400  INVALID_ARGUMENT   the client sent something wrong
     │   ├── ModelConfigError   400  INVALID_ARGUMENT   a config.pbtxt or model file is wrong
-    │   └── PayloadTooLarge    413  RESOURCE_EXHAUSTED the body is over the size limit
+    │   ├── PayloadTooLarge    413  RESOURCE_EXHAUSTED the body is over the size limit
+    │   └── AlreadyExists      400  ALREADY_EXISTS     the name is taken (Triton's codes)
     ├── NotFound               404  NOT_FOUND          unknown model or version
     ├── Unavailable            503  UNAVAILABLE        not ready, draining
     │   ├── Overloaded         503  UNAVAILABLE        queue full: retry later
@@ -46,6 +47,10 @@ class ModelConfigError(InvalidArgument):
 
 class PayloadTooLarge(InvalidArgument):
     """The request body is larger than the server accepts."""
+
+
+class AlreadyExists(InvalidArgument):
+    """The name (a shared-memory region's) is registered already."""
 
 
 class NotFound(BatchserveError):
@@ -105,6 +110,7 @@ class DeviceUnavailable(Internal):
 HTTP_STATUS: Final[dict[type[BaseException], int]] = {
     InvalidArgument: 400,
     PayloadTooLarge: 413,
+    AlreadyExists: 400,
     Unauthenticated: 401,
     PermissionDenied: 403,
     NotFound: 404,
@@ -118,6 +124,7 @@ HTTP_STATUS: Final[dict[type[BaseException], int]] = {
 GRPC_STATUS: Final[dict[type[BaseException], grpc.StatusCode]] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     PayloadTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     NotFound: grpc.StatusCode.NOT_FOUND,

@@ -47,6 +47,13 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "PEM CA certificates: HTTP and gRPC clients must present a certificate signed by one "
         "(mutual TLS)",
     ),
+    (
+        "--allow-client-shm",
+        "allow_client_shm",
+        str,
+        "true lets clients register system and CUDA shared-memory regions (default false, "
+        "as Triton)",
+    ),
 )
 
 

@@ -50,6 +50,7 @@ class Settings(BaseSettings):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_ca_file: Path | None = None
+    allow_client_shm: bool = False  # Triton's default: clients may not name host memory
 
     @field_validator("memory_budget")
     @classmethod

@@ -54,9 +54,6 @@ _JSON_KINDS: Final[dict[str, tuple[frozenset[type], str]]] = {
     "BYTES": (frozenset({str}), "strings"),
 }
 _SEQUENCE_KEYS: Final = ("sequence_id", "sequence_start", "sequence_end")
-_UNSUPPORTED_KEYS: Final = {
-    "shared_memory_region": "shared memory is not supported",
-}
 _CLASS_COUNT_MAX: Final = 2**64  # HTTP: any JSON unsigned integer; gRPC: int64
 
 
@@ -352,12 +349,13 @@ def check_unique(names: Sequence[str], *, what: str) -> None:
         seen.add(name)
 
 
-def check_tensor_parameters(parameters: Mapping[str, object], *, tensor: str) -> None:
-    """Reject per-tensor parameters that ask for extensions batchserve does not serve."""
-    if parameters.keys().isdisjoint(_UNSUPPORTED_KEYS):
-        return
-    key = next(key for key in _UNSUPPORTED_KEYS if key in parameters)
-    raise InvalidArgument(f"tensor '{tensor}': parameter '{key}': {_UNSUPPORTED_KEYS[key]}")
+def check_output_parameters(parameters: Mapping[str, object], *, tensor: str) -> None:
+    """An output goes to a shared-memory region or is classified, never both (as Triton)."""
+    if "shared_memory_region" in parameters and "classification" in parameters:
+        raise InvalidArgument(
+            "Output can't set both 'shared_memory_region' and 'classification': "
+            f"output '{tensor}': a classified output cannot be placed in shared memory"
+        )
 
 
 def class_count(value: object, *, tensor: str) -> int:

@@ -27,6 +27,8 @@ class Tensor:
         shape: full shape including any batch axis.
         data: the elements; for BYTES an object array of ``bytes``.
         parameters: per-tensor protocol parameters (e.g. ``binary_data_size``).
+        in_shared_memory: an output already written into the client's shared-memory
+            region: the codecs send its metadata but no data.
     """
 
     name: str
@@ -34,6 +36,7 @@ class Tensor:
     shape: tuple[int, ...]
     data: np.ndarray
     parameters: Parameters = field(default_factory=dict)
+    in_shared_memory: bool = False
 
 
 @dataclass(slots=True)
@@ -45,11 +48,13 @@ class RequestedOutput:
         binary: HTTP only: send as binary data (``binary_data`` parameter); None = default.
         classification: k of the classification extension (its k largest entries, as
             BYTES); 0 = the tensor itself.
+        parameters: the output's protocol parameters (``shared_memory_region`` ...).
     """
 
     name: str
     binary: bool | None = None
     classification: int = 0
+    parameters: Parameters = field(default_factory=dict)
 
 
 @dataclass(slots=True)

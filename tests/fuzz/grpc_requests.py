@@ -55,6 +55,8 @@ PARAMETER_KEYS = st.sampled_from(
         "binary_data_output",
         "sequence_id",
         "shared_memory_region",
+        "shared_memory_byte_size",
+        "shared_memory_offset",
         "classification",
         "binary_data_size",
         "other",

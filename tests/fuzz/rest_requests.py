@@ -259,16 +259,22 @@ def parameters(draw: st.DrawFn, case: RestCase) -> None:
         return
     params = tensor.get("parameters")
     size = params.get("binary_data_size") if type(params) is dict else None
-    choice = draw(st.integers(0, 3))
+    choice = draw(st.integers(0, 4))
     if choice == 0 and type(size) is int:  # off by a little
         tensor["parameters"] = {"binary_data_size": size + draw(st.sampled_from([-1, 1, size]))}
     elif choice <= 1:
         tensor["parameters"] = {"binary_data_size": draw(_SIZES)}
     elif choice == 2:
         tensor["parameters"] = draw(fresh([[], "p", 1, None]))
-    else:
+    elif choice == 3:
         extra = draw(st.sampled_from(["shared_memory_region", "classification", "binary_data"]))
         tensor["parameters"] = {extra: 1, **(params if type(params) is dict else {})}
+    else:  # in a shared-memory region: the bytes are elsewhere
+        tensor["parameters"] = {
+            "shared_memory_region": draw(st.sampled_from(["r", "", 1])),
+            "shared_memory_byte_size": draw(_SIZES),
+        }
+        tensor.pop("data", None)
     if draw(st.booleans()):
         tensor["data"] = [1]  # data and binary_data_size together, or data moved
 

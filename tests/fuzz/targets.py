@@ -85,8 +85,11 @@ def reported(check: Callable[[Any], None]) -> Callable[[Any], None]:
 
 def _echo(request: InferRequest) -> InferResponse:
     """The response an identity model would give: the inputs back, as the dataplane builds
-    outputs (no parameters)."""
-    outputs = [Tensor(t.name, t.datatype, t.shape, t.data) for t in request.inputs]
+    outputs (no parameters); an input from shared memory goes back there."""
+    outputs = [
+        Tensor(t.name, t.datatype, t.shape, t.data, {}, "shared_memory_region" in t.parameters)
+        for t in request.inputs
+    ]
     return InferResponse("m", "1", request.id, outputs)
 
 

@@ -22,6 +22,7 @@ def test_every_error_has_an_explicit_mapping_on_both_protocols(cls: type) -> Non
     [
         (errors.InvalidArgument("x"), 400, grpc.StatusCode.INVALID_ARGUMENT),
         (errors.ModelConfigError("x"), 400, grpc.StatusCode.INVALID_ARGUMENT),
+        (errors.AlreadyExists("x"), 400, grpc.StatusCode.ALREADY_EXISTS),  # as Triton maps it
         (errors.NotFound("x"), 404, grpc.StatusCode.NOT_FOUND),
         (errors.Overloaded("x"), 503, grpc.StatusCode.UNAVAILABLE),
         (errors.DeadlineExceeded("x"), 504, grpc.StatusCode.DEADLINE_EXCEEDED),

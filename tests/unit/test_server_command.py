@@ -21,6 +21,14 @@ def test_defaults_follow_triton_and_listen_on_loopback(monkeypatch: pytest.Monke
     assert settings.host == "127.0.0.1"
     assert settings.model_control_mode is ModelControlMode.NONE
     assert settings.model_repository == Path("model_repo")
+    assert settings.allow_client_shm is False  # Triton's default since --allow-client-shm
+
+
+def test_client_shared_memory_is_turned_on_as_in_triton() -> None:
+    assert _settings("--allow-client-shm=true").allow_client_shm is True
+    assert _settings("--allow-client-shm", "false").allow_client_shm is False
+    with pytest.raises(ValidationError, match="allow_client_shm"):
+        _settings("--allow-client-shm", "maybe")
 
 
 def test_flags_override_environment_which_overrides_defaults(

@@ -364,12 +364,13 @@ def test_tensor_count_and_duplicates() -> None:
         tensors.check_unique(["a", "b", "a"], what="input")
 
 
-def test_unsupported_tensor_parameters() -> None:
-    with pytest.raises(
-        InvalidArgument, match="tensor 'x': parameter 'shared_memory_region': shared memory"
-    ):
-        tensors.check_tensor_parameters({"shared_memory_region": "r"}, tensor="x")
-    tensors.check_tensor_parameters({"classification": 3}, tensor="x")  # served now
+def test_an_output_is_classified_or_placed_in_shared_memory_not_both() -> None:
+    tensors.check_output_parameters({"classification": 3}, tensor="y")
+    tensors.check_output_parameters({"shared_memory_region": "r"}, tensor="y")
+    with pytest.raises(InvalidArgument, match=r"^Output can't set both 'shared_memory_region' and"):
+        tensors.check_output_parameters(
+            {"classification": 3, "shared_memory_region": "r"}, tensor="y"
+        )
 
 
 @pytest.mark.parametrize("k", [1, 1000, 2**64 - 1])

@@ -18,13 +18,14 @@ from batchserve.grpc.generated.grpc_service_pb2 import (
     ModelInferRequest,
     ModelInferResponse,
 )
+from batchserve.shared_memory.tensors import REGION, placeholder, placement
 from batchserve.tensors import (
     Array,
     array_from_bytes,
     array_from_values,
     array_to_bytes,
     check_count,
-    check_tensor_parameters,
+    check_output_parameters,
     check_unique,
     checked_shape,
     class_count,
@@ -87,8 +88,12 @@ def _decode_outputs(
     for index, output in enumerate(outputs):
         if not output.name:
             raise InvalidArgument(f"outputs[{index}]: 'name' must be a non-empty string")
-        check_tensor_parameters(output.parameters, tensor=output.name)
-        requested.append(RequestedOutput(output.name, classification=_class_count(output)))
+        check_output_parameters(output.parameters, tensor=output.name)
+        parameters = parameter_values(output.parameters)
+        placement(parameters, output.name)
+        requested.append(
+            RequestedOutput(output.name, classification=_class_count(output), parameters=parameters)
+        )
     check_unique([output.name for output in requested], what="output")
     return requested or None
 
@@ -110,11 +115,19 @@ def _decode_inputs(message: ModelInferRequest) -> list[Tensor]:
     count = len(message.inputs)  # none is for validation to judge: inputs may be optional
     check_count(count, what="input")
     raw_count = len(message.raw_input_contents)
-    if raw_count and raw_count != count:
-        raise InvalidArgument(
-            f"raw_input_contents has {raw_count} entries but the request has {count} inputs"
-        )
-    raw: list[bytes | None] = list(message.raw_input_contents) if raw_count else [None] * count
+    raw: list[bytes | None] = [None] * count
+    if raw_count == count:
+        raw = list(message.raw_input_contents)
+    elif raw_count:
+        # as Triton: inputs in shared memory take no raw_input_contents entry
+        wanted = [i for i, t in enumerate(message.inputs) if REGION not in t.parameters]
+        if raw_count != len(wanted):
+            raise InvalidArgument(
+                f"raw_input_contents has {raw_count} entries but the request has "
+                f"{len(wanted)} inputs" + (" not in shared memory" if len(wanted) < count else "")
+            )
+        for index, data in zip(wanted, message.raw_input_contents, strict=True):
+            raw[index] = data
     pairs = zip(message.inputs, raw, strict=True)
     inputs = [_decode_input(tensor, index, data) for index, (tensor, data) in enumerate(pairs)]
     check_unique([tensor.name for tensor in inputs], what="input")
@@ -128,8 +141,13 @@ def _decode_input(tensor: InputTensor, index: int, raw: bytes | None) -> Tensor:
     datatype = from_wire(tensor.datatype, tensor=name)
     shape = checked_shape(tensor.shape[:], tensor=name)  # [:] is a list, 2x faster than list()
     parameters = parameter_values(tensor.parameters)
-    check_tensor_parameters(parameters, tensor=name)
-    if raw is None:
+    shared = None
+    if parameters:
+        has_data = raw is not None or tensor.HasField("contents")
+        shared = placeholder(parameters, has_data, datatype, shape, name)
+    if shared is not None:
+        data = shared
+    elif raw is None:
         data = _from_contents(tensor, datatype, shape)
     elif tensor.HasField("contents"):
         raise InvalidArgument(
@@ -176,8 +194,10 @@ def encode_infer_response(response: InferResponse) -> ModelInferResponse:
         )
         for tensor in response.outputs
     ]
-    raw = [
-        bytes(array_to_bytes(tensor.data, tensor.datatype, tensor=tensor.name))
+    raw = [  # an output in shared memory has an empty entry, as Triton sends
+        b""
+        if tensor.in_shared_memory
+        else bytes(array_to_bytes(tensor.data, tensor.datatype, tensor=tensor.name))
         for tensor in response.outputs
     ]
     return ModelInferResponse(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from batchserve.dataplane import VersionStats
 from batchserve.grpc.generated import grpc_service_pb2 as pb
 from batchserve.registry import IndexEntry
+from batchserve.shared_memory.manager import RegionStatus
 from batchserve.stats import BatchStats, Duration
 from batchserve.types import ModelMetadata, ServerMetadata, TensorMetadata
 
@@ -98,3 +99,19 @@ def repository_index(rows: list[IndexEntry]) -> pb.RepositoryIndexResponse:
             for r in rows
         ]
     )
+
+
+def system_shared_memory_status(
+    rows: list[RegionStatus],
+) -> pb.SystemSharedMemoryStatusResponse:
+    row = pb.SystemSharedMemoryStatusResponse.RegionStatus
+    regions = {
+        r.name: row(name=r.name, key=r.key, offset=r.offset, byte_size=r.byte_size) for r in rows
+    }
+    return pb.SystemSharedMemoryStatusResponse(regions=regions)
+
+
+def cuda_shared_memory_status(rows: list[RegionStatus]) -> pb.CudaSharedMemoryStatusResponse:
+    row = pb.CudaSharedMemoryStatusResponse.RegionStatus
+    regions = {r.name: row(name=r.name, device_id=r.device_id, byte_size=r.byte_size) for r in rows}
+    return pb.CudaSharedMemoryStatusResponse(regions=regions)

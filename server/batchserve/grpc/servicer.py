@@ -168,36 +168,45 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         await self.dataplane.repository_unload(request.model_name, _token(context), parameters)
         return pb.RepositoryModelUnloadResponse()
 
-    # Triton's shared-memory RPCs: declared in the proto, not served yet.
-    async def SystemSharedMemoryStatus(self, request: Any, context: Context) -> Any:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED, "SystemSharedMemoryStatus is not implemented"
-        )
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Context
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        rows = self.dataplane.shared_memory_status("system", request.name)
+        return messages.system_shared_memory_status(rows)
 
-    async def SystemSharedMemoryRegister(self, request: Any, context: Context) -> Any:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED, "SystemSharedMemoryRegister is not implemented"
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        self.dataplane.register_system_shared_memory(
+            request.name, request.key, request.offset, request.byte_size
         )
+        return pb.SystemSharedMemoryRegisterResponse()
 
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED, "SystemSharedMemoryUnregister is not implemented"
-        )
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        self.dataplane.unregister_shared_memory("system", request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
 
-    async def CudaSharedMemoryStatus(self, request: Any, context: Context) -> Any:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED, "CudaSharedMemoryStatus is not implemented"
-        )
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Context
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        rows = self.dataplane.shared_memory_status("cuda", request.name)
+        return messages.cuda_shared_memory_status(rows)
 
-    async def CudaSharedMemoryRegister(self, request: Any, context: Context) -> Any:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED, "CudaSharedMemoryRegister is not implemented"
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        self.dataplane.register_cuda_shared_memory(
+            request.name, request.raw_handle, request.device_id, request.byte_size
         )
+        return pb.CudaSharedMemoryRegisterResponse()
 
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED, "CudaSharedMemoryUnregister is not implemented"
-        )
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        self.dataplane.unregister_shared_memory("cuda", request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     async def TraceSetting(
         self, request: pb.TraceSettingRequest, context: Context

@@ -25,6 +25,7 @@ from batchserve.rest.errors import (
 )
 from batchserve.rest.infer import ASGIApp, InferEndpoint, Receive, Scope, Send, in_front_of
 from batchserve.rest.openapi import INFER_OPENAPI
+from batchserve.rest.shared_memory import add_shared_memory_routes
 from batchserve.settings import Settings
 from batchserve.trace_settings import json_updates as trace_updates
 
@@ -212,6 +213,7 @@ def build_fastapi(dataplane: DataPlane, endpoint: InferEndpoint) -> FastAPI:
     _add_model_routes(app, dataplane, endpoint)
     _add_repository_routes(app, dataplane)
     _add_settings_routes(app, dataplane)
+    add_shared_memory_routes(app, dataplane)
     return app
 
 

@@ -13,6 +13,7 @@ import orjson
 
 from batchserve.datatypes import DataType, from_wire
 from batchserve.errors import InvalidArgument
+from batchserve.shared_memory.tensors import placeholder, placement
 from batchserve.tensors import (
     JSON_OPTIONS,
     Array,
@@ -22,7 +23,7 @@ from batchserve.tensors import (
     array_to_bytes,
     array_to_json,
     check_count,
-    check_tensor_parameters,
+    check_output_parameters,
     check_unique,
     checked_shape,
     class_count,
@@ -153,16 +154,20 @@ def _decode_output(item: object, index: int) -> RequestedOutput:
     obj = _object(item, "outputs", index)
     name = _name(obj, "outputs", index)
     parameters = _parameters(obj, "output", name)
-    check_tensor_parameters(parameters, tensor=name)
+    check_output_parameters(parameters, tensor=name)
+    placement(parameters, name)
     binary = parameters.get("binary_data")
     if binary is not None and type(binary) is not bool:
         raise InvalidArgument(
             f"output '{name}': parameter 'binary_data' must be true or false, "
             f"got {describe(binary)}"
         )
-    if "classification" not in parameters:
-        return RequestedOutput(name, binary)
-    return RequestedOutput(name, binary, class_count(parameters["classification"], tensor=name))
+    classes = (
+        class_count(parameters["classification"], tensor=name)
+        if "classification" in parameters
+        else 0
+    )
+    return RequestedOutput(name, binary, classes, parameters)
 
 
 def _decode_inputs(value: object, reader: _BinaryReader) -> list[Tensor]:
@@ -185,7 +190,6 @@ def _decode_input(item: object, index: int, reader: _BinaryReader) -> Tensor:
         raise InvalidArgument(f"tensor '{name}': 'shape' is missing")
     shape = checked_shape(obj["shape"], tensor=name)
     parameters = _parameters(obj, "tensor", name)
-    check_tensor_parameters(parameters, tensor=name)
     data = _input_data(obj, parameters, (name, datatype, shape), reader)
     return Tensor(name, datatype, shape, data, parameters)
 
@@ -195,6 +199,11 @@ def _input_data(
 ) -> Array:
     """The input's elements from ``data`` or, with binary_data_size, from the binary section."""
     name, datatype, shape = spec
+    if parameters:
+        has_data = "data" in obj or "binary_data_size" in parameters
+        shared = placeholder(parameters, has_data, datatype, shape, name)
+        if shared is not None:
+            return shared
     size = parameters.get("binary_data_size")
     if size is None:
         if "data" not in obj:
@@ -274,6 +283,10 @@ def _encode_output(tensor: Tensor, binary: bool, chunks: list[Chunk]) -> Json:
     """The output's JSON entry; a binary output's bytes are appended to ``chunks``."""
     out: Json = {"name": tensor.name, "datatype": tensor.datatype.wire, "shape": tensor.shape}
     parameters = dict(tensor.parameters)
+    if tensor.in_shared_memory:  # as Triton: metadata only, the data is in the region
+        if parameters:
+            out["parameters"] = parameters
+        return out
     if not binary:
         try:
             out["data"] = array_to_json(tensor.data, tensor.datatype, tensor=tensor.name)

@@ -262,12 +262,24 @@ MALFORMED = [
         "request names 1025 inputs",
     ),
     # extensions batchserve does not serve
+    # shared memory: parameters checked as Triton's ParseSharedMemoryParams does
     case(
         raw_request(
-            fp32_input(parameters={"shared_memory_region": InferParameter(string_param="r")}),
+            fp32_input(
+                parameters={
+                    "shared_memory_region": InferParameter(string_param="r"),
+                    "shared_memory_byte_size": InferParameter(int64_param=8),
+                }
+            ),
             raw=[F8],
         ),
-        "tensor 'x': parameter 'shared_memory_region': shared memory is not supported",
+        "tensor 'x': has both 'shared_memory_region' and data",
+    ),
+    case(
+        ModelInferRequest(
+            inputs=[fp32_input(parameters={"shared_memory_region": InferParameter(int64_param=1)})]
+        ),
+        "invalid value type for 'shared_memory_region' parameter for tensor 'x'",
     ),
     # the classification extension: int64_param >= 1, as Triton reads it
     *(
@@ -347,3 +359,33 @@ def test_response_parameter_without_a_grpc_form_is_an_internal_error() -> None:
     response = InferResponse("m", "1", "", [], {"bad": [1, 2]})
     with pytest.raises(Internal, match="response parameter 'bad' of type list"):
         encode_infer_response(response)
+
+
+def shm_parameters(region: str, size: int) -> dict[str, InferParameter]:
+    return {
+        "shared_memory_region": InferParameter(string_param=region),
+        "shared_memory_byte_size": InferParameter(int64_param=size),
+    }
+
+
+def test_inputs_in_shared_memory_take_no_raw_input_contents_entry() -> None:
+    # as Triton reads it: the raw entries belong, in order, to the inputs not in a region
+    message = raw_request(
+        fp32_input("a", parameters=shm_parameters("r", 8)),
+        fp32_input("b"),
+        raw=[np.array([[1.0, 2.0]], np.float32).tobytes()],
+    )
+    request = decode_infer_request(over_the_wire(message))
+    shared, plain = request.inputs
+    assert shared.parameters["shared_memory_region"] == "r"
+    assert shared.data.shape == (1, 2)  # a placeholder until the dataplane reads the region
+    assert plain.data.tolist() == [[1.0, 2.0]]
+
+
+def test_outputs_in_shared_memory_have_an_empty_raw_entry() -> None:
+    shared = Tensor("s", FP32, (1, 2), np.ones((1, 2), np.float32), {}, True)
+    plain = Tensor("p", FP32, (1, 2), np.ones((1, 2), np.float32))
+    message = encode_infer_response(InferResponse("m", "1", "", [shared, plain]))
+    assert message.raw_output_contents[0] == b""
+    assert message.raw_output_contents[1] == np.ones(2, np.float32).tobytes()
+    assert [tuple(o.shape) for o in message.outputs] == [(1, 2), (1, 2)]

@@ -172,7 +172,10 @@ def test_request_fields_are_decoded() -> None:
     assert (request.id, request.priority, request.timeout_us) == ("abc", 1, 10)
     assert request.binary_output is True
     assert request.parameters == {"k": "v"}
-    assert request.outputs == [RequestedOutput("y", None), RequestedOutput("z", False)]
+    assert request.outputs == [
+        RequestedOutput("y", None),
+        RequestedOutput("z", False, {"binary_data": False}),
+    ]
 
 
 def test_classification_is_read_as_written_by_tritonclient() -> None:
@@ -344,9 +347,46 @@ MALFORMED = [
     ),
     doc_case({"inputs": [fp32_input(f"i{i}") for i in range(2000)]}, "request names 2000 inputs"),
     # extensions batchserve does not serve
+    # shared memory: parameters checked as Triton's ParseSharedMemoryParams does
     doc_case(
         {"inputs": [fp32_input(parameters={"shared_memory_region": "r"})]},
-        "tensor 'x': parameter 'shared_memory_region': shared memory is not supported",
+        "tensor 'x': 'shared_memory_region' needs a 'shared_memory_byte_size' parameter",
+    ),
+    doc_case(
+        {"inputs": [fp32_input(parameters={"shared_memory_offset": 0})]},
+        "'shared_memory_offset' can not be specified without 'shared_memory_region'",
+    ),
+    doc_case(
+        {
+            "inputs": [
+                fp32_input(parameters={"shared_memory_region": 3, "shared_memory_byte_size": 8})
+            ]
+        },
+        "invalid value type for 'shared_memory_region' parameter for tensor 'x'",
+    ),
+    doc_case(
+        {
+            "inputs": [
+                fp32_input(parameters={"shared_memory_region": "r", "shared_memory_byte_size": -1})
+            ]
+        },
+        "invalid value for 'shared_memory_byte_size' parameter for tensor 'x'",
+    ),
+    doc_case(
+        {
+            "inputs": [
+                fp32_input(parameters={"shared_memory_region": "r", "shared_memory_byte_size": 8})
+            ]
+        },
+        "tensor 'x': has both 'shared_memory_region' and data",
+    ),
+    doc_case(
+        {
+            "inputs": [fp32_input()],
+            "outputs": [{"name": "y", "parameters": {"shared_memory_byte_size": 4}}],
+        },
+        "'shared_memory_byte_size' can not be specified without 'shared_memory_region' "
+        "parameter for tensor 'y'",
     ),
     # the classification extension: k >= 1
     *(
@@ -485,3 +525,15 @@ def test_encode_error() -> None:
     assert orjson.loads(encode_error("tensor 'x': bad \"shape\"")) == {
         "error": "tensor 'x': bad \"shape\""
     }
+
+
+def test_outputs_in_shared_memory_carry_metadata_but_no_data() -> None:
+    shared = Tensor("s", FP32, (1, 2), np.ones((1, 2), np.float32), {}, True)
+    chunks, header_length = encode_infer_response(
+        response_of(shared, fp32_output()), InferRequest("m", binary_output=True)
+    )
+    doc = orjson.loads(chunks[0])
+    assert doc["outputs"][0] == {"name": "s", "datatype": "FP32", "shape": [1, 2]}
+    assert doc["outputs"][1]["parameters"] == {"binary_data_size": 16}
+    assert header_length == len(chunks[0])
+    assert len(chunks) == 2  # the header and the one binary output
