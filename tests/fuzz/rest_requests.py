@@ -323,7 +323,7 @@ _OUTPUT = st.fixed_dictionaries(
                 {"classification": 2},
                 {"classification": 0},
                 {"classification": -1},
-                {"classification": 2**64},
+                {"classification": jsonable(2**64)},
                 {"classification": "2"},
                 {"classification": True},
                 [],

@@ -174,7 +174,7 @@ def test_request_fields_are_decoded() -> None:
     assert request.parameters == {"k": "v"}
     assert request.outputs == [
         RequestedOutput("y", None),
-        RequestedOutput("z", False, {"binary_data": False}),
+        RequestedOutput("z", False, parameters={"binary_data": False}),
     ]
 
 
@@ -184,7 +184,12 @@ def test_classification_is_read_as_written_by_tritonclient() -> None:
         httpclient.InferRequestedOutput("z"),
     ]
     doc = {"inputs": [fp32_input()], "outputs": [o._get_tensor() for o in outputs]}
-    assert decode(doc).outputs == [RequestedOutput("y", False, 3), RequestedOutput("z", True, 0)]
+    decoded = decode(doc).outputs
+    assert decoded is not None
+    assert [(o.name, o.binary, o.classification) for o in decoded] == [
+        ("y", False, 3),
+        ("z", True, 0),
+    ]
 
 
 def test_no_inputs_decode_for_validation_to_judge() -> None:

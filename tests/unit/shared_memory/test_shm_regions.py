@@ -291,7 +291,7 @@ def test_outputs_are_written_and_marked(
     manager.register_system("out", key, 0, 64)
     data = np.array([[b"ab", b""]], dtype=object)
     output = Tensor("y", from_wire("BYTES", tensor="y"), (1, 2), data)
-    placements = shm.output_placements([RequestedOutput("y", None, _placed("y", "out", 64))])
+    placements = shm.output_placements([RequestedOutput("y", parameters=_placed("y", "out", 64))])
     shm.write_outputs([output], placements, manager)
     assert output.in_shared_memory
     with open(os.path.join(SHM_DIR, key[1:]), "rb") as file:
@@ -303,7 +303,7 @@ def test_an_output_larger_than_its_region_is_refused(
 ) -> None:
     manager.register_system("out", shm_object(64), 0, 64)
     output = Tensor("y", from_wire("FP32", tensor="y"), (1, 4), np.zeros((1, 4), np.float32))
-    placements = shm.output_placements([RequestedOutput("y", None, _placed("y", "out", 8))])
+    placements = shm.output_placements([RequestedOutput("y", parameters=_placed("y", "out", 8))])
     with pytest.raises(
         InvalidArgument,
         match=r"output 'y' \(8 bytes\) should be at least 16 bytes to hold the results",
@@ -316,7 +316,7 @@ def test_an_output_region_unregistered_mid_request_fails_that_request(
     manager: SharedMemoryManager, shm_object: MakeObject
 ) -> None:
     manager.register_system("out", shm_object(64), 0, 64)
-    request = InferRequest("m", outputs=[RequestedOutput("y", None, _placed("y", "out", 16))])
+    request = InferRequest("m", outputs=[RequestedOutput("y", parameters=_placed("y", "out", 16))])
     shm.check_outputs(request, manager)
     manager.unregister("system", "out")
     output = Tensor("y", from_wire("FP32", tensor="y"), (1, 4), np.zeros((1, 4), np.float32))
