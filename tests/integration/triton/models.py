@@ -22,6 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 OPSET = 17
 CLASSES = 1000
 IMAGE_SIZE = 224
+SCALINGS = ("NONE", "INCEPTION", "VGG")
+"""image_client.py's -s/--scaling modes."""
 ADD_SUB_MODELS = ("simple", "simple_string", "simple_int8")
 MODEL_NAMES = (*ADD_SUB_MODELS, "simple_identity", "custom_identity_int32", "densenet_onnx")
 """Every model the repository holds: the model-control examples count them."""

@@ -29,10 +29,9 @@ from tritonclient.utils import deserialize_bytes_tensor
 
 from tests.integration.server import ServerProcess
 from tests.integration.triton.checks import TIMEOUT, grpc_client, http_client
-from tests.integration.triton.models import labels, preprocess, sample_image
+from tests.integration.triton.models import SCALINGS, labels, preprocess, sample_image
 
 MODEL = "densenet_onnx"
-SCALINGS = ["NONE", "INCEPTION", "VGG"]
 VALUE = re.compile(r"-?\d+\.\d{6}")
 """Triton prints a class's value with std::to_string: six decimals (src/classification.cc)."""
 
