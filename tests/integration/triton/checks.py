@@ -9,7 +9,7 @@ import tritonclient.http as httpclient
 TIMEOUT = 10.0
 """Seconds any one client call may take: a broken feature fails a test, never hangs it."""
 
-INPUT0 = np.arange(start=0, stop=16, dtype=np.int32)[np.newaxis]
+INPUT0 = np.arange(16, dtype=np.int32)[np.newaxis]
 ONES = np.ones(shape=(1, 16), dtype=np.int32)
 MINUS_ONES = np.full(shape=(1, 16), fill_value=-1, dtype=np.int32)
 
@@ -39,3 +39,11 @@ def strings(values: np.ndarray) -> np.ndarray:
     """The string examples' encoding: each integer as its decimal text, UTF-8, object array."""
     flat = [str(x).encode("utf-8") for x in values.reshape(values.size)]
     return np.array(flat, dtype=np.object_).reshape(values.shape)
+
+
+def identity_data(kind: str) -> np.ndarray:
+    """The string examples' identity inputs: UTF-8 text with a NUL inside (object array),
+    or non-text bytes (a fixed-width ``np.bytes_`` array), [1, 16] each."""
+    if kind == "null_chars":
+        return np.array([b"he\x00llo" for _ in range(16)], dtype=np.object_).reshape(1, 16)
+    return np.array([b"\x00\x01\x02\x03" for _ in range(16)], dtype=np.bytes_).reshape(1, 16)

@@ -26,6 +26,7 @@ from tests.integration.triton.checks import (
     TIMEOUT,
     assert_add_sub,
     grpc_client,
+    identity_data,
     strings,
 )
 
@@ -83,7 +84,7 @@ def test_simple_grpc_async_infer_client(triton_server: ServerProcess) -> None:
     )
     result = done.get(timeout=TIMEOUT)
     assert not isinstance(result, InferenceServerException), str(result)
-    _check(result)  # type: ignore[arg-type]
+    _check(result)
 
 
 def test_simple_grpc_aio_infer_client(triton_server: ServerProcess) -> None:
@@ -162,10 +163,7 @@ def test_simple_grpc_string_infer_client(triton_server: ServerProcess) -> None:
 
 @pytest.mark.parametrize("kind", ["null_chars", "bytes"])
 def test_simple_grpc_string_infer_client_identity(triton_server: ServerProcess, kind: str) -> None:
-    if kind == "null_chars":
-        data = np.array([b"he\x00llo" for _ in range(16)], dtype=np.object_).reshape(1, 16)
-    else:
-        data = np.array([b"\x00\x01\x02\x03" for _ in range(16)], dtype=np.bytes_).reshape(1, 16)
+    data = identity_data(kind)
     client = grpc_client(triton_server.grpc_url)
     inputs = [grpcclient.InferInput("INPUT0", data.shape, "BYTES")]
     inputs[0].set_data_from_numpy(data)

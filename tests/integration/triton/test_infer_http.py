@@ -22,6 +22,7 @@ from tests.integration.triton.checks import (
     TIMEOUT,
     assert_add_sub,
     http_client,
+    identity_data,
     strings,
 )
 
@@ -168,10 +169,7 @@ def test_simple_http_string_infer_client_identity(
     triton_server: ServerProcess, kind: str, binary_data: bool
 ) -> None:
     """identity_inference(): strings with NUL inside, and raw bytes, each as binary and JSON."""
-    if kind == "null_chars":
-        data = np.array([b"he\x00llo" for _ in range(16)], dtype=np.object_).reshape(1, 16)
-    else:
-        data = np.array([b"\x00\x01\x02\x03" for _ in range(16)], dtype=np.bytes_).reshape(1, 16)
+    data = identity_data(kind)
     client = http_client(triton_server.http_url)
     inputs = [httpclient.InferInput("INPUT0", data.shape, "BYTES")]
     inputs[0].set_data_from_numpy(data, binary_data=binary_data)
