@@ -1,0 +1,55 @@
+"""Servers for the Triton-examples suite: one on the built repository, one in explicit mode."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.server import ServerProcess, start_server
+from tests.integration.triton.models import MODEL_NAMES, write_repository
+
+SETTLED = ("model ready", "model failed to load")
+
+
+@pytest.fixture(scope="session")
+def triton_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Triton-equivalent model repository, built once per session."""
+    return write_repository(tmp_path_factory.mktemp("triton_repo"))
+
+
+def _wait_settled(server: ServerProcess, timeout: float = 90.0) -> None:
+    """Wait until every model has loaded or failed: one that fails fails only its own tests."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        server.drain_logs()
+        settled = {r.get("model") for r in server.logs if r.get("message") in SETTLED}
+        if settled >= set(MODEL_NAMES):
+            return
+        if server.process.poll() is not None:
+            raise RuntimeError(f"server exited ({server.process.returncode}) while loading")
+        time.sleep(0.1)
+    raise TimeoutError(f"models not settled within {timeout} s: {server.logs[-5:]}")
+
+
+@pytest.fixture(scope="session")
+def triton_server(triton_repo: Path) -> Iterator[ServerProcess]:
+    """batchserve serving the whole repository, as ``tritonserver --model-repository`` would.
+
+    Not waiting for readiness: a model another feature branch still has to make load
+    (it is logged with its reason) fails the tests that use it, not the whole suite.
+    """
+    server = start_server(triton_repo, wait_ready=False)
+    _wait_settled(server)
+    yield server
+    assert server.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def control_server(triton_repo: Path) -> Iterator[ServerProcess]:
+    """``--model-control-mode explicit`` with nothing loaded, for the model-control examples."""
+    server = start_server(triton_repo, ["--model-control-mode", "explicit"])
+    yield server
+    assert server.stop() == 0
