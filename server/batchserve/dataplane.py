@@ -29,9 +29,10 @@ from batchserve.logs import bind_request
 from batchserve.registry import IndexEntry, InstanceMemory, ModelRegistry, ServedVersion
 from batchserve.repository import validate_model_name
 from batchserve.scheduler.work import WorkItem
-from batchserve.settings import ModelControlMode, Settings
+from batchserve.settings import ClientShm, ModelControlMode, Settings
 from batchserve.shared_memory import tensors as shm
 from batchserve.shared_memory.manager import Kind, RegionStatus, SharedMemoryManager
+from batchserve.shared_memory.peers import is_local
 from batchserve.stats import ModelStats
 from batchserve.trace_settings import Answer as TraceAnswer
 from batchserve.trace_settings import TraceSettings
@@ -232,29 +233,38 @@ class DataPlane:
         )
 
     # shared memory ------------------------------------------------------------------
-    def _check_client_shm(self) -> None:
-        """A client naming the server's host or GPU memory is opt-in, as in Triton."""
-        if not self.settings.allow_client_shm:
-            raise PermissionDenied(
-                "Client shared memory is disabled. Start the server with "
-                "'--allow-client-shm=true' to enable."
-            )
+    def _check_client_shm(self, peer: str | None) -> None:
+        """Registering names the server's host or GPU memory: allowed to the clients
+        ``--allow-client-shm`` admits (by default those on this host)."""
+        mode = self.settings.allow_client_shm
+        if mode is ClientShm.TRUE or (mode is ClientShm.LOCAL and is_local(peer)):
+            return
+        why = (
+            f"; batchserve admits only clients on this host (--allow-client-shm=local), "
+            f"and this one is {peer or 'unknown'}"
+            if mode is ClientShm.LOCAL
+            else ""
+        )
+        raise PermissionDenied(
+            "Client shared memory is disabled. Start the server with "
+            f"'--allow-client-shm=true' to enable.{why}"
+        )
 
     def register_system_shared_memory(
-        self, name: str, key: str, offset: int, byte_size: int
+        self, name: str, key: str, offset: int, byte_size: int, peer: str | None
     ) -> None:
-        self._check_client_shm()
+        self._check_client_shm(peer)
         self.shared_memory.register_system(name, key, offset, byte_size)
 
     def register_cuda_shared_memory(
-        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int, peer: str | None
     ) -> None:
-        self._check_client_shm()
+        self._check_client_shm(peer)
         self.shared_memory.register_cuda(name, raw_handle, device_id, byte_size)
 
-    def unregister_shared_memory(self, kind: Kind, name: str = "") -> None:
+    def unregister_shared_memory(self, kind: Kind, name: str, peer: str | None) -> None:
         """One region, or every region of ``kind`` when ``name`` is empty."""
-        self._check_client_shm()
+        self._check_client_shm(peer)
         self.shared_memory.unregister(kind, name)
 
     def shared_memory_status(self, kind: Kind, name: str = "") -> list[RegionStatus]:

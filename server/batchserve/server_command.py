@@ -51,8 +51,8 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "--allow-client-shm",
         "allow_client_shm",
         str,
-        "true lets clients register system and CUDA shared-memory regions (default false, "
-        "as Triton)",
+        "who may register system and CUDA shared-memory regions: local (default: clients "
+        "on this host), true (any client) or false (none)",
     ),
 )
 

@@ -25,6 +25,17 @@ class ModelControlMode(StrEnum):
     EXPLICIT = "explicit"
 
 
+class ClientShm(StrEnum):
+    """Who may register shared-memory regions. Only a client on this host can share memory
+    with the server, so `local` (the default) admits loopback clients and refuses remote ones,
+    which could only probe the host's memory; `false` refuses all (Triton's default), `true`
+    admits all (Triton's `--allow-client-shm=true`)."""
+
+    FALSE = "false"
+    LOCAL = "local"
+    TRUE = "true"
+
+
 class Settings(BaseSettings):
     """Everything the server needs to start; frozen so it can be passed around freely."""
 
@@ -50,7 +61,7 @@ class Settings(BaseSettings):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_ca_file: Path | None = None
-    allow_client_shm: bool = False  # Triton's default: clients may not name host memory
+    allow_client_shm: ClientShm = ClientShm.LOCAL
 
     @field_validator("memory_budget")
     @classmethod

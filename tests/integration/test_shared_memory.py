@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -32,15 +33,45 @@ INT32_BYTES = 16 * 4
 def shm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo = write_simple_models(tmp_path_factory.mktemp("shm_repo"))
     write_slow_model(repo, "slow", max_queue_size=8)
-    server = start_server(repo, ["--allow-client-shm=true"])
+    server = start_server(repo)  # the default admits clients on this host, as these are
     yield server
     assert server.stop() == 0
 
 
-def client(server: ServerProcess, protocol: str) -> Any:
+@pytest.fixture(scope="module")
+def closed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = write_simple_models(tmp_path_factory.mktemp("closed_repo"))
+    server = start_server(repo, ["--allow-client-shm=false"])
+    yield server
+    assert server.stop() == 0
+
+
+def _outward_address() -> str | None:
+    """An address of this host other than loopback, where it has one."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks a route
+        address = str(probe.getsockname()[0])
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+@pytest.fixture(scope="module")
+def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server listening on every address, with the default --allow-client-shm (local)."""
+    repo = write_simple_models(tmp_path_factory.mktemp("open_repo"))
+    server = start_server(repo, ["--host", "0.0.0.0"])
+    yield server
+    assert server.stop() == 0
+
+
+def client(server: ServerProcess, protocol: str, host: str = "127.0.0.1") -> Any:
     if protocol == "http":
-        return httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
-    return grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        return httpclient.InferenceServerClient(f"{host}:{server.http_port}")
+    return grpcclient.InferenceServerClient(f"{host}:{server.grpc_port}")
 
 
 def module(protocol: str) -> Any:
@@ -71,10 +102,10 @@ def _nothing_registered(shm_server: ServerProcess) -> Iterator[None]:
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_client_shared_memory_is_off_by_default_as_in_triton(
-    server: ServerProcess, protocol: str
+def test_client_shared_memory_is_refused_when_turned_off_as_in_triton(
+    closed_server: ServerProcess, protocol: str
 ) -> None:
-    triton = client(server, protocol)
+    triton = client(closed_server, protocol)
     disabled = (
         "Client shared memory is disabled. Start the server with '--allow-client-shm=true' "
         "to enable."
@@ -83,6 +114,27 @@ def test_client_shared_memory_is_off_by_default_as_in_triton(
     _refused(lambda: triton.unregister_system_shared_memory(), disabled)
     _refused(lambda: triton.unregister_cuda_shared_memory(), disabled)
     assert len(triton.get_system_shared_memory_status(**_as_json(protocol))) == 0
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_by_default_only_clients_on_this_host_may_register(
+    open_server: ServerProcess, protocol: str
+) -> None:
+    """A client reaching the server over a non-loopback address cannot share memory with it,
+    so it may not name the host's memory; the same server admits a loopback client."""
+    address = _outward_address()
+    if address is None:
+        pytest.skip("this host has no address other than loopback")
+    remote = client(open_server, protocol, address)
+    _refused(
+        lambda: remote.register_system_shared_memory("r", "/k", 8),
+        "Client shared memory is disabled",
+        "only clients on this host (--allow-client-shm=local)",
+        address,
+    )
+    local = client(open_server, protocol)
+    _refused(lambda: local.register_system_shared_memory("r", "/no_such_key", 8), "/no_such_key")
+    assert len(local.get_system_shared_memory_status(**_as_json(protocol))) == 0
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -365,7 +417,7 @@ def test_unregistering_a_region_a_request_uses(
     triton.register_system_shared_memory("y", out_key, 16)
     inputs = [mod.InferInput("x", [1, 4], "FP32"), mod.InferInput("iterations", [1, 1], "INT64")]
     inputs[0].set_shared_memory("x", 16)
-    inputs[1].set_data_from_numpy(np.array([[60]], dtype=np.int64))  # ~0.6 s of work
+    inputs[1].set_data_from_numpy(np.array([[400]], dtype=np.int64))  # 1-4 s of work
     output = mod.InferRequestedOutput("y")
     output.set_shared_memory("y", 16)
     errors: list[str] = []

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from batchserve.cli import build_parser
 from batchserve.server_command import settings_from_args
-from batchserve.settings import ModelControlMode, Settings
+from batchserve.settings import ClientShm, ModelControlMode, Settings
 from pydantic import ValidationError
 
 
@@ -21,12 +21,13 @@ def test_defaults_follow_triton_and_listen_on_loopback(monkeypatch: pytest.Monke
     assert settings.host == "127.0.0.1"
     assert settings.model_control_mode is ModelControlMode.NONE
     assert settings.model_repository == Path("model_repo")
-    assert settings.allow_client_shm is False  # Triton's default since --allow-client-shm
+    assert settings.allow_client_shm is ClientShm.LOCAL  # only clients on this host
 
 
-def test_client_shared_memory_is_turned_on_as_in_triton() -> None:
-    assert _settings("--allow-client-shm=true").allow_client_shm is True
-    assert _settings("--allow-client-shm", "false").allow_client_shm is False
+def test_client_shared_memory_is_turned_on_and_off_as_in_triton() -> None:
+    assert _settings("--allow-client-shm=true").allow_client_shm is ClientShm.TRUE
+    assert _settings("--allow-client-shm", "false").allow_client_shm is ClientShm.FALSE
+    assert _settings("--allow-client-shm", "local").allow_client_shm is ClientShm.LOCAL
     with pytest.raises(ValidationError, match="allow_client_shm"):
         _settings("--allow-client-shm", "maybe")
 

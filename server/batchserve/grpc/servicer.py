@@ -178,14 +178,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
     ) -> pb.SystemSharedMemoryRegisterResponse:
         self.dataplane.register_system_shared_memory(
-            request.name, request.key, request.offset, request.byte_size
+            request.name, request.key, request.offset, request.byte_size, context.peer()
         )
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        self.dataplane.unregister_shared_memory("system", request.name)
+        self.dataplane.unregister_shared_memory("system", request.name, context.peer())
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(
@@ -198,14 +198,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
     ) -> pb.CudaSharedMemoryRegisterResponse:
         self.dataplane.register_cuda_shared_memory(
-            request.name, request.raw_handle, request.device_id, request.byte_size
+            request.name, request.raw_handle, request.device_id, request.byte_size, context.peer()
         )
         return pb.CudaSharedMemoryRegisterResponse()
 
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        self.dataplane.unregister_shared_memory("cuda", request.name)
+        self.dataplane.unregister_shared_memory("cuda", request.name, context.peer())
         return pb.CudaSharedMemoryUnregisterResponse()
 
     async def TraceSetting(

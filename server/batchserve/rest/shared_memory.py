@@ -109,6 +109,10 @@ def add_shared_memory_routes(app: FastAPI, dataplane: DataPlane) -> None:
     _add_cuda_routes(app, dataplane)
 
 
+def _peer(request: Request) -> str | None:
+    return request.client.host if request.client is not None else None
+
+
 def _add_system_routes(app: FastAPI, dataplane: DataPlane) -> None:
     # without a name, register answers Triton's refusal and the others act on every region
     for prefix in (SYSTEM, SYSTEM + "/region/{name}"):
@@ -124,12 +128,12 @@ def _add_system_routes(app: FastAPI, dataplane: DataPlane) -> None:
             key = _key(doc)
             offset = _uint(doc, "offset", required=False)
             byte_size = _uint(doc, "byte_size", required=True)
-            dataplane.register_system_shared_memory(name, key, offset, byte_size)
+            dataplane.register_system_shared_memory(name, key, offset, byte_size, _peer(request))
             return _empty()
 
         @app.post(prefix + "/unregister", summary="Unregister system shared memory")
-        async def system_unregister(name: str = "") -> Response:
-            dataplane.unregister_shared_memory("system", name)
+        async def system_unregister(request: Request, name: str = "") -> Response:
+            dataplane.unregister_shared_memory("system", name, _peer(request))
             return _empty()
 
 
@@ -147,10 +151,12 @@ def _add_cuda_routes(app: FastAPI, dataplane: DataPlane) -> None:
             raw_handle = _raw_handle(doc)
             byte_size = _uint(doc, "byte_size", required=True)
             device_id = _uint(doc, "device_id", required=True)
-            dataplane.register_cuda_shared_memory(name, raw_handle, device_id, byte_size)
+            dataplane.register_cuda_shared_memory(
+                name, raw_handle, device_id, byte_size, _peer(request)
+            )
             return _empty()
 
         @app.post(prefix + "/unregister", summary="Unregister CUDA shared memory")
-        async def cuda_unregister(name: str = "") -> Response:
-            dataplane.unregister_shared_memory("cuda", name)
+        async def cuda_unregister(request: Request, name: str = "") -> Response:
+            dataplane.unregister_shared_memory("cuda", name, _peer(request))
             return _empty()
