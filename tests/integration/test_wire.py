@@ -3,6 +3,7 @@ and the error texts NVIDIA's clients read, against a real server."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 from collections.abc import Iterator
 
@@ -244,3 +245,43 @@ def test_batchserve_client_asks_for_uncompressed_answers(server: ServerProcess) 
         assert runner.send(asked, 30).headers["content-encoding"] == "gzip"
     finally:
         runner.close()
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_tritonclient_grpc_compression(
+    grpc_client: grpcclient.InferenceServerClient,
+    http: httpclient.InferenceServerClient,
+    coding: str,
+) -> None:
+    """gRPC message compression is grpc's own; NVIDIA's grpc client offers it per call."""
+    images = _images(2)
+    tensor = grpcclient.InferInput("image", [2, 1, 8, 8], "FP32")
+    tensor.set_data_from_numpy(images)
+    result = grpc_client.infer(DIGITS, [tensor], compression_algorithm=coding)
+    np.testing.assert_array_equal(result.as_numpy("logits"), _http_infer(http, images))
+
+
+def test_tritonclient_http_aio_compression(
+    server: ServerProcess, http: httpclient.InferenceServerClient
+) -> None:
+    """The asyncio client inflates answers itself (aiohttp's auto_decompress is off)."""
+    import tritonclient.http.aio as aioclient
+
+    images = _images(2)
+
+    async def infer() -> np.ndarray:
+        client = aioclient.InferenceServerClient(server.http_url)
+        try:
+            tensor = aioclient.InferInput("image", [2, 1, 8, 8], "FP32")
+            tensor.set_data_from_numpy(images)
+            result = await client.infer(
+                DIGITS, [tensor], request_compression_algorithm="deflate",
+                response_compression_algorithm="gzip",
+            )  # fmt: skip
+            logits = result.as_numpy("logits")
+            assert logits is not None
+            return logits
+        finally:
+            await client.close()
+
+    np.testing.assert_array_equal(asyncio.run(infer()), _http_infer(http, images))
