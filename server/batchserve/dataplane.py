@@ -26,8 +26,15 @@ from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInput, 
 from batchserve.load_override import parse_load_parameters, parse_unload_parameters
 from batchserve.log_settings import Answer as LogAnswer
 from batchserve.logs import bind_request
-from batchserve.registry import IndexEntry, InstanceMemory, ModelRegistry, ServedVersion
-from batchserve.repository import validate_model_name
+from batchserve.raw_input import raw_request
+from batchserve.registry import (
+    IndexEntry,
+    InstanceMemory,
+    ModelRegistry,
+    ServedVersion,
+    unknown_model,
+)
+from batchserve.repository import requested_model_name, validate_model_name
 from batchserve.scheduler.work import WorkItem
 from batchserve.settings import ClientShm, ModelControlMode, Settings
 from batchserve.shared_memory import tensors as shm
@@ -47,15 +54,22 @@ from batchserve.types import (
 )
 from batchserve.validation import validate_request
 
-SERVER_NAME = "batchserve"
-EXTENSIONS = (
+SERVER_NAME = "triton"
+"""Triton's own name: NVIDIA's health/metadata examples fail on any other (the version says
+which server this is)."""
+EXTENSIONS = (  # Triton's order (core src/server.cc), less those not served
     "classification",
-    "binary_tensor_data",
-    "model_configuration",
-    "statistics",
     "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
     "system_shared_memory",
     "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
 )
 
 
@@ -96,8 +110,8 @@ class DataPlane:
         return not self.draining and all(self.registry.is_ready(m) for m in self.expected_models)
 
     def model_ready(self, name: str, version: str = "") -> bool:
-        if not self.registry.knows(validate_model_name(name)):
-            raise NotFound(f"unknown model '{name}'")
+        if not self.registry.knows(requested_model_name(name)):
+            raise unknown_model(name)
         return self.registry.is_ready(name, version)
 
     # metadata -----------------------------------------------------------------------
@@ -105,7 +119,7 @@ class DataPlane:
         return ServerMetadata(SERVER_NAME, __version__, EXTENSIONS)
 
     def _served(self, name: str, version: str) -> ServedVersion:
-        return self.registry.get(validate_model_name(name), version)
+        return self.registry.get(requested_model_name(name), version)
 
     def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
         served = self._served(name, version)
@@ -152,6 +166,10 @@ class DataPlane:
             if served is not None:
                 served.stats.record_request(False, 0, 0, exc, protocol)
             raise
+
+    def raw_request(self, body: bytes, model: str, version: str) -> InferRequest:
+        """Triton's raw binary HTTP request: the body is the served model's one input."""
+        return raw_request(body, self._served(model, version).config, model, version)
 
     def _served_or_none(self, model: str, version: str) -> ServedVersion | None:
         try:

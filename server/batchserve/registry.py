@@ -132,6 +132,14 @@ class IndexEntry:
     reason: str
 
 
+def unknown_model(name: str) -> NotFound:
+    """Triton's text for a model it does not know, which its clients look for."""
+    return NotFound(
+        f"Request for unknown model: '{name}' is not found "
+        f"(batchserve: no model '{name}' is loaded or in the repository)"
+    )
+
+
 class ModelRegistry:
     """Owns every loaded model; the dataplane's only way to reach one."""
 
@@ -333,7 +341,7 @@ class ModelRegistry:
         if entry is None:
             if self.knows(name):
                 raise Unavailable(f"model '{name}' is not loaded")
-            raise NotFound(f"unknown model '{name}'")
+            raise unknown_model(name)
         if entry.state is not ModelState.READY:
             detail = f": {entry.reason}" if entry.reason else ""
             raise Unavailable(f"model '{name}' is not ready ({entry.state.value}{detail})")
@@ -341,7 +349,11 @@ class ModelRegistry:
             return entry.versions[max(entry.versions)]
         served = entry.versions.get(int(version)) if version.isdigit() else None
         if served is None:
-            raise NotFound(f"model '{name}' has no version '{version}' being served")
+            shown = version[:40]
+            raise NotFound(
+                f"Request for unknown model: '{name}' version {shown} is not found "
+                f"(batchserve: version '{shown}' of model '{name}' is not being served)"
+            )
         return served
 
     def is_ready(self, name: str, version: str = "") -> bool:

@@ -59,6 +59,19 @@ def validate_model_name(name: str) -> str:
     return name
 
 
+def requested_model_name(name: str) -> str:
+    """:func:`validate_model_name` for a name a request asks for: such a name can be no
+    model, and Triton's clients look for its unknown-model text."""
+    problem = _name_problem(name)
+    if problem is not None:
+        shown = name[:64]
+        raise InvalidArgument(
+            f"Request for unknown model: {shown!r} is not found "
+            f"(batchserve: invalid model name {shown!r}: {problem})"
+        )
+    return name
+
+
 @functools.lru_cache(maxsize=1024)  # every request checks its model's name: ~7 µs uncached
 def _name_problem(name: str) -> str | None:
     if not name.strip():
@@ -201,7 +214,10 @@ class _ModelCheck:
 
     def run(self) -> ResolvedModel:
         if not self.dir.is_dir():
-            raise NotFound(f"model '{self.name}' is not in the repository")
+            raise NotFound(
+                f"failed to load '{self.name}', failed to poll from model repository "
+                f"(batchserve: model '{self.name}' is not in the repository)"
+            )
         if not _inside(self.dir, self.root):
             self.problems.append(f"{self.name}: the model directory leads outside the repository")
             raise self.fail()

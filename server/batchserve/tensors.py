@@ -3,8 +3,9 @@
 Every size is checked with Python ints against the limits below before anything is
 allocated: numpy's own products wrap around silently at 64 bits. Protocol choices:
 
-- JSON ``data`` may be flat or nested row-major, nested at most rank + 1 levels (and
-  never more than 32); a level may not mix arrays and values.
+- JSON ``data`` may be flat or nested in any way, as Triton reads it: the values are
+  taken in row-major (depth-first) order and only their count must match the shape.
+  Nesting is capped at 32 levels against hostile bodies.
 - BF16 cannot be sent as JSON numbers (numpy has no bfloat16 to round them into, and
   tritonclient refuses too): send it as binary data. BF16 outputs are written to JSON
   as their exact values.
@@ -111,7 +112,7 @@ def checked_shape(shape: object, *, tensor: str) -> tuple[int, ...]:
         )
     for dim in shape:
         if type(dim) is not int or not 0 <= dim <= MAX_ELEMENTS:
-            _reject_dim(dim, tensor)
+            _reject_dim(dim, shape, tensor)
     count = math.prod(shape)
     if count > MAX_ELEMENTS:
         raise InvalidArgument(
@@ -127,13 +128,16 @@ def checked_shape(shape: object, *, tensor: str) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _reject_dim(dim: object, tensor: str) -> NoReturn:
+def _reject_dim(dim: object, shape: Sequence[object], tensor: str) -> NoReturn:
     if type(dim) is not int:
         raise InvalidArgument(
             f"tensor '{tensor}': shape dimension {describe(dim)} is not an integer"
         )
     if dim < 0:
-        raise InvalidArgument(f"tensor '{tensor}': shape dimension {dim} is negative")
+        raise InvalidArgument(
+            f"All input dimensions should be specified for input '{tensor}', got "
+            f"{format_shape(shape)} (batchserve: shape dimension {dim} is negative)"
+        )
     raise InvalidArgument(
         f"tensor '{tensor}': shape dimension {dim} is too large (at most {MAX_ELEMENTS})"
     )
@@ -160,8 +164,8 @@ def array_from_bytes(
     got = buf.nbytes if isinstance(buf, memoryview) else len(buf)
     if got != expected:
         raise InvalidArgument(
-            f"tensor '{tensor}': expected {expected} bytes for shape {format_shape(shape)} "
-            f"{datatype.wire}, got {got}"
+            f"input byte size mismatch for input '{tensor}'. Expected {expected}, got {got} "
+            f"(batchserve: shape {format_shape(shape)} {datatype.wire} takes {expected} bytes)"
         )
     # twice as fast as np.frombuffer(...).reshape(shape), and the same read-only view
     return np.ndarray(shape, _LITTLE_ENDIAN[datatype.wire], buf)
@@ -172,8 +176,9 @@ def _bytes_elements(buf: bytes | memoryview, shape: tuple[int, ...], tensor: str
     count, end = math.prod(shape), memoryview(buf).nbytes
     if count * _PREFIX.size > end:
         raise InvalidArgument(
-            f"tensor '{tensor}': {end} bytes cannot hold the {count} BYTES elements of shape "
-            f"{format_shape(shape)} (each has a 4-byte length prefix)"
+            f"expected {count} string elements for inference input '{tensor}', got fewer "
+            f"(batchserve: {end} bytes cannot hold the {count} BYTES elements of shape "
+            f"{format_shape(shape)}; each has a 4-byte length prefix)"
         )
     data = bytes(buf)  # one copy; slicing bytes is then twice as fast as slicing a view
     items: list[bytes] = []
@@ -181,22 +186,25 @@ def _bytes_elements(buf: bytes | memoryview, shape: tuple[int, ...], tensor: str
     for index in range(count):
         if offset + _PREFIX.size > end:
             raise InvalidArgument(
-                f"tensor '{tensor}': BYTES data ends after {index} of the {count} elements "
-                f"of shape {format_shape(shape)}"
+                f"expected {count} string elements for inference input '{tensor}', got "
+                f"{index} (batchserve: BYTES data ends after {index} of the {count} elements "
+                f"of shape {format_shape(shape)})"
             )
         (length,) = _PREFIX.unpack_from(data, offset)
         start = offset + _PREFIX.size
         offset = start + length
         if offset > end:
             raise InvalidArgument(
-                f"tensor '{tensor}': BYTES element {index} has length {length} but only "
-                f"{end - start} bytes remain"
+                f"expected {count} string elements for inference input '{tensor}', got "
+                f"{index} (batchserve: BYTES element {index} has length {length} but only "
+                f"{end - start} bytes remain)"
             )
         items.append(data[start:offset])
     if offset != end:
         raise InvalidArgument(
-            f"tensor '{tensor}': {end - offset} bytes left over after the {count} BYTES "
-            f"elements of shape {format_shape(shape)}"
+            f"unexpected number of string elements {count + 1} for inference input "
+            f"'{tensor}', expecting {count} (batchserve: {end - offset} bytes left over after "
+            f"the {count} BYTES elements of shape {format_shape(shape)})"
         )
     return np.fromiter(items, dtype=object, count=count).reshape(shape)
 
@@ -248,40 +256,43 @@ def array_from_json(
             f"tensor '{tensor}': BF16 cannot be sent as JSON numbers; send it as binary data "
             "(the binary_data_size parameter)"
         )
-    flat = _flatten(data, len(shape), tensor)
+    flat, kinds = _flatten(data, tensor)
     count = math.prod(shape)
     if len(flat) != count:
         raise InvalidArgument(
             f"tensor '{tensor}': data has {len(flat)} elements, shape {format_shape(shape)} "
             f"needs {count}"
         )
-    _check_json_types(flat, datatype, tensor)
+    _check_json_types(flat, kinds, datatype, tensor)
     if datatype.wire == "BYTES":
         flat = [item.encode() for item in flat]
     return array_from_values(flat, datatype, shape, tensor=tensor)
 
 
-def _flatten(data: object, rank: int, tensor: str) -> list[Any]:
-    """Flatten level by level (no recursion), capping the nesting depth."""
+def _flatten(data: object, tensor: str) -> tuple[list[Any], set[type]]:
+    """The values in depth-first order and their types, opening one level of arrays at a
+    time (no recursion); the order is the same because each array is opened in place."""
     if type(data) is not list:
         raise InvalidArgument(f"tensor '{tensor}': data must be an array, got {describe(data)}")
-    max_depth = min(rank + 1, MAX_JSON_DEPTH)
     flat, depth = data, 1
-    while flat and type(flat[0]) is list:
+    while list in (kinds := set(map(type, flat))):
         depth += 1
-        if depth > max_depth:
+        if depth > MAX_JSON_DEPTH:
             raise InvalidArgument(
-                f"tensor '{tensor}': data is nested deeper than {max_depth} levels"
+                f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH}) "
+                f"(batchserve: tensor '{tensor}': data is nested deeper than "
+                f"{MAX_JSON_DEPTH} levels)"
             )
-        if not all(type(item) is list for item in flat):
-            raise InvalidArgument(f"tensor '{tensor}': data mixes nested arrays and values")
-        flat = list(chain.from_iterable(flat))
-    return flat
+        if len(kinds) == 1:
+            flat = list(chain.from_iterable(flat))
+        else:  # arrays and values side by side, as Triton also reads them
+            flat = list(chain.from_iterable(x if type(x) is list else (x,) for x in flat))
+    return flat, kinds
 
 
-def _check_json_types(flat: list[Any], datatype: DataType, tensor: str) -> None:
+def _check_json_types(flat: list[Any], kinds: set[type], datatype: DataType, tensor: str) -> None:
     allowed, expected = _JSON_KINDS[datatype.wire]
-    wrong = set(map(type, flat)) - allowed
+    wrong = kinds - allowed
     if wrong:
         bad = next(item for item in flat if type(item) in wrong)
         raise InvalidArgument(
@@ -345,7 +356,10 @@ def check_unique(names: Sequence[str], *, what: str) -> None:
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise InvalidArgument(f"{what} '{name}' appears more than once")
+            raise InvalidArgument(
+                f"{what} '{name}' already exists in request (batchserve: each {what} may be "
+                "named once)"
+            )
         seen.add(name)
 
 

@@ -20,6 +20,7 @@ from batchserve.errors import InvalidArgument
 from batchserve.grpc import codec as grpc_codec
 from batchserve.grpc.generated.grpc_service_pb2 import ModelInferRequest
 from batchserve.rest import codec as rest_codec
+from batchserve.rest import compression
 from batchserve.tensors import array_from_bytes, array_to_bytes, checked_shape
 from batchserve.types import InferRequest, InferResponse, RequestedOutput, Tensor
 from google.protobuf.message import DecodeError
@@ -226,6 +227,44 @@ def _validation_cases(draw: st.DrawFn) -> tuple[list[Tensor], list[RequestedOutp
     return inputs, draw(_OUTPUTS)
 
 
+_INFLATE_LIMIT = 4096
+
+
+@st.composite
+def _compressed_bodies(draw: st.DrawFn) -> tuple[bytes, str, bytes | None]:
+    """A Content-Encoding body: a real stream (whose payload is returned), one damaged by
+    a cut, a flipped byte or trailing bytes, or arbitrary bytes; payloads may pass the limit."""
+    encoding = draw(st.sampled_from([compression.GZIP, compression.DEFLATE]))
+    if draw(st.integers(0, 3)) == 0:
+        return draw(st.binary(max_size=64)), encoding, None
+    size = draw(st.sampled_from([0, 1, 100, _INFLATE_LIMIT, _INFLATE_LIMIT + 1, 1 << 20]))
+    payload = draw(st.binary(min_size=min(size, 8), max_size=8)) * max(1, size // 8)
+    payload = payload[:size]
+    body = compression.deflate([payload], encoding)
+    damage = draw(st.integers(0, 3))
+    if damage == 1 and body:
+        body = body[: draw(st.integers(0, len(body) - 1))]
+    elif damage == 2 and body:
+        at = draw(st.integers(0, len(body) - 1))
+        body = body[:at] + bytes([body[at] ^ draw(st.integers(1, 255))]) + body[at + 1 :]
+    elif damage == 3:
+        body += draw(st.binary(min_size=1, max_size=8))
+    return body, encoding, payload if damage == 0 else None
+
+
+@reported
+def check_inflate(case: tuple[bytes, str, bytes | None]) -> None:
+    """A compressed body inflates to at most the limit or is refused; an intact one whole."""
+    body, encoding, payload = case
+    try:
+        inflated = compression.inflate(body, encoding, _INFLATE_LIMIT)
+    except InvalidArgument:
+        assert payload is None or len(payload) > _INFLATE_LIMIT
+        return
+    assert len(inflated) <= _INFLATE_LIMIT
+    assert payload is None or inflated == payload
+
+
 TARGETS: tuple[Target, ...] = (
     Target("rest-documents", rest_requests.documents(), check_rest),
     Target("rest-bytes", rest_requests.mutated_bodies(), check_rest_bytes),
@@ -238,4 +277,5 @@ TARGETS: tuple[Target, ...] = (
         check_header,
     ),
     Target("validation", _validation_cases(), check_validation),
+    Target("compressed-bodies", _compressed_bodies(), check_inflate),
 )

@@ -100,7 +100,9 @@ def test_client_quickstart(server: ServerProcess, expected: np.ndarray) -> None:
     for url in (f"http://{server.http_url}", f"grpc://{server.grpc_url}"):
         lines = [line for line in out.splitlines() if line.startswith(url)]
         assert f"{url} ready: True" in lines
-        assert f"{url} not found: unknown model 'no_such_model'" in lines
+        assert f"{url} not found: Request for unknown model: 'no_such_model' is not found" in [
+            line.split(" (batchserve: ")[0] for line in lines
+        ]
         assert f"{url} async: answers to requests ['0', '1', '2', '3']" in lines
         for mode in ("sync", "async"):
             (line,) = [line for line in lines if line.startswith(f"{url} {mode}: digit")]

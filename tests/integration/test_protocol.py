@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
+import batchserve
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -67,9 +68,14 @@ def test_server_metadata(
     http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
 ) -> None:
     meta = http.get_server_metadata()
-    assert meta["name"] == "batchserve"
-    assert "binary_tensor_data" in meta["extensions"]
-    assert grpc.get_server_metadata().name == "batchserve"
+    # what NVIDIA's simple_{http,grpc}_health_metadata.py check
+    assert meta["name"] == "triton"
+    assert grpc.get_server_metadata().name == "triton"
+    assert meta["version"] == batchserve.__version__
+    assert meta["extensions"] == list(grpc.get_server_metadata().extensions)
+    for extension in ("binary_tensor_data", "model_configuration", "statistics", "parameters"):
+        assert extension in meta["extensions"]
+    assert "sequence" not in meta["extensions"]  # sequence batching is refused
 
 
 def test_model_metadata_describes_batch_axis(

@@ -15,6 +15,7 @@ from batchserve.repository import (
     ModelProblem,
     ModelRepository,
     ModelVersion,
+    requested_model_name,
     validate_model_name,
 )
 from onnx_models import (
@@ -318,8 +319,11 @@ def test_plan_with_an_incomplete_config_says_what_is_missing(tmp_path: Path) -> 
     ],
 )
 def test_names_that_are_not_plain_directory_names(name: str) -> None:
-    with pytest.raises(InvalidArgument, match="invalid model name"):
+    with pytest.raises(InvalidArgument, match=r"^invalid model name"):
         validate_model_name(name)
+    # asked for in a request, such a name is an unknown model to Triton's clients
+    with pytest.raises(InvalidArgument, match=r"^Request for unknown model: .*invalid model name"):
+        requested_model_name(name)
 
 
 @pytest.mark.parametrize("name", ["digits_cnn", "char-lstm.v2", "modèle", "x" * 255])
@@ -331,7 +335,11 @@ def test_resolve_refuses_bad_names_and_unknown_models(tmp_path: Path) -> None:
     repository = ModelRepository(tmp_path)
     with pytest.raises(InvalidArgument):
         repository.resolve("../etc")
-    with pytest.raises(NotFound, match="model 'nope' is not in the repository"):
+    with pytest.raises(
+        NotFound,
+        match=r"^failed to load 'nope', failed to poll from model repository \(batchserve: model "
+        "'nope' is not in the repository",
+    ):
         repository.resolve("nope")
 
 

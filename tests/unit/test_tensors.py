@@ -12,6 +12,7 @@ from batchserve.datatypes import BY_WIRE, DataType
 from batchserve.errors import Internal, InvalidArgument
 from batchserve.tensors import (
     MAX_ELEMENTS,
+    MAX_JSON_DEPTH,
     MAX_TENSORS,
     NotJsonRepresentable,
     array_from_bytes,
@@ -86,7 +87,7 @@ def test_checked_shape_accepts_non_negative_ints() -> None:
     ],
 )
 def test_checked_shape_rejects(shape: object, problem: str) -> None:
-    with pytest.raises(InvalidArgument, match=rf"tensor 'x'.*{problem}"):
+    with pytest.raises(InvalidArgument, match=rf"'x'.*{problem}"):
         checked_shape(shape, tensor="x")
 
 
@@ -111,7 +112,10 @@ def test_array_from_bytes_is_a_zero_copy_view() -> None:
 def test_array_from_bytes_size_mismatch_message() -> None:
     with pytest.raises(InvalidArgument) as info:
         array_from_bytes(b"\0" * 40, FP32, (1, 8), tensor="x")
-    assert info.value.message == "tensor 'x': expected 32 bytes for shape [1, 8] FP32, got 40"
+    assert info.value.message == (
+        "input byte size mismatch for input 'x'. Expected 32, got 40 "
+        "(batchserve: shape [1, 8] FP32 takes 32 bytes)"
+    )
 
 
 def test_array_from_bytes_bf16_is_a_uint16_view() -> None:
@@ -139,7 +143,7 @@ def test_bytes_elements_keep_empty_nul_and_non_utf8() -> None:
     ],
 )
 def test_bytes_elements_rejected(buf: bytes, shape: tuple[int, ...], problem: str) -> None:
-    with pytest.raises(InvalidArgument, match=rf"tensor 's'.*{problem}"):
+    with pytest.raises(InvalidArgument, match=rf"string elements .*'s'.*{problem}"):
         array_from_bytes(buf, BYTES, shape, tensor="s")
 
 
@@ -230,10 +234,25 @@ def test_json_fp16_is_converted_from_numbers() -> None:
     assert array.tolist() == [0.5, 2.0]
 
 
-def test_json_nesting_may_be_rank_plus_one() -> None:
-    assert array_from_json([[[1.0]]], FP32, (1, 1), tensor="x").shape == (1, 1)
-    with pytest.raises(InvalidArgument, match="tensor 'x': data is nested deeper than 3 levels"):
-        array_from_json([[[[1.0]]]], FP32, (1, 1), tensor="x")
+def test_json_nesting_is_read_row_major_whatever_its_shape() -> None:
+    # Triton reads any nesting depth-first and only counts the values (http_server.cc)
+    assert array_from_json([[[[1.0]]]], FP32, (1, 1), tensor="x").tolist() == [[1.0]]
+    ragged = array_from_json([[1, [2, 3]], [[[4]]], 5, 6], BY_WIRE["INT32"], (2, 3), tensor="x")
+    assert ragged.tolist() == [[1, 2, 3], [4, 5, 6]]
+    assert array_from_json([[], [[1.0], []]], FP32, (1,), tensor="x").tolist() == [1.0]
+
+
+def test_json_nesting_past_the_cap_is_refused_with_tritons_text() -> None:
+    data: Any = [1.0]
+    for _ in range(MAX_JSON_DEPTH):
+        data = [data]
+    with pytest.raises(InvalidArgument) as info:
+        array_from_json(data, FP32, (1,), tensor="x")
+    assert info.value.message.startswith(
+        f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH}) "
+        "(batchserve: tensor 'x'"
+    )
+    assert array_from_json(data[0], FP32, (1,), tensor="x").tolist() == [1.0]
 
 
 def test_json_nesting_is_capped_without_recursion() -> None:
@@ -250,8 +269,7 @@ def test_json_nesting_is_capped_without_recursion() -> None:
         ("1.5", "FP32", (1,), "data must be an array, got '1.5'"),
         (1.5, "FP32", (1,), "data must be an array, got 1.5"),
         ([1.0, 2.0, 3.0], "FP32", (1, 2), r"data has 3 elements, shape \[1, 2\] needs 2"),
-        ([[1.0], 2.0], "FP32", (2,), "mixes nested arrays and values"),
-        ([1.0, [2.0]], "FP32", (2,), "FP32 data must be numbers, got an array"),
+        ([[1.0], "2"], "FP32", (2,), "FP32 data must be numbers, got '2'"),
         (["1.5"], "FP32", (1,), "FP32 data must be numbers, got '1.5'"),
         ([True], "FP32", (1,), "FP32 data must be numbers, got true"),
         ([None], "FP64", (1,), "FP64 data must be numbers, got null"),
@@ -360,7 +378,7 @@ def test_tensor_count_and_duplicates() -> None:
     tensors.check_count(MAX_TENSORS, what="output")
     with pytest.raises(InvalidArgument, match="request names 1025 outputs"):
         tensors.check_count(MAX_TENSORS + 1, what="output")
-    with pytest.raises(InvalidArgument, match="input 'a' appears more than once"):
+    with pytest.raises(InvalidArgument, match=r"^input 'a' already exists in request"):
         tensors.check_unique(["a", "b", "a"], what="input")
 
 

@@ -151,7 +151,8 @@ def _decode_input(tensor: InputTensor, index: int, raw: bytes | None) -> Tensor:
         data = _from_contents(tensor, datatype, shape)
     elif tensor.HasField("contents"):
         raise InvalidArgument(
-            f"tensor '{name}': has both contents and raw_input_contents; send one of them"
+            f"contents field must not be specified when using raw_input_contents for "
+            f"'{name}' (batchserve: send each input's data in one of them)"
         )
     else:
         data = array_from_bytes(raw, datatype, shape, tensor=name)

@@ -84,7 +84,8 @@ def _json_end(body: bytes, header_length: int | None) -> int:
         return len(body)
     if header_length == 0 and body:
         raise InvalidArgument(
-            f"{HEADER} is 0: requests without a JSON header (raw binary) are not supported"
+            f"{HEADER} is 0: a raw binary request has no JSON header; it is decoded from the "
+            "model's configuration"
         )
     if not 0 <= header_length <= len(body):
         raise InvalidArgument(f"{HEADER} {header_length} does not fit the {len(body)}-byte body")

@@ -16,10 +16,19 @@ from urllib.parse import unquote_to_bytes
 from batchserve.dataplane import DataPlane
 from batchserve.errors import InvalidArgument, PayloadTooLarge
 from batchserve.rest.codec import encode_infer_response, parse_header_length
+from batchserve.rest.compression import (
+    ACCEPTED,
+    UnsupportedEncoding,
+    deflate_async,
+    inflate_async,
+    request_encoding,
+    response_encoding,
+)
 from batchserve.rest.disconnect import ClientDisconnected, until_disconnect
 from batchserve.rest.errors import error_body, error_headers
 from batchserve.rest.header_cache import HeaderCache
 from batchserve.settings import Settings
+from batchserve.types import InferRequest
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -46,7 +55,7 @@ def _headers(scope: Scope) -> dict[bytes, bytes]:
     return {k: v for k, v in scope["headers"] if k in _WANTED}
 
 
-_WANTED = {b"content-length", HEADER_LENGTH, b"content-encoding"}
+_WANTED = {b"content-length", HEADER_LENGTH, b"content-encoding", b"accept-encoding"}
 
 
 async def read_body(receive: Receive, limit: int, declared: bytes | None) -> bytes:
@@ -93,36 +102,46 @@ class InferEndpoint:
     async def answer(
         self, scope: Scope, receive: Receive, send: Send, match: re.Match[bytes]
     ) -> None:
+        headers = _headers(scope)
         try:
-            chunks, header_length = await self._respond(scope, receive, match)
+            chunks, header_length = await self._respond(headers, receive, match)
+            coding = response_encoding(headers.get(b"accept-encoding"))
+            if coding is not None:
+                chunks = [await deflate_async(chunks, coding)]
         except ClientDisconnected:
             return
         except Exception as exc:
             status, body = error_body(exc)
-            await _send(send, status, error_headers(exc), [body])
+            failed = error_headers(exc)
+            if isinstance(exc, UnsupportedEncoding):
+                failed.append((b"accept-encoding", ACCEPTED))
+            await _send(send, status, failed, [body])
             return
-        headers = [(b"content-type", JSON if header_length is None else BINARY)]
+        answer = [(b"content-type", JSON if header_length is None else BINARY)]
         if header_length is not None:
-            headers.append((HEADER_LENGTH, str(header_length).encode()))
-        await _send(send, 200, headers, chunks)
+            answer.append((HEADER_LENGTH, str(header_length).encode()))
+        if coding is not None:
+            answer.append((b"content-encoding", coding.encode()))
+        await _send(send, 200, answer, chunks)
 
     async def _respond(
-        self, scope: Scope, receive: Receive, match: re.Match[bytes]
+        self, headers: dict[bytes, bytes], receive: Receive, match: re.Match[bytes]
     ) -> tuple[list[bytes | memoryview], int | None]:
-        headers = _headers(scope)
-        encoding = headers.get(b"content-encoding", b"identity").lower()
-        if encoding != b"identity":
-            raise InvalidArgument(
-                f"Content-Encoding {encoding.decode(errors='replace')} is not supported"
-            )
+        encoding = request_encoding(headers.get(b"content-encoding"))
         header_value = headers.get(HEADER_LENGTH)
         limit = self.json_limit if header_value is None else self.binary_limit
         body = await read_body(receive, limit, headers.get(b"content-length"))
+        if encoding is not None:
+            body = await inflate_async(body, encoding, limit)
         header_length = parse_header_length(
             None if header_value is None else header_value.decode("latin-1"), len(body)
         )
         name, version = _segment(match[1]), _segment(match[2] or b"")
-        decode = partial(self.headers.decode, body, header_length, name, version)
+        decode: Callable[[], InferRequest]
+        if header_length == 0:  # Triton's raw binary request: the body is the one input
+            decode = partial(self.dataplane.raw_request, body, name, version)
+        else:
+            decode = partial(self.headers.decode, body, header_length, name, version)
         request = self.dataplane.decode(decode, name, version, "http")
         response = await until_disconnect(self.dataplane.infer(request), receive)
         return encode_infer_response(response, request)

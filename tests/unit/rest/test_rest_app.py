@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -192,3 +193,67 @@ async def test_an_inference_starts_busy_polling_only_when_configured(
     assert response.status_code == 200
     assert dataplane.busy_poll.polling is bool(window_us)
     await registry.close()
+
+
+async def test_a_gzip_request_and_a_deflate_response(client: httpx.AsyncClient) -> None:
+    body = orjson.dumps(_body([1, 2, 3, 4], [1, 4]))
+    headers = {"Content-Encoding": "gzip", "Accept-Encoding": "deflate"}
+    response = await client.post(
+        "/v2/models/fake/infer", content=gzip.compress(body), headers=headers
+    )
+    assert response.status_code == 200
+    assert response.headers["content-encoding"] == "deflate"
+    # httpx opens the deflate body itself; the length sent is the compressed one
+    assert int(response.headers["content-length"]) < len(response.content)
+    assert {o["name"]: o["data"] for o in response.json()["outputs"]}["y"] == [3, 5, 7, 9]
+
+
+async def test_a_binary_response_is_compressed_whole(client: httpx.AsyncClient) -> None:
+    doc = {**_body([1, 2, 3, 4], [1, 4]), "parameters": {"binary_data_output": True}}
+    response = await client.post(
+        "/v2/models/fake/infer", json=doc, headers={"Accept-Encoding": "gzip"}
+    )
+    assert response.headers["content-encoding"] == "gzip"
+    header_length = int(response.headers["inference-header-content-length"])
+    outputs = orjson.loads(response.content[:header_length])["outputs"]
+    y = np.frombuffer(response.content[header_length : header_length + 16], np.float32)
+    assert outputs[0]["parameters"]["binary_data_size"] == 16
+    assert y.tolist() == [3, 5, 7, 9]
+
+
+async def test_an_unknown_content_encoding_names_the_ones_accepted(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.post(
+        "/v2/models/fake/infer", content=b"\x00", headers={"Content-Encoding": "br"}
+    )
+    assert response.status_code == 400
+    assert response.headers["accept-encoding"] == "gzip, deflate"
+    assert response.json()["error"].startswith("Unsupported compression type")
+
+
+async def test_a_zip_bomb_is_413_and_the_server_goes_on(client: httpx.AsyncClient) -> None:
+    bomb = gzip.compress(b"[" * (2 << 20), 9)  # 2 MiB of JSON in ~2 KiB: under the limit as sent
+    assert len(bomb) < 4096
+    response = await client.post(
+        "/v2/models/fake/infer", content=bomb, headers={"Content-Encoding": "gzip"}
+    )
+    assert response.status_code == 413
+    assert "once decompressed" in response.json()["error"]
+    good = await client.post("/v2/models/fake/infer", json=_body([1, 2, 3, 4], [1, 4]))
+    assert good.status_code == 200
+
+
+async def test_a_raw_binary_body_is_the_models_one_input(client: httpx.AsyncClient) -> None:
+    raw = np.array([1, 2, 3, 4], np.float32).tobytes()
+    headers = {"Inference-Header-Content-Length": "0"}
+    response = await client.post("/v2/models/fake/infer", content=raw, headers=headers)
+    assert response.status_code == 200
+    header_length = int(response.headers["inference-header-content-length"])
+    doc = orjson.loads(response.content[:header_length])
+    assert [(o["name"], o["shape"]) for o in doc["outputs"]] == [("y", [1, 4]), ("total", [1, 1])]
+    y = np.frombuffer(response.content[header_length : header_length + 16], np.float32)
+    assert y.tolist() == [3, 5, 7, 9]
+    short = await client.post("/v2/models/fake/infer", content=raw[:12], headers=headers)
+    assert short.status_code == 400
+    assert short.json()["error"].startswith("input byte size mismatch for input 'x'. Expected 16")

@@ -34,6 +34,13 @@ def _mapped_errors(url: str) -> Iterator[None]:
         raise InvalidResponse(f"unreadable answer from {url}: {error!r}") from None
 
 
+def _default_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The caller's headers, asking for uncompressed answers unless they say otherwise:
+    httpx offers gzip by default and the server compresses when asked, as Triton does,
+    which costs both sides CPU for tensors that barely compress."""
+    return {"Accept-Encoding": "identity", **headers}
+
+
 def _timeout(seconds: float | None, connect: float) -> httpx.Timeout:
     """The call's remaining time for every phase, connecting within at most ``connect``."""
     return httpx.Timeout(seconds, connect=connect if seconds is None else min(connect, seconds))
@@ -52,7 +59,9 @@ class HttpRunner:
     ) -> None:
         self._url = base_url
         self._connect = connect_timeout
-        self._client = httpx.Client(base_url=base_url, headers=dict(headers), verify=verify)
+        self._client = httpx.Client(
+            base_url=base_url, headers=_default_headers(headers), verify=verify
+        )
 
     def send(self, request: HttpRequest, timeout: float | None) -> httpx.Response:
         with _mapped_errors(self._url):
@@ -81,7 +90,9 @@ class AsyncHttpRunner:
     ) -> None:
         self._url = base_url
         self._connect = connect_timeout
-        self._client = httpx.AsyncClient(base_url=base_url, headers=dict(headers), verify=verify)
+        self._client = httpx.AsyncClient(
+            base_url=base_url, headers=_default_headers(headers), verify=verify
+        )
 
     async def send(self, request: HttpRequest, timeout: float | None) -> httpx.Response:
         with _mapped_errors(self._url):
