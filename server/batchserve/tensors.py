@@ -5,7 +5,7 @@ allocated: numpy's own products wrap around silently at 64 bits. Protocol choice
 
 - JSON ``data`` may be flat or nested in any way, as Triton reads it: the values are
   taken in row-major (depth-first) order and only their count must match the shape.
-  Nesting is capped at 32 levels against hostile bodies.
+  Nesting is capped at 100 levels (Triton's limit) against hostile bodies.
 - BF16 cannot be sent as JSON numbers (numpy has no bfloat16 to round them into, and
   tritonclient refuses too): send it as binary data. BF16 outputs are written to JSON
   as their exact values.
@@ -38,7 +38,7 @@ MAX_TENSORS: Final = 1024  # inputs, or requested outputs, per request
 MAX_RANK: Final = 64  # numpy's own limit on dimensions
 MAX_ELEMENTS: Final = 2**31  # per tensor, and per dimension
 MAX_BYTES: Final = 2**31  # per tensor
-MAX_JSON_DEPTH: Final = 32
+MAX_JSON_DEPTH: Final = 100  # Triton's limit
 JSON_OPTIONS: Final = orjson.OPT_SERIALIZE_NUMPY  # what array_to_json's arrays need
 COPY_BELOW: Final = 1 << 16  # array_to_bytes copies smaller arrays rather than view them
 

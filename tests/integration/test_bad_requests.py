@@ -52,7 +52,7 @@ HTTP_CASES: list[tuple[str, str, object, dict[str, str], int, str]] = [
     ("boolean dim", "/v2/models/digits_cnn/infer", _json_input(shape=[True, 1, 8, 8]), {}, 400, "image"),
     ("overflowing shape", "/v2/models/digits_cnn/infer", _json_input(shape=[2**32, 2**32, 1, 1]), {}, 400, "image"),
     ("data count", "/v2/models/digits_cnn/infer", _json_input(data=[1.0] * 63), {}, 400, "image"),
-    ("deep nesting", "/v2/models/digits_cnn/infer", _json_input(data=orjson.loads(b"[" * 33 + b"1.0," * 63 + b"1.0" + b"]" * 33)), {}, 400, "JSON nesting depth exceeds maximum allowed limit (32) (batchserve: tensor 'image'"),
+    ("deep nesting", "/v2/models/digits_cnn/infer", _json_input(data=orjson.loads(b"[" * 101 + b"1.0," * 63 + b"1.0" + b"]" * 101)), {}, 400, "JSON nesting depth exceeds maximum allowed limit (100) (batchserve: tensor 'image'"),
     ("missing input", "/v2/models/digits_cnn/infer", {"inputs": []}, {}, 400, "input"),
     ("extra input", "/v2/models/digits_cnn/infer",
      {"inputs": [_json_input()["inputs"][0], {**_json_input()["inputs"][0], "name": "other"}]}, {}, 400, "other"),  # type: ignore[index]

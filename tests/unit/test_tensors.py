@@ -259,7 +259,7 @@ def test_json_nesting_is_capped_without_recursion() -> None:
     data: Any = [1.0]
     for _ in range(100_000):
         data = [data]
-    with pytest.raises(InvalidArgument, match="nested deeper than 32 levels"):
+    with pytest.raises(InvalidArgument, match=f"nested deeper than {MAX_JSON_DEPTH} levels"):
         array_from_json(data, FP32, (1,) * 64, tensor="x")
 
 

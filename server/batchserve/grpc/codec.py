@@ -18,7 +18,7 @@ from batchserve.grpc.generated.grpc_service_pb2 import (
     ModelInferRequest,
     ModelInferResponse,
 )
-from batchserve.shared_memory.tensors import REGION, placeholder, placement
+from batchserve.shared_memory.parameters import REGION, placeholder, placement
 from batchserve.tensors import (
     Array,
     array_from_bytes,

@@ -13,7 +13,7 @@ import orjson
 
 from batchserve.datatypes import DataType, from_wire
 from batchserve.errors import InvalidArgument
-from batchserve.shared_memory.tensors import placeholder, placement
+from batchserve.shared_memory.parameters import placeholder, placement
 from batchserve.tensors import (
     JSON_OPTIONS,
     Array,
@@ -261,7 +261,9 @@ def encode_infer_response(
     None when the whole body is JSON (no Inference-Header-Content-Length then)."""
     wanted = {output.name: output.binary for output in request.outputs or ()}
     chunks: list[Chunk] = [b""]
-    default = request.binary_output
+    # As Triton: binary_data_output is the default only when no output is listed; a listed
+    # output without binary_data is JSON.
+    default = request.binary_output and not wanted
     outputs = [
         _encode_output(tensor, _or(wanted.get(tensor.name), default), chunks)
         for tensor in response.outputs

@@ -273,8 +273,8 @@ MALFORMED = [
     doc_case({"inputs": [fp32_input(shape=[1, 3])]}, "tensor 'x': data has 2 elements"),
     # row 12: nesting
     doc_case(
-        {"inputs": [fp32_input(data=orjson.loads(b"[" * 33 + b"1.0" + b"]" * 33))]},
-        r"^JSON nesting depth exceeds maximum allowed limit \(32\) \(batchserve: tensor 'x'",
+        {"inputs": [fp32_input(data=orjson.loads(b"[" * 101 + b"1.0" + b"]" * 101))]},
+        r"^JSON nesting depth exceeds maximum allowed limit \(100\) \(batchserve: tensor 'x'",
     ),
     doc_case(b'{"inputs": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}", "malformed JSON: "),
     # row 14: binary_data_size past the body
@@ -477,7 +477,7 @@ def test_all_json_response_has_no_header_length() -> None:
 
 def test_binary_choice_follows_the_request() -> None:
     request = InferRequest(
-        "m", binary_output=True, outputs=[RequestedOutput("a", False), RequestedOutput("b")]
+        "m", binary_output=True, outputs=[RequestedOutput("a", False), RequestedOutput("b", True)]
     )
     response = response_of(fp32_output("a"), fp32_output("b"))
     chunks, header_length = encode_infer_response(response, request)
@@ -486,6 +486,18 @@ def test_binary_choice_follows_the_request() -> None:
     assert "data" in doc["outputs"][0]
     assert doc["outputs"][1]["parameters"] == {"binary_data_size": 16}
     assert bytes(chunks[1]) == fp32_output().data.tobytes()
+
+
+def test_binary_data_output_is_the_default_only_when_no_output_is_listed() -> None:
+    """Triton's rule (http_server.cc): a listed output without binary_data is JSON."""
+    response = response_of(fp32_output("a"), fp32_output("b"))
+    listed = InferRequest("m", binary_output=True, outputs=[RequestedOutput("a")])
+    chunks, header_length = encode_infer_response(response_of(fp32_output("a")), listed)
+    assert header_length is None
+    assert "data" in orjson.loads(chunks[0])["outputs"][0]
+    chunks, header_length = encode_infer_response(response, InferRequest("m", binary_output=True))
+    doc = orjson.loads(chunks[0])
+    assert [o["parameters"] for o in doc["outputs"]] == [{"binary_data_size": 16}] * 2
 
 
 def test_non_utf8_bytes_output_is_sent_as_binary_even_when_json_was_asked() -> None:

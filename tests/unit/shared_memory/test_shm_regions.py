@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from batchserve.datatypes import from_wire
 from batchserve.errors import AlreadyExists, Internal, InvalidArgument, NotFound
+from batchserve.shared_memory import parameters
 from batchserve.shared_memory import tensors as shm
 from batchserve.shared_memory.manager import RegionStatus, SharedMemoryManager
 from batchserve.shared_memory.system import SHM_DIR, SystemRegion, object_name
@@ -261,7 +262,7 @@ def test_inputs_are_copied_out_of_their_regions(
     manager.register_system("in", key, 0, 32)
     int32 = from_wire("INT32", tensor="a")
     params = _placed("a", "in", 16, offset=16)
-    placeholder = shm.placeholder(params, False, int32, (1, 4), "a")
+    placeholder = parameters.placeholder(params, False, int32, (1, 4), "a")
     assert placeholder is not None
     request = InferRequest("m", inputs=[Tensor("a", int32, (1, 4), placeholder, params)])
     shm.read_inputs(request, manager)
@@ -277,7 +278,7 @@ def test_a_region_size_that_does_not_match_the_shape_is_refused(
     manager.register_system("in", shm_object(32), 0, 32)
     int32 = from_wire("INT32", tensor="a")
     params = _placed("a", "in", 12)
-    placeholder = shm.placeholder(params, False, int32, (1, 4), "a")
+    placeholder = parameters.placeholder(params, False, int32, (1, 4), "a")
     assert placeholder is not None
     request = InferRequest("m", inputs=[Tensor("a", int32, (1, 4), placeholder, params)])
     with pytest.raises(
