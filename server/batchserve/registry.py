@@ -20,7 +20,13 @@ from batchserve.backends import create_backend, resolve_devices
 from batchserve.backends.base import Backend
 from batchserve.datatypes import DataType, from_config
 from batchserve.devices import Device, gpu_count
-from batchserve.errors import BatchserveError, ModelConfigError, NotFound, Unavailable
+from batchserve.errors import (
+    BatchserveError,
+    InvalidArgument,
+    ModelConfigError,
+    NotFound,
+    Unavailable,
+)
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig
 from batchserve.labels import LabelMap
 from batchserve.load_override import LoadOverride, OverrideDirectory
@@ -322,7 +328,9 @@ class ModelRegistry:
         """Stop taking requests for a model, finish those accepted, release it."""
         entry = self._entries.get(name)
         if entry is None or (entry.state is ModelState.UNAVAILABLE and not entry.versions):
-            raise NotFound(f"model '{name}' is not loaded")
+            # As Triton: unloading what is not loaded changes nothing and succeeds
+            logger.info("unload of a model not loaded", extra={"model": name})
+            return
         async with entry.lock:
             entry.state, entry.reason = ModelState.UNLOADING, ""
             old, entry.versions = entry.versions, {}
@@ -338,16 +346,27 @@ class ModelRegistry:
     def get(self, name: str, version: str = "") -> ServedVersion:
         """The version to serve: the highest one when ``version`` is empty."""
         entry = self._entries.get(name)
+        # Triton's clients look for its "Request for unknown model" texts; the status stays
+        # 503 where waiting can help (a model loading, or loadable).
+        no_versions = f"Request for unknown model: '{name}' has no available versions"
         if entry is None:
             if self.knows(name):
-                raise Unavailable(f"model '{name}' is not loaded")
+                raise Unavailable(f"{no_versions} (batchserve: model '{name}' is not loaded)")
             raise unknown_model(name)
         if entry.state is not ModelState.READY:
             detail = f": {entry.reason}" if entry.reason else ""
-            raise Unavailable(f"model '{name}' is not ready ({entry.state.value}{detail})")
+            raise Unavailable(
+                f"{no_versions} (batchserve: model '{name}' is not ready "
+                f"({entry.state.value}{detail}))"
+            )
         if not version:
             return entry.versions[max(entry.versions)]
-        served = entry.versions.get(int(version)) if version.isdigit() else None
+        if not version.isdigit():
+            raise InvalidArgument(
+                "failed to get model version from specified version string "
+                f"'{version[:40]}' (batchserve: a version is a positive integer)"
+            )
+        served = entry.versions.get(int(version))
         if served is None:
             shown = version[:40]
             raise NotFound(

@@ -54,9 +54,17 @@ def validate_model_name(name: str) -> str:
     times a layer above decodes it.
     """
     problem = _name_problem(name)
-    if problem is not None:
-        raise InvalidArgument(f"invalid model name {name[:64]!r}: {problem}")
-    return name
+    if problem is None:
+        return name
+    shown = name[:64]
+    if not name.strip():
+        raise InvalidArgument("Model name cannot be empty. Please enter a valid name to deploy.")
+    if "/" in name or "\\" in name or name.strip() == "..":  # Triton's words for these
+        raise InvalidArgument(
+            f"invalid model name {shown!r}, model name must not contain path traversal "
+            f"characters (batchserve: {problem})"
+        )
+    raise InvalidArgument(f"invalid model name {shown!r}: {problem}")
 
 
 def requested_model_name(name: str) -> str:

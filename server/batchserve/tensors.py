@@ -55,6 +55,11 @@ _JSON_KINDS: Final[dict[str, tuple[frozenset[type], str]]] = {
     "BYTES": (frozenset({str}), "strings"),
 }
 _SEQUENCE_KEYS: Final = ("sequence_id", "sequence_start", "sequence_end")
+# The one reserved key Triton's clients send (perf_analyzer over gRPC): decoupled models only
+_EMPTY_FINAL_RESPONSE: Final = "triton_enable_empty_final_response"
+# Triton's two texts for a data count that does not match the shape (http_server.cc)
+_TOO_MANY: Final = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+_TOO_FEW: Final = "Failed to parse 'data' field: shape does not match true shape"
 _CLASS_COUNT_MAX: Final = 2**64  # HTTP: any JSON unsigned integer; gRPC: int64
 
 
@@ -260,8 +265,9 @@ def array_from_json(
     count = math.prod(shape)
     if len(flat) != count:
         raise InvalidArgument(
-            f"tensor '{tensor}': data has {len(flat)} elements, shape {format_shape(shape)} "
-            f"needs {count}"
+            (_TOO_MANY if len(flat) > count else _TOO_FEW)
+            + f" (batchserve: tensor '{tensor}': data has {len(flat)} elements, shape "
+            f"{format_shape(shape)} needs {count})"
         )
     _check_json_types(flat, kinds, datatype, tensor)
     if datatype.wire == "BYTES":
@@ -387,6 +393,13 @@ def request_options(parameters: Mapping[str, object]) -> RequestOptions:
     if not parameters:
         return RequestOptions(0, 0, False, {})
     rest = dict(parameters)
+    rest.pop(_EMPTY_FINAL_RESPONSE, None)  # streams answer one response a request anyway
+    reserved = next((key for key in rest if key.startswith("triton_")), None)
+    if reserved is not None:
+        raise InvalidArgument(
+            "parameter keys starting with 'triton_' are reserved for Triton usage and should "
+            f"not be specified. (batchserve: request parameter {reserved[:64]!r})"
+        )
     for key in _SEQUENCE_KEYS:
         if key in rest:
             raise InvalidArgument(f"request parameter '{key}': sequence batching is not supported")

@@ -408,3 +408,31 @@ def test_class_count_refuses_the_rest_in_tritons_words_first(value: object, show
     )
     with pytest.raises(InvalidArgument, match=expected):
         tensors.class_count(value, tensor="y")
+
+
+def test_a_data_count_that_misses_the_shape_reads_in_tritons_words() -> None:
+    fp32 = BY_WIRE["FP32"]
+    with pytest.raises(InvalidArgument) as too_few:
+        array_from_json([1.0] * 15, fp32, (1, 16), tensor="INPUT0")
+    assert too_few.value.message.startswith(
+        "Failed to parse 'data' field: shape does not match true shape (batchserve: tensor "
+        "'INPUT0': data has 15 elements, shape [1, 16] needs 16)"
+    )
+    with pytest.raises(InvalidArgument) as too_many:
+        array_from_json([1.0] * 18, fp32, (1, 16), tensor="INPUT0")
+    assert too_many.value.message.startswith(
+        "Unable to parse 'data': Shape does not match true shape of 'data' field (batchserve:"
+    )
+
+
+def test_request_parameters_named_triton_are_reserved_as_in_triton() -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        tensors.request_options({"triton_final_response": True})
+    assert refused.value.message.startswith(
+        "parameter keys starting with 'triton_' are reserved for Triton usage and should not "
+        "be specified."
+    )
+    assert tensors.request_options({"tritonic": 1}).parameters == {"tritonic": 1}
+    # the reserved key Triton's own clients send (perf_analyzer over gRPC) is accepted
+    sent = {"triton_enable_empty_final_response": True, "p": 2}
+    assert tensors.request_options(sent).parameters == {"p": 2}

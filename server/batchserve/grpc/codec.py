@@ -115,6 +115,14 @@ def _decode_inputs(message: ModelInferRequest) -> list[Tensor]:
     count = len(message.inputs)  # none is for validation to judge: inputs may be optional
     check_count(count, what="input")
     raw_count = len(message.raw_input_contents)
+    if raw_count:
+        mixed = next((t.name for t in message.inputs if t.HasField("contents")), None)
+        if mixed is not None:
+            raise InvalidArgument(
+                f"contents field must not be specified when using raw_input_contents for "
+                f"'{mixed}' for model '{message.model_name}' (batchserve: send every input's "
+                "data in one of them)"
+            )
     raw: list[bytes | None] = [None] * count
     if raw_count == count:
         raw = list(message.raw_input_contents)
@@ -149,11 +157,6 @@ def _decode_input(tensor: InputTensor, index: int, raw: bytes | None) -> Tensor:
         data = shared
     elif raw is None:
         data = _from_contents(tensor, datatype, shape)
-    elif tensor.HasField("contents"):
-        raise InvalidArgument(
-            f"contents field must not be specified when using raw_input_contents for "
-            f"'{name}' (batchserve: send each input's data in one of them)"
-        )
     else:
         data = array_from_bytes(raw, datatype, shape, tensor=name)
     return Tensor(name, datatype, shape, data, parameters)

@@ -134,7 +134,7 @@ def _ready_flag(body: bytes) -> bool:
     """The optional ``{"ready": bool}`` body of the index request."""
     ready = _json_object(body).get("ready", False)
     if not isinstance(ready, bool):
-        raise InvalidArgument("'ready' must be a boolean")
+        raise InvalidArgument("Invalid value for 'ready': expected a boolean")
     return ready
 
 

@@ -45,12 +45,20 @@ def parse_header_length(value: str | None, body_length: int) -> int | None:
         return None
     text = value.strip()
     if not (text.isascii() and text.isdigit()):
-        raise InvalidArgument(f"{HEADER} {describe(value)} is not a non-negative integer")
+        raise InvalidArgument(
+            f"Unable to parse {HEADER}, got: {value[:40]} (batchserve: not a non-negative integer)"
+        )
     length = int(text) if len(text) <= 12 else MAX_HEADER_LENGTH + 1
     if length > MAX_HEADER_LENGTH:
-        raise InvalidArgument(f"{HEADER} {describe(text)} is over {MAX_HEADER_LENGTH}")
+        raise InvalidArgument(
+            f"Unable to parse {HEADER}, value is out of range [ -2147483648, 2147483647 ], "
+            f"got: {text[:40]} (batchserve: at most {MAX_HEADER_LENGTH})"
+        )
     if length > body_length:
-        raise InvalidArgument(f"{HEADER} {length} is larger than the {body_length}-byte body")
+        raise InvalidArgument(
+            f"inference header size should be in range (0, {body_length}), got: {length} "
+            f"(batchserve: {HEADER} is larger than the body)"
+        )
     return length
 
 

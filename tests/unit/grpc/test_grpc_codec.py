@@ -207,7 +207,8 @@ MALFORMED = [
     # row 19: both kinds of contents
     case(
         raw_request(typed("FP32", [1], fp32_contents=[1.0]), raw=[bytes(4)]),
-        "^contents field must not be specified when using raw_input_contents for 'x' \\(batchserve",
+        "^contents field must not be specified when using raw_input_contents for 'x' "
+        "for model 'm' \\(batchserve",
     ),
     # row 20: raw count
     case(

@@ -2971,3 +2971,584 @@ class RepositoryModelUnloadResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RepositoryModelUnloadResponse: _TypeAlias = RepositoryModelUnloadResponse  # noqa: Y015
+
+@_typing.final
+class SystemSharedMemoryStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """empty: every region"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SystemSharedMemoryStatusRequest: _TypeAlias = SystemSharedMemoryStatusRequest  # noqa: Y015
+
+@_typing.final
+class SystemSharedMemoryStatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class RegionStatus(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        NAME_FIELD_NUMBER: _builtins.int
+        KEY_FIELD_NUMBER: _builtins.int
+        OFFSET_FIELD_NUMBER: _builtins.int
+        BYTE_SIZE_FIELD_NUMBER: _builtins.int
+        name: _builtins.str
+        key: _builtins.str
+        offset: _builtins.int
+        byte_size: _builtins.int
+        def __init__(
+            self,
+            *,
+            name: _builtins.str = ...,
+            key: _builtins.str = ...,
+            offset: _builtins.int = ...,
+            byte_size: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["byte_size", b"byte_size", "key", b"key", "name", b"name", "offset", b"offset"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class RegionsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___SystemSharedMemoryStatusResponse.RegionStatus: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___SystemSharedMemoryStatusResponse.RegionStatus | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    REGIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def regions(self) -> _containers.MessageMap[_builtins.str, Global___SystemSharedMemoryStatusResponse.RegionStatus]: ...
+    def __init__(
+        self,
+        *,
+        regions: _abc.Mapping[_builtins.str, Global___SystemSharedMemoryStatusResponse.RegionStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["regions", b"regions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SystemSharedMemoryStatusResponse: _TypeAlias = SystemSharedMemoryStatusResponse  # noqa: Y015
+
+@_typing.final
+class SystemSharedMemoryRegisterRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    BYTE_SIZE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    key: _builtins.str
+    """the shm_open name of the region"""
+    offset: _builtins.int
+    byte_size: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        key: _builtins.str = ...,
+        offset: _builtins.int = ...,
+        byte_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["byte_size", b"byte_size", "key", b"key", "name", b"name", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SystemSharedMemoryRegisterRequest: _TypeAlias = SystemSharedMemoryRegisterRequest  # noqa: Y015
+
+@_typing.final
+class SystemSharedMemoryRegisterResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SystemSharedMemoryRegisterResponse: _TypeAlias = SystemSharedMemoryRegisterResponse  # noqa: Y015
+
+@_typing.final
+class SystemSharedMemoryUnregisterRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """empty: every region"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SystemSharedMemoryUnregisterRequest: _TypeAlias = SystemSharedMemoryUnregisterRequest  # noqa: Y015
+
+@_typing.final
+class SystemSharedMemoryUnregisterResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SystemSharedMemoryUnregisterResponse: _TypeAlias = SystemSharedMemoryUnregisterResponse  # noqa: Y015
+
+@_typing.final
+class CudaSharedMemoryStatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CudaSharedMemoryStatusRequest: _TypeAlias = CudaSharedMemoryStatusRequest  # noqa: Y015
+
+@_typing.final
+class CudaSharedMemoryStatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class RegionStatus(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        NAME_FIELD_NUMBER: _builtins.int
+        DEVICE_ID_FIELD_NUMBER: _builtins.int
+        BYTE_SIZE_FIELD_NUMBER: _builtins.int
+        name: _builtins.str
+        device_id: _builtins.int
+        byte_size: _builtins.int
+        def __init__(
+            self,
+            *,
+            name: _builtins.str = ...,
+            device_id: _builtins.int = ...,
+            byte_size: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["byte_size", b"byte_size", "device_id", b"device_id", "name", b"name"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class RegionsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___CudaSharedMemoryStatusResponse.RegionStatus: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___CudaSharedMemoryStatusResponse.RegionStatus | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    REGIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def regions(self) -> _containers.MessageMap[_builtins.str, Global___CudaSharedMemoryStatusResponse.RegionStatus]: ...
+    def __init__(
+        self,
+        *,
+        regions: _abc.Mapping[_builtins.str, Global___CudaSharedMemoryStatusResponse.RegionStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["regions", b"regions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CudaSharedMemoryStatusResponse: _TypeAlias = CudaSharedMemoryStatusResponse  # noqa: Y015
+
+@_typing.final
+class CudaSharedMemoryRegisterRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    RAW_HANDLE_FIELD_NUMBER: _builtins.int
+    DEVICE_ID_FIELD_NUMBER: _builtins.int
+    BYTE_SIZE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    raw_handle: _builtins.bytes
+    """a cudaIpcMemHandle_t"""
+    device_id: _builtins.int
+    byte_size: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        raw_handle: _builtins.bytes = ...,
+        device_id: _builtins.int = ...,
+        byte_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["byte_size", b"byte_size", "device_id", b"device_id", "name", b"name", "raw_handle", b"raw_handle"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CudaSharedMemoryRegisterRequest: _TypeAlias = CudaSharedMemoryRegisterRequest  # noqa: Y015
+
+@_typing.final
+class CudaSharedMemoryRegisterResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CudaSharedMemoryRegisterResponse: _TypeAlias = CudaSharedMemoryRegisterResponse  # noqa: Y015
+
+@_typing.final
+class CudaSharedMemoryUnregisterRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CudaSharedMemoryUnregisterRequest: _TypeAlias = CudaSharedMemoryUnregisterRequest  # noqa: Y015
+
+@_typing.final
+class CudaSharedMemoryUnregisterResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CudaSharedMemoryUnregisterResponse: _TypeAlias = CudaSharedMemoryUnregisterResponse  # noqa: Y015
+
+@_typing.final
+class TraceSettingRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SettingValue(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        VALUE_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def value(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+        def __init__(
+            self,
+            *,
+            value: _abc.Iterable[_builtins.str] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class SettingsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___TraceSettingRequest.SettingValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___TraceSettingRequest.SettingValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SETTINGS_FIELD_NUMBER: _builtins.int
+    MODEL_NAME_FIELD_NUMBER: _builtins.int
+    model_name: _builtins.str
+    """empty: the global settings"""
+    @_builtins.property
+    def settings(self) -> _containers.MessageMap[_builtins.str, Global___TraceSettingRequest.SettingValue]: ...
+    def __init__(
+        self,
+        *,
+        settings: _abc.Mapping[_builtins.str, Global___TraceSettingRequest.SettingValue] | None = ...,
+        model_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model_name", b"model_name", "settings", b"settings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TraceSettingRequest: _TypeAlias = TraceSettingRequest  # noqa: Y015
+
+@_typing.final
+class TraceSettingResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SettingValue(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        VALUE_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def value(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+        def __init__(
+            self,
+            *,
+            value: _abc.Iterable[_builtins.str] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class SettingsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___TraceSettingResponse.SettingValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___TraceSettingResponse.SettingValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SETTINGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def settings(self) -> _containers.MessageMap[_builtins.str, Global___TraceSettingResponse.SettingValue]: ...
+    def __init__(
+        self,
+        *,
+        settings: _abc.Mapping[_builtins.str, Global___TraceSettingResponse.SettingValue] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["settings", b"settings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TraceSettingResponse: _TypeAlias = TraceSettingResponse  # noqa: Y015
+
+@_typing.final
+class LogSettingsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SettingValue(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        BOOL_PARAM_FIELD_NUMBER: _builtins.int
+        UINT32_PARAM_FIELD_NUMBER: _builtins.int
+        STRING_PARAM_FIELD_NUMBER: _builtins.int
+        bool_param: _builtins.bool
+        uint32_param: _builtins.int
+        string_param: _builtins.str
+        def __init__(
+            self,
+            *,
+            bool_param: _builtins.bool = ...,
+            uint32_param: _builtins.int = ...,
+            string_param: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["bool_param", b"bool_param", "parameter_choice", b"parameter_choice", "string_param", b"string_param", "uint32_param", b"uint32_param"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["bool_param", b"bool_param", "parameter_choice", b"parameter_choice", "string_param", b"string_param", "uint32_param", b"uint32_param"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        _WhichOneofReturnType_parameter_choice: _TypeAlias = _typing.Literal["bool_param", "uint32_param", "string_param"]  # noqa: Y015
+        _WhichOneofArgType_parameter_choice: _TypeAlias = _typing.Literal["parameter_choice", b"parameter_choice"]  # noqa: Y015
+        def WhichOneof(self, oneof_group: _WhichOneofArgType_parameter_choice) -> _WhichOneofReturnType_parameter_choice | None: ...
+
+    @_typing.final
+    class SettingsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___LogSettingsRequest.SettingValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___LogSettingsRequest.SettingValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SETTINGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def settings(self) -> _containers.MessageMap[_builtins.str, Global___LogSettingsRequest.SettingValue]: ...
+    def __init__(
+        self,
+        *,
+        settings: _abc.Mapping[_builtins.str, Global___LogSettingsRequest.SettingValue] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["settings", b"settings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogSettingsRequest: _TypeAlias = LogSettingsRequest  # noqa: Y015
+
+@_typing.final
+class LogSettingsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SettingValue(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        BOOL_PARAM_FIELD_NUMBER: _builtins.int
+        UINT32_PARAM_FIELD_NUMBER: _builtins.int
+        STRING_PARAM_FIELD_NUMBER: _builtins.int
+        bool_param: _builtins.bool
+        uint32_param: _builtins.int
+        string_param: _builtins.str
+        def __init__(
+            self,
+            *,
+            bool_param: _builtins.bool = ...,
+            uint32_param: _builtins.int = ...,
+            string_param: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["bool_param", b"bool_param", "parameter_choice", b"parameter_choice", "string_param", b"string_param", "uint32_param", b"uint32_param"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["bool_param", b"bool_param", "parameter_choice", b"parameter_choice", "string_param", b"string_param", "uint32_param", b"uint32_param"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        _WhichOneofReturnType_parameter_choice: _TypeAlias = _typing.Literal["bool_param", "uint32_param", "string_param"]  # noqa: Y015
+        _WhichOneofArgType_parameter_choice: _TypeAlias = _typing.Literal["parameter_choice", b"parameter_choice"]  # noqa: Y015
+        def WhichOneof(self, oneof_group: _WhichOneofArgType_parameter_choice) -> _WhichOneofReturnType_parameter_choice | None: ...
+
+    @_typing.final
+    class SettingsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___LogSettingsResponse.SettingValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___LogSettingsResponse.SettingValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SETTINGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def settings(self) -> _containers.MessageMap[_builtins.str, Global___LogSettingsResponse.SettingValue]: ...
+    def __init__(
+        self,
+        *,
+        settings: _abc.Mapping[_builtins.str, Global___LogSettingsResponse.SettingValue] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["settings", b"settings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogSettingsResponse: _TypeAlias = LogSettingsResponse  # noqa: Y015
