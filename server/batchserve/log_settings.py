@@ -4,8 +4,9 @@ Triton switches info, warning and error messages on and off one by one and has a
 level; Python logging has one threshold. ``LevelSwitches``, a filter on the server's log
 handler, holds Triton's four switches, and the root logger's level follows the lowest
 switch on, so a message switched off costs no formatting. ``log_format`` swaps the
-handler's formatter (batchserve writes ``json`` or ``text`` lines); ``log_file`` stays the
-standard error stream, as Triton refuses to move its log file over the network too.
+handler's formatter (batchserve's ``json`` or ``text`` lines, or Triton's ``default`` or
+``ISO8601`` ones); ``log_file`` stays the standard error stream, as Triton refuses to move
+its log file over the network too.
 """
 
 from __future__ import annotations
@@ -140,6 +141,6 @@ def _parse(key: str, value: object) -> bool | int | str | None:
         raise InvalidArgument(
             f"invalid argument for log_format, got: {value[:32]}; batchserve writes "
             + " or ".join(repr(f) for f in FORMATS)
-            + " lines (Triton's 'default' and 'ISO8601' formats are not available)"
+            + " lines"
         )
     return value

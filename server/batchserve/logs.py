@@ -12,14 +12,17 @@ on the hot path.
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import time
 from contextvars import ContextVar
 
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
 
-FORMATS = ("json", "text")
+FORMATS = ("json", "text", "default", "ISO8601")  # the last two are Triton's line formats
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_TRITON_LEVELS = {logging.ERROR: "E", logging.WARNING: "W", logging.INFO: "I"}
 # uvicorn adds a copy of its messages with terminal colour codes: noise in a JSON line.
 _NOT_FIELDS = (*RESERVED_ATTRS, "color_message")
 
@@ -45,8 +48,29 @@ class RequestFields(logging.Filter):
         return True
 
 
+class TritonFormatter(logging.Formatter):
+    """Triton's line preamble (its common/src/logging.cc), for log tooling written for it:
+    ``default`` is ``I1125 01:02:03.456789 <pid> <file>:<line>] message`` and ``ISO8601`` is
+    ``2026-11-25T01:02:03Z I <pid> <file>:<line>] message``, both in UTC."""
+
+    def __init__(self, iso8601: bool) -> None:
+        super().__init__()
+        self.iso8601 = iso8601
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = _TRITON_LEVELS.get(min(record.levelno, logging.ERROR) // 10 * 10, "V")
+        when = time.gmtime(record.created)
+        where = f"{os.getpid()} {record.filename}:{record.lineno}] {record.getMessage()}"
+        if self.iso8601:
+            return f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', when)} {level} {where}"
+        micros = int(record.created % 1 * 1_000_000)
+        return f"{level}{time.strftime('%m%d %H:%M:%S', when)}.{micros:06d} {where}"
+
+
 def formatter(fmt: str) -> logging.Formatter:
     """The formatter of one of ``FORMATS``; the log settings API swaps it while running."""
+    if fmt in ("default", "ISO8601"):
+        return TritonFormatter(iso8601=fmt == "ISO8601")
     if fmt == "json":
         return JsonFormatter(
             "%(asctime)s %(levelname)s %(name)s %(message)s",

@@ -37,7 +37,7 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--shutdown-delay", "shutdown_delay_seconds", float, "seconds not-ready before draining"),
     ("--shutdown-timeout", "shutdown_timeout_seconds", float, "longest drain, in seconds"),
     ("--log-level", "log_level", str, "debug, info (default), warning, error"),
-    ("--log-format", "log_format", str, "json (default) or text"),
+    ("--log-format", "log_format", str, "json (default), text, or Triton's default or ISO8601"),
     ("--tls-cert-file", "tls_cert_file", Path, "PEM certificate chain: HTTP and gRPC serve TLS"),
     ("--tls-key-file", "tls_key_file", Path, "PEM private key of --tls-cert-file (unencrypted)"),
     (

@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     shutdown_delay_seconds: float = Field(0.0, ge=0)
     shutdown_timeout_seconds: float = Field(30.0, gt=0)
     log_level: str = "info"
-    log_format: str = Field("json", pattern="^(json|text)$")
+    log_format: str = Field("json", pattern="^(json|text|default|ISO8601)$")
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_ca_file: Path | None = None

@@ -138,7 +138,7 @@ def test_log_settings_round_trip(client: Client) -> None:
     ("settings", "status", "words"),
     [
         ({"log_file": "server.log"}, ("501", "UNIMPLEMENTED"), "log file location can not be"),
-        ({"log_format": "ISO8601"}, ("400", "INVALID_ARGUMENT"), "invalid argument for log_format"),
+        ({"log_format": "iso8601"}, ("400", "INVALID_ARGUMENT"), "invalid argument for log_format"),
     ],
 )
 def test_bad_log_updates_are_refused(

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import calendar
 import io
 import json
 import logging
+import re
 from collections.abc import Iterator
 
 import pytest
 from batchserve import log_settings
 from batchserve.errors import InvalidArgument, Unsupported
-from batchserve.logs import configure_logging
+from batchserve.logs import configure_logging, formatter
 
 
 @pytest.fixture
@@ -78,7 +80,7 @@ def test_the_format_is_swapped_while_running(stream: io.StringIO) -> None:
         ({"log_info": "yes"}, InvalidArgument, "expect boolean for 'log_info'"),
         ({"log_verbose_level": -1}, InvalidArgument, "uint32"),
         ({"log_verbose_level": True}, InvalidArgument, "uint32"),
-        ({"log_format": "ISO8601"}, InvalidArgument, "invalid argument for log_format"),
+        ({"log_format": "iso8601"}, InvalidArgument, "invalid argument for log_format"),
         ({"log_format": 1}, InvalidArgument, "expect string for 'log_format'"),
         ({"log_colour": True}, InvalidArgument, "unknown log setting 'log_colour'"),
         ({"log_file": "x.log"}, Unsupported, "log file location can not be updated"),
@@ -91,3 +93,18 @@ def test_bad_updates_are_refused_and_change_nothing(
     with pytest.raises(error, match=words):
         log_settings.update({"log_info": False, **update})
     assert log_settings.get() == before
+
+
+@pytest.mark.parametrize(
+    ("fmt", "line"),
+    [
+        ("default", r"^W1125 01:02:03\.250000 \d+ test_log_settings\.py:\d+\] disk is full$"),
+        ("ISO8601", r"^2026-11-25T01:02:03Z W \d+ test_log_settings\.py:\d+\] disk is full$"),
+    ],
+)
+def test_tritons_line_formats_are_written_as_triton_writes_them(fmt: str, line: str) -> None:
+    record = logging.getLogger("x").makeRecord(
+        "x", logging.WARNING, __file__, 7, "disk is %s", ("full",), None
+    )
+    record.created = calendar.timegm((2026, 11, 25, 1, 2, 3)) + 0.25
+    assert re.match(line, formatter(fmt).format(record))
