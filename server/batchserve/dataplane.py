@@ -152,14 +152,23 @@ class DataPlane:
 
     # inference ----------------------------------------------------------------------
     def decode(
-        self, decode: Callable[[], InferRequest], model: str, version: str, protocol: str
+        self,
+        decode: Callable[[], InferRequest],
+        model: str,
+        version: str,
+        protocol: str,
+        peer: str | None = None,
     ) -> InferRequest:
         """Run a wire decoder, then read the inputs held in shared memory, counting a malformed
-        request (or one naming an unknown region) against its model when served."""
+        request (or one naming an unknown region) against its model when served. ``peer`` is
+        the client's address: naming a region is allowed to those that may register one."""
         try:
             request = decode()
-            shm.read_inputs(request, self.shared_memory)
-            shm.check_outputs(request, self.shared_memory)
+            if shm.uses_shared_memory(request):
+                self._check_client_shm(peer)
+                schema = self._served(model, version).schema
+                shm.read_inputs(request, self.shared_memory, schema.input_names)
+                shm.check_outputs(request, self.shared_memory)
             return request
         except (InvalidArgument, NotFound) as exc:
             served = self._served_or_none(model, version)
@@ -285,7 +294,15 @@ class DataPlane:
         self._check_client_shm(peer)
         self.shared_memory.unregister(kind, name)
 
-    def shared_memory_status(self, kind: Kind, name: str = "") -> list[RegionStatus]:
+    def shared_memory_status(
+        self, kind: Kind, name: str = "", peer: str | None = None
+    ) -> list[RegionStatus]:
+        """The regions, to the clients that may register them; to others none (as Triton
+        answers when client shared memory is off)."""
+        try:
+            self._check_client_shm(peer)
+        except PermissionDenied:
+            return []
         return self.shared_memory.status(kind, name)
 
     # repository ---------------------------------------------------------------------

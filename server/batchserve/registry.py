@@ -242,7 +242,7 @@ class ModelRegistry:
         samples = await asyncio.to_thread(
             read_warmup_samples,
             config,
-            self.repository.root / resolved.name,
+            resolved.directory or self.repository.root / resolved.name,
             source=f"{resolved.name}/config.pbtxt",
         )
         reservations = ModelReservations.from_config(config)

@@ -111,6 +111,8 @@ class ResolvedModel:
     config: ModelConfig
     versions: tuple[ModelVersion, ...]
     labels: LabelMap = field(default_factory=dict)
+    directory: Path | None = None
+    """Where the model was read from: the repository's, or a load's own files."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +244,7 @@ class _ModelCheck:
         self.problems += problems
         if self.problems:
             raise self.fail()
-        return ResolvedModel(self.name, resolved, tuple(versions), labels)
+        return ResolvedModel(self.name, resolved, tuple(versions), labels, self.dir)
 
     def _read_config(self) -> ModelConfig:
         if self.override is not None:

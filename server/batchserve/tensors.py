@@ -159,19 +159,24 @@ def byte_size(shape: tuple[int, ...], datatype: DataType, *, tensor: str) -> int
     return size
 
 
+def check_byte_size(got: int, datatype: DataType, shape: tuple[int, ...], *, tensor: str) -> None:
+    """``got`` bytes must be what a fixed-size tensor of this shape takes (Triton's words)."""
+    expected = byte_size(shape, datatype, tensor=tensor)
+    if got != expected:
+        raise InvalidArgument(
+            f"input byte size mismatch for input '{tensor}'. Expected {expected}, got {got} "
+            f"(batchserve: shape {format_shape(shape)} {datatype.wire} takes {expected} bytes)"
+        )
+
+
 def array_from_bytes(
     buf: bytes | memoryview, datatype: DataType, shape: tuple[int, ...], *, tensor: str
 ) -> Array:
     """A zero-copy, read-only view of little-endian tensor bytes (BYTES: parsed elements)."""
     if datatype.wire == "BYTES":
         return _bytes_elements(buf, shape, tensor)
-    expected = byte_size(shape, datatype, tensor=tensor)
-    got = buf.nbytes if isinstance(buf, memoryview) else len(buf)
-    if got != expected:
-        raise InvalidArgument(
-            f"input byte size mismatch for input '{tensor}'. Expected {expected}, got {got} "
-            f"(batchserve: shape {format_shape(shape)} {datatype.wire} takes {expected} bytes)"
-        )
+    check_byte_size(buf.nbytes if isinstance(buf, memoryview) else len(buf), datatype, shape,
+                    tensor=tensor)  # fmt: skip
     # twice as fast as np.frombuffer(...).reshape(shape), and the same read-only view
     return np.ndarray(shape, _LITTLE_ENDIAN[datatype.wire], buf)
 
@@ -276,24 +281,45 @@ def array_from_json(
 
 
 def _flatten(data: object, tensor: str) -> tuple[list[Any], set[type]]:
-    """The values in depth-first order and their types, opening one level of arrays at a
-    time (no recursion); the order is the same because each array is opened in place."""
+    """The values in depth-first order and their types. Regular nesting is opened one level
+    at a time (fast, no recursion); a level mixing arrays and values, as Triton also reads,
+    goes depth-first from there, so that no value is walked more than once."""
     if type(data) is not list:
         raise InvalidArgument(f"tensor '{tensor}': data must be an array, got {describe(data)}")
     flat, depth = data, 1
     while list in (kinds := set(map(type, flat))):
+        if len(kinds) > 1:
+            flat = _depth_first(flat, depth, tensor)
+            return flat, set(map(type, flat))
         depth += 1
-        if depth > MAX_JSON_DEPTH:
-            raise InvalidArgument(
-                f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH}) "
-                f"(batchserve: tensor '{tensor}': data is nested deeper than "
-                f"{MAX_JSON_DEPTH} levels)"
-            )
-        if len(kinds) == 1:
-            flat = list(chain.from_iterable(flat))
-        else:  # arrays and values side by side, as Triton also reads them
-            flat = list(chain.from_iterable(x if type(x) is list else (x,) for x in flat))
+        _check_depth(depth, tensor)
+        flat = list(chain.from_iterable(flat))
     return flat, kinds
+
+
+def _depth_first(items: list[Any], depth: int, tensor: str) -> list[Any]:
+    """The values under ``items`` (found ``depth`` levels down), with an explicit stack."""
+    values: list[Any] = []
+    stack = [(iter(items), depth)]
+    while stack:
+        level, at = stack[-1]
+        for item in level:
+            if type(item) is list:
+                _check_depth(at + 1, tensor)
+                stack.append((iter(item), at + 1))
+                break
+            values.append(item)
+        else:
+            stack.pop()
+    return values
+
+
+def _check_depth(depth: int, tensor: str) -> None:
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidArgument(
+            f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH}) "
+            f"(batchserve: tensor '{tensor}': data is nested deeper than {MAX_JSON_DEPTH} levels)"
+        )
 
 
 def _check_json_types(flat: list[Any], kinds: set[type], datatype: DataType, tensor: str) -> None:

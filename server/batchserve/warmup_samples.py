@@ -10,6 +10,7 @@ the rest ignored) or, for TYPE_STRING, 4-byte-length-prefixed strings. ``count``
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -114,7 +115,7 @@ def _input(
 ) -> np.ndarray:
     datatype = from_config(spec.data_type)
     shape = tuple(int(d) for d in spec.dims)
-    elements = int(np.prod(shape, dtype=np.int64))
+    elements = math.prod(shape)
     if elements * batch_size > MAX_SAMPLE_ELEMENTS:
         raise ModelConfigError(
             f"{where}: input '{name}' asks for {elements * batch_size} elements "
@@ -154,7 +155,7 @@ def _from_file(
             f"{where}: cannot read input_data_file {WARMUP_DIR}/{file}: {exc.strerror}"
         ) from None
     if datatype.wire != "BYTES":
-        needed = int(np.prod(shape, dtype=np.int64)) * datatype.itemsize
+        needed = math.prod(shape) * datatype.itemsize
         if len(data) < needed:  # Triton's wording
             raise ModelConfigError(
                 f"{where}: warmup setting expects {needed} bytes, but the data provided from "

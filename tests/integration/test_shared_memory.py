@@ -117,24 +117,33 @@ def test_client_shared_memory_is_refused_when_turned_off_as_in_triton(
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_by_default_only_clients_on_this_host_may_register(
-    open_server: ServerProcess, protocol: str
+def test_by_default_only_clients_on_this_host_may_use_shared_memory(
+    open_server: ServerProcess, regions: list[Any], protocol: str
 ) -> None:
     """A client reaching the server over a non-loopback address cannot share memory with it,
-    so it may not name the host's memory; the same server admits a loopback client."""
+    so it may neither register regions, nor see them, nor name one in a request; the same
+    server serves a loopback client's regions."""
     address = _outward_address()
     if address is None:
         pytest.skip("this host has no address other than loopback")
-    remote = client(open_server, protocol, address)
-    _refused(
-        lambda: remote.register_system_shared_memory("r", "/k", 8),
-        "Client shared memory is disabled",
-        "only clients on this host (--allow-client-shm=local)",
-        address,
-    )
-    local = client(open_server, protocol)
-    _refused(lambda: local.register_system_shared_memory("r", "/no_such_key", 8), "/no_such_key")
-    assert len(local.get_system_shared_memory_status(**_as_json(protocol))) == 0
+    remote, local = client(open_server, protocol, address), client(open_server, protocol)
+    disabled = ("Client shared memory is disabled", "only clients on this host", address)
+    _refused(lambda: remote.register_system_shared_memory("r", "/k", 8), *disabled)
+    handle, key = region(regions, "shared_in", INT32_BYTES)
+    shm.set_shared_memory_region(handle, [np.arange(16, dtype=np.int32)])
+    local.register_system_shared_memory("shared_in", key, INT32_BYTES)
+    try:
+        assert len(local.get_system_shared_memory_status(**_as_json(protocol))) == 1
+        assert len(remote.get_system_shared_memory_status(**_as_json(protocol))) == 0
+        mod = module(protocol)
+        _refused(
+            lambda: remote.infer("simple", _simple_inputs(mod, "shared_in", INT32_BYTES)),
+            *disabled,
+        )
+        answer = local.infer("simple", _simple_inputs(mod, "shared_in", INT32_BYTES))
+        assert answer.as_numpy("OUTPUT0").tolist() == [list(range(0, 32, 2))]
+    finally:
+        local.unregister_system_shared_memory()
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

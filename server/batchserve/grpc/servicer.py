@@ -95,11 +95,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Context
     ) -> pb.ModelInferResponse:
-        return await self._infer(request)
+        return await self._infer(request, context.peer())
 
-    async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    async def _infer(
+        self, request: pb.ModelInferRequest, peer: str | None
+    ) -> pb.ModelInferResponse:
         decode = partial(self.layouts.decode, request)
-        decoded = self.dataplane.decode(decode, request.model_name, request.model_version, "grpc")
+        decoded = self.dataplane.decode(
+            decode, request.model_name, request.model_version, "grpc", peer
+        )
         response = await self.dataplane.infer(decoded)
         encoded: pb.ModelInferResponse = codec.encode_infer_response(response)
         return encoded
@@ -110,7 +114,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """Requests of one stream run concurrently; each answer carries its request's id."""
         answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         reader = asyncio.get_running_loop().create_task(
-            self._read_stream(request_iterator, answers)
+            self._read_stream(request_iterator, answers, context.peer())
         )
         try:
             while (answer := await answers.get()) is not None:
@@ -122,11 +126,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self,
         requests: AsyncIterator[pb.ModelInferRequest],
         answers: asyncio.Queue[pb.ModelStreamInferResponse | None],
+        peer: str | None,
     ) -> None:
         running: set[asyncio.Task[None]] = set()
         try:
             async for request in requests:
-                task = asyncio.get_running_loop().create_task(self._stream_one(request, answers))
+                task = asyncio.get_running_loop().create_task(
+                    self._stream_one(request, answers, peer)
+                )
                 running.add(task)
                 task.add_done_callback(running.discard)
             if running:
@@ -138,9 +145,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self,
         request: pb.ModelInferRequest,
         answers: asyncio.Queue[pb.ModelStreamInferResponse | None],
+        peer: str | None,
     ) -> None:
         try:
-            response = await self._infer(request)
+            response = await self._infer(request, peer)
         except Exception as exc:
             if not isinstance(exc, grpc.RpcError):
                 logger.debug("stream request failed", exc_info=exc)
@@ -171,7 +179,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryStatus(
         self, request: pb.SystemSharedMemoryStatusRequest, context: Context
     ) -> pb.SystemSharedMemoryStatusResponse:
-        rows = self.dataplane.shared_memory_status("system", request.name)
+        rows = self.dataplane.shared_memory_status("system", request.name, context.peer())
         return messages.system_shared_memory_status(rows)
 
     async def SystemSharedMemoryRegister(
@@ -191,7 +199,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest, context: Context
     ) -> pb.CudaSharedMemoryStatusResponse:
-        rows = self.dataplane.shared_memory_status("cuda", request.name)
+        rows = self.dataplane.shared_memory_status("cuda", request.name, context.peer())
         return messages.cuda_shared_memory_status(rows)
 
     async def CudaSharedMemoryRegister(

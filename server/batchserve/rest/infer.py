@@ -51,6 +51,12 @@ def _segment(raw: bytes) -> str:
         raise InvalidArgument("model name or version is not valid UTF-8") from None
 
 
+def _peer(scope: Scope) -> str | None:
+    """The client's host, as the transport gives it (None over a Unix socket)."""
+    client = scope.get("client")
+    return str(client[0]) if client else None
+
+
 def _headers(scope: Scope) -> dict[bytes, bytes]:
     return {k: v for k, v in scope["headers"] if k in _WANTED}
 
@@ -104,7 +110,7 @@ class InferEndpoint:
     ) -> None:
         headers = _headers(scope)
         try:
-            chunks, header_length = await self._respond(headers, receive, match)
+            chunks, header_length = await self._respond(headers, receive, match, _peer(scope))
             coding = response_encoding(headers.get(b"accept-encoding"))
             if coding is not None:
                 chunks = [await deflate_async(chunks, coding)]
@@ -125,7 +131,11 @@ class InferEndpoint:
         await _send(send, 200, answer, chunks)
 
     async def _respond(
-        self, headers: dict[bytes, bytes], receive: Receive, match: re.Match[bytes]
+        self,
+        headers: dict[bytes, bytes],
+        receive: Receive,
+        match: re.Match[bytes],
+        peer: str | None,
     ) -> tuple[list[bytes | memoryview], int | None]:
         encoding = request_encoding(headers.get(b"content-encoding"))
         header_value = headers.get(HEADER_LENGTH)
@@ -142,7 +152,7 @@ class InferEndpoint:
             decode = partial(self.dataplane.raw_request, body, name, version)
         else:
             decode = partial(self.headers.decode, body, header_length, name, version)
-        request = self.dataplane.decode(decode, name, version, "http")
+        request = self.dataplane.decode(decode, name, version, "http", peer)
         response = await until_disconnect(self.dataplane.infer(request), receive)
         return encode_infer_response(response, request)
 

@@ -118,8 +118,8 @@ def _add_system_routes(app: FastAPI, dataplane: DataPlane) -> None:
     for prefix in (SYSTEM, SYSTEM + "/region/{name}"):
 
         @app.get(prefix + "/status", summary="System shared-memory regions (Triton extension)")
-        async def system_status(name: str = "") -> Response:
-            rows = dataplane.shared_memory_status("system", name)
+        async def system_status(request: Request, name: str = "") -> Response:
+            rows = dataplane.shared_memory_status("system", name, _peer(request))
             return _json([_system_row(row) for row in rows])
 
         @app.post(prefix + "/register", summary="Register system shared memory")
@@ -141,8 +141,8 @@ def _add_cuda_routes(app: FastAPI, dataplane: DataPlane) -> None:
     for prefix in (CUDA, CUDA + "/region/{name}"):
 
         @app.get(prefix + "/status", summary="CUDA shared-memory regions (Triton extension)")
-        async def cuda_status(name: str = "") -> Response:
-            rows = dataplane.shared_memory_status("cuda", name)
+        async def cuda_status(request: Request, name: str = "") -> Response:
+            rows = dataplane.shared_memory_status("cuda", name, _peer(request))
             return _json([_cuda_row(row) for row in rows])
 
         @app.post(prefix + "/register", summary="Register CUDA shared memory")

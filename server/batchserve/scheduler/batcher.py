@@ -235,8 +235,8 @@ class Batcher:
         for item in closest_first(head, window):
             if item.abandoned():
                 self._settle(item, asyncio.CancelledError())
-            elif size + item.batch_size <= target:
-                batch.append(item)
+            elif size + item.batch_size <= target and item.inputs.keys() == head.inputs.keys():
+                batch.append(item)  # (requests sending other optional inputs never merge)
                 size += item.batch_size
             else:
                 continue

@@ -7,21 +7,50 @@ is a placeholder until ``read_inputs`` fills it); the words of the errors are Tr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from batchserve.errors import InvalidArgument
 from batchserve.shared_memory.manager import SharedMemoryManager
 from batchserve.shared_memory.parameters import REGION, Placement, placement
-from batchserve.tensors import array_from_bytes, array_to_bytes
+from batchserve.tensors import MAX_BYTES, array_from_bytes, array_to_bytes, check_byte_size
 from batchserve.types import InferRequest, RequestedOutput, Tensor
 
 
-def read_inputs(request: InferRequest, manager: SharedMemoryManager) -> None:
-    """Replace each shared-memory input's placeholder by a copy of its region's bytes."""
-    for tensor in request.inputs:
-        if REGION not in tensor.parameters:
-            continue
-        where = placement(tensor.parameters, tensor.name)
+def uses_shared_memory(request: InferRequest) -> bool:
+    """True when an input or a requested output names a region (cheap: parameters are
+    usually empty)."""
+    return any(REGION in t.parameters for t in request.inputs) or any(
+        REGION in o.parameters for o in request.outputs or ()
+    )
+
+
+def read_inputs(
+    request: InferRequest, manager: SharedMemoryManager, input_names: Collection[str]
+) -> None:
+    """Replace each shared-memory input's placeholder by a copy of its region's bytes.
+
+    Everything a client controls is checked before a byte is read: the input must be one of
+    the model's, a fixed-size input's byte size must be what its shape takes, and the
+    request's regions together may hold at most MAX_BYTES.
+    """
+    placed = [
+        (t, placement(t.parameters, t.name)) for t in request.inputs if REGION in t.parameters
+    ]
+    total = 0
+    for tensor, where in placed:
+        assert where is not None
+        if tensor.name not in input_names:
+            raise InvalidArgument(
+                f"unexpected inference input '{tensor.name}' for model '{request.model_name}'"
+            )
+        if tensor.datatype.wire != "BYTES":
+            check_byte_size(where.byte_size, tensor.datatype, tensor.shape, tensor=tensor.name)
+        total += where.byte_size
+        if total > MAX_BYTES:
+            raise InvalidArgument(
+                f"the request's shared-memory inputs hold over {MAX_BYTES} bytes together"
+            )
+    for tensor, where in placed:
         assert where is not None
         region = manager.region(where.region, where.offset, where.byte_size)
         data = region.read(where.offset, where.byte_size, tensor.name)

@@ -13,7 +13,7 @@ from batchserve.datatypes import from_wire
 from batchserve.errors import AlreadyExists, Internal, InvalidArgument, NotFound
 from batchserve.shared_memory import parameters
 from batchserve.shared_memory import tensors as shm
-from batchserve.shared_memory.manager import RegionStatus, SharedMemoryManager
+from batchserve.shared_memory.manager import Region, RegionStatus, SharedMemoryManager
 from batchserve.shared_memory.system import SHM_DIR, SystemRegion, object_name
 from batchserve.types import InferRequest, RequestedOutput, Tensor
 
@@ -265,7 +265,7 @@ def test_inputs_are_copied_out_of_their_regions(
     placeholder = parameters.placeholder(params, False, int32, (1, 4), "a")
     assert placeholder is not None
     request = InferRequest("m", inputs=[Tensor("a", int32, (1, 4), placeholder, params)])
-    shm.read_inputs(request, manager)
+    shm.read_inputs(request, manager, {"a"})
     expected = np.frombuffer(bytes(range(16, 32)), "<i4").reshape(1, 4)
     np.testing.assert_array_equal(request.inputs[0].data, expected)
     truncate(key, 0)  # the copy does not change with the region
@@ -284,7 +284,7 @@ def test_a_region_size_that_does_not_match_the_shape_is_refused(
     with pytest.raises(
         InvalidArgument, match=r"^input byte size mismatch for input 'a'. Expected 16, got 12"
     ):
-        shm.read_inputs(request, manager)
+        shm.read_inputs(request, manager, {"a"})
 
 
 def test_outputs_are_written_and_marked(
@@ -341,3 +341,48 @@ def test_cuda_regions_are_refused_clearly_without_a_gpu(manager: SharedMemoryMan
     with pytest.raises(InvalidArgument, match="must be a valid base64 encoded cudaIpcMemHandle_t"):
         manager.register_cuda("g", b"\0" * 63, 0, 8)
     assert len(manager) == 0
+
+
+class _CountingManager(SharedMemoryManager):
+    """A manager that counts the regions looked up, to prove nothing was read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookups = 0
+
+    def region(self, name: str, offset: int, byte_size: int) -> Region:
+        self.lookups += 1
+        return super().region(name, offset, byte_size)
+
+
+def test_nothing_is_read_for_an_input_the_model_lacks_or_a_size_its_shape_contradicts(
+    shm_object: MakeObject,
+) -> None:
+    """A region is read only once every placed input is the model's and sized by its shape:
+    a small request may not make the server read gigabytes it will then refuse."""
+    manager = _CountingManager()
+    manager.register_system("in", shm_object(64), 0, 64)
+    int32 = from_wire("INT32", tensor="a")
+
+    def request(name: str, size: int) -> InferRequest:
+        params = _placed(name, "in", size)
+        data = parameters.placeholder(params, False, int32, (1, 4), name)
+        assert data is not None
+        good = _placed("a", "in", 16)
+        good_data = parameters.placeholder(good, False, int32, (1, 4), "a")
+        assert good_data is not None
+        return InferRequest(
+            "m",
+            inputs=[
+                Tensor("a", int32, (1, 4), good_data, good),
+                Tensor(name, int32, (1, 4), data, params),
+            ],
+        )
+
+    with pytest.raises(InvalidArgument, match=r"^unexpected inference input 'b' for model 'm'"):
+        shm.read_inputs(request("b", 16), manager, {"a"})
+    with pytest.raises(InvalidArgument, match=r"^input byte size mismatch for input 'c'"):
+        shm.read_inputs(request("c", 64), manager, {"a", "c"})
+    assert manager.lookups == 0
+    shm.read_inputs(request("c", 16), manager, {"a", "c"})
+    assert manager.lookups == 2
