@@ -311,7 +311,8 @@ class DataPlane:
         if expected is not None and not hmac.compare_digest(token or "", expected):
             raise Unauthenticated("model control and settings updates need a valid token")
 
-    def _check_control(self, token: str | None) -> None:
+    def check_control(self, token: str | None) -> None:
+        """Model control is on and the token good: checked before a load's body is read."""
         if self.settings.model_control_mode is not ModelControlMode.EXPLICIT:
             # Triton's status and words (model_repository_manager.cc), then ours.
             raise ControlDisabled(
@@ -336,7 +337,7 @@ class DataPlane:
     ) -> None:
         """Load with Triton's parameters (``load_override``); errors open with Triton's
         "failed to load '<name>'", which Triton's own examples look for."""
-        self._check_control(token)
+        self.check_control(token)
         validate_model_name(name)
         try:
             override = parse_load_parameters(
@@ -358,7 +359,7 @@ class DataPlane:
         self, name: str, token: str | None, parameters: Mapping[str, object] | None = None
     ) -> None:
         """``unload_dependents`` is checked and accepted; batchserve has no dependents."""
-        self._check_control(token)
+        self.check_control(token)
         parse_unload_parameters(parameters or {})
         await self.registry.unload(validate_model_name(name))
         self.trace.forget(name)

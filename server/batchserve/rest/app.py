@@ -151,6 +151,7 @@ def _add_repository_routes(app: FastAPI, dataplane: DataPlane) -> None:
     async def load(
         name: str, request: Request, authorization: str | None = Header(None)
     ) -> Response:
+        dataplane.check_control(_token(authorization))  # before reading up to 64 MiB
         parameters = _parameters(_json_object(await _body(request, limit)))
         await dataplane.repository_load(
             name, _token(authorization), parameters, files_in_base64=True

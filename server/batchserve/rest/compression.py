@@ -24,7 +24,12 @@ ACCEPTED: Final = b"gzip, deflate"
 
 _WBITS: Final = {GZIP: 16 + zlib.MAX_WBITS, DEFLATE: zlib.MAX_WBITS}
 _STEP: Final = 1 << 20  # inflated bytes produced per step
-OFF_LOOP_ABOVE: Final = 1 << 20
+# Inflating can multiply a body by ~1000, so all but tiny ones inflate in a worker thread;
+# answers compress there above 64 KiB, at zlib's fastest level (tensor data compresses
+# little at any level, and the time is the client's latency).
+INFLATE_OFF_LOOP_ABOVE: Final = 4 << 10
+DEFLATE_OFF_LOOP_ABOVE: Final = 64 << 10
+DEFLATE_LEVEL: Final = 1
 """Bodies larger than this are (de)compressed in a worker thread, off the event loop."""
 
 
@@ -121,7 +126,7 @@ def inflate(body: bytes, encoding: str, limit: int) -> bytes:
 
 def deflate(chunks: Sequence[bytes | memoryview], encoding: str) -> bytes:
     """The response body compressed with ``encoding`` (gzip, or deflate in zlib's wrapping)."""
-    compressor = zlib.compressobj(wbits=_WBITS[encoding])
+    compressor = zlib.compressobj(DEFLATE_LEVEL, wbits=_WBITS[encoding])
     out = [compressor.compress(chunk) for chunk in chunks]
     out.append(compressor.flush())
     return b"".join(out)
@@ -129,13 +134,13 @@ def deflate(chunks: Sequence[bytes | memoryview], encoding: str) -> bytes:
 
 async def inflate_async(body: bytes, encoding: str, limit: int) -> bytes:
     """:func:`inflate`, in a worker thread for large bodies so other requests keep moving."""
-    if len(body) <= OFF_LOOP_ABOVE:
+    if len(body) <= INFLATE_OFF_LOOP_ABOVE:
         return inflate(body, encoding, limit)
     return await asyncio.to_thread(inflate, body, encoding, limit)
 
 
 async def deflate_async(chunks: Sequence[bytes | memoryview], encoding: str) -> bytes:
     """:func:`deflate`, in a worker thread for large bodies."""
-    if sum(len(chunk) for chunk in chunks) <= OFF_LOOP_ABOVE:
+    if sum(len(chunk) for chunk in chunks) <= DEFLATE_OFF_LOOP_ABOVE:
         return deflate(chunks, encoding)
     return await asyncio.to_thread(deflate, chunks, encoding)
