@@ -376,7 +376,7 @@ def test_http_register_bodies_are_checked(shm_server: ServerProcess) -> None:
         (b'{"key": "/x", "byte_size": -1}', "'byte_size' must be an integer >= 0, got -1"),
         (b'{"key": 3, "byte_size": 1}', "'key' must be a string, got 3"),
         (b"[1]", "must be a JSON object"),
-        (b"{" * 70_000, "is over 65536 bytes"),
+        (b"{" * 70_000, "is over the limit of 65536 bytes"),
     ):
         answer = requests.post(base, data=body, timeout=10)
         assert answer.status_code in (400, 413), answer.text

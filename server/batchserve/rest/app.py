@@ -16,8 +16,9 @@ from starlette.responses import Response
 
 from batchserve import __version__
 from batchserve.dataplane import DataPlane
-from batchserve.errors import BatchserveError, InvalidArgument, PayloadTooLarge, Unavailable
+from batchserve.errors import BatchserveError, InvalidArgument, Unavailable
 from batchserve.rest import responses
+from batchserve.rest.bodies import read_limited
 from batchserve.rest.errors import (
     handle_batchserve_error,
     handle_http_exception,
@@ -98,18 +99,6 @@ def _add_model_routes(app: FastAPI, dataplane: DataPlane, endpoint: InferEndpoin
             return _Delegate(endpoint)
 
 
-async def _body(request: Request, limit: int) -> bytes:
-    """The body of a control request, refused once it passes ``limit`` bytes."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _json_object(body: bytes) -> dict[str, Any]:
     """An optional JSON object body; empty is ``{}``."""
     if not body.strip():
@@ -143,7 +132,7 @@ def _add_repository_routes(app: FastAPI, dataplane: DataPlane) -> None:
 
     @app.post("/v2/repository/index", summary="Repository index")
     async def index(request: Request, authorization: str | None = Header(None)) -> Response:
-        body = await _body(request, dataplane.settings.max_json_body_bytes)
+        body = await read_limited(request, dataplane.settings.max_json_body_bytes, "request body")
         rows = dataplane.repository_index(_token(authorization), _ready_flag(body))
         return _json(responses.repository_index(rows))
 
@@ -152,7 +141,7 @@ def _add_repository_routes(app: FastAPI, dataplane: DataPlane) -> None:
         name: str, request: Request, authorization: str | None = Header(None)
     ) -> Response:
         dataplane.check_control(_token(authorization))  # before reading up to 64 MiB
-        parameters = _parameters(_json_object(await _body(request, limit)))
+        parameters = _parameters(_json_object(await read_limited(request, limit, "request body")))
         await dataplane.repository_load(
             name, _token(authorization), parameters, files_in_base64=True
         )
@@ -162,7 +151,7 @@ def _add_repository_routes(app: FastAPI, dataplane: DataPlane) -> None:
     async def unload(
         name: str, request: Request, authorization: str | None = Header(None)
     ) -> Response:
-        body = await _body(request, dataplane.settings.max_json_body_bytes)
+        body = await read_limited(request, dataplane.settings.max_json_body_bytes, "request body")
         parameters = _parameters(_json_object(body))
         await dataplane.repository_unload(name, _token(authorization), parameters)
         return _json({})
@@ -175,7 +164,9 @@ def _add_settings_routes(app: FastAPI, dataplane: DataPlane) -> None:
     async def trace(name: str, request: Request, authorization: str | None) -> Response:
         updates = None
         if request.method == "POST":
-            updates = trace_updates(_json_object(await _body(request, limit)))
+            updates = trace_updates(
+                _json_object(await read_limited(request, limit, "request body"))
+            )
         return _json(dataplane.trace_settings(name, _token(authorization), updates))
 
     @app.api_route("/v2/trace/setting", methods=["GET", "POST"], summary="Trace settings")
@@ -200,7 +191,7 @@ def _add_settings_routes(app: FastAPI, dataplane: DataPlane) -> None:
     async def update_logging(
         request: Request, authorization: str | None = Header(None)
     ) -> Response:
-        updates = _json_object(await _body(request, limit))
+        updates = _json_object(await read_limited(request, limit, "request body"))
         return _json(dataplane.log_settings(_token(authorization), updates))
 
 

@@ -15,7 +15,8 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from batchserve.dataplane import DataPlane
-from batchserve.errors import InvalidArgument, PayloadTooLarge
+from batchserve.errors import InvalidArgument
+from batchserve.rest.bodies import read_limited
 from batchserve.shared_memory.manager import RegionStatus
 from batchserve.tensors import describe
 
@@ -35,14 +36,9 @@ def _empty() -> Response:
 
 async def _body(request: Request) -> dict[str, Any]:
     """The JSON object of a register request, read no further than MAX_BODY bytes."""
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise PayloadTooLarge(f"shared memory register request is over {MAX_BODY} bytes")
-        chunks.append(chunk)
+    body = await read_limited(request, MAX_BODY, "shared memory register request")
     try:
-        doc = orjson.loads(b"".join(chunks) or b"{}")
+        doc = orjson.loads(body or b"{}")
     except orjson.JSONDecodeError as error:
         raise InvalidArgument(f"malformed JSON: {error}") from None
     if type(doc) is not dict:
