@@ -146,6 +146,17 @@ def unknown_model(name: str) -> NotFound:
     )
 
 
+def _remove_files_of(
+    resolving: asyncio.Future[tuple[ResolvedModel, OverrideDirectory | None]],
+) -> None:
+    """A load cancelled while its files were being written: remove them once written."""
+    if resolving.cancelled() or resolving.exception() is not None:
+        return
+    files = resolving.result()[1]
+    if files is not None:
+        asyncio.get_running_loop().run_in_executor(None, files.remove)
+
+
 class ModelRegistry:
     """Owns every loaded model; the dataplane's only way to reach one."""
 
@@ -181,8 +192,12 @@ class ModelRegistry:
         """
         started = time.monotonic()
         files = None
+        resolving = asyncio.ensure_future(asyncio.to_thread(self._resolve, name, override))
         try:
-            resolved, files = await asyncio.to_thread(self._resolve, name, override)
+            resolved, files = await asyncio.shield(resolving)
+        except asyncio.CancelledError:  # the thread goes on writing the load's files
+            resolving.add_done_callback(_remove_files_of)
+            raise
         except ModelConfigError as exc:  # in the repository, but broken: say why when asked
             failed = self._entry(name)
             if failed.state is not ModelState.READY:
@@ -205,10 +220,12 @@ class ModelRegistry:
         finally:
             if files is not None:
                 await asyncio.to_thread(files.remove)
-        for served in old.values():
-            await served.close()
-        if old_files is not None:
-            await asyncio.to_thread(old_files.remove)
+        try:
+            for served in old.values():
+                await served.close()
+        finally:
+            if old_files is not None:
+                await asyncio.to_thread(old_files.remove)
         self._after_change()
         logger.info("model ready", extra={"model": name, "versions": sorted(versions)})
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import asyncio
+import tempfile
+import threading
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pytest
 from batchserve.errors import BackendError, ModelConfigError, NotFound, Unavailable
+from batchserve.load_override import LoadOverride
 from batchserve.registry import ModelRegistry, ModelState
 from batchserve.repository import ModelRepository
 from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
@@ -80,3 +85,43 @@ async def test_a_failing_warmup_sample_is_named_in_the_reason(tmp_path: Path) ->
         await registry.load("fake")
     assert failure.value.message == ("failed to run warmup sample 'three': three rows are too many")
     assert [r.state for r in registry.index()] == [ModelState.UNAVAILABLE.value]
+
+
+async def test_a_load_cancelled_while_its_files_are_written_leaves_none_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that gives up (a gRPC deadline) while the load's files are being written:
+    the thread still writes them, and they are removed once it has."""
+    registry = _registry(tmp_path / "repo")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    writing, release, written = threading.Event(), threading.Event(), threading.Event()
+    resolve = registry._resolve
+
+    def slow_resolve(name: str, override: LoadOverride | None) -> Any:
+        writing.set()
+        release.wait(10)
+        try:
+            return resolve(name, override)
+        finally:
+            written.set()
+
+    monkeypatch.setattr(registry, "_resolve", slow_resolve)
+    files = {PurePosixPath(p.relative_to(tmp_path / "repo" / "fake")): p.read_bytes()
+             for p in (tmp_path / "repo" / "fake").rglob("*") if p.is_file()}  # fmt: skip
+    override = LoadOverride(config=registry.repository.resolve("fake").config, files=files)
+    load = asyncio.ensure_future(registry.load("fake", override))
+    await asyncio.to_thread(writing.wait, 10)
+    load.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await load
+    release.set()
+    await asyncio.to_thread(written.wait, 10)
+    assert written.is_set()
+    for _ in range(200):  # the thread has written the files; they are removed next
+        if not any(scratch.iterdir()):
+            break
+        await asyncio.sleep(0.02)
+    assert list(scratch.iterdir()) == []
+    assert registry.index()[0].state != ModelState.READY.value
