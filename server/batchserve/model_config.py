@@ -8,7 +8,9 @@ is just the model file; checking the result is ``batchserve.config_validation``.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
@@ -29,6 +31,7 @@ from batchserve.grpc.generated.model_config_pb2 import (
 from batchserve.signature import DYNAMIC, ModelSignature, TensorSpec
 
 CONFIG_FILENAME = "config.pbtxt"
+MAX_CONFIG_BYTES = 1 << 20  # Triton's largest configs (long ensembles) are a few KiB
 
 DEFAULT_MAX_BATCH_SIZE: Final = 32
 """max_batch_size given to a model whose config leaves it 0 while every tensor has a leading
@@ -95,13 +98,32 @@ def parse_pbtxt(text: str, *, source: str = CONFIG_FILENAME) -> ModelConfig:
     return config
 
 
+def read_pbtxt_text(path: Path, *, source: str) -> str:
+    """A config.pbtxt's text, refused unless it is a regular file of at most
+    MAX_CONFIG_BYTES: a FIFO would block the load (and shutdown) forever, and text parsing
+    holds the GIL for as long as the file is large."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, then is refused
+    except OSError as exc:
+        raise ModelConfigError(f"{source}: cannot read: {exc}") from None
+    with os.fdopen(fd, "rb") as file:
+        status = os.fstat(file.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise ModelConfigError(f"{source}: is not a regular file")
+        data = file.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ModelConfigError(
+            f"{source}: is larger than {MAX_CONFIG_BYTES} bytes (the limit on config.pbtxt)"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelConfigError(f"{source}: cannot read: {exc}") from None
+
+
 def load_pbtxt(path: Path) -> ModelConfig:
     """Read and parse a config.pbtxt file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ModelConfigError(f"{path}: cannot read: {exc}") from None
-    return parse_pbtxt(text, source=str(path))
+    return parse_pbtxt(read_pbtxt_text(path, source=str(path)), source=str(path))
 
 
 def to_pbtxt(config: ModelConfig) -> str:

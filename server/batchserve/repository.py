@@ -36,6 +36,7 @@ from batchserve.model_config import (
     format_from_config,
     format_from_filename,
     parse_pbtxt,
+    read_pbtxt_text,
     version_policy,
 )
 from batchserve.onnx_file import external_data_problems, read_onnx_signature
@@ -257,9 +258,7 @@ class _ModelCheck:
             self.problems.append(f"{self.source}: leads outside the repository")
             raise self.fail()
         try:
-            return parse_pbtxt(path.read_text(encoding="utf-8"), source=self.source)
-        except (OSError, UnicodeDecodeError) as exc:
-            self.problems.append(f"{self.source}: cannot read: {exc}")
+            return parse_pbtxt(read_pbtxt_text(path, source=self.source), source=self.source)
         except ModelConfigError as exc:
             self.problems.append(exc.message)
         raise self.fail()

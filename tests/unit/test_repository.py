@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from batchserve.devices import gpu_count
 from batchserve.errors import InvalidArgument, ModelConfigError, NotFound
-from batchserve.model_config import DEFAULT_MAX_BATCH_SIZE, parse_pbtxt
+from batchserve.model_config import DEFAULT_MAX_BATCH_SIZE, MAX_CONFIG_BYTES, parse_pbtxt
 from batchserve.repository import (
     InvalidModel,
     ModelProblem,
@@ -259,6 +259,26 @@ def test_unreadable_config_is_one_problem(tmp_path: Path) -> None:
     (tmp_path / "digits" / "config.pbtxt").write_bytes(b"name: \xff")
     (found,) = problems(tmp_path)
     assert found.startswith("digits/config.pbtxt: cannot read")
+
+
+def test_a_config_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    """Opening a FIFO for reading waits for a writer: the load, and shutdown behind it,
+    would hang forever. It is opened without blocking and refused."""
+    add_model(tmp_path)
+    os.mkfifo(tmp_path / "digits" / "config.pbtxt")
+    (found,) = problems(tmp_path)
+    assert found == "digits/config.pbtxt: is not a regular file"
+
+
+def test_a_config_over_the_size_limit_is_refused_unparsed(tmp_path: Path) -> None:
+    add_model(tmp_path)
+    text = 'parameters { key: "k" value { string_value: "v" } }\n'
+    big = text * (MAX_CONFIG_BYTES // len(text) + 1)
+    (tmp_path / "digits" / "config.pbtxt").write_text(big)
+    (found,) = problems(tmp_path)
+    assert found == (
+        f"digits/config.pbtxt: is larger than {MAX_CONFIG_BYTES} bytes (the limit on config.pbtxt)"
+    )
 
 
 # --- TensorRT plans without a GPU ----------------------------------------------------------------
