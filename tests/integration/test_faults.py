@@ -258,6 +258,43 @@ def test_clients_that_leave_free_their_place_in_the_queue(
     assert cancelled_after - cancelled_before == QUEUE
 
 
+def test_cancelling_a_stream_drops_the_requests_it_queued(
+    slow_server: ServerProcess,
+    block_iterations: int,
+    pool: ThreadPoolExecutor,
+    stub: service_pb2_grpc.GRPCInferenceServiceStub,
+) -> None:
+    """A client that cancels its ModelStreamInfer call is gone: the requests it queued must
+    not run (unary calls already behaved so; stream ones ran to the end)."""
+    before = model_stats(slow_server, "slow")
+    blocker = _block(slow_server, pool, block_iterations)
+    stop = threading.Event()
+
+    def requests() -> Iterator[service_pb2.ModelInferRequest]:
+        for _ in range(QUEUE):
+            yield slow_grpc_request(1)
+        stop.wait(60)  # the client keeps its stream open until it cancels
+
+    stream = stub.ModelStreamInfer(requests())
+    wait_until(
+        lambda: metric(slow_server, "batchserve_queue_depth", model="slow") == QUEUE,
+        what="the stream's requests to be queued",
+    )
+    stream.cancel()
+    stop.set()
+    wait_until(
+        lambda: (
+            model_stats(slow_server, "slow")["fail"] - before["fail"] == QUEUE or blocker.done()
+        ),
+        what="the server to drop the cancelled stream's requests",
+    )
+    assert not blocker.done(), "the blocking request ended before the stream was cancelled"
+    assert_slow_answer(blocker.result())
+    after = model_stats(slow_server, "slow")
+    assert after["execution_count"] - before["execution_count"] == 1  # the blocker alone
+    assert after["fail"] - before["fail"] == QUEUE
+
+
 # load and unload under traffic ------------------------------------------------------------
 TOKEN = CONTROL_TOKEN
 GRPC_AUTH = (("authorization", f"Bearer {TOKEN}"),)

@@ -138,6 +138,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 task.add_done_callback(running.discard)
             if running:
                 await asyncio.wait(set(running))
+        except asyncio.CancelledError:  # the client cancelled the stream: drop its queued work
+            for task in running:
+                task.cancel()
+            raise
         finally:
             await answers.put(None)
 
