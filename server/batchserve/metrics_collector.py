@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from batchserve.gpu import GpuMonitor, GpuReading
 from batchserve.metrics import NS, Buckets, Rejection
+from batchserve.refusals import REFUSALS, Refusals
 from batchserve.registry import IndexEntry, ModelRegistry, ModelState, ServedVersion
 
 VERSION_LABELS = ("model", "version")
@@ -104,11 +105,13 @@ class ServerCollector(Collector):
         gpus: GpuMonitor | None = None,
         load_seconds: Mapping[str, float] | None = None,
         clock: Callable[[], int] = time.monotonic_ns,
+        refusals: Refusals = REFUSALS,
     ) -> None:
         self._registry = registry
         self._gpus = gpus
         self._load_seconds = load_seconds if load_seconds is not None else {}
         self._clock = clock
+        self._refusals = refusals
 
     def collect(self) -> Iterator[Metric]:
         versions = self._registry.loaded()
@@ -122,6 +125,7 @@ class ServerCollector(Collector):
         if self._gpus is not None:
             yield from gpu_families(self._gpus.read())
         yield _saturation_family(versions, now_ns)
+        yield _refusal_family(self._refusals)
 
 
 def metrics_registry(collector: ServerCollector) -> CollectorRegistry:
@@ -133,6 +137,18 @@ def metrics_registry(collector: ServerCollector) -> CollectorRegistry:
     GCCollector(registry=registry)
     registry.register(collector)
     return registry
+
+
+def _refusal_family(refusals: Refusals) -> Metric:
+    family = CounterMetricFamily(
+        "batchserve_refusals",
+        "Connections and requests the server turned away before any model ran them: size "
+        "and time limits, malformed framing, overload, not ready or draining, and access.",
+        labels=["protocol", "reason"],
+    )
+    for (protocol, reason), count in sorted(refusals.snapshot().items()):
+        family.add_metric([protocol.value, reason.value], count)
+    return family
 
 
 def _request_families(versions: list[ServedVersion]) -> Iterator[Metric]:

@@ -19,6 +19,7 @@ from batchserve.grpc import codec, messages
 from batchserve.grpc.generated import grpc_service_pb2 as pb
 from batchserve.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from batchserve.grpc.layout_cache import MessageLayouts
+from batchserve.refusals import REFUSALS, Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +157,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         except Exception as exc:
             if not isinstance(exc, grpc.RpcError):
                 logger.debug("stream request failed", exc_info=exc)
+            REFUSALS.count_error(Protocol.GRPC, exc)
             await answers.put(pb.ModelStreamInferResponse(error_message=public_message(exc)))
         else:
             await answers.put(pb.ModelStreamInferResponse(infer_response=response))
@@ -259,6 +261,7 @@ def _guarded(behavior: Behavior) -> Behavior:
             raise
         except Exception as exc:
             status, message = grpc_status(exc), public_message(exc)
+            REFUSALS.count_error(Protocol.GRPC, exc)
             if status is grpc.StatusCode.INTERNAL:
                 logger.error("unexpected error", exc_info=exc)
         # Abort outside the handler, the request dropped first: the exception's traceback

@@ -10,6 +10,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from batchserve.errors import BatchserveError, Unavailable, http_status, public_message
+from batchserve.refusals import REFUSALS, Protocol
 from batchserve.rest.codec import encode_error
 
 logger = logging.getLogger(__name__)
@@ -27,6 +28,7 @@ def error_body(error: BaseException) -> tuple[int, bytes]:
     """Status and body for any exception; unexpected ones are logged with their traceback."""
     if not isinstance(error, BatchserveError):
         logger.error("unexpected error", exc_info=error)
+    REFUSALS.count_error(Protocol.HTTP, error)
     return http_status(error), encode_error(public_message(error))
 
 

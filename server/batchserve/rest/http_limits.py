@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from batchserve.refusals import REFUSALS, Protocol, Reason
 from batchserve.rest.codec import encode_error
 from batchserve.rest.disconnect import DisconnectNoticeProtocol
 from batchserve.rest.transport import CoalescingHttpToolsProtocol
@@ -87,6 +88,7 @@ class LimitedHttpToolsProtocol(DisconnectNoticeProtocol, CoalescingHttpToolsProt
             self._send_431(self._too_large)
 
     def _send_431(self, message: str) -> None:
+        REFUSALS.count(Protocol.HTTP, Reason.HEAD_TOO_LARGE)
         body = encode_error(message)
         head = [b"HTTP/1.1 431 Request Header Fields Too Large\r\n"]
         for name, value in self.server_state.default_headers:
