@@ -21,6 +21,19 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--model-control-mode", "model_control_mode", str, "none (default) or explicit"),
     ("--max-queue-size", "max_queue_size", int, "requests queued per model before 503"),
     (
+        "--max-json-body-bytes",
+        "max_json_body_bytes",
+        int,
+        "largest JSON request body, decompressed (default 16 MiB: JSON grows ~11x in memory)",
+    ),
+    (
+        "--max-binary-body-bytes",
+        "max_binary_body_bytes",
+        int,
+        "largest binary-tensor request body or gRPC message, decompressed (default 64 MiB, "
+        "Triton's --http-max-input-size)",
+    ),
+    (
         "--memory-budget",
         "memory_budget",
         str,

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 from batchserve.cli import build_parser
-from batchserve.server_command import settings_from_args
+from batchserve.server_command import FLAGS, settings_from_args
 from batchserve.settings import ClientShm, ModelControlMode, Settings
 from pydantic import ValidationError
 
@@ -58,3 +58,20 @@ def test_busy_polling_is_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("BATCHSERVE_BUSY_POLL_US", raising=False)
     assert _settings().busy_poll_us == 0
     assert _settings("--busy-poll-us", "300").busy_poll_us == 300
+
+
+def test_body_limits_default_to_16_and_64_mib_and_are_flags(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("BATCHSERVE_MAX_JSON_BODY_BYTES", raising=False)
+    monkeypatch.delenv("BATCHSERVE_MAX_BINARY_BODY_BYTES", raising=False)
+    defaults = _settings()
+    assert (defaults.max_json_body_bytes, defaults.max_binary_body_bytes) == (16 << 20, 64 << 20)
+    given = _settings("--max-json-body-bytes", "1000", "--max-binary-body-bytes", "2000")
+    assert (given.max_json_body_bytes, given.max_binary_body_bytes) == (1000, 2000)
+
+
+def test_every_flag_is_in_the_readme() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    missing = [flag for flag, *_ in FLAGS if f"`{flag}`" not in readme]
+    assert missing == []
