@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Final
 
 from batchserve.grpc.generated.model_config_pb2 import ModelOutput
+from batchserve.repository_files import UnusableFile, read_regular_file
 
 MAX_LABEL_FILE_BYTES: Final = 64 << 20
 """Larger label files are refused: millions of classes is not a label file."""
@@ -50,11 +51,9 @@ def _read(model_dir: Path, filename: str) -> tuple[bytes, ...]:
     if not path.is_file():
         raise _LabelFileError("does not exist or is not a file")
     try:
-        if path.stat().st_size > MAX_LABEL_FILE_BYTES:
-            raise _LabelFileError(f"is larger than {MAX_LABEL_FILE_BYTES} bytes")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise _LabelFileError(f"cannot be read: {exc.strerror or exc}") from None
+        data = read_regular_file(path, MAX_LABEL_FILE_BYTES, "a label file")
+    except UnusableFile as exc:
+        raise _LabelFileError(str(exc)) from None
     lines = data.split(b"\n")
     if lines[-1] == b"":  # the newline ending the last line starts no new one
         lines.pop()

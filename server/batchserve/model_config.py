@@ -8,9 +8,7 @@ is just the model file; checking the result is ``batchserve.config_validation``.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
@@ -28,6 +26,7 @@ from batchserve.grpc.generated.model_config_pb2 import (
     ModelOutput,
     ModelVersionPolicy,
 )
+from batchserve.repository_files import UnusableFile, read_regular_file
 from batchserve.signature import DYNAMIC, ModelSignature, TensorSpec
 
 CONFIG_FILENAME = "config.pbtxt"
@@ -99,22 +98,12 @@ def parse_pbtxt(text: str, *, source: str = CONFIG_FILENAME) -> ModelConfig:
 
 
 def read_pbtxt_text(path: Path, *, source: str) -> str:
-    """A config.pbtxt's text, refused unless it is a regular file of at most
-    MAX_CONFIG_BYTES: a FIFO would block the load (and shutdown) forever, and text parsing
+    """A config.pbtxt's text: a regular file of at most MAX_CONFIG_BYTES, as text parsing
     holds the GIL for as long as the file is large."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once, then is refused
-    except OSError as exc:
-        raise ModelConfigError(f"{source}: cannot read: {exc}") from None
-    with os.fdopen(fd, "rb") as file:
-        status = os.fstat(file.fileno())
-        if not stat.S_ISREG(status.st_mode):
-            raise ModelConfigError(f"{source}: is not a regular file")
-        data = file.read(MAX_CONFIG_BYTES + 1)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ModelConfigError(
-            f"{source}: is larger than {MAX_CONFIG_BYTES} bytes (the limit on config.pbtxt)"
-        )
+        data = read_regular_file(path, MAX_CONFIG_BYTES, CONFIG_FILENAME)
+    except UnusableFile as exc:
+        raise ModelConfigError(f"{source}: {exc}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

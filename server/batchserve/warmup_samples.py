@@ -20,6 +20,7 @@ import numpy as np
 from batchserve.datatypes import DataType, from_config
 from batchserve.errors import BatchserveError, ModelConfigError
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInput, ModelWarmup
+from batchserve.repository_files import UnusableFile, read_regular_file
 from batchserve.tensors import array_from_bytes
 
 WARMUP_DIR: Final = "warmup"
@@ -144,16 +145,9 @@ def _from_file(
     if not path.is_relative_to(folder):
         raise ModelConfigError(f"{where}: input_data_file '{file}' leads outside {WARMUP_DIR}/")
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ModelConfigError(
-                f"{where}: input_data_file '{file}' is larger than {MAX_FILE_BYTES} bytes"
-            )
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ModelConfigError(
-            f"{where}: cannot read input_data_file {WARMUP_DIR}/{file}: {exc.strerror}"
-        ) from None
+        data = read_regular_file(path, MAX_FILE_BYTES, "a warm-up data file")
+    except UnusableFile as exc:
+        raise ModelConfigError(f"{where}: input_data_file {WARMUP_DIR}/{file} {exc}") from None
     if datatype.wire != "BYTES":
         needed = math.prod(shape) * datatype.itemsize
         if len(data) < needed:  # Triton's wording

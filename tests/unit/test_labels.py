@@ -79,4 +79,6 @@ def test_an_oversized_file_is_refused(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(labels_module, "MAX_LABEL_FILE_BYTES", 4)
     (tmp_path / "l.txt").write_bytes(b"abcd\n")
     _, problems = read_labels(outputs(p="l.txt"), tmp_path, source=SOURCE)
-    assert problems == [f"{field('p', 'l.txt')}: is larger than 4 bytes"]
+    assert problems == [
+        f"{field('p', 'l.txt')}: is larger than 4 bytes (the limit on a label file)"
+    ]

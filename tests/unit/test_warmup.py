@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
@@ -89,14 +90,17 @@ def test_batch_size_zero_samples_are_skipped(tmp_path: Path) -> None:
     [
         ("short", struct.pack("<2i", 1, 2), "warmup setting expects 12 bytes, but the data "
          "provided from short only has 8 bytes"),
-        ("missing", None, "cannot read input_data_file warmup/missing"),
+        ("missing", None, "input_data_file warmup/missing cannot be read: No such file"),
+        ("fifo", "fifo", "input_data_file warmup/fifo is not a regular file"),
     ],
 )  # fmt: skip
 def test_unusable_files_are_config_errors(
-    tmp_path: Path, file: str, content: bytes | None, message: str
+    tmp_path: Path, file: str, content: bytes | str | None, message: str
 ) -> None:
     (tmp_path / "warmup").mkdir()
-    if content is not None:
+    if content == "fifo":  # reading it would wait for a writer forever
+        os.mkfifo(tmp_path / "warmup" / file)
+    elif content is not None:
         (tmp_path / "warmup" / file).write_bytes(content)
     config = parse_pbtxt(
         _sample(
