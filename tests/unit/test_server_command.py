@@ -1,9 +1,10 @@
 import os
+import re
 from pathlib import Path
 
 import pytest
 from batchserve.cli import build_parser
-from batchserve.server_command import settings_from_args
+from batchserve.server_command import FLAGS, settings_from_args
 from batchserve.settings import ClientShm, ModelControlMode, Settings
 from pydantic import ValidationError
 
@@ -58,3 +59,31 @@ def test_busy_polling_is_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("BATCHSERVE_BUSY_POLL_US", raising=False)
     assert _settings().busy_poll_us == 0
     assert _settings("--busy-poll-us", "300").busy_poll_us == 300
+
+
+def test_every_default_a_flag_names_in_its_help_is_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key in list(os.environ):
+        if key.startswith("BATCHSERVE_"):
+            monkeypatch.delenv(key)
+    defaults = Settings()
+    named = {}
+    for flag, field, kind, text in FLAGS:
+        if match := re.search(r"\(default ([^;)]+)", text):
+            named[flag] = (kind(match[1]), getattr(defaults, field))
+    assert {"--http-header-timeout", "--http-body-timeout", "--http-body-min-rate"} <= set(named)
+    assert named["--http-header-timeout"][0] == 20
+    assert named["--http-body-min-rate"][0] == 500
+    for flag, (in_help, default) in named.items():
+        assert in_help == default, flag
+
+
+@pytest.mark.parametrize(
+    "flag", ["--http-header-timeout", "--http-body-timeout", "--http-body-min-rate"]
+)
+def test_http_read_timeouts_cannot_be_turned_into_no_limit(flag: str) -> None:
+    with pytest.raises(ValidationError):
+        _settings(flag, "0")
+    with pytest.raises(ValidationError):
+        _settings(flag, "-1")
