@@ -20,7 +20,6 @@ it fires early, never per chunk received.
 from __future__ import annotations
 
 import asyncio
-import enum
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
@@ -30,6 +29,8 @@ from batchserve.refusals import Reason
 from batchserve.rest.connection_refusals import RefusingProtocol
 
 SHUTTING_DOWN = "server is shutting down"
+STALL_SECONDS = 0.5
+"""A timer this late means the event loop was held up, and bytes may be waiting unread."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +51,8 @@ class PauseTimingFlowControl(FlowControl):
         super().__init__(transport)
         self._loop = loop
         self._paused_since = 0.0
-        self._paused_total = 0.0
+        self.paused_total = 0.0
+        """Seconds of the pauses that have ended."""
 
     def pause_reading(self) -> None:
         if not self.read_paused:
@@ -59,22 +61,21 @@ class PauseTimingFlowControl(FlowControl):
 
     def resume_reading(self) -> None:
         if self.read_paused:
-            self._paused_total += self._loop.time() - self._paused_since
+            self.paused_total += self._loop.time() - self._paused_since
         super().resume_reading()
 
     def paused_seconds(self, now: float) -> float:
         """Seconds reading has been paused since the connection opened, up to ``now``."""
         if self.read_paused:
-            return self._paused_total + now - self._paused_since
-        return self._paused_total
+            return self.paused_total + now - self._paused_since
+        return self.paused_total
 
 
-class _Reading(enum.Enum):
-    """What the connection is waiting for from its client."""
-
-    NOTHING = enum.auto()  # a request is being served, or uvicorn's keep-alive timer runs
-    HEAD = enum.auto()
-    BODY = enum.auto()
+# What the connection is waiting for from its client. Plain ints: these are compared a few
+# times per request, and an Enum member's lookup costs several times as much.
+_NOTHING = 0  # a request is being served, or uvicorn's keep-alive timer runs
+_HEAD = 1
+_BODY = 2
 
 
 class ReadTimeoutProtocol(RefusingProtocol):
@@ -86,51 +87,49 @@ class ReadTimeoutProtocol(RefusingProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._reading = _Reading.NOTHING
+        self._reading = _NOTHING
         self._started = 0.0  # loop time the current wait began
         self._paused_before = 0.0  # the flow's paused seconds when it began
         self._received = False  # any byte of the request being waited for
         self._body_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
+        self._flow: PauseTimingFlowControl  # self.flow, typed as what it is
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(cast(asyncio.Transport, transport))
-        self.flow = PauseTimingFlowControl(self.transport, self.loop)
-        self._begin(_Reading.HEAD, received=False)
+        self.flow = self._flow = PauseTimingFlowControl(self.transport, self.loop)
+        self._begin(_HEAD, received=False)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_timer()
         super().connection_lost(exc)
 
-    # Where each wait begins and ends; the parser's callbacks run inside data_received.
+    # Where each wait begins and ends; the parser's callbacks run inside data_received. A
+    # request begun in the read that ended the one before waits for the next read (or for
+    # uvicorn's keep-alive timeout after that one's response).
     def data_received(self, data: bytes) -> None:
-        if self._reading is _Reading.NOTHING:
-            self._begin(_Reading.HEAD, received=True)
+        if self._reading == _NOTHING:
+            self._begin(_HEAD, received=True)
         self._received = True
         super().data_received(data)
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        if self._reading is _Reading.NOTHING:  # a pipelined request, begun in the same read
-            self._begin(_Reading.HEAD, received=True)
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
         self._body_bytes = 0
-        self._begin(_Reading.BODY, received=True)
+        self._begin(_BODY, received=True)
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
         super().on_body(body)
 
     def on_message_complete(self) -> None:
-        self._reading = _Reading.NOTHING
+        self._reading = _NOTHING
         super().on_message_complete()
 
     def handle_websocket_upgrade(self) -> None:
         """The connection now belongs to a WebSocket protocol: this one stops timing it."""
-        self._reading = _Reading.NOTHING
+        self._reading = _NOTHING
         self._stop_timer()
         super().handle_websocket_upgrade()
 
@@ -138,32 +137,28 @@ class ReadTimeoutProtocol(RefusingProtocol):
         """A request whose body has not all arrived was never accepted: refused now, rather
         than holding the drain until the client finishes or the graceful timeout ends."""
         cycle = self.cycle
-        arriving = self._reading is _Reading.BODY and cycle is not None and not self.pipeline
+        arriving = self._reading == _BODY and cycle is not None and not self.pipeline
         if arriving and not cycle.response_started:
             self.refuse(Reason.UNAVAILABLE, 503, SHUTTING_DOWN)
         else:
             super().shutdown()
 
     # The one timer.
-    def _begin(self, reading: _Reading, received: bool) -> None:
+    def _begin(self, reading: int, received: bool) -> None:
+        """Start the client's clock for what it must send next (runs twice a request)."""
         now = self.loop.time()
+        flow = self._flow
         self._reading = reading
         self._received = received
         self._started = now
-        self._paused_before = self._paused_seconds(now)
+        self._paused_before = flow.paused_seconds(now) if flow.read_paused else flow.paused_total
         limits = self.read_timeouts
-        self._arm(
-            now + (limits.header_seconds if reading is _Reading.HEAD else limits.body_seconds)
-        )
-
-    def _paused_seconds(self, now: float) -> float:
-        return cast(PauseTimingFlowControl, self.flow).paused_seconds(now)
+        when = now + (limits.header_seconds if reading == _HEAD else limits.body_seconds)
+        if self._timer is None or self._timer_at > when:
+            self._arm(when)
 
     def _arm(self, when: float) -> None:
-        """Make sure the timer fires by ``when``; a later timer is moved earlier."""
         if self._timer is not None:
-            if self._timer_at <= when:
-                return
             self._timer.cancel()
         self._timer = self.loop.call_at(when, self._on_timer)
         self._timer_at = when
@@ -175,16 +170,19 @@ class ReadTimeoutProtocol(RefusingProtocol):
 
     def _on_timer(self) -> None:
         self._timer = None
-        if self._reading is _Reading.NOTHING or self.transport.is_closing():
+        if self._reading == _NOTHING or self.transport.is_closing():
             return
         if self._held_by_server():
             self._begin(self._reading, self._received)  # the client's time starts again
             return
         now = self.loop.time()
+        if now - self._timer_at > STALL_SECONDS:
+            self._arm(now)  # read what arrived during the stall (I/O runs first), then judge
+            return
         deadline = self._deadline(now)
         if now < deadline:
             self._arm(deadline)
-        elif self._reading is _Reading.HEAD:
+        elif self._reading == _HEAD:
             self._head_too_slow()
         else:
             self._body_too_slow()
@@ -195,14 +193,14 @@ class ReadTimeoutProtocol(RefusingProtocol):
         cycle = self.cycle
         if cycle is None:
             return False
-        if self._reading is _Reading.HEAD:
+        if self._reading == _HEAD:
             return not cycle.response_complete
         return cycle.waiting_for_100_continue
 
     def _deadline(self, now: float) -> float:
         limits = self.read_timeouts
-        paused = self._paused_seconds(now) - self._paused_before
-        if self._reading is _Reading.HEAD:
+        paused = self._flow.paused_seconds(now) - self._paused_before
+        if self._reading == _HEAD:
             return self._started + limits.header_seconds + paused
         earned = self._body_bytes / limits.body_min_rate
         return self._started + limits.body_seconds + earned + paused

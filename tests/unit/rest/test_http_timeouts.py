@@ -67,6 +67,14 @@ class ManualClockLoop:
             timer.callback()
         self.now = end
 
+    def stall(self, seconds: float) -> None:
+        """The loop is held up: time passes, nothing runs; then the timers due run once,
+        before any read that arrived meanwhile (as libuv runs them)."""
+        self.now += seconds
+        for timer in [t for t in self.timers if not t.cancelled and t.when <= self.now]:
+            self.timers.remove(timer)
+            timer.callback()
+
 
 class SinkTransport(asyncio.Transport):
     def __init__(self) -> None:
@@ -203,6 +211,17 @@ async def test_the_header_clock_of_a_later_request_starts_at_its_first_byte() ->
     assert not connection.closed
     connection.loop.advance(0.2)
     assert connection.answer()[0] == 408
+
+
+async def test_a_request_that_waited_behind_a_stalled_loop_is_not_the_clients_fault() -> None:
+    connection = Connection(ReadingApp())
+    connection.loop.stall(30)  # the request arrived at once, but nothing read it for 30 s
+    assert not connection.closed
+    connection.send(HEAD % 2 + b"\r\n{}")
+    await _settle()
+    connection.loop.advance(1)
+    assert connection.answer()[0] == 200
+    assert not connection.closed
 
 
 async def test_a_body_must_arrive_within_its_timeout_plus_one_second_per_min_rate_bytes() -> None:
