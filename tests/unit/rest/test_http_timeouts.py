@@ -342,3 +342,11 @@ async def test_a_request_that_does_not_parse_is_a_json_400(request_: bytes) -> N
     assert "malformed" in json.loads(body)["error"]
     assert connection.closed
     assert _refused(Protocol.HTTP, Reason.MALFORMED) == before + 1
+
+
+async def test_an_oversized_head_on_the_metrics_port_is_counted_as_the_metrics_ones() -> None:
+    before = _refused(Protocol.METRICS, Reason.HEAD_TOO_LARGE)
+    connection = Connection(ReadingApp(), listener=Protocol.METRICS)
+    connection.send(b"GET /metrics HTTP/1.1\r\nhost: x\r\nx-big: " + b"x" * 40_000 + b"\r\n\r\n")
+    assert connection.answer()[0] == 431
+    assert _refused(Protocol.METRICS, Reason.HEAD_TOO_LARGE) == before + 1
