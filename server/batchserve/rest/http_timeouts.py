@@ -54,15 +54,18 @@ class PauseTimingFlowControl(FlowControl):
         self.paused_total = 0.0
         """Seconds of the pauses that have ended."""
 
+    # Whole rather than around super(): resume_reading runs twice a request.
     def pause_reading(self) -> None:
         if not self.read_paused:
             self._paused_since = self._loop.time()
-        super().pause_reading()
+            self.read_paused = True
+            self._transport.pause_reading()
 
     def resume_reading(self) -> None:
         if self.read_paused:
             self.paused_total += self._loop.time() - self._paused_since
-        super().resume_reading()
+            self.read_paused = False
+            self._transport.resume_reading()
 
     def paused_seconds(self, now: float) -> float:
         """Seconds reading has been paused since the connection opened, up to ``now``."""
