@@ -25,10 +25,12 @@ from batchserve.gpu import GpuMonitor
 from batchserve.grpc.server import GrpcServer
 from batchserve.metrics import metrics_app
 from batchserve.metrics_collector import ServerCollector, metrics_registry
+from batchserve.refusals import Protocol
 from batchserve.registry import BackendFactory, ModelRegistry
 from batchserve.repository import ModelRepository
 from batchserve.rest.app import build_http_app
-from batchserve.rest.http_limits import LimitedHttpToolsProtocol
+from batchserve.rest.http_limits import protocol_for
+from batchserve.rest.http_timeouts import ReadTimeouts
 from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
 from batchserve.scheduler.memory_probe import device_total_bytes
 from batchserve.settings import ModelControlMode, Settings
@@ -50,14 +52,22 @@ class _Uvicorn(uvicorn.Server):
         return int(self.servers[0].sockets[0].getsockname()[1])
 
 
-def _uvicorn(app: Any, settings: Settings, port: int, tls: TlsFiles | None = None) -> _Uvicorn:
-    """A uvicorn server on ``port``, serving TLS when ``tls`` is given."""
+def _uvicorn(
+    app: Any, settings: Settings, port: int, listener: Protocol, tls: TlsFiles | None = None
+) -> _Uvicorn:
+    """A uvicorn server on ``port``, serving TLS when ``tls`` is given; its refusals are
+    counted under ``listener``."""
+    timeouts = ReadTimeouts(
+        settings.http_header_timeout_seconds,
+        settings.http_body_timeout_seconds,
+        settings.http_body_min_rate,
+    )
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=port,
         loop="none",
-        http=LimitedHttpToolsProtocol,
+        http=protocol_for(listener, timeouts),
         lifespan="off",
         access_log=False,
         log_config=None,
@@ -87,11 +97,11 @@ class Server:
                                       backend_factory, after_change=gc_tuning.settle)  # fmt: skip
         self.dataplane = DataPlane(settings, self.registry, self._models_to_load(repository))
         self.http = _uvicorn(build_http_app(self.dataplane, settings), settings,
-                             settings.http_port, settings.tls)  # fmt: skip
+                             settings.http_port, Protocol.HTTP, settings.tls)  # fmt: skip
         self.gpus = GpuMonitor.open()
         collector = ServerCollector(self.registry, self.gpus, self.registry.load_seconds)
         self.metrics = _uvicorn(metrics_app(metrics_registry(collector)), settings,
-                                settings.metrics_port)  # fmt: skip
+                                settings.metrics_port, Protocol.METRICS)  # fmt: skip
         self.grpc = GrpcServer(self.dataplane, settings)
         self._stop = asyncio.Event()
 

@@ -42,6 +42,8 @@ class Reason(StrEnum):
     CONTROL_DISABLED = "control_disabled"
     UNAUTHENTICATED = "unauthenticated"
     PERMISSION_DENIED = "permission_denied"
+    HEADER_TIMEOUT = "header_timeout"
+    BODY_TIMEOUT = "body_timeout"
 
 
 _ERROR_REASONS: tuple[tuple[type[BatchserveError], Reason], ...] = (

@@ -24,14 +24,15 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "--max-json-body-bytes",
         "max_json_body_bytes",
         int,
-        "largest JSON request body, decompressed (default 16 MiB: JSON grows ~11x in memory)",
+        "largest JSON request body in bytes, decompressed; default 16 MiB, as JSON grows ~11x "
+        "in memory",
     ),
     (
         "--max-binary-body-bytes",
         "max_binary_body_bytes",
         int,
-        "largest binary-tensor request body or gRPC message, decompressed (default 64 MiB, "
-        "Triton's --http-max-input-size)",
+        "largest binary-tensor request body or gRPC message in bytes, decompressed; default "
+        "64 MiB, as Triton's --http-max-input-size",
     ),
     (
         "--memory-budget",
@@ -49,6 +50,26 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ),
     ("--shutdown-delay", "shutdown_delay_seconds", float, "seconds not-ready before draining"),
     ("--shutdown-timeout", "shutdown_timeout_seconds", float, "longest drain, in seconds"),
+    (
+        "--http-header-timeout",
+        "http_header_timeout_seconds",
+        float,
+        "seconds an HTTP client has to send a request line and headers, from connecting or "
+        "from a later request's first byte (default 20)",
+    ),
+    (
+        "--http-body-timeout",
+        "http_body_timeout_seconds",
+        float,
+        "seconds an HTTP client has to send a request body, plus 1 per --http-body-min-rate "
+        "bytes received (default 20)",
+    ),
+    (
+        "--http-body-min-rate",
+        "http_body_min_rate",
+        float,
+        "bytes per second of request body that earn an HTTP client more time (default 500)",
+    ),
     ("--log-level", "log_level", str, "debug, info (default), warning, error"),
     ("--log-format", "log_format", str, "json (default), text, or Triton's default or ISO8601"),
     ("--tls-cert-file", "tls_cert_file", Path, "PEM certificate chain: HTTP and gRPC serve TLS"),

@@ -56,6 +56,10 @@ class Settings(BaseSettings):
     busy_poll_us: int = Field(0, ge=0, le=100_000)
     shutdown_delay_seconds: float = Field(0.0, ge=0)
     shutdown_timeout_seconds: float = Field(30.0, gt=0)
+    # As Apache mod_reqtimeout's header=20 body=20,MinRate=500.
+    http_header_timeout_seconds: float = Field(20.0, gt=0, le=3600)
+    http_body_timeout_seconds: float = Field(20.0, gt=0, le=3600)
+    http_body_min_rate: float = Field(500.0, gt=0)
     log_level: str = "info"
     log_format: str = Field("json", pattern="^(json|text|default|ISO8601)$")
     tls_cert_file: Path | None = None

@@ -1,4 +1,5 @@
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,31 @@ def test_every_flag_is_in_the_readme() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     missing = [flag for flag, *_ in FLAGS if f"`{flag}`" not in readme]
     assert missing == []
+
+
+def test_every_default_a_flag_names_in_its_help_is_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key in list(os.environ):
+        if key.startswith("BATCHSERVE_"):
+            monkeypatch.delenv(key)
+    defaults = Settings()
+    named = {}
+    for flag, field, kind, text in FLAGS:
+        if match := re.search(r"\(default ([^;)]+)", text):
+            named[flag] = (kind(match[1]), getattr(defaults, field))
+    assert {"--http-header-timeout", "--http-body-timeout", "--http-body-min-rate"} <= set(named)
+    assert named["--http-header-timeout"][0] == 20
+    assert named["--http-body-min-rate"][0] == 500
+    for flag, (in_help, default) in named.items():
+        assert in_help == default, flag
+
+
+@pytest.mark.parametrize(
+    "flag", ["--http-header-timeout", "--http-body-timeout", "--http-body-min-rate"]
+)
+def test_http_read_timeouts_cannot_be_turned_into_no_limit(flag: str) -> None:
+    with pytest.raises(ValidationError):
+        _settings(flag, "0")
+    with pytest.raises(ValidationError):
+        _settings(flag, "-1")

@@ -12,6 +12,7 @@ import orjson
 from fastapi import FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from batchserve import __version__
@@ -21,6 +22,7 @@ from batchserve.rest import responses
 from batchserve.rest.bodies import read_limited
 from batchserve.rest.errors import (
     handle_batchserve_error,
+    handle_client_disconnect,
     handle_http_exception,
     handle_validation_error,
 )
@@ -201,6 +203,7 @@ def build_fastapi(dataplane: DataPlane, endpoint: InferEndpoint) -> FastAPI:
     app.add_exception_handler(BatchserveError, handle_batchserve_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.add_exception_handler(HTTPException, handle_http_exception)
+    app.add_exception_handler(ClientDisconnect, handle_client_disconnect)
     _add_health_routes(app, dataplane)
     _add_model_routes(app, dataplane, endpoint)
     _add_repository_routes(app, dataplane)

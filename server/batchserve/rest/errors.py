@@ -7,6 +7,7 @@ import logging
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from batchserve.errors import BatchserveError, Unavailable, http_status, public_message
@@ -58,3 +59,11 @@ async def handle_http_exception(_: Request, exc: Exception) -> Response:
     body = encode_error(str(exc.detail))
     return Response(body, status_code=exc.status_code, media_type="application/json",
                     headers=exc.headers)  # fmt: skip
+
+
+async def handle_client_disconnect(_: Request, exc: Exception) -> Response:
+    """A client gone (or timed out) while its body was read: nobody is left to answer, and
+    it is no server error to log with a traceback."""
+    assert isinstance(exc, ClientDisconnect)
+    return Response(encode_error("client disconnected"), status_code=400,
+                    media_type="application/json")  # fmt: skip

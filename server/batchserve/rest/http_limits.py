@@ -1,19 +1,22 @@
-"""Limits on the request head (request line and headers): past them, 431 and the connection
-is closed.
+"""The server's HTTP protocol, and its limits on the request head (request line and
+headers): past them, 431 and the connection is closed.
 
 httptools (llhttp) has no limit of its own: it buffers a header value of any size until
 its line ends and hands over any number of headers, so one client could make the server
 hold megabytes before any route sees the request. uvicorn's option for this
 (``h11_max_incomplete_event_size``) only applies to h11, which is slower.
+
+A request httptools cannot parse at all (bad request line, header characters or chunked
+framing) is a 400 in the protocol's JSON error shape rather than uvicorn's plain text.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from batchserve.refusals import REFUSALS, Protocol, Reason
-from batchserve.rest.codec import encode_error
+from batchserve.refusals import Protocol, Reason
 from batchserve.rest.disconnect import DisconnectNoticeProtocol
+from batchserve.rest.http_timeouts import ReadTimeoutProtocol, ReadTimeouts
 from batchserve.rest.transport import CoalescingHttpToolsProtocol
 
 MAX_HEAD_BYTES = 32 * 1024
@@ -26,9 +29,15 @@ class HeadTooLarge(Exception):
     """The request head passed a limit; raised inside httptools' callbacks."""
 
 
-class LimitedHttpToolsProtocol(DisconnectNoticeProtocol, CoalescingHttpToolsProtocol):
+MALFORMED = "malformed HTTP request: its request line, headers or body framing do not parse"
+
+
+class LimitedHttpToolsProtocol(
+    ReadTimeoutProtocol, DisconnectNoticeProtocol, CoalescingHttpToolsProtocol
+):
     """The server's httptools protocol: one write per response, a disconnect notice per
-    request, and 431 ``{"error": ...}`` for oversized heads."""
+    request, read timeouts, 431 ``{"error": ...}`` for oversized heads and 400 for
+    unparseable requests."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -81,20 +90,26 @@ class LimitedHttpToolsProtocol(DisconnectNoticeProtocol, CoalescingHttpToolsProt
             self._send_431(f"request line and headers are over {MAX_HEAD_BYTES} bytes")
 
     def send_400_response(self, msg: str) -> None:
-        """uvicorn's answer to a parser error; our callbacks' refusals become 431."""
-        if self._too_large is None:
-            super().send_400_response(msg)
-        else:
+        """uvicorn's answer to a parser error: our callbacks' refusals become 431, the
+        parser's own 400 in JSON (none for a request answered before its body went bad)."""
+        if self._too_large is not None:
             self._send_431(self._too_large)
+            return
+        answered = not self._in_head and self.cycle is not None and self.cycle.response_started
+        self.refuse(Reason.MALFORMED, None if answered else 400, MALFORMED)
 
     def _send_431(self, message: str) -> None:
-        REFUSALS.count(Protocol.HTTP, Reason.HEAD_TOO_LARGE)
-        body = encode_error(message)
-        head = [b"HTTP/1.1 431 Request Header Fields Too Large\r\n"]
-        for name, value in self.server_state.default_headers:
-            head.append(name + b": " + value + b"\r\n")
-        head.append(b"content-type: application/json\r\n")
-        head.append(b"content-length: " + str(len(body)).encode() + b"\r\n")
-        head.append(b"connection: close\r\n\r\n")
-        self.transport.write(b"".join(head) + body)
-        self.transport.close()
+        self.refuse(Reason.HEAD_TOO_LARGE, 431, message)
+
+
+def protocol_for(listener: Protocol, timeouts: ReadTimeouts) -> type[LimitedHttpToolsProtocol]:
+    """The protocol class of one listener. uvicorn instantiates the class it is given with
+    fixed arguments, so the listener's own settings travel as class attributes."""
+
+    class ListenerProtocol(LimitedHttpToolsProtocol):
+        pass
+
+    ListenerProtocol.listener = listener
+    ListenerProtocol.read_timeouts = timeouts
+    ListenerProtocol.__name__ = ListenerProtocol.__qualname__ = f"{listener.name.title()}Protocol"
+    return ListenerProtocol
