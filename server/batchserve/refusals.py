@@ -42,6 +42,7 @@ class Reason(StrEnum):
     CONTROL_DISABLED = "control_disabled"
     UNAUTHENTICATED = "unauthenticated"
     PERMISSION_DENIED = "permission_denied"
+    TOO_MANY_CALLS = "too_many_calls"
 
 
 _ERROR_REASONS: tuple[tuple[type[BatchserveError], Reason], ...] = (
