@@ -118,8 +118,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Requests of one stream run concurrently; each answer carries its request's id."""
         infer = partial(self._infer, peer=context.peer())
-        async for answer in self.streams.serve(request_iterator, infer, context):
-            yield answer
+        serving = self.streams.serve(request_iterator, infer, context)
+        async with contextlib.aclosing(serving) as answers:  # its reader ends with the call
+            async for answer in answers:
+                yield answer
 
     async def RepositoryIndex(
         self, request: pb.RepositoryIndexRequest, context: Context

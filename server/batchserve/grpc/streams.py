@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from enum import Enum
 from typing import Any
 
@@ -65,7 +65,7 @@ class InferStreams:
         requests: AsyncIterator[pb.ModelInferRequest],
         infer: Infer,
         context: grpc.aio.ServicerContext[Any, Any],
-    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+    ) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
         stream = _Stream()
         if self.draining:
             REFUSALS.count_error(Protocol.GRPC, Unavailable(SHUTTING_DOWN))
