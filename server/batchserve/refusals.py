@@ -44,6 +44,7 @@ class Reason(StrEnum):
     PERMISSION_DENIED = "permission_denied"
     HEADER_TIMEOUT = "header_timeout"
     BODY_TIMEOUT = "body_timeout"
+    TOO_MANY_CALLS = "too_many_calls"
 
 
 _ERROR_REASONS: tuple[tuple[type[BatchserveError], Reason], ...] = (

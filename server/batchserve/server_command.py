@@ -88,6 +88,41 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "who may register system and CUDA shared-memory regions: local (default: clients "
         "on this host), true (any client) or false (none)",
     ),
+    (
+        "--grpc-handshake-timeout",
+        "grpc_handshake_timeout_ms",
+        int,
+        "milliseconds a new gRPC connection has to finish its TLS and HTTP/2 handshake "
+        "before it is closed (default 20000)",
+    ),
+    (
+        "--grpc-max-connection-idle",
+        "grpc_max_connection_idle_ms",
+        int,
+        "milliseconds a gRPC connection may stay without a call before the server sends "
+        "GOAWAY (default 120000)",
+    ),
+    (
+        "--grpc-keepalive-time",
+        "grpc_keepalive_time_ms",
+        int,
+        "milliseconds between the server's keepalive pings on a gRPC connection with calls "
+        "(default 60000)",
+    ),
+    (
+        "--grpc-keepalive-timeout",
+        "grpc_keepalive_timeout_ms",
+        int,
+        "milliseconds a gRPC peer has to answer a ping before its connection is closed "
+        "(default 20000)",
+    ),
+    (
+        "--grpc-max-concurrent-calls",
+        "grpc_max_concurrent_calls",
+        int,
+        "gRPC calls (a stream counts as one) served at once; more are refused with "
+        "UNAVAILABLE (default 10000)",
+    ),
 )
 
 

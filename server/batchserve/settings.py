@@ -15,6 +15,8 @@ from batchserve.scheduler.memory import parse_budgets
 from batchserve.tls import TlsFiles
 
 MIB = 1024 * 1024
+INT32_MAX = 2**31 - 1
+"""grpc core reads its channel arguments as 32-bit integers."""
 
 
 class ModelControlMode(StrEnum):
@@ -66,6 +68,12 @@ class Settings(BaseSettings):
     tls_key_file: Path | None = None
     tls_ca_file: Path | None = None
     allow_client_shm: ClientShm = ClientShm.LOCAL
+    # gRPC connections, in milliseconds as Triton's --grpc-keepalive-* flags take them.
+    grpc_handshake_timeout_ms: int = Field(20_000, gt=0, le=INT32_MAX)
+    grpc_max_connection_idle_ms: int = Field(120_000, gt=0, le=INT32_MAX)
+    grpc_keepalive_time_ms: int = Field(60_000, gt=0, le=INT32_MAX)
+    grpc_keepalive_timeout_ms: int = Field(20_000, gt=0, le=INT32_MAX)
+    grpc_max_concurrent_calls: int = Field(10_000, gt=0, le=INT32_MAX)
 
     @field_validator("memory_budget")
     @classmethod

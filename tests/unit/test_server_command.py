@@ -104,3 +104,20 @@ def test_http_read_timeouts_cannot_be_turned_into_no_limit(flag: str) -> None:
         _settings(flag, "0")
     with pytest.raises(ValidationError):
         _settings(flag, "-1")
+
+
+def test_grpc_connection_limits_are_flags_in_milliseconds_as_in_triton() -> None:
+    settings = _settings(
+        "--grpc-handshake-timeout", "1500", "--grpc-max-connection-idle", "60000",
+        "--grpc-keepalive-time", "30000", "--grpc-keepalive-timeout", "5000",
+        "--grpc-max-concurrent-calls", "100",
+    )  # fmt: skip
+    assert settings.grpc_handshake_timeout_ms == 1500
+    assert settings.grpc_max_connection_idle_ms == 60000
+    assert settings.grpc_keepalive_time_ms == 30000
+    assert settings.grpc_keepalive_timeout_ms == 5000
+    assert settings.grpc_max_concurrent_calls == 100
+    with pytest.raises(ValidationError, match="grpc_keepalive_time_ms"):
+        _settings("--grpc-keepalive-time", "0")
+    with pytest.raises(ValidationError, match="grpc_max_connection_idle_ms"):
+        _settings("--grpc-max-connection-idle", str(2**31))

@@ -7,8 +7,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from batchserve.dataplane import DataPlane
+from batchserve.grpc.call_limit import CallLimit
 from batchserve.grpc.generated import grpc_service_pb2 as pb
 from batchserve.grpc.generated import grpc_service_pb2_grpc as pb_grpc
+from batchserve.grpc.options import server_options
 from batchserve.grpc.servicer import ErrorInterceptor, InferenceServicer
 from batchserve.settings import Settings
 
@@ -19,15 +21,12 @@ class GrpcServer:
     """Owns the grpc.aio server and the health status it reports."""
 
     def __init__(self, dataplane: DataPlane, settings: Settings) -> None:
-        options = [
-            ("grpc.max_receive_message_length", settings.max_binary_body_bytes),
-            ("grpc.max_send_message_length", -1),
-            ("grpc.so_reuseport", 0),
-        ]
-        self.server = grpc.aio.server(interceptors=[ErrorInterceptor()], options=options)
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(
-            InferenceServicer(dataplane), self.server
+        self.calls = CallLimit(settings.grpc_max_concurrent_calls)
+        self.server = grpc.aio.server(
+            interceptors=[ErrorInterceptor(self.calls)], options=server_options(settings)
         )
+        self.servicer = InferenceServicer(dataplane)
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, self.server)
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
@@ -52,5 +51,9 @@ class GrpcServer:
             await self.health.set(service, status)
 
     async def stop(self, grace_seconds: float) -> None:
-        """Refuse new calls at once; let those in flight finish within the grace period."""
+        """Refuse new calls at once; let those in flight finish within the grace period.
+
+        Streams end as soon as they owe no answer: an idle one would otherwise hold the
+        stop for the whole grace period."""
+        self.servicer.streams.drain()
         await self.server.stop(grace_seconds)

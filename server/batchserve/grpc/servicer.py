@@ -5,7 +5,8 @@ Errors are mapped in one place, ``ErrorInterceptor``, for every method.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from functools import partial
@@ -16,9 +17,11 @@ import grpc
 from batchserve.dataplane import DataPlane
 from batchserve.errors import grpc_status, public_message
 from batchserve.grpc import codec, messages
+from batchserve.grpc.call_limit import CallLimit
 from batchserve.grpc.generated import grpc_service_pb2 as pb
 from batchserve.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from batchserve.grpc.layout_cache import MessageLayouts
+from batchserve.grpc.streams import InferStreams
 from batchserve.refusals import REFUSALS, Protocol
 
 logger = logging.getLogger(__name__)
@@ -53,6 +56,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
         self.layouts = MessageLayouts()
+        self.streams = InferStreams()
 
     async def ServerLive(
         self, request: pb.ServerLiveRequest, context: Context
@@ -113,54 +117,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Requests of one stream run concurrently; each answer carries its request's id."""
-        answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
-        reader = asyncio.get_running_loop().create_task(
-            self._read_stream(request_iterator, answers, context.peer())
-        )
-        try:
-            while (answer := await answers.get()) is not None:
+        infer = partial(self._infer, peer=context.peer())
+        serving = self.streams.serve(request_iterator, infer, context)
+        async with contextlib.aclosing(serving) as answers:  # its reader ends with the call
+            async for answer in answers:
                 yield answer
-        finally:
-            reader.cancel()
-
-    async def _read_stream(
-        self,
-        requests: AsyncIterator[pb.ModelInferRequest],
-        answers: asyncio.Queue[pb.ModelStreamInferResponse | None],
-        peer: str | None,
-    ) -> None:
-        running: set[asyncio.Task[None]] = set()
-        try:
-            async for request in requests:
-                task = asyncio.get_running_loop().create_task(
-                    self._stream_one(request, answers, peer)
-                )
-                running.add(task)
-                task.add_done_callback(running.discard)
-            if running:
-                await asyncio.wait(set(running))
-        except asyncio.CancelledError:  # the client cancelled the stream: drop its queued work
-            for task in running:
-                task.cancel()
-            raise
-        finally:
-            await answers.put(None)
-
-    async def _stream_one(
-        self,
-        request: pb.ModelInferRequest,
-        answers: asyncio.Queue[pb.ModelStreamInferResponse | None],
-        peer: str | None,
-    ) -> None:
-        try:
-            response = await self._infer(request, peer)
-        except Exception as exc:
-            if not isinstance(exc, grpc.RpcError):
-                logger.debug("stream request failed", exc_info=exc)
-            REFUSALS.count_error(Protocol.GRPC, exc)
-            await answers.put(pb.ModelStreamInferResponse(error_message=public_message(exc)))
-        else:
-            await answers.put(pb.ModelStreamInferResponse(infer_response=response))
 
     async def RepositoryIndex(
         self, request: pb.RepositoryIndexRequest, context: Context
@@ -253,30 +214,66 @@ Behavior = Callable[[Any, Context], Awaitable[Any]]
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # generic only to type checkers
 
 
-def _guarded(behavior: Behavior) -> Behavior:
+def _guarded(behavior: Behavior, calls: CallLimit) -> Behavior:
     async def call(request: Any, context: Context) -> Any:
+        if not calls.enter():
+            del request
+            await context.abort(*calls.refusal)
         try:
-            return await behavior(request, context)
-        except grpc.aio.AbortError:
-            raise
-        except Exception as exc:
-            status, message = grpc_status(exc), public_message(exc)
-            REFUSALS.count_error(Protocol.GRPC, exc)
-            if status is grpc.StatusCode.INTERNAL:
-                logger.error("unexpected error", exc_info=exc)
-        # Abort outside the handler, the request dropped first: the exception's traceback
-        # holds the frames that held the request, and the collector (tuned to run rarely)
-        # would keep a failed 60 MB request alive for good.
-        del request
-        await context.abort(status, message)
+            try:
+                return await behavior(request, context)
+            except grpc.aio.AbortError:
+                raise
+            except Exception as exc:
+                status, message = grpc_status(exc), public_message(exc)
+                REFUSALS.count_error(Protocol.GRPC, exc)
+                if status is grpc.StatusCode.INTERNAL:
+                    logger.error("unexpected error", exc_info=exc)
+            # Abort outside the handler, the request dropped first: the exception's traceback
+            # holds the frames that held the request, and the collector (tuned to run rarely)
+            # would keep a failed 60 MB request alive for good.
+            del request
+            await context.abort(status, message)
+        finally:
+            calls.leave()
 
     return call
 
 
-class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
-    """Maps every exception of every unary method to its status code, once."""
+def _limited(behavior: Callable[..., Any], calls: CallLimit) -> Callable[..., Any]:
+    """A streaming behavior under the call limit: an async generator (ModelStreamInfer,
+    reflection) or a coroutine that writes its answers (health's Watch)."""
+    if inspect.isasyncgenfunction(behavior):
 
-    def __init__(self) -> None:
+        async def streaming(request: Any, context: Context) -> AsyncIterator[Any]:
+            if not calls.enter():
+                await context.abort(*calls.refusal)
+            try:
+                async with contextlib.aclosing(behavior(request, context)) as answers:
+                    async for answer in answers:
+                        yield answer
+            finally:
+                calls.leave()
+
+        return streaming
+
+    async def writing(request: Any, context: Context) -> Any:
+        if not calls.enter():
+            await context.abort(*calls.refusal)
+        try:
+            return await behavior(request, context)
+        finally:
+            calls.leave()
+
+    return writing
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Maps every exception of every unary method to its status code, once, and holds every
+    method to the limit on calls in flight."""
+
+    def __init__(self, calls: CallLimit) -> None:
+        self._calls = calls
         self._cache: dict[str, Handler] = {}
 
     async def intercept_service(
@@ -289,12 +286,30 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         if cached is not None:
             return cached
         handler = await continuation(handler_call_details)
-        if handler is not None and handler.unary_unary is not None:
-            handler = grpc.unary_unary_rpc_method_handler(
-                _guarded(handler.unary_unary),  # type: ignore[arg-type]
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
         if handler is not None:
+            handler = self._wrap(handler)
             self._cache[method] = handler
+        return handler
+
+    def _wrap(self, handler: Handler) -> Handler:
+        codecs: dict[str, Any] = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        calls = self._calls
+        if handler.unary_unary is not None:
+            behavior = _guarded(handler.unary_unary, calls)  # type: ignore[arg-type]
+            return grpc.unary_unary_rpc_method_handler(behavior, **codecs)
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                _limited(handler.unary_stream, calls), **codecs
+            )
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                _limited(handler.stream_unary, calls), **codecs
+            )
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                _limited(handler.stream_stream, calls), **codecs
+            )
         return handler

@@ -1,0 +1,132 @@
+"""ModelStreamInfer calls: the requests of one stream run concurrently, each answer carries
+its request's id, and a drain ends every stream as soon as it owes no answer.
+
+grpc.aio's stop(grace) waits for every call to end, and a stream's call ends only when its
+client closes it: one idle stream held each shutdown for the whole grace period. So the
+streams are known here, and ``drain`` ends them: an idle one at once, a busy one once its
+requests are answered, both with UNAVAILABLE "server is shutting down" (not OK: a client
+must not take the server's leaving for the end of its own requests, and UNAVAILABLE is the
+code clients reconnect and retry on). A request arriving on a stream while it drains is
+answered in the stream with that message, not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from enum import Enum
+from typing import Any
+
+import grpc
+
+from batchserve.errors import Unavailable, public_message
+from batchserve.grpc.generated import grpc_service_pb2 as pb
+from batchserve.refusals import REFUSALS, Protocol
+
+logger = logging.getLogger(__name__)
+
+Infer = Callable[[pb.ModelInferRequest], Awaitable[pb.ModelInferResponse]]
+SHUTTING_DOWN = "server is shutting down"
+
+
+class _Signal(Enum):
+    DRAIN = "drain"
+    """Put in every open stream's answers when the drain starts, to wake an idle one."""
+
+
+class _Stream:
+    """One call's queue of answers and its count of requests still running."""
+
+    def __init__(self) -> None:
+        self.answers: asyncio.Queue[pb.ModelStreamInferResponse | _Signal | None]
+        self.answers = asyncio.Queue()
+        self.running = 0
+
+    def owes_nothing(self) -> bool:
+        return self.running == 0 and self.answers.empty()
+
+
+class InferStreams:
+    """The open ModelStreamInfer calls, so that a drain can end them."""
+
+    def __init__(self) -> None:
+        self.draining = False
+        self._open: set[_Stream] = set()
+
+    def drain(self) -> None:
+        """Refuse new streams and requests from now on; wake the open streams to end."""
+        self.draining = True
+        for stream in self._open:
+            stream.answers.put_nowait(_Signal.DRAIN)
+
+    async def serve(
+        self,
+        requests: AsyncIterator[pb.ModelInferRequest],
+        infer: Infer,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
+        stream = _Stream()
+        if self.draining:
+            REFUSALS.count_error(Protocol.GRPC, Unavailable(SHUTTING_DOWN))
+            _end_for_shutdown(context)
+            return
+        self._open.add(stream)
+        reader = asyncio.get_running_loop().create_task(self._read(requests, infer, stream))
+        try:
+            while (answer := await stream.answers.get()) is not None:
+                if answer is not _Signal.DRAIN:
+                    yield answer
+                if self.draining and stream.owes_nothing():
+                    _end_for_shutdown(context)
+                    return
+        finally:
+            self._open.discard(stream)
+            reader.cancel()
+
+    async def _read(
+        self, requests: AsyncIterator[pb.ModelInferRequest], infer: Infer, stream: _Stream
+    ) -> None:
+        running: set[asyncio.Task[None]] = set()
+        try:
+            async for request in requests:
+                if self.draining:
+                    refused = Unavailable(SHUTTING_DOWN)
+                    REFUSALS.count_error(Protocol.GRPC, refused)
+                    stream.answers.put_nowait(_error_answer(refused))
+                    continue
+                stream.running += 1
+                task = asyncio.get_running_loop().create_task(_answer(request, infer, stream))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if running:
+                await asyncio.wait(set(running))
+        except asyncio.CancelledError:  # the client cancelled the stream: drop its queued work
+            for task in running:
+                task.cancel()
+            raise
+        finally:
+            stream.answers.put_nowait(None)
+
+
+async def _answer(request: pb.ModelInferRequest, infer: Infer, stream: _Stream) -> None:
+    try:
+        response = await infer(request)
+    except Exception as exc:
+        if not isinstance(exc, grpc.RpcError):
+            logger.debug("stream request failed", exc_info=exc)
+        REFUSALS.count_error(Protocol.GRPC, exc)
+        answer = _error_answer(exc)
+    else:
+        answer = pb.ModelStreamInferResponse(infer_response=response)
+    stream.running -= 1  # with the answer queued in the same step: never owes nothing early
+    stream.answers.put_nowait(answer)
+
+
+def _error_answer(error: BaseException) -> pb.ModelStreamInferResponse:
+    return pb.ModelStreamInferResponse(error_message=public_message(error))
+
+
+def _end_for_shutdown(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    context.set_code(grpc.StatusCode.UNAVAILABLE)
+    context.set_details(SHUTTING_DOWN)

@@ -1,0 +1,330 @@
+"""The gRPC listener's own limits, seen from outside over loopback: connections that never
+finish their handshake, sit idle, or stop answering pings are closed; a burst of calls is
+answered or refused with a status that the refusal counter accounts for, never dropped by
+grpc core unseen; and streams do not hold a shutdown once they owe no answer.
+
+The server runs with limits of a second or so, so each test takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import select
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from tests.integration.h2_frames import (
+    END_HEADERS,
+    HEADERS,
+    PING,
+    PREFACE,
+    SETTINGS,
+    frame,
+    frames_until_closed,
+    goaway_reason,
+    grpc_call_headers,
+)
+from tests.integration.server import ServerProcess, metric, start_server
+from tests.integration.slow_model import WIDTH, expected, write_slow_model
+
+HANDSHAKE_MS = 1000
+IDLE_MS = 1500
+KEEPALIVE_MS = 1000
+QUEUE = 16
+MAX_CALLS = 64
+SLACK = 2.0
+"""Seconds a limit may be late by on a busy machine: core checks its timers coarsely."""
+LIMITS = [
+    "--grpc-handshake-timeout", str(HANDSHAKE_MS),
+    "--grpc-max-connection-idle", str(IDLE_MS),
+    "--grpc-keepalive-time", str(KEEPALIVE_MS),
+    "--grpc-keepalive-timeout", str(KEEPALIVE_MS),
+    "--grpc-max-concurrent-calls", str(MAX_CALLS),
+    "--max-queue-size", str(QUEUE),
+]  # fmt: skip
+IMAGE = (np.arange(64, dtype=np.float32).reshape(1, 1, 8, 8) % 17).tobytes()
+STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
+
+
+@pytest.fixture(scope="module")
+def limited() -> Iterator[ServerProcess]:
+    server = start_server(extra_args=LIMITS)
+    yield server
+    assert server.stop() == 0
+
+
+def digits_request() -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name="digits_cnn")
+    request.inputs.add(name="image", datatype="FP32", shape=[1, 1, 8, 8])
+    request.raw_input_contents.append(IMAGE)
+    return request
+
+
+def refusals(server: ServerProcess, **labels: str) -> float:
+    return metric(server, "batchserve_refusals_total", protocol="grpc", **labels)
+
+
+def assert_serves(server: ServerProcess) -> None:
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        answer = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(
+            digits_request(), timeout=30
+        )
+    assert len(answer.raw_output_contents[0]) == 40
+
+
+# connections ------------------------------------------------------------------------------
+def test_a_silent_connection_is_closed_by_the_handshake_timeout(limited: ServerProcess) -> None:
+    with socket.create_connection(("127.0.0.1", limited.grpc_port)) as sock:
+        frames, seconds = frames_until_closed(sock, timeout=30, answer_settings=False)
+    assert HANDSHAKE_MS / 1000 - 0.2 < seconds < HANDSHAKE_MS / 1000 + SLACK
+    assert b"handshake timeout" in (goaway_reason(frames) or b""), frames
+    assert_serves(limited)
+
+
+def test_a_preface_sent_a_byte_a_second_is_closed_by_the_handshake_timeout(
+    limited: ServerProcess,
+) -> None:
+    started = time.monotonic()
+    sent = 0
+    with socket.create_connection(("127.0.0.1", limited.grpc_port)) as sock:
+        try:
+            while sent < len(PREFACE) and time.monotonic() - started < 30:
+                sock.sendall(PREFACE[sent : sent + 1])
+                sent += 1
+                # Read (and drop) what the server sends; an empty read is its close.
+                if select.select([sock], [], [], 1.0)[0] and not _drain(sock):
+                    break
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+    seconds = time.monotonic() - started
+    assert sent < len(PREFACE), "the whole preface went through a byte a second"
+    assert seconds < HANDSHAKE_MS / 1000 + SLACK
+    assert_serves(limited)
+
+
+def _drain(sock: socket.socket) -> bool:
+    """Read what is waiting; False once the server has closed the connection."""
+    try:
+        while select.select([sock], [], [], 0)[0]:
+            if not sock.recv(65536):
+                return False
+    except ConnectionResetError:
+        return False
+    return True
+
+
+def test_an_idle_connection_gets_goaway_and_its_client_reconnects(
+    limited: ServerProcess,
+) -> None:
+    with socket.create_connection(("127.0.0.1", limited.grpc_port)) as sock:
+        sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
+        frames, seconds = frames_until_closed(sock, timeout=30)
+    assert goaway_reason(frames) == b"connection idle", frames
+    assert IDLE_MS / 1000 - 0.2 < seconds < IDLE_MS / 1000 + SLACK
+
+    # A real client's channel sees its connection go and makes a new one for its next call.
+    with grpc.insecure_channel(limited.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=10)
+        states: list[grpc.ChannelConnectivity] = []
+        channel.subscribe(states.append)
+        deadline = time.monotonic() + IDLE_MS / 1000 + SLACK
+        while grpc.ChannelConnectivity.IDLE not in states and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert grpc.ChannelConnectivity.IDLE in states, states
+        assert stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=10).live
+
+
+def test_a_peer_that_stops_answering_pings_is_dropped(limited: ServerProcess) -> None:
+    """A call stays open (a stream the client never writes to), so the connection is not
+    idle; the server's keepalive ping goes unanswered and the connection is closed."""
+    with socket.create_connection(("127.0.0.1", limited.grpc_port)) as sock:
+        opening = frame(HEADERS, END_HEADERS, 1, grpc_call_headers(STREAM_INFER))
+        sock.sendall(PREFACE + frame(SETTINGS, 0, 0) + opening)
+        frames, seconds = frames_until_closed(sock, timeout=30)
+    assert any(f.kind == PING for f in frames), frames
+    assert goaway_reason(frames) == b"ping_timeout", frames
+    assert seconds < 2 * KEEPALIVE_MS / 1000 + SLACK
+    assert_serves(limited)
+
+
+# calls ------------------------------------------------------------------------------------
+BURST = 3000
+
+
+async def _burst(server: ServerProcess) -> Counter[tuple[str, bool]]:
+    """BURST unary calls at once on one channel: (status, has a message) of each."""
+    async with grpc.aio.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        await stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=10)
+        request = digits_request()
+
+        async def one() -> tuple[str, bool]:
+            try:
+                await stub.ModelInfer(request, timeout=60)
+            except grpc.aio.AioRpcError as error:
+                return error.code().name, bool(error.details())
+            return "OK", True
+
+        return Counter(await asyncio.gather(*(one() for _ in range(BURST))))
+
+
+def test_every_call_of_a_burst_is_answered_or_refused_and_counted(
+    limited: ServerProcess,
+) -> None:
+    """grpc core used to cancel some calls of a burst (its backlog of calls the server had
+    not picked up yet) before any handler saw them: CANCELLED, counted nowhere."""
+    before = refusals(limited)
+    outcomes = asyncio.run(asyncio.wait_for(_burst(limited), 30))
+    counted = refusals(limited) - before
+
+    refused = {key: n for key, n in outcomes.items() if key[0] != "OK"}
+    assert outcomes[("OK", True)] > 0, outcomes
+    assert set(refused) <= {("UNAVAILABLE", True)}, outcomes
+    assert counted == sum(refused.values()), outcomes
+    assert_serves(limited)
+
+
+async def _hold_streams(server: ServerProcess, count: int, release: asyncio.Event) -> None:
+    """``count`` open streams, each answered once so the server surely holds it."""
+    async with grpc.aio.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        calls = [stub.ModelStreamInfer() for _ in range(count)]
+        for call in calls:  # one at a time: the model's queue is short
+            await call.write(digits_request())
+            answer = await call.read()
+            assert answer.error_message == "", answer.error_message
+        await release.wait()
+        for call in calls:
+            await call.done_writing()
+        for call in calls:
+            assert await call.code() == grpc.StatusCode.OK
+
+
+async def _one_over_the_limit(server: ServerProcess) -> grpc.aio.AioRpcError:
+    release = asyncio.Event()
+    holder = asyncio.create_task(_hold_streams(server, MAX_CALLS, release))
+    try:
+        await asyncio.sleep(0)
+        async with grpc.aio.insecure_channel(server.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:  # until the streams fill the limit
+                try:
+                    await stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=10)
+                except grpc.aio.AioRpcError as error:
+                    return error
+                await asyncio.sleep(0.05)
+            raise AssertionError("no call was refused with MAX_CALLS streams open")
+    finally:
+        release.set()
+        await holder
+
+
+def test_calls_over_the_limit_are_refused_with_unavailable_and_counted(
+    limited: ServerProcess,
+) -> None:
+    before = refusals(limited, reason="too_many_calls")
+    error = asyncio.run(asyncio.wait_for(_one_over_the_limit(limited), 30))
+    assert error.code() == grpc.StatusCode.UNAVAILABLE
+    assert f"too many concurrent gRPC calls (limit {MAX_CALLS})" in (error.details() or "")
+    assert refusals(limited, reason="too_many_calls") - before == 1
+    assert_serves(limited)
+
+
+# streams at shutdown ----------------------------------------------------------------------
+SHUTTING_DOWN = "server is shutting down"
+
+
+def test_an_idle_stream_does_not_hold_shutdown() -> None:
+    """The stream has had its answer and waits for more: SIGTERM ends it at once, and the
+    server exits without waiting out --shutdown-timeout (30 s)."""
+    server = start_server(extra_args=["--shutdown-timeout", "30"])
+    stop = threading.Event()
+
+    def requests() -> Iterator[service_pb2.ModelInferRequest]:
+        yield digits_request()
+        stop.wait(60)  # open, and idle, until the test ends
+
+    try:
+        with grpc.insecure_channel(server.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            stream = stub.ModelStreamInfer(requests(), timeout=60)
+            assert next(stream).error_message == ""
+            started = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+            with pytest.raises(grpc.RpcError) as ended:
+                next(stream)
+            code = server.process.wait(30)
+            seconds = time.monotonic() - started
+    finally:
+        stop.set()
+        server.stop()
+    assert code == 0
+    assert seconds < 5, f"shutdown took {seconds:.1f} s with an idle stream open"
+    assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert ended.value.details() == SHUTTING_DOWN
+
+
+def slow_request(iterations: int, request_id: str) -> service_pb2.ModelInferRequest:
+    x = np.arange(WIDTH, dtype=np.float32).reshape(1, WIDTH)
+    request = service_pb2.ModelInferRequest(model_name="slow", id=request_id)
+    request.inputs.add(name="x", datatype="FP32", shape=[1, WIDTH])
+    request.inputs.add(name="iterations", datatype="INT64", shape=[1, 1])
+    request.raw_input_contents.extend([x.tobytes(), np.array([[iterations]], np.int64).tobytes()])
+    return request
+
+
+async def _busy_stream_at_shutdown(server: ServerProcess, seconds: float) -> list[object]:
+    """One request running when SIGTERM comes, one sent after it: what the stream says."""
+    async with grpc.aio.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        started = time.monotonic()
+        await stub.ModelInfer(slow_request(30, "calibrate"), timeout=30)
+        per_iteration = (time.monotonic() - started) / 30
+        call = stub.ModelStreamInfer()
+        await call.write(slow_request(math.ceil(seconds / per_iteration), "running"))
+        while metric(server, "batchserve_busy_instances", model="slow") < 1:
+            await asyncio.sleep(0.02)
+        server.process.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.3)
+        await call.write(slow_request(1, "late"))
+        said: list[object] = []
+        with contextlib.suppress(grpc.aio.AioRpcError):  # how a stream that fails ends
+            async for answer in call:
+                said.append(answer.error_message or answer.infer_response)
+        said.append((await call.code(), await call.details()))
+        return said
+
+
+def test_a_busy_stream_answers_its_requests_refuses_new_ones_then_ends(tmp_path: Path) -> None:
+    write_slow_model(tmp_path, "slow", 4)
+    server = start_server(tmp_path, ["--shutdown-timeout", "30"])
+    started = time.monotonic()
+    try:
+        said = asyncio.run(asyncio.wait_for(_busy_stream_at_shutdown(server, 3.0), 40))
+        code = server.process.wait(30)
+    finally:
+        server.stop()
+    assert code == 0
+    assert len(said) == 3, said
+    late, running, end = said
+    assert late == SHUTTING_DOWN
+    assert isinstance(running, service_pb2.ModelInferResponse)
+    assert running.id == "running"
+    y = np.frombuffer(running.raw_output_contents[0], dtype=np.float32).reshape(1, WIDTH)
+    np.testing.assert_allclose(y, expected(np.arange(WIDTH, dtype=np.float32)[None]), rtol=1e-6)
+    assert end == (grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+    assert time.monotonic() - started < 20
