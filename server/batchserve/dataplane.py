@@ -9,6 +9,7 @@ import hmac
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from batchserve import __version__, log_settings
 from batchserve.busy_poll import BusyPoll
@@ -52,7 +53,7 @@ from batchserve.types import (
     Tensor,
     TensorMetadata,
 )
-from batchserve.validation import validate_request
+from batchserve.validation import RequestSchema, SchemaLookup, validate_request
 
 SERVER_NAME = "triton"
 """Triton's own name: NVIDIA's health/metadata examples fail on any other (the version says
@@ -172,9 +173,18 @@ class DataPlane:
             return request
         except (InvalidArgument, NotFound) as exc:
             served = self._served_or_none(model, version)
-            if served is not None:
+            if served is not None:  # received too: in flight is received less answered
+                served.stats.received += 1
                 served.stats.record_request(False, 0, 0, exc, protocol)
             raise
+
+    def schema_lookup(self, model: str, version: str) -> SchemaLookup:
+        """How a decoder gets the model's request schema: it checks the request's header
+        against it before decoding any data, and only when it decodes (``deferred.py``)."""
+        return partial(self._schema, model, version)
+
+    def _schema(self, model: str, version: str) -> RequestSchema:
+        return self._served(model, version).schema
 
     def raw_request(self, body: bytes, model: str, version: str) -> InferRequest:
         """Triton's raw binary HTTP request: the body is the served model's one input."""
@@ -231,7 +241,9 @@ class DataPlane:
         return response
 
     def _work_item(self, request: InferRequest, served: ServedVersion, now: int) -> WorkItem:
-        valid = validate_request(request.inputs, request.outputs, served.schema, request.layout)
+        valid = validate_request(
+            request.inputs, request.outputs, served.schema, request.layout, request.verdict
+        )
         policy = served.batcher.policy
         if policy.max_batch_size and valid.batch_size > policy.max_batch_size:
             raise InvalidArgument(

@@ -74,6 +74,7 @@ class DecodedLayout:
             outputs=None if request.outputs is None else list(request.outputs),
             parameters=dict(request.parameters),
             layout=key,
+            verdict=None,  # repeats are validated by their layout; holding it holds a schema
         )
         return cls(inputs, template)
 

@@ -57,6 +57,22 @@ class RequestedOutput:
     parameters: Parameters = field(default_factory=dict)
 
 
+@dataclass(slots=True)  # not frozen: a frozen dataclass takes 3x as long to build
+class Verdict:
+    """A request found valid for a model from its header alone, before its data was decoded.
+
+    Args:
+        schema: the model's ``validation.RequestSchema`` it was checked against; validation
+            trusts the verdict only for that very schema (a reload makes a new one).
+        batch_size: the batch size the inputs imply.
+        output_names: the outputs to send back.
+    """
+
+    schema: object
+    batch_size: int
+    output_names: tuple[str, ...]
+
+
 @dataclass(slots=True)
 class InferRequest:
     """An inference request after decoding, before validation against the model.
@@ -76,6 +92,8 @@ class InferRequest:
         layout: equal for requests whose inputs have the same names, datatypes and shapes
             and that ask for the same outputs, None when unknown: a validation one of them
             passed holds for all (set by the layout caches of both protocols, `layouts.py`).
+        verdict: set by a decoder that checked the request against its model before
+            decoding its data (``deferred.py``); validation then need not check it again.
     """
 
     model_name: str
@@ -90,6 +108,7 @@ class InferRequest:
     is_cancelled: Callable[[], bool] | None = None
     protocol: str = ""
     layout: Hashable | None = None
+    verdict: Verdict | None = None
 
 
 @dataclass(slots=True)

@@ -1,12 +1,15 @@
-"""Checking a decoded request against the model it is addressed to.
+"""Checking a request against the model it is addressed to.
 
-The codecs have already checked that each tensor is self-consistent (shape against
-data); this module checks it against the model's configuration, once for both protocols.
+Everything here reads only a tensor's name, datatype and shape, never its data: the full
+decoders call ``check_request`` before decoding any element (``deferred.py``), so that a
+request the model refuses costs nothing in proportion to its size. The codecs check that
+each tensor is self-consistent (shape against data); this module checks it against the
+model's configuration, once for both protocols.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,7 +18,7 @@ from batchserve.datatypes import DataType, from_config
 from batchserve.errors import InvalidArgument
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig
 from batchserve.lru import LruCache
-from batchserve.types import RequestedOutput, Tensor
+from batchserve.types import RequestedOutput, Tensor, Verdict
 
 LAYOUTS = 256
 """Valid request layouts remembered per model version."""
@@ -28,6 +31,11 @@ class ValidRequest:
     inputs: dict[str, np.ndarray]
     batch_size: int
     output_names: tuple[str, ...]
+
+
+SchemaLookup = Callable[[], "RequestSchema"]
+"""The schema of the model a request names, looked up only when a decoder needs it (a
+repeated layout never does); raises as the lookup of the model does (unknown, not ready)."""
 
 
 def _dims_text(dims: Sequence[int]) -> str:
@@ -166,29 +174,42 @@ def _output_names(
     return names
 
 
+def check_request(
+    inputs: Sequence[Tensor], outputs: Sequence[RequestedOutput] | None, schema: RequestSchema
+) -> Verdict:
+    """Every input present once, typed and shaped as configured; outputs known. Reads no
+    tensor's data, so the decoders call it before decoding any."""
+    batch_size, output_names = _check(inputs, outputs, schema)
+    return Verdict(schema, batch_size, output_names)
+
+
 def validate_request(
     inputs: Sequence[Tensor],
     outputs: Sequence[RequestedOutput] | None,
     schema: RequestSchema | ModelConfig,
     layout: Hashable | None = None,
+    verdict: Verdict | None = None,
 ) -> ValidRequest:
-    """Every input present once, typed and shaped as configured; outputs known. A
-    ``layout`` (``InferRequest.layout``) that passed before passes again unchecked."""
+    """``check_request``, unless a ``layout`` (``InferRequest.layout``) passed before or the
+    decoder's ``verdict`` is for this very schema."""
     if not isinstance(schema, RequestSchema):
         schema = RequestSchema.of(schema)
     if layout is not None:
         known = schema.passed.get(layout)
         if known is not None:
             return ValidRequest({tensor.name: tensor.data for tensor in inputs}, *known)
-    valid = _validate(inputs, outputs, schema)
+    if verdict is not None and verdict.schema is schema:
+        found = (verdict.batch_size, verdict.output_names)
+    else:
+        found = _check(inputs, outputs, schema)
     if layout is not None:
-        schema.passed.put(layout, (valid.batch_size, valid.output_names))
-    return valid
+        schema.passed.put(layout, found)
+    return ValidRequest({tensor.name: tensor.data for tensor in inputs}, *found)
 
 
-def _validate(
+def _check(
     inputs: Sequence[Tensor], outputs: Sequence[RequestedOutput] | None, schema: RequestSchema
-) -> ValidRequest:
+) -> tuple[int, tuple[str, ...]]:
     by_name = _index_inputs(inputs, schema)
     missing = [
         rule.name for rule in schema.inputs if not rule.optional and rule.name not in by_name
@@ -199,8 +220,4 @@ def _validate(
         tensor = by_name.get(rule.name)
         if tensor is not None:
             _check_input(tensor, rule, schema.max_batch_size)
-    return ValidRequest(
-        inputs={name: tensor.data for name, tensor in by_name.items()},
-        batch_size=_batch_size(list(by_name.values()), schema),
-        output_names=_output_names(outputs, schema),
-    )
+    return _batch_size(list(by_name.values()), schema), _output_names(outputs, schema)

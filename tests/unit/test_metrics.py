@@ -338,3 +338,4 @@ async def test_a_request_the_codec_refuses_counts_as_invalid_for_its_model(serve
         _of(samples, "batchserve_requests_total", outcome="failure", protocol="grpc", **FAKE) == 1
     )
     assert not any(dict(labels).get("model") == "unknown-model" for _, labels in samples)
+    assert _of(samples, "batchserve_inflight_requests", **FAKE) == 0  # received and answered

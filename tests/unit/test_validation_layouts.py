@@ -1,4 +1,6 @@
-"""Validation remembered by request layout: a repeat skips the checks, nothing else does."""
+"""Validation remembered by request layout, or decided by the decoder before the data was
+decoded (a ``Verdict``): a repeat, or a request with a verdict for this very schema, skips
+the checks; nothing else does."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from batchserve import validation
 from batchserve.datatypes import from_wire
 from batchserve.errors import InvalidArgument
 from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.types import RequestedOutput, Tensor
-from batchserve.validation import RequestSchema, validate_request
+from batchserve.types import RequestedOutput, Tensor, Verdict
+from batchserve.validation import RequestSchema, check_request, validate_request
 from google.protobuf import text_format
 
 CONFIG = """
@@ -35,13 +37,13 @@ def _x(array: np.ndarray, datatype: str = "FP32") -> list[Tensor]:
 def checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """One entry per full validation (which still runs)."""
     calls: list[int] = []
-    real = validation._validate
+    real = validation._check
 
-    def counted(*args: Any) -> validation.ValidRequest:
+    def counted(*args: Any) -> tuple[int, tuple[str, ...]]:
         calls.append(1)
         return real(*args)
 
-    monkeypatch.setattr(validation, "_validate", counted)
+    monkeypatch.setattr(validation, "_check", counted)
     return calls
 
 
@@ -79,3 +81,40 @@ def test_each_loaded_schema_starts_empty(checks: list[int]) -> None:
     reloaded = _schema()
     validate_request(_x(np.zeros((1, 4), np.float32)), None, reloaded, "L")
     assert len(checks) == 2
+
+
+def test_a_verdict_for_this_schema_is_not_checked_again(checks: list[int]) -> None:
+    schema, x = _schema(), np.ones((3, 4), np.float32)
+    verdict = check_request(_x(x), [RequestedOutput("y")], schema)
+    assert verdict == Verdict(schema, 3, ("y",))
+    valid = validate_request(_x(x), [RequestedOutput("y")], schema, None, verdict)
+    assert len(checks) == 1
+    assert (valid.batch_size, valid.output_names) == (3, ("y",))
+    assert valid.inputs["x"] is x
+
+
+def test_a_verdict_for_another_schema_is_checked_again(checks: list[int]) -> None:
+    """A model reloaded between decoding and inference has a new schema."""
+    old, reloaded = _schema(), _schema()
+    verdict = check_request(_x(np.ones((1, 4), np.float32)), None, old)
+    validate_request(_x(np.ones((1, 4), np.float32)), None, reloaded, None, verdict)
+    assert len(checks) == 2
+
+
+def test_a_verdict_is_remembered_for_its_layout(checks: list[int]) -> None:
+    schema, x = _schema(), np.ones((2, 4), np.float32)
+    verdict = check_request(_x(x), None, schema)
+    validate_request(_x(x), None, schema, "L", verdict)
+    validate_request(_x(x), None, schema, "L")
+    assert len(checks) == 1
+    assert schema.passed.get("L") == (2, ("y", "z"))
+
+
+def test_checking_reads_no_data(checks: list[int]) -> None:
+    """The decoders check a request before decoding its data: shapes are all it reads."""
+    empty = np.empty(0)
+    tensor = Tensor("x", from_wire("FP32", tensor="x"), (5, 4), empty)
+    assert check_request([tensor], None, _schema()).batch_size == 5
+    wrong = Tensor("x", from_wire("BYTES", tensor="x"), (5, 4), empty)
+    with pytest.raises(InvalidArgument, match="input 'x': datatype BYTES does not match"):
+        check_request([wrong], None, _schema())

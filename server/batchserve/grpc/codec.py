@@ -3,15 +3,23 @@
 Inputs arrive either as typed ``contents`` or as ``raw_input_contents`` (one entry per
 input, what tritonclient and perf_analyzer send); outputs always leave as
 ``raw_output_contents``, which is what those clients read.
+
+Typed contents and raw BYTES, whose elements are built one by one, are decoded only after
+the request has been checked against its model, when a schema is given (``deferred.py``):
+a repeated field's length is known without converting it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
+import numpy as np
+
 from batchserve.datatypes import DataType, from_wire
+from batchserve.deferred import Decoder, PendingInputs, check_then_decode
 from batchserve.errors import Internal, InvalidArgument
 from batchserve.grpc.generated.grpc_service_pb2 import (
     InferParameter,
@@ -33,6 +41,7 @@ from batchserve.tensors import (
     request_options,
 )
 from batchserve.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from batchserve.validation import SchemaLookup
 
 InputTensor = ModelInferRequest.InferInputTensor
 OutputTensor = ModelInferResponse.InferOutputTensor
@@ -51,21 +60,30 @@ CONTENTS_FIELD: Final = {
 _INT64: Final = range(-(2**63), 2**63)
 
 
-def decode_infer_request(message: ModelInferRequest) -> InferRequest:
-    """A ModelInferRequest as an InferRequest; problems are InvalidArgument naming the field."""
+def decode_infer_request(
+    message: ModelInferRequest,
+    schema: SchemaLookup | None = None,
+    raw_contents: Sequence[bytes] | None = None,
+) -> InferRequest:
+    """A ModelInferRequest as an InferRequest; problems are InvalidArgument naming the field.
+    With ``schema``, a request its model refuses is refused before any element is decoded.
+    ``raw_contents`` stands for the message's raw_input_contents when the caller already
+    read them (each read copies every entry)."""
     options = request_options(parameter_values(message.parameters))
     outputs = _decode_outputs(message.outputs)
-    return InferRequest(
+    pending = PendingInputs()
+    request = InferRequest(
         model_name=message.model_name,
         model_version=message.model_version,
         id=message.id,
-        inputs=_decode_inputs(message),
+        inputs=_decode_inputs(message, pending, raw_contents),
         outputs=outputs,
         parameters=options.parameters,
         priority=options.priority,
         timeout_us=options.timeout_us,
         protocol="grpc",
     )
+    return check_then_decode(request, pending, schema)
 
 
 def parameter_values(parameters: Mapping[str, InferParameter]) -> dict[str, Any]:
@@ -111,10 +129,14 @@ def _class_count(output: ModelInferRequest.InferRequestedOutputTensor) -> int:
     return class_count(parameter.int64_param, tensor=output.name)
 
 
-def _decode_inputs(message: ModelInferRequest) -> list[Tensor]:
+def _decode_inputs(
+    message: ModelInferRequest, pending: PendingInputs, contents: Sequence[bytes] | None
+) -> list[Tensor]:
     count = len(message.inputs)  # none is for validation to judge: inputs may be optional
     check_count(count, what="input")
-    raw_count = len(message.raw_input_contents)
+    if contents is None:
+        contents = message.raw_input_contents
+    raw_count = len(contents)
     if raw_count:
         mixed = next((t.name for t in message.inputs if t.HasField("contents")), None)
         if mixed is not None:
@@ -125,7 +147,7 @@ def _decode_inputs(message: ModelInferRequest) -> list[Tensor]:
             )
     raw: list[bytes | None] = [None] * count
     if raw_count == count:
-        raw = list(message.raw_input_contents)
+        raw = list(contents)
     elif raw_count:
         # as Triton: inputs in shared memory take no raw_input_contents entry
         wanted = [i for i, t in enumerate(message.inputs) if REGION not in t.parameters]
@@ -134,15 +156,19 @@ def _decode_inputs(message: ModelInferRequest) -> list[Tensor]:
                 f"raw_input_contents has {raw_count} entries but the request has "
                 f"{len(wanted)} inputs" + (" not in shared memory" if len(wanted) < count else "")
             )
-        for index, data in zip(wanted, message.raw_input_contents, strict=True):
+        for index, data in zip(wanted, contents, strict=True):
             raw[index] = data
     pairs = zip(message.inputs, raw, strict=True)
-    inputs = [_decode_input(tensor, index, data) for index, (tensor, data) in enumerate(pairs)]
+    inputs = [
+        _decode_input(tensor, index, data, pending) for index, (tensor, data) in enumerate(pairs)
+    ]
     check_unique([tensor.name for tensor in inputs], what="input")
     return inputs
 
 
-def _decode_input(tensor: InputTensor, index: int, raw: bytes | None) -> Tensor:
+def _decode_input(
+    tensor: InputTensor, index: int, raw: bytes | None, pending: PendingInputs
+) -> Tensor:
     name = tensor.name
     if not name:
         raise InvalidArgument(f"inputs[{index}]: 'name' must be a non-empty string")
@@ -154,16 +180,23 @@ def _decode_input(tensor: InputTensor, index: int, raw: bytes | None) -> Tensor:
         has_data = raw is not None or tensor.HasField("contents")
         shared = placeholder(parameters, has_data, datatype, shape, name)
     if shared is not None:
-        data = shared
+        data: Array | Decoder = shared
     elif raw is None:
         data = _from_contents(tensor, datatype, shape)
+    elif datatype.wire == "BYTES":  # elements built one by one
+        data = partial(array_from_bytes, raw, datatype, shape, tensor=name)
     else:
-        data = array_from_bytes(raw, datatype, shape, tensor=name)
-    return Tensor(name, datatype, shape, data, parameters)
+        data = array_from_bytes(raw, datatype, shape, tensor=name)  # a view, its size checked
+    if isinstance(data, np.ndarray):
+        return Tensor(name, datatype, shape, data, parameters)
+    return pending.tensor(name, datatype, shape, parameters, data)
 
 
-def _from_contents(tensor: InputTensor, datatype: DataType, shape: tuple[int, ...]) -> Array:
-    """The input's typed contents, after checking the field and the element count."""
+def _from_contents(
+    tensor: InputTensor, datatype: DataType, shape: tuple[int, ...]
+) -> Array | Decoder:
+    """How to convert the input's typed contents, once the field and the element count
+    (a repeated field's length, read without converting it) are checked."""
     name, field, count = tensor.name, CONTENTS_FIELD.get(datatype.wire), math.prod(shape)
     present = [descriptor.name for descriptor, _ in tensor.contents.ListFields()]
     if field is None:
@@ -184,7 +217,7 @@ def _from_contents(tensor: InputTensor, datatype: DataType, shape: tuple[int, ..
             f"tensor '{name}': contents has {len(values)} elements, shape {format_shape(shape)} "
             f"needs {count}"
         )
-    return array_from_values(values, datatype, shape, tensor=name)
+    return partial(array_from_values, values, datatype, shape, tensor=name)
 
 
 def encode_infer_response(response: InferResponse) -> ModelInferResponse:

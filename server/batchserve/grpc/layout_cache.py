@@ -13,6 +13,7 @@ from batchserve.grpc.codec import decode_infer_request
 from batchserve.grpc.generated.grpc_service_pb2 import ModelInferRequest
 from batchserve.layouts import ENTRIES, Layouts
 from batchserve.types import InferRequest
+from batchserve.validation import SchemaLookup
 
 MAX_KEY_BYTES = 4096
 """Messages whose rest serializes longer are decoded every time (and never held)."""
@@ -27,11 +28,15 @@ class MessageLayouts:
     def __init__(self, entries: int = ENTRIES) -> None:
         self._layouts = Layouts(entries)
 
-    def decode(self, message: ModelInferRequest) -> InferRequest:
-        """Decode ``message``, which this may change (the server's own copy of the call)."""
+    def decode(
+        self, message: ModelInferRequest, schema: SchemaLookup | None = None
+    ) -> InferRequest:
+        """Decode ``message``, which this may change (the server's own copy of the call). A
+        repeated layout rebuilds views (nothing decoded, so ``schema`` is not needed); any
+        other message takes the full decoder, which checks it against ``schema`` first."""
         raw = list(message.raw_input_contents)
         if not raw or len(raw) != len(message.inputs):
-            return decode_infer_request(message)
+            return decode_infer_request(message, schema)
         request_id = message.id
         del message.raw_input_contents[:]  # serializing the rest costs less than its parts
         message.id = ""
@@ -40,9 +45,8 @@ class MessageLayouts:
         known = self._layouts.get(key) if kept else None
         if known is not None:
             return known.request(raw, request_id)
-        message.raw_input_contents.extend(raw)
-        message.id = request_id
-        request = decode_infer_request(message)
+        message.id = request_id  # the raw contents stay out: putting them back copies them
+        request = decode_infer_request(message, schema, raw)
         if kept:
             self._layouts.remember(key, request, [0] * len(request.inputs))
         return request

@@ -105,10 +105,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def _infer(
         self, request: pb.ModelInferRequest, peer: str | None
     ) -> pb.ModelInferResponse:
-        decode = partial(self.layouts.decode, request)
-        decoded = self.dataplane.decode(
-            decode, request.model_name, request.model_version, "grpc", peer
-        )
+        model, version = request.model_name, request.model_version
+        schema = self.dataplane.schema_lookup(model, version)
+        decode = partial(self.layouts.decode, request, schema)
+        decoded = self.dataplane.decode(decode, model, version, "grpc", peer)
         response = await self.dataplane.infer(decoded)
         encoded: pb.ModelInferResponse = codec.encode_infer_response(response)
         return encoded

@@ -3,15 +3,21 @@
 With an ``Inference-Header-Content-Length`` of N, the body is N bytes of JSON followed
 by the raw bytes of every input carrying ``binary_data_size``, in input order; those
 inputs become zero-copy views of the body. Responses use the same layout.
+
+Elements that must be built one by one (JSON ``data``, binary BYTES) are decoded only after
+the request has been checked against its model, when a schema is given (``deferred.py``).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Final
 
+import numpy as np
 import orjson
 
 from batchserve.datatypes import DataType, from_wire
+from batchserve.deferred import Decoder, PendingInputs, check_then_decode
 from batchserve.errors import InvalidArgument
 from batchserve.shared_memory.parameters import placeholder, placement
 from batchserve.tensors import (
@@ -31,6 +37,7 @@ from batchserve.tensors import (
     request_options,
 )
 from batchserve.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from batchserve.validation import SchemaLookup
 
 Chunk = bytes | memoryview
 Json = dict[str, Any]
@@ -63,17 +70,23 @@ def parse_header_length(value: str | None, body_length: int) -> int | None:
 
 
 def decode_infer_request(
-    body: bytes, header_length: int | None, model_name: str, model_version: str
+    body: bytes,
+    header_length: int | None,
+    model_name: str,
+    model_version: str,
+    schema: SchemaLookup | None = None,
 ) -> InferRequest:
-    """One infer body as an InferRequest; every problem is an InvalidArgument naming its field."""
+    """One infer body as an InferRequest; every problem is an InvalidArgument naming its field.
+    With ``schema``, a request its model refuses is refused before any element is decoded."""
     json_end = _json_end(body, header_length)
     doc = _load(body, json_end, has_header=header_length is not None)
     options = request_options(_parameters(doc, "request"))
     outputs = _decode_outputs(doc["outputs"]) if "outputs" in doc else None
     reader = _BinaryReader(body, json_end, has_header=header_length is not None)
-    inputs = _decode_inputs(doc.get("inputs"), reader)
+    pending = PendingInputs()
+    inputs = _decode_inputs(doc.get("inputs"), reader, pending)
     reader.finish()
-    return InferRequest(
+    request = InferRequest(
         model_name=model_name,
         model_version=model_version,
         id=_request_id(doc),
@@ -85,6 +98,7 @@ def decode_infer_request(
         binary_output=options.binary_output,
         protocol="http",
     )
+    return check_then_decode(request, pending, schema)
 
 
 def _json_end(body: bytes, header_length: int | None) -> int:
@@ -179,16 +193,18 @@ def _decode_output(item: object, index: int) -> RequestedOutput:
     return RequestedOutput(name, binary, classes, parameters)
 
 
-def _decode_inputs(value: object, reader: _BinaryReader) -> list[Tensor]:
+def _decode_inputs(value: object, reader: _BinaryReader, pending: PendingInputs) -> list[Tensor]:
     if type(value) is not list:  # empty is for validation to judge: inputs may be optional
         raise InvalidArgument(f"'inputs' must be an array, got {describe(value)}")
     check_count(len(value), what="input")
-    inputs = [_decode_input(item, index, reader) for index, item in enumerate(value)]
+    inputs = [_decode_input(item, index, reader, pending) for index, item in enumerate(value)]
     check_unique([tensor.name for tensor in inputs], what="input")
     return inputs
 
 
-def _decode_input(item: object, index: int, reader: _BinaryReader) -> Tensor:
+def _decode_input(
+    item: object, index: int, reader: _BinaryReader, pending: PendingInputs
+) -> Tensor:
     obj = _object(item, "inputs", index)
     name = _name(obj, "inputs", index)
     wire = obj.get("datatype")
@@ -200,13 +216,16 @@ def _decode_input(item: object, index: int, reader: _BinaryReader) -> Tensor:
     shape = checked_shape(obj["shape"], tensor=name)
     parameters = _parameters(obj, "tensor", name)
     data = _input_data(obj, parameters, (name, datatype, shape), reader)
-    return Tensor(name, datatype, shape, data, parameters)
+    if isinstance(data, np.ndarray):
+        return Tensor(name, datatype, shape, data, parameters)
+    return pending.tensor(name, datatype, shape, parameters, data)
 
 
 def _input_data(
     obj: Json, parameters: Json, spec: tuple[str, DataType, tuple[int, ...]], reader: _BinaryReader
-) -> Array:
-    """The input's elements from ``data`` or, with binary_data_size, from the binary section."""
+) -> Array | Decoder:
+    """The input's elements from ``data`` or, with binary_data_size, from the binary section:
+    a view when that costs nothing, else how to decode them once the request is valid."""
     name, datatype, shape = spec
     if parameters:
         has_data = "data" in obj or "binary_data_size" in parameters
@@ -217,7 +236,7 @@ def _input_data(
     if size is None:
         if "data" not in obj:
             raise InvalidArgument(f"tensor '{name}': needs 'data' or a binary_data_size parameter")
-        return array_from_json(obj["data"], datatype, shape, tensor=name)
+        return partial(array_from_json, obj["data"], datatype, shape, tensor=name)
     if "data" in obj:
         raise InvalidArgument(
             f"tensor '{name}': has both 'data' and binary_data_size; send one of them"
@@ -226,7 +245,10 @@ def _input_data(
         raise InvalidArgument(
             f"tensor '{name}': binary_data_size must be an integer >= 0, got {describe(size)}"
         )
-    return array_from_bytes(reader.take(size, name), datatype, shape, tensor=name)
+    data = reader.take(size, name)
+    if datatype.wire == "BYTES":  # elements built one by one
+        return partial(array_from_bytes, data, datatype, shape, tensor=name)
+    return array_from_bytes(data, datatype, shape, tensor=name)  # a view, its size checked
 
 
 class _BinaryReader:

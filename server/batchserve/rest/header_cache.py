@@ -10,6 +10,7 @@ from __future__ import annotations
 from batchserve.layouts import ENTRIES, Layouts
 from batchserve.rest.codec import decode_infer_request
 from batchserve.types import InferRequest
+from batchserve.validation import SchemaLookup
 
 MAX_HEADER_BYTES = 4096
 """Longer JSON headers are decoded every time (and never held)."""
@@ -25,15 +26,22 @@ class HeaderCache:
         self._layouts = Layouts(entries)
 
     def decode(
-        self, body: bytes, header_length: int | None, model_name: str, model_version: str
+        self,
+        body: bytes,
+        header_length: int | None,
+        model_name: str,
+        model_version: str,
+        schema: SchemaLookup | None = None,
     ) -> InferRequest:
+        """A repeated header rebuilds views (nothing decoded, so ``schema`` is not needed);
+        any other body takes the full decoder, which checks it against ``schema`` first."""
         if header_length is None or not 0 < header_length <= MAX_HEADER_BYTES:
-            return decode_infer_request(body, header_length, model_name, model_version)
+            return decode_infer_request(body, header_length, model_name, model_version, schema)
         key: HeaderKey = (model_name, model_version, body[:header_length], len(body))
         known = self._layouts.get(key)
         if known is not None:
             return known.request([body] * len(known.inputs), known.template.id)
-        request = decode_infer_request(body, header_length, model_name, model_version)
+        request = decode_infer_request(body, header_length, model_name, model_version, schema)
         offsets = _binary_offsets(request, header_length)
         if offsets is not None:
             self._layouts.remember(key, request, offsets)

@@ -151,7 +151,8 @@ class InferEndpoint:
         if header_length == 0:  # Triton's raw binary request: the body is the one input
             decode = partial(self.dataplane.raw_request, body, name, version)
         else:
-            decode = partial(self.headers.decode, body, header_length, name, version)
+            schema = self.dataplane.schema_lookup(name, version)
+            decode = partial(self.headers.decode, body, header_length, name, version, schema)
         request = self.dataplane.decode(decode, name, version, "http", peer)
         response = await until_disconnect(self.dataplane.infer(request), receive)
         return encode_infer_response(response, request)

@@ -1,0 +1,203 @@
+"""Both full decoders check a request against its model before decoding any element.
+
+The element decoders (``array_from_bytes`` for BYTES, ``array_from_json``,
+``array_from_values`` for typed gRPC contents) are replaced by ones that fail the test:
+a request the model refuses must never reach them. Problems the codec finds in the header
+itself still come first, with their own words.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from batchserve.errors import InvalidArgument, NotFound
+from batchserve.grpc import codec as grpc_codec
+from batchserve.grpc.generated.grpc_service_pb2 import ModelInferRequest
+from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.grpc.layout_cache import MessageLayouts
+from batchserve.rest import codec as rest_codec
+from batchserve.rest.header_cache import HeaderCache
+from batchserve.types import InferRequest
+from batchserve.validation import RequestSchema
+from google.protobuf import text_format
+
+CONFIG = """
+name: "m"
+max_batch_size: 8
+input { name: "image" data_type: TYPE_FP32 dims: [4] }
+input { name: "text" data_type: TYPE_STRING dims: [2] optional: true }
+output { name: "y" data_type: TYPE_FP32 dims: [4] }
+"""
+SCHEMA = RequestSchema.of(text_format.Parse(CONFIG, ModelConfig()))
+MANY = 1_000_000
+"""Elements in an attack: far more than any shape the model takes."""
+
+
+def schema() -> RequestSchema:
+    return SCHEMA
+
+
+def unknown_model() -> RequestSchema:
+    raise NotFound("Request for unknown model: 'm' is not found")
+
+
+@pytest.fixture
+def decoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The element decoders each codec calls, recorded as they run."""
+    calls: list[str] = []
+    for module in (rest_codec, grpc_codec):
+        for name in ("array_from_bytes", "array_from_json", "array_from_values"):
+            real = getattr(module, name, None)
+            if real is not None:
+                monkeypatch.setattr(module, name, _recorded(real, name, calls))
+    return calls
+
+
+def _recorded(real: Any, name: str, calls: list[str]) -> Any:
+    def record(*args: Any, **kwargs: Any) -> Any:
+        calls.append(name)
+        return real(*args, **kwargs)
+
+    return record
+
+
+def _http(inputs: list[dict[str, Any]], *binary: bytes, lookup: Any = schema) -> InferRequest:
+    header = orjson.dumps({"inputs": inputs})
+    body = header + b"".join(binary)
+    return rest_codec.decode_infer_request(body, len(header) if binary else None, "m", "", lookup)
+
+
+def _binary_bytes(name: str, shape: list[int], size: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "datatype": "BYTES",
+        "shape": shape,
+        "parameters": {"binary_data_size": size},
+    }
+
+
+def _image(rows: int = 1) -> dict[str, Any]:
+    return {"name": "image", "datatype": "FP32", "shape": [rows, 4], "data": [0.5] * 4 * rows}
+
+
+# HTTP -------------------------------------------------------------------------------------
+def test_http_binary_bytes_for_a_fixed_input_are_refused_undecoded(decoded: list[str]) -> None:
+    payload = bytes(4 * MANY)
+    with pytest.raises(InvalidArgument, match="input 'image': datatype BYTES does not match"):
+        _http([_binary_bytes("image", [MANY], len(payload))], payload)
+    assert decoded == []
+
+
+def test_http_bytes_past_the_models_shape_are_refused_undecoded(decoded: list[str]) -> None:
+    payload = bytes(4 * MANY)
+    with pytest.raises(InvalidArgument, match=r"input 'text': shape \[1, 1000000\] does not"):
+        _http([_image(), _binary_bytes("text", [1, MANY], len(payload))], payload)
+    assert decoded == []
+
+
+def test_http_json_data_of_a_refused_shape_is_not_converted(decoded: list[str]) -> None:
+    """The data's count is wrong too: the model's problem is reported, without reading it."""
+    image = {"name": "image", "datatype": "FP32", "shape": [9, 4], "data": [0.0] * MANY}
+    with pytest.raises(InvalidArgument, match=r"batch size 9 is outside 1\.\.8"):
+        _http([image])
+    assert decoded == []
+
+
+def test_http_an_unknown_model_is_refused_undecoded(decoded: list[str]) -> None:
+    with pytest.raises(NotFound):
+        _http([_image()], lookup=unknown_model)
+    assert decoded == []
+
+
+def test_http_header_problems_come_before_the_models(decoded: list[str]) -> None:
+    """binary_data_size past the body's end is the codec's to say, model or not."""
+    with pytest.raises(InvalidArgument, match="runs past the end of the body"):
+        _http([_binary_bytes("image", [2], 12)], struct.pack("<I", 0))
+    assert decoded == []
+
+
+def test_http_a_valid_request_is_decoded_with_its_verdict(decoded: list[str]) -> None:
+    text = struct.pack("<I", 2) + b"hi" + struct.pack("<I", 0)
+    request = _http([_image(2), _binary_bytes("text", [2, 2], 2 * len(text))], text + text)
+    assert sorted(decoded) == ["array_from_bytes", "array_from_json"]
+    assert request.verdict is not None
+    assert request.verdict.schema is SCHEMA
+    assert (request.verdict.batch_size, request.verdict.output_names) == (2, ("y",))
+    assert request.inputs[1].data.tolist() == [[b"hi", b""], [b"hi", b""]]
+    np.testing.assert_array_equal(request.inputs[0].data, np.full((2, 4), 0.5, np.float32))
+
+
+def test_http_header_cache_checks_what_it_decodes(decoded: list[str]) -> None:
+    payload = bytes(4 * 64)
+    header = orjson.dumps({"inputs": [_binary_bytes("image", [64], len(payload))]})
+    cache = HeaderCache()
+    for _ in range(2):
+        with pytest.raises(InvalidArgument, match="datatype BYTES does not match"):
+            cache.decode(header + payload, len(header), "m", "", schema)
+    assert decoded == []
+    assert len(cache) == 0
+
+
+# gRPC -------------------------------------------------------------------------------------
+def _bytes_message(name: str, shape: list[int]) -> tuple[ModelInferRequest, Any]:
+    message = ModelInferRequest(model_name="m")
+    tensor = message.inputs.add(name=name, datatype="BYTES", shape=shape)
+    return message, tensor
+
+
+def test_grpc_bytes_contents_for_a_fixed_input_are_refused_unconverted(
+    decoded: list[str],
+) -> None:
+    message, tensor = _bytes_message("image", [MANY])
+    tensor.contents.bytes_contents.extend([b""] * MANY)
+    with pytest.raises(InvalidArgument, match="input 'image': datatype BYTES does not match"):
+        grpc_codec.decode_infer_request(message, schema)
+    assert decoded == []
+
+
+def test_grpc_raw_bytes_for_a_fixed_input_are_refused_undecoded(decoded: list[str]) -> None:
+    layouts = MessageLayouts()
+    for _ in range(2):  # the cache changes the message: each call gets its own, as served
+        message, _ = _bytes_message("image", [MANY])
+        message.raw_input_contents.append(bytes(4 * MANY))
+        with pytest.raises(InvalidArgument, match="datatype BYTES does not match"):
+            layouts.decode(message, schema)
+    assert decoded == []
+    assert len(layouts) == 0
+
+
+def test_grpc_typed_contents_of_a_refused_shape_are_not_converted(decoded: list[str]) -> None:
+    message = ModelInferRequest(model_name="m")
+    tensor = message.inputs.add(name="image", datatype="FP32", shape=[MANY // 4, 4])
+    tensor.contents.fp32_contents.extend(np.zeros(MANY, np.float32))
+    with pytest.raises(InvalidArgument, match=r"batch size 250000 is outside 1\.\.8"):
+        grpc_codec.decode_infer_request(message, schema)
+    assert decoded == []
+
+
+def test_grpc_a_contents_count_is_checked_before_the_model(decoded: list[str]) -> None:
+    """The element count of typed contents is the codec's to say, read from the field's
+    length (nothing converted)."""
+    message, tensor = _bytes_message("image", [3])
+    tensor.contents.bytes_contents.extend([b""] * MANY)
+    with pytest.raises(InvalidArgument, match="contents has 1000000 elements"):
+        grpc_codec.decode_infer_request(message, schema)
+    assert decoded == []
+
+
+def test_grpc_a_valid_request_is_decoded_with_its_verdict(decoded: list[str]) -> None:
+    message = ModelInferRequest(model_name="m")
+    message.inputs.add(name="image", datatype="FP32", shape=[1, 4])
+    message.inputs.add(name="text", datatype="BYTES", shape=[1, 2])
+    message.raw_input_contents.extend(
+        [np.ones(4, np.float32).tobytes(), struct.pack("<I", 1) + b"a" + struct.pack("<I", 0)]
+    )
+    request = MessageLayouts().decode(message, schema)
+    assert decoded == ["array_from_bytes", "array_from_bytes"]
+    assert request.verdict is not None
+    assert request.verdict.schema is SCHEMA
+    assert request.inputs[1].data.tolist() == [[b"a", b""]]
