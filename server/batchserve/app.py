@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 import uvloop
 
-from batchserve import gc_tuning
+from batchserve import gc_tuning, malloc_tuning
 from batchserve.backends import create_backend
 from batchserve.dataplane import DataPlane
 from batchserve.errors import BatchserveError
@@ -86,7 +86,7 @@ class Server:
         repository = ModelRepository(settings.model_repository)
         budgets = MemoryBudgets(parse_budgets(settings.memory_budget), device_total_bytes)
         self.registry = ModelRegistry(repository, settings.max_queue_size, budgets,
-                                      backend_factory, after_change=gc_tuning.settle)  # fmt: skip
+                                      backend_factory, after_change=_settle_heap)  # fmt: skip
         self.dataplane = DataPlane(settings, self.registry, self._models_to_load(repository))
         self.http = _uvicorn(build_http_app(self.dataplane, settings), settings,
                              settings.http_port, settings.tls)  # fmt: skip
@@ -195,6 +195,13 @@ async def serve(settings: Settings, backend_factory: BackendFactory = create_bac
     await server.run()
 
 
+def _settle_heap() -> None:
+    """After the loaded models change: free their cycles, freeze the rest, trim the heap."""
+    gc_tuning.settle()
+    malloc_tuning.trim()
+
+
 def run(settings: Settings, backend_factory: BackendFactory = create_backend) -> None:
     """Blocking entry point used by the `batchserve serve` command (and bench's leaky server)."""
+    malloc_tuning.limit_arenas()  # before any thread that loads a model starts
     uvloop.run(serve(settings, backend_factory))
