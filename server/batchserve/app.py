@@ -3,6 +3,8 @@
 HTTP (uvicorn), gRPC (grpc.aio) and metrics share one uvloop event loop. Shutdown
 follows the order Kubernetes needs: not ready at once, an optional delay while load
 balancers notice, stop accepting on both protocols, let accepted work finish, unload.
+A signal during start-up stops loading models; a second signal skips the delay
+(``stop_signals``).
 """
 
 from __future__ import annotations
@@ -10,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 import uvloop
 
-from batchserve import gc_tuning
+from batchserve import gc_tuning, malloc_tuning
 from batchserve.backends import create_backend
 from batchserve.dataplane import DataPlane
 from batchserve.errors import BatchserveError
@@ -34,6 +35,7 @@ from batchserve.rest.http_timeouts import ReadTimeouts
 from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
 from batchserve.scheduler.memory_probe import device_total_bytes
 from batchserve.settings import ModelControlMode, Settings
+from batchserve.stop_signals import StopSignals
 from batchserve.tls import TlsFiles, TlsMode
 
 logger = logging.getLogger(__name__)
@@ -94,7 +96,7 @@ class Server:
         repository = ModelRepository(settings.model_repository)
         budgets = MemoryBudgets(parse_budgets(settings.memory_budget), device_total_bytes)
         self.registry = ModelRegistry(repository, settings.max_queue_size, budgets,
-                                      backend_factory, after_change=gc_tuning.settle)  # fmt: skip
+                                      backend_factory, after_change=_settle_heap)  # fmt: skip
         self.dataplane = DataPlane(settings, self.registry, self._models_to_load(repository))
         self.http = _uvicorn(build_http_app(self.dataplane, settings), settings,
                              settings.http_port, Protocol.HTTP, settings.tls)  # fmt: skip
@@ -103,7 +105,8 @@ class Server:
         self.metrics = _uvicorn(metrics_app(metrics_registry(collector)), settings,
                                 settings.metrics_port, Protocol.METRICS)  # fmt: skip
         self.grpc = GrpcServer(self.dataplane, settings)
-        self._stop = asyncio.Event()
+        self.signals = StopSignals()
+        self._started = False  # every model load tried: load balancers may have seen it ready
 
     def _models_to_load(self, repository: ModelRepository) -> list[str]:
         if self.settings.model_control_mode is ModelControlMode.EXPLICIT:
@@ -111,7 +114,7 @@ class Server:
         return repository.names()
 
     def request_stop(self) -> None:
-        self._stop.set()
+        self.signals.stopping.set()
 
     async def run(self) -> None:
         """Listen, load the models, serve until asked to stop, then drain."""
@@ -132,24 +135,58 @@ class Server:
                    "http_tls": tls, "grpc_tls": tls, "metrics_tls": TlsMode.OFF},
         )  # fmt: skip
         await self._load_models()
-        await self._stop.wait()
+        await self.signals.stopping.wait()
         await self._drain(http_task, metrics_task)
 
     async def _load_models(self) -> None:
-        for name in self.dataplane.expected_models:
-            try:
-                await self.registry.load(name)
-            except BatchserveError as exc:
-                logger.error("model failed to load", extra={"model": name, "reason": exc.message})
+        """Load the start-up models in turn, until done or asked to stop."""
+        names = list(self.dataplane.expected_models)
+        for index, name in enumerate(names):
+            if self.signals.stopping.is_set() or not await self._load_unless_stopped(name):
+                logger.info("start-up stopped: models not loaded", extra={"models": names[index:]})
+                return
+        self._started = True
         ready = self.dataplane.ready()
         await self.grpc.set_serving(ready)
         logger.info("server ready" if ready else "server not ready: a model failed to load")
+
+    async def _load_unless_stopped(self, name: str) -> bool:
+        """Load one model; a stop signal abandons the load (False).
+
+        Cancelling a load is safe: the instance thread finishes the batch it is running
+        (a warm-up) and only then releases the runtime, so an exit waits for one batch,
+        not for every model in the repository.
+        """
+        logger.info("loading model", extra={"model": name})
+        loading = asyncio.create_task(self.registry.load(name))
+        stopping = asyncio.create_task(self.signals.stopping.wait())
+        await asyncio.wait((loading, stopping), return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not loading.done():
+            loading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, BatchserveError):
+                await loading
+            logger.info("model load abandoned: shutting down", extra={"model": name})
+            return False
+        try:
+            loading.result()
+        except BatchserveError as exc:
+            logger.error("model failed to load", extra={"model": name, "reason": exc.message})
+        return True
+
+    async def _shutdown_delay(self) -> None:
+        """Not ready for ``--shutdown-delay`` so load balancers notice, unless they never saw
+        the server ready (stopped during start-up) or a second signal hurried the stop."""
+        if not self._started:
+            logger.info("shutdown delay skipped: stopped during start-up")
+            return
+        await self.signals.delay(self.settings.shutdown_delay_seconds)
 
     async def _drain(self, http_task: asyncio.Task[None], metrics_task: asyncio.Task[None]) -> None:
         logger.info("shutting down: draining accepted requests")
         self.dataplane.draining = True
         await self.grpc.set_serving(False)
-        await asyncio.sleep(self.settings.shutdown_delay_seconds)
+        await self._shutdown_delay()
         self.http.should_exit = True
         await asyncio.gather(self.grpc.stop(self.settings.shutdown_timeout_seconds), http_task)
         await self.registry.close()
@@ -162,22 +199,19 @@ class Server:
 
 
 async def serve(settings: Settings, backend_factory: BackendFactory = create_backend) -> None:
-    """Run a server until SIGTERM or SIGINT; a second signal stops without draining."""
+    """Run a server until SIGTERM or SIGINT; a second signal hurries the drain."""
     server = Server(settings, backend_factory)
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-    assert main is not None
-
-    def on_signal() -> None:
-        if server._stop.is_set():
-            main.cancel()
-        server.request_stop()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
+    server.signals.install(asyncio.get_running_loop())
     await server.run()
+
+
+def _settle_heap() -> None:
+    """After the loaded models change: free their cycles, freeze the rest, trim the heap."""
+    gc_tuning.settle()
+    malloc_tuning.trim()
 
 
 def run(settings: Settings, backend_factory: BackendFactory = create_backend) -> None:
     """Blocking entry point used by the `batchserve serve` command (and bench's leaky server)."""
+    malloc_tuning.limit_arenas()  # before any thread that loads a model starts
     uvloop.run(serve(settings, backend_factory))
