@@ -29,6 +29,9 @@ from batchserve.refusals import Reason
 from batchserve.rest.connection_refusals import RefusingProtocol
 
 SHUTTING_DOWN = "server is shutting down"
+SHUTDOWN_BODY_GRACE_SECONDS = 1.0
+"""How long a body still arriving at shutdown may take to finish before its 503: time for a
+request already on the wire (a client writes head and body apart), not for a trickle."""
 STALL_SECONDS = 0.5
 """A timer this late means the event loop was held up, and bytes may be waiting unread."""
 
@@ -97,6 +100,7 @@ class ReadTimeoutProtocol(RefusingProtocol):
         self._body_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
+        self._refuse_body_at: float | None = None  # set at shutdown while a body arrives
         self._flow: PauseTimingFlowControl  # self.flow, typed as what it is
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -137,14 +141,13 @@ class ReadTimeoutProtocol(RefusingProtocol):
         super().handle_websocket_upgrade()
 
     def shutdown(self) -> None:
-        """A request whose body has not all arrived was never accepted: refused now, rather
-        than holding the drain until the client finishes or the graceful timeout ends."""
-        cycle = self.cycle
-        arriving = self._reading == _BODY and cycle is not None and not self.pipeline
-        if arriving and not cycle.response_started:
-            self.refuse(Reason.UNAVAILABLE, 503, SHUTTING_DOWN)
-        else:
-            super().shutdown()
+        """A request whose body has not all arrived is not accepted yet: it has
+        SHUTDOWN_BODY_GRACE_SECONDS to finish arriving, then is refused, rather than holding
+        the drain until the client finishes or the graceful timeout ends."""
+        super().shutdown()  # idle: closed; serving a request: closed after its response
+        if self._reading == _BODY and not self.transport.is_closing():
+            self._refuse_body_at = self.loop.time() + SHUTDOWN_BODY_GRACE_SECONDS
+            self._arm_by(self._refuse_body_at)
 
     # The one timer.
     def _begin(self, reading: int, received: bool) -> None:
@@ -157,6 +160,10 @@ class ReadTimeoutProtocol(RefusingProtocol):
         self._paused_before = flow.paused_seconds(now) if flow.read_paused else flow.paused_total
         limits = self.read_timeouts
         when = now + (limits.header_seconds if reading == _HEAD else limits.body_seconds)
+        self._arm_by(when)
+
+    def _arm_by(self, when: float) -> None:
+        """Make the timer fire no later than ``when``."""
         if self._timer is None or self._timer_at > when:
             self._arm(when)
 
@@ -172,19 +179,25 @@ class ReadTimeoutProtocol(RefusingProtocol):
             self._timer = None
 
     def _on_timer(self) -> None:
-        self._timer = None
+        self._timer, fired_at = None, self._timer_at
         if self._reading == _NOTHING or self.transport.is_closing():
             return
+        refuse_at = self._refuse_body_at
+        if refuse_at is not None and self._reading == _BODY:
+            if self.loop.time() >= refuse_at:
+                self._refuse_at_shutdown()
+                return
+            self._arm(refuse_at)  # the client's own deadline is judged below, if sooner
         if self._held_by_server():
             self._begin(self._reading, self._received)  # the client's time starts again
             return
         now = self.loop.time()
-        if now - self._timer_at > STALL_SECONDS:
-            self._arm(now)  # read what arrived during the stall (I/O runs first), then judge
+        if now - fired_at > STALL_SECONDS:
+            self._arm_by(now)  # read what arrived during the stall (I/O runs first), then judge
             return
         deadline = self._deadline(now)
         if now < deadline:
-            self._arm(deadline)
+            self._arm_by(deadline)
         elif self._reading == _HEAD:
             self._head_too_slow()
         else:
@@ -215,6 +228,10 @@ class ReadTimeoutProtocol(RefusingProtocol):
         seconds = self.read_timeouts.header_seconds
         self.refuse(Reason.HEADER_TIMEOUT, 408,
                     f"request line and headers not received within {seconds:g} s")  # fmt: skip
+
+    def _refuse_at_shutdown(self) -> None:
+        answered = self.cycle is not None and self.cycle.response_started  # answered early
+        self.refuse(Reason.UNAVAILABLE, None if answered else 503, SHUTTING_DOWN)
 
     def _body_too_slow(self) -> None:
         limits = self.read_timeouts

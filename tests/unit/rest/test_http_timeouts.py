@@ -12,7 +12,7 @@ import pytest
 import uvicorn
 from batchserve.refusals import REFUSALS, Protocol, Reason
 from batchserve.rest.http_limits import LimitedHttpToolsProtocol, protocol_for
-from batchserve.rest.http_timeouts import ReadTimeouts
+from batchserve.rest.http_timeouts import SHUTDOWN_BODY_GRACE_SECONDS, ReadTimeouts
 from uvicorn.server import ServerState
 
 pytestmark = pytest.mark.anyio
@@ -300,7 +300,7 @@ async def test_waiting_for_100_continue_is_not_the_clients_time() -> None:
     assert connection.transport.written.count(b"HTTP/1.1 200 OK") == 1
 
 
-async def test_at_shutdown_a_body_still_arriving_is_503_and_a_whole_one_is_served() -> None:
+async def test_at_shutdown_a_body_still_arriving_gets_503_after_the_grace() -> None:
     before = _refused(Protocol.HTTP, Reason.UNAVAILABLE)
     arriving = Connection(ReadingApp())
     arriving.send(HEAD % 10 + b"\r\n01234")
@@ -309,6 +309,9 @@ async def test_at_shutdown_a_body_still_arriving_is_503_and_a_whole_one_is_serve
     await _settle()
     arriving.protocol.shutdown()
     whole.protocol.shutdown()
+    arriving.loop.advance(SHUTDOWN_BODY_GRACE_SECONDS - 0.1)
+    assert arriving.transport.written == b""  # a body on the wire may still finish
+    arriving.loop.advance(0.2)
     status, headers, body = arriving.answer()
     assert (status, headers["connection"]) == (503, "close")
     assert json.loads(body) == {"error": "server is shutting down"}
@@ -320,6 +323,19 @@ async def test_at_shutdown_a_body_still_arriving_is_503_and_a_whole_one_is_serve
     status, headers, _ = whole.answer()
     assert (status, headers["connection"]) == (200, "close")
     assert _refused(Protocol.HTTP, Reason.UNAVAILABLE) == before + 1
+
+
+async def test_at_shutdown_a_body_that_finishes_within_the_grace_is_served() -> None:
+    connection = Connection(ReadingApp())
+    connection.send(HEAD % 10 + b"\r\n01234")
+    await _settle()
+    connection.protocol.shutdown()
+    connection.loop.advance(SHUTDOWN_BODY_GRACE_SECONDS / 2)
+    connection.send(b"56789")
+    await _settle()
+    connection.loop.advance(SHUTDOWN_BODY_GRACE_SECONDS)
+    status, headers, body = connection.answer()
+    assert (status, headers["connection"], body) == (200, "close", b"ok")
 
 
 @pytest.mark.parametrize(
