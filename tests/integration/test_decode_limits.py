@@ -6,9 +6,9 @@ refused them, and every other request on the server, health probes included, wai
 long. Each attack here runs while a thread polls ``/v2/health/live``: the refusal must name
 the input and its datatype, and the probe's slowest answer must stay short.
 
-The typed-contents attack over gRPC keeps a floor the server cannot lower: grpc parses the
-message, each repeated element of it, on the event loop before any handler runs (~30 ns an
-element here, half the old cost): that test is measured against the same parse.
+The typed-contents attack over gRPC was parsed element by element by protobuf before any
+handler ran; the server now reads inference requests with their typed contents left as
+bytes (``batchserve.grpc.head``), so that attack is bounded absolutely too.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ CONTENTS_ELEMENTS = 12 * 1024 * 1024
 WORST_PROBE_SECONDS = 1.0
 """Slowest health answer allowed while an attack is refused: ~0.1 s on a quiet 2-core
 machine, 0.5 s at worst on a loaded one; the old code took 3.5 s and more."""
-CONTENTS_OVER_PARSE = 1.25
-CONTENTS_SLACK_SECONDS = 0.1
-"""The bytes_contents attack may stall the probe 1.25 times as long as the control (grpc's
-parse of the same message) does, plus 0.1 s: measured 1x now, 2x when it was converted."""
+CONTENTS_WORST_PROBE_SECONDS = 0.3
+"""Slowest health answer allowed while the bytes_contents attack is refused: 0.06 to 0.13 s
+measured on a loaded 2-core machine (reading the 24 MiB as bytes); 0.55 to 0.75 s when
+protobuf parsed its 12 M elements."""
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
@@ -153,26 +153,21 @@ def test_grpc_raw_bytes_for_an_fp32_input_are_refused_before_decoding(
     _probe_result(probe, WORST_PROBE_SECONDS)
 
 
-def test_grpc_bytes_contents_for_an_fp32_input_are_refused_before_decoding(
+def test_grpc_bytes_contents_for_an_fp32_input_are_refused_before_parsing(
     server: ServerProcess,
 ) -> None:
-    """Measured against a control: the same message with a nameless requested output,
-    which the codec refuses (before and after the fix) once grpc has parsed it."""
+    """The contents reach the server as unparsed bytes; the datatype check refuses them
+    before any element is parsed, let alone converted."""
     request = _bytes_request("digits_cnn", "image", [CONTENTS_ELEMENTS])
     request.inputs[0].contents.bytes_contents.extend([b""] * CONTENTS_ELEMENTS)
     attack = request.SerializeToString()
-    request.outputs.add(name="")
-    control = request.SerializeToString()
-    with HealthProbe(server) as floor:
-        for _ in range(2):
-            error = _grpc_infer(server, control)
-            _assert_names(str(error.details()), "outputs[0]: 'name' must be")
     with HealthProbe(server) as probe:
         for _ in range(2):
             error = _grpc_infer(server, attack)
             assert error.code() is grpc.StatusCode.INVALID_ARGUMENT, error
             _assert_names(str(error.details()), "'image'", "BYTES", "FP32")
-    _probe_result(probe, CONTENTS_OVER_PARSE * floor.worst + CONTENTS_SLACK_SECONDS)
+    print(f"bytes_contents attack: worst /v2/health/live {probe.worst:.3f} s")
+    _probe_result(probe, CONTENTS_WORST_PROBE_SECONDS)
 
 
 def test_a_bytes_input_longer_than_the_model_allows_is_refused_unbuilt(

@@ -1,9 +1,9 @@
 """Both full decoders check a request against its model before decoding any element.
 
 The element decoders (``array_from_bytes`` for BYTES, ``array_from_json``,
-``array_from_values`` for typed gRPC contents) are replaced by ones that fail the test:
-a request the model refuses must never reach them. Problems the codec finds in the header
-itself still come first, with their own words.
+``array_from_values`` for typed gRPC contents, and ``contents_of``, which parses those
+contents) are recorded as they run: a request the model refuses must never reach them.
+Problems the codec finds in the header itself still come first, with their own words.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def decoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The element decoders each codec calls, recorded as they run."""
     calls: list[str] = []
     for module in (rest_codec, grpc_codec):
-        for name in ("array_from_bytes", "array_from_json", "array_from_values"):
+        for name in ("array_from_bytes", "array_from_json", "array_from_values", "contents_of"):
             real = getattr(module, name, None)
             if real is not None:
                 monkeypatch.setattr(module, name, _recorded(real, name, calls))
@@ -179,14 +179,26 @@ def test_grpc_typed_contents_of_a_refused_shape_are_not_converted(decoded: list[
     assert decoded == []
 
 
-def test_grpc_a_contents_count_is_checked_before_the_model(decoded: list[str]) -> None:
-    """The element count of typed contents is the codec's to say, read from the field's
-    length (nothing converted)."""
-    message, tensor = _bytes_message("image", [3])
-    tensor.contents.bytes_contents.extend([b""] * MANY)
-    with pytest.raises(InvalidArgument, match="contents has 1000000 elements"):
+def test_grpc_a_contents_count_is_checked_once_the_model_takes_the_header(
+    decoded: list[str],
+) -> None:
+    """Typed contents arrive unparsed: their element count is known, and checked, only
+    once they are parsed, after the model has taken the header; nothing is converted."""
+    message = ModelInferRequest(model_name="m")
+    tensor = message.inputs.add(name="image", datatype="FP32", shape=[1, 4])
+    tensor.contents.fp32_contents.extend([0.0] * 5)
+    with pytest.raises(InvalidArgument, match=r"contents has 5 elements, shape \[1, 4\] needs 4"):
         grpc_codec.decode_infer_request(message, schema)
-    assert decoded == []
+    assert decoded == ["contents_of"]
+
+
+def test_grpc_contents_in_the_wrong_field_are_refused_unconverted(decoded: list[str]) -> None:
+    message = ModelInferRequest(model_name="m")
+    tensor = message.inputs.add(name="image", datatype="FP32", shape=[1, 4])
+    tensor.contents.int_contents.extend([0] * 4)
+    with pytest.raises(InvalidArgument, match=r"FP32 data belongs in contents\.fp32_contents"):
+        grpc_codec.decode_infer_request(message, schema)
+    assert decoded == ["contents_of"]
 
 
 def test_grpc_a_valid_request_is_decoded_with_its_verdict(decoded: list[str]) -> None:

@@ -5,8 +5,9 @@ input, what tritonclient and perf_analyzer send); outputs always leave as
 ``raw_output_contents``, which is what those clients read.
 
 Typed contents and raw BYTES, whose elements are built one by one, are decoded only after
-the request has been checked against its model, when a schema is given (``deferred.py``):
-a repeated field's length is known without converting it.
+the request has been checked against its model, when a schema is given (``deferred.py``).
+Typed contents arrive unparsed (``head.py``): their fields and element count are checked
+when they are parsed, in that second step.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from batchserve.grpc.generated.grpc_service_pb2 import (
     ModelInferRequest,
     ModelInferResponse,
 )
+from batchserve.grpc.head import Head, InputHead, Request, contents_of, head_of
 from batchserve.shared_memory.parameters import REGION, placeholder, placement
 from batchserve.tensors import (
     Array,
@@ -43,7 +45,6 @@ from batchserve.tensors import (
 from batchserve.types import InferRequest, InferResponse, RequestedOutput, Tensor
 from batchserve.validation import SchemaLookup
 
-InputTensor = ModelInferRequest.InferInputTensor
 OutputTensor = ModelInferResponse.InferOutputTensor
 
 # The typed field holding each datatype; FP16 and BF16 travel only as raw contents.
@@ -61,7 +62,7 @@ _INT64: Final = range(-(2**63), 2**63)
 
 
 def decode_infer_request(
-    message: ModelInferRequest,
+    message: Request,
     schema: SchemaLookup | None = None,
     raw_contents: Sequence[bytes] | None = None,
 ) -> InferRequest:
@@ -69,6 +70,7 @@ def decode_infer_request(
     With ``schema``, a request its model refuses is refused before any element is decoded.
     ``raw_contents`` stands for the message's raw_input_contents when the caller already
     read them (each read copies every entry)."""
+    message = head_of(message)
     options = request_options(parameter_values(message.parameters))
     outputs = _decode_outputs(message.outputs)
     pending = PendingInputs()
@@ -130,7 +132,7 @@ def _class_count(output: ModelInferRequest.InferRequestedOutputTensor) -> int:
 
 
 def _decode_inputs(
-    message: ModelInferRequest, pending: PendingInputs, contents: Sequence[bytes] | None
+    message: Head, pending: PendingInputs, contents: Sequence[bytes] | None
 ) -> list[Tensor]:
     count = len(message.inputs)  # none is for validation to judge: inputs may be optional
     check_count(count, what="input")
@@ -167,7 +169,7 @@ def _decode_inputs(
 
 
 def _decode_input(
-    tensor: InputTensor, index: int, raw: bytes | None, pending: PendingInputs
+    tensor: InputHead, index: int, raw: bytes | None, pending: PendingInputs
 ) -> Tensor:
     name = tensor.name
     if not name:
@@ -193,31 +195,45 @@ def _decode_input(
 
 
 def _from_contents(
-    tensor: InputTensor, datatype: DataType, shape: tuple[int, ...]
+    tensor: InputHead, datatype: DataType, shape: tuple[int, ...]
 ) -> Array | Decoder:
-    """How to convert the input's typed contents, once the field and the element count
-    (a repeated field's length, read without converting it) are checked."""
+    """How to convert the input's typed contents. The header tells only whether any were
+    sent; which field holds them, and how many elements, is known once they are parsed."""
     name, field, count = tensor.name, CONTENTS_FIELD.get(datatype.wire), math.prod(shape)
-    present = [descriptor.name for descriptor, _ in tensor.contents.ListFields()]
+    sent = tensor.HasField("contents")
     if field is None:
-        if present or count:
+        if count or (sent and tensor.contents):
             raise InvalidArgument(
                 f"tensor '{name}': {datatype.wire} data must be sent in raw_input_contents"
             )
         return array_from_values((), datatype, shape, tensor=name)
-    wrong = [other for other in present if other != field]
+    if not sent and count:
+        raise _count_error(name, 0, shape)
+    return partial(_typed_values, tensor, field, datatype, shape)
+
+
+def _typed_values(
+    tensor: InputHead, field: str, datatype: DataType, shape: tuple[int, ...]
+) -> Array:
+    """The parsed contents as an array, once the field and the element count are right."""
+    name, contents = tensor.name, contents_of(tensor)
+    wrong = [d.name for d, _ in contents.ListFields() if d.name != field]
     if wrong:
         raise InvalidArgument(
             f"tensor '{name}': {datatype.wire} data belongs in contents.{field}, "
             f"got contents.{wrong[0]}"
         )
-    values: Sequence[Any] = getattr(tensor.contents, field)
-    if len(values) != count:
-        raise InvalidArgument(
-            f"tensor '{name}': contents has {len(values)} elements, shape {format_shape(shape)} "
-            f"needs {count}"
-        )
-    return partial(array_from_values, values, datatype, shape, tensor=name)
+    values: Sequence[Any] = getattr(contents, field)
+    if len(values) != math.prod(shape):
+        raise _count_error(name, len(values), shape)
+    return array_from_values(values, datatype, shape, tensor=name)
+
+
+def _count_error(name: str, sent: int, shape: tuple[int, ...]) -> InvalidArgument:
+    return InvalidArgument(
+        f"tensor '{name}': contents has {sent} elements, shape {format_shape(shape)} "
+        f"needs {math.prod(shape)}"
+    )
 
 
 def encode_infer_response(response: InferResponse) -> ModelInferResponse:

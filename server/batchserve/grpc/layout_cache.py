@@ -10,7 +10,7 @@ contents. The request id is read from each message, so it is not part of the key
 from __future__ import annotations
 
 from batchserve.grpc.codec import decode_infer_request
-from batchserve.grpc.generated.grpc_service_pb2 import ModelInferRequest
+from batchserve.grpc.head import Request, head_of
 from batchserve.layouts import ENTRIES, Layouts
 from batchserve.types import InferRequest
 from batchserve.validation import SchemaLookup
@@ -28,12 +28,11 @@ class MessageLayouts:
     def __init__(self, entries: int = ENTRIES) -> None:
         self._layouts = Layouts(entries)
 
-    def decode(
-        self, message: ModelInferRequest, schema: SchemaLookup | None = None
-    ) -> InferRequest:
+    def decode(self, message: Request, schema: SchemaLookup | None = None) -> InferRequest:
         """Decode ``message``, which this may change (the server's own copy of the call). A
         repeated layout rebuilds views (nothing decoded, so ``schema`` is not needed); any
         other message takes the full decoder, which checks it against ``schema`` first."""
+        message = head_of(message)  # the server's own already is one
         raw = list(message.raw_input_contents)
         if not raw or len(raw) != len(message.inputs):
             return decode_infer_request(message, schema)

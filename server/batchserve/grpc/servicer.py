@@ -20,6 +20,7 @@ from batchserve.grpc import codec, messages
 from batchserve.grpc.call_limit import CallLimit
 from batchserve.grpc.generated import grpc_service_pb2 as pb
 from batchserve.grpc.generated import grpc_service_pb2_grpc as pb_grpc
+from batchserve.grpc.head import METHODS, Head, Request
 from batchserve.grpc.layout_cache import MessageLayouts
 from batchserve.grpc.streams import InferStreams
 from batchserve.refusals import REFUSALS, Protocol
@@ -97,14 +98,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.ModelStatisticsResponse:
         return messages.statistics(self.dataplane.model_statistics(request.name, request.version))
 
-    async def ModelInfer(
-        self, request: pb.ModelInferRequest, context: Context
-    ) -> pb.ModelInferResponse:
+    async def ModelInfer(self, request: Request, context: Context) -> pb.ModelInferResponse:
+        """Served, ``request`` is a head (``head.py``): its typed contents not yet parsed."""
         return await self._infer(request, context.peer())
 
-    async def _infer(
-        self, request: pb.ModelInferRequest, peer: str | None
-    ) -> pb.ModelInferResponse:
+    async def _infer(self, request: Request, peer: str | None) -> pb.ModelInferResponse:
         model, version = request.model_name, request.model_version
         schema = self.dataplane.schema_lookup(model, version)
         decode = partial(self.layouts.decode, request, schema)
@@ -114,7 +112,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return encoded
 
     async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
+        self, request_iterator: AsyncIterator[Request], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Requests of one stream run concurrently; each answer carries its request's id."""
         infer = partial(self._infer, peer=context.peer())
@@ -287,13 +285,15 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             return cached
         handler = await continuation(handler_call_details)
         if handler is not None:
-            handler = self._wrap(handler)
+            handler = self._wrap(method, handler)
             self._cache[method] = handler
         return handler
 
-    def _wrap(self, handler: Handler) -> Handler:
+    def _wrap(self, method: str, handler: Handler) -> Handler:
+        """The handler guarded; inference requests are read as heads (``head.py``)."""
+        reader = Head.FromString if method in METHODS else handler.request_deserializer
         codecs: dict[str, Any] = {
-            "request_deserializer": handler.request_deserializer,
+            "request_deserializer": reader,
             "response_serializer": handler.response_serializer,
         }
         calls = self._calls

@@ -22,11 +22,12 @@ import grpc
 
 from batchserve.errors import Unavailable, public_message
 from batchserve.grpc.generated import grpc_service_pb2 as pb
+from batchserve.grpc.head import Request
 from batchserve.refusals import REFUSALS, Protocol
 
 logger = logging.getLogger(__name__)
 
-Infer = Callable[[pb.ModelInferRequest], Awaitable[pb.ModelInferResponse]]
+Infer = Callable[[Request], Awaitable[pb.ModelInferResponse]]
 SHUTTING_DOWN = "server is shutting down"
 
 
@@ -62,7 +63,7 @@ class InferStreams:
 
     async def serve(
         self,
-        requests: AsyncIterator[pb.ModelInferRequest],
+        requests: AsyncIterator[Request],
         infer: Infer,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
@@ -84,9 +85,7 @@ class InferStreams:
             self._open.discard(stream)
             reader.cancel()
 
-    async def _read(
-        self, requests: AsyncIterator[pb.ModelInferRequest], infer: Infer, stream: _Stream
-    ) -> None:
+    async def _read(self, requests: AsyncIterator[Request], infer: Infer, stream: _Stream) -> None:
         running: set[asyncio.Task[None]] = set()
         try:
             async for request in requests:
@@ -109,7 +108,7 @@ class InferStreams:
             stream.answers.put_nowait(None)
 
 
-async def _answer(request: pb.ModelInferRequest, infer: Infer, stream: _Stream) -> None:
+async def _answer(request: Request, infer: Infer, stream: _Stream) -> None:
     try:
         response = await infer(request)
     except Exception as exc:
