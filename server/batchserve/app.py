@@ -22,6 +22,7 @@ from batchserve import gc_tuning, malloc_tuning
 from batchserve.backends import create_backend
 from batchserve.dataplane import DataPlane
 from batchserve.errors import BatchserveError
+from batchserve.event_loop import BoundedHandshakeLoop
 from batchserve.gpu import GpuMonitor
 from batchserve.grpc.server import GrpcServer
 from batchserve.metrics import metrics_app
@@ -214,4 +215,7 @@ def _settle_heap() -> None:
 def run(settings: Settings, backend_factory: BackendFactory = create_backend) -> None:
     """Blocking entry point used by the `batchserve serve` command (and bench's leaky server)."""
     malloc_tuning.limit_arenas()  # before any thread that loads a model starts
-    uvloop.run(serve(settings, backend_factory))
+    handshake = settings.http_header_timeout_seconds
+    uvloop.run(
+        serve(settings, backend_factory), loop_factory=lambda: BoundedHandshakeLoop(handshake)
+    )

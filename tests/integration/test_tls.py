@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import http.client
 import re
+import socket
 import ssl
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -298,3 +300,28 @@ def test_batchserve_client_refuses_tls_settings_for_plain_urls(pki: Pki) -> None
             Client(url, tls=_tls(pki, None))
     with pytest.raises(ValueError, match="cert_file and key_file together"):
         TlsConfig(cert_file=pki.client.cert_file)
+
+
+def test_a_client_that_never_finishes_its_tls_handshake_is_dropped_at_the_header_timeout(
+    pki: Pki,
+) -> None:
+    """asyncio's own bound on the handshake is 60 s, before any protocol of ours exists: a
+    TLS port held silent connections that long. The handshake now counts as part of the head."""
+    files = [
+        "--tls-cert-file",
+        str(pki.server.cert_file),
+        "--tls-key-file",
+        str(pki.server.key_file),
+    ]
+    server = start_server(MODEL_REPO, [*ONLY_DIGITS, *files, "--http-header-timeout", "1"])
+    try:
+        with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as silent:
+            started = time.monotonic()
+            assert silent.recv(1) == b""  # closed by the server, no handshake ever begun
+            waited = time.monotonic() - started
+        with httpx.Client(verify=_context(pki, None)) as client:
+            ready = client.get(f"https://127.0.0.1:{server.http_port}/v2/health/ready")
+    finally:
+        assert server.stop() == 0
+    assert 0.5 < waited < 5
+    assert ready.status_code == 200
