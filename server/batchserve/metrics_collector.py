@@ -21,6 +21,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from batchserve.gpu import GpuMonitor, GpuReading
+from batchserve.grpc.core_counts import CoreCallCounts, read_core_call_counts
 from batchserve.metrics import NS, Buckets, Rejection
 from batchserve.refusals import REFUSALS, Refusals
 from batchserve.registry import IndexEntry, ModelRegistry, ModelState, ServedVersion
@@ -106,12 +107,14 @@ class ServerCollector(Collector):
         load_seconds: Mapping[str, float] | None = None,
         clock: Callable[[], int] = time.monotonic_ns,
         refusals: Refusals = REFUSALS,
+        grpc_core: Callable[[], CoreCallCounts | None] = read_core_call_counts,
     ) -> None:
         self._registry = registry
         self._gpus = gpus
         self._load_seconds = load_seconds if load_seconds is not None else {}
         self._clock = clock
         self._refusals = refusals
+        self._grpc_core = grpc_core
 
     def collect(self) -> Iterator[Metric]:
         versions = self._registry.loaded()
@@ -126,6 +129,9 @@ class ServerCollector(Collector):
             yield from gpu_families(self._gpus.read())
         yield _saturation_family(versions, now_ns)
         yield _refusal_family(self._refusals)
+        core = self._grpc_core()
+        if core is not None:
+            yield from _grpc_core_families(core)
 
 
 def metrics_registry(collector: ServerCollector) -> CollectorRegistry:
@@ -149,6 +155,20 @@ def _refusal_family(refusals: Refusals) -> Metric:
     for (protocol, reason), count in sorted(refusals.snapshot().items()):
         family.add_metric([protocol.value, reason.value], count)
     return family
+
+
+def _grpc_core_families(core: CoreCallCounts) -> Iterator[Metric]:
+    """Core's own counts: its refusals (oversized messages, calls caught by shutdown) are
+    among ``failed`` and nowhere else."""
+    for name, doc, value in (
+        ("started", "gRPC calls grpc core received.", core.started),
+        ("succeeded", "gRPC calls that ended OK.", core.succeeded),
+        ("failed", "gRPC calls that ended with any other status, grpc core's own refusals "
+         "included (these never reach batchserve_refusals_total).", core.failed),
+    ):  # fmt: skip
+        family = CounterMetricFamily(f"batchserve_grpc_core_calls_{name}", doc)
+        family.add_metric([], value)
+        yield family
 
 
 def _request_families(versions: list[ServedVersion]) -> Iterator[Metric]:

@@ -328,3 +328,28 @@ def test_a_busy_stream_answers_its_requests_refuses_new_ones_then_ends(tmp_path:
     np.testing.assert_allclose(y, expected(np.arange(WIDTH, dtype=np.float32)[None]), rtol=1e-6)
     assert end == (grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
     assert time.monotonic() - started < 20
+
+
+def test_messages_grpc_core_refuses_itself_are_counted_by_its_own_counters() -> None:
+    """A message over the size limit is refused by grpc core before any handler runs, so
+    the server's refusal counter never sees it; core's call counters, exposed on the metrics
+    port, do."""
+    server = start_server(extra_args=["--max-binary-body-bytes", "100000"])
+    try:
+        request = service_pb2.ModelInferRequest(model_name="digits_cnn")
+        request.inputs.add(name="image", datatype="FP32", shape=[1, 1, 8, 8])
+        request.raw_input_contents.append(b"\0" * 200_000)
+        failed = metric(server, "batchserve_grpc_core_calls_failed_total")
+        refused = metric(server, "batchserve_refusals_total", protocol="grpc")
+        codes = []
+        with grpc.insecure_channel(server.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            for _ in range(3):
+                with pytest.raises(grpc.RpcError) as caught:
+                    stub.ModelInfer(request, timeout=10)
+                codes.append(caught.value.code())
+        assert codes == [grpc.StatusCode.RESOURCE_EXHAUSTED] * 3
+        assert metric(server, "batchserve_grpc_core_calls_failed_total") == failed + 3
+        assert metric(server, "batchserve_refusals_total", protocol="grpc") == refused
+    finally:
+        assert server.stop() == 0

@@ -14,6 +14,7 @@ from batchserve.errors import (
     Unauthenticated,
     Unavailable,
 )
+from batchserve.grpc.core_counts import CoreCallCounts, read_core_call_counts
 from batchserve.metrics_collector import ServerCollector, metrics_registry
 from batchserve.refusals import Protocol, Reason, Refusals
 from batchserve.registry import ModelRegistry
@@ -71,3 +72,29 @@ def test_the_collector_exposes_each_count_by_protocol_and_reason(tmp_path: Path)
         ("batchserve_refusals_total", "http", "head_too_large"): 3,
         ("batchserve_refusals_total", "grpc", "overloaded"): 1,
     }
+
+
+def test_grpc_cores_own_counts_are_exposed_beside_the_refusals(tmp_path: Path) -> None:
+    budgets = MemoryBudgets(parse_budgets(None), device_total_bytes)
+    registry = ModelRegistry(ModelRepository(tmp_path), 1, budgets, lambda *_: FakeBackend())
+    counts = CoreCallCounts(started=7, succeeded=4, failed=3)
+    collector = ServerCollector(registry, refusals=Refusals(), grpc_core=lambda: counts)
+    text = generate_latest(metrics_registry(collector)).decode()
+    samples = {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("batchserve_grpc_core_calls_")
+    }
+    assert samples == {
+        "batchserve_grpc_core_calls_started_total": 7,
+        "batchserve_grpc_core_calls_succeeded_total": 4,
+        "batchserve_grpc_core_calls_failed_total": 3,
+    }
+
+
+def test_grpc_core_counts_come_from_this_grpcio() -> None:
+    """The private call grpcio-channelz uses is there: a grpcio upgrade that drops it fails here."""
+    counts = read_core_call_counts()
+    assert counts is not None
+    assert counts.started >= counts.succeeded + counts.failed
