@@ -318,7 +318,7 @@ class DataPlane:
         return self.shared_memory.status(kind, name)
 
     # repository ---------------------------------------------------------------------
-    def _check_token(self, token: str | None) -> None:
+    def check_token(self, token: str | None) -> None:
         expected = self.settings.control_token
         if expected is not None and not hmac.compare_digest(token or "", expected):
             raise Unauthenticated("model control and settings updates need a valid token")
@@ -332,11 +332,11 @@ class DataPlane:
                 "(batchserve: model control is disabled; start the server with "
                 "--model-control-mode explicit)"
             )
-        self._check_token(token)
+        self.check_token(token)
 
     def repository_index(self, token: str | None, ready_only: bool = False) -> list[IndexEntry]:
         """Answered in every control mode, as Triton does; the token still guards it."""
-        self._check_token(token)
+        self.check_token(token)
         return self.registry.index(ready_only)
 
     async def repository_load(
@@ -385,7 +385,7 @@ class DataPlane:
             raise InvalidArgument(f"Request for unknown model : {model}")
         if updates is None:
             return self.trace.get(model)
-        self._check_token(token)
+        self.check_token(token)
         return self.trace.update(updates, model)
 
     def log_settings(
@@ -393,7 +393,7 @@ class DataPlane:
     ) -> LogAnswer:
         if updates is None:
             return log_settings.get()
-        self._check_token(token)
+        self.check_token(token)
         return log_settings.update(updates)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import httpx
 import pytest
 import tritonclient.grpc as grpcclient
@@ -77,3 +79,25 @@ def test_loading_an_unknown_model_is_404(explicit_server: ServerProcess) -> None
     response = httpx.post(url, headers=headers)
     assert response.status_code == 404
     assert "absent" in response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v2/repository/index",
+        "/v2/repository/models/char_lstm/load",
+        "/v2/repository/models/char_lstm/unload",
+        "/v2/logging",
+        "/v2/trace/setting",
+    ],
+)
+def test_a_body_is_never_read_before_the_token_is_checked(
+    explicit_server: ServerProcess, path: str
+) -> None:
+    """Only the head is sent, announcing 10 MiB: the 401 must come before any body byte."""
+    head = (f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            f"content-length: {10 << 20}\r\n\r\n").encode()  # fmt: skip
+    with socket.create_connection(("127.0.0.1", explicit_server.http_port), timeout=5) as sock:
+        sock.sendall(head)
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 401 "), answer[:100]

@@ -134,6 +134,7 @@ def _add_repository_routes(app: FastAPI, dataplane: DataPlane) -> None:
 
     @app.post("/v2/repository/index", summary="Repository index")
     async def index(request: Request, authorization: str | None = Header(None)) -> Response:
+        dataplane.check_token(_token(authorization))  # before reading the body
         body = await read_limited(request, dataplane.settings.max_json_body_bytes, "request body")
         rows = dataplane.repository_index(_token(authorization), _ready_flag(body))
         return _json(responses.repository_index(rows))
@@ -153,6 +154,7 @@ def _add_repository_routes(app: FastAPI, dataplane: DataPlane) -> None:
     async def unload(
         name: str, request: Request, authorization: str | None = Header(None)
     ) -> Response:
+        dataplane.check_control(_token(authorization))  # before reading the body
         body = await read_limited(request, dataplane.settings.max_json_body_bytes, "request body")
         parameters = _parameters(_json_object(body))
         await dataplane.repository_unload(name, _token(authorization), parameters)
@@ -166,6 +168,7 @@ def _add_settings_routes(app: FastAPI, dataplane: DataPlane) -> None:
     async def trace(name: str, request: Request, authorization: str | None) -> Response:
         updates = None
         if request.method == "POST":
+            dataplane.check_token(_token(authorization))  # before reading the body
             updates = trace_updates(
                 _json_object(await read_limited(request, limit, "request body"))
             )
@@ -193,6 +196,7 @@ def _add_settings_routes(app: FastAPI, dataplane: DataPlane) -> None:
     async def update_logging(
         request: Request, authorization: str | None = Header(None)
     ) -> Response:
+        dataplane.check_token(_token(authorization))  # before reading the body
         updates = _json_object(await read_limited(request, limit, "request body"))
         return _json(dataplane.log_settings(_token(authorization), updates))
 
