@@ -45,6 +45,7 @@ class Reason(StrEnum):
     HEADER_TIMEOUT = "header_timeout"
     BODY_TIMEOUT = "body_timeout"
     TOO_MANY_CALLS = "too_many_calls"
+    HANDSHAKE_TIMEOUT = "handshake_timeout"
 
 
 _ERROR_REASONS: tuple[tuple[type[BatchserveError], Reason], ...] = (

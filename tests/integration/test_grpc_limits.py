@@ -353,3 +353,38 @@ def test_messages_grpc_core_refuses_itself_are_counted_by_its_own_counters() -> 
         assert metric(server, "batchserve_refusals_total", protocol="grpc") == refused
     finally:
         assert server.stop() == 0
+
+
+def _wait_for_metric(server: ServerProcess, want: float, seconds: float, **labels: str) -> float:
+    """The refusal count once it reaches ``want`` or ``seconds`` pass, whichever is first."""
+    deadline = time.monotonic() + seconds
+    while (seen := refusals(server, **labels)) < want and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return seen
+
+
+def test_connections_closed_at_the_handshake_deadline_are_counted() -> None:
+    """grpc core closes a silent connection without telling the application; the count
+    comes from watching channelz. A connection its client closes early, and one that made
+    a call, are not refusals and are not counted."""
+    handshake_seconds = 5.0
+    server = start_server(
+        extra_args=["--grpc-handshake-timeout", str(int(handshake_seconds * 1000))]
+    )
+    try:
+        assert_serves(server)  # made a call: never counted, whenever it closes
+        with contextlib.ExitStack() as stack:
+            silent = [
+                stack.enter_context(socket.create_connection(("127.0.0.1", server.grpc_port)))
+                for _ in range(3)
+            ]
+            with socket.create_connection(("127.0.0.1", server.grpc_port)):
+                time.sleep(0.2)  # the client gives up long before the deadline
+            seen = _wait_for_metric(server, 3, handshake_seconds + 10, reason="handshake_timeout")
+            assert all(not _drain(sock) for sock in silent), "a silent socket is still open"
+        assert seen == 3
+        time.sleep(2 * 1.0 + 0.5)  # two more looks of the watch: nothing else is counted
+        assert refusals(server, reason="handshake_timeout") == 3
+        assert_serves(server)
+    finally:
+        assert server.stop() == 0

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from batchserve.dataplane import DataPlane
 from batchserve.grpc.call_limit import CallLimit
+from batchserve.grpc.connection_watch import HandshakeTimeoutWatch
 from batchserve.grpc.generated import grpc_service_pb2 as pb
 from batchserve.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from batchserve.grpc.options import server_options
@@ -26,6 +29,8 @@ class GrpcServer:
             interceptors=[ErrorInterceptor(self.calls)], options=server_options(settings)
         )
         self.servicer = InferenceServicer(dataplane)
+        self._watch = HandshakeTimeoutWatch(settings.grpc_handshake_timeout_ms / 1000)
+        self._watching: asyncio.Task[None] | None = None
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, self.server)
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -39,6 +44,7 @@ class GrpcServer:
 
     async def start(self) -> None:
         await self.server.start()
+        self._watching = asyncio.create_task(self._watch.run(), name="grpc-handshake-watch")
 
     async def set_serving(self, serving: bool) -> None:
         """Mirror the server's readiness in the standard health service."""
@@ -57,3 +63,5 @@ class GrpcServer:
         stop for the whole grace period."""
         self.servicer.streams.drain()
         await self.server.stop(grace_seconds)
+        if self._watching is not None:
+            self._watching.cancel()
