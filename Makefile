@@ -47,6 +47,7 @@ lint: $(VENV)/.stamp-$(DEV_EXTRAS)
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m mypy
 	cd clients/python && $(abspath $(PY)) -m mypy
+	$(VENV)/bin/lint-imports --no-logo --no-cache
 	$(PY) scripts/gen_protos.py --check
 	$(PY) clients/python/scripts/gen_protos.py --check
 

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchserve.model_config import parse_pbtxt, to_pbtxt
+from batchserve.models.model_config import parse_pbtxt, to_pbtxt
 from common import ROOT, Point, machine_line, model_stats, run_point, start_server, stop_server
 
 

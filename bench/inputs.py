@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from batchserve.datatypes import DataType, from_config
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInput
+from batchserve.core.datatypes import DataType, from_config
+from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput
 
 from bench.common import INPUT_DATA
 

@@ -3,7 +3,7 @@
 batchserve serves only ONNX and TensorRT files, so the leak lives in the backend: the real
 backend is wrapped, and every batch it runs for the chosen model keeps a block of written
 bytes for the life of the process. Everything else (protocols, batcher, statistics) is the
-real server, built through the same ``batchserve.app.run`` as ``batchserve serve``.
+real server, built through the same ``batchserve.runtime.app.run`` as ``batchserve serve``.
 
     python -m bench.leaky_server [--leak-model digits_cnn] [--leak-kib 64] SERVE_FLAGS...
 """
@@ -16,15 +16,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from batchserve.app import run
 from batchserve.backends import create_backend
 from batchserve.backends.base import Arrays, Backend
-from batchserve.devices import Device
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.logs import configure_logging
-from batchserve.registry import BackendFactory
-from batchserve.server_command import register, settings_from_args
-from batchserve.signature import ModelSignature
+from batchserve.core.device import Device
+from batchserve.core.signature import ModelSignature
+from batchserve.models.registry import BackendFactory
+from batchserve.observability.logs import configure_logging
+from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.runtime.app import run
+from batchserve.runtime.serve_command import register, settings_from_args
 
 RETAINED: list[bytes] = []  # the leak: never cleared while the server runs
 

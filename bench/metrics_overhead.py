@@ -15,7 +15,7 @@ import time
 import timeit
 from pathlib import Path
 
-from batchserve.stats import ModelStats
+from batchserve.observability.stats import ModelStats
 
 ROOT = Path(__file__).resolve().parent.parent
 REPEAT, NUMBER = 7, 20_000

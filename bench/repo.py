@@ -16,15 +16,15 @@ import sys
 from pathlib import Path
 
 import onnx
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInstanceGroup
-from batchserve.model_config import (
+from batchserve.backends.onnx_file import read_onnx_signature
+from batchserve.models.model_config import (
     CONFIG_FILENAME,
     ONNX,
     complete_config,
     load_pbtxt,
     to_pbtxt,
 )
-from batchserve.onnx_file import read_onnx_signature
+from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from batchserve.zoo import MAX_QUEUE_DELAY_US
 from onnx import TensorProto, helper
 

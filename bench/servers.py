@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import grpc
-from batchserve.grpc.generated import grpc_service_pb2 as pb
-from batchserve.grpc.generated import grpc_service_pb2_grpc as pbg
+from batchserve.proto import grpc_service_pb2 as pb
+from batchserve.proto import grpc_service_pb2_grpc as pbg
 
 from bench import perf, procstat
 from bench.common import ROOT

@@ -22,9 +22,9 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime
 import orjson
-from batchserve.datatypes import from_config
-from batchserve.grpc.generated import grpc_service_pb2 as pb
-from batchserve.grpc.generated import grpc_service_pb2_grpc as pbg
+from batchserve.core.datatypes import from_config
+from batchserve.proto import grpc_service_pb2 as pb
+from batchserve.proto import grpc_service_pb2_grpc as pbg
 from batchserve_client import NO_RETRY, AsyncClient, BatchserveClientError
 
 from bench.inputs import INT_HIGH

@@ -163,8 +163,8 @@ def export_help() -> str:
 
 def _pt2_refusal() -> str:
     from batchserve.backends import runtime_name
-    from batchserve.errors import BatchserveError
-    from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+    from batchserve.core.errors import BatchserveError
+    from batchserve.proto.model_config_pb2 import ModelConfig
 
     try:
         runtime_name(ModelConfig(), Path("model.pt2"))

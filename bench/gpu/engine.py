@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 from batchserve.backends import Backend, create_backend
-from batchserve.devices import Device
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.model_config import CONFIG_FILENAME, load_pbtxt
+from batchserve.core.device import Device
+from batchserve.models.model_config import CONFIG_FILENAME, load_pbtxt
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 from bench.ceiling import time_calls
 from bench.gpu import accuracy, networks

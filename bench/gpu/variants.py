@@ -13,8 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInstanceGroup
-from batchserve.model_config import CONFIG_FILENAME, load_pbtxt, to_pbtxt
+from batchserve.models.model_config import CONFIG_FILENAME, load_pbtxt, to_pbtxt
+from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from bench.gpu.records import Variant
 

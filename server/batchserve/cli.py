@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 
 COMMAND_MODULES = (
     "batchserve.export.command",
-    "batchserve.repository_command",
-    "batchserve.server_command",
+    "batchserve.runtime.repository_command",
+    "batchserve.runtime.serve_command",
 )
 
 Handler = Callable[[argparse.Namespace], int]

@@ -8,9 +8,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from batchserve.datatypes import BY_WIRE
+from batchserve.core.datatypes import BY_WIRE
 from batchserve.grpc.codec import CONTENTS_FIELD
-from batchserve.grpc.generated.grpc_service_pb2 import InferParameter, ModelInferRequest
+from batchserve.proto.grpc_service_pb2 import InferParameter, ModelInferRequest
 from hypothesis import strategies as st
 
 from tests.fuzz.properties import OUTPUT_NAMES

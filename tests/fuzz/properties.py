@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from batchserve.classification import requested_counts
-from batchserve.datatypes import from_config
-from batchserve.errors import InvalidArgument
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.model_config import parse_pbtxt
-from batchserve.types import RequestedOutput, Tensor
-from batchserve.validation import ValidRequest, validate_request
+from batchserve.core.datatypes import from_config
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.types import RequestedOutput, Tensor
+from batchserve.core.validation import ValidRequest, validate_request
+from batchserve.dataplane.classification import requested_counts
+from batchserve.models.model_config import parse_pbtxt
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 # Models of each shape of signature validation knows: fixed dims with a batch axis, a
 # sequence model, no batch axis with an optional input, and the 2-byte float types.

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from batchserve.datatypes import BY_WIRE
+from batchserve.core.datatypes import BY_WIRE
 from hypothesis import strategies as st
 
 from tests.fuzz.properties import OUTPUT_NAMES

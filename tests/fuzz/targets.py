@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 import orjson
-from batchserve.datatypes import BY_WIRE
-from batchserve.errors import InvalidArgument
+from batchserve.core.datatypes import BY_WIRE
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.tensors import array_from_bytes, array_to_bytes, checked_shape
+from batchserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
 from batchserve.grpc import codec as grpc_codec
-from batchserve.grpc.generated.grpc_service_pb2 import ModelInferRequest
+from batchserve.proto.grpc_service_pb2 import ModelInferRequest
 from batchserve.rest import codec as rest_codec
 from batchserve.rest import compression
-from batchserve.tensors import array_from_bytes, array_to_bytes, checked_shape
-from batchserve.types import InferRequest, InferResponse, RequestedOutput, Tensor
 from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

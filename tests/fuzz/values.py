@@ -9,7 +9,7 @@ from functools import cache
 from typing import Any, NamedTuple
 
 import numpy as np
-from batchserve.datatypes import BY_WIRE
+from batchserve.core.datatypes import BY_WIRE
 from hypothesis import strategies as st
 
 from tests.fuzz.properties import INPUT_NAMES

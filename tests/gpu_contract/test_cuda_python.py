@@ -1,6 +1,6 @@
 """The project's CUDA runtime calls exist in the installed cuda-bindings, as the code makes them.
 
-Read from the source (``ast``): every ``call("cudaX", ...)`` of ``backends/cuda.py`` and every
+Read from the source (``ast``): every ``call("cudaX", ...)`` of ``devices/cuda.py`` and every
 attribute reached from the runtime module in any module of the package (``cudart.X.Y``,
 ``runtime().X``), with the number of arguments each call passes, and every ``cudaError*``
 name it compares against. Then the same module over the stub driver: no device, and the
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import batchserve
 import pytest
-from batchserve.backends import cuda
-from batchserve.errors import DeviceUnavailable
+from batchserve.core.errors import DeviceUnavailable
+from batchserve.devices import cuda
 from cuda.bindings import runtime as cudart
 
 PACKAGE = Path(batchserve.__file__).parent
@@ -72,7 +72,7 @@ def modules_using_the_runtime() -> list[Path]:
     return sorted(
         path
         for path in PACKAGE.rglob("*.py")
-        if "cuda.bindings" in path.read_text() or path == PACKAGE / "backends" / "cuda.py"
+        if "cuda.bindings" in path.read_text() or path == PACKAGE / "devices" / "cuda.py"
     )
 
 
@@ -106,7 +106,7 @@ def test_every_cuda_error_name_compared_against_exists(module: Path) -> None:
 
 def test_the_scan_finds_the_calls_it_must() -> None:
     """The scan itself: it sees a call(), a chained enum and a direct call in cuda.py."""
-    uses = dict(runtime_uses(ast.parse((PACKAGE / "backends" / "cuda.py").read_text())))
+    uses = dict(runtime_uses(ast.parse((PACKAGE / "devices" / "cuda.py").read_text())))
     assert uses["cudaMemcpyAsync"] == 5
     assert uses["cudaGetErrorString"] == 1
     assert "cudaMemcpyKind.cudaMemcpyHostToDevice" in uses

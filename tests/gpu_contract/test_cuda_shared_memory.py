@@ -4,8 +4,8 @@ makes, on a machine whose driver sees no GPU, end in Triton's refusal plus the r
 from __future__ import annotations
 
 import pytest
-from batchserve.errors import InvalidArgument
-from batchserve.shared_memory.manager import SharedMemoryManager
+from batchserve.core.errors import InvalidArgument
+from batchserve.dataplane.shared_memory.manager import SharedMemoryManager
 
 
 def test_registering_cuda_shared_memory_without_a_device_is_refused_clearly() -> None:

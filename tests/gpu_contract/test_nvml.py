@@ -13,19 +13,21 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from batchserve.devices import CPU, gpu_count, resolve_devices
-from batchserve.gpu import GpuMonitor, GpuReading
-from batchserve.metrics_collector import (
+from batchserve.core.budgets import parse_budgets
+from batchserve.core.device import CPU
+from batchserve.devices.nvml import GpuMonitor, GpuReading
+from batchserve.devices.placement import gpu_count, resolve_devices
+from batchserve.models.memory_probe import device_total_bytes, gpu_total_bytes
+from batchserve.models.model_config import parse_pbtxt
+from batchserve.models.registry import ModelRegistry
+from batchserve.models.repository import ModelRepository
+from batchserve.runtime.metrics_collector import (
     GPU_METRICS,
     ServerCollector,
     gpu_families,
     metrics_registry,
 )
-from batchserve.model_config import parse_pbtxt
-from batchserve.registry import ModelRegistry
-from batchserve.repository import ModelRepository
-from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
-from batchserve.scheduler.memory_probe import device_total_bytes, gpu_total_bytes
+from batchserve.scheduler.memory import MemoryBudgets
 from cuda.bindings import runtime as cudart
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -114,7 +116,7 @@ def test_without_a_driver_there_is_no_monitor_and_one_log_line(
     nvml_reports({"NVML_STUB_GPUS": "driver-not-loaded"})
     with caplog.at_level(logging.INFO, logger="batchserve"):
         assert GpuMonitor.open() is None
-    records = [r for r in caplog.records if r.name == "batchserve.gpu"]
+    records = [r for r in caplog.records if r.name == "batchserve.devices.nvml"]
     assert len(records) == 1, [r.getMessage() for r in records]
     assert records[0].getMessage().startswith("GPU metrics off")
 

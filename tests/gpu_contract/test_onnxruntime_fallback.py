@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from batchserve.backends.onnx import OnnxBackend
-from batchserve.devices import CPU, Device
-from batchserve.errors import DeviceUnavailable
-from batchserve.model_config import parse_pbtxt
+from batchserve.core.device import CPU, Device
+from batchserve.core.errors import DeviceUnavailable
+from batchserve.models.model_config import parse_pbtxt
 
 from tests.gpu_contract.models import CONFIG, reference
 

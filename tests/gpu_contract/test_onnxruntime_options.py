@@ -25,8 +25,8 @@ from batchserve.backends.onnx_options import (
     tensorrt_profile,
     with_gpu_io,
 )
-from batchserve.devices import Device
-from batchserve.model_config import parse_pbtxt
+from batchserve.core.device import Device
+from batchserve.models.model_config import parse_pbtxt
 
 from tests.gpu_contract.models import CONFIG
 

@@ -29,7 +29,7 @@ def test_regenerating_the_messages_gives_the_committed_files() -> None:
     [
         "import tritonclient.grpc; import batchserve_client._proto.v2_pb2",
         "import batchserve_client._proto.v2_pb2; import tritonclient.grpc",
-        "import batchserve.grpc.generated.grpc_service_pb2; import batchserve_client._proto.v2_pb2",
+        "import batchserve.proto.grpc_service_pb2; import batchserve_client._proto.v2_pb2",
     ],
 )
 def test_the_messages_load_next_to_other_inference_protos(imports: str) -> None:

@@ -183,7 +183,11 @@ def test_log_switches_change_what_the_server_writes(settings_server: ServerProce
     http.load_model("digits_cnn", headers=HEADERS)
     settings_server.wait_for("model ready")
     lines = [str(r["message"]) for r in settings_server.logs[start + len(records) :]]
-    text = [i for i, line in enumerate(lines) if line.endswith("batchserve.registry: model ready")]
+    text = [
+        i
+        for i, line in enumerate(lines)
+        if line.endswith("batchserve.models.registry: model ready")
+    ]
     assert text  # written as a text line, not JSON
     assert not any("ignoring training.json" in line for line in lines[text[0] :])  # verbose 0
     assert http.get_log_settings() == LOG_DEFAULTS

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from batchserve.types import InferRequest
+from batchserve.core.types import InferRequest
 
 
 def count_full_decodes(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> list[Any]:

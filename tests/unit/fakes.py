@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from batchserve.datatypes import BY_WIRE
-from batchserve.devices import CPU, Device
-from batchserve.errors import BackendError, OutOfMemory
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.model_config import parse_pbtxt
-from batchserve.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.core.datatypes import BY_WIRE
+from batchserve.core.device import CPU, Device
+from batchserve.core.errors import BackendError, OutOfMemory
+from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.models.model_config import parse_pbtxt
+from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import text_format
 
 FP32 = BY_WIRE["FP32"]

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from batchserve.backends import cuda
-from batchserve.devices import gpu_count
-from batchserve.errors import DeviceUnavailable
+from batchserve.core.errors import DeviceUnavailable
+from batchserve.devices import cuda
+from batchserve.devices.placement import gpu_count
 from onnx import TensorProto, helper, numpy_helper
 
 RUNTIMES = ("pytorch", "onnxruntime", "tensorrt")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from bench.gpu import accuracy, load, networks, requirements, tests, variants, venv
 from bench.gpu.records import Key, Variant

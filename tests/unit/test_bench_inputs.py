@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import text_format
 
 from bench.inputs import DEFAULT_AXIS, parse_shape, plan

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import onnx
-from batchserve.grpc.generated.model_config_pb2 import ModelInstanceGroup
-from batchserve.model_config import load_pbtxt
+from batchserve.models.model_config import load_pbtxt
+from batchserve.proto.model_config_pb2 import ModelInstanceGroup
 from onnx import TensorProto, helper
 
 from bench import ceiling, repo

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
-from batchserve.datatypes import BY_WIRE
+from batchserve.core.datatypes import BY_WIRE
 
 from bench import ceiling, repo, run, servers
 from bench.inputs import ModelInputs, Sample

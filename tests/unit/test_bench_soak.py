@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from batchserve.devices import CPU
+from batchserve.core.device import CPU
 
 from bench import leaky_server, procstat
 from bench.repo import completed_config, onnx_file

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import pytest
-from batchserve.busy_poll import BusyPoll
+from batchserve.dataplane.busy_poll import BusyPoll
 from fakes import ManualClock
 
 pytestmark = pytest.mark.anyio

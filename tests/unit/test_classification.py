@@ -4,7 +4,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from batchserve.classification import (
+from batchserve.core.datatypes import BY_WIRE
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.types import RequestedOutput, Tensor
+from batchserve.dataplane.classification import (
     INLINE_BELOW,
     MAX_ELEMENTS,
     MAX_ENTRIES,
@@ -12,9 +15,6 @@ from batchserve.classification import (
     classify_outputs,
     requested_counts,
 )
-from batchserve.datatypes import BY_WIRE
-from batchserve.errors import InvalidArgument
-from batchserve.types import RequestedOutput, Tensor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp

@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from batchserve.datatypes import BY_WIRE
+from batchserve.core.datatypes import BY_WIRE
+from batchserve.core.types import InferRequest as ServerRequest
+from batchserve.core.types import InferResponse, RequestedOutput, Tensor
 from batchserve.rest.codec import decode_infer_request, encode_infer_response
-from batchserve.types import InferRequest as ServerRequest
-from batchserve.types import InferResponse, RequestedOutput, Tensor
 from batchserve_client import InvalidArgument, InvalidResponse
 from batchserve_client._connect import Settings
 from batchserve_client._grpc import message_dict

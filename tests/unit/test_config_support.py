@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from batchserve.config_validation import config_problems
-from batchserve.model_config import parse_pbtxt
+from batchserve.models.config_validation import config_problems
+from batchserve.models.model_config import parse_pbtxt
 
 TENSORS = """
 name: "m"

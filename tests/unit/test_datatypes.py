@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
-from batchserve import datatypes
-from batchserve.errors import InvalidArgument
-from batchserve.grpc.generated import model_config_pb2
+from batchserve.core import datatypes
+from batchserve.core.errors import InvalidArgument
+from batchserve.proto import model_config_pb2
 
 
 def test_config_values_match_the_protobuf_enum() -> None:

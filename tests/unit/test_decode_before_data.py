@@ -14,15 +14,15 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from batchserve.errors import InvalidArgument, NotFound
+from batchserve.core.errors import InvalidArgument, NotFound
+from batchserve.core.types import InferRequest
+from batchserve.core.validation import RequestSchema
 from batchserve.grpc import codec as grpc_codec
-from batchserve.grpc.generated.grpc_service_pb2 import ModelInferRequest
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
 from batchserve.grpc.layout_cache import MessageLayouts
+from batchserve.proto.grpc_service_pb2 import ModelInferRequest
+from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.rest import codec as rest_codec
 from batchserve.rest.header_cache import HeaderCache
-from batchserve.types import InferRequest
-from batchserve.validation import RequestSchema
 from google.protobuf import text_format
 
 CONFIG = """

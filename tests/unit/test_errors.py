@@ -1,6 +1,6 @@
 import grpc
 import pytest
-from batchserve import errors
+from batchserve.core import errors
 
 ALL_ERRORS = [
     cls

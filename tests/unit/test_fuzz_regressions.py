@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import orjson
 import pytest
-from batchserve.errors import InvalidArgument
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.tensors import checked_shape
 from batchserve.grpc import codec as grpc_codec
-from batchserve.grpc.generated.grpc_service_pb2 import ModelInferRequest
+from batchserve.proto.grpc_service_pb2 import ModelInferRequest
 from batchserve.rest import codec as rest_codec
-from batchserve.tensors import checked_shape
 
 # No elements, but the other dimensions multiply past what numpy holds: numpy raised
 # ValueError("array is too big") when the decoder built the empty array.

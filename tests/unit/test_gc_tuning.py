@@ -9,12 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from batchserve import gc_tuning
-from batchserve.errors import ModelConfigError
-from batchserve.registry import ModelRegistry
-from batchserve.repository import ModelRepository
-from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
-from batchserve.scheduler.memory_probe import device_total_bytes
+from batchserve.core.budgets import parse_budgets
+from batchserve.core.errors import ModelConfigError
+from batchserve.models.memory_probe import device_total_bytes
+from batchserve.models.registry import ModelRegistry
+from batchserve.models.repository import ModelRepository
+from batchserve.runtime import gc_tuning
+from batchserve.scheduler.memory import MemoryBudgets
 from fakes import FAKE_CONFIG, FakeBackend
 from onnx_models import FP32, build_model, write_model
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from batchserve.devices import gpu_count
-from batchserve.gpu import GpuMonitor
-from batchserve.metrics_collector import GPU_METRICS, gpu_families
+from batchserve.devices.nvml import GpuMonitor
+from batchserve.devices.placement import gpu_count
+from batchserve.runtime.metrics_collector import GPU_METRICS, gpu_families
 
 from tests.stubs.nvml import build_nvml_stub, pynvml_over
 
@@ -83,9 +83,9 @@ def _reconfigure(nvml: ModuleType) -> None:
 def test_without_a_gpu_there_is_no_monitor_and_the_log_says_why_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="batchserve.gpu"):
+    with caplog.at_level(logging.INFO, logger="batchserve.devices.nvml"):
         assert GpuMonitor.open() is None
-    records = [r for r in caplog.records if r.name == "batchserve.gpu"]
+    records = [r for r in caplog.records if r.name == "batchserve.devices.nvml"]
     assert len(records) == 1
     assert records[0].getMessage().startswith("GPU metrics off: ")
     assert "NVML" in records[0].getMessage()
@@ -131,7 +131,7 @@ def test_a_gpu_that_stops_answering_is_left_out_and_logged_once(
     monitor = _monitor(nvml)
     monkeypatch.setenv("NVML_STUB_LOST", "1")
     _reconfigure(nvml)
-    with caplog.at_level(logging.WARNING, logger="batchserve.gpu"):
+    with caplog.at_level(logging.WARNING, logger="batchserve.devices.nvml"):
         assert [r.index for r in monitor.read()] == [0]
         assert [r.index for r in monitor.read()] == [0]
     assert len(caplog.records) == 1

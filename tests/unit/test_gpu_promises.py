@@ -32,14 +32,16 @@ import numpy as np
 import pytest
 from batchserve.backends import create_backend
 from batchserve.backends.base import Backend
-from batchserve.devices import Device, gpu_count
-from batchserve.errors import DeviceUnavailable, ModelConfigError, OutOfMemory
-from batchserve.model_config import load_pbtxt
-from batchserve.registry import ModelRegistry, ServedVersion
-from batchserve.repository import ModelRepository
+from batchserve.core.budgets import parse_budgets
+from batchserve.core.device import Device
+from batchserve.core.errors import DeviceUnavailable, ModelConfigError, OutOfMemory
+from batchserve.devices.placement import gpu_count
+from batchserve.models.memory_probe import device_total_bytes
+from batchserve.models.model_config import load_pbtxt
+from batchserve.models.registry import ModelRegistry, ServedVersion
+from batchserve.models.repository import ModelRepository
 from batchserve.scheduler.execution import BatchRun
-from batchserve.scheduler.memory import MemoryBudgets, derive_cap, parse_budgets
-from batchserve.scheduler.memory_probe import device_total_bytes
+from batchserve.scheduler.memory import MemoryBudgets, derive_cap
 from batchserve.scheduler.padding import SequenceLayout
 from batchserve.scheduler.work import WorkItem
 from gpu_models import (
@@ -239,11 +241,11 @@ async def test_d_instances_spread_over_every_gpu(runtime: str, tmp_path: Path) -
 _LOAD_SCRIPT = """
 import asyncio, json, sys
 from pathlib import Path
-from batchserve.errors import BatchserveError
-from batchserve.registry import ModelRegistry
-from batchserve.repository import ModelRepository
+from batchserve.core.errors import BatchserveError
+from batchserve.models.registry import ModelRegistry
+from batchserve.models.repository import ModelRepository
 from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
-from batchserve.scheduler.memory_probe import device_total_bytes
+from batchserve.models.memory_probe import device_total_bytes
 
 async def main() -> dict:
     budgets = MemoryBudgets(parse_budgets(None), device_total_bytes)

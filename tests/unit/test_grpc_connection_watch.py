@@ -11,7 +11,7 @@ from concurrent import futures
 import grpc
 import pytest
 from batchserve.grpc.connection_watch import HandshakeTimeoutWatch
-from batchserve.refusals import Protocol, Reason, Refusals
+from batchserve.observability.refusals import Protocol, Reason, Refusals
 
 DEADLINE = 20.0
 

@@ -4,9 +4,9 @@ import os
 from pathlib import Path
 
 import pytest
-from batchserve import labels as labels_module
-from batchserve.grpc.generated.model_config_pb2 import ModelOutput
-from batchserve.labels import read_labels
+from batchserve.models import labels as labels_module
+from batchserve.models.labels import read_labels
+from batchserve.proto.model_config_pb2 import ModelOutput
 
 SOURCE = "m/config.pbtxt"
 

@@ -7,8 +7,8 @@ import os
 from pathlib import Path, PurePosixPath
 
 import pytest
-from batchserve.errors import Internal, InvalidArgument, PayloadTooLarge
-from batchserve.load_override import (
+from batchserve.core.errors import Internal, InvalidArgument, PayloadTooLarge
+from batchserve.models.load_override import (
     OverrideDirectory,
     parse_load_parameters,
     parse_unload_parameters,

@@ -10,9 +10,9 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from batchserve import log_settings
-from batchserve.errors import InvalidArgument, Unsupported
-from batchserve.logs import configure_logging, formatter
+from batchserve.core.errors import InvalidArgument, Unsupported
+from batchserve.observability import log_settings
+from batchserve.observability.logs import configure_logging, formatter
 
 
 @pytest.fixture

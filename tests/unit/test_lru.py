@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from batchserve.lru import LruCache
+from batchserve.core.lru import LruCache
 
 
 def test_holds_at_most_its_size_dropping_the_least_recently_used() -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from batchserve.dataplane import DataPlane
-from batchserve.errors import (
+from batchserve.core.budgets import parse_budgets
+from batchserve.core.errors import (
     BackendError,
     DeadlineExceeded,
     InvalidArgument,
@@ -23,15 +23,22 @@ from batchserve.errors import (
     Overloaded,
     Unavailable,
 )
-from batchserve.metrics import LATENCY_BUCKETS_NS, Buckets, Rejection, metrics_app, rejection_of
-from batchserve.metrics_collector import ServerCollector, metrics_registry
-from batchserve.registry import ModelRegistry
-from batchserve.repository import ModelRepository
+from batchserve.core.settings import Settings
+from batchserve.core.types import InferRequest, Tensor
+from batchserve.dataplane.plane import DataPlane
+from batchserve.models.memory_probe import device_total_bytes
+from batchserve.models.registry import ModelRegistry
+from batchserve.models.repository import ModelRepository
+from batchserve.observability.metrics import (
+    LATENCY_BUCKETS_NS,
+    Buckets,
+    Rejection,
+    metrics_app,
+    rejection_of,
+)
 from batchserve.rest.responses import statistics
-from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
-from batchserve.scheduler.memory_probe import device_total_bytes
-from batchserve.settings import Settings
-from batchserve.types import InferRequest, Tensor
+from batchserve.runtime.metrics_collector import ServerCollector, metrics_registry
+from batchserve.scheduler.memory import MemoryBudgets
 from fakes import FAKE_CONFIG, FP32, FakeBackend
 from onnx_models import FP32 as ONNX_FP32
 from onnx_models import build_model, write_model

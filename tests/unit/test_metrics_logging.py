@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-from batchserve.logs import bind_request, configure_logging
+from batchserve.observability.logs import bind_request, configure_logging
 
 
 @pytest.fixture

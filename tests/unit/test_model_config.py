@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from batchserve.datatypes import BY_WIRE
-from batchserve.errors import ModelConfigError
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInstanceGroup
-from batchserve.model_config import (
+from batchserve.core.datatypes import BY_WIRE
+from batchserve.core.errors import ModelConfigError
+from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.models.model_config import (
     DEFAULT_MAX_BATCH_SIZE,
     ONNX,
     complete_config,
@@ -18,8 +18,8 @@ from batchserve.model_config import (
     parse_pbtxt,
     to_pbtxt,
 )
-from batchserve.repository import InvalidModel, ModelRepository
-from batchserve.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.models.repository import InvalidModel, ModelRepository
+from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from onnx import TensorProto
 from onnx_models import FP32, IMAGE, INT64, LOGITS, Tensor, build_model, write_model
 

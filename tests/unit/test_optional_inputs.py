@@ -6,14 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from batchserve.config_validation import model_problems
-from batchserve.datatypes import BY_WIRE
-from batchserve.errors import InvalidArgument
-from batchserve.grpc.generated.model_config_pb2 import DataType
-from batchserve.model_config import ONNX, complete_config, parse_pbtxt
-from batchserve.onnx_file import read_onnx_signature
-from batchserve.types import Tensor
-from batchserve.validation import RequestSchema, validate_request
+from batchserve.backends.onnx_file import read_onnx_signature
+from batchserve.core.datatypes import BY_WIRE
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.types import Tensor
+from batchserve.core.validation import RequestSchema, validate_request
+from batchserve.models.config_validation import model_problems
+from batchserve.models.model_config import ONNX, complete_config, parse_pbtxt
+from batchserve.proto.model_config_pb2 import DataType
 from onnx import TensorProto, helper
 from onnx_models import build_model, write_model
 

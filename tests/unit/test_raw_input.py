@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from batchserve.errors import InvalidArgument
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.raw_input import raw_request
+from batchserve.core.errors import InvalidArgument
+from batchserve.dataplane.raw_input import raw_request
+from batchserve.proto.model_config_pb2 import ModelConfig
 from fakes import fake_config
 from google.protobuf import text_format
 

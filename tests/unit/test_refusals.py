@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from batchserve.errors import (
+from batchserve.core.budgets import parse_budgets
+from batchserve.core.errors import (
     ControlDisabled,
     InvalidArgument,
     NotFound,
@@ -14,13 +15,13 @@ from batchserve.errors import (
     Unauthenticated,
     Unavailable,
 )
-from batchserve.grpc.core_counts import CoreCallCounts, read_core_call_counts
-from batchserve.metrics_collector import ServerCollector, metrics_registry
-from batchserve.refusals import Protocol, Reason, Refusals
-from batchserve.registry import ModelRegistry
-from batchserve.repository import ModelRepository
-from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
-from batchserve.scheduler.memory_probe import device_total_bytes
+from batchserve.models.memory_probe import device_total_bytes
+from batchserve.models.registry import ModelRegistry
+from batchserve.models.repository import ModelRepository
+from batchserve.observability.grpc_core_counts import CoreCallCounts, read_core_call_counts
+from batchserve.observability.refusals import Protocol, Reason, Refusals
+from batchserve.runtime.metrics_collector import ServerCollector, metrics_registry
+from batchserve.scheduler.memory import MemoryBudgets
 from fakes import FakeBackend
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families

@@ -9,12 +9,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
-from batchserve.errors import BackendError, ModelConfigError, NotFound, Unavailable
-from batchserve.load_override import LoadOverride
-from batchserve.registry import ModelRegistry, ModelState
-from batchserve.repository import ModelRepository
-from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
-from batchserve.scheduler.memory_probe import device_total_bytes
+from batchserve.core.budgets import parse_budgets
+from batchserve.core.errors import BackendError, ModelConfigError, NotFound, Unavailable
+from batchserve.models.load_override import LoadOverride
+from batchserve.models.memory_probe import device_total_bytes
+from batchserve.models.registry import ModelRegistry, ModelState
+from batchserve.models.repository import ModelRepository
+from batchserve.scheduler.memory import MemoryBudgets
 from fakes import FAKE_CONFIG, FakeBackend
 from onnx_models import FP32, build_model, write_model
 

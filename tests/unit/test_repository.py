@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-from batchserve.devices import gpu_count
-from batchserve.errors import InvalidArgument, ModelConfigError, NotFound
-from batchserve.model_config import DEFAULT_MAX_BATCH_SIZE, MAX_CONFIG_BYTES, parse_pbtxt
-from batchserve.repository import (
+from batchserve.core.errors import InvalidArgument, ModelConfigError, NotFound
+from batchserve.devices.placement import gpu_count
+from batchserve.models.model_config import DEFAULT_MAX_BATCH_SIZE, MAX_CONFIG_BYTES, parse_pbtxt
+from batchserve.models.repository import (
     InvalidModel,
     ModelProblem,
     ModelRepository,
@@ -150,7 +150,7 @@ def test_entries_that_are_not_version_directories_are_ignored(
     (model_dir / "7").write_text("a file, not a directory")
     (model_dir / "README.md").write_text("notes")
     (model_dir / "config.pbtxt").write_text("version_policy { all {} }")
-    with caplog.at_level(logging.DEBUG, logger="batchserve.repository"):
+    with caplog.at_level(logging.DEBUG, logger="batchserve.models.repository"):
         model = ModelRepository(tmp_path).resolve("digits")
     assert [v.version for v in model.versions] == [2]
     assert "ignoring 01 (not a version directory)" in caplog.text

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from batchserve.cli import main
-from batchserve.model_config import parse_pbtxt
+from batchserve.models.model_config import parse_pbtxt
 from onnx_models import write_model
 
 

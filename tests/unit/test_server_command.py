@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 from batchserve.cli import build_parser
-from batchserve.server_command import FLAGS, settings_from_args
-from batchserve.settings import ClientShm, ModelControlMode, Settings
+from batchserve.core.settings import ClientShm, ModelControlMode, Settings
+from batchserve.runtime.serve_command import FLAGS, settings_from_args
 from pydantic import ValidationError
 
 

@@ -12,13 +12,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from batchserve.dataplane import DataPlane  # noqa: E402
-from batchserve.registry import ModelRegistry  # noqa: E402
-from batchserve.repository import ModelRepository  # noqa: E402
+from batchserve.core.budgets import parse_budgets  # noqa: E402
+from batchserve.core.settings import Settings  # noqa: E402
+from batchserve.dataplane.plane import DataPlane  # noqa: E402
+from batchserve.models.memory_probe import device_total_bytes  # noqa: E402
+from batchserve.models.registry import ModelRegistry  # noqa: E402
+from batchserve.models.repository import ModelRepository  # noqa: E402
 from batchserve.rest.app import build_http_app  # noqa: E402
-from batchserve.scheduler.memory import MemoryBudgets, parse_budgets  # noqa: E402
-from batchserve.scheduler.memory_probe import device_total_bytes  # noqa: E402
-from batchserve.settings import Settings  # noqa: E402
+from batchserve.scheduler.memory import MemoryBudgets  # noqa: E402
 from pt2_models import ROW, Mlp, save_program  # noqa: E402
 
 pytestmark = pytest.mark.anyio

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from batchserve.repository import ModelRepository
+from batchserve.models.repository import ModelRepository
 
 MODEL_REPO = Path(__file__).resolve().parents[2] / "model_repo"
 

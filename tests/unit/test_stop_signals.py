@@ -7,7 +7,7 @@ import logging
 import time
 
 import pytest
-from batchserve.stop_signals import StopSignals
+from batchserve.runtime.stop_signals import StopSignals
 
 pytestmark = pytest.mark.anyio
 
@@ -22,7 +22,7 @@ async def test_the_first_signal_stops_without_hurrying() -> None:
 async def test_a_second_signal_cuts_the_delay_short_and_later_ones_change_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, "batchserve.stop_signals")
+    caplog.set_level(logging.INFO, "batchserve.runtime.stop_signals")
     signals = StopSignals()
     signals.receive("SIGINT")
     started = time.monotonic()

@@ -7,10 +7,10 @@ import ml_dtypes
 import numpy as np
 import orjson
 import pytest
-from batchserve import tensors
-from batchserve.datatypes import BY_WIRE, DataType
-from batchserve.errors import Internal, InvalidArgument
-from batchserve.tensors import (
+from batchserve.core import tensors
+from batchserve.core.datatypes import BY_WIRE, DataType
+from batchserve.core.errors import Internal, InvalidArgument
+from batchserve.core.tensors import (
     MAX_ELEMENTS,
     MAX_JSON_DEPTH,
     MAX_TENSORS,

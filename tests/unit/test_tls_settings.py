@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from batchserve.cli import build_parser, main
-from batchserve.server_command import settings_from_args
-from batchserve.settings import Settings
-from batchserve.tls import TlsMode
+from batchserve.core.settings import Settings
+from batchserve.core.tls import TlsMode
+from batchserve.runtime.serve_command import settings_from_args
 from pydantic import ValidationError
 
 from tests.tls_certs import Pki, make_pki
@@ -38,7 +38,7 @@ def _never_serve(monkeypatch: pytest.MonkeyPatch) -> None:
     def serve(settings: Settings) -> None:
         raise AssertionError(f"the server would have started with {settings}")
 
-    monkeypatch.setattr("batchserve.app.run", serve)
+    monkeypatch.setattr("batchserve.runtime.app.run", serve)
 
 
 def _refusal(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> str:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from batchserve.errors import InvalidArgument, Unsupported
-from batchserve.trace_settings import TraceSettings, json_updates
+from batchserve.core.errors import InvalidArgument, Unsupported
+from batchserve.observability.trace_settings import TraceSettings, json_updates
 
 DEFAULT = {
     "trace_level": ["OFF"],

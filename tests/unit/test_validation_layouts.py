@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from batchserve import validation
-from batchserve.datatypes import from_wire
-from batchserve.errors import InvalidArgument
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.types import RequestedOutput, Tensor, Verdict
-from batchserve.validation import RequestSchema, check_request, validate_request
+from batchserve.core import validation
+from batchserve.core.datatypes import from_wire
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.types import RequestedOutput, Tensor, Verdict
+from batchserve.core.validation import RequestSchema, check_request, validate_request
+from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import text_format
 
 CONFIG = """

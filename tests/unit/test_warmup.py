@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from batchserve.config_validation import config_problems
-from batchserve.errors import ModelConfigError
-from batchserve.model_config import parse_pbtxt
-from batchserve.warmup import SYNTHETIC_BYTES, synthetic_batch, zero_inputs
-from batchserve.warmup_samples import read_warmup_samples, warmup_problems
+from batchserve.core.errors import ModelConfigError
+from batchserve.models.config_validation import config_problems
+from batchserve.models.model_config import parse_pbtxt
+from batchserve.models.warmup import SYNTHETIC_BYTES, synthetic_batch, zero_inputs
+from batchserve.models.warmup_samples import read_warmup_samples, warmup_problems
 
 STRINGS = """
 name: "s"

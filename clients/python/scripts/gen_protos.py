@@ -23,7 +23,7 @@ from pathlib import Path
 from grpc_tools import protoc  # type: ignore[import-untyped]
 
 CLIENT_ROOT = Path(__file__).resolve().parent.parent
-SERVER_PROTOS = CLIENT_ROOT.parent.parent / "server/batchserve/grpc/proto"
+SERVER_PROTOS = CLIENT_ROOT.parent.parent / "server/batchserve/proto"
 SOURCES = ("model_config.proto", "grpc_service.proto")
 PROTO = "batchserve_client/_proto/v2.proto"
 OUTPUTS = ("v2.proto", "v2_pb2.py", "v2_pb2.pyi")

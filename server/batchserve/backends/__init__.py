@@ -11,9 +11,9 @@ from pathlib import Path
 
 from batchserve.backends.base import Backend
 from batchserve.backends.reshape import with_reshape
-from batchserve.devices import resolve_devices
-from batchserve.errors import ModelConfigError
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.core.errors import ModelConfigError
+from batchserve.devices.placement import resolve_devices
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 __all__ = ["Backend", "create_backend", "resolve_devices", "runtime_name"]
 

@@ -3,7 +3,7 @@
 Backends know nothing of batching, protocols or metrics: they load one model file
 onto one device, run one batch synchronously (the scheduler calls them from a
 worker thread; ONNX Runtime and TensorRT release the GIL), and release it.
-Each backend translates its runtime's exceptions into ``batchserve.errors`` at
+Each backend translates its runtime's exceptions into ``batchserve.core.errors`` at
 one boundary, so ``OutOfMemory`` means the same thing whatever the runtime.
 """
 
@@ -15,9 +15,9 @@ from typing import Protocol
 
 import numpy as np
 
-from batchserve.devices import Device
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.signature import ModelSignature
+from batchserve.core.device import Device
+from batchserve.core.signature import ModelSignature
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 Arrays = Mapping[str, np.ndarray]
 

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchserve.errors import ModelConfigError
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.core.errors import ModelConfigError
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 
 @dataclass(frozen=True, slots=True)

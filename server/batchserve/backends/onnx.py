@@ -25,9 +25,9 @@ import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
-from batchserve.backends import cuda
 from batchserve.backends.base import Arrays
 from batchserve.backends.gpu_plan import graph_batch_sizes, preferred_sizes
+from batchserve.backends.onnx_file import read_onnx_signature
 from batchserve.backends.onnx_io import (
     BoundRunner,
     CudaMemory,
@@ -45,9 +45,9 @@ from batchserve.backends.onnx_options import (
     tensorrt_profile,
     with_gpu_io,
 )
-from batchserve.datatypes import BY_WIRE, BYTES, DataType
-from batchserve.devices import CPU, Device
-from batchserve.errors import (
+from batchserve.core.datatypes import BY_WIRE, BYTES, DataType
+from batchserve.core.device import CPU, Device
+from batchserve.core.errors import (
     BackendError,
     BatchserveError,
     DeviceUnavailable,
@@ -55,9 +55,9 @@ from batchserve.errors import (
     ModelConfigError,
     OutOfMemory,
 )
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.onnx_file import read_onnx_signature
-from batchserve.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.devices import cuda
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 _log = logging.getLogger(__name__)
 

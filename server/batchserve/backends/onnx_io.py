@@ -22,12 +22,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from batchserve.backends import cuda
 from batchserve.backends.base import Arrays
 from batchserve.backends.gpu_plan import padded_batch
-from batchserve.datatypes import BYTES, DataType
-from batchserve.errors import InvalidArgument
-from batchserve.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.core.datatypes import BYTES, DataType
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.devices import cuda
 
 GRAPH_ID_KEY = "gpu_graph_id"  # ONNX Runtime's run option naming the CUDA graph of a run
 SKIP_GRAPH = "-1"  # that option's value for "run without capturing or replaying a graph"

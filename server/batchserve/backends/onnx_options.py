@@ -14,9 +14,9 @@ from typing import Any
 
 import onnxruntime as ort
 
-from batchserve.devices import CPU, Device
-from batchserve.errors import DeviceUnavailable, ModelConfigError
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.core.device import CPU, Device
+from batchserve.core.errors import DeviceUnavailable, ModelConfigError
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 CPU_EP = "CPUExecutionProvider"
 CUDA_EP = "CUDAExecutionProvider"

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from batchserve.backends.base import Arrays, Backend
-from batchserve.devices import Device
-from batchserve.errors import InvalidArgument
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.signature import ModelSignature
+from batchserve.core.device import Device
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.signature import ModelSignature
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 Shape = tuple[int, ...]
 Shapes = dict[str, tuple[Shape, Shape]]

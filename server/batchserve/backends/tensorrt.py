@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from batchserve.backends import cuda
 from batchserve.backends.base import Arrays
 from batchserve.backends.gpu_plan import graph_batch_sizes, padded_batch
 from batchserve.backends.tensorrt_profiles import (
@@ -34,8 +33,8 @@ from batchserve.backends.tensorrt_profiles import (
     pick_profile,
     union_tensor,
 )
-from batchserve.devices import CPU, Device, gpu_count
-from batchserve.errors import (
+from batchserve.core.device import CPU, Device
+from batchserve.core.errors import (
     BackendError,
     BatchserveError,
     DeviceUnavailable,
@@ -43,8 +42,10 @@ from batchserve.errors import (
     ModelConfigError,
     OutOfMemory,
 )
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.devices import cuda
+from batchserve.devices.placement import gpu_count
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 __all__ = [
     "EngineTensor",

@@ -15,10 +15,10 @@ import numpy as np
 
 from batchserve.backends.base import Arrays
 from batchserve.backends.gpu_plan import best_profile
-from batchserve.datatypes import BY_WIRE, DataType
-from batchserve.devices import Device
-from batchserve.errors import InvalidArgument, ModelConfigError
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from batchserve.core.datatypes import BY_WIRE, DataType
+from batchserve.core.device import Device
+from batchserve.core.errors import InvalidArgument, ModelConfigError
+from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 _TRT_TO_WIRE = {
     "FLOAT": "FP32",

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-from batchserve.errors import ModelConfigError
+from batchserve.core.errors import ModelConfigError
 
 SCHEMA_MAJOR = 8  # torch.export's serialisation schema (torch 2.11 and 2.13 both write 8.x)
 MODEL_JSON = "models/model.json"

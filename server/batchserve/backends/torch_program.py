@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from batchserve.backends.torch_archive import load_program
-from batchserve.datatypes import BY_WIRE, DataType
-from batchserve.errors import ModelConfigError
-from batchserve.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.core.datatypes import BY_WIRE, DataType
+from batchserve.core.errors import ModelConfigError
+from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
 
 ORDINAL_OUTPUT = "OUTPUT__{}"
 _WIRE_BY_TORCH = {

@@ -25,8 +25,8 @@ from batchserve.backends.onnx_io import IoLayout
 from batchserve.backends.torch_archive import import_torch, load_program
 from batchserve.backends.torch_program import ProgramLayout, describe
 from batchserve.backends.torch_runner import CpuRunner, CudaRunner, ProgramCall, start_meter
-from batchserve.devices import CPU, Device
-from batchserve.errors import (
+from batchserve.core.device import CPU, Device
+from batchserve.core.errors import (
     BackendError,
     BatchserveError,
     DeviceUnavailable,
@@ -34,8 +34,8 @@ from batchserve.errors import (
     ModelConfigError,
     OutOfMemory,
 )
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.signature import DYNAMIC, ModelSignature
+from batchserve.core.signature import DYNAMIC, ModelSignature
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 _log = logging.getLogger(__name__)
 

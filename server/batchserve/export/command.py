@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from batchserve.errors import BatchserveError, InvalidArgument
+from batchserve.core.errors import BatchserveError, InvalidArgument
 from batchserve.export.errors import ExportError, VerificationFailed, first_line
 from batchserve.export.spec import (
     ExportSpec,

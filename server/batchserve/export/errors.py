@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from batchserve.errors import ModelConfigError
+from batchserve.core.errors import ModelConfigError
 
 
 class ExportError(ModelConfigError):

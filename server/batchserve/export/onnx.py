@@ -20,6 +20,8 @@ import onnx
 import torch
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
+from batchserve.backends.onnx_file import read_onnx_signature
+from batchserve.core.signature import ModelSignature
 from batchserve.export.errors import ExportError, first_line
 from batchserve.export.spec import ExportSpec, ServingOptions
 from batchserve.export.verify import (
@@ -33,15 +35,18 @@ from batchserve.export.verify import (
     trace_inputs,
     verify,
 )
-from batchserve.grpc.generated.model_config_pb2 import (
+from batchserve.models.model_config import (
+    CONFIG_FILENAME,
+    config_from_signature,
+    load_pbtxt,
+    to_pbtxt,
+)
+from batchserve.proto.model_config_pb2 import (
     ModelConfig,
     ModelInput,
     ModelInstanceGroup,
     ModelOutput,
 )
-from batchserve.model_config import CONFIG_FILENAME, config_from_signature, load_pbtxt, to_pbtxt
-from batchserve.onnx_file import read_onnx_signature
-from batchserve.signature import ModelSignature
 
 Progress = Callable[[VerificationReport], None]
 _Tensor = TypeVar("_Tensor", ModelInput, ModelOutput)

@@ -19,13 +19,7 @@ from typing import Any
 import torch
 
 from batchserve.export.errors import ExportError, first_line
-from batchserve.export.onnx import (
-    ExportReport,
-    Progress,
-    StagedModel,
-    Target,
-    publish,
-)
+from batchserve.export.onnx import ExportReport, Progress, StagedModel, Target, publish
 from batchserve.export.spec import ExportSpec
 from batchserve.export.verify import (
     Array,
@@ -37,7 +31,7 @@ from batchserve.export.verify import (
     trace_inputs,
     verify,
 )
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 RUNTIME = "torch.export (batchserve's loader, CPU)"
 
@@ -167,7 +161,7 @@ def _export_failure(model: TorchModel, exc: Exception) -> str:
 def _serving_backend(path: Path, spec: ExportSpec) -> Any:
     """The program loaded as the server loads it: the checked archive reader, on the CPU."""
     from batchserve.backends.torch_pt2 import TorchBackend
-    from batchserve.devices import CPU
+    from batchserve.core.device import CPU
 
     backend = TorchBackend()
     backend.load(path, ModelConfig(name=spec.name, max_batch_size=spec.max_batch_size), CPU)

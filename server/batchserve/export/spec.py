@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from batchserve.datatypes import BY_WIRE, DataType
-from batchserve.errors import InvalidArgument
+from batchserve.core.datatypes import BY_WIRE, DataType
+from batchserve.core.errors import InvalidArgument
 
 DEFAULT_BATCH_SIZES = (1, 3, 8)
 DEFAULT_AXIS_SIZES = (1, 7, 33)

@@ -28,8 +28,9 @@ from typing import Any
 import torch
 
 from batchserve.backends.gpu_plan import plan_profiles
-from batchserve.devices import Device, gpu_count
-from batchserve.errors import DeviceUnavailable
+from batchserve.core.device import Device
+from batchserve.core.errors import DeviceUnavailable
+from batchserve.devices.placement import gpu_count
 from batchserve.export.errors import ExportError
 from batchserve.export.onnx import (
     ExportReport,
@@ -52,8 +53,8 @@ from batchserve.export.verify import (
     verify,
     verify_against,
 )
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.model_config import config_from_signature
+from batchserve.models.model_config import config_from_signature
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 GPU_MISSING = "--tensorrt needs an NVIDIA GPU with CUDA; none was found (NVML reports 0 devices)"
 PACKAGE_MISSING = "the tensorrt package is not installed: pip install 'batchserve[gpu]'"

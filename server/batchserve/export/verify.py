@@ -21,11 +21,11 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from batchserve.datatypes import from_numpy
-from batchserve.errors import InvalidArgument
+from batchserve.core.datatypes import from_numpy
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.signature import DYNAMIC
 from batchserve.export.errors import ExportError, VerificationFailed, first_line
 from batchserve.export.spec import DEFAULT_INT_RANGE, ExportSpec, InputSpec, Tolerance
-from batchserve.signature import DYNAMIC
 
 Array = npt.NDArray[Any]
 Arrays = dict[str, Array]

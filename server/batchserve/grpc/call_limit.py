@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import grpc
 
-from batchserve.refusals import REFUSALS, Protocol, Reason
+from batchserve.observability.refusals import REFUSALS, Protocol, Reason
 
 
 class CallLimit:

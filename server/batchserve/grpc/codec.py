@@ -19,17 +19,10 @@ from typing import Any, Final
 
 import numpy as np
 
-from batchserve.datatypes import DataType, from_wire
-from batchserve.deferred import Decoder, PendingInputs, check_then_decode
-from batchserve.errors import Internal, InvalidArgument
-from batchserve.grpc.generated.grpc_service_pb2 import (
-    InferParameter,
-    ModelInferRequest,
-    ModelInferResponse,
-)
-from batchserve.grpc.head import Head, InputHead, Request, contents_of, head_of
-from batchserve.shared_memory.parameters import REGION, placeholder, placement
-from batchserve.tensors import (
+from batchserve.core.datatypes import DataType, from_wire
+from batchserve.core.deferred import Decoder, PendingInputs, check_then_decode
+from batchserve.core.errors import Internal, InvalidArgument
+from batchserve.core.tensors import (
     Array,
     array_from_bytes,
     array_from_values,
@@ -42,8 +35,11 @@ from batchserve.tensors import (
     format_shape,
     request_options,
 )
-from batchserve.types import InferRequest, InferResponse, RequestedOutput, Tensor
-from batchserve.validation import SchemaLookup
+from batchserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from batchserve.core.validation import SchemaLookup
+from batchserve.dataplane.shared_memory.parameters import REGION, placeholder, placement
+from batchserve.grpc.head import Head, InputHead, Request, contents_of, head_of
+from batchserve.proto.grpc_service_pb2 import InferParameter, ModelInferRequest, ModelInferResponse
 
 OutputTensor = ModelInferResponse.InferOutputTensor
 

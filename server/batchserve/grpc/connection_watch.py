@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from grpc._cython import cygrpc  # type: ignore[attr-defined]  # no stubs for the extension
 
-from batchserve.refusals import REFUSALS, Protocol, Reason, Refusals
+from batchserve.observability.refusals import REFUSALS, Protocol, Reason, Refusals
 
 logger = logging.getLogger(__name__)
 

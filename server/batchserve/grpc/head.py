@@ -14,9 +14,9 @@ from typing import Final
 
 from google.protobuf.message import DecodeError
 
-from batchserve.errors import InvalidArgument
-from batchserve.grpc.generated.grpc_service_pb2 import InferTensorContents, ModelInferRequest
-from batchserve.grpc.generated.infer_head_pb2 import ModelInferRequestHead
+from batchserve.core.errors import InvalidArgument
+from batchserve.proto.grpc_service_pb2 import InferTensorContents, ModelInferRequest
+from batchserve.proto.infer_head_pb2 import ModelInferRequestHead
 
 Head = ModelInferRequestHead
 InputHead = ModelInferRequestHead.InferInputTensor

@@ -9,11 +9,11 @@ contents. The request id is read from each message, so it is not part of the key
 
 from __future__ import annotations
 
+from batchserve.core.types import InferRequest
+from batchserve.core.validation import SchemaLookup
+from batchserve.dataplane.layouts import ENTRIES, Layouts
 from batchserve.grpc.codec import decode_infer_request
 from batchserve.grpc.head import Request, head_of
-from batchserve.layouts import ENTRIES, Layouts
-from batchserve.types import InferRequest
-from batchserve.validation import SchemaLookup
 
 MAX_KEY_BYTES = 4096
 """Messages whose rest serializes longer are decoded every time (and never held)."""

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from batchserve.dataplane import VersionStats
-from batchserve.grpc.generated import grpc_service_pb2 as pb
-from batchserve.registry import IndexEntry
-from batchserve.shared_memory.manager import RegionStatus
-from batchserve.stats import BatchStats, Duration
-from batchserve.types import ModelMetadata, ServerMetadata, TensorMetadata
+from batchserve.core.types import ModelMetadata, ServerMetadata, TensorMetadata
+from batchserve.dataplane.plane import VersionStats
+from batchserve.dataplane.shared_memory.manager import RegionStatus
+from batchserve.models.registry import IndexEntry
+from batchserve.observability.stats import BatchStats, Duration
+from batchserve.proto import grpc_service_pb2 as pb
 
 
 def server_metadata(meta: ServerMetadata) -> pb.ServerMetadataResponse:

@@ -7,7 +7,7 @@ taken from documentation; the comments say what was seen.
 
 from __future__ import annotations
 
-from batchserve.settings import INT32_MAX, Settings
+from batchserve.core.settings import INT32_MAX, Settings
 
 Option = tuple[str, int]
 

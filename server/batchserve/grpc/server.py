@@ -8,14 +8,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from batchserve.dataplane import DataPlane
+from batchserve.core.settings import Settings
+from batchserve.dataplane.plane import DataPlane
 from batchserve.grpc.call_limit import CallLimit
 from batchserve.grpc.connection_watch import HandshakeTimeoutWatch
-from batchserve.grpc.generated import grpc_service_pb2 as pb
-from batchserve.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from batchserve.grpc.options import server_options
 from batchserve.grpc.servicer import ErrorInterceptor, InferenceServicer
-from batchserve.settings import Settings
+from batchserve.proto import grpc_service_pb2 as pb
+from batchserve.proto import grpc_service_pb2_grpc as pb_grpc
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 

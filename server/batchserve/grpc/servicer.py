@@ -14,16 +14,16 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from batchserve.dataplane import DataPlane
-from batchserve.errors import grpc_status, public_message
+from batchserve.core.errors import grpc_status, public_message
+from batchserve.dataplane.plane import DataPlane
 from batchserve.grpc import codec, messages
 from batchserve.grpc.call_limit import CallLimit
-from batchserve.grpc.generated import grpc_service_pb2 as pb
-from batchserve.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from batchserve.grpc.head import METHODS, Head, Request
 from batchserve.grpc.layout_cache import MessageLayouts
 from batchserve.grpc.streams import InferStreams
-from batchserve.refusals import REFUSALS, Protocol
+from batchserve.observability.refusals import REFUSALS, Protocol
+from batchserve.proto import grpc_service_pb2 as pb
+from batchserve.proto import grpc_service_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import grpc
 
-from batchserve.errors import Unavailable, public_message
-from batchserve.grpc.generated import grpc_service_pb2 as pb
+from batchserve.core.errors import Unavailable, public_message
 from batchserve.grpc.head import Request
-from batchserve.refusals import REFUSALS, Protocol
+from batchserve.observability.refusals import REFUSALS, Protocol
+from batchserve.proto import grpc_service_pb2 as pb
 
 logger = logging.getLogger(__name__)
 

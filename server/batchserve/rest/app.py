@@ -16,8 +16,10 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from batchserve import __version__
-from batchserve.dataplane import DataPlane
-from batchserve.errors import BatchserveError, InvalidArgument, Unavailable
+from batchserve.core.errors import BatchserveError, InvalidArgument, Unavailable
+from batchserve.core.settings import Settings
+from batchserve.dataplane.plane import DataPlane
+from batchserve.observability.trace_settings import json_updates as trace_updates
 from batchserve.rest import responses
 from batchserve.rest.bodies import read_limited
 from batchserve.rest.errors import (
@@ -29,8 +31,6 @@ from batchserve.rest.errors import (
 from batchserve.rest.infer import ASGIApp, InferEndpoint, Receive, Scope, Send, in_front_of
 from batchserve.rest.openapi import INFER_OPENAPI
 from batchserve.rest.shared_memory import add_shared_memory_routes
-from batchserve.settings import Settings
-from batchserve.trace_settings import json_updates as trace_updates
 
 
 def _json(content: Any, status: int = 200) -> Response:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from batchserve.errors import PayloadTooLarge
+from batchserve.core.errors import PayloadTooLarge
 
 
 async def read_limited(request: Request, limit: int, what: str) -> bytes:

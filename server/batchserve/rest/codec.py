@@ -16,11 +16,10 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
-from batchserve.datatypes import DataType, from_wire
-from batchserve.deferred import Decoder, PendingInputs, check_then_decode
-from batchserve.errors import InvalidArgument
-from batchserve.shared_memory.parameters import placeholder, placement
-from batchserve.tensors import (
+from batchserve.core.datatypes import DataType, from_wire
+from batchserve.core.deferred import Decoder, PendingInputs, check_then_decode
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.tensors import (
     JSON_OPTIONS,
     Array,
     NotJsonRepresentable,
@@ -36,8 +35,9 @@ from batchserve.tensors import (
     describe,
     request_options,
 )
-from batchserve.types import InferRequest, InferResponse, RequestedOutput, Tensor
-from batchserve.validation import SchemaLookup
+from batchserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from batchserve.core.validation import SchemaLookup
+from batchserve.dataplane.shared_memory.parameters import placeholder, placement
 
 Chunk = bytes | memoryview
 Json = dict[str, Any]

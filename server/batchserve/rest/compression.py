@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Final
 
-from batchserve.errors import InvalidArgument, PayloadTooLarge
+from batchserve.core.errors import InvalidArgument, PayloadTooLarge
 
 GZIP: Final = "gzip"
 DEFLATE: Final = "deflate"

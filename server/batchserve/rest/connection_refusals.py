@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from batchserve.refusals import REFUSALS, Protocol, Reason
+from batchserve.observability.refusals import REFUSALS, Protocol, Reason
 from batchserve.rest.codec import encode_error
 
 

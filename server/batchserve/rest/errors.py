@@ -10,8 +10,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
-from batchserve.errors import BatchserveError, Unavailable, http_status, public_message
-from batchserve.refusals import REFUSALS, Protocol
+from batchserve.core.errors import BatchserveError, Unavailable, http_status, public_message
+from batchserve.observability.refusals import REFUSALS, Protocol
 from batchserve.rest.codec import encode_error
 
 logger = logging.getLogger(__name__)

@@ -7,10 +7,10 @@ only needs views of the new body at the same offsets.
 
 from __future__ import annotations
 
-from batchserve.layouts import ENTRIES, Layouts
+from batchserve.core.types import InferRequest
+from batchserve.core.validation import SchemaLookup
+from batchserve.dataplane.layouts import ENTRIES, Layouts
 from batchserve.rest.codec import decode_infer_request
-from batchserve.types import InferRequest
-from batchserve.validation import SchemaLookup
 
 MAX_HEADER_BYTES = 4096
 """Longer JSON headers are decoded every time (and never held)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from batchserve.refusals import Protocol, Reason
+from batchserve.observability.refusals import Protocol, Reason
 from batchserve.rest.disconnect import DisconnectNoticeProtocol
 from batchserve.rest.http_timeouts import ReadTimeoutProtocol, ReadTimeouts
 from batchserve.rest.transport import CoalescingHttpToolsProtocol

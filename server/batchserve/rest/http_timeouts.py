@@ -25,7 +25,7 @@ from typing import Any, ClassVar, cast
 
 from uvicorn.protocols.http.flow_control import FlowControl
 
-from batchserve.refusals import Reason
+from batchserve.observability.refusals import Reason
 from batchserve.rest.connection_refusals import RefusingProtocol
 
 SHUTTING_DOWN = "server is shutting down"

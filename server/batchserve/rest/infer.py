@@ -13,8 +13,10 @@ from functools import partial
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from batchserve.dataplane import DataPlane
-from batchserve.errors import InvalidArgument, PayloadTooLarge
+from batchserve.core.errors import InvalidArgument, PayloadTooLarge
+from batchserve.core.settings import Settings
+from batchserve.core.types import InferRequest
+from batchserve.dataplane.plane import DataPlane
 from batchserve.rest.codec import encode_infer_response, parse_header_length
 from batchserve.rest.compression import (
     ACCEPTED,
@@ -27,8 +29,6 @@ from batchserve.rest.compression import (
 from batchserve.rest.disconnect import ClientDisconnected, until_disconnect
 from batchserve.rest.errors import error_body, error_headers
 from batchserve.rest.header_cache import HeaderCache
-from batchserve.settings import Settings
-from batchserve.types import InferRequest
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

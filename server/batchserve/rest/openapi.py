@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from batchserve.datatypes import BY_WIRE
+from batchserve.core.datatypes import BY_WIRE
 
 _PARAMETERS: Final[dict[str, Any]] = {"type": "object", "additionalProperties": True}
 

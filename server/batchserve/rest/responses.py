@@ -8,10 +8,10 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from batchserve.dataplane import VersionStats
-from batchserve.registry import IndexEntry, InstanceMemory
-from batchserve.stats import BatchStats, Duration
-from batchserve.types import ModelMetadata, ServerMetadata, TensorMetadata
+from batchserve.core.types import ModelMetadata, ServerMetadata, TensorMetadata
+from batchserve.dataplane.plane import VersionStats
+from batchserve.models.registry import IndexEntry, InstanceMemory
+from batchserve.observability.stats import BatchStats, Duration
 
 _INT64_TYPES = {
     FieldDescriptor.TYPE_INT64,

@@ -14,11 +14,11 @@ import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from batchserve.dataplane import DataPlane
-from batchserve.errors import InvalidArgument
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.tensors import describe
+from batchserve.dataplane.plane import DataPlane
+from batchserve.dataplane.shared_memory.manager import RegionStatus
 from batchserve.rest.bodies import read_limited
-from batchserve.shared_memory.manager import RegionStatus
-from batchserve.tensors import describe
 
 MAX_BODY: Final = 64 * 1024  # a register request is a few short fields
 MAX_UINT64: Final = 2**64 - 1

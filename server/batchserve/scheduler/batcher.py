@@ -24,7 +24,8 @@ import asyncio
 import logging
 import time
 
-from batchserve.errors import DeadlineExceeded, Unavailable
+from batchserve.core.errors import DeadlineExceeded, Unavailable
+from batchserve.observability.stats import ModelStats
 from batchserve.scheduler.execution import BatchRun
 from batchserve.scheduler.inline import InlineRuns
 from batchserve.scheduler.instances import Instance, InstancePool
@@ -34,7 +35,6 @@ from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.queue import PriorityQueue
 from batchserve.scheduler.timing import ArrivalGaps, Clock, LoopTimer, Timer, TimerHandle
 from batchserve.scheduler.work import Outcome, WorkItem
-from batchserve.stats import ModelStats
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from batchserve.backends.base import Backend
-from batchserve.errors import BackendError, InvalidArgument, OutOfMemory
+from batchserve.core.errors import BackendError, InvalidArgument, OutOfMemory
 from batchserve.scheduler.batching import join_rows, merge_inputs, split_outputs
 from batchserve.scheduler.padding import SequenceLayout
 from batchserve.scheduler.work import Arrays, Outcome, WorkItem

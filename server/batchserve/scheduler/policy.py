@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
+from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
 
 MS = 1_000_000
 AxisOf = tuple[tuple[str, int], ...]

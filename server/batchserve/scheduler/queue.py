@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Iterator
 
-from batchserve.errors import Overloaded
+from batchserve.core.errors import Overloaded
 from batchserve.scheduler.work import WorkItem
 
 

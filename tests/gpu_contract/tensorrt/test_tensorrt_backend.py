@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 from batchserve.backends.tensorrt import TensorRTBackend
-from batchserve.devices import Device
-from batchserve.model_config import parse_pbtxt
+from batchserve.core.device import Device
+from batchserve.models.model_config import parse_pbtxt
 from cuda.bindings import runtime as cudart
 
 from tests.gpu_contract.host_cuda import HostCuda, SimulatedGpu, uuid_text

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.proto.model_config_pb2 import ModelConfig
 from onnx import TensorProto, helper, numpy_helper
 
 Dim = int | str

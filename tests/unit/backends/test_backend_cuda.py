@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
-from batchserve.backends import cuda
-from batchserve.devices import cuda_uuid, gpu_count, nvml_uuid
-from batchserve.errors import BackendError, DeviceUnavailable, OutOfMemory
+from batchserve.core.errors import BackendError, DeviceUnavailable, OutOfMemory
+from batchserve.devices import cuda
+from batchserve.devices.placement import cuda_uuid, gpu_count, nvml_uuid
 
 HAS_GPU = gpu_count() > 0
 

@@ -4,8 +4,8 @@ import pytest
 from batchserve.backends import create_backend, runtime_name
 from batchserve.backends.onnx import OnnxBackend
 from batchserve.backends.tensorrt import TensorRTBackend
-from batchserve.errors import ModelConfigError
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.core.errors import ModelConfigError
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 
 @pytest.mark.parametrize(

@@ -7,16 +7,17 @@ import onnxruntime as ort
 import pytest
 from batchserve.backends.onnx import CUDA_EP, OnnxBackend, _one_onnxruntime, translate_ort_error
 from batchserve.backends.onnx_options import CPU_EP
-from batchserve.devices import CPU, Device, gpu_count
-from batchserve.errors import (
+from batchserve.core.device import CPU, Device
+from batchserve.core.errors import (
     BackendError,
     DeviceUnavailable,
     InvalidArgument,
     ModelConfigError,
     OutOfMemory,
 )
-from batchserve.grpc.generated.model_config_pb2 import BatchserveOptions, ModelConfig
-from batchserve.signature import DYNAMIC
+from batchserve.core.signature import DYNAMIC
+from batchserve.devices.placement import gpu_count
+from batchserve.proto.model_config_pb2 import BatchserveOptions, ModelConfig
 from onnx import TensorProto, helper
 
 Reference = Callable[[np.ndarray], dict[str, np.ndarray]]

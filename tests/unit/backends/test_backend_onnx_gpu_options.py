@@ -14,9 +14,10 @@ from batchserve.backends.onnx_options import (
     tensorrt_profile,
     with_gpu_io,
 )
-from batchserve.devices import CPU, Device, gpu_count
-from batchserve.errors import ModelConfigError
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.core.device import CPU, Device
+from batchserve.core.errors import ModelConfigError
+from batchserve.devices.placement import gpu_count
+from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import text_format
 
 MODEL = Path("repo/m/1/model.onnx")

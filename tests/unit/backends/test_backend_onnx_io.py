@@ -17,11 +17,11 @@ from batchserve.backends.onnx_io import (
     fixed_rows,
     plan_batch,
 )
-from batchserve.datatypes import BY_WIRE
-from batchserve.devices import CPU
-from batchserve.errors import InvalidArgument
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.signature import DYNAMIC, TensorSpec
+from batchserve.core.datatypes import BY_WIRE
+from batchserve.core.device import CPU
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.signature import DYNAMIC, TensorSpec
+from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import text_format
 
 Reference = Callable[[np.ndarray], dict[str, np.ndarray]]

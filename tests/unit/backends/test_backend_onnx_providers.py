@@ -10,9 +10,9 @@ from batchserve.backends.onnx_options import (
     default_engine_cache,
     session_options,
 )
-from batchserve.devices import CPU, Device
-from batchserve.errors import DeviceUnavailable, ModelConfigError
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.core.device import CPU, Device
+from batchserve.core.errors import DeviceUnavailable, ModelConfigError
+from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import text_format
 
 MODEL = Path("repo/m/1/model.onnx")

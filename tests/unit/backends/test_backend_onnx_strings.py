@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from batchserve.backends.onnx import OnnxBackend
-from batchserve.devices import CPU
-from batchserve.errors import InvalidArgument
-from batchserve.model_config import parse_pbtxt
+from batchserve.core.device import CPU
+from batchserve.core.errors import InvalidArgument
+from batchserve.models.model_config import parse_pbtxt
 from onnx import TensorProto, helper
 from onnx_models import write_model
 

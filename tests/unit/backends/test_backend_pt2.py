@@ -14,16 +14,16 @@ torch = pytest.importorskip("torch")
 from batchserve.backends import create_backend, runtime_name  # noqa: E402
 from batchserve.backends.torch_program import read_pt2_signature  # noqa: E402
 from batchserve.backends.torch_pt2 import TorchBackend  # noqa: E402
-from batchserve.devices import CPU, Device  # noqa: E402
-from batchserve.errors import (  # noqa: E402
+from batchserve.core.device import CPU, Device  # noqa: E402
+from batchserve.core.errors import (  # noqa: E402
     BackendError,
     DeviceUnavailable,
     InvalidArgument,
     ModelConfigError,
     OutOfMemory,
 )
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig  # noqa: E402
-from batchserve.signature import DYNAMIC  # noqa: E402
+from batchserve.core.signature import DYNAMIC  # noqa: E402
+from batchserve.proto.model_config_pb2 import ModelConfig  # noqa: E402
 from pt2_models import ROW, Huge, Mlp, TwoInputs, mlp_program, save_program  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
@@ -182,9 +182,9 @@ def test_without_torch_loading_says_how_to_install_it(tmp_path: Path) -> None:
         "import sys; sys.modules['torch'] = None\n"
         "from pathlib import Path\n"
         "from batchserve.backends.torch_pt2 import TorchBackend\n"
-        "from batchserve.devices import CPU\n"
-        "from batchserve.errors import ModelConfigError\n"
-        "from batchserve.grpc.generated.model_config_pb2 import ModelConfig\n"
+        "from batchserve.devices.placement import CPU\n"
+        "from batchserve.core.errors import ModelConfigError\n"
+        "from batchserve.proto.model_config_pb2 import ModelConfig\n"
         "try:\n"
         "    TorchBackend().load(Path(sys.argv[1]), ModelConfig(name='m'), CPU)\n"
         "except ModelConfigError as exc:\n"

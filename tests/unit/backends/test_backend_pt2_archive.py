@@ -22,9 +22,9 @@ pt2_constants = pytest.importorskip("torch.export.pt2_archive.constants")
 
 from batchserve.backends.torch_archive import expression_problem  # noqa: E402
 from batchserve.backends.torch_pt2 import TorchBackend  # noqa: E402
-from batchserve.devices import CPU  # noqa: E402
-from batchserve.errors import ModelConfigError  # noqa: E402
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig  # noqa: E402
+from batchserve.core.device import CPU  # noqa: E402
+from batchserve.core.errors import ModelConfigError  # noqa: E402
+from batchserve.proto.model_config_pb2 import ModelConfig  # noqa: E402
 from pt2_models import (  # noqa: E402
     ROW,
     edit_json,

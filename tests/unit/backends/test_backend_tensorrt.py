@@ -15,17 +15,18 @@ from batchserve.backends.tensorrt import (
     read_engine_signature,
 )
 from batchserve.backends.tensorrt_profiles import Profile, union_tensor
-from batchserve.datatypes import BY_WIRE
-from batchserve.devices import Device, gpu_count
-from batchserve.errors import (
+from batchserve.core.datatypes import BY_WIRE
+from batchserve.core.device import Device
+from batchserve.core.errors import (
     BackendError,
     DeviceUnavailable,
     InvalidArgument,
     ModelConfigError,
     OutOfMemory,
 )
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.signature import DYNAMIC
+from batchserve.core.signature import DYNAMIC
+from batchserve.devices.placement import gpu_count
+from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import text_format
 
 HAS_GPU = gpu_count() > 0

@@ -11,8 +11,8 @@ from batchserve.backends.gpu_plan import (
     plan_profiles,
     preferred_sizes,
 )
-from batchserve.errors import ModelConfigError
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.core.errors import ModelConfigError
+from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import text_format
 
 MODEL = Path("repo/m/1/model.onnx")

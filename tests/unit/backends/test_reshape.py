@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from batchserve.backends import create_backend
 from batchserve.backends.reshape import ReshapedBackend, target_shape, with_reshape
-from batchserve.config_validation import config_problems
-from batchserve.devices import CPU, Device
-from batchserve.errors import InvalidArgument
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.model_config import parse_pbtxt
-from batchserve.signature import ModelSignature
+from batchserve.core.device import CPU, Device
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.signature import ModelSignature
+from batchserve.models.config_validation import config_problems
+from batchserve.models.model_config import parse_pbtxt
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 BATCHED = """
 name: "r"

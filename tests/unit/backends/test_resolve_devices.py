@@ -1,9 +1,10 @@
 import logging
 
 import pytest
-from batchserve.devices import CPU, Device, resolve_devices
-from batchserve.errors import DeviceUnavailable, ModelConfigError
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.core.device import CPU, Device
+from batchserve.core.errors import DeviceUnavailable, ModelConfigError
+from batchserve.devices.placement import resolve_devices
+from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import text_format
 
 
@@ -76,7 +77,7 @@ def test_kind_gpu_falls_back_to_cpu_when_allowed(caplog: pytest.LogCaptureFixtur
         "instance_group { kind: KIND_GPU count: 2 gpus: [0, 1] } "
         "batchserve { allow_cpu_fallback: true }"
     )
-    with caplog.at_level(logging.WARNING, logger="batchserve.devices"):
+    with caplog.at_level(logging.WARNING, logger="batchserve.devices.placement"):
         assert resolve_devices(allowed, 0) == [CPU] * 4
     assert "running its instances on the CPU" in caplog.text
 

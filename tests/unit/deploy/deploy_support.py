@@ -20,15 +20,16 @@ import kubernetes_validate
 import pytest
 import yaml
 from batchserve.cli import build_parser
-from batchserve.dataplane import DataPlane
-from batchserve.metrics_collector import ServerCollector
-from batchserve.registry import ModelRegistry
-from batchserve.repository import ModelRepository
+from batchserve.core.budgets import parse_budgets
+from batchserve.core.settings import Settings
+from batchserve.dataplane.plane import DataPlane
+from batchserve.models.memory_probe import device_total_bytes
+from batchserve.models.registry import ModelRegistry
+from batchserve.models.repository import ModelRepository
 from batchserve.rest.app import build_http_app
-from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
-from batchserve.scheduler.memory_probe import device_total_bytes
-from batchserve.server_command import settings_from_args
-from batchserve.settings import Settings
+from batchserve.runtime.metrics_collector import ServerCollector
+from batchserve.runtime.serve_command import settings_from_args
+from batchserve.scheduler.memory import MemoryBudgets
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 

@@ -18,10 +18,10 @@ from types import ModuleType
 
 import pytest
 import uvicorn
-from batchserve.dataplane import DataPlane
-from batchserve.repository import ModelRepository
+from batchserve.core.settings import Settings
+from batchserve.dataplane.plane import DataPlane
+from batchserve.models.repository import ModelRepository
 from batchserve.rest.app import build_http_app
-from batchserve.settings import Settings
 from deploy_support import DEPLOY, REPO, empty_registry, health_statuses, server_settings
 from dockerfile_support import Stage, parse_dockerfile, run_commands
 from packaging.requirements import Requirement

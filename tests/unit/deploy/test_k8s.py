@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-from batchserve.settings import Settings
+from batchserve.core.settings import Settings
 from deploy_support import (
     DEPLOY,
     K8S,

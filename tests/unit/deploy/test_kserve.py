@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from batchserve.settings import Settings
+from batchserve.core.settings import Settings
 from deploy_support import (
     DEPLOY,
     KUBERNETES_VERSIONS,

@@ -9,13 +9,8 @@ import onnxruntime as ort
 import torch
 from batchserve.export.onnx import export_onnx
 from batchserve.export.spec import ExportSpec, parse_input_spec
-from batchserve.grpc.generated.model_config_pb2 import (
-    DataType,
-    ModelConfig,
-    ModelInput,
-    ModelInstanceGroup,
-)
-from batchserve.model_config import load_pbtxt, to_pbtxt
+from batchserve.models.model_config import load_pbtxt, to_pbtxt
+from batchserve.proto.model_config_pb2 import DataType, ModelConfig, ModelInput, ModelInstanceGroup
 from torch import nn
 
 FACTORY = f"{__name__}:build_resnet"

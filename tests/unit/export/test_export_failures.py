@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from batchserve.devices import gpu_count
+from batchserve.devices.placement import gpu_count
 from batchserve.export.tensorrt import GPU_MISSING
 from torch import nn
 from torch.nn import functional

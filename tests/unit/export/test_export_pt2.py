@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import torch
 from batchserve.backends.torch_pt2 import TorchBackend
-from batchserve.devices import CPU
-from batchserve.grpc.generated.model_config_pb2 import DataType
-from batchserve.model_config import load_pbtxt
-from batchserve.repository import ModelRepository
+from batchserve.core.device import CPU
+from batchserve.models.model_config import load_pbtxt
+from batchserve.models.repository import ModelRepository
+from batchserve.proto.model_config_pb2 import DataType
 from torch import nn
 from torch.nn import functional
 

@@ -8,7 +8,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
-from batchserve.model_config import load_pbtxt
+from batchserve.models.model_config import load_pbtxt
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 

@@ -1,8 +1,8 @@
 """SPEC strings and the ExportSpec they build: what is accepted, and what each error says."""
 
 import pytest
-from batchserve.datatypes import BY_WIRE
-from batchserve.errors import InvalidArgument
+from batchserve.core.datatypes import BY_WIRE
+from batchserve.core.errors import InvalidArgument
 from batchserve.export.errors import ExportError
 from batchserve.export.spec import (
     ExportSpec,

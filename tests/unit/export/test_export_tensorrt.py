@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 import torch
-from batchserve.devices import gpu_count
-from batchserve.grpc.generated.model_config_pb2 import ModelInstanceGroup
-from batchserve.model_config import load_pbtxt
+from batchserve.devices.placement import gpu_count
+from batchserve.models.model_config import load_pbtxt
+from batchserve.proto.model_config_pb2 import ModelInstanceGroup
 from torch import nn
 
 pytestmark = [

@@ -3,17 +3,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from batchserve.datatypes import BY_WIRE, DataType
-from batchserve.errors import Internal, InvalidArgument
+from batchserve.core.datatypes import BY_WIRE, DataType
+from batchserve.core.errors import Internal, InvalidArgument
+from batchserve.core.tensors import array_from_bytes, array_to_bytes
+from batchserve.core.types import InferResponse, RequestedOutput, Tensor
 from batchserve.grpc.codec import CONTENTS_FIELD, decode_infer_request, encode_infer_response
-from batchserve.grpc.generated.grpc_service_pb2 import (
+from batchserve.proto.grpc_service_pb2 import (
     InferParameter,
     InferTensorContents,
     ModelInferRequest,
     ModelInferResponse,
 )
-from batchserve.tensors import array_from_bytes, array_to_bytes
-from batchserve.types import InferResponse, RequestedOutput, Tensor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp

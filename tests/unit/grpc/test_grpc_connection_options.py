@@ -4,10 +4,10 @@ the limit on calls in flight counts what it refuses."""
 from __future__ import annotations
 
 import grpc
+from batchserve.core.settings import INT32_MAX, Settings
 from batchserve.grpc.call_limit import CallLimit
 from batchserve.grpc.options import server_options
-from batchserve.refusals import REFUSALS, Protocol, Reason
-from batchserve.settings import INT32_MAX, Settings
+from batchserve.observability.refusals import REFUSALS, Protocol, Reason
 
 
 def test_each_connection_limit_reaches_its_channel_argument() -> None:

@@ -1,13 +1,9 @@
 """The head message reads every ModelInferRequest: same header, contents left as bytes."""
 
 import pytest
-from batchserve.errors import InvalidArgument
-from batchserve.grpc.generated.grpc_service_pb2 import (
-    InferParameter,
-    InferTensorContents,
-    ModelInferRequest,
-)
+from batchserve.core.errors import InvalidArgument
 from batchserve.grpc.head import Head, contents_of, head_of
+from batchserve.proto.grpc_service_pb2 import InferParameter, InferTensorContents, ModelInferRequest
 
 Input = ModelInferRequest.InferInputTensor
 Output = ModelInferRequest.InferRequestedOutputTensor

@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from batchserve.errors import InvalidArgument
+from batchserve.core.errors import InvalidArgument
 from batchserve.grpc import codec, layout_cache
-from batchserve.grpc.generated.grpc_service_pb2 import InferParameter, ModelInferRequest
 from batchserve.grpc.layout_cache import MAX_KEY_BYTES, MessageLayouts
+from batchserve.proto.grpc_service_pb2 import InferParameter, ModelInferRequest
 from decoding import assert_same_request, count_full_decodes
 
 Input = ModelInferRequest.InferInputTensor

@@ -6,7 +6,7 @@ import gzip
 import zlib
 
 import pytest
-from batchserve.errors import InvalidArgument, PayloadTooLarge
+from batchserve.core.errors import InvalidArgument, PayloadTooLarge
 from batchserve.rest.compression import (
     DEFLATE,
     GZIP,

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from batchserve.dataplane import DataPlane
-from batchserve.registry import ModelRegistry
+from batchserve.core.settings import ModelControlMode, Settings
+from batchserve.dataplane.plane import DataPlane
+from batchserve.models.registry import ModelRegistry
 from batchserve.rest.app import build_http_app
-from batchserve.settings import ModelControlMode, Settings
 from fakes import FakeBackend
 
 from tests.unit.rest.test_rest_app import _budgets, _repository

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from batchserve.errors import InvalidArgument
+from batchserve.core.errors import InvalidArgument
 from batchserve.rest import codec, header_cache
 from batchserve.rest.header_cache import MAX_HEADER_BYTES, HeaderCache
 from decoding import assert_same_request, count_full_decodes

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from batchserve.refusals import REFUSALS, Protocol, Reason
+from batchserve.observability.refusals import REFUSALS, Protocol, Reason
 from batchserve.rest.http_limits import LimitedHttpToolsProtocol, protocol_for
 from batchserve.rest.http_timeouts import SHUTDOWN_BODY_GRACE_SECONDS, ReadTimeouts
 from uvicorn.server import ServerState

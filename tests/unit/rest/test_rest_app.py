@@ -10,13 +10,14 @@ import httpx
 import numpy as np
 import orjson
 import pytest
-from batchserve.dataplane import DataPlane
-from batchserve.registry import ModelRegistry
-from batchserve.repository import ModelRepository
+from batchserve.core.budgets import parse_budgets
+from batchserve.core.settings import Settings
+from batchserve.dataplane.plane import DataPlane
+from batchserve.models.memory_probe import device_total_bytes
+from batchserve.models.registry import ModelRegistry
+from batchserve.models.repository import ModelRepository
 from batchserve.rest.app import build_http_app
-from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
-from batchserve.scheduler.memory_probe import device_total_bytes
-from batchserve.settings import Settings
+from batchserve.scheduler.memory import MemoryBudgets
 from fakes import FAKE_CONFIG, FakeBackend
 from onnx_models import FP32, build_model, write_model
 

@@ -7,15 +7,15 @@ import numpy as np
 import orjson
 import pytest
 import tritonclient.http as httpclient
-from batchserve.datatypes import BY_WIRE, DataType
-from batchserve.errors import InvalidArgument
+from batchserve.core.datatypes import BY_WIRE, DataType
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
 from batchserve.rest.codec import (
     decode_infer_request,
     encode_error,
     encode_infer_response,
     parse_header_length,
 )
-from batchserve.types import InferRequest, InferResponse, RequestedOutput, Tensor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp

@@ -7,12 +7,12 @@ import time
 
 import numpy as np
 from batchserve.backends.base import Backend
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
+from batchserve.observability.stats import ModelStats
+from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.instances import Instance, InstancePool
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.work import Arrays, WorkItem
-from batchserve.stats import ModelStats
 from fakes import FakeBackend, ManualClock, fake_config
 
 

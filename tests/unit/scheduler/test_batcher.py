@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from batchserve.errors import DeadlineExceeded, Overloaded, Unavailable
+from batchserve.core.errors import DeadlineExceeded, Overloaded, Unavailable
 from fakes import FakeBackend, ManualClock
 from harness import WAIT_S, answer, answers, entered, hold_first, item, make_batcher, request
 

@@ -7,7 +7,7 @@ import asyncio
 
 import numpy as np
 import pytest
-from batchserve.errors import Overloaded
+from batchserve.core.errors import Overloaded
 from fakes import FakeBackend
 from harness import answer, answers, hold_first, item, make_batcher
 

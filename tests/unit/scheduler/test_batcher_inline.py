@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pytest
-from batchserve.devices import Device
+from batchserve.core.device import Device
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.inline import InlineRuns
 from fakes import FakeBackend

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from batchserve.errors import DeadlineExceeded
+from batchserve.core.errors import DeadlineExceeded
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.work import WorkItem
 from fakes import FakeBackend, ManualClock

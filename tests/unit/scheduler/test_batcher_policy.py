@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from batchserve.model_config import parse_pbtxt
+from batchserve.models.model_config import parse_pbtxt
 from batchserve.scheduler.policy import BatchPolicy
 
 CHAR_LSTM = """

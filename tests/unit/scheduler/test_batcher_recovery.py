@@ -8,9 +8,9 @@ import numpy as np
 import onnx
 import pytest
 from batchserve.backends.onnx import OnnxBackend
-from batchserve.devices import CPU
-from batchserve.errors import BackendError, OutOfMemory
-from batchserve.model_config import parse_pbtxt
+from batchserve.core.device import CPU
+from batchserve.core.errors import BackendError, OutOfMemory
+from batchserve.models.model_config import parse_pbtxt
 from fakes import FakeBackend
 from harness import (
     answer,

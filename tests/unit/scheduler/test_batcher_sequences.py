@@ -8,9 +8,9 @@ import numpy as np
 import onnx
 import pytest
 from batchserve.backends.onnx import OnnxBackend
-from batchserve.devices import CPU
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.model_config import parse_pbtxt
+from batchserve.core.device import CPU
+from batchserve.models.model_config import parse_pbtxt
+from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.work import WorkItem
 from fakes import FakeBackend

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from batchserve.devices import Device
+from batchserve.core.device import Device
 from batchserve.scheduler.batcher import Batcher, split_evenly
 from fakes import FakeBackend, fake_config
 from harness import answer, answers, entered, inline_batcher, item

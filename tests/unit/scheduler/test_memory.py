@@ -5,12 +5,17 @@ from __future__ import annotations
 import threading
 
 import pytest
-from batchserve.devices import CPU, Device
-from batchserve.errors import ModelConfigError, OutOfMemory
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.scheduler.memory import (
+from batchserve.core.budgets import (
     DEFAULT_BUDGET,
     BudgetSpec,
+    format_bytes,
+    parse_budget,
+    parse_budgets,
+)
+from batchserve.core.device import CPU, Device
+from batchserve.core.errors import ModelConfigError, OutOfMemory
+from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.scheduler.memory import (
     DeviceBudget,
     MemoryBudgets,
     MemoryProfile,
@@ -18,9 +23,6 @@ from batchserve.scheduler.memory import (
     ModelReservations,
     arena_limit_bytes,
     derive_cap,
-    format_bytes,
-    parse_budget,
-    parse_budgets,
 )
 from hypothesis import given
 from hypothesis import strategies as st

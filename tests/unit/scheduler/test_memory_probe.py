@@ -10,17 +10,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 from batchserve.backends.onnx import OnnxBackend
-from batchserve.devices import CPU, Device, gpu_count
-from batchserve.errors import DeviceUnavailable, OutOfMemory
-from batchserve.grpc.generated.model_config_pb2 import TYPE_FP32, ModelConfig, ModelInput
-from batchserve.scheduler.memory import (
-    MemoryBudgets,
-    MemoryProfile,
-    arena_limit_bytes,
-    derive_cap,
-    parse_budgets,
-)
-from batchserve.scheduler.memory_probe import (
+from batchserve.core.budgets import parse_budgets
+from batchserve.core.device import CPU, Device
+from batchserve.core.errors import DeviceUnavailable, OutOfMemory
+from batchserve.devices.placement import gpu_count
+from batchserve.models.memory_probe import (
     ProcessMemory,
     cgroup_memory_limit,
     cpu_total_bytes,
@@ -32,6 +26,8 @@ from batchserve.scheduler.memory_probe import (
     probe_batch_sizes,
     probe_instance,
 )
+from batchserve.proto.model_config_pb2 import TYPE_FP32, ModelConfig, ModelInput
+from batchserve.scheduler.memory import MemoryBudgets, MemoryProfile, arena_limit_bytes, derive_cap
 from onnx import TensorProto, helper, numpy_helper
 
 MIB = 1 << 20
@@ -210,7 +206,7 @@ def test_gpu_total_without_a_gpu_is_device_unavailable():
 @pytest.mark.gpu
 @NEEDS_GPU
 def test_gpu_total_and_meter_see_real_device_memory():
-    from batchserve.backends import cuda
+    from batchserve.devices import cuda
 
     assert gpu_total_bytes(0) > 0
     with gpu_meter(0) as meter:

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pytest
-from batchserve.errors import BackendError, OutOfMemory
-from batchserve.grpc.generated.model_config_pb2 import ModelConfig
-from batchserve.model_config import parse_pbtxt
+from batchserve.core.errors import BackendError, OutOfMemory
+from batchserve.models.model_config import parse_pbtxt
+from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.batching import merge_inputs, split_outputs
 from batchserve.scheduler.execution import BatchRun

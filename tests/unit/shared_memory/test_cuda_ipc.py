@@ -13,16 +13,16 @@ import textwrap
 
 import numpy as np
 import pytest
-from batchserve.backends.cuda import call, runtime
-from batchserve.devices import gpu_count
+from batchserve.devices.cuda import call, runtime
+from batchserve.devices.placement import gpu_count
 
 needs_gpu = pytest.mark.skipif(gpu_count() == 0, reason="needs an NVIDIA GPU")
 
 SERVER_SIDE = textwrap.dedent(
     """
     import sys
-    from batchserve.errors import InvalidArgument
-    from batchserve.shared_memory.manager import SharedMemoryManager
+    from batchserve.core.errors import InvalidArgument
+    from batchserve.dataplane.shared_memory.manager import SharedMemoryManager
 
     handle = bytes.fromhex(sys.argv[1])
     regions = SharedMemoryManager()

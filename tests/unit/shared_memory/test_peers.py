@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from batchserve.shared_memory.peers import is_local
+from batchserve.dataplane.shared_memory.peers import is_local
 
 
 @pytest.mark.parametrize(

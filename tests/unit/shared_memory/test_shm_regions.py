@@ -9,13 +9,13 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
-from batchserve.datatypes import from_wire
-from batchserve.errors import AlreadyExists, Internal, InvalidArgument, NotFound
-from batchserve.shared_memory import parameters
-from batchserve.shared_memory import tensors as shm
-from batchserve.shared_memory.manager import Region, RegionStatus, SharedMemoryManager
-from batchserve.shared_memory.system import SHM_DIR, SystemRegion, object_name
-from batchserve.types import InferRequest, RequestedOutput, Tensor
+from batchserve.core.datatypes import from_wire
+from batchserve.core.errors import AlreadyExists, Internal, InvalidArgument, NotFound
+from batchserve.core.types import InferRequest, RequestedOutput, Tensor
+from batchserve.dataplane.shared_memory import parameters
+from batchserve.dataplane.shared_memory import tensors as shm
+from batchserve.dataplane.shared_memory.manager import Region, RegionStatus, SharedMemoryManager
+from batchserve.dataplane.shared_memory.system import SHM_DIR, SystemRegion, object_name
 
 MakeObject = Callable[[int], str]
 
@@ -328,7 +328,7 @@ def test_an_output_region_unregistered_mid_request_fails_that_request(
 
 
 def test_cuda_regions_are_refused_clearly_without_a_gpu(manager: SharedMemoryManager) -> None:
-    from batchserve import devices
+    from batchserve.devices import placement as devices
 
     if devices.gpu_count():
         pytest.skip("this machine has a GPU: tests/unit/shared_memory/test_cuda_ipc.py runs")

@@ -1,0 +1,100 @@
+"""Server-wide settings, resolved once: command-line flags > BATCHSERVE_* environment > defaults.
+
+Per-model settings live in each model's config.pbtxt, never here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from batchserve.core.budgets import parse_budgets
+from batchserve.core.tls import TlsFiles
+
+MIB = 1024 * 1024
+INT32_MAX = 2**31 - 1
+"""grpc core reads its channel arguments as 32-bit integers."""
+
+
+class ModelControlMode(StrEnum):
+    """Triton's names: `none` loads everything at start and forbids changes; `explicit`
+    loads what `--load-model` names and opens the repository load/unload API."""
+
+    NONE = "none"
+    EXPLICIT = "explicit"
+
+
+class ClientShm(StrEnum):
+    """Who may register shared-memory regions. Only a client on this host can share memory
+    with the server, so `local` (the default) admits loopback clients and refuses remote ones,
+    which could only probe the host's memory; `false` refuses all (Triton's default), `true`
+    admits all (Triton's `--allow-client-shm=true`)."""
+
+    FALSE = "false"
+    LOCAL = "local"
+    TRUE = "true"
+
+
+class Settings(BaseSettings):
+    """Everything the server needs to start; frozen so it can be passed around freely."""
+
+    model_config = SettingsConfigDict(env_prefix="BATCHSERVE_", frozen=True, extra="forbid")
+
+    model_repository: Path = Path("model_repo")
+    host: str = "127.0.0.1"
+    http_port: int = Field(8000, ge=0, le=65535)
+    grpc_port: int = Field(8001, ge=0, le=65535)
+    metrics_port: int = Field(8002, ge=0, le=65535)
+    model_control_mode: ModelControlMode = ModelControlMode.NONE
+    load_model: tuple[str, ...] = ()
+    control_token: str | None = None
+    max_json_body_bytes: int = Field(16 * MIB, gt=0)
+    max_binary_body_bytes: int = Field(64 * MIB, gt=0)
+    max_queue_size: int = Field(1024, gt=0)
+    memory_budget: str | None = None
+    busy_poll_us: int = Field(0, ge=0, le=100_000)
+    shutdown_delay_seconds: float = Field(0.0, ge=0)
+    shutdown_timeout_seconds: float = Field(30.0, gt=0)
+    # As Apache mod_reqtimeout's header=20 body=20,MinRate=500.
+    http_header_timeout_seconds: float = Field(20.0, gt=0, le=3600)
+    http_body_timeout_seconds: float = Field(20.0, gt=0, le=3600)
+    http_body_min_rate: float = Field(500.0, gt=0)
+    log_level: str = "info"
+    log_format: str = Field("json", pattern="^(json|text|default|ISO8601)$")
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_ca_file: Path | None = None
+    allow_client_shm: ClientShm = ClientShm.LOCAL
+    # gRPC connections, in milliseconds as Triton's --grpc-keepalive-* flags take them.
+    grpc_handshake_timeout_ms: int = Field(20_000, gt=0, le=INT32_MAX)
+    grpc_max_connection_idle_ms: int = Field(120_000, gt=0, le=INT32_MAX)
+    grpc_keepalive_time_ms: int = Field(60_000, gt=0, le=INT32_MAX)
+    grpc_keepalive_timeout_ms: int = Field(20_000, gt=0, le=INT32_MAX)
+    grpc_max_concurrent_calls: int = Field(10_000, gt=0, le=INT32_MAX)
+
+    @field_validator("memory_budget")
+    @classmethod
+    def _budget_parses(cls, value: str | None) -> str | None:
+        parse_budgets(value)
+        return value
+
+    @model_validator(mode="after")
+    def _tls_files_load(self) -> Settings:
+        """Refuse to start with TLS half set up, or with files the listeners could not load."""
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("--tls-cert-file and --tls-key-file go together: give both or neither")
+        if self.tls_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("--tls-ca-file (mutual TLS) needs --tls-cert-file and --tls-key-file")
+        if self.tls is not None:
+            self.tls.check()
+        return self
+
+    @property
+    def tls(self) -> TlsFiles | None:
+        """The HTTP and gRPC listeners' TLS files, or None to serve in plain text."""
+        if self.tls_cert_file is None or self.tls_key_file is None:
+            return None
+        return TlsFiles(self.tls_cert_file, self.tls_key_file, self.tls_ca_file)

@@ -1,0 +1,139 @@
+"""Devices a model instance can run on, and what the machine really has."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from batchserve.core.device import CPU, Device
+from batchserve.core.errors import DeviceUnavailable, ModelConfigError
+from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
+
+_log = logging.getLogger(__name__)
+
+
+def gpu_count() -> int:
+    """GPUs this process can run on, numbered as CUDA numbers them; 0 without driver or GPU.
+
+    CUDA decides, not NVML: NVML lists every board in the machine whatever
+    CUDA_VISIBLE_DEVICES says, in an order that need not be CUDA's, and lists a MIG slice as
+    its whole GPU. Without cuda-python (the ``gpu`` extra) NVML's count is the only one there
+    is, and CUDA_VISIBLE_DEVICES is then not honoured.
+    """
+    cudart = _cuda_runtime()
+    if cudart is None:
+        return _nvml_count()
+    error, count = cudart.cudaGetDeviceCount()
+    return int(count) if error == cudart.cudaError_t.cudaSuccess else 0
+
+
+def nvml_handle(nvml: Any, index: int) -> Any:
+    """NVML's handle for CUDA device ``index`` (``nvml`` is the initialised pynvml module).
+
+    Matched by UUID, which CUDA and NVML share (a MIG slice's under the ``MIG-`` prefix), so
+    memory and metrics are read from the device or slice an instance really runs on.
+    Without cuda-python, NVML's index is taken for CUDA's.
+    """
+    uuid = cuda_uuid(index)
+    if uuid is None:
+        return nvml.nvmlDeviceGetHandleByIndex(index)
+    try:
+        return nvml.nvmlDeviceGetHandleByUUID(uuid)
+    except nvml.NVMLError_NotFound:
+        return nvml.nvmlDeviceGetHandleByUUID(f"MIG-{uuid.removeprefix('GPU-')}")
+
+
+def cuda_uuid(index: int) -> str | None:
+    """CUDA device ``index``'s UUID as NVML writes it (``GPU-8hex-4hex-4hex-4hex-12hex``).
+
+    None without cuda-python; DeviceUnavailable when CUDA has no such device.
+    """
+    cudart = _cuda_runtime()
+    if cudart is None:
+        return None
+    error, properties = cudart.cudaGetDeviceProperties(index)
+    if error != cudart.cudaError_t.cudaSuccess:
+        raise DeviceUnavailable(f"gpu:{index}: CUDA cannot read this device ({error.name})")
+    return nvml_uuid(bytes(properties.uuid.bytes))
+
+
+def nvml_uuid(raw: bytes) -> str:
+    """CUDA's 16 UUID bytes written as NVML writes a GPU's UUID."""
+    parts = (raw[:4], raw[4:6], raw[6:8], raw[8:10], raw[10:16])
+    return "GPU-" + "-".join(part.hex() for part in parts)
+
+
+def _cuda_runtime() -> Any:
+    try:
+        from cuda.bindings import runtime
+    except ImportError:
+        return None
+    return runtime
+
+
+def _nvml_count() -> int:
+    try:
+        import pynvml
+    except ImportError:  # pragma: no cover - nvidia-ml-py is a base dependency
+        return 0
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return 0
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def resolve_devices(config: ModelConfig, available_gpus: int) -> list[Device]:
+    """One Device per model instance, placed from ``instance_group`` as Triton places them.
+
+    No instance_group means one instance per GPU present, or one on the CPU without GPUs.
+    """
+    groups = list(config.instance_group) or [ModelInstanceGroup(kind=ModelInstanceGroup.KIND_AUTO)]
+    devices: list[Device] = []
+    for position, group in enumerate(groups):
+        devices.extend(_group_devices(config, group, position, available_gpus))
+    return devices
+
+
+def _group_devices(
+    config: ModelConfig, group: ModelInstanceGroup, position: int, available_gpus: int
+) -> list[Device]:
+    label = f"model '{config.name}' instance_group '{group.name or position}'"
+    if group.count < 0:
+        raise ModelConfigError(f"{label}: count {group.count} is negative")
+    count = group.count or 1
+    if any(index < 0 for index in group.gpus):
+        raise ModelConfigError(f"{label}: gpus {list(group.gpus)} lists a negative index")
+    kind = group.kind
+    if kind == ModelInstanceGroup.KIND_AUTO:
+        if available_gpus == 0 or any(index >= available_gpus for index in group.gpus):
+            return [CPU] * count
+        kind = ModelInstanceGroup.KIND_GPU
+    if kind == ModelInstanceGroup.KIND_GPU:
+        return _gpu_devices(config, group, label, count, available_gpus)
+    if kind == ModelInstanceGroup.KIND_CPU and not group.gpus:
+        return [CPU] * count
+    if kind == ModelInstanceGroup.KIND_CPU:
+        raise ModelConfigError(f"{label}: kind KIND_CPU cannot list gpus {list(group.gpus)}")
+    raise ModelConfigError(f"{label}: kind KIND_MODEL is not supported; use KIND_GPU or KIND_CPU")
+
+
+def _gpu_devices(
+    config: ModelConfig, group: ModelInstanceGroup, label: str, count: int, available_gpus: int
+) -> list[Device]:
+    indices = list(group.gpus) or list(range(available_gpus))
+    missing = [index for index in indices if index >= available_gpus]
+    if indices and not missing:
+        return [Device("gpu", index) for index in indices for _ in range(count)]
+    wanted = f"GPUs {missing}" if missing else "a GPU"
+    problem = f"{label} asks for {wanted}, but this machine has {available_gpus} GPU(s)"
+    if config.batchserve.allow_cpu_fallback:
+        _log.warning("%s; running its instances on the CPU (allow_cpu_fallback)", problem)
+        return [CPU] * (count * max(1, len(indices)))
+    raise DeviceUnavailable(
+        f"{problem}. Install an NVIDIA driver and expose the GPUs to this process, list only "
+        "GPUs that exist, or set `batchserve { allow_cpu_fallback: true }` to run on the CPU"
+    )

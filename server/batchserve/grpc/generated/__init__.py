@@ -1,1 +1,0 @@
-"""Generated protobuf and gRPC modules."""

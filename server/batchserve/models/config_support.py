@@ -1,0 +1,93 @@
+"""Config fields that ask for what batchserve does not do: refused at load, naming the field.
+
+A Triton config is accepted as written, so a field batchserve would skip must not be
+skipped silently where that changes what clients get: a decoupled model answering once, a
+sequence model batched as stateless requests, an ensemble or a Python model served as
+something else. Fields that only tune performance or observability (``response_cache``,
+``metric_tags``, ``optimization`` priorities, instance ``rate_limiter``) are ignored: results
+do not depend on them. The full list is in the README's config table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from batchserve.proto.model_config_pb2 import ModelConfig, ModelQueuePolicy
+
+_NOT_SUPPORTED = "batchserve does not support"
+
+
+def unsupported_problems(config: ModelConfig) -> list[str]:
+    """One message per field that would otherwise be ignored in a way that changes results."""
+    return [
+        f"field '{field}' {detail}: {_NOT_SUPPORTED} {what} (yet)"
+        for field, detail, what in _found(config)
+    ]
+
+
+def _found(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
+    if config.model_transaction_policy.decoupled:
+        yield (
+            "model_transaction_policy.decoupled",
+            "is true",
+            "decoupled models (any number of responses per request)",
+        )
+    scheduling = config.WhichOneof("scheduling_choice")
+    if scheduling == "sequence_batching":
+        yield "sequence_batching", "is set", "stateful sequence batching"
+    if scheduling == "ensemble_scheduling" or config.platform == "ensemble":
+        field = "ensemble_scheduling" if scheduling == "ensemble_scheduling" else "platform"
+        yield field, "asks for an ensemble", "ensembles (pipelines of models)"
+    if config.batch_input:
+        yield "batch_input", "is set", "batch inputs (tensors the batcher computes)"
+    if config.batch_output:
+        yield "batch_output", "is set", "batch outputs"
+    if config.runtime:
+        yield "runtime", f"is '{config.runtime}'", "choosing a backend runtime library"
+    if config.cc_model_filenames:
+        yield "cc_model_filenames", "is set", "per-GPU-architecture model files"
+    if config.model_operations.op_library_filename:
+        yield "model_operations.op_library_filename", "is set", "custom operation libraries"
+    if config.model_repository_agents.agents:
+        yield "model_repository_agents", "is set", "repository agents"
+    yield from _tensor_fields(config)
+    yield from _queue_fields(config)
+
+
+def _tensor_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        for tensor in tensors:
+            where = f"{kind} '{tensor.name}'"
+            if tensor.is_shape_tensor:
+                yield f"{kind}.is_shape_tensor", f"is true for {where}", "shape tensors"
+            if tensor.is_non_linear_format_io:
+                yield (
+                    f"{kind}.is_non_linear_format_io",
+                    f"is true for {where}",
+                    "non-linear tensor formats",
+                )
+    for tensor in config.input:
+        if tensor.allow_ragged_batch:
+            yield (
+                "input.allow_ragged_batch",
+                f"is true for input '{tensor.name}'",
+                "ragged batches",
+            )
+
+
+def _queue_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
+    if config.WhichOneof("scheduling_choice") != "dynamic_batching":
+        return
+    batching = config.dynamic_batching
+    if batching.priority_queue_policy:
+        yield (
+            "dynamic_batching.priority_queue_policy",
+            "is set",
+            "queue policies per priority level (default_queue_policy applies to all)",
+        )
+    if batching.default_queue_policy.timeout_action == ModelQueuePolicy.DELAY:
+        yield (
+            "dynamic_batching.default_queue_policy.timeout_action",
+            "is DELAY",
+            "delaying timed-out requests (they are rejected)",
+        )

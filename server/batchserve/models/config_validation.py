@@ -1,0 +1,291 @@
+"""Check a completed ModelConfig, alone and against the model file it describes.
+
+Every check returns messages instead of raising, so that a user sees all the problems of a
+model at once. Each message starts with the config file and names the field or tensor.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from batchserve.core.datatypes import BY_CONFIG, config_name
+from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.models.config_support import unsupported_problems
+from batchserve.models.model_config import model_dims
+from batchserve.models.warmup_samples import warmup_problems
+from batchserve.proto.model_config_pb2 import (
+    DataType,
+    ModelConfig,
+    ModelInput,
+    ModelInstanceGroup,
+    ModelOutput,
+)
+
+Tensor = ModelInput | ModelOutput
+
+
+def config_problems(config: ModelConfig, *, source: str, directory: str) -> list[str]:
+    """Problems visible in the config alone; ``directory`` is the model's directory name."""
+    problems: list[str] = []
+    if config.name and config.name != directory:
+        problems.append(f"name '{config.name}' differs from the model directory name '{directory}'")
+    if config.max_batch_size < 0:
+        problems.append(f"max_batch_size {config.max_batch_size} is negative")
+    problems += _batching_problems(config)
+    problems += _instance_problems(config)
+    problems += _policy_problems(config)
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        problems += _tensor_list_problems(kind, tensors)
+        problems += [
+            problem
+            for tensor in tensors
+            if tensor.HasField("reshape")
+            for problem in _reshape_problems(f"{kind} '{tensor.name}'", tensor, config)
+        ]
+    problems += _sequence_length_problems(config)
+    problems += warmup_problems(config)
+    problems += unsupported_problems(config)
+    return [f"{source}: {problem}" for problem in problems]
+
+
+def _batching_problems(config: ModelConfig) -> list[str]:
+    if config.WhichOneof("scheduling_choice") != "dynamic_batching":
+        return []
+    batching = config.dynamic_batching
+    problems = _priority_problems(batching.priority_levels, batching.default_priority_level)
+    if config.max_batch_size <= 0:
+        return [*problems, "dynamic_batching needs max_batch_size > 0 (the model takes no batch)"]
+    problems += [
+        f"dynamic_batching.preferred_batch_size {size} is outside 1..max_batch_size "
+        f"({config.max_batch_size})"
+        for size in batching.preferred_batch_size
+        if not 0 < size <= config.max_batch_size
+    ]
+    return problems
+
+
+def _priority_problems(levels: int, default: int) -> list[str]:
+    if levels == 0 and default != 0:
+        return [f"dynamic_batching.default_priority_level {default} is set without priority_levels"]
+    if levels > 0 and not 1 <= default <= levels:
+        return [
+            f"dynamic_batching.default_priority_level {default} is outside 1..priority_levels "
+            f"({levels})"
+        ]
+    return []
+
+
+def _instance_problems(config: ModelConfig) -> list[str]:
+    problems = []
+    for index, group in enumerate(config.instance_group):
+        field = f"instance_group[{index}]"
+        if group.count < 0:
+            problems.append(f"{field}.count {group.count} is negative")
+        if group.kind == ModelInstanceGroup.KIND_CPU and group.gpus:
+            problems.append(f"{field} is KIND_CPU but lists gpus {list(group.gpus)}")
+    return problems
+
+
+def _policy_problems(config: ModelConfig) -> list[str]:
+    policy = config.version_policy
+    choice = policy.WhichOneof("policy_choice")
+    if choice == "latest" and policy.latest.num_versions < 1:
+        return ["version_policy.latest.num_versions must be at least 1"]
+    if choice == "specific" and not policy.specific.versions:
+        return ["version_policy.specific lists no versions"]
+    if choice == "specific":
+        bad = [v for v in policy.specific.versions if v < 1]
+        return [f"version_policy.specific lists version {v}; versions are >= 1" for v in bad]
+    return []
+
+
+def _tensor_list_problems(kind: str, tensors: Sequence[Tensor]) -> list[str]:
+    counts = Counter(tensor.name for tensor in tensors)
+    problems = [f"{kind} '{name}' is listed {n} times" for name, n in counts.items() if n > 1]
+    problems += [f"{kind} with no name" for tensor in tensors if not tensor.name]
+    for tensor in tensors:
+        problems += _dims_value_problems(f"{kind} '{tensor.name}'", list(tensor.dims))
+    return problems
+
+
+def _dims_value_problems(what: str, dims: list[int]) -> list[str]:
+    if any(d < DYNAMIC for d in dims):
+        return [f"{what}: dims {dims} has a value below -1 (use -1 for a dynamic axis)"]
+    if 0 in dims:
+        return [f"{what}: dims {dims} has a 0 (every axis holds at least one element)"]
+    return []
+
+
+def _reshape_problems(what: str, tensor: Tensor, config: ModelConfig) -> list[str]:
+    """Triton's rules (core ``ValidateIOShape``): the same element count, and with free axes
+    the same number of them and the same fixed size between each pair."""
+    dims, shape = list(tensor.dims), list(tensor.reshape.shape)
+    if not shape and config.max_batch_size <= 0:
+        return [
+            f"{what}: cannot have empty reshape for non-batching model as scalar tensors are "
+            "not supported"
+        ]
+    if any(d < DYNAMIC or d == 0 for d in shape):
+        return [f"{what}: reshape dimensions must be integer >= 1, or -1 (got {shape})"]
+    if not shape and dims == [1]:
+        return []
+    if _chunks(dims) != _chunks(shape):
+        return [
+            f"{what}: has different size for dims and reshape: dims {dims} and reshape "
+            f"{shape} must hold the same elements, with the same fixed sizes between -1 axes"
+        ]
+    return []
+
+
+def _chunks(dims: list[int]) -> list[int]:
+    """Element counts between free (-1) axes: [2, 4, -1, 6] -> [8, 6]."""
+    chunks, current = [], 1
+    for dim in dims:
+        if dim == DYNAMIC:
+            chunks.append(current)
+            current = 1
+        else:
+            current *= dim
+    return [*chunks, current]
+
+
+def _sequence_length_problems(config: ModelConfig) -> list[str]:
+    name = config.batchserve.sequence_length_input
+    if not name:
+        return []
+    field = f"batchserve.sequence_length_input '{name}'"
+    tensor = next((t for t in config.input if t.name == name), None)
+    if tensor is None:
+        return [f"{field} is not one of the inputs"]
+    datatype = BY_CONFIG.get(tensor.data_type)
+    integer = datatype is not None and datatype.wire.startswith(("INT", "UINT"))
+    if not integer or list(tensor.dims) != [1]:
+        return [
+            f"{field} must be an integer input with dims [1], not "
+            f"{config_name(tensor.data_type)} {list(tensor.dims)}"
+        ]
+    return []
+
+
+def model_problems(
+    config: ModelConfig, signature: ModelSignature, *, source: str, model_file: str
+) -> list[str]:
+    """Where the config contradicts the model file (``model_file`` is named in each message)."""
+    batched = config.max_batch_size > 0
+    problems = _batch_axis_problems(config.max_batch_size, signature)
+    for kind, listed, specs in (
+        ("input", config.input, signature.inputs),
+        ("output", config.output, signature.outputs),
+    ):
+        problems += _name_problems(kind, listed, specs, signature.defaulted, model_file)
+        if kind == "input":
+            specs += signature.defaulted
+        by_name = {spec.name: spec for spec in specs}
+        for tensor in listed:
+            spec = by_name.get(tensor.name)
+            if spec is not None:
+                problems += _tensor_problems(kind, tensor, spec, batched)
+    return [f"{source}: {problem} ({model_file})" for problem in problems]
+
+
+def _batch_axis_problems(max_batch_size: int, signature: ModelSignature) -> list[str]:
+    """A batching config needs every tensor to lead with a free axis.
+
+    A fixed leading 1 is accepted only with max_batch_size 1, where every batch holds one
+    sample; a fixed leading N > 1 could only ever run full batches, which the batcher cannot
+    promise.
+    """
+    if max_batch_size <= 0:
+        return []
+    allowed = (DYNAMIC, 1) if max_batch_size == 1 else (DYNAMIC,)
+    return [
+        f"max_batch_size {max_batch_size} needs a leading dynamic batch axis, "
+        f"but the model's {kind} '{spec.name}' has shape {list(spec.shape)}"
+        for kind, specs in (("input", signature.inputs), ("output", signature.outputs))
+        for spec in specs
+        if not spec.shape or spec.shape[0] not in allowed
+    ]
+
+
+def _name_problems(
+    kind: str,
+    listed: Sequence[Tensor],
+    specs: tuple[TensorSpec, ...],
+    defaulted: tuple[TensorSpec, ...],
+    model_file: str,
+) -> list[str]:
+    known = [spec.name for spec in specs]
+    allowed = known + [spec.name for spec in defaulted] if kind == "input" else known
+    written = {tensor.name for tensor in listed}
+    problems = [
+        f"{kind} '{name}' is not an {kind} of the model, which has {_quoted(allowed)}"
+        for name in sorted(written - set(allowed))
+    ]
+    if kind == "input":
+        problems += [
+            f"model input '{name}' is missing from the config's inputs"
+            for name in known
+            if name not in written
+        ]
+        problems += [
+            f"input '{tensor.name}' is optional, but the model has no default for it (only an "
+            "input backed by an ONNX initializer can be left out)"
+            for tensor in listed
+            if isinstance(tensor, ModelInput) and tensor.optional and tensor.name in known
+        ]
+    return problems
+
+
+def _quoted(names: Iterable[str]) -> str:
+    return ", ".join(f"'{name}'" for name in names) or "none"
+
+
+def _tensor_problems(kind: str, tensor: Tensor, spec: TensorSpec, batched: bool) -> list[str]:
+    what = f"{kind} '{tensor.name}'"
+    problems = []
+    if tensor.data_type != spec.datatype.config:
+        problems.append(
+            f"{what}: data_type {config_name(tensor.data_type)} contradicts the model's "
+            f"{config_name(spec.datatype.config)}"
+        )
+    expected = list(spec.shape[1:] if batched and spec.shape else spec.shape)
+    written = model_dims(tensor)
+    if not _dims_agree(written, expected):
+        field = "reshape.shape" if tensor.HasField("reshape") else "dims"
+        problems.append(f"{what}: {field} {written} contradict the model's {expected}")
+    return problems
+
+
+def _dims_agree(written: list[int], model: list[int]) -> bool:
+    """Same rank, and every axis fixed on both sides has the same size."""
+    return len(written) == len(model) and all(
+        w == m or DYNAMIC in (w, m) for w, m in zip(written, model, strict=True)
+    )
+
+
+def completeness_problems(config: ModelConfig, *, source: str, model_file: str) -> list[str]:
+    """Without a GPU a TensorRT plan cannot be read: the config must then say everything."""
+    need = (
+        f"to validate {model_file} without a GPU, the config must list every input and "
+        "output with data_type and dims"
+    )
+    problems: list[str] = []
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        if not tensors:
+            problems.append(f"it lists no {kind}s")
+        problems += [
+            f"{kind} '{tensor.name}' has no {field}"
+            for tensor in tensors
+            for field in _missing_fields(tensor)
+        ]
+    return [f"{source}: {problem}; {need}" for problem in problems]
+
+
+def _missing_fields(tensor: Tensor) -> list[str]:
+    missing = []
+    if tensor.data_type == DataType.TYPE_INVALID:
+        missing.append("data_type")
+    if not tensor.dims:
+        missing.append("dims")
+    return missing

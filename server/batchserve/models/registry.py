@@ -1,0 +1,445 @@
+"""The models this server holds: loading, readiness, lookup by name and version, unloading.
+
+Loading happens off the event loop; a model is READY only once every instance is loaded
+and has run a warm-up batch. Reloading builds the new versions first and swaps them in,
+so requests in flight on the old ones finish and none are lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from functools import cached_property, partial
+from pathlib import Path
+
+from batchserve.backends import create_backend, resolve_devices
+from batchserve.backends.base import Backend
+from batchserve.core.datatypes import DataType, from_config
+from batchserve.core.device import Device
+from batchserve.core.errors import (
+    BatchserveError,
+    InvalidArgument,
+    ModelConfigError,
+    NotFound,
+    Unavailable,
+)
+from batchserve.core.validation import RequestSchema
+from batchserve.devices.placement import gpu_count
+from batchserve.models.labels import LabelMap
+from batchserve.models.load_override import LoadOverride, OverrideDirectory
+from batchserve.models.memory_probe import probe_backend
+from batchserve.models.repository import ModelRepository, ModelVersion, ResolvedModel
+from batchserve.models.warmup import synthetic_batch
+from batchserve.models.warmup_samples import WarmupSample, read_warmup_samples
+from batchserve.observability.stats import ModelStats
+from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.scheduler.batcher import Batcher
+from batchserve.scheduler.inline import INLINE_BELOW_NS
+from batchserve.scheduler.instances import Instance, InstancePool
+from batchserve.scheduler.memory import MemoryBudgets, MemoryProfile, ModelReservations
+from batchserve.scheduler.policy import BatchPolicy
+
+logger = logging.getLogger(__name__)
+
+BackendFactory = Callable[[ModelConfig, Path], Backend]
+
+# Dynamic non-batch axes (sequence length, image size) are probed at this size for models
+# with a sequence-length input, and at 1 otherwise: memory then scales with the real
+# lengths, which the cap cannot foresee; a batch that still runs out is split (OOM split).
+PROBE_SEQUENCE_LENGTH = 128
+
+
+def probe_length(config: ModelConfig) -> int:
+    return PROBE_SEQUENCE_LENGTH if config.batchserve.sequence_length_input else 1
+
+
+async def _run_sample(instance: Instance, sample: WarmupSample) -> None:
+    """Run one ``model_warmup`` sample ``count`` times; a failure names it, in Triton's words."""
+    try:
+        for _ in range(sample.count):
+            await instance.run(partial(instance.backend.infer, sample.inputs))
+    except BatchserveError as exc:
+        raise ModelConfigError(
+            f"failed to run warmup sample '{sample.name}': {exc.message}"
+        ) from exc
+
+
+class ModelState(StrEnum):
+    """Triton's repository-index states."""
+
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceMemory:
+    """What one instance was measured to need, and what it reserved of its device's budget."""
+
+    device: Device
+    profile: MemoryProfile
+    reserved_bytes: int
+    batch_cap: int
+
+
+@dataclass(eq=False)
+class ServedVersion:
+    """One loaded version: its config, instances, scheduler and memory reservations."""
+
+    name: str
+    version: int
+    config: ModelConfig
+    batcher: Batcher
+    stats: ModelStats
+    memory: tuple[InstanceMemory, ...] = ()
+    reservations: ModelReservations | None = None
+    labels: LabelMap = field(default_factory=dict)
+
+    @cached_property
+    def schema(self) -> RequestSchema:
+        """The config compiled for validating requests (once, not per request)."""
+        return RequestSchema.of(self.config)
+
+    @cached_property
+    def output_types(self) -> dict[str, DataType]:
+        """Each output's element type, as configured."""
+        return {spec.name: from_config(spec.data_type) for spec in self.config.output}
+
+    async def close(self) -> None:
+        await self.batcher.close()
+        await asyncio.to_thread(self.batcher.pool.close)
+        if self.reservations is not None:
+            self.reservations.release()
+
+
+@dataclass(eq=False)
+class ModelEntry:
+    """What the server knows of one model name, loaded or not."""
+
+    name: str
+    state: ModelState = ModelState.UNAVAILABLE
+    reason: str = ""
+    versions: dict[int, ServedVersion] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    files: OverrideDirectory | None = None  # the load's own files, while they are served
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """One row of the repository index."""
+
+    name: str
+    version: str
+    state: str
+    reason: str
+
+
+def unknown_model(name: str) -> NotFound:
+    """Triton's text for a model it does not know, which its clients look for."""
+    return NotFound(
+        f"Request for unknown model: '{name}' is not found "
+        f"(batchserve: no model '{name}' is loaded or in the repository)"
+    )
+
+
+def _remove_files_of(
+    resolving: asyncio.Future[tuple[ResolvedModel, OverrideDirectory | None]],
+) -> None:
+    """A load cancelled while its files were being written: remove them once written."""
+    if resolving.cancelled() or resolving.exception() is not None:
+        return
+    files = resolving.result()[1]
+    if files is not None:
+        asyncio.get_running_loop().run_in_executor(None, files.remove)
+
+
+class ModelRegistry:
+    """Owns every loaded model; the dataplane's only way to reach one."""
+
+    def __init__(
+        self,
+        repository: ModelRepository,
+        max_queue_size: int,
+        budgets: MemoryBudgets,
+        backend_factory: BackendFactory = create_backend,
+        after_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``after_change`` runs once a load or unload has finished swapping models (the
+        server settles its heap there: ``gc_tuning.settle``)."""
+        self.repository = repository
+        self.budgets = budgets
+        self.load_seconds: dict[str, float] = {}  # latest load of each model, however started
+        self._max_queue_size = max_queue_size
+        self._backend_factory = backend_factory
+        self._after_change = after_change
+        self._entries: dict[str, ModelEntry] = {}
+
+    def _entry(self, name: str) -> ModelEntry:
+        entry = self._entries.get(name)
+        if entry is None:
+            entry = self._entries[name] = ModelEntry(name)
+        return entry
+
+    async def load(self, name: str, override: LoadOverride | None = None) -> None:
+        """Load (or reload) every served version of a model; failures leave it UNAVAILABLE.
+
+        ``override`` (a load's parameters) replaces the repository's config, or its whole
+        directory, for this load only: a later plain load reads the repository again.
+        """
+        started = time.monotonic()
+        files = None
+        resolving = asyncio.ensure_future(asyncio.to_thread(self._resolve, name, override))
+        try:
+            resolved, files = await asyncio.shield(resolving)
+        except asyncio.CancelledError:  # the thread goes on writing the load's files
+            resolving.add_done_callback(_remove_files_of)
+            raise
+        except ModelConfigError as exc:  # in the repository, but broken: say why when asked
+            failed = self._entry(name)
+            if failed.state is not ModelState.READY:
+                failed.state, failed.reason = ModelState.UNAVAILABLE, exc.message
+            raise
+        entry = self._entry(resolved.name)
+        try:
+            async with entry.lock:
+                if entry.state is not ModelState.READY:
+                    entry.state, entry.reason = ModelState.LOADING, ""
+                try:
+                    versions = await self._load_versions(resolved)
+                except BatchserveError as exc:
+                    entry.state, entry.reason = ModelState.UNAVAILABLE, exc.message
+                    raise
+                old, entry.versions = entry.versions, versions
+                old_files, entry.files, files = entry.files, files, None
+                entry.state, entry.reason = ModelState.READY, ""
+                self.load_seconds[resolved.name] = time.monotonic() - started
+        finally:
+            if files is not None:
+                await asyncio.to_thread(files.remove)
+        try:
+            for served in old.values():
+                await served.close()
+        finally:
+            if old_files is not None:
+                await asyncio.to_thread(old_files.remove)
+        self._after_change()
+        logger.info("model ready", extra={"model": name, "versions": sorted(versions)})
+
+    def _resolve(
+        self, name: str, override: LoadOverride | None
+    ) -> tuple[ResolvedModel, OverrideDirectory | None]:
+        """The model to load: from the repository, or from the load's own files."""
+        if override is None or not override.files:
+            config = override.config if override is not None else None
+            return self.repository.resolve(name, config), None
+        files = OverrideDirectory(name, override.files)
+        try:
+            return ModelRepository(files.root).resolve(name, override.config), files
+        except BaseException:
+            files.remove()
+            raise
+
+    async def _load_versions(self, resolved: ResolvedModel) -> dict[int, ServedVersion]:
+        loaded: dict[int, ServedVersion] = {}
+        try:
+            for version in resolved.versions:
+                loaded[version.version] = await self._load_version(resolved, version)
+        except BaseException:
+            for served in loaded.values():
+                await served.close()
+            raise
+        return loaded
+
+    async def _load_version(self, resolved: ResolvedModel, version: ModelVersion) -> ServedVersion:
+        config = resolved.config
+        samples = await asyncio.to_thread(
+            read_warmup_samples,
+            config,
+            resolved.directory or self.repository.root / resolved.name,
+            source=f"{resolved.name}/config.pbtxt",
+        )
+        reservations = ModelReservations.from_config(config)
+        instances: list[Instance] = []
+        memory: list[InstanceMemory] = []
+        try:
+            for index, device in enumerate(resolve_devices(config, gpu_count())):
+                name = f"{resolved.name}-{version.version}-{index}"
+                instance, used = await self._load_instance(
+                    name, config, version, device, reservations, samples
+                )
+                instances.append(instance)
+                memory.append(used)
+        except BaseException:
+            await asyncio.to_thread(InstancePool(instances).close)
+            reservations.release()
+            raise
+        stats = ModelStats()
+        policy = BatchPolicy.from_config(config, self._max_queue_size)
+        if config.max_batch_size > 0:
+            policy = replace(policy, max_batch_size=min(m.batch_cap for m in memory))
+        pad = config.batchserve.padding_value
+        batcher = Batcher(
+            InstancePool(instances),
+            policy,
+            stats,
+            pad_value=pad,
+            inline_below_ns=INLINE_BELOW_NS,
+            dispatch_per_pass=True,
+        )
+        return ServedVersion(
+            resolved.name,
+            version.version,
+            config,
+            batcher,
+            stats,
+            tuple(memory),
+            reservations,
+            resolved.labels,
+        )
+
+    async def _load_instance(
+        self,
+        name: str,
+        config: ModelConfig,
+        version: ModelVersion,
+        device: Device,
+        reservations: ModelReservations,
+        samples: tuple[WarmupSample, ...] = (),
+    ) -> tuple[Instance, InstanceMemory]:
+        """Load, measure, reserve, then warm up (the config's ``model_warmup`` samples, as
+        Triton runs them, then a batch at the derived cap): ready means all four."""
+        backend = self._backend_factory(config, version.model_file)
+        instance = Instance(name, backend)
+        free_dim = probe_length(config)
+        first = samples[0].inputs if samples else None
+        try:
+            allowance = reservations.allowance(self.budgets.for_device(device))
+            profile = await instance.run(
+                partial(probe_backend, backend, version.model_file, config, device,
+                        limit_bytes=allowance, free_dim=free_dim, sample=first)
+            )  # fmt: skip
+            reservation = reservations.reserve(self.budgets.for_device(backend.device), profile)
+            cap = reservation.batch_cap if config.max_batch_size > 0 else 1
+            for sample in samples:
+                await _run_sample(instance, sample)
+            batch = synthetic_batch(config, cap, free_dim, first)
+            await instance.run(partial(backend.infer, batch))
+        except BaseException:
+            await asyncio.to_thread(instance.close)
+            raise
+        logger.info(
+            "instance loaded",
+            extra={"model": config.name, "version": version.version, "instance": name,
+                   "device": str(backend.device), "batch_cap": cap,
+                   "fixed_bytes": profile.fixed_bytes, "per_sample_bytes": profile.per_sample_bytes,
+                   "reserved_bytes": reservation.nbytes},
+        )  # fmt: skip
+        used = InstanceMemory(backend.device, profile, reservation.nbytes, cap)
+        return instance, used
+
+    async def unload(self, name: str) -> None:
+        """Stop taking requests for a model, finish those accepted, release it."""
+        entry = self._entries.get(name)
+        if entry is None or (entry.state is ModelState.UNAVAILABLE and not entry.versions):
+            # As Triton: unloading what is not loaded changes nothing and succeeds
+            logger.info("unload of a model not loaded", extra={"model": name})
+            return
+        async with entry.lock:
+            entry.state, entry.reason = ModelState.UNLOADING, ""
+            old, entry.versions = entry.versions, {}
+            old_files, entry.files = entry.files, None
+            for served in old.values():
+                await served.close()
+            if old_files is not None:
+                await asyncio.to_thread(old_files.remove)
+            entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"
+        self._after_change()
+        logger.info("model unloaded", extra={"model": name})
+
+    def get(self, name: str, version: str = "") -> ServedVersion:
+        """The version to serve: the highest one when ``version`` is empty."""
+        entry = self._entries.get(name)
+        # Triton's clients look for its "Request for unknown model" texts; the status stays
+        # 503 where waiting can help (a model loading, or loadable).
+        no_versions = f"Request for unknown model: '{name}' has no available versions"
+        if entry is None:
+            if self.knows(name):
+                raise Unavailable(f"{no_versions} (batchserve: model '{name}' is not loaded)")
+            raise unknown_model(name)
+        if entry.state is not ModelState.READY:
+            detail = f": {entry.reason}" if entry.reason else ""
+            raise Unavailable(
+                f"{no_versions} (batchserve: model '{name}' is not ready "
+                f"({entry.state.value}{detail}))"
+            )
+        if not version:
+            return entry.versions[max(entry.versions)]
+        if not version.isdigit():
+            raise InvalidArgument(
+                "failed to get model version from specified version string "
+                f"'{version[:40]}' (batchserve: a version is a positive integer)"
+            )
+        served = entry.versions.get(int(version))
+        if served is None:
+            shown = version[:40]
+            raise NotFound(
+                f"Request for unknown model: '{name}' version {shown} is not found "
+                f"(batchserve: version '{shown}' of model '{name}' is not being served)"
+            )
+        return served
+
+    def is_ready(self, name: str, version: str = "") -> bool:
+        try:
+            self.get(name, version)
+        except BatchserveError:
+            return False
+        return True
+
+    def knows(self, name: str) -> bool:
+        """True for a model loaded now, once, or present in the repository."""
+        return name in self._entries or (self.repository.root / name).is_dir()
+
+    def versions_of(self, name: str) -> list[ServedVersion]:
+        """The served versions of one ready model, ascending."""
+        self.get(name)
+        return [served for _, served in sorted(self._entries[name].versions.items())]
+
+    def loaded(self) -> list[ServedVersion]:
+        """Every version being served, by name then version."""
+        return [
+            served
+            for name in sorted(self._entries)
+            for _, served in sorted(self._entries[name].versions.items())
+        ]
+
+    def index(self, ready_only: bool = False) -> list[IndexEntry]:
+        """The repository's models with their states, loaded or not."""
+        rows: list[IndexEntry] = []
+        for name in sorted(set(self.repository.names()) | set(self._entries)):
+            entry = self._entries.get(name, ModelEntry(name))
+            if ready_only and entry.state is not ModelState.READY:
+                continue
+            versions = [str(v) for v in sorted(entry.versions)] or [""]
+            rows.extend(IndexEntry(name, v, entry.state.value, entry.reason) for v in versions)
+        return rows
+
+    async def close(self) -> None:
+        """Drain and release every model, logging what each version answered in its life."""
+        for name, entry in list(self._entries.items()):
+            versions = list(entry.versions.values())
+            if versions:
+                await self.unload(name)
+            for served in versions:
+                stats = served.stats
+                logger.info(
+                    "final statistics",
+                    extra={"model": name, "version": served.version,
+                           "success": stats.success.count, "fail": stats.fail.count,
+                           "inference_count": stats.inference_count,
+                           "execution_count": stats.execution_count},
+                )  # fmt: skip

@@ -1,0 +1,96 @@
+"""Logging set-up: one JSON object per line by default, with model and request fields.
+
+Every line carries ``time``, ``level``, ``logger`` and ``message``, plus the fields the
+call passes in ``extra`` (``model``, ``version``, ...). A record logged while a failed
+request is being answered also carries that request's ``model`` and ``request_id``
+(``bind_request``), so an unexpected error in an adapter names the request it broke.
+
+Access logs are off: a log line per request would cost more than the request itself
+on the hot path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from contextvars import ContextVar
+
+from pythonjsonlogger.core import RESERVED_ATTRS
+from pythonjsonlogger.json import JsonFormatter
+
+FORMATS = ("json", "text", "default", "ISO8601")  # the last two are Triton's line formats
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_TRITON_LEVELS = {logging.ERROR: "E", logging.WARNING: "W", logging.INFO: "I"}
+# uvicorn adds a copy of its messages with terminal colour codes: noise in a JSON line.
+_NOT_FIELDS = (*RESERVED_ATTRS, "color_message")
+
+_request: ContextVar[tuple[str, str] | None] = ContextVar("batchserve_request", default=None)
+
+
+def bind_request(model: str, request_id: str) -> None:
+    """Tag the records logged from here on, in this task, with the request's model and id."""
+    _request.set((model, request_id))
+
+
+class RequestFields(logging.Filter):
+    """Adds the bound request's ``model`` and ``request_id`` where the call gave none."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        bound = _request.get()
+        if bound is not None:
+            model, request_id = bound
+            if not hasattr(record, "model"):
+                record.model = model
+            if request_id and not hasattr(record, "request_id"):
+                record.request_id = request_id
+        return True
+
+
+class TritonFormatter(logging.Formatter):
+    """Triton's line preamble (its common/src/logging.cc), for log tooling written for it:
+    ``default`` is ``I1125 01:02:03.456789 <pid> <file>:<line>] message`` and ``ISO8601`` is
+    ``2026-11-25T01:02:03Z I <pid> <file>:<line>] message``, both in UTC."""
+
+    def __init__(self, iso8601: bool) -> None:
+        super().__init__()
+        self.iso8601 = iso8601
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = _TRITON_LEVELS.get(min(record.levelno, logging.ERROR) // 10 * 10, "V")
+        when = time.gmtime(record.created)
+        where = f"{os.getpid()} {record.filename}:{record.lineno}] {record.getMessage()}"
+        if self.iso8601:
+            return f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', when)} {level} {where}"
+        micros = int(record.created % 1 * 1_000_000)
+        return f"{level}{time.strftime('%m%d %H:%M:%S', when)}.{micros:06d} {where}"
+
+
+def formatter(fmt: str) -> logging.Formatter:
+    """The formatter of one of ``FORMATS``; the log settings API swaps it while running."""
+    if fmt in ("default", "ISO8601"):
+        return TritonFormatter(iso8601=fmt == "ISO8601")
+    if fmt == "json":
+        return JsonFormatter(
+            "%(asctime)s %(levelname)s %(name)s %(message)s",
+            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+            reserved_attrs=_NOT_FIELDS,
+        )
+    return logging.Formatter(TEXT_FORMAT)
+
+
+def configure_logging(level: str = "info", fmt: str = "json") -> None:
+    """Route every logger (uvicorn's and grpc's included) through one stderr handler."""
+    from batchserve.observability.log_settings import install  # it builds on this module
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter(fmt))
+    handler.addFilter(RequestFields())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    install(handler, level, fmt)
+    for name in ("uvicorn", "uvicorn.error"):
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True
+    logging.getLogger("uvicorn.access").disabled = True

@@ -1,0 +1,111 @@
+"""Triton-compatible cumulative statistics for one model version.
+
+The scheduler records into these counters; the statistics endpoints (HTTP `/stats`,
+gRPC ModelStatistics) and the Prometheus metrics read the same numbers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from batchserve.observability.metrics import Observations, Rejection, rejection_of
+
+
+@dataclass(slots=True)
+class Duration:
+    """A count and a cumulative duration in nanoseconds."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+
+@dataclass(slots=True)
+class BatchStats:
+    """Per-batch-size compute durations."""
+
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass(slots=True)
+class ModelStats:
+    """Counters for one model version, as Triton defines them.
+
+    ``inference_count`` counts samples, ``execution_count`` counts batches run. Beyond
+    Triton's: ``oom_splits`` counts batches split in two after running out of memory;
+    ``padding_elements`` of the ``input_elements`` the model received were padding;
+    ``received`` counts requests taken in (in flight: those not yet answered),
+    ``rejections`` the failed ones by reason, ``observed`` the Prometheus distributions.
+    """
+
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    batches: dict[int, BatchStats] = field(default_factory=dict)
+    oom_splits: int = 0
+    padding_elements: int = 0
+    input_elements: int = 0
+    received: int = 0
+    outcomes: dict[tuple[str, bool], int] = field(default_factory=dict)  # (protocol, ok)
+    rejections: dict[Rejection, int] = field(default_factory=dict)
+    observed: Observations = field(default_factory=Observations)
+
+    def record_batch(
+        self,
+        size: int,
+        input_ns: int,
+        infer_ns: int,
+        output_ns: int,
+        *,
+        padding: int = 0,
+        elements: int = 0,
+        cap: int = 0,
+    ) -> None:
+        """One model execution of ``size`` samples, whose inputs held ``elements`` elements,
+        ``padding`` of them padding, under a batch cap of ``cap`` (0: unknown)."""
+        self.execution_count += 1
+        self.inference_count += size
+        self.padding_elements += padding
+        self.input_elements += elements
+        self.compute_input.add(input_ns)
+        self.compute_infer.add(infer_ns)
+        self.compute_output.add(output_ns)
+        per_size = self.batches.get(size)
+        if per_size is None:
+            per_size = self.batches[size] = BatchStats()
+        per_size.compute_input.add(input_ns)
+        per_size.compute_infer.add(infer_ns)
+        per_size.compute_output.add(output_ns)
+        self.observed.on_batch(size, input_ns + infer_ns + output_ns, cap)
+
+    def record_request(
+        self,
+        ok: bool,
+        total_ns: int,
+        queue_ns: int,
+        error: BaseException | None = None,
+        protocol: str = "",
+    ) -> None:
+        """One request answered (or failed with ``error``) after ``total_ns``, ``queue_ns``
+        of it queued."""
+        (self.success if ok else self.fail).add(total_ns)
+        key = (protocol, ok)
+        self.outcomes[key] = self.outcomes.get(key, 0) + 1
+        if ok:
+            self.queue.add(queue_ns)
+            self.observed.on_request(total_ns, queue_ns)
+        elif error is not None and (reason := rejection_of(error)) is not None:
+            self.rejections[reason] = self.rejections.get(reason, 0) + 1
+        self.last_inference_ms = time.time_ns() // 1_000_000

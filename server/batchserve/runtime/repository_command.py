@@ -1,0 +1,79 @@
+"""`batchserve repo validate DIR`: check a model repository before serving it.
+
+Prints each valid model's resolved configuration (a pbtxt a user can copy, headed by comment
+lines naming the served versions and files) and each problem on its own line; the exit code
+is 0 only when every model is valid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from batchserve.models.repository import ModelProblem, ResolvedModel
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    repo = subparsers.add_parser("repo", help="inspect a model repository")
+    actions = repo.add_subparsers(dest="repo_action", required=True, metavar="ACTION")
+    validate = actions.add_parser(
+        "validate",
+        help="resolve and check every model; exit 1 if any is invalid or there is none",
+        description="Resolve every model of a repository (config.pbtxt completed from the "
+        "model file) and report each problem with the file and field at fault.",
+    )
+    validate.add_argument("directory", type=Path, metavar="DIR", help="the model repository")
+    validate.add_argument("-q", "--quiet", action="store_true", help="print only the problems")
+    validate.set_defaults(handler=validate_command)
+
+
+def validate_command(args: argparse.Namespace) -> int:
+    """Handler of `repo validate`; imports onnx only when run, so `batchserve --help` stays fast."""
+    from batchserve.core.errors import NotFound
+    from batchserve.models.repository import ModelRepository
+
+    try:
+        repository = ModelRepository(args.directory)
+    except NotFound as exc:
+        print(f"batchserve repo validate: {exc.message}", file=sys.stderr)
+        return 1
+    resolved, problems = repository.scan()
+    if not resolved and not problems:
+        print(
+            f"batchserve repo validate: no model directories in '{args.directory}'", file=sys.stderr
+        )
+        return 1
+    if not args.quiet:
+        _print_report(repository.root, resolved, problems)
+    else:
+        for problem in problems:
+            print("\n".join(problem.errors))
+    return 1 if problems else 0
+
+
+def _print_report(root: Path, resolved: list[ResolvedModel], problems: list[ModelProblem]) -> None:
+    from batchserve.models.model_config import to_pbtxt
+
+    blocks = [(model.name, _valid_block(root, model, to_pbtxt(model.config))) for model in resolved]
+    blocks += [(problem.name, _invalid_block(problem)) for problem in problems]
+    for _, block in sorted(blocks):
+        print(block)
+    print(f"{len(blocks)} models: {len(resolved)} valid, {len(problems)} invalid")
+
+
+def _valid_block(root: Path, model: ResolvedModel, pbtxt: str) -> str:
+    lines = [f"# {model.name}: valid"]
+    lines += [
+        f"#   serves version {v.version} from {v.model_file.relative_to(root).as_posix()}"
+        for v in model.versions
+    ]
+    return "\n".join([*lines, pbtxt])
+
+
+def _invalid_block(problem: ModelProblem) -> str:
+    count = len(problem.errors)
+    header = f"# {problem.name}: invalid ({count} problem{'s' if count != 1 else ''})"
+    return "\n".join([header, *problem.errors, ""])

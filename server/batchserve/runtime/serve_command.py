@@ -1,0 +1,174 @@
+"""`batchserve serve`: flags named as Triton names them, each also a BATCHSERVE_* variable."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from batchserve.core.settings import Settings
+
+# (flag, settings field, type, help); the environment variable is BATCHSERVE_<FIELD>.
+FLAGS: tuple[tuple[str, str, Any, str], ...] = (
+    ("--model-repository", "model_repository", Path, "model repository directory"),
+    ("--host", "host", str, "address to listen on (default 127.0.0.1)"),
+    ("--http-port", "http_port", int, "HTTP port (default 8000; 0 picks a free one)"),
+    ("--grpc-port", "grpc_port", int, "gRPC port (default 8001)"),
+    ("--metrics-port", "metrics_port", int, "Prometheus metrics port (default 8002)"),
+    ("--model-control-mode", "model_control_mode", str, "none (default) or explicit"),
+    ("--max-queue-size", "max_queue_size", int, "requests queued per model before 503"),
+    (
+        "--max-json-body-bytes",
+        "max_json_body_bytes",
+        int,
+        "largest JSON request body in bytes, decompressed; default 16 MiB, as JSON grows ~11x "
+        "in memory",
+    ),
+    (
+        "--max-binary-body-bytes",
+        "max_binary_body_bytes",
+        int,
+        "largest binary-tensor request body or gRPC message in bytes, decompressed; default "
+        "64 MiB, as Triton's --http-max-input-size",
+    ),
+    (
+        "--memory-budget",
+        "memory_budget",
+        str,
+        "memory per device for models: a fraction (0.9, the default) or a size (8GiB); "
+        "or per kind: cpu=8GiB,gpu=0.9",
+    ),
+    (
+        "--busy-poll-us",
+        "busy_poll_us",
+        int,
+        "microseconds the event loop keeps polling after a request instead of sleeping "
+        "(0 turns it off)",
+    ),
+    ("--shutdown-delay", "shutdown_delay_seconds", float, "seconds not-ready before draining"),
+    ("--shutdown-timeout", "shutdown_timeout_seconds", float, "longest drain, in seconds"),
+    (
+        "--http-header-timeout",
+        "http_header_timeout_seconds",
+        float,
+        "seconds an HTTP client has to send a request line and headers, from connecting or "
+        "from a later request's first byte (default 20)",
+    ),
+    (
+        "--http-body-timeout",
+        "http_body_timeout_seconds",
+        float,
+        "seconds an HTTP client has to send a request body, plus 1 per --http-body-min-rate "
+        "bytes received (default 20)",
+    ),
+    (
+        "--http-body-min-rate",
+        "http_body_min_rate",
+        float,
+        "bytes per second of request body that earn an HTTP client more time (default 500)",
+    ),
+    ("--log-level", "log_level", str, "debug, info (default), warning, error"),
+    ("--log-format", "log_format", str, "json (default), text, or Triton's default or ISO8601"),
+    ("--tls-cert-file", "tls_cert_file", Path, "PEM certificate chain: HTTP and gRPC serve TLS"),
+    ("--tls-key-file", "tls_key_file", Path, "PEM private key of --tls-cert-file (unencrypted)"),
+    (
+        "--tls-ca-file",
+        "tls_ca_file",
+        Path,
+        "PEM CA certificates: HTTP and gRPC clients must present a certificate signed by one "
+        "(mutual TLS)",
+    ),
+    (
+        "--allow-client-shm",
+        "allow_client_shm",
+        str,
+        "who may register system and CUDA shared-memory regions: local (default: clients "
+        "on this host), true (any client) or false (none)",
+    ),
+    (
+        "--grpc-handshake-timeout",
+        "grpc_handshake_timeout_ms",
+        int,
+        "milliseconds a new gRPC connection has to finish its TLS and HTTP/2 handshake "
+        "before it is closed (default 20000)",
+    ),
+    (
+        "--grpc-max-connection-idle",
+        "grpc_max_connection_idle_ms",
+        int,
+        "milliseconds a gRPC connection may stay without a call before the server sends "
+        "GOAWAY (default 120000)",
+    ),
+    (
+        "--grpc-keepalive-time",
+        "grpc_keepalive_time_ms",
+        int,
+        "milliseconds between the server's keepalive pings on a gRPC connection with calls "
+        "(default 60000)",
+    ),
+    (
+        "--grpc-keepalive-timeout",
+        "grpc_keepalive_timeout_ms",
+        int,
+        "milliseconds a gRPC peer has to answer a ping before its connection is closed "
+        "(default 20000)",
+    ),
+    (
+        "--grpc-max-concurrent-calls",
+        "grpc_max_concurrent_calls",
+        int,
+        "gRPC calls (a stream counts as one) served at once; more are refused with "
+        "UNAVAILABLE (default 10000)",
+    ),
+)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve a model repository over HTTP and gRPC",
+        description="Serve a model repository (KServe v2 / Triton protocol).",
+    )
+    for flag, field, kind, text in FLAGS:
+        parser.add_argument(flag, dest=field, type=kind, default=None, help=text)
+    parser.add_argument(
+        "--load-model", dest="load_model", action="append", default=None,
+        help="with --model-control-mode explicit: a model to load at start (repeatable)",
+    )  # fmt: skip
+    parser.set_defaults(handler=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Flags given on the command line win over BATCHSERVE_* variables, which win over defaults."""
+    given = {field: getattr(args, field) for _, field, _, _ in FLAGS}
+    if args.load_model is not None:
+        given["load_model"] = tuple(args.load_model)
+    return Settings(**{k: v for k, v in given.items() if v is not None})
+
+
+def settings_errors(error: ValidationError) -> list[str]:
+    """One line per invalid setting, instead of pydantic's multi-line report."""
+    lines = []
+    for detail in error.errors(include_url=False):
+        message = str(detail["msg"]).removeprefix("Value error, ")
+        field = ".".join(str(part) for part in detail["loc"])
+        lines.append(f"{field}: {message}" if field else message)
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    from batchserve.observability.logs import configure_logging
+    from batchserve.runtime.app import run as run_server
+
+    try:
+        settings = settings_from_args(args)
+    except ValidationError as error:
+        for line in settings_errors(error):
+            print(f"batchserve serve: {line}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level, settings.log_format)
+    run_server(settings)
+    return 0
