@@ -5,11 +5,10 @@ is formed from the head of the queue up to the batch cap and dispatched:
 - at once when no delay is configured (greedy: batches grow with load by themselves);
 - otherwise (Triton's rules) when the queue reaches a preferred size (the largest one it
   reaches), when the batch cannot grow without passing the cap or the largest preferred
-  size, or when the oldest request has waited ``max_queue_delay``; and also at once when
-  the measured arrival rate says no other request can come before that delay is out, or
-  as soon as every client answered has asked again (closed-loop clients are then all
-  waiting), or, when no answered client is still expected, once arrivals have stopped
-  for ``QUIET_GAPS`` expected gaps (``timing.ArrivalGaps``).
+  size, or when ``dispatch_timing.DispatchTiming`` says it has waited long enough for
+  company (at the latest once the oldest request has waited ``max_queue_delay``).
+The server dispatches at the end of the event loop's current pass, so that the requests
+decoded in one pass share a batch.
 Requests whose deadline passed or whose client went away are dropped before they cost
 compute. Each batch runs on its instance's thread (``execution.BatchRun``, which also
 recovers from running out of memory and isolates poisoned requests), or directly on the
@@ -26,6 +25,7 @@ import time
 
 from batchserve.core.errors import DeadlineExceeded, Unavailable
 from batchserve.observability.stats import ModelStats
+from batchserve.scheduler.dispatch_timing import DispatchTiming
 from batchserve.scheduler.execution import BatchRun
 from batchserve.scheduler.inline import InlineRuns
 from batchserve.scheduler.instances import Instance, InstancePool
@@ -33,24 +33,18 @@ from batchserve.scheduler.ordering import InOrder
 from batchserve.scheduler.padding import LOOKAHEAD, SequenceLayout, closest_first
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.queue import PriorityQueue
-from batchserve.scheduler.timing import ArrivalGaps, Clock, LoopTimer, Timer, TimerHandle
+from batchserve.scheduler.timing import Clock, LoopTimer, Timer, WakeUp
 from batchserve.scheduler.work import Outcome, WorkItem
 
 logger = logging.getLogger(__name__)
-
-QUIET_GAPS = 2
-"""Expected gaps without an arrival after which a waiting batch stops waiting: the requests
-that were coming have come (with closed-loop clients, every client is now waiting)."""
 
 
 class Batcher:
     """Queue, batch and dispatch the requests of one model version.
 
     ``clock`` and ``timer`` are injectable (tests advance time by hand); every time the
-    batcher sees (``WorkItem.enqueued_ns``, ``deadline_ns``) is on ``clock``. With
-    ``dispatch_per_pass`` a submit does not dispatch at once but at the end of the event
-    loop's current pass (the server's setting); without it, inside ``submit`` (what the
-    rule tests observe).
+    batcher sees (``WorkItem.enqueued_ns``, ``deadline_ns``) is on ``clock``. Without
+    ``dispatch_per_pass`` a submit dispatches inside ``submit`` (what the rule tests observe).
     """
 
     def __init__(
@@ -71,13 +65,10 @@ class Batcher:
         self.queue = PriorityQueue(policy.priority_levels, policy.max_queue_size, policy.aging_ns)
         self._pad_value = pad_value
         self._clock = clock
-        self._timer = timer if timer is not None else LoopTimer(clock)
-        self._wakeup: TimerHandle | None = None
-        self._wake_ns = 0
-        self._delay_ns = policy.max_queue_delay_ns if policy.merge_requests else 0
-        self._arrivals = ArrivalGaps()
-        self._made_to_wait = False
-        self._all_back = False
+        self._wakeup = WakeUp(timer if timer is not None else LoopTimer(clock), self._dispatch)
+        delay_ns = policy.max_queue_delay_ns if policy.merge_requests else 0
+        self._timing = DispatchTiming(delay_ns) if delay_ns else None
+        """None: nothing waits (no delay, or closed), every free instance takes a batch."""
         self._layout = SequenceLayout(policy.sequence_inputs, policy.sequence_outputs)
         self._grouping = bool(self._layout) and policy.merge_requests
         self._order = InOrder() if policy.preserve_ordering else None
@@ -100,10 +91,9 @@ class Batcher:
         if self.queue.full:  # places held by clients that went away are free
             for gone in self.queue.remove_abandoned():
                 self._settle(gone, asyncio.CancelledError())
-        if self._delay_ns:
-            self._all_back |= self._arrivals.request_came()
-            if not self._dispatch_pending:  # requests of one pass: one arrival
-                self._arrivals.arrival(item.enqueued_ns, joined=bool(self.queue))
+        timing = self._timing
+        if timing is not None:
+            timing.arrived(item.enqueued_ns, bool(self.queue), not self._dispatch_pending)
         self.queue.push(item)
         if self._order is not None:
             item.ticket = self._order.ticket()
@@ -131,19 +121,19 @@ class Batcher:
 
     # forming batches ----------------------------------------------------------------
     def _dispatch(self) -> None:
-        queue = self.queue
+        queue, timing = self.queue, self._timing
         while queue and self.pool.has_free():
             now = self._clock()
             self._drop_dead_heads(now)
             if not queue:
                 break
-            target = self._target(now)
+            target = self._cap if timing is None else self._target(timing, now)
             if not target:
                 return
             for part in self._spread(self._take(target, now)):
                 self._start(part, now)
-        if not queue:  # those who were all back have gone, whichever rule sent them
-            self._all_back = False
+        if not queue and timing is not None:
+            timing.emptied()
 
     def _drop_dead_heads(self, now: int) -> None:
         while (head := self.queue.peek(now)) is not None:
@@ -157,39 +147,19 @@ class Batcher:
             else:
                 return
 
-    def _target(self, now: int) -> int:
+    def _target(self, timing: DispatchTiming, now: int) -> int:
         """Samples to dispatch now, or 0 to wait (with a wake-up set)."""
-        if not self._delay_ns or self._closed:
-            return self._cap
         ready = self._ready_size()
         if ready:
-            self._made_to_wait = False
+            timing.went_ready()
             return ready
         oldest = self.queue.oldest_enqueued_ns()
-        last = self._arrivals.last_ns
         assert oldest is not None
-        assert last is not None
-        if self._all_back:  # every client answered has asked again: nobody else is coming
-            return self._go_without_waiting(now, oldest)
-        due = oldest + self._delay_ns
-        gap = self._arrivals.expected_gap_ns()
-        if now + gap > due:  # the delay is out, or nobody is expected before it is
-            self._arrivals.returning = 0  # answered clients not back by now are not coming
-            return self._go_without_waiting(now, oldest)
-        quiet = last + QUIET_GAPS * gap
-        if now >= quiet:
-            if not self._arrivals.returning:  # the burst that was filling the batch has ended
-                return self._go_without_waiting(now, oldest)
-            quiet = due  # answered clients are still to come: only they or the delay end it
-        self._wake_at(min(due, int(quiet)))
-        self._made_to_wait = True
+        due = timing.wait_until(now, oldest, len(self.queue))
+        if due is None:
+            return self._cap
+        self._wakeup.at(due)
         return 0
-
-    def _go_without_waiting(self, now: int, oldest: int) -> int:
-        if self._made_to_wait and len(self.queue) == 1:
-            self._arrivals.lonely(now - oldest)  # it waited, and nobody came
-        self._made_to_wait = False
-        return self._cap
 
     def _ready_size(self) -> int:
         """The largest preferred size the queue reaches, or what it holds once the batch
@@ -243,18 +213,6 @@ class Batcher:
             removed.add(id(item))
         self.queue.push_front(item for item in window if id(item) not in removed)
         return batch
-
-    def _wake_at(self, due_ns: int) -> None:
-        if self._wakeup is not None:
-            if self._wake_ns <= due_ns:
-                return  # an earlier wake-up looks again anyway
-            self._wakeup.cancel()
-        self._wake_ns = due_ns
-        self._wakeup = self._timer.call_at(due_ns, self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._wakeup = None
-        self._dispatch()
 
     def _spread(self, batch: list[WorkItem]) -> list[list[WorkItem]]:
         """The batch, split evenly across the free instances when they are all on the CPU.
@@ -316,8 +274,8 @@ class Batcher:
         self._learn(run, instance)
 
     def _deliver(self, batch: list[WorkItem], outcomes: list[Outcome]) -> None:
-        if self._delay_ns:
-            self._arrivals.answered(len(batch))
+        if self._timing is not None:
+            self._timing.answered(len(batch))
         if self._order is None:
             for item, outcome in zip(batch, outcomes, strict=True):
                 item.finish(outcome)
@@ -358,11 +316,11 @@ class Batcher:
         starts the next, so waiting on the running batches drains the queue.
         """
         self._closed = True
+        self._timing = None
         self._dispatch()
         while self._running:
             await asyncio.wait(set(self._running))
-        if self._wakeup is not None:
-            self._wakeup.cancel()
+        self._wakeup.cancel()
         while self.queue:  # no instance at all to run them: answer rather than strand them
             self._settle(self.queue.pop(self._clock()), Unavailable("model was unloaded"))
 

@@ -36,6 +36,35 @@ class LoopTimer:
         return asyncio.get_running_loop().call_later(delay, callback)
 
 
+class WakeUp:
+    """At most one pending call-back, at the earliest time asked for: a later request
+    would only look again after an earlier one has looked anyway."""
+
+    def __init__(self, timer: Timer, callback: Callable[[], None]) -> None:
+        self._timer = timer
+        self._callback = callback
+        self._handle: TimerHandle | None = None
+        self._due_ns = 0
+
+    def at(self, due_ns: int) -> None:
+        """Call back at ``due_ns``, unless a call-back no later than that is pending."""
+        if self._handle is not None:
+            if self._due_ns <= due_ns:
+                return
+            self._handle.cancel()
+        self._due_ns = due_ns
+        self._handle = self._timer.call_at(due_ns, self._fire)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _fire(self) -> None:
+        self._handle = None
+        self._callback()
+
+
 class ArrivalGaps:
     """How soon a queued request gets company: the smoothed gap (weight 1/8, as TCP's
     smoothed RTT) between arrivals that found other requests already queued.
@@ -57,28 +86,12 @@ class ArrivalGaps:
     def __init__(self) -> None:
         self.last_ns: int | None = None
         self._mean_ns = math.inf
-        self.returning = 0
-        """Requests answered and not yet matched by a new arrival: with closed-loop clients,
-        clients about to ask again. While some are, a pause in arrivals is the server
-        sending answers (gRPC sends them one per loop pass), not a sign that all clients
-        are waiting; once the last is back, they all are."""
 
     def arrival(self, now_ns: int, *, joined: bool) -> None:
         """A request arrived; ``joined``: others were queued when it did."""
         if joined and self.last_ns is not None:
             self._observe(now_ns - self.last_ns)
         self.last_ns = now_ns
-
-    def answered(self, requests: int) -> None:
-        self.returning += requests
-
-    def request_came(self) -> bool:
-        """Every request, not once per loop pass as ``arrival``: each may be one returning.
-        True when it is the last of them: every client answered has asked again."""
-        if not self.returning:
-            return False
-        self.returning -= 1
-        return not self.returning
 
     def lonely(self, waited_ns: int) -> None:
         """A request waited ``waited_ns`` and nobody came."""

@@ -2,17 +2,15 @@
 
 Time is a ManualClock: nothing moves unless the test advances it. Whether a request was
 dispatched is visible synchronously: ``submit`` starts a batch before it returns. Company
-is only expected from arrivals that found others queued (``ArrivalGaps``).
+is only expected from arrivals that found others queued (``DispatchTiming``, whose rules
+``test_dispatch_timing.py`` checks on their own).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 from batchserve.scheduler.batcher import Batcher
-from batchserve.scheduler.timing import ArrivalGaps, LoopTimer
+from batchserve.scheduler.dispatch_timing import DispatchTiming
 from fakes import FakeBackend, ManualClock
 from harness import answer, answers, hold_first, item, make_batcher
 
@@ -25,6 +23,11 @@ MS = 1_000_000
 def _delayed(clock: ManualClock, backend: FakeBackend, delay_us: int = 1000) -> Batcher:
     extra = f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}"
     return make_batcher([backend], clock=clock, extra=extra)
+
+
+def _timing(batcher: Batcher) -> DispatchTiming:
+    assert batcher._timing is not None
+    return batcher._timing
 
 
 async def _company(
@@ -44,7 +47,7 @@ async def _company(
     backend.gate.set()
     await answer(first)
     assert not batcher.queue
-    batcher._arrivals.returning = 0  # its client is gone too: nobody answered is expected
+    _timing(batcher).returning = 0  # its client is gone too: nobody answered is expected
     clock.advance(gap_ns)
 
 
@@ -119,7 +122,7 @@ async def test_a_batch_goes_once_every_answered_client_is_back() -> None:
     clock.advance(20 * US)  # quiet: these three go
     await answers(*first)
     assert backend.batches[-1] == 3
-    assert batcher._arrivals.returning == 3
+    assert _timing(batcher).returning == 3
     again = await _burst(batcher, clock, 2, 10 * US)
     clock.advance(100 * US)  # ten gaps of silence, but one answered client is not back
     assert len(batcher.queue) == 2
@@ -140,7 +143,7 @@ async def test_all_back_holds_only_for_the_requests_queued_when_it_happened() ->
     await answers(*first)
     second = await _burst(batcher, clock, 2, 10 * US)  # both back, and a preferred size
     await answers(*second)
-    assert batcher._arrivals.returning == 2
+    assert _timing(batcher).returning == 2
     third = await _burst(batcher, clock, 1, 10 * US)
     clock.advance(100 * US)  # ten gaps of silence: one answered client is not back
     assert len(batcher.queue) == 1
@@ -163,7 +166,7 @@ async def test_answered_clients_that_never_come_back_cost_one_delay_at_most() ->
     assert len(batcher.queue) == 1
     clock.advance(MS // 2)  # the delay is out: it goes, and they are no longer expected
     await answers(*stayed)
-    assert batcher._arrivals.returning == 1  # only the client just answered is expected
+    assert _timing(batcher).returning == 1  # only the client just answered is expected
     back = await _burst(batcher, clock, 1, 0)
     assert not batcher.queue  # that client is back: nobody else is expected, it goes at once
     await answers(*back)
@@ -289,24 +292,3 @@ async def test_without_a_delay_batches_are_greedy() -> None:
     await answers(first, *items)
     assert backend.batches == [1, 3]
     assert clock.pending == []
-
-
-def test_arrival_gaps_count_only_arrivals_that_find_company() -> None:
-    gaps = ArrivalGaps()
-    gaps.arrival(0, joined=False)
-    gaps.arrival(500, joined=False)  # nobody was queued: says nothing about company
-    assert gaps.expected_gap_ns() == float("inf")
-    gaps.arrival(1300, joined=True)
-    assert gaps.expected_gap_ns() == 800
-    gaps.arrival(1300 + 1600, joined=True)
-    assert gaps.expected_gap_ns() == 800 + (1600 - 800) / 8
-    gaps.lonely(2000)  # waited 2000 ns for nobody: counted as 4000
-    assert gaps.expected_gap_ns() == 900 + (4000 - 900) / 8
-
-
-async def test_the_loop_timer_calls_back_no_earlier_than_asked() -> None:
-    fired = asyncio.Event()
-    start = time.monotonic_ns()
-    LoopTimer(time.monotonic_ns).call_at(start + 2 * MS, fired.set)
-    await asyncio.wait_for(fired.wait(), 5)
-    assert time.monotonic_ns() - start >= 2 * MS

@@ -1,0 +1,98 @@
+"""When a batch that could still grow should stop waiting for company (``max_queue_delay``).
+
+The batcher asks only when the queue has not reached a preferred size and the batch could
+still grow; the answer is to go at once or to look again at a given time. A waiting batch
+goes:
+- once its oldest request has waited ``max_queue_delay`` (never later);
+- at once when, by the measured arrival gap (``timing.ArrivalGaps``), no other request can
+  come before that delay is out, so that a lone client is never delayed once that is
+  learned;
+- as soon as every client answered has asked again (closed-loop clients are then all
+  waiting, nobody else is coming);
+- when no answered client is still expected, once arrivals have stopped for ``QUIET_GAPS``
+  expected gaps: the burst that was filling the batch has ended.
+A request that waited and went alone teaches that company comes more rarely than
+expected (``ArrivalGaps.lonely``).
+"""
+
+from __future__ import annotations
+
+from batchserve.scheduler.timing import ArrivalGaps
+
+QUIET_GAPS = 2
+"""Expected gaps without an arrival after which a waiting batch stops waiting: the requests
+that were coming have come (with closed-loop clients, every client is now waiting)."""
+
+
+class DispatchTiming:
+    """The waiting rules of one model version with a ``max_queue_delay``, and what they
+    learn from its traffic. Times are on the batcher's clock, in nanoseconds."""
+
+    def __init__(self, delay_ns: int) -> None:
+        self.delay_ns = delay_ns
+        self.gaps = ArrivalGaps()
+        self.returning = 0
+        """Requests answered and not yet matched by a new arrival: with closed-loop clients,
+        clients about to ask again. While some are, a pause in arrivals is the server
+        sending answers (gRPC sends them one per loop pass), not a sign that all clients
+        are waiting; once the last is back, they all are."""
+        self._all_back = False
+        """The last answered client has asked again; holds until the queue next empties."""
+        self._made_to_wait = False
+        """The last decision was to wait: if the head then goes alone, nobody came."""
+
+    def arrived(self, now_ns: int, joined: bool, new_pass: bool) -> None:
+        """A request was queued at ``now_ns``; ``joined``: others were queued already;
+        ``new_pass``: the first of its event-loop pass (requests decoded in one pass came
+        together, so they count as one arrival for the gap, each as one returning client)."""
+        if self.returning:
+            self.returning -= 1
+            if not self.returning:
+                self._all_back = True
+        if new_pass:
+            self.gaps.arrival(now_ns, joined=joined)
+
+    def answered(self, requests: int) -> None:
+        """``requests`` were answered: their clients may ask again."""
+        self.returning += requests
+
+    def went_ready(self) -> None:
+        """A batch went because it reached a preferred size or could not grow: it was not
+        kept waiting by these rules."""
+        self._made_to_wait = False
+
+    def emptied(self) -> None:
+        """The queue ran empty: those who were all back have gone, whichever rule sent them."""
+        self._all_back = False
+
+    def wait_until(self, now_ns: int, oldest_ns: int, queued: int) -> int | None:
+        """None to go now; otherwise the time to look again, if nothing else happens first.
+
+        ``oldest_ns``: when the longest-waiting of the ``queued`` requests arrived.
+        """
+        if self._all_back:  # every client answered has asked again: nobody else is coming
+            self._go(now_ns, oldest_ns, queued)
+            return None
+        due = oldest_ns + self.delay_ns
+        gaps = self.gaps
+        gap = gaps.expected_gap_ns()
+        if now_ns + gap > due:  # the delay is out, or nobody is expected before it is
+            self.returning = 0  # answered clients not back by now are not coming
+            self._go(now_ns, oldest_ns, queued)
+            return None
+        last = gaps.last_ns
+        assert last is not None  # a finite gap was measured between arrivals
+        quiet = last + QUIET_GAPS * gap
+        if now_ns >= quiet:
+            if not self.returning:  # the burst that was filling the batch has ended
+                self._go(now_ns, oldest_ns, queued)
+                return None
+            quiet = due  # answered clients are still to come: only they or the delay end it
+        self._made_to_wait = True
+        return min(due, int(quiet))
+
+    def _go(self, now_ns: int, oldest_ns: int, queued: int) -> None:
+        """The batch goes now; a request that was kept waiting and goes alone teaches."""
+        if self._made_to_wait and queued == 1:
+            self.gaps.lonely(now_ns - oldest_ns)  # it waited, and nobody came
+        self._made_to_wait = False

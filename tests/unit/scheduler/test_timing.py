@@ -1,0 +1,62 @@
+"""The timing primitives: the smoothed arrival gap, the loop timer, the single wake-up."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from batchserve.scheduler.timing import ArrivalGaps, LoopTimer, WakeUp
+from fakes import ManualClock
+
+pytestmark = pytest.mark.anyio
+
+MS = 1_000_000
+
+
+def test_arrival_gaps_count_only_arrivals_that_find_company() -> None:
+    gaps = ArrivalGaps()
+    gaps.arrival(0, joined=False)
+    gaps.arrival(500, joined=False)  # nobody was queued: says nothing about company
+    assert gaps.expected_gap_ns() == float("inf")
+    gaps.arrival(1300, joined=True)
+    assert gaps.expected_gap_ns() == 800
+    gaps.arrival(1300 + 1600, joined=True)
+    assert gaps.expected_gap_ns() == 800 + (1600 - 800) / 8
+    gaps.lonely(2000)  # waited 2000 ns for nobody: counted as 4000
+    assert gaps.expected_gap_ns() == 900 + (4000 - 900) / 8
+
+
+async def test_the_loop_timer_calls_back_no_earlier_than_asked() -> None:
+    fired = asyncio.Event()
+    start = time.monotonic_ns()
+    LoopTimer(time.monotonic_ns).call_at(start + 2 * MS, fired.set)
+    await asyncio.wait_for(fired.wait(), 5)
+    assert time.monotonic_ns() - start >= 2 * MS
+
+
+def test_a_wake_up_keeps_only_the_earliest_time_asked() -> None:
+    clock, fired = ManualClock(), []
+    wake = WakeUp(clock, lambda: fired.append(clock()))
+    start = clock()
+    wake.at(start + 300)
+    wake.at(start + 500)  # later: the earlier one looks again anyway
+    assert clock.pending == [start + 300]
+    wake.at(start + 100)  # earlier: replaces it
+    assert clock.pending == [start + 100]
+    clock.advance(1000)
+    assert fired == [start + 1000]
+
+
+def test_after_firing_a_wake_up_can_be_set_again_and_cancelled() -> None:
+    clock, fired = ManualClock(), []
+    wake = WakeUp(clock, lambda: fired.append(clock()))
+    start = clock()
+    wake.at(start + 100)
+    clock.advance(100)
+    wake.at(start + 900)  # the fired one no longer holds it back
+    assert clock.pending == [start + 900]
+    wake.cancel()
+    assert clock.pending == []
+    clock.advance(1000)
+    assert fired == [start + 100]
