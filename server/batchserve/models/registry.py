@@ -289,7 +289,6 @@ class ModelRegistry:
             stats,
             pad_value=pad,
             inline_below_ns=INLINE_BELOW_NS,
-            dispatch_per_pass=True,
         )
         return ServedVersion(
             resolved.name,

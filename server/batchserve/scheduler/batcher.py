@@ -7,8 +7,8 @@ is formed from the head of the queue up to the batch cap and dispatched:
   reaches), when the batch cannot grow without passing the cap or the largest preferred
   size, or when ``dispatch_timing.DispatchTiming`` says it has waited long enough for
   company (at the latest once the oldest request has waited ``max_queue_delay``).
-The server dispatches at the end of the event loop's current pass, so that the requests
-decoded in one pass share a batch.
+A submit does not dispatch at once but at the end of the event loop's current pass, so
+that the requests decoded in one pass share a batch.
 Requests whose deadline passed or whose client went away are dropped before they cost
 compute. Each batch runs on its instance's thread (``execution.BatchRun``, which also
 recovers from running out of memory and isolates poisoned requests), or directly on the
@@ -43,8 +43,7 @@ class Batcher:
     """Queue, batch and dispatch the requests of one model version.
 
     ``clock`` and ``timer`` are injectable (tests advance time by hand); every time the
-    batcher sees (``WorkItem.enqueued_ns``, ``deadline_ns``) is on ``clock``. Without
-    ``dispatch_per_pass`` a submit dispatches inside ``submit`` (what the rule tests observe).
+    batcher sees (``WorkItem.enqueued_ns``, ``deadline_ns``) is on ``clock``.
     """
 
     def __init__(
@@ -57,7 +56,6 @@ class Batcher:
         clock: Clock = time.monotonic_ns,
         timer: Timer | None = None,
         inline_below_ns: int = 0,
-        dispatch_per_pass: bool = False,
     ) -> None:
         self.pool = pool
         self.policy = policy
@@ -73,7 +71,6 @@ class Batcher:
         self._grouping = bool(self._layout) and policy.merge_requests
         self._order = InOrder() if policy.preserve_ordering else None
         self._running: set[asyncio.Task[None]] = set()
-        self._dispatch_per_pass = dispatch_per_pass
         self._dispatch_pending = False
         self._inline = InlineRuns(inline_below_ns)
         self._closed = False
@@ -99,9 +96,7 @@ class Batcher:
             item.ticket = self._order.ticket()
         if self._grouping:
             item.sequence_length = self._layout.length(item.inputs)
-        if not self._dispatch_per_pass:
-            self._dispatch()
-        elif not self._dispatch_pending:
+        if not self._dispatch_pending:
             self._dispatch_pending = True
             asyncio.get_running_loop().call_soon(self._deferred_dispatch)
 

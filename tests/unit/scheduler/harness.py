@@ -30,18 +30,13 @@ ONE_SECOND_NS = 1_000_000_000
 """An inline threshold under which any run of the fake model counts as fast."""
 
 
-def inline_batcher(backends: list[FakeBackend], *, inline: bool, per_pass: bool = False) -> Batcher:
+def inline_batcher(backends: list[FakeBackend], *, inline: bool) -> Batcher:
     """A batcher over the fake model that runs batches measured fast on the event loop
-    (``inline``) and, with ``per_pass``, dispatches once per loop pass, as the server does."""
+    (``inline``)."""
     pool = InstancePool([Instance(f"fake-{i}", b) for i, b in enumerate(backends)])
     policy = BatchPolicy.from_config(fake_config(""), server_max_queue_size=64)
-    return Batcher(
-        pool,
-        policy,
-        ModelStats(),
-        inline_below_ns=ONE_SECOND_NS if inline else 0,
-        dispatch_per_pass=per_pass,
-    )
+    inline_below_ns = ONE_SECOND_NS if inline else 0
+    return Batcher(pool, policy, ModelStats(), inline_below_ns=inline_below_ns)
 
 
 def make_batcher(
@@ -100,6 +95,14 @@ async def outcomes(*items: WorkItem) -> list[Arrays | BaseException]:
     """Each request's outputs or error, in order."""
     futures = asyncio.gather(*(i.future for i in items), return_exceptions=True)
     return list(await asyncio.wait_for(futures, WAIT_S))
+
+
+async def submit(batcher: Batcher, *items: WorkItem) -> None:
+    """Submit each request in an event-loop pass of its own, as requests that arrive apart
+    do; return once the batcher has dispatched after the last (it does once per pass)."""
+    for one in items:
+        batcher.submit(one)
+        await asyncio.sleep(0)
 
 
 async def entered(backend: FakeBackend) -> None:

@@ -9,7 +9,17 @@ import numpy as np
 import pytest
 from batchserve.core.errors import DeadlineExceeded, Overloaded, Unavailable
 from fakes import FakeBackend, ManualClock
-from harness import WAIT_S, answer, answers, entered, hold_first, item, make_batcher, request
+from harness import (
+    WAIT_S,
+    answer,
+    answers,
+    entered,
+    hold_first,
+    item,
+    make_batcher,
+    request,
+    submit,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -154,7 +164,7 @@ async def test_close_does_not_wait_out_the_queue_delay() -> None:
     for _ in range(3):  # arriving 10 us apart: more company is expected soon
         clock.advance(10_000)
         waiting.append(item(1, 2.0, at=clock))
-        batcher.submit(waiting[-1])
+        await submit(batcher, waiting[-1])
     backend.gate.set()
     await answer(first)
     assert len(batcher.queue) == 3  # waiting for company, a minute of delay on the clock

@@ -1,7 +1,8 @@
 """``max_queue_delay``: Triton's dispatch rules, and not waiting when no company can come.
 
-Time is a ManualClock: nothing moves unless the test advances it. Whether a request was
-dispatched is visible synchronously: ``submit`` starts a batch before it returns. Company
+Time is a ManualClock: nothing moves unless the test advances it. The batcher dispatches
+once per event-loop pass; ``harness.submit`` submits in a pass of its own and returns once
+that dispatch has happened, so whether a request was dispatched is visible then. Company
 is only expected from arrivals that found others queued (``DispatchTiming``, whose rules
 ``test_dispatch_timing.py`` checks on their own).
 """
@@ -12,7 +13,7 @@ import pytest
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.dispatch_timing import DispatchTiming
 from fakes import FakeBackend, ManualClock
-from harness import answer, answers, hold_first, item, make_batcher
+from harness import answer, answers, hold_first, item, make_batcher, submit
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +44,7 @@ async def _company(
         clock.advance(gap_ns)
         gone = item(1, 1.0, at=clock)
         gone.future.cancel()
-        batcher.submit(gone)
+        await submit(batcher, gone)
     backend.gate.set()
     await answer(first)
     assert not batcher.queue
@@ -55,8 +56,8 @@ async def test_a_lone_request_on_an_idle_model_does_not_wait() -> None:
     clock, backend = ManualClock(), FakeBackend()
     batcher = _delayed(clock, backend, delay_us=1_000_000)
     lone = item(1, 1.0, at=clock)
-    batcher.submit(lone)
-    assert batcher.pool.busy_count() == 1  # dispatched inside submit, the clock unmoved
+    await submit(batcher, lone)
+    assert batcher.pool.busy_count() == 1  # dispatched in its own loop pass, the clock unmoved
     assert (await answer(lone))["y"][0, 0] == 3.0
     assert clock.pending == []
 
@@ -74,7 +75,7 @@ async def test_a_request_waits_only_if_company_can_come_within_the_delay(
     batcher = _delayed(clock, backend, delay_us=1000)
     await _company(batcher, backend, clock, gap_us * US, 5)
     probe = item(1, 2.0, at=clock)
-    batcher.submit(probe)
+    await submit(batcher, probe)
     if wake_after_us is None:
         assert batcher.pool.busy_count() == 1
         assert clock.pending == []
@@ -92,7 +93,7 @@ async def test_a_burst_goes_when_it_stops() -> None:
     burst = []
     for _ in range(3):
         burst.append(item(1, 2.0, at=clock))
-        batcher.submit(burst[-1])
+        await submit(batcher, burst[-1])
         clock.advance(10 * US)
     clock.advance(20 * US - 10 * US - 1)  # one nanosecond short of two gaps of silence
     assert len(batcher.queue) == 3
@@ -106,7 +107,7 @@ async def _burst(batcher: Batcher, clock: ManualClock, count: int, gap_ns: int) 
     burst = []
     for _ in range(count):
         burst.append(item(1, 2.0, at=clock))
-        batcher.submit(burst[-1])
+        await submit(batcher, burst[-1])
         clock.advance(gap_ns)
     return burst
 
@@ -181,7 +182,7 @@ async def test_a_steady_stream_goes_when_the_oldest_delay_is_out() -> None:
         if index:
             clock.advance(10 * US)
         stream.append(item(1, 2.0, at=clock))
-        batcher.submit(stream[-1])
+        await submit(batcher, stream[-1])
     assert len(batcher.queue) == 5  # 40 us after the first
     clock.advance(10 * US)  # 50 us: the first one's delay is out
     assert not batcher.queue
@@ -197,7 +198,7 @@ async def test_after_the_load_has_gone_lone_requests_soon_stop_waiting() -> None
     for _ in range(30):  # then one client alone: nobody ever joins its requests
         clock.advance(5 * MS)
         lone = item(1, 1.0, at=clock)
-        batcher.submit(lone)
+        await submit(batcher, lone)
         waited.append(batcher.pool.busy_count() == 0)
         clock.advance(1 * MS)
         await answer(lone)
@@ -210,7 +211,7 @@ async def test_a_lone_client_never_waits_however_often_it_asks() -> None:
     batcher = _delayed(clock, backend, delay_us=1000)
     for _ in range(20):  # closed loop: one request at a time, 100 us apart
         lone = item(1, 1.0, at=clock)
-        batcher.submit(lone)
+        await submit(batcher, lone)
         assert batcher.pool.busy_count() == 1
         assert clock.pending == []
         await answer(lone)
@@ -230,7 +231,7 @@ async def test_the_largest_preferred_size_reached_goes_at_once() -> None:
     for i in range(7):  # 10 us apart: more company is expected soon
         clock.advance(10 * US)
         items.append(item(1, float(i), at=clock))
-        batcher.submit(items[-1])
+        await submit(batcher, items[-1])
     backend.gate.set()
     await answers(first, *items[:6])
     assert backend.batches == [1, 4, 2]  # 7 queued: the largest preferred, then 2 of 3
@@ -253,7 +254,7 @@ async def test_a_full_batch_goes_at_once_and_the_rest_waits() -> None:
     for rows in (1, 2, 2, 1):  # 10 us apart: more company is expected soon
         clock.advance(10 * US)
         items.append(item(rows, 1.0, at=clock))
-        batcher.submit(items[-1])
+        await submit(batcher, items[-1])
     backend.gate.set()
     await answers(first, items[0], items[1])
     assert backend.batches == [1, 3]  # 1 + 2 = 3: the next 2 would pass the cap of 4
@@ -273,7 +274,7 @@ async def test_a_request_larger_than_every_preferred_size_does_not_wait() -> Non
     )
     first = await hold_first(batcher, backend, at=clock)
     big = item(3, 1.0, at=clock)
-    batcher.submit(big)
+    await submit(batcher, big)
     backend.gate.set()
     await answers(first, big)
     assert backend.batches == [1, 3]
@@ -287,7 +288,7 @@ async def test_without_a_delay_batches_are_greedy() -> None:
     first = await hold_first(batcher, backend, at=clock)
     items = [item(1, 1.0, at=clock) for _ in range(3)]
     for queued in items:
-        batcher.submit(queued)
+        await submit(batcher, queued)
     backend.gate.set()
     await answers(first, *items)
     assert backend.batches == [1, 3]

@@ -58,8 +58,8 @@ class ThreadRecordingBackend(FakeBackend):
         return super().infer(inputs, output_names)
 
 
-def _batcher(backend: FakeBackend, inline: bool, *, per_pass: bool = False) -> Batcher:
-    return inline_batcher([backend], inline=inline, per_pass=per_pass)
+def _batcher(backend: FakeBackend, inline: bool) -> Batcher:
+    return inline_batcher([backend], inline=inline)
 
 
 async def test_a_measured_fast_cpu_batch_runs_on_the_loop_thread() -> None:
@@ -110,7 +110,7 @@ async def test_an_inline_failure_reaches_only_the_waiters() -> None:
 
 async def test_requests_queued_in_one_loop_pass_form_one_inline_batch() -> None:
     backend = ThreadRecordingBackend()
-    batcher = _batcher(backend, inline=True, per_pass=True)
+    batcher = _batcher(backend, inline=True)
     for size in (1, 8):  # measure both sizes on the thread first
         warm = [item(1, 1.0) for _ in range(size)]
         for request in warm:
@@ -128,17 +128,3 @@ async def test_requests_queued_in_one_loop_pass_form_one_inline_batch() -> None:
     assert backend.threads[-1] == loop_thread
     for i, out in enumerate(outputs):
         np.testing.assert_array_equal(out["y"], np.full((1, 4), 2 * i + 1))
-
-
-async def test_without_per_pass_dispatch_an_inline_model_runs_one_by_one() -> None:
-    """Why the server dispatches per pass: inline, each submit would run its own batch."""
-    backend = ThreadRecordingBackend()
-    batcher = _batcher(backend, inline=True, per_pass=False)
-    warm = item(1, 1.0)
-    batcher.submit(warm)
-    await answer(warm)
-    burst = [item(1, 1.0) for _ in range(4)]
-    for request in burst:
-        batcher.submit(request)
-    await answers(*burst)
-    assert backend.batches == [1, 1, 1, 1, 1]

@@ -9,7 +9,7 @@ from batchserve.core.errors import DeadlineExceeded
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.work import WorkItem
 from fakes import FakeBackend, ManualClock
-from harness import WAIT_S, answer, answers, entered, hold_first, item, make_batcher
+from harness import WAIT_S, answer, answers, entered, hold_first, item, make_batcher, submit
 
 pytestmark = pytest.mark.anyio
 
@@ -70,8 +70,7 @@ async def _two_instances_finishing_in_reverse(
         backend.gate.clear()
     a, b, c = item(1, 1.0), item(1, 2.0), item(1, 3.0)
     order = _completion_order({"a": a, "b": b, "c": c})
-    for queued in (a, b, c):
-        batcher.submit(queued)
+    await submit(batcher, a, b, c)  # a and b each take a free instance, c queues
     await asyncio.gather(entered(backends[0]), entered(backends[1]))
     backends[1].gate.set()
     await entered(backends[1])  # b's batch is handled and c has taken its instance

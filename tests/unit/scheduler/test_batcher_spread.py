@@ -55,7 +55,7 @@ async def test_every_request_lands_once_in_order_and_no_run_is_empty() -> None:
 
 
 def _batcher(backends: list[FakeBackend], *, inline: bool = False) -> Batcher:
-    return inline_batcher(backends, inline=inline, per_pass=True)
+    return inline_batcher(backends, inline=inline)
 
 
 async def test_a_burst_is_shared_by_two_free_cpu_instances() -> None:
