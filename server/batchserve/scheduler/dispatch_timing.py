@@ -3,7 +3,7 @@
 The batcher asks only when the queue has not reached a preferred size and the batch could
 still grow; the answer is to go at once or to look again at a given time. A waiting batch
 goes:
-- once its oldest request has waited ``max_queue_delay`` (never later);
+- at the latest once its oldest request has waited ``max_queue_delay``;
 - at once when, by the measured arrival gap (``timing.ArrivalGaps``), no other request can
   come before that delay is out, so that a lone client is never delayed once that is
   learned;
