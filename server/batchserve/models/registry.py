@@ -22,8 +22,9 @@ from batchserve.core.errors import BatchserveError, ModelConfigError
 from batchserve.devices.placement import gpu_count
 from batchserve.models.load_override import LoadOverride, OverrideDirectory
 from batchserve.models.memory_probe import probe_backend
+from batchserve.models.model_directory import ModelVersion, ResolvedModel
 from batchserve.models.model_table import InstanceMemory, ModelState, ModelTable, ServedVersion
-from batchserve.models.repository import ModelRepository, ModelVersion, ResolvedModel
+from batchserve.models.repository import ModelRepository
 from batchserve.models.warmup import synthetic_batch
 from batchserve.models.warmup_samples import WarmupSample, read_warmup_samples
 from batchserve.observability.stats import ModelStats
