@@ -38,7 +38,8 @@ from batchserve.core.errors import DeviceUnavailable, ModelConfigError, OutOfMem
 from batchserve.devices.placement import gpu_count
 from batchserve.models.memory_probe import device_total_bytes
 from batchserve.models.model_config import load_pbtxt
-from batchserve.models.registry import ModelRegistry, ServedVersion
+from batchserve.models.model_table import ServedVersion
+from batchserve.models.registry import ModelRegistry
 from batchserve.models.repository import ModelRepository
 from batchserve.scheduler.execution import BatchRun
 from batchserve.scheduler.memory import MemoryBudgets, derive_cap

@@ -18,7 +18,8 @@ from batchserve.models.model_config import (
     parse_pbtxt,
     to_pbtxt,
 )
-from batchserve.models.repository import InvalidModel, ModelRepository
+from batchserve.models.model_directory import InvalidModel
+from batchserve.models.repository import ModelRepository
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from onnx import TensorProto
 from onnx_models import FP32, IMAGE, INT64, LOGITS, Tensor, build_model, write_model

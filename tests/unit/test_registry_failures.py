@@ -13,7 +13,8 @@ from batchserve.core.budgets import parse_budgets
 from batchserve.core.errors import BackendError, ModelConfigError, NotFound, Unavailable
 from batchserve.models.load_override import LoadOverride
 from batchserve.models.memory_probe import device_total_bytes
-from batchserve.models.registry import ModelRegistry, ModelState
+from batchserve.models.model_table import ModelState
+from batchserve.models.registry import ModelRegistry
 from batchserve.models.repository import ModelRepository
 from batchserve.scheduler.memory import MemoryBudgets
 from fakes import FAKE_CONFIG, FakeBackend

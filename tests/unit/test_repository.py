@@ -10,14 +10,8 @@ import pytest
 from batchserve.core.errors import InvalidArgument, ModelConfigError, NotFound
 from batchserve.devices.placement import gpu_count
 from batchserve.models.model_config import DEFAULT_MAX_BATCH_SIZE, MAX_CONFIG_BYTES, parse_pbtxt
-from batchserve.models.repository import (
-    InvalidModel,
-    ModelProblem,
-    ModelRepository,
-    ModelVersion,
-    requested_model_name,
-    validate_model_name,
-)
+from batchserve.models.model_directory import InvalidModel, ModelVersion
+from batchserve.models.repository import ModelProblem, ModelRepository
 from onnx_models import (
     FP32,
     build_model,
@@ -150,7 +144,7 @@ def test_entries_that_are_not_version_directories_are_ignored(
     (model_dir / "7").write_text("a file, not a directory")
     (model_dir / "README.md").write_text("notes")
     (model_dir / "config.pbtxt").write_text("version_policy { all {} }")
-    with caplog.at_level(logging.DEBUG, logger="batchserve.models.repository"):
+    with caplog.at_level(logging.DEBUG, logger="batchserve.models.model_directory"):
         model = ModelRepository(tmp_path).resolve("digits")
     assert [v.version for v in model.versions] == [2]
     assert "ignoring 01 (not a version directory)" in caplog.text
@@ -317,55 +311,7 @@ def test_plan_with_an_incomplete_config_says_what_is_missing(tmp_path: Path) -> 
     )
 
 
-# --- names, scanning, lookups ------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "",
-        " ",
-        "..",
-        ".",
-        "../x",
-        "a/b",
-        "a\\b",
-        "a\0b",
-        ".hidden",
-        "%2e%2e%2f",
-        " x",
-        "a\nb",
-        "x" * 256,
-    ],
-)
-def test_names_that_are_not_plain_directory_names(name: str) -> None:
-    with pytest.raises(InvalidArgument, match=r"^(invalid model name|Model name cannot be empty)"):
-        validate_model_name(name)
-    # asked for in a request, such a name is an unknown model to Triton's clients
-    with pytest.raises(InvalidArgument, match=r"^Request for unknown model: .*invalid model name"):
-        requested_model_name(name)
-
-
-@pytest.mark.parametrize(
-    ("name", "text"),
-    [
-        ("", "Model name cannot be empty. Please enter a valid name to deploy."),
-        ("\t", "Model name cannot be empty. Please enter a valid name to deploy."),
-        ("..", "invalid model name '..', model name must not contain path traversal characters"),
-        ("a/../b", "invalid model name 'a/../b', model name must not contain path traversal"),
-        ("/etc/passwd", "invalid model name '/etc/passwd', model name must not contain path"),
-        ("...", "invalid model name '...': it starts with '.'"),
-    ],
-)
-def test_load_and_unload_refuse_names_in_tritons_words(name: str, text: str) -> None:
-    with pytest.raises(InvalidArgument) as refused:
-        validate_model_name(name)
-    assert refused.value.message.startswith(text)
-
-
-@pytest.mark.parametrize("name", ["digits_cnn", "char-lstm.v2", "modèle", "x" * 255])
-def test_plain_names_pass(name: str) -> None:
-    assert validate_model_name(name) == name
+# --- resolving by name, scanning, lookups ------------------------------------------------------
 
 
 def test_resolve_refuses_bad_names_and_unknown_models(tmp_path: Path) -> None:

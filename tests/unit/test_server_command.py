@@ -1,12 +1,17 @@
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from batchserve.cli import build_parser
+from batchserve.core.budgets import DEFAULT_BUDGET, BudgetSpec
 from batchserve.core.settings import ClientShm, ModelControlMode, Settings
-from batchserve.runtime.serve_command import FLAGS, settings_from_args
+from batchserve.runtime.serve_command import FLAGS, settings_errors, settings_from_args
 from pydantic import ValidationError
+
+GIB = 1 << 30
 
 
 def _settings(*argv: str) -> Settings:
@@ -121,3 +126,44 @@ def test_grpc_connection_limits_are_flags_in_milliseconds_as_in_triton() -> None
         _settings("--grpc-keepalive-time", "0")
     with pytest.raises(ValidationError, match="grpc_max_connection_idle_ms"):
         _settings("--grpc-max-connection-idle", str(2**31))
+
+
+def test_the_log_level_is_one_of_four_in_any_case() -> None:
+    assert _settings("--log-level", "WARNING").log_level == "warning"
+    assert _settings("--log-level", "debug").log_level == "debug"
+    with pytest.raises(ValidationError, match="--log-level must be debug, info, warning or error"):
+        _settings("--log-level", "verbose")
+
+
+def test_serve_refuses_an_unknown_log_level_in_one_line_before_starting(tmp_path: Path) -> None:
+    """Run as the operator does. A server that got past its settings would fail on the
+    missing repository instead (exit 1, a traceback), so it never serves here."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSERVE_")}
+    command = [sys.executable, "-m", "batchserve.cli", "serve", "--log-level", "nonsense",
+               "--model-repository", str(tmp_path / "missing"), "--http-port", "0",
+               "--grpc-port", "0", "--metrics-port", "0"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "batchserve serve: log_level: --log-level must be debug, info, warning or error, "
+        "not 'nonsense'"
+    ]
+
+
+def test_the_memory_budget_is_parsed_once_into_a_budget_per_device_kind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("BATCHSERVE_MEMORY_BUDGET", raising=False)
+    assert _settings().memory_budget == {"cpu": DEFAULT_BUDGET, "gpu": DEFAULT_BUDGET}
+    assert _settings("--memory-budget", "cpu=2GiB").memory_budget == {
+        "cpu": BudgetSpec(nbytes=2 * GIB),
+        "gpu": DEFAULT_BUDGET,
+    }
+    monkeypatch.setenv("BATCHSERVE_MEMORY_BUDGET", "gpu=50%")  # the flag's syntax, not JSON
+    assert _settings().memory_budget == {"cpu": DEFAULT_BUDGET, "gpu": BudgetSpec(0.5)}
+    with pytest.raises(ValidationError) as refused:
+        _settings("--memory-budget", "lots")
+    assert settings_errors(refused.value) == [
+        "memory_budget: memory budget 'lots' is neither a fraction (0.8, 80%) nor a size "
+        "(512MiB, 8GiB, 2147483648)"
+    ]

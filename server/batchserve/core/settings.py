@@ -7,16 +7,20 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from batchserve.core.budgets import parse_budgets
+from batchserve.core.budgets import BudgetSpec, parse_budgets
+from batchserve.core.device import DeviceKind
 from batchserve.core.tls import TlsFiles
 
 MIB = 1024 * 1024
 INT32_MAX = 2**31 - 1
 """grpc core reads its channel arguments as 32-bit integers."""
+LOG_LEVELS = ("debug", "info", "warning", "error")
+"""The ``--log-level`` values: Triton's verbose (debug), info, warning and error switches."""
 
 
 class ModelControlMode(StrEnum):
@@ -54,7 +58,11 @@ class Settings(BaseSettings):
     max_json_body_bytes: int = Field(16 * MIB, gt=0)
     max_binary_body_bytes: int = Field(64 * MIB, gt=0)
     max_queue_size: int = Field(1024, gt=0)
-    memory_budget: str | None = None
+    # The --memory-budget text in, its parsed budget per device kind out (NoDecode: the
+    # environment variable's text is the flag's syntax, not JSON).
+    memory_budget: Annotated[dict[DeviceKind, BudgetSpec], NoDecode] = Field(
+        default=None, validate_default=True
+    )
     busy_poll_us: int = Field(0, ge=0, le=100_000)
     shutdown_delay_seconds: float = Field(0.0, ge=0)
     shutdown_timeout_seconds: float = Field(30.0, gt=0)
@@ -75,11 +83,22 @@ class Settings(BaseSettings):
     grpc_keepalive_timeout_ms: int = Field(20_000, gt=0, le=INT32_MAX)
     grpc_max_concurrent_calls: int = Field(10_000, gt=0, le=INT32_MAX)
 
-    @field_validator("memory_budget")
+    @field_validator("memory_budget", mode="before")
     @classmethod
-    def _budget_parses(cls, value: str | None) -> str | None:
-        parse_budgets(value)
-        return value
+    def _parse_budgets(cls, value: object) -> object:
+        """Parsed once, here: a bad budget stops the server before it starts. Anything but
+        text (a mapping already parsed) is left to the field's type."""
+        return parse_budgets(value) if value is None or isinstance(value, str) else value
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_log_level(cls, value: str) -> str:
+        """Refused here: logging would otherwise fall back to info without a word."""
+        level = value.lower()
+        if level not in LOG_LEVELS:
+            accepted = ", ".join(LOG_LEVELS[:-1]) + f" or {LOG_LEVELS[-1]}"
+            raise ValueError(f"--log-level must be {accepted}, not {value[:32]!r}")
+        return level
 
     @model_validator(mode="after")
     def _tls_files_load(self) -> Settings:

@@ -38,14 +38,9 @@ from batchserve.dataplane.shared_memory import tensors as shm
 from batchserve.dataplane.shared_memory.manager import Kind, RegionStatus, SharedMemoryManager
 from batchserve.dataplane.shared_memory.peers import is_local
 from batchserve.models.load_override import parse_load_parameters, parse_unload_parameters
-from batchserve.models.registry import (
-    IndexEntry,
-    InstanceMemory,
-    ModelRegistry,
-    ServedVersion,
-    unknown_model,
-)
-from batchserve.models.repository import requested_model_name, validate_model_name
+from batchserve.models.model_names import requested_model_name, validate_model_name
+from batchserve.models.model_table import IndexEntry, InstanceMemory, ServedVersion, unknown_model
+from batchserve.models.registry import ModelRegistry
 from batchserve.observability import log_settings
 from batchserve.observability.log_settings import Answer as LogAnswer
 from batchserve.observability.logs import bind_request

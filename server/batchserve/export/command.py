@@ -29,9 +29,9 @@ from batchserve.export.spec import (
 if TYPE_CHECKING:
     import torch
 
+    from batchserve.export.comparison import VerificationReport
     from batchserve.export.onnx import ExportReport
     from batchserve.export.tensorrt import TensorRTOptions
-    from batchserve.export.verify import VerificationReport
 
 PROG = "batchserve export"
 DESCRIPTION = """\

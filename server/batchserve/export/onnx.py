@@ -22,19 +22,12 @@ from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from batchserve.backends.onnx_file import read_onnx_signature
 from batchserve.core.signature import ModelSignature
+from batchserve.export.comparison import VerificationReport, check_report
 from batchserve.export.errors import ExportError, first_line
+from batchserve.export.inputs import Array, Arrays, trace_inputs
 from batchserve.export.spec import ExportSpec, ServingOptions
-from batchserve.export.verify import (
-    Array,
-    Arrays,
-    Runner,
-    TorchModel,
-    VerificationReport,
-    bind_module,
-    check_report,
-    trace_inputs,
-    verify,
-)
+from batchserve.export.torch_model import TorchModel, bind_module
+from batchserve.export.verify import Runner, verify
 from batchserve.models.model_config import (
     CONFIG_FILENAME,
     config_from_signature,

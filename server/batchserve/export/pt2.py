@@ -18,19 +18,13 @@ from typing import Any
 
 import torch
 
+from batchserve.export.comparison import check_report
 from batchserve.export.errors import ExportError, first_line
+from batchserve.export.inputs import Array, Arrays, trace_inputs
 from batchserve.export.onnx import ExportReport, Progress, StagedModel, Target, publish
 from batchserve.export.spec import ExportSpec
-from batchserve.export.verify import (
-    Array,
-    Arrays,
-    Runner,
-    TorchModel,
-    bind_module,
-    check_report,
-    trace_inputs,
-    verify,
-)
+from batchserve.export.torch_model import TorchModel, bind_module
+from batchserve.export.verify import Runner, verify
 from batchserve.proto.model_config_pb2 import ModelConfig
 
 RUNTIME = "torch.export (batchserve's loader, CPU)"

@@ -31,6 +31,7 @@ from batchserve.backends.gpu_plan import plan_profiles
 from batchserve.core.device import Device
 from batchserve.core.errors import DeviceUnavailable
 from batchserve.devices.placement import gpu_count
+from batchserve.export.comparison import ScaledTolerance, VerificationReport, check_report
 from batchserve.export.errors import ExportError
 from batchserve.export.onnx import (
     ExportReport,
@@ -43,16 +44,8 @@ from batchserve.export.onnx import (
     stage_onnx,
 )
 from batchserve.export.spec import ExportSpec, Tolerance
-from batchserve.export.verify import (
-    Runner,
-    ScaledTolerance,
-    TorchModel,
-    VerificationReport,
-    bind_module,
-    check_report,
-    verify,
-    verify_against,
-)
+from batchserve.export.torch_model import TorchModel, bind_module
+from batchserve.export.verify import Runner, verify, verify_against
 from batchserve.models.model_config import config_from_signature
 from batchserve.proto.model_config_pb2 import ModelConfig
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from batchserve.core.types import ModelMetadata, ServerMetadata, TensorMetadata
 from batchserve.dataplane.plane import VersionStats
 from batchserve.dataplane.shared_memory.manager import RegionStatus
-from batchserve.models.registry import IndexEntry
+from batchserve.models.model_table import IndexEntry
 from batchserve.observability.stats import BatchStats, Duration
 from batchserve.proto import grpc_service_pb2 as pb
 

@@ -1,4 +1,4 @@
-"""The models this server holds: loading, readiness, lookup by name and version, unloading.
+"""The models this server holds: loading, readiness and unloading (lookup: ``model_table``).
 
 Loading happens off the event loop; a model is READY only once every instance is loaded
 and has run a warm-up batch. Reloading builds the new versions first and swaps them in,
@@ -11,28 +11,20 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
-from functools import cached_property, partial
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from batchserve.backends import create_backend, resolve_devices
 from batchserve.backends.base import Backend
-from batchserve.core.datatypes import DataType, from_config
 from batchserve.core.device import Device
-from batchserve.core.errors import (
-    BatchserveError,
-    InvalidArgument,
-    ModelConfigError,
-    NotFound,
-    Unavailable,
-)
-from batchserve.core.validation import RequestSchema
+from batchserve.core.errors import BatchserveError, ModelConfigError
 from batchserve.devices.placement import gpu_count
-from batchserve.models.labels import LabelMap
 from batchserve.models.load_override import LoadOverride, OverrideDirectory
 from batchserve.models.memory_probe import probe_backend
-from batchserve.models.repository import ModelRepository, ModelVersion, ResolvedModel
+from batchserve.models.model_directory import ModelVersion, ResolvedModel
+from batchserve.models.model_table import InstanceMemory, ModelState, ModelTable, ServedVersion
+from batchserve.models.repository import ModelRepository
 from batchserve.models.warmup import synthetic_batch
 from batchserve.models.warmup_samples import WarmupSample, read_warmup_samples
 from batchserve.observability.stats import ModelStats
@@ -40,7 +32,7 @@ from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.inline import INLINE_BELOW_NS
 from batchserve.scheduler.instances import Instance, InstancePool
-from batchserve.scheduler.memory import MemoryBudgets, MemoryProfile, ModelReservations
+from batchserve.scheduler.memory import MemoryBudgets, ModelReservations
 from batchserve.scheduler.policy import BatchPolicy
 
 logger = logging.getLogger(__name__)
@@ -68,85 +60,6 @@ async def _run_sample(instance: Instance, sample: WarmupSample) -> None:
         ) from exc
 
 
-class ModelState(StrEnum):
-    """Triton's repository-index states."""
-
-    LOADING = "LOADING"
-    READY = "READY"
-    UNLOADING = "UNLOADING"
-    UNAVAILABLE = "UNAVAILABLE"
-
-
-@dataclass(frozen=True, slots=True)
-class InstanceMemory:
-    """What one instance was measured to need, and what it reserved of its device's budget."""
-
-    device: Device
-    profile: MemoryProfile
-    reserved_bytes: int
-    batch_cap: int
-
-
-@dataclass(eq=False)
-class ServedVersion:
-    """One loaded version: its config, instances, scheduler and memory reservations."""
-
-    name: str
-    version: int
-    config: ModelConfig
-    batcher: Batcher
-    stats: ModelStats
-    memory: tuple[InstanceMemory, ...] = ()
-    reservations: ModelReservations | None = None
-    labels: LabelMap = field(default_factory=dict)
-
-    @cached_property
-    def schema(self) -> RequestSchema:
-        """The config compiled for validating requests (once, not per request)."""
-        return RequestSchema.of(self.config)
-
-    @cached_property
-    def output_types(self) -> dict[str, DataType]:
-        """Each output's element type, as configured."""
-        return {spec.name: from_config(spec.data_type) for spec in self.config.output}
-
-    async def close(self) -> None:
-        await self.batcher.close()
-        await asyncio.to_thread(self.batcher.pool.close)
-        if self.reservations is not None:
-            self.reservations.release()
-
-
-@dataclass(eq=False)
-class ModelEntry:
-    """What the server knows of one model name, loaded or not."""
-
-    name: str
-    state: ModelState = ModelState.UNAVAILABLE
-    reason: str = ""
-    versions: dict[int, ServedVersion] = field(default_factory=dict)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    files: OverrideDirectory | None = None  # the load's own files, while they are served
-
-
-@dataclass(frozen=True, slots=True)
-class IndexEntry:
-    """One row of the repository index."""
-
-    name: str
-    version: str
-    state: str
-    reason: str
-
-
-def unknown_model(name: str) -> NotFound:
-    """Triton's text for a model it does not know, which its clients look for."""
-    return NotFound(
-        f"Request for unknown model: '{name}' is not found "
-        f"(batchserve: no model '{name}' is loaded or in the repository)"
-    )
-
-
 def _remove_files_of(
     resolving: asyncio.Future[tuple[ResolvedModel, OverrideDirectory | None]],
 ) -> None:
@@ -158,7 +71,7 @@ def _remove_files_of(
         asyncio.get_running_loop().run_in_executor(None, files.remove)
 
 
-class ModelRegistry:
+class ModelRegistry(ModelTable):
     """Owns every loaded model; the dataplane's only way to reach one."""
 
     def __init__(
@@ -171,19 +84,12 @@ class ModelRegistry:
     ) -> None:
         """``after_change`` runs once a load or unload has finished swapping models (the
         server settles its heap there: ``gc_tuning.settle``)."""
-        self.repository = repository
+        super().__init__(repository)
         self.budgets = budgets
         self.load_seconds: dict[str, float] = {}  # latest load of each model, however started
         self._max_queue_size = max_queue_size
         self._backend_factory = backend_factory
         self._after_change = after_change
-        self._entries: dict[str, ModelEntry] = {}
-
-    def _entry(self, name: str) -> ModelEntry:
-        entry = self._entries.get(name)
-        if entry is None:
-            entry = self._entries[name] = ModelEntry(name)
-        return entry
 
     async def load(self, name: str, override: LoadOverride | None = None) -> None:
         """Load (or reload) every served version of a model; failures leave it UNAVAILABLE.
@@ -359,73 +265,6 @@ class ModelRegistry:
             entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"
         self._after_change()
         logger.info("model unloaded", extra={"model": name})
-
-    def get(self, name: str, version: str = "") -> ServedVersion:
-        """The version to serve: the highest one when ``version`` is empty."""
-        entry = self._entries.get(name)
-        # Triton's clients look for its "Request for unknown model" texts; the status stays
-        # 503 where waiting can help (a model loading, or loadable).
-        no_versions = f"Request for unknown model: '{name}' has no available versions"
-        if entry is None:
-            if self.knows(name):
-                raise Unavailable(f"{no_versions} (batchserve: model '{name}' is not loaded)")
-            raise unknown_model(name)
-        if entry.state is not ModelState.READY:
-            detail = f": {entry.reason}" if entry.reason else ""
-            raise Unavailable(
-                f"{no_versions} (batchserve: model '{name}' is not ready "
-                f"({entry.state.value}{detail}))"
-            )
-        if not version:
-            return entry.versions[max(entry.versions)]
-        if not version.isdigit():
-            raise InvalidArgument(
-                "failed to get model version from specified version string "
-                f"'{version[:40]}' (batchserve: a version is a positive integer)"
-            )
-        served = entry.versions.get(int(version))
-        if served is None:
-            shown = version[:40]
-            raise NotFound(
-                f"Request for unknown model: '{name}' version {shown} is not found "
-                f"(batchserve: version '{shown}' of model '{name}' is not being served)"
-            )
-        return served
-
-    def is_ready(self, name: str, version: str = "") -> bool:
-        try:
-            self.get(name, version)
-        except BatchserveError:
-            return False
-        return True
-
-    def knows(self, name: str) -> bool:
-        """True for a model loaded now, once, or present in the repository."""
-        return name in self._entries or (self.repository.root / name).is_dir()
-
-    def versions_of(self, name: str) -> list[ServedVersion]:
-        """The served versions of one ready model, ascending."""
-        self.get(name)
-        return [served for _, served in sorted(self._entries[name].versions.items())]
-
-    def loaded(self) -> list[ServedVersion]:
-        """Every version being served, by name then version."""
-        return [
-            served
-            for name in sorted(self._entries)
-            for _, served in sorted(self._entries[name].versions.items())
-        ]
-
-    def index(self, ready_only: bool = False) -> list[IndexEntry]:
-        """The repository's models with their states, loaded or not."""
-        rows: list[IndexEntry] = []
-        for name in sorted(set(self.repository.names()) | set(self._entries)):
-            entry = self._entries.get(name, ModelEntry(name))
-            if ready_only and entry.state is not ModelState.READY:
-                continue
-            versions = [str(v) for v in sorted(entry.versions)] or [""]
-            rows.extend(IndexEntry(name, v, entry.state.value, entry.reason) for v in versions)
-        return rows
 
     async def close(self) -> None:
         """Drain and release every model, logging what each version answered in its life."""

@@ -10,7 +10,7 @@ from google.protobuf.message import Message
 
 from batchserve.core.types import ModelMetadata, ServerMetadata, TensorMetadata
 from batchserve.dataplane.plane import VersionStats
-from batchserve.models.registry import IndexEntry, InstanceMemory
+from batchserve.models.model_table import IndexEntry, InstanceMemory
 from batchserve.observability.stats import BatchStats, Duration
 
 _INT64_TYPES = {

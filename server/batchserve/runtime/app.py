@@ -19,7 +19,6 @@ import uvicorn
 import uvloop
 
 from batchserve.backends import create_backend
-from batchserve.core.budgets import parse_budgets
 from batchserve.core.errors import BatchserveError
 from batchserve.core.settings import ModelControlMode, Settings
 from batchserve.core.tls import TlsFiles, TlsMode
@@ -96,7 +95,7 @@ class Server:
     ) -> None:
         self.settings = settings
         repository = ModelRepository(settings.model_repository)
-        budgets = MemoryBudgets(parse_budgets(settings.memory_budget), device_total_bytes)
+        budgets = MemoryBudgets(settings.memory_budget, device_total_bytes)
         self.registry = ModelRegistry(repository, settings.max_queue_size, budgets,
                                       backend_factory, after_change=_settle_heap)  # fmt: skip
         self.dataplane = DataPlane(settings, self.registry, self._models_to_load(repository))

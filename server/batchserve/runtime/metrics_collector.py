@@ -21,7 +21,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from batchserve.devices.nvml import GpuMonitor, GpuReading
-from batchserve.models.registry import IndexEntry, ModelRegistry, ModelState, ServedVersion
+from batchserve.models.model_table import IndexEntry, ModelState, ServedVersion
+from batchserve.models.registry import ModelRegistry
 from batchserve.observability.grpc_core_counts import CoreCallCounts, read_core_call_counts
 from batchserve.observability.metrics import NS, Buckets, Rejection
 from batchserve.observability.refusals import REFUSALS, Refusals

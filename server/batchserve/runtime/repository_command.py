@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from batchserve.models.repository import ModelProblem, ResolvedModel
+    from batchserve.models.model_directory import ResolvedModel
+    from batchserve.models.repository import ModelProblem
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

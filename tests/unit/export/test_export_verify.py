@@ -4,18 +4,18 @@ from collections.abc import Mapping
 
 import numpy as np
 import pytest
-from batchserve.export.errors import VerificationFailed
-from batchserve.export.spec import ExportSpec, Tolerance, parse_input_spec
-from batchserve.export.verify import (
+from batchserve.export.comparison import (
     CaseResult,
     ScaledTolerance,
     VerificationReport,
     check_report,
     compare,
     compare_scaled,
-    random_inputs,
-    verify_against,
 )
+from batchserve.export.errors import VerificationFailed
+from batchserve.export.inputs import random_inputs
+from batchserve.export.spec import ExportSpec, Tolerance, parse_input_spec
+from batchserve.export.verify import verify_against
 
 TOLERANCE = Tolerance(atol=1e-3, rtol=1e-2)
 

@@ -1,0 +1,135 @@
+"""The PyTorch side of a comparison: the module in eval mode, called with inputs by name.
+
+``bind_module`` checks once, on the trace inputs, what export would otherwise fail on late:
+inputs forward does not take, outputs that are not tensors, the server cannot send, or do
+not lead with the batch axis.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from batchserve.export.errors import ExportError
+from batchserve.export.inputs import Array, Arrays, describe, trace_inputs
+from batchserve.export.spec import ExportSpec
+
+_OUTPUT_TYPES = (
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.float32,
+    torch.float64,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TorchModel:
+    """A module in eval mode with its inputs bound to forward's parameters by name.
+
+    Args:
+        module: the module.
+        inputs: input names in forward's parameter order (passed positionally).
+        outputs: names given to forward's outputs, in order.
+    """
+
+    module: torch.nn.Module
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    def arguments(self, arrays: Mapping[str, Array]) -> tuple[torch.Tensor, ...]:
+        """Copies, so a forward that writes into its inputs cannot change the other side's data."""
+        return tuple(torch.from_numpy(arrays[name].copy()) for name in self.inputs)
+
+    def forward(self, arrays: Mapping[str, Array]) -> tuple[torch.Tensor, ...]:
+        try:
+            with torch.no_grad():
+                result = self.module(*self.arguments(arrays))
+        except Exception as exc:
+            raise ExportError(
+                f"{type(self.module).__name__}.forward failed on the declared inputs "
+                f"{describe(arrays)}: {type(exc).__name__}: {exc}"
+            ) from None
+        return _flatten(self.module, result)
+
+    def run(self, arrays: Mapping[str, Array]) -> Arrays:
+        results = self.forward(arrays)
+        pairs = zip(self.outputs, results, strict=True)
+        return {name: tensor.detach().cpu().numpy() for name, tensor in pairs}
+
+
+def bind_module(module: torch.nn.Module, spec: ExportSpec) -> TorchModel:
+    """Put the module in eval mode, bind inputs by name, and name its outputs from a trial pass."""
+    module.eval()
+    probe = TorchModel(module, _forward_order(module, spec), ())
+    results = probe.forward(trace_inputs(spec))
+    names = _output_names(spec, len(results))
+    _check_outputs(spec, names, results)
+    return TorchModel(module, probe.inputs, names)
+
+
+def _forward_order(module: torch.nn.Module, spec: ExportSpec) -> tuple[str, ...]:
+    """Declared inputs in forward's parameter order, so ONNX input names match the right tensors."""
+    declared = [item.name for item in spec.inputs]
+    params = inspect.signature(module.forward).parameters
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params.values()):
+        return tuple(declared)
+    positional = [
+        name
+        for name, p in params.items()
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    call = f"{type(module).__name__}.forward({', '.join(positional)})"
+    for name in declared:
+        if name not in positional:
+            raise ExportError(f"input '{name}' is not a parameter of {call}")
+    order = positional[: len(declared)]
+    missing = [name for name in order if name not in declared]
+    if missing:
+        raise ExportError(f"{call} takes '{missing[0]}' before the declared inputs; declare it too")
+    return tuple(order)
+
+
+def _flatten(module: torch.nn.Module, result: object) -> tuple[torch.Tensor, ...]:
+    if isinstance(result, torch.Tensor):
+        return (result,)
+    if (
+        isinstance(result, tuple | list)
+        and result
+        and all(isinstance(t, torch.Tensor) for t in result)
+    ):
+        return tuple(result)
+    raise ExportError(
+        f"{type(module).__name__}.forward returned {type(result).__name__}; "
+        "export needs a tensor or a tuple/list of tensors"
+    )
+
+
+def _output_names(spec: ExportSpec, count: int) -> tuple[str, ...]:
+    if not spec.outputs:
+        return tuple(f"output{i}" for i in range(count))
+    if len(spec.outputs) != count:
+        raise ExportError(
+            f"forward returns {count} output(s) but {len(spec.outputs)} --output name(s) were "
+            f"given ({', '.join(spec.outputs)})"
+        )
+    return spec.outputs
+
+
+def _check_outputs(spec: ExportSpec, names: Sequence[str], results: Sequence[torch.Tensor]) -> None:
+    batch = spec.trace_case()[spec.batch_axis] if spec.batch_axis else None
+    for name, tensor in zip(names, results, strict=True):
+        if tensor.dtype not in _OUTPUT_TYPES:
+            raise ExportError(f"output '{name}' is {tensor.dtype}, which the server cannot send")
+        if batch is not None and (tensor.dim() == 0 or tensor.shape[0] != batch):
+            raise ExportError(
+                f"output '{name}' has shape {list(tensor.shape)} for a batch of {batch}: with "
+                "--max-batch-size > 0 every output's first axis must be the batch axis"
+            )

@@ -1,0 +1,318 @@
+"""Resolving one model directory: its config, version directories, model files and their
+signatures, into a completed and validated config.
+
+Reads ``<root>/<model>/config.pbtxt`` (or a load's own config), picks the versions the
+version policy serves, completes the config from the newest readable model file and checks
+every version against it, collecting every problem of the model rather than stopping at the
+first. It never loads a runtime (the registry does that). Every file it hands out resolves,
+after symlinks, inside the repository root.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from batchserve.backends.onnx_file import external_data_problems, read_onnx_signature
+from batchserve.core.errors import DeviceUnavailable, ModelConfigError, NotFound
+from batchserve.core.signature import ModelSignature
+from batchserve.models.config_validation import (
+    completeness_problems,
+    config_problems,
+    model_problems,
+)
+from batchserve.models.labels import LabelMap, read_labels
+from batchserve.models.model_config import (
+    CONFIG_FILENAME,
+    FORMATS,
+    ONNX,
+    PT2,
+    SUPPORTED,
+    ModelFormat,
+    complete_config,
+    format_from_config,
+    format_from_filename,
+    parse_pbtxt,
+    read_pbtxt_text,
+    version_policy,
+)
+from batchserve.models.model_names import name_problem
+from batchserve.proto.model_config_pb2 import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelVersion:
+    """One served version and the file it is loaded from."""
+
+    version: int
+    model_file: Path
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedModel:
+    """A valid model: its completed config, served versions (ascending) and output labels."""
+
+    name: str
+    config: ModelConfig
+    versions: tuple[ModelVersion, ...]
+    labels: LabelMap = field(default_factory=dict)
+    directory: Path | None = None
+    """Where the model was read from: the repository's, or a load's own files."""
+
+
+class InvalidModel(ModelConfigError):
+    """A model's files or config are wrong; ``problems`` holds one message per problem."""
+
+    def __init__(self, name: str, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.name = name
+        self.problems = tuple(problems)
+
+
+def resolve_model(root: Path, name: str, config: ModelConfig | None = None) -> ResolvedModel:
+    """The model ``name`` (a valid name) of the repository at ``root``, completed and validated.
+
+    Raises NotFound when there is no such directory, and InvalidModel listing every problem.
+    """
+    return _ModelCheck(root, name, config).run()
+
+
+def _pt2_signature(model_file: Path) -> ModelSignature:
+    """Read through the checked loader: torch's own would run what the archive carries."""
+    from batchserve.backends.torch_program import read_pt2_signature
+
+    return read_pt2_signature(model_file)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path.resolve().is_relative_to(root)
+
+
+def _version_dirs(model_dir: Path) -> dict[int, Path]:
+    """Directories named by a positive integer in canonical form ('1', not '01'), by number."""
+    found: dict[int, Path] = {}
+    for entry in model_dir.iterdir():
+        if _is_version_number(entry.name) and entry.is_dir():
+            found[int(entry.name)] = entry
+        elif entry.name != CONFIG_FILENAME:
+            logger.debug("%s: ignoring %s (not a version directory)", model_dir.name, entry.name)
+    return dict(sorted(found.items()))
+
+
+def _is_version_number(name: str) -> bool:
+    return name.isascii() and name.isdigit() and name == str(int(name)) and int(name) > 0
+
+
+class _ModelCheck:
+    """Resolves one model directory, collecting every problem rather than stopping at the first."""
+
+    def __init__(self, root: Path, name: str, config: ModelConfig | None = None) -> None:
+        self.root = root
+        self.override = config
+        self.name = name
+        self.dir = root / name
+        self.source = f"{name}/{CONFIG_FILENAME}"
+        self.problems: list[str] = []
+        self.without_gpu: list[ModelVersion] = []  # plans that could not be read here
+
+    def label(self, path: Path) -> str:
+        """A path as the user knows it: relative to the repository root."""
+        return path.relative_to(self.root).as_posix()
+
+    def fail(self) -> InvalidModel:
+        return InvalidModel(self.name, self.problems)
+
+    def run(self) -> ResolvedModel:
+        if not self.dir.is_dir():
+            raise NotFound(
+                f"failed to load '{self.name}', failed to poll from model repository "
+                f"(batchserve: model '{self.name}' is not in the repository)"
+            )
+        if not _inside(self.dir, self.root):
+            self.problems.append(f"{self.name}: the model directory leads outside the repository")
+            raise self.fail()
+        config = self._read_config()
+        dirs = self._contained(_version_dirs(self.dir))
+        model_format = self._format(config, dirs)
+        if model_format is None:
+            self.problems += config_problems(config, source=self.source, directory=self.name)
+            raise self.fail()
+        versions = self._served(config, dirs, model_format)
+        signatures = [(v, self._signature(model_format, v)) for v in versions]
+        resolved = self._complete(config, model_format, signatures)
+        labels, problems = read_labels(resolved.output, self.dir, source=self.source)
+        self.problems += problems
+        if self.problems:
+            raise self.fail()
+        return ResolvedModel(self.name, resolved, tuple(versions), labels, self.dir)
+
+    def _read_config(self) -> ModelConfig:
+        if self.override is not None:
+            self.source = f"{self.name}: load parameter 'config'"
+            return self.override
+        path = self.dir / CONFIG_FILENAME
+        if not path.exists() and not path.is_symlink():
+            return ModelConfig()
+        if not _inside(path, self.root):
+            self.problems.append(f"{self.source}: leads outside the repository")
+            raise self.fail()
+        try:
+            return parse_pbtxt(read_pbtxt_text(path, source=self.source), source=self.source)
+        except ModelConfigError as exc:
+            self.problems.append(exc.message)
+        raise self.fail()
+
+    def _contained(self, dirs: dict[int, Path]) -> dict[int, Path]:
+        """Version directories inside the repository; the others are problems."""
+        if not dirs:
+            self.problems.append(
+                f"{self.name}: no version directory (expected e.g. {self.name}/1/model.onnx)"
+            )
+        inside = {number: d for number, d in dirs.items() if _inside(d, self.root)}
+        self.problems += [
+            f"{self.label(d)}: version directory leads outside the repository (through a symlink)"
+            for d in dirs.values()
+            if d not in inside.values()
+        ]
+        return inside
+
+    def _format(self, config: ModelConfig, dirs: dict[int, Path]) -> ModelFormat | None:
+        """The file format: from platform/backend, else the file name, else the files present."""
+        try:
+            named = format_from_config(config, source=self.source)
+        except ModelConfigError as exc:
+            self.problems.append(exc.message)
+            return None
+        filename = config.default_model_filename
+        if filename and name_problem(filename) is not None:
+            self.problems.append(
+                f"{self.source}: default_model_filename '{filename}' is not a plain file name"
+            )
+            return None
+        if named is not None:
+            return named
+        if filename:
+            return self._format_from_filename(filename)
+        return self._format_from_files(dirs) if dirs else None
+
+    def _format_from_filename(self, filename: str) -> ModelFormat | None:
+        found = format_from_filename(filename)
+        if found is None:
+            self.problems.append(
+                f"{self.source}: default_model_filename '{filename}' implies an unsupported "
+                f"backend; {SUPPORTED}"
+            )
+        return found
+
+    def _format_from_files(self, dirs: dict[int, Path]) -> ModelFormat | None:
+        found = {f for d in dirs.values() for f in FORMATS if (d / f.default_filename).exists()}
+        if len(found) == 1:
+            return found.pop()
+        if found:
+            present = " and ".join(sorted(f.default_filename for f in found))
+            both = "both " if len(found) == 2 else ""
+            self.problems.append(
+                f"{self.name}: {both}{present} are present; set platform in {self.source}"
+            )
+            return None
+        others = sorted(
+            self.label(e) for d in dirs.values() for e in d.iterdir() if e.name.startswith("model")
+        )
+        if others:
+            self.problems.append(f"{others[0]}: unsupported backend; {SUPPORTED}")
+        else:
+            self.problems.append(
+                f"{self.name}: no model file in any version directory "
+                "(expected model.onnx, model.plan or model.pt2)"
+            )
+        return None
+
+    def _served(
+        self, config: ModelConfig, dirs: dict[int, Path], model_format: ModelFormat
+    ) -> list[ModelVersion]:
+        filename = config.default_model_filename or model_format.default_filename
+        served = []
+        for number in self._selected(config, list(dirs)):
+            model_file = dirs[number] / filename
+            if self._usable(model_file):
+                served.append(ModelVersion(number, model_file))
+        return served
+
+    def _selected(self, config: ModelConfig, available: list[int]) -> list[int]:
+        """The version numbers the policy picks; policy values themselves are checked elsewhere."""
+        policy = version_policy(config)
+        choice = policy.WhichOneof("policy_choice")
+        if choice == "all":
+            return available
+        if choice == "latest":
+            count = policy.latest.num_versions
+            return available[-count:] if count > 0 else []
+        wanted = sorted(set(policy.specific.versions))
+        self.problems += [
+            f"{self.source}: version_policy.specific lists version {v}, but there is no "
+            f"directory {self.name}/{v}"
+            for v in wanted
+            if v > 0 and v not in available
+        ]
+        return [v for v in wanted if v in available]
+
+    def _usable(self, model_file: Path) -> bool:
+        """The file is inside the repository (after symlinks) and present."""
+        if not _inside(model_file, self.root):
+            self.problems.append(
+                f"{self.label(model_file)}: leads outside the repository (through a symlink)"
+            )
+            return False
+        if not model_file.is_file():
+            self.problems.append(
+                f"{self.label(model_file.parent)}: version directory has no {model_file.name}"
+            )
+            return False
+        return True
+
+    def _signature(self, model_format: ModelFormat, version: ModelVersion) -> ModelSignature | None:
+        """The file's signature; None when it cannot be read (a problem, or no GPU for a plan)."""
+        try:
+            if model_format == PT2:
+                return _pt2_signature(version.model_file)
+            if model_format != ONNX:
+                return self._plan_signature(version)
+            signature = read_onnx_signature(version.model_file)
+        except ModelConfigError as exc:
+            self.problems.append(exc.message)
+            return None
+        self.problems += external_data_problems(version.model_file, self.label(version.model_file))
+        return signature
+
+    def _plan_signature(self, version: ModelVersion) -> ModelSignature | None:
+        from batchserve.backends.tensorrt import read_engine_signature
+
+        try:
+            return read_engine_signature(version.model_file)
+        except DeviceUnavailable:
+            self.without_gpu.append(version)
+            return None
+
+    def _complete(
+        self,
+        config: ModelConfig,
+        model_format: ModelFormat,
+        signatures: list[tuple[ModelVersion, ModelSignature | None]],
+    ) -> ModelConfig:
+        """Complete from the newest readable version, then check every version against it."""
+        newest = next((sig for _, sig in reversed(signatures) if sig is not None), None)
+        done = complete_config(config, name=self.name, model_format=model_format, signature=newest)
+        self.problems += config_problems(done, source=self.source, directory=self.name)
+        for version, signature in signatures:
+            if signature is not None:
+                label = self.label(version.model_file)
+                self.problems += model_problems(
+                    done, signature, source=self.source, model_file=label
+                )
+        if self.without_gpu:
+            label = self.label(self.without_gpu[-1].model_file)
+            self.problems += completeness_problems(done, source=self.source, model_file=label)
+        return done

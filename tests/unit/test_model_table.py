@@ -1,0 +1,77 @@
+"""Lookup by name and version: which version a request gets, and Triton's texts when none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from batchserve.core.errors import InvalidArgument, NotFound, Unavailable
+from batchserve.models.model_table import IndexEntry, ModelState, ModelTable
+from batchserve.models.repository import ModelRepository
+
+
+def _table(
+    root: Path, **versions: tuple[int, ...]
+) -> tuple[ModelTable, dict[tuple[str, int], Any]]:
+    """A table serving ``versions`` of each named model; each version a distinct stand-in."""
+    table = ModelTable(ModelRepository(root))
+    served: dict[tuple[str, int], Any] = {}
+    for name, numbers in versions.items():
+        entry = table._entry(name)
+        entry.state = ModelState.READY
+        for number in numbers:
+            entry.versions[number] = served[name, number] = object()
+    return table, served
+
+
+def test_no_version_asked_for_is_the_highest_served(tmp_path: Path) -> None:
+    table, served = _table(tmp_path, m=(3, 1, 2))
+    assert table.get("m") is served["m", 3]
+    assert table.get("m", "1") is served["m", 1]
+    assert table.versions_of("m") == [served["m", 1], served["m", 2], served["m", 3]]
+
+
+def test_a_version_not_served_or_not_a_number_is_refused(tmp_path: Path) -> None:
+    table, _ = _table(tmp_path, m=(1,))
+    with pytest.raises(NotFound, match=r"^Request for unknown model: 'm' version 2 is not found"):
+        table.get("m", "2")
+    with pytest.raises(InvalidArgument, match="a version is a positive integer"):
+        table.get("m", "latest")
+    assert not table.is_ready("m", "2")
+    assert table.is_ready("m", "1")
+
+
+def test_a_model_in_the_repository_but_not_loaded_is_unavailable_not_unknown(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "on_disk").mkdir()
+    table, _ = _table(tmp_path)
+    with pytest.raises(Unavailable, match=r"'on_disk' has no available versions.*is not loaded"):
+        table.get("on_disk")
+    with pytest.raises(NotFound, match=r"^Request for unknown model: 'nowhere' is not found"):
+        table.get("nowhere")
+    assert table.knows("on_disk")
+    assert not table.knows("nowhere")
+
+
+def test_a_model_not_ready_says_its_state_and_reason(tmp_path: Path) -> None:
+    table, _ = _table(tmp_path, m=(1,))
+    entry = table._entry("m")
+    entry.state, entry.reason = ModelState.UNAVAILABLE, "it broke"
+    with pytest.raises(Unavailable, match=r"is not ready \(UNAVAILABLE: it broke\)"):
+        table.get("m")
+    assert table.loaded() != []  # its versions stay listed until unloaded
+
+
+def test_the_index_lists_the_repository_and_every_loaded_version(tmp_path: Path) -> None:
+    (tmp_path / "b_on_disk").mkdir()
+    table, served = _table(tmp_path, a=(1, 2), c=(5,))
+    assert table.index() == [
+        IndexEntry("a", "1", "READY", ""),
+        IndexEntry("a", "2", "READY", ""),
+        IndexEntry("b_on_disk", "", "UNAVAILABLE", ""),
+        IndexEntry("c", "5", "READY", ""),
+    ]
+    assert [row.name for row in table.index(ready_only=True)] == ["a", "a", "c"]
+    assert table.loaded() == [served["a", 1], served["a", 2], served["c", 5]]
