@@ -45,7 +45,8 @@ from batchserve.backends.onnx_options import (
     tensorrt_profile,
     with_gpu_io,
 )
-from batchserve.core.datatypes import BY_WIRE, BYTES, DataType
+from batchserve.backends.onnx_types import datatype_from_ort
+from batchserve.core.datatypes import BYTES, DataType
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import (
     BackendError,
@@ -103,32 +104,14 @@ def map_ort_errors(where: str, *, loading: bool = False) -> Iterator[None]:
         raise translate_ort_error(exc, where, loading=loading) from exc
 
 
-_ORT_TYPES = {
-    "tensor(bool)": "BOOL",
-    "tensor(uint8)": "UINT8",
-    "tensor(uint16)": "UINT16",
-    "tensor(uint32)": "UINT32",
-    "tensor(uint64)": "UINT64",
-    "tensor(int8)": "INT8",
-    "tensor(int16)": "INT16",
-    "tensor(int32)": "INT32",
-    "tensor(int64)": "INT64",
-    "tensor(float16)": "FP16",
-    "tensor(float)": "FP32",
-    "tensor(double)": "FP64",
-    "tensor(string)": "BYTES",
-    "tensor(bfloat16)": "BF16",
-}
-
-
 def _tensor_spec(arg: Any, model_file: Path) -> TensorSpec:
-    wire = _ORT_TYPES.get(arg.type)
-    if wire is None:
+    datatype = datatype_from_ort(arg.type)
+    if datatype is None:
         raise ModelConfigError(f"{model_file}: tensor '{arg.name}' has unsupported type {arg.type}")
     dims = list(arg.shape or ())
     shape = tuple(d if isinstance(d, int) and d >= 0 else DYNAMIC for d in dims)
     names = tuple(d if isinstance(d, str) else None for d in dims)
-    return TensorSpec(arg.name, BY_WIRE[wire], shape, names)
+    return TensorSpec(arg.name, datatype, shape, names)
 
 
 def session_signature(session: Any, model_file: Path) -> ModelSignature:
