@@ -7,8 +7,8 @@ from pathlib import Path
 
 import onnxruntime as ort
 import pytest
-from batchserve.backends.onnx import session_signature
 from batchserve.backends.onnx_file import read_onnx_signature
+from batchserve.backends.onnx_session import session_signature
 from batchserve.backends.onnx_types import datatype_from_onnx, datatype_from_ort
 from batchserve.core.errors import ModelConfigError
 from onnx import TensorProto, helper
