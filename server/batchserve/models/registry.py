@@ -16,8 +16,8 @@ from enum import StrEnum
 from functools import cached_property, partial
 from pathlib import Path
 
-from batchserve.backends import create_backend, resolve_devices
 from batchserve.backends.base import Backend
+from batchserve.backends.selection import create_backend
 from batchserve.core.datatypes import DataType, from_config
 from batchserve.core.device import Device
 from batchserve.core.errors import (
@@ -28,7 +28,7 @@ from batchserve.core.errors import (
     Unavailable,
 )
 from batchserve.core.validation import RequestSchema
-from batchserve.devices.placement import gpu_count
+from batchserve.devices.placement import gpu_count, resolve_devices
 from batchserve.models.labels import LabelMap
 from batchserve.models.load_override import LoadOverride, OverrideDirectory
 from batchserve.models.memory_probe import probe_backend
