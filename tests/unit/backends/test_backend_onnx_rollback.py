@@ -17,11 +17,7 @@ from batchserve.backends.onnx import OnnxBackend
 from batchserve.backends.onnx_io import BoundRunner, HostMemory
 from batchserve.backends.onnx_options import CPU_EP, CUDA_EP
 from batchserve.core.device import CPU, Device
-from batchserve.core.errors import (
-    BackendError,
-    BatchserveError,
-    ModelConfigError,
-)
+from batchserve.core.errors import BackendError, BatchserveError, ModelConfigError
 from batchserve.proto.model_config_pb2 import BatchserveOptions, ModelConfig
 
 HAS_CUDA_EP = CUDA_EP in ort.get_available_providers()
