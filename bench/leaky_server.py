@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from batchserve.backends import create_backend
 from batchserve.backends.base import Arrays, Backend
+from batchserve.backends.selection import create_backend
 from batchserve.core.device import Device
 from batchserve.core.signature import ModelSignature
 from batchserve.models.registry import BackendFactory

@@ -162,7 +162,7 @@ def export_help() -> str:
 
 
 def _pt2_refusal() -> str:
-    from batchserve.backends import runtime_name
+    from batchserve.backends.selection import runtime_name
     from batchserve.core.errors import BatchserveError
     from batchserve.proto.model_config_pb2 import ModelConfig
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from batchserve.backends import Backend, create_backend
+from batchserve.backends.base import Backend
+from batchserve.backends.selection import create_backend
 from batchserve.core.device import Device
 from batchserve.models.model_config import CONFIG_FILENAME, load_pbtxt
 from batchserve.proto.model_config_pb2 import ModelConfig

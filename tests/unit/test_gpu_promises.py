@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from batchserve.backends import create_backend
 from batchserve.backends.base import Backend
+from batchserve.backends.selection import create_backend
 from batchserve.core.budgets import parse_budgets
 from batchserve.core.device import Device
 from batchserve.core.errors import DeviceUnavailable, ModelConfigError, OutOfMemory

@@ -5,15 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from batchserve.backends.selection import ONNX, format_from_config
 from batchserve.core.datatypes import BY_WIRE
 from batchserve.core.errors import ModelConfigError
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
 from batchserve.models.model_config import (
     DEFAULT_MAX_BATCH_SIZE,
-    ONNX,
     complete_config,
     config_from_signature,
-    format_from_config,
     load_pbtxt,
     parse_pbtxt,
     to_pbtxt,

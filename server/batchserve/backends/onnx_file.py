@@ -9,38 +9,20 @@ from typing import Any
 
 import onnx
 
-from batchserve.core.datatypes import BY_WIRE, DataType
+from batchserve.backends.onnx_types import datatype_from_onnx
+from batchserve.core.datatypes import DataType
 from batchserve.core.errors import ModelConfigError
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
 
-# onnx.TensorProto element types -> protocol datatype names.
-_ONNX_TO_WIRE = {
-    onnx.TensorProto.BOOL: "BOOL",
-    onnx.TensorProto.UINT8: "UINT8",
-    onnx.TensorProto.UINT16: "UINT16",
-    onnx.TensorProto.UINT32: "UINT32",
-    onnx.TensorProto.UINT64: "UINT64",
-    onnx.TensorProto.INT8: "INT8",
-    onnx.TensorProto.INT16: "INT16",
-    onnx.TensorProto.INT32: "INT32",
-    onnx.TensorProto.INT64: "INT64",
-    onnx.TensorProto.FLOAT16: "FP16",
-    onnx.TensorProto.FLOAT: "FP32",
-    onnx.TensorProto.DOUBLE: "FP64",
-    onnx.TensorProto.STRING: "BYTES",
-    onnx.TensorProto.BFLOAT16: "BF16",
-}
-
 
 def _datatype(value_info: Any, path: Path) -> DataType:
-    elem_type = value_info.type.tensor_type.elem_type
-    wire = _ONNX_TO_WIRE.get(elem_type)
-    if wire is None:
-        type_name = onnx.TensorProto.DataType.Name(elem_type)
+    type_name = onnx.TensorProto.DataType.Name(value_info.type.tensor_type.elem_type)
+    datatype = datatype_from_onnx(type_name)
+    if datatype is None:
         raise ModelConfigError(
             f"{path}: tensor '{value_info.name}' has unsupported type {type_name}"
         )
-    return BY_WIRE[wire]
+    return datatype
 
 
 def _spec(value_info: Any, path: Path) -> TensorSpec:

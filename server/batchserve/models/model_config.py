@@ -9,13 +9,21 @@ is just the model file; checking the result is ``batchserve.models.config_valida
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
 
 from google.protobuf import text_format
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
+# The table of runtimes and the choice between them live with the runtimes; these names are
+# their face here, for the repository scan.
+from batchserve.backends.selection import FORMATS as FORMATS
+from batchserve.backends.selection import ONNX as ONNX
+from batchserve.backends.selection import PT2 as PT2
+from batchserve.backends.selection import SUPPORTED as SUPPORTED
+from batchserve.backends.selection import ModelFormat as ModelFormat
+from batchserve.backends.selection import format_from_config as format_from_config
+from batchserve.backends.selection import format_from_filename as format_from_filename
 from batchserve.core.datatypes import config_name
 from batchserve.core.errors import ModelConfigError
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
@@ -37,33 +45,9 @@ DEFAULT_MAX_BATCH_SIZE: Final = 32
 dynamic axis. Above Triton's default of 4, so that the memory budget measured at load time,
 not this number, is what normally caps a batch."""
 
-SUPPORTED: Final = (
-    "batchserve serves ONNX (.onnx), TensorRT (.plan) and torch.export (.pt2, platform "
-    "torch_export) models"
-)
-
 _QUOTE_LIMIT = 60
 # protobuf's ParseError text: "line:col : 'source line': problem" (the quote is optional).
 _PARSE_ERROR = re.compile(r"(?P<at>\d+:\d+ : )'(?P<quote>.*)': (?P<problem>.*)", re.DOTALL)
-
-
-@dataclass(frozen=True, slots=True)
-class ModelFormat:
-    """A servable model file format and the names Triton configs give its runtime."""
-
-    platform: str
-    backend: str
-    suffix: str
-
-    @property
-    def default_filename(self) -> str:
-        return f"model{self.suffix}"
-
-
-ONNX: Final = ModelFormat("onnxruntime_onnx", "onnxruntime", ".onnx")
-TENSORRT: Final = ModelFormat("tensorrt_plan", "tensorrt", ".plan")
-PT2: Final = ModelFormat("torch_export", "pytorch", ".pt2")
-FORMATS: Final = (ONNX, TENSORRT, PT2)
 
 _Tensor = TypeVar("_Tensor", ModelInput, ModelOutput)
 
@@ -136,35 +120,6 @@ def config_from_signature(name: str, signature: ModelSignature, max_batch_size: 
 def model_dims(tensor: ModelInput | ModelOutput) -> list[int]:
     """The shape the model itself sees: ``reshape.shape`` when given, else ``dims``."""
     return list(tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims)
-
-
-def format_from_config(config: ModelConfig, *, source: str) -> ModelFormat | None:
-    """The format named by ``platform``/``backend``; None when neither is set."""
-    by_platform = _named_format(source, "platform", config.platform)
-    by_backend = _named_format(source, "backend", config.backend)
-    if by_platform and by_backend and by_platform != by_backend:
-        raise ModelConfigError(
-            f"{source}: platform '{config.platform}' contradicts backend '{config.backend}'"
-        )
-    return by_platform or by_backend
-
-
-def _named_format(source: str, field: str, value: str) -> ModelFormat | None:
-    if not value:
-        return None
-    for fmt in FORMATS:
-        if value == getattr(fmt, field):
-            return fmt
-    what = "ensembles (pipelines of models)" if value == "ensemble" else f"the {field}"
-    raise ModelConfigError(
-        f"{source}: field '{field}' is '{value}': batchserve does not support {what} (yet); "
-        f"{SUPPORTED}"
-    )
-
-
-def format_from_filename(filename: str) -> ModelFormat | None:
-    """The format a model file's suffix implies, or None for any other file."""
-    return next((fmt for fmt in FORMATS if filename.endswith(fmt.suffix)), None)
 
 
 def version_policy(config: ModelConfig) -> ModelVersionPolicy:

@@ -15,11 +15,11 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from batchserve.backends import create_backend, resolve_devices
 from batchserve.backends.base import Backend
+from batchserve.backends.selection import create_backend
 from batchserve.core.device import Device
 from batchserve.core.errors import BatchserveError, ModelConfigError
-from batchserve.devices.placement import gpu_count
+from batchserve.devices.placement import gpu_count, resolve_devices
 from batchserve.models.load_override import LoadOverride, OverrideDirectory
 from batchserve.models.memory_probe import probe_backend
 from batchserve.models.model_directory import ModelVersion, ResolvedModel

@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 import uvloop
 
-from batchserve.backends import create_backend
+from batchserve.backends.selection import create_backend
 from batchserve.core.errors import BatchserveError
 from batchserve.core.settings import ModelControlMode, Settings
 from batchserve.core.tls import TlsFiles, TlsMode

@@ -1,8 +1,15 @@
 from pathlib import Path
 
 import pytest
-from batchserve.backends import create_backend, runtime_name
 from batchserve.backends.onnx import OnnxBackend
+from batchserve.backends.selection import (
+    FORMATS,
+    ModelFormat,
+    create_backend,
+    format_from_config,
+    format_from_filename,
+    runtime_name,
+)
 from batchserve.backends.tensorrt import TensorRTBackend
 from batchserve.core.errors import ModelConfigError
 from batchserve.proto.model_config_pb2 import ModelConfig
@@ -65,3 +72,30 @@ def test_unsupported_or_contradictory_choices_are_config_errors(
 ):
     with pytest.raises(ModelConfigError, match=f"{filename}: .*{match}"):
         create_backend(config, Path(filename))
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda fmt: fmt.backend)
+def test_the_one_table_names_each_runtime_for_the_repository_and_the_factory(fmt: ModelFormat):
+    model_file = Path(fmt.default_filename)
+    for config in (ModelConfig(platform=fmt.platform), ModelConfig(backend=fmt.backend)):
+        assert format_from_config(config, source="m/config.pbtxt") is fmt
+        assert runtime_name(config, model_file) == fmt.backend
+    assert format_from_filename(model_file.name) is fmt
+    assert runtime_name(ModelConfig(), model_file) == fmt.backend
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        ModelConfig(platform="ensemble"),
+        ModelConfig(backend="python"),
+        ModelConfig(platform="onnxruntime_onnx", backend="tensorrt"),
+    ],
+    ids=["ensemble", "unknown backend", "contradiction"],
+)
+def test_the_repository_and_the_factory_refuse_a_config_in_the_same_words(config: ModelConfig):
+    with pytest.raises(ModelConfigError) as by_repository:
+        format_from_config(config, source="m/1/model.onnx")
+    with pytest.raises(ModelConfigError) as by_factory:
+        runtime_name(config, Path("m/1/model.onnx"))
+    assert by_factory.value.message == by_repository.value.message

@@ -5,8 +5,10 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from batchserve.backends.onnx import CUDA_EP, OnnxBackend, _one_onnxruntime, translate_ort_error
-from batchserve.backends.onnx_options import CPU_EP
+from batchserve.backends.onnx import OnnxBackend
+from batchserve.backends.onnx_errors import translate_ort_error
+from batchserve.backends.onnx_options import CPU_EP, CUDA_EP
+from batchserve.backends.onnx_session import _one_onnxruntime
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import (
     BackendError,

@@ -1,10 +1,11 @@
 """What a GPU instance tells ONNX Runtime: its own stream, CUDA graphs, a TensorRT EP profile."""
 
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from batchserve.backends.onnx import _GpuSetup, _graph_hint
+from batchserve.backends.onnx_gpu import GpuSetup, graph_hint
 from batchserve.backends.onnx_io import HostMemory
 from batchserve.backends.onnx_options import (
     CPU_EP,
@@ -165,7 +166,8 @@ GRAPHS = text_format.Parse(
 @pytest.mark.skipif(gpu_count() > 0, reason="this machine has a GPU")
 def test_without_a_driver_the_setup_keeps_going_for_the_session_to_report(mlp_file: Path) -> None:
     plan = choose_providers([TENSORRT_EP, CUDA_EP, CPU_EP], GRAPHS, GPU0, model_file=mlp_file)
-    setup = _GpuSetup.prepare(plan, GRAPHS, mlp_file, binds=True)
+    with ExitStack() as rollback:
+        setup = GpuSetup.open(plan, GRAPHS, mlp_file, True, rollback)
     assert isinstance(setup.memory, HostMemory)
     assert setup.graph_sizes == ()  # the TensorRT EP is in the plan: no ORT graphs
     assert any("holds one CUDA graph per session" in w for w in setup.warnings)
@@ -182,8 +184,8 @@ def test_graphs_for_a_model_with_a_sequence_axis_are_refused_with_a_warning(
     sequence_file: Path,
 ) -> None:
     plan = choose_providers([CUDA_EP, CPU_EP], GRAPHS, GPU0, model_file=sequence_file)
-    setup = _GpuSetup.prepare(plan, GRAPHS, sequence_file, binds=True)
-    setup.memory.close()
+    with ExitStack() as rollback:
+        setup = GpuSetup.open(plan, GRAPHS, sequence_file, True, rollback)
     assert setup.graph_sizes == ()
     assert any(
         "every input and output fixed apart from the batch axis" in w for w in setup.warnings
@@ -193,7 +195,8 @@ def test_graphs_for_a_model_with_a_sequence_axis_are_refused_with_a_warning(
 
 def test_a_cpu_instance_asked_for_graphs_gets_a_warning_and_no_gpu_options(mlp_file: Path) -> None:
     plan = choose_providers([CPU_EP], GRAPHS, CPU, model_file=mlp_file)
-    setup = _GpuSetup.prepare(plan, GRAPHS, mlp_file, binds=True)
+    with ExitStack() as rollback:
+        setup = GpuSetup.open(plan, GRAPHS, mlp_file, True, rollback)
     assert setup.plan == plan
     assert setup.warnings == (f"{mlp_file}: optimization.cuda.graphs is ignored on the CPU",)
 
@@ -209,9 +212,7 @@ def test_a_cpu_instance_asked_for_graphs_gets_a_warning_and_no_gpu_options(mlp_f
 def test_a_refused_graph_capture_says_how_to_go_on(
     sizes: tuple[int, ...], message: str, hinted: bool
 ) -> None:
-    plan = choose_providers([CUDA_EP, CPU_EP], ModelConfig(), GPU0, model_file=MODEL)
-    setup = _GpuSetup(plan, HostMemory(), sizes)
-    with pytest.raises(ModelConfigError) as caught, _graph_hint(setup, MODEL):
+    with pytest.raises(ModelConfigError) as caught, graph_hint(sizes, MODEL):
         raise ModelConfigError(message)
     hint = "set optimization { cuda { graphs: false } } in repo/m/config.pbtxt"
     assert caught.value.message.startswith(message)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from batchserve.backends.onnx import OnnxBackend, session_signature
+from batchserve.backends.onnx import OnnxBackend
 from batchserve.backends.onnx_io import (
     BatchPlan,
     BoundRunner,
@@ -17,6 +17,7 @@ from batchserve.backends.onnx_io import (
     fixed_rows,
     plan_batch,
 )
+from batchserve.backends.onnx_session import session_signature
 from batchserve.core.datatypes import BY_WIRE
 from batchserve.core.device import CPU
 from batchserve.core.errors import InvalidArgument

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from batchserve.backends import create_backend, runtime_name  # noqa: E402
+from batchserve.backends.selection import create_backend, runtime_name  # noqa: E402
 from batchserve.backends.torch_program import read_pt2_signature  # noqa: E402
 from batchserve.backends.torch_pt2 import TorchBackend  # noqa: E402
 from batchserve.core.device import CPU, Device  # noqa: E402

@@ -4,17 +4,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from batchserve.backends.tensorrt import (
+from batchserve.backends.tensorrt import TensorRTBackend, map_trt_errors
+from batchserve.backends.tensorrt_engine import read_engine_signature
+from batchserve.backends.tensorrt_profiles import (
     EngineTensor,
-    TensorRTBackend,
+    Profile,
     check_inputs,
     datatype_from_trt,
     instance_profiles,
-    map_trt_errors,
     pick_profile,
-    read_engine_signature,
+    union_tensor,
 )
-from batchserve.backends.tensorrt_profiles import Profile, union_tensor
 from batchserve.core.datatypes import BY_WIRE
 from batchserve.core.device import Device
 from batchserve.core.errors import (

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from batchserve.backends import create_backend
 from batchserve.backends.reshape import ReshapedBackend, target_shape, with_reshape
+from batchserve.backends.selection import create_backend
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import InvalidArgument
 from batchserve.core.signature import ModelSignature
