@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 
 from batchserve import __version__
@@ -32,10 +31,10 @@ from batchserve.dataplane.raw_input import raw_request
 from batchserve.dataplane.shared_memory import tensors as shm
 from batchserve.dataplane.shared_memory.clients import ClientRegions
 from batchserve.dataplane.shared_memory.manager import SharedMemoryManager
-from batchserve.models.registry import InstanceMemory, ModelRegistry, ServedVersion, unknown_model
+from batchserve.dataplane.statistics import ModelStatistics, model_statistics
+from batchserve.models.registry import ModelRegistry, ServedVersion, unknown_model
 from batchserve.models.repository import requested_model_name
 from batchserve.observability.logs import bind_request
-from batchserve.observability.stats import ModelStats
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
 from batchserve.scheduler.work import WorkItem
 
@@ -56,17 +55,6 @@ EXTENSIONS = (  # Triton's order (core src/server.cc), less those not served
     "trace",
     "logging",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class VersionStats:
-    """Statistics of one served version, for the statistics endpoints."""
-
-    name: str
-    version: str
-    stats: ModelStats
-    batch_cap: int
-    memory: tuple[InstanceMemory, ...]
 
 
 def _tensor_metadata(spec: ModelInput | ModelOutput, batched: bool) -> TensorMetadata:
@@ -123,7 +111,7 @@ class DataPlane:
     def model_config(self, name: str, version: str = "") -> ModelConfig:
         return self._served(name, version).config
 
-    def model_statistics(self, name: str = "", version: str = "") -> list[VersionStats]:
+    def model_statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:
         """Every served version when ``name`` is empty; else that model's (or one version)."""
         if name:
             served = (
@@ -133,9 +121,7 @@ class DataPlane:
             )
         else:
             served = self.registry.loaded()
-        return [
-            VersionStats(s.name, str(s.version), s.stats, s.batcher.cap, s.memory) for s in served
-        ]
+        return model_statistics(served)
 
     # inference ----------------------------------------------------------------------
     def decode(
