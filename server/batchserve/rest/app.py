@@ -23,6 +23,7 @@ from batchserve.observability.trace_settings import json_updates as trace_update
 from batchserve.rest import responses
 from batchserve.rest.bodies import read_limited
 from batchserve.rest.errors import (
+    UnexpectedErrors,
     handle_batchserve_error,
     handle_client_disconnect,
     handle_http_exception,
@@ -202,6 +203,7 @@ def build_fastapi(dataplane: DataPlane, endpoint: InferEndpoint) -> FastAPI:
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.add_exception_handler(HTTPException, handle_http_exception)
     app.add_exception_handler(ClientDisconnect, handle_client_disconnect)
+    app.add_middleware(UnexpectedErrors)  # what no handler above takes
     _add_health_routes(app, dataplane)
     _add_model_routes(app, dataplane, endpoint)
     _add_repository_routes(app, dataplane)
