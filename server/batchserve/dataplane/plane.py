@@ -1,7 +1,7 @@
-"""The protocol-free core both adapters call: health, metadata, statistics and inference,
-with repository control and settings (``control.py``) and the clients' shared-memory regions
-(``shared_memory/clients.py``) beside it. Validation, lookup, error typing and statistics
-live here, once.
+"""The protocol-free core both adapters call: health, metadata, statistics and inference.
+Beside it, each once: repository control and settings (``control.py``), the clients'
+shared-memory regions (``shared_memory/clients.py``) and Triton's statistics
+(``statistics.py``). Validation, lookup and error typing live here, once.
 """
 
 from __future__ import annotations
