@@ -16,7 +16,7 @@ from batchserve.core.errors import (
 )
 from batchserve.core.settings import ModelControlMode, Settings
 from batchserve.models.load_override import parse_load_parameters, parse_unload_parameters
-from batchserve.models.registry import IndexEntry as IndexEntry
+from batchserve.models.registry import IndexEntry as IndexEntry  # the adapters render it
 from batchserve.models.registry import ModelRegistry
 from batchserve.models.repository import validate_model_name
 from batchserve.observability import log_settings
