@@ -1,26 +1,19 @@
 import re
 import struct
 import time
-from typing import Any
 
 import ml_dtypes
 import numpy as np
-import orjson
 import pytest
 from batchserve.core import tensors
 from batchserve.core.datatypes import BY_WIRE, DataType
 from batchserve.core.errors import Internal, InvalidArgument
 from batchserve.core.tensors import (
     MAX_ELEMENTS,
-    MAX_JSON_DEPTH,
     MAX_TENSORS,
-    NotJsonRepresentable,
     array_from_bytes,
-    array_from_json,
     array_to_bytes,
-    array_to_json,
     checked_shape,
-    request_options,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -212,166 +205,7 @@ def test_bytes_round_trip(array: np.ndarray) -> None:
     assert back.ravel().tolist() == array.ravel().tolist()
 
 
-# --- JSON ------------------------------------------------------------------------------------
-
-
-def test_json_flat_and_nested_give_the_same_array() -> None:
-    flat = array_from_json([1, 2, 3, 4, 5, 6], FP32, (2, 3), tensor="x")
-    nested = array_from_json([[1, 2, 3], [4, 5, 6]], FP32, (2, 3), tensor="x")
-    assert flat.dtype == np.float32
-    assert np.array_equal(flat, nested)
-    assert nested[1, 0] == 4.0
-
-
-def test_json_bytes_are_utf8_encoded_strings() -> None:
-    array = array_from_json(["", "a\x00b", "é"], BYTES, (3,), tensor="s")
-    assert array.tolist() == [b"", b"a\x00b", "é".encode()]
-
-
-def test_json_fp16_is_converted_from_numbers() -> None:
-    array = array_from_json([0.5, 2], BY_WIRE["FP16"], (2,), tensor="h")
-    assert array.dtype == np.float16
-    assert array.tolist() == [0.5, 2.0]
-
-
-def test_json_nesting_is_read_row_major_whatever_its_shape() -> None:
-    # Triton reads any nesting depth-first and only counts the values (http_server.cc)
-    assert array_from_json([[[[1.0]]]], FP32, (1, 1), tensor="x").tolist() == [[1.0]]
-    ragged = array_from_json([[1, [2, 3]], [[[4]]], 5, 6], BY_WIRE["INT32"], (2, 3), tensor="x")
-    assert ragged.tolist() == [[1, 2, 3], [4, 5, 6]]
-    assert array_from_json([[], [[1.0], []]], FP32, (1,), tensor="x").tolist() == [1.0]
-
-
-def test_json_nesting_past_the_cap_is_refused_with_tritons_text() -> None:
-    data: Any = [1.0]
-    for _ in range(MAX_JSON_DEPTH):
-        data = [data]
-    with pytest.raises(InvalidArgument) as info:
-        array_from_json(data, FP32, (1,), tensor="x")
-    assert info.value.message.startswith(
-        f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH}) "
-        "(batchserve: tensor 'x'"
-    )
-    assert array_from_json(data[0], FP32, (1,), tensor="x").tolist() == [1.0]
-
-
-def test_json_nesting_is_capped_without_recursion() -> None:
-    data: Any = [1.0]
-    for _ in range(100_000):
-        data = [data]
-    with pytest.raises(InvalidArgument, match=f"nested deeper than {MAX_JSON_DEPTH} levels"):
-        array_from_json(data, FP32, (1,) * 64, tensor="x")
-
-
-@pytest.mark.parametrize(
-    ("data", "wire", "shape", "problem"),
-    [
-        ("1.5", "FP32", (1,), "data must be an array, got '1.5'"),
-        (1.5, "FP32", (1,), "data must be an array, got 1.5"),
-        ([1.0, 2.0, 3.0], "FP32", (1, 2), r"data has 3 elements, shape \[1, 2\] needs 2"),
-        ([[1.0], "2"], "FP32", (2,), "FP32 data must be numbers, got '2'"),
-        (["1.5"], "FP32", (1,), "FP32 data must be numbers, got '1.5'"),
-        ([True], "FP32", (1,), "FP32 data must be numbers, got true"),
-        ([None], "FP64", (1,), "FP64 data must be numbers, got null"),
-        ([{"a": 1}], "FP64", (1,), "got an object"),
-        ([1.5], "INT64", (1,), "INT64 data must be integers, got 1.5"),
-        ([False], "INT32", (1,), "INT32 data must be integers, got false"),
-        ([1], "BOOL", (1,), "BOOL data must be true or false, got 1"),
-        ([1], "BYTES", (1,), "BYTES data must be strings, got 1"),
-        ([300], "INT8", (1,), "out of range for INT8"),
-        ([-1], "UINT8", (1,), "out of range for UINT8"),
-        ([2**64], "UINT64", (1,), "out of range for UINT64"),
-        ([2**63], "INT64", (1,), "out of range for INT64"),
-        ([1e300], "FP32", (1,), "out of range for FP32"),
-        ([70000.0], "FP16", (1,), "out of range for FP16"),
-        ([1.0], "BF16", (1,), "BF16 cannot be sent as JSON numbers; send it as binary data"),
-    ],
-)
-def test_json_data_rejected(data: object, wire: str, shape: tuple[int, ...], problem: str) -> None:
-    with pytest.raises(InvalidArgument, match=rf"tensor 'x': .*{problem}"):
-        array_from_json(data, BY_WIRE[wire], shape, tensor="x")
-
-
-def test_json_output_of_bytes_is_strings() -> None:
-    data = array_to_json(np.array([[b"a\x00"], ["b"]], dtype=object), BYTES)
-    assert data == ["a\x00", "b"]
-
-
-def test_json_output_of_non_utf8_bytes_is_refused() -> None:
-    with pytest.raises(NotJsonRepresentable, match="tensor 'y': BYTES data is not UTF-8"):
-        array_to_json(np.array([b"\xff"], dtype=object), BYTES, tensor="y")
-
-
-@pytest.mark.parametrize("wire", ["FP16", "FP32", "FP64", "BF16"])
-def test_json_output_of_nan_or_infinity_is_refused(wire: str) -> None:
-    values = np.array(
-        [1.0, np.nan], dtype=ml_dtypes.bfloat16 if wire == "BF16" else BY_WIRE[wire].numpy
-    )
-    with pytest.raises(
-        NotJsonRepresentable, match=f"tensor 'y': {wire} data holds NaN or infinity"
-    ):
-        array_to_json(values, BY_WIRE[wire], tensor="y")
-
-
-def test_json_output_of_bf16_is_the_exact_float_value() -> None:
-    values = np.array([[1.5, -0.1], [3e38, 0.0]], dtype=ml_dtypes.bfloat16)
-    data = orjson.loads(
-        orjson.dumps(array_to_json(values.view(np.uint16), BF16), option=tensors.JSON_OPTIONS)
-    )
-    assert data == [float(v) for v in values.ravel()]
-
-
-@settings(max_examples=80, deadline=None)
-@given(
-    st.sampled_from([dt for dt in NUMERIC if dt.wire != "BF16"]).flatmap(
-        lambda dt: st.tuples(st.just(dt), numeric_arrays(dt, finite=True))
-    )
-)
-def test_numeric_json_round_trip(case: tuple[DataType, np.ndarray]) -> None:
-    datatype, array = case
-    wire = orjson.dumps(array_to_json(array, datatype), option=tensors.JSON_OPTIONS)
-    back = array_from_json(orjson.loads(wire), datatype, array.shape, tensor="x")
-    assert back.dtype == datatype.numpy
-    assert np.array_equal(back, array)
-
-
-@settings(max_examples=60, deadline=None)
-@given(bytes_arrays(text=True))
-def test_bytes_json_round_trip(array: np.ndarray) -> None:
-    wire = orjson.dumps(array_to_json(array, BYTES))
-    back = array_from_json(orjson.loads(wire), BYTES, array.shape, tensor="s")
-    assert back.ravel().tolist() == array.ravel().tolist()
-
-
 # --- request-level rules ---------------------------------------------------------------------
-
-
-def test_request_options_split_known_parameters() -> None:
-    options = request_options(
-        {"priority": 2, "timeout": 500, "binary_data_output": True, "custom": [1]}
-    )
-    assert (options.priority, options.timeout_us, options.binary_output) == (2, 500, True)
-    assert options.parameters == {"custom": [1]}
-    assert request_options({}) == tensors.RequestOptions(0, 0, False, {})
-
-
-@pytest.mark.parametrize(
-    ("parameters", "problem"),
-    [
-        ({"priority": -1}, "'priority' must be an integer >= 0, got -1"),
-        ({"priority": True}, "'priority' must be an integer >= 0, got true"),
-        ({"priority": 1.0}, "'priority' must be an integer >= 0, got 1.0"),
-        ({"timeout": "x"}, "'timeout' must be an integer >= 0, got 'x'"),
-        ({"timeout": 2**64}, "'timeout' must be an integer >= 0"),
-        ({"binary_data_output": 1}, "'binary_data_output' must be true or false, got 1"),
-        ({"sequence_id": 7}, "'sequence_id': sequence batching is not supported"),
-        ({"sequence_start": True}, "'sequence_start': sequence batching is not supported"),
-        ({"sequence_end": False}, "'sequence_end': sequence batching is not supported"),
-    ],
-)
-def test_request_options_rejected(parameters: dict[str, object], problem: str) -> None:
-    with pytest.raises(InvalidArgument, match=f"request parameter {problem}"):
-        request_options(parameters)
 
 
 def test_tensor_count_and_duplicates() -> None:
@@ -408,31 +242,3 @@ def test_class_count_refuses_the_rest_in_tritons_words_first(value: object, show
     )
     with pytest.raises(InvalidArgument, match=expected):
         tensors.class_count(value, tensor="y")
-
-
-def test_a_data_count_that_misses_the_shape_reads_in_tritons_words() -> None:
-    fp32 = BY_WIRE["FP32"]
-    with pytest.raises(InvalidArgument) as too_few:
-        array_from_json([1.0] * 15, fp32, (1, 16), tensor="INPUT0")
-    assert too_few.value.message.startswith(
-        "Failed to parse 'data' field: shape does not match true shape (batchserve: tensor "
-        "'INPUT0': data has 15 elements, shape [1, 16] needs 16)"
-    )
-    with pytest.raises(InvalidArgument) as too_many:
-        array_from_json([1.0] * 18, fp32, (1, 16), tensor="INPUT0")
-    assert too_many.value.message.startswith(
-        "Unable to parse 'data': Shape does not match true shape of 'data' field (batchserve:"
-    )
-
-
-def test_request_parameters_named_triton_are_reserved_as_in_triton() -> None:
-    with pytest.raises(InvalidArgument) as refused:
-        tensors.request_options({"triton_final_response": True})
-    assert refused.value.message.startswith(
-        "parameter keys starting with 'triton_' are reserved for Triton usage and should not "
-        "be specified."
-    )
-    assert tensors.request_options({"tritonic": 1}).parameters == {"tritonic": 1}
-    # the reserved key Triton's own clients send (perf_analyzer over gRPC) is accepted
-    sent = {"triton_enable_empty_final_response": True, "p": 2}
-    assert tensors.request_options(sent).parameters == {"p": 2}

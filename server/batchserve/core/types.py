@@ -1,4 +1,5 @@
-"""The protocol-free request and response that both adapters translate to and from.
+"""The protocol-free request and response that both adapters translate to and from, and the
+request-level options both protocols carry as the same named parameters.
 
 Tensors carry numpy arrays: zero-copy views of the request bytes where the wire
 allows (binary HTTP bodies, gRPC raw contents), object arrays of ``bytes`` for BYTES.
@@ -6,15 +7,21 @@ allows (binary HTTP bodies, gRPC raw contents), object arrays of ``bytes`` for B
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from batchserve.core.datatypes import DataType
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.tensors import describe
 
 Parameters = dict[str, Any]
+
+_SEQUENCE_KEYS: Final = ("sequence_id", "sequence_start", "sequence_end")
+# The one reserved key Triton's clients send (perf_analyzer over gRPC): decoupled models only
+_EMPTY_FINAL_RESPONSE: Final = "triton_enable_empty_final_response"
 
 
 @dataclass(slots=True)
@@ -149,3 +156,53 @@ class ServerMetadata:
     name: str
     version: str
     extensions: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class RequestOptions:
+    """Request-level parameters with a meaning, split from the ones passed through.
+
+    Args:
+        priority: 0 = the model's default level.
+        timeout_us: 0 = the model's default queue timeout.
+        binary_output: HTTP ``binary_data_output``.
+        parameters: every other key, unchanged.
+    """
+
+    priority: int
+    timeout_us: int
+    binary_output: bool
+    parameters: dict[str, Any]
+
+
+def request_options(parameters: Mapping[str, object]) -> RequestOptions:
+    """Split priority, timeout and binary_data_output from the other request parameters."""
+    if not parameters:
+        return RequestOptions(0, 0, False, {})
+    rest = dict(parameters)
+    rest.pop(_EMPTY_FINAL_RESPONSE, None)  # streams answer one response a request anyway
+    reserved = next((key for key in rest if key.startswith("triton_")), None)
+    if reserved is not None:
+        raise InvalidArgument(
+            "parameter keys starting with 'triton_' are reserved for Triton usage and should "
+            f"not be specified. (batchserve: request parameter {reserved[:64]!r})"
+        )
+    for key in _SEQUENCE_KEYS:
+        if key in rest:
+            raise InvalidArgument(f"request parameter '{key}': sequence batching is not supported")
+    priority = _unsigned(rest.pop("priority", 0), "priority")
+    timeout = _unsigned(rest.pop("timeout", 0), "timeout")
+    binary = rest.pop("binary_data_output", False)
+    if type(binary) is not bool:
+        raise InvalidArgument(
+            f"request parameter 'binary_data_output' must be true or false, got {describe(binary)}"
+        )
+    return RequestOptions(priority, timeout, binary, rest)
+
+
+def _unsigned(value: object, key: str) -> int:
+    if type(value) is not int or not 0 <= value < 2**64:
+        raise InvalidArgument(
+            f"request parameter '{key}' must be an integer >= 0, got {describe(value)}"
+        )
+    return value

@@ -33,9 +33,14 @@ from batchserve.core.tensors import (
     checked_shape,
     class_count,
     format_shape,
+)
+from batchserve.core.types import (
+    InferRequest,
+    InferResponse,
+    RequestedOutput,
+    Tensor,
     request_options,
 )
-from batchserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
 from batchserve.core.validation import SchemaLookup
 from batchserve.dataplane.shared_memory.parameters import REGION, placeholder, placement
 from batchserve.grpc.head import Head, InputHead, Request, contents_of, head_of

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from batchserve.core.types import ModelMetadata, ServerMetadata, TensorMetadata
-from batchserve.dataplane.plane import VersionStats
+from batchserve.dataplane.control import IndexEntry
 from batchserve.dataplane.shared_memory.manager import RegionStatus
-from batchserve.models.model_table import IndexEntry
-from batchserve.observability.stats import BatchStats, Duration
+from batchserve.dataplane.statistics import (
+    InferBatchStatistics,
+    InstanceMemory,
+    ModelStatistics,
+    StatisticDuration,
+)
 from batchserve.proto import grpc_service_pb2 as pb
 
 
@@ -32,41 +36,34 @@ def model_metadata(meta: ModelMetadata) -> pb.ModelMetadataResponse:
     )
 
 
-def _duration(d: Duration) -> pb.StatisticDuration:
+def _duration(d: StatisticDuration) -> pb.StatisticDuration:
     return pb.StatisticDuration(count=d.count, ns=d.ns)
 
 
-def _batch(size: int, b: BatchStats) -> pb.InferBatchStatistics:
+def _batch(b: InferBatchStatistics) -> pb.InferBatchStatistics:
     return pb.InferBatchStatistics(
-        batch_size=size,
+        batch_size=b.batch_size,
         compute_input=_duration(b.compute_input),
         compute_infer=_duration(b.compute_infer),
         compute_output=_duration(b.compute_output),
     )
 
 
-def _batchserve(row: VersionStats) -> pb.BatchserveStatistics:
-    return pb.BatchserveStatistics(
-        batch_cap=row.batch_cap,
-        instances=[
-            pb.BatchserveStatistics.InstanceMemory(
-                device=str(m.device), fixed_bytes=m.profile.fixed_bytes,
-                per_sample_bytes=m.profile.per_sample_bytes,
-                reserved_bytes=m.reserved_bytes, batch_cap=m.batch_cap,
-            )
-            for m in row.memory
-        ],
+def _instance(m: InstanceMemory) -> pb.BatchserveStatistics.InstanceMemory:
+    return pb.BatchserveStatistics.InstanceMemory(
+        device=m.device, fixed_bytes=m.fixed_bytes, per_sample_bytes=m.per_sample_bytes,
+        reserved_bytes=m.reserved_bytes, batch_cap=m.batch_cap,
     )  # fmt: skip
 
 
-def _model_stats(row: VersionStats) -> pb.ModelStatistics:
-    s = row.stats
+def _model_stats(row: ModelStatistics) -> pb.ModelStatistics:
+    s = row.inference_stats
     return pb.ModelStatistics(
         name=row.name,
         version=row.version,
-        last_inference=s.last_inference_ms,
-        inference_count=s.inference_count,
-        execution_count=s.execution_count,
+        last_inference=row.last_inference,
+        inference_count=row.inference_count,
+        execution_count=row.execution_count,
         inference_stats=pb.InferStatistics(
             success=_duration(s.success),
             fail=_duration(s.fail),
@@ -75,18 +72,17 @@ def _model_stats(row: VersionStats) -> pb.ModelStatistics:
             compute_infer=_duration(s.compute_infer),
             compute_output=_duration(s.compute_output),
         ),
-        batch_stats=[_batch(size, b) for size, b in sorted(s.batches.items())],
+        batch_stats=[_batch(b) for b in row.batch_stats],
         memory_usage=[
-            pb.MemoryUsage(
-                type=m.device.kind.upper(), id=m.device.index, byte_size=m.reserved_bytes
-            )
-            for m in row.memory
+            pb.MemoryUsage(type=m.type, id=m.id, byte_size=m.byte_size) for m in row.memory_usage
         ],
-        batchserve=_batchserve(row),
+        batchserve=pb.BatchserveStatistics(
+            batch_cap=row.batch_cap, instances=[_instance(m) for m in row.instances]
+        ),
     )
 
 
-def statistics(rows: list[VersionStats]) -> pb.ModelStatisticsResponse:
+def statistics(rows: list[ModelStatistics]) -> pb.ModelStatisticsResponse:
     return pb.ModelStatisticsResponse(model_stats=[_model_stats(r) for r in rows])
 
 

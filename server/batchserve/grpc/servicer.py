@@ -30,14 +30,11 @@ logger = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
 
 
-def _token(context: Context) -> str | None:
+def _authorization(context: Context) -> str | None:
+    """The call's ``authorization`` metadata, as sent: the dataplane reads its token."""
     for key, value in context.invocation_metadata() or ():
-        if (
-            key == "authorization"
-            and isinstance(value, str)
-            and value.lower().startswith("bearer ")
-        ):
-            return value[7:].strip()
+        if key == "authorization" and isinstance(value, str):
+            return value
     return None
 
 
@@ -56,6 +53,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
+        self.control = dataplane.control
+        self.regions = dataplane.regions
         self.layouts = MessageLayouts()
         self.streams = InferStreams()
 
@@ -124,33 +123,35 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def RepositoryIndex(
         self, request: pb.RepositoryIndexRequest, context: Context
     ) -> pb.RepositoryIndexResponse:
-        rows = self.dataplane.repository_index(_token(context), request.ready)
+        rows = self.control.repository_index(_authorization(context), request.ready)
         return messages.repository_index(rows)
 
     async def RepositoryModelLoad(
         self, request: pb.RepositoryModelLoadRequest, context: Context
     ) -> pb.RepositoryModelLoadResponse:
         parameters = _choices(request.parameters, "parameter_choice")
-        await self.dataplane.repository_load(request.model_name, _token(context), parameters)
+        await self.control.repository_load(request.model_name, _authorization(context), parameters)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(
         self, request: pb.RepositoryModelUnloadRequest, context: Context
     ) -> pb.RepositoryModelUnloadResponse:
         parameters = _choices(request.parameters, "parameter_choice")
-        await self.dataplane.repository_unload(request.model_name, _token(context), parameters)
+        await self.control.repository_unload(
+            request.model_name, _authorization(context), parameters
+        )
         return pb.RepositoryModelUnloadResponse()
 
     async def SystemSharedMemoryStatus(
         self, request: pb.SystemSharedMemoryStatusRequest, context: Context
     ) -> pb.SystemSharedMemoryStatusResponse:
-        rows = self.dataplane.shared_memory_status("system", request.name, context.peer())
+        rows = self.regions.status("system", request.name, context.peer())
         return messages.system_shared_memory_status(rows)
 
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        self.dataplane.register_system_shared_memory(
+        self.regions.register_system(
             request.name, request.key, request.offset, request.byte_size, context.peer()
         )
         return pb.SystemSharedMemoryRegisterResponse()
@@ -158,19 +159,19 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        self.dataplane.unregister_shared_memory("system", request.name, context.peer())
+        self.regions.unregister("system", request.name, context.peer())
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest, context: Context
     ) -> pb.CudaSharedMemoryStatusResponse:
-        rows = self.dataplane.shared_memory_status("cuda", request.name, context.peer())
+        rows = self.regions.status("cuda", request.name, context.peer())
         return messages.cuda_shared_memory_status(rows)
 
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        self.dataplane.register_cuda_shared_memory(
+        self.regions.register_cuda(
             request.name, request.raw_handle, request.device_id, request.byte_size, context.peer()
         )
         return pb.CudaSharedMemoryRegisterResponse()
@@ -178,7 +179,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        self.dataplane.unregister_shared_memory("cuda", request.name, context.peer())
+        self.regions.unregister("cuda", request.name, context.peer())
         return pb.CudaSharedMemoryUnregisterResponse()
 
     async def TraceSetting(
@@ -186,7 +187,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.TraceSettingResponse:
         # An empty value list is how Triton's client asks to clear a setting.
         updates = {key: list(v.value) or None for key, v in request.settings.items()}
-        answer = self.dataplane.trace_settings(request.model_name, _token(context), updates or None)
+        answer = self.control.trace_settings(
+            request.model_name, _authorization(context), updates or None
+        )
         response = pb.TraceSettingResponse()
         for key, value in answer.items():
             response.settings[key].value.extend(value if isinstance(value, list) else [value])
@@ -196,7 +199,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.LogSettingsRequest, context: Context
     ) -> pb.LogSettingsResponse:
         updates = _choices(request.settings, "parameter_choice")
-        answer = self.dataplane.log_settings(_token(context), updates or None)
+        answer = self.control.log_settings(_authorization(context), updates or None)
         response = pb.LogSettingsResponse()
         for key, value in answer.items():
             if isinstance(value, bool):

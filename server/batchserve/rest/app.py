@@ -23,6 +23,7 @@ from batchserve.observability.trace_settings import json_updates as trace_update
 from batchserve.rest import responses
 from batchserve.rest.bodies import read_limited
 from batchserve.rest.errors import (
+    UnexpectedErrors,
     handle_batchserve_error,
     handle_client_disconnect,
     handle_http_exception,
@@ -35,12 +36,6 @@ from batchserve.rest.shared_memory import add_shared_memory_routes
 
 def _json(content: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(content), status_code=status, media_type="application/json")
-
-
-def _token(authorization: str | None) -> str | None:
-    if authorization and authorization.lower().startswith("bearer "):
-        return authorization[7:].strip()
-    return None
 
 
 def _add_health_routes(app: FastAPI, dataplane: DataPlane) -> None:
@@ -131,48 +126,48 @@ def _ready_flag(body: bytes) -> bool:
 
 def _add_repository_routes(app: FastAPI, dataplane: DataPlane) -> None:
     limit = dataplane.settings.max_binary_body_bytes
+    control = dataplane.control
 
     @app.post("/v2/repository/index", summary="Repository index")
     async def index(request: Request, authorization: str | None = Header(None)) -> Response:
-        dataplane.check_token(_token(authorization))  # before reading the body
+        control.check_token(authorization)  # before reading the body
         body = await read_limited(request, dataplane.settings.max_json_body_bytes, "request body")
-        rows = dataplane.repository_index(_token(authorization), _ready_flag(body))
+        rows = control.repository_index(authorization, _ready_flag(body))
         return _json(responses.repository_index(rows))
 
     @app.post("/v2/repository/models/{name}/load", summary="Load or reload a model")
     async def load(
         name: str, request: Request, authorization: str | None = Header(None)
     ) -> Response:
-        dataplane.check_control(_token(authorization))  # before reading up to 64 MiB
+        control.check_control(authorization)  # before reading up to 64 MiB
         parameters = _parameters(_json_object(await read_limited(request, limit, "request body")))
-        await dataplane.repository_load(
-            name, _token(authorization), parameters, files_in_base64=True
-        )
+        await control.repository_load(name, authorization, parameters, files_in_base64=True)
         return _json({})
 
     @app.post("/v2/repository/models/{name}/unload", summary="Unload a model")
     async def unload(
         name: str, request: Request, authorization: str | None = Header(None)
     ) -> Response:
-        dataplane.check_control(_token(authorization))  # before reading the body
+        control.check_control(authorization)  # before reading the body
         body = await read_limited(request, dataplane.settings.max_json_body_bytes, "request body")
         parameters = _parameters(_json_object(body))
-        await dataplane.repository_unload(name, _token(authorization), parameters)
+        await control.repository_unload(name, authorization, parameters)
         return _json({})
 
 
 def _add_settings_routes(app: FastAPI, dataplane: DataPlane) -> None:
     """Triton's trace and log settings: GET reads, POST updates and answers the result."""
     limit = dataplane.settings.max_json_body_bytes
+    control = dataplane.control
 
     async def trace(name: str, request: Request, authorization: str | None) -> Response:
         updates = None
         if request.method == "POST":
-            dataplane.check_token(_token(authorization))  # before reading the body
+            control.check_token(authorization)  # before reading the body
             updates = trace_updates(
                 _json_object(await read_limited(request, limit, "request body"))
             )
-        return _json(dataplane.trace_settings(name, _token(authorization), updates))
+        return _json(control.trace_settings(name, authorization, updates))
 
     @app.api_route("/v2/trace/setting", methods=["GET", "POST"], summary="Trace settings")
     async def global_trace(request: Request, authorization: str | None = Header(None)) -> Response:
@@ -190,15 +185,15 @@ def _add_settings_routes(app: FastAPI, dataplane: DataPlane) -> None:
 
     @app.get("/v2/logging", summary="Log settings (Triton extension)")
     async def get_logging() -> Response:
-        return _json(dataplane.log_settings(None))
+        return _json(control.log_settings(None))
 
     @app.post("/v2/logging", summary="Update log settings (Triton extension)")
     async def update_logging(
         request: Request, authorization: str | None = Header(None)
     ) -> Response:
-        dataplane.check_token(_token(authorization))  # before reading the body
+        control.check_token(authorization)  # before reading the body
         updates = _json_object(await read_limited(request, limit, "request body"))
-        return _json(dataplane.log_settings(_token(authorization), updates))
+        return _json(control.log_settings(authorization, updates))
 
 
 def build_fastapi(dataplane: DataPlane, endpoint: InferEndpoint) -> FastAPI:
@@ -208,6 +203,7 @@ def build_fastapi(dataplane: DataPlane, endpoint: InferEndpoint) -> FastAPI:
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.add_exception_handler(HTTPException, handle_http_exception)
     app.add_exception_handler(ClientDisconnect, handle_client_disconnect)
+    app.add_middleware(UnexpectedErrors)  # what no handler above takes
     _add_health_routes(app, dataplane)
     _add_model_routes(app, dataplane, endpoint)
     _add_repository_routes(app, dataplane)

@@ -20,24 +20,31 @@ from batchserve.core.datatypes import DataType, from_wire
 from batchserve.core.deferred import Decoder, PendingInputs, check_then_decode
 from batchserve.core.errors import InvalidArgument
 from batchserve.core.tensors import (
-    JSON_OPTIONS,
     Array,
-    NotJsonRepresentable,
     array_from_bytes,
-    array_from_json,
     array_to_bytes,
-    array_to_json,
     check_count,
     check_output_parameters,
     check_unique,
     checked_shape,
     class_count,
     describe,
+)
+from batchserve.core.types import (
+    InferRequest,
+    InferResponse,
+    RequestedOutput,
+    Tensor,
     request_options,
 )
-from batchserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
 from batchserve.core.validation import SchemaLookup
 from batchserve.dataplane.shared_memory.parameters import placeholder, placement
+from batchserve.rest.json_tensors import (
+    JSON_OPTIONS,
+    NotJsonRepresentable,
+    array_from_json,
+    array_to_json,
+)
 
 Chunk = bytes | memoryview
 Json = dict[str, Any]

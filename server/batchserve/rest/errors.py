@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from batchserve.core.errors import BatchserveError, Unavailable, http_status, public_message
 from batchserve.observability.refusals import REFUSALS, Protocol
@@ -67,3 +68,30 @@ async def handle_client_disconnect(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, ClientDisconnect)
     return Response(encode_error("client disconnected"), status_code=400,
                     media_type="application/json")  # fmt: skip
+
+
+class UnexpectedErrors:
+    """An exception no handler took, answered like every other error: ``{"error": ...}``,
+    500, logged once at ERROR with its traceback. Starlette's own last resort answers plain
+    text and re-raises, for the server to log the traceback a second time."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started:  # too late for an answer: the server ends the response
+                raise
+            await _response(exc)(scope, receive, send)

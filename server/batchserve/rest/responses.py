@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from batchserve.core.types import ModelMetadata, ServerMetadata, TensorMetadata
-from batchserve.dataplane.plane import VersionStats
-from batchserve.models.model_table import IndexEntry, InstanceMemory
-from batchserve.observability.stats import BatchStats, Duration
+from batchserve.dataplane.control import IndexEntry
+from batchserve.dataplane.statistics import (
+    InferBatchStatistics,
+    InstanceMemory,
+    MemoryUsage,
+    ModelStatistics,
+    StatisticDuration,
+)
 
 _INT64_TYPES = {
     FieldDescriptor.TYPE_INT64,
@@ -73,51 +78,45 @@ def model_metadata(meta: ModelMetadata) -> dict[str, Any]:
     }
 
 
-def _duration(d: Duration) -> dict[str, int]:
+def _duration(d: StatisticDuration) -> dict[str, int]:
     return {"count": d.count, "ns": d.ns}
 
 
-def _batch(size: int, b: BatchStats) -> dict[str, Any]:
+_NO_CACHE: Final = StatisticDuration(0, 0)
+"""Triton's response cache figures: batchserve has no cache."""
+
+
+def _batch(b: InferBatchStatistics) -> dict[str, Any]:
     return {
-        "batch_size": size,
+        "batch_size": b.batch_size,
         "compute_input": _duration(b.compute_input),
         "compute_infer": _duration(b.compute_infer),
         "compute_output": _duration(b.compute_output),
     }
 
 
-def _memory_usage(memory: tuple[InstanceMemory, ...]) -> list[dict[str, Any]]:
-    return [
-        {"type": m.device.kind.upper(), "id": m.device.index, "byte_size": m.reserved_bytes}
-        for m in memory
-    ]
+def _memory_usage(m: MemoryUsage) -> dict[str, Any]:
+    return {"type": m.type, "id": m.id, "byte_size": m.byte_size}
 
 
-def _batchserve(row: VersionStats) -> dict[str, Any]:
-    """batchserve's own figures: the cap in use and what each instance was measured to need."""
+def _instance(m: InstanceMemory) -> dict[str, Any]:
     return {
-        "batch_cap": row.batch_cap,
-        "instances": [
-            {
-                "device": str(m.device),
-                "fixed_bytes": m.profile.fixed_bytes,
-                "per_sample_bytes": m.profile.per_sample_bytes,
-                "reserved_bytes": m.reserved_bytes,
-                "batch_cap": m.batch_cap,
-            }
-            for m in row.memory
-        ],
+        "device": m.device,
+        "fixed_bytes": m.fixed_bytes,
+        "per_sample_bytes": m.per_sample_bytes,
+        "reserved_bytes": m.reserved_bytes,
+        "batch_cap": m.batch_cap,
     }
 
 
-def _model_stats(row: VersionStats) -> dict[str, Any]:
-    s = row.stats
+def _model_stats(row: ModelStatistics) -> dict[str, Any]:
+    s = row.inference_stats
     return {
         "name": row.name,
         "version": row.version,
-        "last_inference": s.last_inference_ms,
-        "inference_count": s.inference_count,
-        "execution_count": s.execution_count,
+        "last_inference": row.last_inference,
+        "inference_count": row.inference_count,
+        "execution_count": row.execution_count,
         "inference_stats": {
             "success": _duration(s.success),
             "fail": _duration(s.fail),
@@ -125,16 +124,19 @@ def _model_stats(row: VersionStats) -> dict[str, Any]:
             "compute_input": _duration(s.compute_input),
             "compute_infer": _duration(s.compute_infer),
             "compute_output": _duration(s.compute_output),
-            "cache_hit": _duration(Duration()),
-            "cache_miss": _duration(Duration()),
+            "cache_hit": _duration(_NO_CACHE),
+            "cache_miss": _duration(_NO_CACHE),
         },
-        "batch_stats": [_batch(size, b) for size, b in sorted(s.batches.items())],
-        "memory_usage": _memory_usage(row.memory),
-        "batchserve": _batchserve(row),
+        "batch_stats": [_batch(b) for b in row.batch_stats],
+        "memory_usage": [_memory_usage(m) for m in row.memory_usage],
+        "batchserve": {
+            "batch_cap": row.batch_cap,
+            "instances": [_instance(m) for m in row.instances],
+        },
     }
 
 
-def statistics(rows: list[VersionStats]) -> dict[str, Any]:
+def statistics(rows: list[ModelStatistics]) -> dict[str, Any]:
     return {"model_stats": [_model_stats(r) for r in rows]}
 
 

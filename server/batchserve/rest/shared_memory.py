@@ -17,6 +17,7 @@ from starlette.responses import Response
 from batchserve.core.errors import InvalidArgument
 from batchserve.core.tensors import describe
 from batchserve.dataplane.plane import DataPlane
+from batchserve.dataplane.shared_memory.clients import ClientRegions
 from batchserve.dataplane.shared_memory.manager import RegionStatus
 from batchserve.rest.bodies import read_limited
 
@@ -101,21 +102,21 @@ def _cuda_row(row: RegionStatus) -> dict[str, Any]:
 
 def add_shared_memory_routes(app: FastAPI, dataplane: DataPlane) -> None:
     """The twelve routes (status, register, unregister; one region or all; both kinds)."""
-    _add_system_routes(app, dataplane)
-    _add_cuda_routes(app, dataplane)
+    _add_system_routes(app, dataplane.regions)
+    _add_cuda_routes(app, dataplane.regions)
 
 
 def _peer(request: Request) -> str | None:
     return request.client.host if request.client is not None else None
 
 
-def _add_system_routes(app: FastAPI, dataplane: DataPlane) -> None:
+def _add_system_routes(app: FastAPI, regions: ClientRegions) -> None:
     # without a name, register answers Triton's refusal and the others act on every region
     for prefix in (SYSTEM, SYSTEM + "/region/{name}"):
 
         @app.get(prefix + "/status", summary="System shared-memory regions (Triton extension)")
         async def system_status(request: Request, name: str = "") -> Response:
-            rows = dataplane.shared_memory_status("system", name, _peer(request))
+            rows = regions.status("system", name, _peer(request))
             return _json([_system_row(row) for row in rows])
 
         @app.post(prefix + "/register", summary="Register system shared memory")
@@ -124,21 +125,21 @@ def _add_system_routes(app: FastAPI, dataplane: DataPlane) -> None:
             key = _key(doc)
             offset = _uint(doc, "offset", required=False)
             byte_size = _uint(doc, "byte_size", required=True)
-            dataplane.register_system_shared_memory(name, key, offset, byte_size, _peer(request))
+            regions.register_system(name, key, offset, byte_size, _peer(request))
             return _empty()
 
         @app.post(prefix + "/unregister", summary="Unregister system shared memory")
         async def system_unregister(request: Request, name: str = "") -> Response:
-            dataplane.unregister_shared_memory("system", name, _peer(request))
+            regions.unregister("system", name, _peer(request))
             return _empty()
 
 
-def _add_cuda_routes(app: FastAPI, dataplane: DataPlane) -> None:
+def _add_cuda_routes(app: FastAPI, regions: ClientRegions) -> None:
     for prefix in (CUDA, CUDA + "/region/{name}"):
 
         @app.get(prefix + "/status", summary="CUDA shared-memory regions (Triton extension)")
         async def cuda_status(request: Request, name: str = "") -> Response:
-            rows = dataplane.shared_memory_status("cuda", name, _peer(request))
+            rows = regions.status("cuda", name, _peer(request))
             return _json([_cuda_row(row) for row in rows])
 
         @app.post(prefix + "/register", summary="Register CUDA shared memory")
@@ -147,12 +148,10 @@ def _add_cuda_routes(app: FastAPI, dataplane: DataPlane) -> None:
             raw_handle = _raw_handle(doc)
             byte_size = _uint(doc, "byte_size", required=True)
             device_id = _uint(doc, "device_id", required=True)
-            dataplane.register_cuda_shared_memory(
-                name, raw_handle, device_id, byte_size, _peer(request)
-            )
+            regions.register_cuda(name, raw_handle, device_id, byte_size, _peer(request))
             return _empty()
 
         @app.post(prefix + "/unregister", summary="Unregister CUDA shared memory")
         async def cuda_unregister(request: Request, name: str = "") -> Response:
-            dataplane.unregister_shared_memory("cuda", name, _peer(request))
+            regions.unregister("cuda", name, _peer(request))
             return _empty()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -258,3 +259,21 @@ async def test_a_raw_binary_body_is_the_models_one_input(client: httpx.AsyncClie
     short = await client.post("/v2/models/fake/infer", content=raw[:12], headers=headers)
     assert short.status_code == 400
     assert short.json()["error"].startswith("input byte size mismatch for input 'x'. Expected 16")
+
+
+async def test_an_unexpected_error_in_a_route_is_a_json_500_logged_with_its_traceback(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(self: DataPlane) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(DataPlane, "server_metadata", broken)
+    with caplog.at_level(logging.ERROR):
+        response = await client.get("/v2")
+    assert response.status_code == 500
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {"error": "internal error: RuntimeError"}  # no internals shown
+    (record,) = [r for r in caplog.records if r.exc_info is not None]
+    assert record.levelno == logging.ERROR
+    assert str(record.exc_info[1]) == "a bug"  # type: ignore[index]
+    assert (await client.get("/v2/health/live")).status_code == 200  # and the server goes on
