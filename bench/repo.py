@@ -17,13 +17,8 @@ from pathlib import Path
 
 import onnx
 from batchserve.backends.onnx_file import read_onnx_signature
-from batchserve.models.model_config import (
-    CONFIG_FILENAME,
-    ONNX,
-    complete_config,
-    load_pbtxt,
-    to_pbtxt,
-)
+from batchserve.backends.selection import ONNX
+from batchserve.models.model_config import CONFIG_FILENAME, complete_config, load_pbtxt, to_pbtxt
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from batchserve.zoo import MAX_QUEUE_DELAY_US
 from onnx import TensorProto, helper

@@ -49,6 +49,14 @@ def test_the_token_must_be_the_bearer_token_sent(tmp_path: Path) -> None:
             control.check_control(sent)
 
 
+def test_a_token_with_non_ascii_characters_is_refused_not_a_crash(tmp_path: Path) -> None:
+    """An HTTP header arrives decoded as latin-1; hmac refuses such str outright."""
+    control = _control(tmp_path, "t0ken", ModelControlMode.EXPLICIT)
+    with pytest.raises(Unauthenticated):
+        control.check_token("Bearer t\u00f6ken")
+    _control(tmp_path, "t\u00f6ken", ModelControlMode.EXPLICIT).check_token("Bearer t\u00f6ken")
+
+
 def test_without_a_token_anyone_may_control(tmp_path: Path) -> None:
     control = _control(tmp_path, None, ModelControlMode.EXPLICIT)
     control.check_token(None)

@@ -7,12 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from batchserve.backends.onnx_file import read_onnx_signature
+from batchserve.backends.selection import ONNX
 from batchserve.core.datatypes import BY_WIRE
 from batchserve.core.errors import InvalidArgument
 from batchserve.core.types import Tensor
 from batchserve.core.validation import RequestSchema, validate_request
 from batchserve.models.config_validation import model_problems
-from batchserve.models.model_config import ONNX, complete_config, parse_pbtxt
+from batchserve.models.model_config import complete_config, parse_pbtxt
 from batchserve.proto.model_config_pb2 import DataType
 from onnx import TensorProto, helper
 from onnx_models import build_model, write_model

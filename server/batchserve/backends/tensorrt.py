@@ -21,7 +21,6 @@ from batchserve.backends.gpu_plan import graph_batch_sizes
 from batchserve.backends.tensorrt_engine import (
     deserialize,
     engine_signature,
-    read_engine_signature,
     require_gpu,
 )
 from batchserve.backends.tensorrt_instance import EngineInstance, open_instance
@@ -37,8 +36,7 @@ from batchserve.core.signature import ModelSignature
 from batchserve.devices import cuda
 from batchserve.proto.model_config_pb2 import ModelConfig
 
-# read_engine_signature: the model repository reads a plan's signature through this module.
-__all__ = ["TensorRTBackend", "map_trt_errors", "read_engine_signature"]
+__all__ = ["TensorRTBackend", "map_trt_errors"]
 
 _log = logging.getLogger(__name__)
 

@@ -46,10 +46,14 @@ class Control:
         self.trace = TraceSettings()
 
     def check_token(self, authorization: str | None) -> None:
-        """The control token, when the server has one, must be the bearer token sent."""
+        """The control token, when the server has one, must be the bearer token sent.
+
+        Compared as bytes: ``compare_digest`` refuses str with non-ASCII characters, which a
+        header (decoded as latin-1) or gRPC metadata may carry."""
         expected = self.settings.control_token
         if expected is not None and not hmac.compare_digest(
-            bearer_token(authorization) or "", expected
+            (bearer_token(authorization) or "").encode("utf-8", "surrogatepass"),
+            expected.encode("utf-8", "surrogatepass"),
         ):
             raise Unauthenticated("model control and settings updates need a valid token")
 

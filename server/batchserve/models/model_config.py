@@ -15,15 +15,7 @@ from typing import Final, TypeVar
 from google.protobuf import text_format
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
-# The table of runtimes and the choice between them live with the runtimes; these names are
-# their face here, for the repository scan.
-from batchserve.backends.selection import FORMATS as FORMATS
-from batchserve.backends.selection import ONNX as ONNX
-from batchserve.backends.selection import PT2 as PT2
-from batchserve.backends.selection import SUPPORTED as SUPPORTED
-from batchserve.backends.selection import ModelFormat as ModelFormat
-from batchserve.backends.selection import format_from_config as format_from_config
-from batchserve.backends.selection import format_from_filename as format_from_filename
+from batchserve.backends.selection import ModelFormat
 from batchserve.core.datatypes import config_name
 from batchserve.core.errors import ModelConfigError
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec

@@ -15,6 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from batchserve.backends.onnx_file import external_data_problems, read_onnx_signature
+from batchserve.backends.selection import (
+    FORMATS,
+    ONNX,
+    PT2,
+    SUPPORTED,
+    ModelFormat,
+    format_from_config,
+    format_from_filename,
+)
 from batchserve.core.errors import DeviceUnavailable, ModelConfigError, NotFound
 from batchserve.core.signature import ModelSignature
 from batchserve.models.config_validation import (
@@ -25,14 +34,7 @@ from batchserve.models.config_validation import (
 from batchserve.models.labels import LabelMap, read_labels
 from batchserve.models.model_config import (
     CONFIG_FILENAME,
-    FORMATS,
-    ONNX,
-    PT2,
-    SUPPORTED,
-    ModelFormat,
     complete_config,
-    format_from_config,
-    format_from_filename,
     parse_pbtxt,
     read_pbtxt_text,
     version_policy,
@@ -288,7 +290,7 @@ class _ModelCheck:
         return signature
 
     def _plan_signature(self, version: ModelVersion) -> ModelSignature | None:
-        from batchserve.backends.tensorrt import read_engine_signature
+        from batchserve.backends.tensorrt_engine import read_engine_signature
 
         try:
             return read_engine_signature(version.model_file)
