@@ -6,6 +6,8 @@ still answered correctly.
 
 from __future__ import annotations
 
+import json
+import socket
 import struct
 from collections.abc import Iterator
 
@@ -125,6 +127,49 @@ def test_http_bad_binary_request(
 def test_http_body_over_the_limit_is_413(http: httpx.Client) -> None:
     response = http.post("/v2/models/digits_cnn/infer", content=b" " * (17 * 1024 * 1024))
     assert response.status_code == 413
+    _assert_good_http(http)
+
+
+@pytest.mark.parametrize("coding", [b"gzip", b"identity", b"chunked, gzip"])
+def test_a_transfer_coding_other_than_chunked_is_400(
+    server: ServerProcess, http: httpx.Client, coding: bytes
+) -> None:
+    """The server decodes only chunked framing; any other coding (or chunked not last) leaves
+    the body's length unknown, so the request is refused as malformed and the connection
+    closed."""
+    head = b"POST /v2/models/digits_cnn/infer HTTP/1.1\r\nhost: x\r\ntransfer-encoding: "
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=5) as sock:
+        sock.sendall(head + coding + b"\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+        answer = sock.recv(65536)
+    status, _, body = answer.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 400 "), answer[:100]
+    assert json.loads(body)["error"].startswith("malformed HTTP request")
+    _assert_good_http(http)
+
+
+def test_a_chunked_body_over_the_limit_is_413(http: httpx.Client) -> None:
+    """No Content-Length to refuse up front: the bytes are counted as they arrive."""
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(17):
+            yield b" " * (1024 * 1024)
+
+    response = http.post("/v2/models/digits_cnn/infer", content=chunks())
+    assert response.status_code == 413
+    assert response.json()["error"] == "request body is over the 16777216-byte limit"
+    _assert_good_http(http)
+
+
+def test_a_binary_body_over_its_limit_is_413(http: httpx.Client) -> None:
+    """A binary-extension body has its own, larger limit (64 MiB by default)."""
+    header = b'{"inputs":[{"name":"image","datatype":"FP32","shape":[1,1,8,8]}]}'
+    response = http.post(
+        "/v2/models/digits_cnn/infer",
+        content=header + b"\0" * (65 * 1024 * 1024),
+        headers={"Inference-Header-Content-Length": str(len(header))},
+    )
+    assert response.status_code == 413
+    assert "over the 67108864-byte limit" in response.json()["error"]
     _assert_good_http(http)
 
 

@@ -48,6 +48,15 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
     fifo_warmup = _digits(repo, "fifo_warmup", WARMUP)
     (fifo_warmup / "warmup").mkdir()
     os.mkfifo(fifo_warmup / "warmup" / "w")
+    big_warmup = _digits(repo, "big_warmup", WARMUP)
+    (big_warmup / "warmup").mkdir()
+    with (big_warmup / "warmup" / "w").open("wb") as sparse:  # holes: no disk is used
+        sparse.truncate((256 << 20) + 1)
+    fifo_labels = _digits(repo, "fifo_labels")
+    config = (fifo_labels / "config.pbtxt").read_text()
+    labelled = config.replace('name: "logits"', 'name: "logits"\n  label_filename: "labels.txt"')
+    (fifo_labels / "config.pbtxt").write_text(labelled)
+    os.mkfifo(fifo_labels / "labels.txt")
     args = ["--model-control-mode", "explicit", "--load-model", "digits_cnn"]
     server = start_server(repo, args, extra_env={"BATCHSERVE_CONTROL_TOKEN": CONTROL_TOKEN})
     yield server
@@ -70,6 +79,12 @@ def _load(server: ServerProcess, model: str) -> httpx.Response:
             "big_config/config.pbtxt: is larger than 1048576 bytes (the limit on config.pbtxt)",
         ),
         ("fifo_warmup", "input_data_file warmup/w is not a regular file"),
+        (
+            "big_warmup",
+            "input_data_file warmup/w is larger than 268435456 bytes "
+            "(the limit on a warm-up data file)",
+        ),
+        ("fifo_labels", "label_filename 'labels.txt': does not exist or is not a file"),
     ],
 )
 def test_an_unusable_file_fails_its_load_at_once_with_a_400_naming_it(

@@ -76,3 +76,24 @@ def test_batches_stay_under_the_derived_cap_and_nothing_fails(budgeted: ServerPr
     sizes = [b["batch_size"] for b in stats["batch_stats"]]  # type: ignore[union-attr]
     assert max(sizes) <= cap
     assert max(sizes) > 1, "concurrent requests should have been batched"
+
+
+def test_a_batch_over_the_derived_cap_is_400_and_one_at_it_is_served(
+    budgeted: ServerProcess,
+) -> None:
+    """The budget lowered the cap below max_batch_size: a request that can never fit is the
+    client's to split, said at once rather than failing on the device."""
+    cap = int(_stats(budgeted)["batchserve"]["batch_cap"])  # type: ignore[index]
+    assert 1 <= cap < 64
+
+    def body(batch: int) -> dict[str, object]:
+        return {"inputs": [
+            {"name": "tokens", "datatype": "INT64", "shape": [batch, 5], "data": [3] * (batch * 5)},
+            {"name": "lengths", "datatype": "INT64", "shape": [batch, 1], "data": [5] * batch},
+        ]}  # fmt: skip
+
+    url = f"http://{budgeted.http_url}/v2/models/{MODEL}/infer"
+    over = httpx.post(url, json=body(cap + 1), timeout=30)
+    assert over.status_code == 400
+    assert over.json()["error"].startswith(f"batch of {cap + 1} samples exceeds the batch cap")
+    assert httpx.post(url, json=body(cap), timeout=30).status_code == 200

@@ -73,6 +73,19 @@ def test_load_and_unload_over_grpc(explicit_server: ServerProcess) -> None:
     assert {m["name"]: m["state"] for m in index["models"]}["char_lstm"] == "UNAVAILABLE"
 
 
+def test_grpc_control_without_the_token_is_unauthenticated(
+    explicit_server: ServerProcess,
+) -> None:
+    client = grpcclient.InferenceServerClient(explicit_server.grpc_url)
+    for headers in (None, {"authorization": "Bearer wrong"}):
+        for call in (client.load_model, client.unload_model):
+            with pytest.raises(InferenceServerException) as error:
+                call("char_lstm", headers=headers)
+            assert error.value.status() == "StatusCode.UNAUTHENTICATED"
+            assert error.value.message().startswith("model control and settings updates need")
+    assert not client.is_model_ready("char_lstm")
+
+
 def test_loading_an_unknown_model_is_404(explicit_server: ServerProcess) -> None:
     headers = {"Authorization": f"Bearer {TOKEN}"}
     url = f"http://{explicit_server.http_url}/v2/repository/models/absent/load"
@@ -101,3 +114,19 @@ def test_a_body_is_never_read_before_the_token_is_checked(
         sock.sendall(head)
         answer = sock.recv(65536)
     assert answer.startswith(b"HTTP/1.1 401 "), answer[:100]
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v2/repository/models/digits_cnn/load", "/v2/repository/models/digits_cnn/unload"],
+)
+def test_a_body_is_never_read_when_model_control_is_off(server: ServerProcess, path: str) -> None:
+    """Only the head is sent, announcing 10 MiB: with control off the 503 comes before any
+    body byte, as the 401 does for a bad token."""
+    head = (f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            f"content-length: {10 << 20}\r\n\r\n").encode()  # fmt: skip
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=5) as sock:
+        sock.sendall(head)
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 503 "), answer[:100]
+    assert b"explicit model load / unload is not allowed" in answer

@@ -110,9 +110,14 @@ def test_client_shared_memory_is_refused_when_turned_off_as_in_triton(
         "Client shared memory is disabled. Start the server with '--allow-client-shm=true' "
         "to enable."
     )
-    _refused(lambda: triton.register_system_shared_memory("r", "/k", 8), disabled)
-    _refused(lambda: triton.unregister_system_shared_memory(), disabled)
-    _refused(lambda: triton.unregister_cuda_shared_memory(), disabled)
+    calls = (
+        lambda: triton.register_system_shared_memory("r", "/k", 8),
+        triton.unregister_system_shared_memory,
+        triton.unregister_cuda_shared_memory,
+    )
+    forbidden = "403" if protocol == "http" else "StatusCode.PERMISSION_DENIED"
+    for call in calls:
+        assert _refused(call, disabled).status() == forbidden
     assert len(triton.get_system_shared_memory_status(**_as_json(protocol))) == 0
 
 

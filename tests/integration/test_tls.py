@@ -325,3 +325,25 @@ def test_a_client_that_never_finishes_its_tls_handshake_is_dropped_at_the_header
         assert server.stop() == 0
     assert 0.5 < waited < 5
     assert ready.status_code == 200
+
+
+def test_a_grpc_client_that_never_starts_its_tls_handshake_is_dropped(pki: Pki) -> None:
+    """grpc core's handshake deadline covers the TLS handshake as well as HTTP/2's preface.
+
+    Not counted: channelz lists a TLS connection only once its TLS handshake is done."""
+    files = [
+        "--tls-cert-file",
+        str(pki.server.cert_file),
+        "--tls-key-file",
+        str(pki.server.key_file),
+    ]
+    server = start_server(MODEL_REPO, [*ONLY_DIGITS, *files, "--grpc-handshake-timeout", "1000"])
+    try:
+        with socket.create_connection(("127.0.0.1", server.grpc_port), timeout=10) as silent:
+            started = time.monotonic()
+            assert silent.recv(1) == b""  # closed by the server, no handshake ever begun
+            waited = time.monotonic() - started
+        _triton_grpc_infer(server, pki, None)  # and TLS clients are still served
+    finally:
+        assert server.stop() == 0
+    assert 0.5 < waited < 5

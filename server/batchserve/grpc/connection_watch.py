@@ -7,6 +7,8 @@ socket from its accept on, with the streams it started, so a watch that looks on
 sees such a socket appear, start no call and vanish at the deadline; each one is counted in
 ``batchserve_refusals_total{protocol="grpc",reason="handshake_timeout"}``. A connection the
 client closes itself before the deadline, or one that ever started a call, is not counted.
+On a TLS port channelz lists a connection only once its TLS handshake is done, so one that
+never finishes TLS is closed at the deadline all the same but escapes the count.
 """
 
 from __future__ import annotations
