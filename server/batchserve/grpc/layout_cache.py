@@ -1,4 +1,4 @@
-"""gRPC requests that repeat a layout reuse its decoding (``layouts.py``).
+"""gRPC requests that repeat a layout reuse its decoding (``dataplane/layouts.py``).
 
 tritonclient and perf_analyzer send every input as ``raw_input_contents``; the rest of the
 message (model, each input's name, datatype, shape and parameters, the requested outputs,

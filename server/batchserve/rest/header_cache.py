@@ -1,4 +1,4 @@
-"""HTTP binary requests that repeat a JSON header reuse its decoding (``layouts.py``).
+"""HTTP binary requests that repeat a JSON header reuse its decoding (``dataplane/layouts.py``).
 
 When every input is binary data (``binary_data_size``), the decoded request depends only on
 the header's bytes and the body's length: inputs follow the header in order, so a repeat
