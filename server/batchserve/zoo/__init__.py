@@ -1,6 +1,7 @@
 """Example models, trained here on data that ships with a package, exported through the CLI.
 
 `make models` runs ``python -m batchserve.zoo``; needs the ``export`` extra (torch).
+It drives the ``batchserve export`` command (``cli``) and never imports the serving path.
 """
 
 MAX_QUEUE_DELAY_US = 25_000
