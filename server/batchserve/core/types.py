@@ -98,7 +98,8 @@ class InferRequest:
         protocol: "http" or "grpc", for the per-protocol request counts.
         layout: equal for requests whose inputs have the same names, datatypes and shapes
             and that ask for the same outputs, None when unknown: a validation one of them
-            passed holds for all (set by the layout caches of both protocols, `dataplane/layouts.py`).
+            passed holds for all (set by the layout caches of both protocols,
+            ``dataplane/layouts.py``).
         verdict: set by a decoder that checked the request against its model before
             decoding its data (``deferred.py``); validation then need not check it again.
     """
