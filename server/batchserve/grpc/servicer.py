@@ -7,25 +7,22 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any, TypeAlias
 
 import grpc
 
-from batchserve.core.errors import grpc_status, public_message
+from batchserve.core.errors import public_message
 from batchserve.dataplane.plane import DataPlane
 from batchserve.grpc import codec, messages
 from batchserve.grpc.call_limit import CallLimit
+from batchserve.grpc.failures import report_failure
 from batchserve.grpc.head import METHODS, Head, Request
 from batchserve.grpc.layout_cache import MessageLayouts
 from batchserve.grpc.streams import InferStreams
-from batchserve.observability.refusals import REFUSALS, Protocol
 from batchserve.proto import grpc_service_pb2 as pb
 from batchserve.proto import grpc_service_pb2_grpc as pb_grpc
-
-logger = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -226,10 +223,7 @@ def _guarded(behavior: Behavior, calls: CallLimit) -> Behavior:
             except grpc.aio.AbortError:
                 raise
             except Exception as exc:
-                status, message = grpc_status(exc), public_message(exc)
-                REFUSALS.count_error(Protocol.GRPC, exc)
-                if status is grpc.StatusCode.INTERNAL:
-                    logger.error("unexpected error", exc_info=exc)
+                status, message = report_failure(exc), public_message(exc)
             # Abort outside the handler, the request dropped first: the exception's traceback
             # holds the frames that held the request, and the collector (tuned to run rarely)
             # would keep a failed 60 MB request alive for good.

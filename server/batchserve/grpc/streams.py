@@ -13,19 +13,17 @@ answered in the stream with that message, not run.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from enum import Enum
 from typing import Any
 
 import grpc
 
-from batchserve.core.errors import Unavailable, grpc_status, public_message
+from batchserve.core.errors import Unavailable, public_message
+from batchserve.grpc.failures import report_failure
 from batchserve.grpc.head import Request
 from batchserve.observability.refusals import REFUSALS, Protocol
 from batchserve.proto import grpc_service_pb2 as pb
-
-logger = logging.getLogger(__name__)
 
 Infer = Callable[[Request], Awaitable[pb.ModelInferResponse]]
 SHUTTING_DOWN = "server is shutting down"
@@ -112,24 +110,12 @@ async def _answer(request: Request, infer: Infer, stream: _Stream) -> None:
     try:
         response = await infer(request)
     except Exception as exc:
-        _log(exc)
-        REFUSALS.count_error(Protocol.GRPC, exc)
+        report_failure(exc)
         answer = _error_answer(exc)
     else:
         answer = pb.ModelStreamInferResponse(infer_response=response)
     stream.running -= 1  # with the answer queued in the same step: never owes nothing early
     stream.answers.put_nowait(answer)
-
-
-def _log(error: Exception) -> None:
-    """As the unary methods log: an unexpected error (INTERNAL) at ERROR with its traceback;
-    the others, a client's mistakes and refusals, only at DEBUG."""
-    if isinstance(error, grpc.RpcError):
-        return
-    if grpc_status(error) is grpc.StatusCode.INTERNAL:
-        logger.error("unexpected error", exc_info=error)
-    else:
-        logger.debug("stream request failed", exc_info=error)
 
 
 def _error_answer(error: BaseException) -> pb.ModelStreamInferResponse:

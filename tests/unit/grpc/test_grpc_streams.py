@@ -42,7 +42,7 @@ async def _answers(*ids: str) -> dict[str, str]:
 async def test_an_unexpected_error_is_answered_and_logged_with_its_traceback(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.DEBUG, logger="batchserve.grpc.streams"):
+    with caplog.at_level(logging.DEBUG, logger="batchserve.grpc"):
         answers = await _answers("ok", "bug")
     assert answers == {"ok": "", "internal error: RuntimeError": "internal error: RuntimeError"}
     (record,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
@@ -54,7 +54,7 @@ async def test_an_unexpected_error_is_answered_and_logged_with_its_traceback(
 async def test_a_clients_error_is_answered_but_not_logged_as_the_servers(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.DEBUG, logger="batchserve.grpc.streams"):
+    with caplog.at_level(logging.DEBUG, logger="batchserve.grpc"):
         answers = await _answers("bad", "ok")
     assert answers == {"the client's mistake": "the client's mistake", "ok": ""}
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
