@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -122,6 +123,31 @@ def container(pod_spec: Mapping[str, Any], name: str) -> dict[str, Any]:
 def env_values(container_spec: Mapping[str, Any]) -> dict[str, str]:
     """The literal environment a container sets (references to Secrets are left out)."""
     return {e["name"]: e["value"] for e in container_spec.get("env", []) if "value" in e}
+
+
+def downward_env(container_spec: Mapping[str, Any]) -> dict[str, str]:
+    """The variables the kubelet fills from the container's own CPU request or limit
+    (``resourceFieldRef``): the quantity over the divisor, rounded up, as the kubelet does."""
+    env: dict[str, str] = {}
+    for variable in container_spec.get("env", []):
+        ref = variable.get("valueFrom", {}).get("resourceFieldRef")
+        if ref is None:
+            continue
+        assert ref.get("containerName", container_spec["name"]) == container_spec["name"]
+        kind, _, resource = ref["resource"].partition(".")
+        assert resource == "cpu", f"{variable['name']}: only CPU is emulated here"
+        quantity = _millicores(container_spec["resources"][kind]["cpu"])
+        divisor = _millicores(ref.get("divisor", "1"))
+        env[variable["name"]] = str(-(-quantity // divisor))
+    return env
+
+
+def _millicores(quantity: str | int | float) -> int:
+    """A CPU quantity ("2", "1.5", "500m") in thousandths of a core."""
+    text = str(quantity)
+    if text.endswith("m"):
+        return int(text[:-1])
+    return int(Decimal(text) * 1000)
 
 
 def server_settings(

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 from batchserve.core.settings import Settings
+from batchserve.runtime.cpus import available_cpus, resolve_workers
 from deploy_support import (
     DEPLOY,
     K8S,
@@ -18,6 +19,7 @@ from deploy_support import (
     VARIANTS,
     Manifest,
     container,
+    downward_env,
     env_values,
     health_statuses,
     metric_names,
@@ -30,6 +32,8 @@ from dockerfile_support import image_user
 
 GPU = "nvidia.com/gpu"
 SERVER = "batchserve"
+# Each overlay's CPU request in whole cores, and the workers `auto` makes of it.
+CORES_AND_WORKERS = {"cpu": (2, 1), "gpu": (4, 3)}
 
 
 @pytest.fixture(params=VARIANTS)
@@ -43,14 +47,22 @@ def _pod(manifests: list[Manifest]) -> dict[str, Any]:
     return pod
 
 
-def _settings(manifests: list[Manifest], monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """The server's settings in the pod: the ConfigMap it loads with envFrom, its own env."""
+def _server_config(manifests: list[Manifest]) -> dict[str, str]:
+    """What the server's ConfigMaps (envFrom) set."""
     server = container(_pod(manifests), SERVER)
     maps = {m["metadata"]["name"]: m["data"] for m in manifests if m["kind"] == "ConfigMap"}
     env: dict[str, str] = {}
     for source in server["envFrom"]:
         env |= maps[source["configMapRef"]["name"]]
-    return server_settings(server["command"], env | env_values(server), monkeypatch)
+    return env
+
+
+def _settings(manifests: list[Manifest], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The server's settings in the pod: the ConfigMap it loads with envFrom, then its own
+    env (which wins), the downward API's values included."""
+    server = container(_pod(manifests), SERVER)
+    env = _server_config(manifests) | env_values(server) | downward_env(server)
+    return server_settings(server["command"], env, monkeypatch)
 
 
 def _ports(container_spec: dict[str, Any]) -> dict[str, int]:
@@ -139,6 +151,40 @@ def test_configmap_sets_only_server_settings(
     assert config["data"]["BATCHSERVE_HOST"] == "0.0.0.0"
     for variable in config["data"]:
         settings_field(variable)
+
+
+def test_workers_follow_the_pods_cpu_request(
+    rendered: dict[str, list[Manifest]], variant: str
+) -> None:
+    """BATCHSERVE_CPUS is the container's CPU request in whole cores (downward API, divisor
+    1), and `auto` sizes the workers from it, whatever cores the node has."""
+    server = container(_pod(rendered[variant]), SERVER)
+    [cpus] = [e for e in server["env"] if e["name"] == "BATCHSERVE_CPUS"]
+    assert cpus["valueFrom"] == {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1"}}
+    settings_field("BATCHSERVE_CPUS")
+    config = _server_config(rendered[variant])
+    assert "BATCHSERVE_CPUS" not in config, "the container's env would shadow it"
+    cores = int(downward_env(server)["BATCHSERVE_CPUS"])
+    env = config | env_values(server)
+    workers = resolve_workers(env["BATCHSERVE_WORKERS"], available_cpus(cores))
+    assert (cores, workers) == CORES_AND_WORKERS[variant.partition("+")[0]]
+
+
+@pytest.mark.parametrize(("request_cpu", "cores"), [("500m", 1), ("1500m", 2), ("2", 2), (3, 3)])
+def test_downward_api_rounds_the_cpu_request_up_to_whole_cores(
+    request_cpu: str | int, cores: int
+) -> None:
+    spec = {
+        "name": SERVER,
+        "resources": {"requests": {"cpu": request_cpu}},
+        "env": [
+            {
+                "name": "BATCHSERVE_CPUS",
+                "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1"}},
+            }
+        ],
+    }
+    assert downward_env(spec) == {"BATCHSERVE_CPUS": str(cores)}
 
 
 @pytest.mark.anyio

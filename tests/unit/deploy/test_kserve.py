@@ -8,13 +8,16 @@ from typing import Any
 
 import pytest
 from batchserve.core.settings import Settings
+from batchserve.runtime.cpus import available_cpus, resolve_workers
 from deploy_support import (
     DEPLOY,
     KUBERNETES_VERSIONS,
     Manifest,
+    downward_env,
     env_values,
     load_yaml,
     server_settings,
+    settings_field,
     validate,
 )
 from dockerfile_support import parse_dockerfile
@@ -44,7 +47,8 @@ def runtime_container(runtime: Manifest) -> dict[str, Any]:
 
 @pytest.fixture
 def settings(runtime_container: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Settings:
-    return server_settings(runtime_container["command"], env_values(runtime_container), monkeypatch)
+    env = env_values(runtime_container) | downward_env(runtime_container)
+    return server_settings(runtime_container["command"], env, monkeypatch)
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
@@ -77,6 +81,17 @@ def test_kserve_scrapes_the_metrics_port(runtime: Manifest, settings: Settings) 
     annotations = runtime["spec"]["annotations"]
     assert annotations["prometheus.kserve.io/port"] == str(settings.metrics_port)
     assert annotations["prometheus.kserve.io/path"] == "/metrics"
+
+
+def test_workers_follow_the_containers_cpu_request(runtime_container: dict[str, Any]) -> None:
+    """BATCHSERVE_CPUS is the container's CPU request in whole cores (downward API, divisor
+    1), and `auto` sizes the workers from it: the runtime's own 2 CPUs make one worker."""
+    [cpus] = [e for e in runtime_container["env"] if e["name"] == "BATCHSERVE_CPUS"]
+    assert cpus["valueFrom"] == {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1"}}
+    settings_field("BATCHSERVE_CPUS")
+    cores = int(downward_env(runtime_container)["BATCHSERVE_CPUS"])
+    workers = env_values(runtime_container)["BATCHSERVE_WORKERS"]
+    assert (cores, resolve_workers(workers, available_cpus(cores))) == (2, 1)
 
 
 def test_readiness_is_the_images_health_check_on_the_http_port(
