@@ -19,13 +19,17 @@ def server() -> Iterator[ServerProcess]:
     assert process.stop() == 0
 
 
-@pytest.fixture(scope="module")
-def explicit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """Model control on with a token: digits_cnn loaded at start, char_lstm on request."""
+@pytest.fixture(scope="module", params=["1", "2"], ids=["one-process", "two-workers"])
+def explicit_server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ServerProcess]:
+    """Model control on with a token: digits_cnn loaded at start, char_lstm on request; by
+    one process, and by two workers that forward control to the model-owning process."""
     repo = tmp_path_factory.mktemp("control_repo")
     for name in ("digits_cnn", "char_lstm"):
         shutil.copytree(MODEL_REPO / name, repo / name)
-    args = ["--model-control-mode", "explicit", "--load-model", "digits_cnn"]
+    args = ["--model-control-mode", "explicit", "--load-model", "digits_cnn",
+            "--workers", request.param]  # fmt: skip
     server = start_server(repo, args, extra_env={"BATCHSERVE_CONTROL_TOKEN": CONTROL_TOKEN})
     yield server
     assert server.stop() == 0

@@ -29,11 +29,16 @@ PROTOCOLS = ["http", "grpc"]
 INT32_BYTES = 16 * 4
 
 
-@pytest.fixture(scope="module")
-def shm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module", params=["1", "2"], ids=["one-process", "two-workers"])
+def shm_server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ServerProcess]:
+    """Served by one process, and by two workers (``--workers``): regions registered through
+    one worker are named in requests through the other; the model-owning process reads them."""
     repo = write_simple_models(tmp_path_factory.mktemp("shm_repo"))
     write_slow_model(repo, "slow", max_queue_size=8)
-    server = start_server(repo)  # the default admits clients on this host, as these are
+    # the default admits clients on this host, as these are
+    server = start_server(repo, ["--workers", request.param])
     yield server
     assert server.stop() == 0
 

@@ -60,13 +60,16 @@ def _readme_mutual_tls_args(pki: Pki) -> list[str]:
     return [str(files.get(arg, arg)) for arg in args]
 
 
-@pytest.fixture(scope="module")
-def tls_server(pki: Pki) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module", params=["1", "2"], ids=["one-process", "two-workers"])
+def tls_server(pki: Pki, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    """TLS served by one process, and by two workers sharing the ports (``--workers``)."""
     files = [
         "--tls-cert-file",
         str(pki.server.cert_file),
         "--tls-key-file",
         str(pki.server.key_file),
+        "--workers",
+        request.param,
     ]
     server = start_server(MODEL_REPO, [*ONLY_DIGITS, *files])
     yield server

@@ -167,3 +167,21 @@ def test_the_memory_budget_is_parsed_once_into_a_budget_per_device_kind(
         "memory_budget: memory budget 'lots' is neither a fraction (0.8, 80%) nor a size "
         "(512MiB, 8GiB, 2147483648)"
     ]
+
+
+def test_workers_are_auto_or_a_count_and_cpus_a_positive_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key in list(os.environ):
+        if key.startswith("BATCHSERVE_"):
+            monkeypatch.delenv(key)
+    assert (_settings().workers, _settings().cpus) == ("auto", None)
+    assert _settings("--workers", "4", "--cpus", "16").workers == "4"
+    monkeypatch.setenv("BATCHSERVE_WORKERS", "2")
+    monkeypatch.setenv("BATCHSERVE_CPUS", "3")
+    assert (_settings().workers, _settings().cpus) == ("2", 3)
+    for bad in ("0", "-1", "two", "1.5", "1000"):
+        with pytest.raises(ValidationError, match="workers"):
+            _settings("--workers", bad)
+    with pytest.raises(ValidationError, match="cpus"):
+        _settings("--cpus", "0")

@@ -82,6 +82,12 @@ class Settings(BaseSettings):
     grpc_keepalive_time_ms: int = Field(60_000, gt=0, le=INT32_MAX)
     grpc_keepalive_timeout_ms: int = Field(20_000, gt=0, le=INT32_MAX)
     grpc_max_concurrent_calls: int = Field(10_000, gt=0, le=INT32_MAX)
+    workers: str = Field("auto", pattern=r"^(auto|[1-9][0-9]{0,2})$")
+    """Request-handling processes: ``auto`` (from ``cpus``) or a number; 1 serves everything
+    in one process."""
+    cpus: int | None = Field(None, ge=1, le=4096)
+    """Cores the server may use; None: the process's CPU affinity bounded by its cgroup
+    quota (``runtime/cpus.py``)."""
 
     @field_validator("memory_budget", mode="before")
     @classmethod

@@ -102,6 +102,8 @@ class InferRequest:
             ``dataplane/layouts.py``).
         verdict: set by a decoder that checked the request against its model before
             decoding its data (``deferred.py``); validation then need not check it again.
+        peer: the client's address, kept by a worker process for the model-owning process,
+            which reads inputs in shared memory only for clients that may name regions.
     """
 
     model_name: str
@@ -117,6 +119,7 @@ class InferRequest:
     protocol: str = ""
     layout: Hashable | None = None
     verdict: Verdict | None = None
+    peer: str | None = None
 
 
 @dataclass(slots=True)

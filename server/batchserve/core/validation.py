@@ -9,6 +9,7 @@ model's configuration, once for both protocols.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ from batchserve.proto.model_config_pb2 import ModelConfig
 
 LAYOUTS = 256
 """Valid request layouts remembered per model version."""
+_GENERATIONS = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,9 @@ class RequestSchema:
     passed: LruCache[Hashable, tuple[int, tuple[str, ...]]] = field(
         default_factory=lambda: LruCache(LAYOUTS), compare=False, repr=False
     )
+    generation: int = field(default_factory=lambda: next(_GENERATIONS), compare=False)
+    """Tells schemas of the same model apart across processes: a worker validated a
+    request against this very schema when it names this generation."""
 
     @classmethod
     def of(cls, config: ModelConfig) -> RequestSchema:

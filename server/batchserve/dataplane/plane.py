@@ -23,7 +23,7 @@ from batchserve.core.types import (
     Tensor,
     TensorMetadata,
 )
-from batchserve.core.validation import RequestSchema, SchemaLookup, validate_request
+from batchserve.core.validation import RequestSchema, SchemaLookup, ValidRequest, validate_request
 from batchserve.dataplane.busy_poll import BusyPoll
 from batchserve.dataplane.classification import classify_outputs, requested_counts
 from batchserve.dataplane.control import Control
@@ -145,11 +145,18 @@ class DataPlane:
                 shm.check_outputs(request, self.shared_memory)
             return request
         except (InvalidArgument, NotFound) as exc:
-            served = self._served_or_none(model, version)
-            if served is not None:  # received too: in flight is received less answered
-                served.stats.received += 1
-                served.stats.record_request(False, 0, 0, exc, protocol)
+            self.record_malformed(model, version, protocol, exc)
             raise
+
+    def record_malformed(
+        self, model: str, version: str, protocol: str, error: BatchserveError
+    ) -> None:
+        """Count a request that failed before it could be queued against its model, when
+        that model is served."""
+        served = self.served_or_none(model, version)
+        if served is not None:  # received too: in flight is received less answered
+            served.stats.received += 1
+            served.stats.record_request(False, 0, 0, error, protocol)
 
     def schema_lookup(self, model: str, version: str) -> SchemaLookup:
         """How a decoder gets the model's request schema: it checks the request's header
@@ -163,7 +170,7 @@ class DataPlane:
         """Triton's raw binary HTTP request: the body is the served model's one input."""
         return raw_request(body, self._served(model, version).config, model, version)
 
-    def _served_or_none(self, model: str, version: str) -> ServedVersion | None:
+    def served_or_none(self, model: str, version: str) -> ServedVersion | None:
         try:
             return self._served(model, version)
         except BatchserveError:
@@ -187,16 +194,25 @@ class DataPlane:
                 tensors = await classify_outputs(tensors, classes, served.labels, batched=batched)
             response = self._response(request, served, tensors)
         except BaseException as exc:
-            elapsed = time.monotonic_ns() - started
-            served.stats.record_request(False, elapsed, 0, exc, request.protocol)
-            bind_request(served.name, request.id)
+            self.record_failure(served, started, exc, request.protocol, request.id)
             raise
         self.busy_poll.touch()
+        self.record_success(served, started, item, request.protocol)
+        return response
+
+    @staticmethod
+    def record_success(served: ServedVersion, started: int, item: WorkItem, protocol: str) -> None:
         finished = time.monotonic_ns()
         served.stats.record_request(
-            True, finished - started, item.dispatched_ns - started, protocol=request.protocol
+            True, finished - started, item.dispatched_ns - started, protocol=protocol
         )
-        return response
+
+    @staticmethod
+    def record_failure(
+        served: ServedVersion, started: int, error: BaseException, protocol: str, request_id: str
+    ) -> None:
+        served.stats.record_request(False, time.monotonic_ns() - started, 0, error, protocol)
+        bind_request(served.name, request_id)
 
     def _response(
         self, request: InferRequest, served: ServedVersion, tensors: list[Tensor]
@@ -217,6 +233,20 @@ class DataPlane:
         valid = validate_request(
             request.inputs, request.outputs, served.schema, request.layout, request.verdict
         )
+        return self.work_item(served, valid, request.priority, request.timeout_us, now,
+                              request.is_cancelled)  # fmt: skip
+
+    @staticmethod
+    def work_item(
+        served: ServedVersion,
+        valid: ValidRequest,
+        requested_priority: int,
+        timeout_us: int,
+        now: int,
+        is_cancelled: Callable[[], bool] | None = None,
+    ) -> WorkItem:
+        """A valid request as the batcher queues it, under the model's batch cap, priority
+        levels and queue timeout."""
         policy = served.batcher.policy
         if policy.max_batch_size and valid.batch_size > policy.max_batch_size:
             raise InvalidArgument(
@@ -224,14 +254,14 @@ class DataPlane:
                 f"'{served.name}' ({policy.max_batch_size}, derived from its memory budget); "
                 "send smaller batches"
             )
-        priority = request.priority or policy.default_priority
+        priority = requested_priority or policy.default_priority
         if not 1 <= priority <= policy.priority_levels:
             raise InvalidArgument(
-                f"parameter 'priority': {request.priority} is outside 1..{policy.priority_levels}"
+                f"parameter 'priority': {requested_priority} is outside 1..{policy.priority_levels}"
             )
         timeout_ns = policy.default_timeout_ns
-        if request.timeout_us and (policy.allow_timeout_override or not timeout_ns):
-            requested = request.timeout_us * 1000
+        if timeout_us and (policy.allow_timeout_override or not timeout_ns):
+            requested = timeout_us * 1000
             timeout_ns = min(timeout_ns, requested) if timeout_ns else requested
         return WorkItem(
             inputs=valid.inputs,
@@ -241,5 +271,5 @@ class DataPlane:
             enqueued_ns=now,
             deadline_ns=now + timeout_ns if timeout_ns else None,
             future=asyncio.get_running_loop().create_future(),
-            is_cancelled=request.is_cancelled,
+            is_cancelled=is_cancelled,
         )

@@ -12,12 +12,13 @@ from batchserve.core.settings import INT32_MAX, Settings
 Option = tuple[str, int]
 
 
-def server_options(settings: Settings) -> list[Option]:
-    """The grpc.aio server's channel arguments for ``settings``."""
+def server_options(settings: Settings, reuse_port: bool = False) -> list[Option]:
+    """The grpc.aio server's channel arguments for ``settings``; ``reuse_port`` for the
+    workers that share one port (``--workers``), else a second server on it fails."""
     return [
         ("grpc.max_receive_message_length", settings.max_binary_body_bytes),
         ("grpc.max_send_message_length", -1),
-        ("grpc.so_reuseport", 0),
+        ("grpc.so_reuseport", int(reuse_port)),
         *connection_limits(settings),
         *unlimited_backlog(),
     ]

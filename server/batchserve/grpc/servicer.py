@@ -14,6 +14,7 @@ from typing import Any, TypeAlias
 import grpc
 
 from batchserve.core.errors import public_message
+from batchserve.dataplane.inference_path import InferencePath
 from batchserve.dataplane.plane import DataPlane
 from batchserve.grpc import codec, messages
 from batchserve.grpc.call_limit import CallLimit
@@ -50,10 +51,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
+        self.inference: InferencePath = dataplane
         self.control = dataplane.control
         self.regions = dataplane.regions
         self.layouts = MessageLayouts()
         self.streams = InferStreams()
+
+    def peer(self, context: Context) -> str:
+        """The client's address, for the calls only local clients may make."""
+        return context.peer()
 
     async def ServerLive(
         self, request: pb.ServerLiveRequest, context: Context
@@ -96,14 +102,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: Request, context: Context) -> pb.ModelInferResponse:
         """Served, ``request`` is a head (``head.py``): its typed contents not yet parsed."""
-        return await self._infer(request, context.peer())
+        return await self._infer(request, self.peer(context))
 
     async def _infer(self, request: Request, peer: str | None) -> pb.ModelInferResponse:
         model, version = request.model_name, request.model_version
-        schema = self.dataplane.schema_lookup(model, version)
+        schema = self.inference.schema_lookup(model, version)
         decode = partial(self.layouts.decode, request, schema)
-        decoded = self.dataplane.decode(decode, model, version, "grpc", peer)
-        response = await self.dataplane.infer(decoded)
+        decoded = self.inference.decode(decode, model, version, "grpc", peer)
+        response = await self.inference.infer(decoded)
         encoded: pb.ModelInferResponse = codec.encode_infer_response(response)
         return encoded
 
@@ -111,7 +117,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request_iterator: AsyncIterator[Request], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Requests of one stream run concurrently; each answer carries its request's id."""
-        infer = partial(self._infer, peer=context.peer())
+        infer = partial(self._infer, peer=self.peer(context))
         serving = self.streams.serve(request_iterator, infer, context)
         async with contextlib.aclosing(serving) as answers:  # its reader ends with the call
             async for answer in answers:
@@ -142,41 +148,42 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryStatus(
         self, request: pb.SystemSharedMemoryStatusRequest, context: Context
     ) -> pb.SystemSharedMemoryStatusResponse:
-        rows = self.regions.status("system", request.name, context.peer())
+        rows = self.regions.status("system", request.name, self.peer(context))
         return messages.system_shared_memory_status(rows)
 
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
     ) -> pb.SystemSharedMemoryRegisterResponse:
         self.regions.register_system(
-            request.name, request.key, request.offset, request.byte_size, context.peer()
+            request.name, request.key, request.offset, request.byte_size, self.peer(context)
         )
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        self.regions.unregister("system", request.name, context.peer())
+        self.regions.unregister("system", request.name, self.peer(context))
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest, context: Context
     ) -> pb.CudaSharedMemoryStatusResponse:
-        rows = self.regions.status("cuda", request.name, context.peer())
+        rows = self.regions.status("cuda", request.name, self.peer(context))
         return messages.cuda_shared_memory_status(rows)
 
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
     ) -> pb.CudaSharedMemoryRegisterResponse:
+        peer = self.peer(context)
         self.regions.register_cuda(
-            request.name, request.raw_handle, request.device_id, request.byte_size, context.peer()
+            request.name, request.raw_handle, request.device_id, request.byte_size, peer
         )
         return pb.CudaSharedMemoryRegisterResponse()
 
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        self.regions.unregister("cuda", request.name, context.peer())
+        self.regions.unregister("cuda", request.name, self.peer(context))
         return pb.CudaSharedMemoryUnregisterResponse()
 
     async def TraceSetting(

@@ -16,7 +16,7 @@ from urllib.parse import unquote_to_bytes
 from batchserve.core.errors import InvalidArgument, PayloadTooLarge
 from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest
-from batchserve.dataplane.plane import DataPlane
+from batchserve.dataplane.inference_path import InferencePath
 from batchserve.rest.codec import encode_infer_response, parse_header_length
 from batchserve.rest.compression import (
     ACCEPTED,
@@ -43,7 +43,7 @@ BINARY = b"application/octet-stream"
 SEND_WHOLE_BELOW = 1 << 16
 
 
-def _segment(raw: bytes) -> str:
+def path_segment(raw: bytes) -> str:
     """A percent-decoded path segment; the repository rejects traversal and odd names."""
     try:
         return unquote_to_bytes(raw).decode("utf-8")
@@ -88,7 +88,7 @@ async def read_body(receive: Receive, limit: int, declared: bytes | None) -> byt
 class InferEndpoint:
     """POST /v2/models/<name>[/versions/<v>]/infer, answered without the framework."""
 
-    def __init__(self, dataplane: DataPlane, settings: Settings) -> None:
+    def __init__(self, dataplane: InferencePath, settings: Settings) -> None:
         self.dataplane = dataplane
         self.json_limit = settings.max_json_body_bytes
         self.binary_limit = settings.max_binary_body_bytes
@@ -146,7 +146,7 @@ class InferEndpoint:
         header_length = parse_header_length(
             None if header_value is None else header_value.decode("latin-1"), len(body)
         )
-        name, version = _segment(match[1]), _segment(match[2] or b"")
+        name, version = path_segment(match[1]), path_segment(match[2] or b"")
         decode: Callable[[], InferRequest]
         if header_length == 0:  # Triton's raw binary request: the body is the one input
             decode = partial(self.dataplane.raw_request, body, name, version)

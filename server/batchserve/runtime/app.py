@@ -12,16 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
-from typing import Any
+import os
+import tempfile
 
-import uvicorn
 import uvloop
 
 from batchserve.backends.selection import create_backend
 from batchserve.core.errors import BatchserveError
 from batchserve.core.settings import ModelControlMode, Settings
-from batchserve.core.tls import TlsFiles, TlsMode
+from batchserve.core.tls import TlsMode
 from batchserve.dataplane.plane import DataPlane
 from batchserve.devices.nvml import GpuMonitor
 from batchserve.grpc.server import GrpcServer
@@ -29,62 +28,24 @@ from batchserve.models.memory_probe import device_total_bytes
 from batchserve.models.registry import BackendFactory, ModelRegistry
 from batchserve.models.repository import ModelRepository
 from batchserve.observability.metrics import metrics_app
-from batchserve.observability.refusals import Protocol
+from batchserve.observability.refusals import REFUSALS, Protocol
 from batchserve.rest.app import build_http_app
-from batchserve.rest.http_limits import protocol_for
-from batchserve.rest.http_timeouts import ReadTimeouts
+from batchserve.rest.forward import trusting_peer_header
 from batchserve.runtime import gc_tuning, malloc_tuning
+from batchserve.runtime.cpus import available_cpus, resolve_workers
 from batchserve.runtime.event_loop import BoundedHandshakeLoop
+from batchserve.runtime.http_listener import http_listener
 from batchserve.runtime.metrics_collector import ServerCollector, metrics_registry
+from batchserve.runtime.shared_ports import bound_port, reuse_port_socket
 from batchserve.runtime.stop_signals import StopSignals
+from batchserve.runtime.worker_counts import WorkerCounts
+from batchserve.runtime.worker_pool import Endpoints, WorkerPool
 from batchserve.scheduler.memory import MemoryBudgets
 
 logger = logging.getLogger(__name__)
 
-KEEP_ALIVE_SECONDS = 30
-
-
-class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handling: the application owns SIGTERM/SIGINT."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-    def bound_port(self) -> int:
-        return int(self.servers[0].sockets[0].getsockname()[1])
-
-
-def _uvicorn(
-    app: Any, settings: Settings, port: int, listener: Protocol, tls: TlsFiles | None = None
-) -> _Uvicorn:
-    """A uvicorn server on ``port``, serving TLS when ``tls`` is given; its refusals are
-    counted under ``listener``."""
-    timeouts = ReadTimeouts(
-        settings.http_header_timeout_seconds,
-        settings.http_body_timeout_seconds,
-        settings.http_body_min_rate,
-    )
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=port,
-        loop="none",
-        http=protocol_for(listener, timeouts),
-        lifespan="off",
-        access_log=False,
-        log_config=None,
-        # Nothing reads the client's address; rewriting it from X-Forwarded-* headers
-        # took ~2.5 % of the event loop under load.
-        proxy_headers=False,
-        server_header=False,
-        # Longer than clients keep idle connections (httpx and batchserve_client: 5 s),
-        # so a client never reuses a connection the server is closing at that moment.
-        timeout_keep_alive=KEEP_ALIVE_SECONDS,
-        timeout_graceful_shutdown=int(settings.shutdown_timeout_seconds),
-        **(tls.uvicorn_options() if tls is not None else {}),
-    )
-    return _Uvicorn(config)
+WORKER_EXIT_GRACE_S = 5.0
+"""Beyond the drain timeout, for a worker to close its listeners and exit."""
 
 
 class Server:
@@ -96,18 +57,51 @@ class Server:
         self.settings = settings
         repository = ModelRepository(settings.model_repository)
         budgets = MemoryBudgets(settings.memory_budget, device_total_bytes)
-        self.registry = ModelRegistry(repository, settings.max_queue_size, budgets,
-                                      backend_factory, after_change=_settle_heap)  # fmt: skip
+        self.pool: WorkerPool | None = None
+        self.registry = ModelRegistry(
+            repository, settings.max_queue_size, budgets, backend_factory,
+            after_change=self._repository_changed,
+        )  # fmt: skip
         self.dataplane = DataPlane(settings, self.registry, self._models_to_load(repository))
-        self.http = _uvicorn(build_http_app(self.dataplane, settings), settings,
-                             settings.http_port, Protocol.HTTP, settings.tls)  # fmt: skip
         self.gpus = GpuMonitor.open()
-        collector = ServerCollector(self.registry, self.gpus, self.registry.load_seconds)
-        self.metrics = _uvicorn(metrics_app(metrics_registry(collector)), settings,
-                                settings.metrics_port, Protocol.METRICS)  # fmt: skip
-        self.grpc = GrpcServer(self.dataplane, settings)
+        workers = resolve_workers(settings.workers, available_cpus(settings.cpus))
+        if workers == 1:
+            self.http = http_listener(build_http_app(self.dataplane, settings), settings,
+                                      settings.http_port, Protocol.HTTP, settings.tls)  # fmt: skip
+            self.grpc = GrpcServer(self.dataplane, settings)
+            collector = ServerCollector(self.registry, self.gpus, self.registry.load_seconds)
+        else:
+            collector = self._serve_through_workers(workers)
+        self.metrics = http_listener(metrics_app(metrics_registry(collector)), settings,
+                                     settings.metrics_port, Protocol.METRICS)  # fmt: skip
         self.signals = StopSignals()
+        self.workers_drained = True
         self._started = False  # every model load tried: load balancers may have seen it ready
+
+    def _serve_through_workers(self, workers: int) -> ServerCollector:
+        """This process keeps the models and answers its workers on Unix sockets; the
+        workers share the public ports, which this process holds without listening."""
+        settings = self.settings
+        self._sockets = tempfile.TemporaryDirectory(prefix="batchserve-")
+        http_path = os.path.join(self._sockets.name, "http.sock")
+        grpc_path = os.path.join(self._sockets.name, "grpc.sock")
+        app = trusting_peer_header(build_http_app(self.dataplane, settings))
+        self.http = http_listener(app, settings, 0, Protocol.HTTP, uds=http_path)
+        self.grpc = GrpcServer(self.dataplane, settings, internal_path=grpc_path)
+        self._held = [reuse_port_socket(settings.host, port, listening=False)
+                      for port in (settings.http_port, settings.grpc_port)]  # fmt: skip
+        ports = [bound_port(sock) for sock in self._held]
+        counts = WorkerCounts(REFUSALS)
+        endpoints = Endpoints(ports[0], ports[1], http_path, grpc_path)
+        self.pool = WorkerPool(settings, self.dataplane, workers, endpoints, counts)
+        return ServerCollector(self.registry, self.gpus, self.registry.load_seconds,
+                               refusals=counts, grpc_core=counts.grpc_core,
+                               workers=self.pool.requests_by_worker)  # fmt: skip
+
+    def _repository_changed(self) -> None:
+        _settle_heap()
+        if self.pool is not None:
+            self.pool.repository_changed()
 
     def _models_to_load(self, repository: ModelRepository) -> list[str]:
         if self.settings.model_control_mode is ModelControlMode.EXPLICIT:
@@ -128,12 +122,18 @@ class Server:
                 await asyncio.gather(http_task, metrics_task)
                 return
             await asyncio.sleep(0.01)
+        if self.pool is not None:
+            await self.pool.start()
+            http_port, grpc_port = self.pool.endpoints.http_port, self.pool.endpoints.grpc_port
+        else:
+            http_port, grpc_port = self.http.bound_port(), self.grpc.port
         tls = self.settings.tls.mode if self.settings.tls is not None else TlsMode.OFF
         logger.info(
             "listening",
-            extra={"host": self.settings.host, "http_port": self.http.bound_port(),
-                   "grpc_port": self.grpc.port, "metrics_port": self.metrics.bound_port(),
-                   "http_tls": tls, "grpc_tls": tls, "metrics_tls": TlsMode.OFF},
+            extra={"host": self.settings.host, "http_port": http_port, "grpc_port": grpc_port,
+                   "metrics_port": self.metrics.bound_port(), "http_tls": tls,
+                   "grpc_tls": tls, "metrics_tls": TlsMode.OFF,
+                   "workers": 1 if self.pool is None else self.pool.count},
         )  # fmt: skip
         await self._load_models()
         await self.signals.stopping.wait()
@@ -188,6 +188,9 @@ class Server:
         self.dataplane.draining = True
         await self.grpc.set_serving(False)
         await self._shutdown_delay()
+        if self.pool is not None:  # the workers drain first: this process answers for them
+            grace = self.settings.shutdown_timeout_seconds + WORKER_EXIT_GRACE_S
+            self.workers_drained = await self.pool.stop(grace)
         self.http.should_exit = True
         await asyncio.gather(self.grpc.stop(self.settings.shutdown_timeout_seconds), http_task)
         await self.registry.close()
@@ -199,11 +202,13 @@ class Server:
         logger.info("stopped")
 
 
-async def serve(settings: Settings, backend_factory: BackendFactory = create_backend) -> None:
-    """Run a server until SIGTERM or SIGINT; a second signal hurries the drain."""
+async def serve(settings: Settings, backend_factory: BackendFactory = create_backend) -> bool:
+    """Run a server until SIGTERM or SIGINT; a second signal hurries the drain. False when
+    a worker had to be killed (its accepted requests may have gone unanswered)."""
     server = Server(settings, backend_factory)
     server.signals.install(asyncio.get_running_loop())
     await server.run()
+    return server.workers_drained
 
 
 def _settle_heap() -> None:
@@ -212,10 +217,12 @@ def _settle_heap() -> None:
     malloc_tuning.trim()
 
 
-def run(settings: Settings, backend_factory: BackendFactory = create_backend) -> None:
-    """Blocking entry point used by the `batchserve serve` command (and bench's leaky server)."""
+def run(settings: Settings, backend_factory: BackendFactory = create_backend) -> int:
+    """Blocking entry point used by the `batchserve serve` command (and bench's leaky
+    server); the process's exit status."""
     malloc_tuning.limit_arenas()  # before any thread that loads a model starts
     handshake = settings.http_header_timeout_seconds
-    uvloop.run(
+    drained: bool = uvloop.run(
         serve(settings, backend_factory), loop_factory=lambda: BoundedHandshakeLoop(handshake)
     )
+    return 0 if drained else 1

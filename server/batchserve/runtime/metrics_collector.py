@@ -109,6 +109,7 @@ class ServerCollector(Collector):
         clock: Callable[[], int] = time.monotonic_ns,
         refusals: Refusals = REFUSALS,
         grpc_core: Callable[[], CoreCallCounts | None] = read_core_call_counts,
+        workers: Callable[[], Mapping[int, int]] | None = None,
     ) -> None:
         self._registry = registry
         self._gpus = gpus
@@ -116,6 +117,7 @@ class ServerCollector(Collector):
         self._clock = clock
         self._refusals = refusals
         self._grpc_core = grpc_core
+        self._workers = workers
 
     def collect(self) -> Iterator[Metric]:
         versions = self._registry.loaded()
@@ -133,6 +135,8 @@ class ServerCollector(Collector):
         core = self._grpc_core()
         if core is not None:
             yield from _grpc_core_families(core)
+        if self._workers is not None:
+            yield _worker_family(self._workers())
 
 
 def metrics_registry(collector: ServerCollector) -> CollectorRegistry:
@@ -155,6 +159,18 @@ def _refusal_family(refusals: Refusals) -> Metric:
     )
     for (protocol, reason), count in sorted(refusals.snapshot().items()):
         family.add_metric([protocol.value, reason.value], count)
+    return family
+
+
+def _worker_family(requests: Mapping[int, int]) -> Metric:
+    family = CounterMetricFamily(
+        "batchserve_worker_requests",
+        "Inference requests each request-handling worker decoded and handed to the "
+        "model-owning process (--workers), a replaced worker's included.",
+        labels=("worker",),
+    )
+    for index, count in sorted(requests.items()):
+        family.add_metric([str(index)], count)
     return family
 
 

@@ -123,6 +123,21 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "gRPC calls (a stream counts as one) served at once; more are refused with "
         "UNAVAILABLE (default 10000)",
     ),
+    (
+        "--workers",
+        "workers",
+        str,
+        "request-handling processes sharing the HTTP and gRPC ports, handing decoded requests "
+        "to the one process that runs the models: a number, or auto (default: 1 on 2 cores or "
+        "fewer, else one less than the cores, at most 8)",
+    ),
+    (
+        "--cpus",
+        "cpus",
+        int,
+        "cores the server may use (default: the process's CPU affinity, bounded by its cgroup "
+        "CPU quota); auto workers are sized from it",
+    ),
 )
 
 
@@ -170,5 +185,4 @@ def run(args: argparse.Namespace) -> int:
             print(f"batchserve serve: {line}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)
-    run_server(settings)
-    return 0
+    return run_server(settings)

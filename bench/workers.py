@@ -1,0 +1,182 @@
+"""Request handling across processes (``--workers``): CPU per request in the model-owning
+process and in each worker, throughput with N workers, and what these project for larger
+nodes.
+
+    python -m bench.workers [--workers 1,2] [--window-ms 4000] [--out bench/WORKERS.md]
+
+Every point is perf_analyzer (batch 1 per request, binary tensors) against a real server on
+loopback; CPU is read from /proc before and after each point and divided by the requests
+the server's own statistics counted in between. perf_analyzer shares the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from batchserve.runtime.cpus import auto_workers
+
+from bench import machine, procstat
+from bench.common import ROOT, start_server, stop_server
+from bench.perf import PaSettings, run
+from bench.repo import write_identity
+
+MODELS = ("digits_cnn", "identity")
+PROTOCOLS = ("http", "grpc")
+CONCURRENCY = (32, 64)
+PROJECTED_CORES = (8, 16)
+
+
+@dataclass(frozen=True)
+class Point:
+    workers: int
+    model: str
+    protocol: str
+    concurrency: int
+    throughput: float
+    engine_us: float
+    """CPU per request in the model-owning process (the whole process when workers = 1)."""
+    worker_us: tuple[float, ...]
+    """CPU per request in each worker: its CPU over every request the server answered."""
+    stable: bool
+
+
+def _worker_pids(engine: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent, _ = procstat.parse_stat((entry / "stat").read_text())
+                command = (entry / "cmdline").read_bytes()
+            except (OSError, ValueError):
+                continue
+            if parent == engine and b"worker_process" in command:
+                found.append(int(entry.name))
+    return sorted(found)
+
+
+def _ticks(pid: int) -> int:
+    return procstat.parse_stat(Path(f"/proc/{pid}/stat").read_text())[1]
+
+
+def _answered(port: int, model: str) -> int:
+    url = f"http://127.0.0.1:{port}/v2/models/{model}/stats"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        stats = json.load(response)["model_stats"][0]["inference_stats"]
+    return int(stats["success"]["count"])
+
+
+def measure(workers: int, repo: Path, settings: PaSettings, work: Path) -> list[Point]:
+    process, ports = start_server(repo, ("--workers", str(workers), "--log-format", "json"))
+    points = []
+    try:
+        time.sleep(1.0)
+        pids = [process.pid, *_worker_pids(process.pid)]
+        assert len(pids) == (1 if workers == 1 else workers + 1), pids
+        hz = os.sysconf("SC_CLK_TCK")
+        for model in MODELS:
+            for protocol in PROTOCOLS:
+                port = ports["http_port" if protocol == "http" else "grpc_port"]
+                for concurrency in CONCURRENCY:
+                    before = {pid: _ticks(pid) for pid in pids}
+                    answered = _answered(ports["http_port"], model)
+                    row, error = run(model, protocol, f"127.0.0.1:{port}", concurrency,
+                                     settings, work)  # fmt: skip
+                    if row is None:
+                        raise SystemExit(f"perf_analyzer failed: {error}")
+                    count = _answered(ports["http_port"], model) - answered
+                    us = [(_ticks(p) - before[p]) / hz * 1e6 / count for p in pids]
+                    point = Point(workers, model, protocol, concurrency, row.throughput,
+                                  us[0], tuple(us[1:]), row.stable)  # fmt: skip
+                    print(point, flush=True)
+                    points.append(point)
+    finally:
+        stop_server(process)
+    return points
+
+
+def projection(point: Point, cores: int) -> float:
+    """Requests a second on ``cores`` with the ``auto`` workers, from a multi-worker point's
+    CPU costs: the least of the model-owning process's bound (one core), the workers' bound
+    (one core each) and the node's (every core busy)."""
+    workers = auto_workers(cores)
+    worker_us = sum(point.worker_us)  # what one request costs the workers, all together
+    return min(
+        1e6 / point.engine_us,
+        workers * 1e6 / worker_us,
+        cores * 1e6 / (point.engine_us + worker_us),
+    )
+
+
+def render(points: list[Point], settings: PaSettings) -> str:
+    lines = ["# Request handling across processes (`--workers`)", ""]
+    lines += [f"- {line}" for line in machine.describe()]
+    lines += [
+        f"- perf_analyzer: {settings.window_ms} ms windows, stability {settings.stability} %; "
+        "CPU from /proc over each point, divided by the requests the server counted",
+        "",
+        "| workers | model | protocol | concurrency | throughput (infer/s) | model-owning "
+        "process µs CPU/request | each worker µs CPU/request |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in points:
+        each = ", ".join(f"{us:.0f}" for us in p.worker_us) or "(one process)"
+        flag = "" if p.stable else " (unstable)"
+        lines.append(f"| {p.workers} | {p.model} | {p.protocol} | {p.concurrency} | "
+                     f"{p.throughput:,.0f}{flag} | {p.engine_us:.1f} | {each} |")  # fmt: skip
+    lines += ["", "## Ratio N workers / one process (same model, protocol, concurrency)", "",
+              "| workers | model | protocol | concurrency | throughput ratio |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    base = {(p.model, p.protocol, p.concurrency): p for p in points if p.workers == 1}
+    for p in points:
+        one = base.get((p.model, p.protocol, p.concurrency))
+        if p.workers > 1 and one is not None:
+            lines.append(f"| {p.workers} | {p.model} | {p.protocol} | {p.concurrency} | "
+                         f"{p.throughput / one.throughput:.2f} |")  # fmt: skip
+    lines += ["", "## Projection (not measured): node throughput from the CPU costs above", "",
+              "Each figure is the least of three bounds, from the measured CPU per request: the "
+              "model-owning process on one core, the `auto` workers, and every core of the node "
+              "busy. It assumes the costs stay what they were here; a GPU node's faster cores "
+              "and the model's own compute change them.", "",
+              "| from | model | protocol | concurrency | "
+              + " | ".join(f"{c} cores (projected)" for c in PROJECTED_CORES) + " |",
+              "|---|---|---|---|" + "---|" * len(PROJECTED_CORES)]  # fmt: skip
+    for p in points:
+        if not p.worker_us:
+            continue
+        projected = " | ".join(f"{projection(p, c):,.0f}" for c in PROJECTED_CORES)
+        lines.append(f"| {p.workers} worker(s) | {p.model} | {p.protocol} | {p.concurrency} | "
+                     f"{projected} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", default="1,2")
+    parser.add_argument("--window-ms", type=int, default=4000)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "WORKERS.md")
+    args = parser.parse_args()
+    settings = PaSettings(args.window_ms, stability=25, max_trials=6)
+    with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp:
+        repo = Path(tmp) / "repo"
+        repo.mkdir()
+        shutil.copytree(ROOT / "model_repo" / "digits_cnn", repo / "digits_cnn")
+        write_identity(repo)
+        points = []
+        for workers in (int(n) for n in args.workers.split(",")):
+            points += measure(workers, repo, settings, Path(tmp))
+    args.out.write_text(render(points, settings))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

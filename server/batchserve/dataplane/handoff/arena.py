@@ -1,0 +1,89 @@
+"""One worker's shared memory, mapped by both processes: an anonymous file (``memfd``), so
+its size is bounded by the pod's memory and not by the 64 MiB ``/dev/shm`` a container gets.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from batchserve.core.datatypes import DataType
+from batchserve.core.tensors import array_from_bytes, array_to_bytes
+from batchserve.dataplane.handoff.ring import Ring
+
+Release = Callable[[int], None]
+
+
+class Arena:
+    """A mapped memfd with a ring allocator, used by the one process that allocates in it."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd = fd
+        self.size = size
+        self.map = mmap.mmap(fd, size)
+        self.view = memoryview(self.map)
+        self.ring = Ring(size)
+        self._address = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
+
+    @classmethod
+    def create(cls, name: str, size: int) -> Arena:
+        """A new arena; its descriptor is inheritable so a spawned worker can map it."""
+        fd = os.memfd_create(name, 0)
+        os.ftruncate(fd, size)
+        return cls(fd, size)
+
+    def close_descriptor(self) -> None:
+        """Close the memfd; the mapping lives on until the arena is dropped."""
+        os.close(self.fd)
+        self.fd = -1
+
+    def write(self, offset: int, array: np.ndarray, datatype: DataType) -> int:
+        """Copy ``array``'s wire bytes to ``offset``; the bytes written."""
+        if datatype.itemsize == 0:  # BYTES: length-prefixed elements
+            data = array_to_bytes(array, datatype)
+            self.view[offset : offset + len(data)] = data
+            return len(data)
+        nbytes = array.size * datatype.itemsize
+        target = np.ndarray(array.shape, datatype.numpy.newbyteorder("<"), self.view, offset)
+        np.copyto(target, array, casting="no" if array.dtype == target.dtype else "same_kind")
+        return nbytes
+
+    def read(
+        self, offset: int, nbytes: int, datatype: DataType, shape: tuple[int, ...], tensor: str
+    ) -> np.ndarray:
+        """The tensor at ``offset``: a view into the arena (BYTES: parsed elements)."""
+        return array_from_bytes(self.view[offset : offset + nbytes], datatype, shape, tensor=tensor)
+
+    def leased(
+        self, offset: int, datatype: DataType, shape: tuple[int, ...], release: Release
+    ) -> np.ndarray:
+        """A view of a fixed-size tensor that calls ``release(offset)`` once no array uses
+        it any more, however many views were taken of it meanwhile."""
+        typestr = datatype.numpy.newbyteorder("<").str
+        return np.asarray(_Lease(self._address + offset, typestr, shape, offset, release))
+
+
+class _Lease:
+    """The owner numpy records as a view's base: views of views keep it, and it goes
+    (returning its block) when the last of them does."""
+
+    __slots__ = ("__array_interface__", "_offset", "_release")
+
+    def __init__(
+        self, address: int, typestr: str, shape: tuple[int, ...], offset: int, release: Release
+    ) -> None:
+        self.__array_interface__ = {
+            "data": (address, False),
+            "typestr": typestr,
+            "shape": shape,
+            "version": 3,
+        }
+        self._offset = offset
+        self._release = release
+
+    def __del__(self) -> None:
+        self._release(self._offset)

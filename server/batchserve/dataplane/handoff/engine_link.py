@@ -1,0 +1,245 @@
+"""The model-owning process's end of one worker's socket: runs the requests the worker
+decoded through the same ``DataPlane.infer`` as a single-process server, and answers
+the worker's other questions (a model's configuration, counts to record)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from batchserve.core.datatypes import BY_WIRE
+from batchserve.core.errors import BatchserveError, InvalidArgument
+from batchserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from batchserve.core.validation import ValidRequest
+from batchserve.dataplane.handoff import descriptors
+from batchserve.dataplane.handoff.arena import Arena
+from batchserve.dataplane.handoff.errors import error_frame, error_from
+from batchserve.dataplane.handoff.frames import Frame, FrameProtocol
+from batchserve.dataplane.plane import DataPlane
+from batchserve.dataplane.shared_memory.parameters import placeholder
+from batchserve.models.model_table import ServedVersion
+from batchserve.scheduler.work import Arrays, WorkItem
+
+logger = logging.getLogger(__name__)
+
+Counts = Callable[[int, Frame], None]
+InputFrame = tuple[str, str, tuple[int, ...], int, int, dict[str, object] | None]
+
+
+class EngineLink:
+    """One worker, seen from the process that owns the models."""
+
+    def __init__(
+        self, index: int, plane: DataPlane, requests: Arena, responses: Arena, counts: Counts
+    ) -> None:
+        self.index = index
+        self.plane = plane
+        self.requests = requests  # the worker allocates here; read in place
+        self.responses = responses  # allocated here; the worker says when to free
+        self._counts = counts
+        self.handed_over = 0
+        """Inference requests the worker handed over, for its share on the metrics port."""
+        self._pending: dict[int, asyncio.Future[Any]] = {}  # a task, or a queued item's
+        self.protocol = FrameProtocol(self._handle, self._lost)
+        loop = asyncio.get_running_loop()
+        self.closed = loop.create_future()
+        self.listening = loop.create_future()
+        self._handlers: dict[str, Callable[[Frame], None]] = {
+            "i": self._infer,
+            "c": self._cancel,
+            "r": self._release,
+            "x": self._malformed,
+            "q": self._query,
+            "n": self._counted,
+            "h": self._listening,
+        }
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def _handle(self, frame: Frame) -> None:
+        try:
+            self._handlers[frame[0]](frame)
+        except Exception:  # a frame this side cannot read must not close the link
+            logger.exception("worker frame not understood", extra={"worker": self.index})
+
+    def _lost(self) -> None:
+        """The worker is gone: nobody waits for its requests any more."""
+        for waiting in self._pending.values():
+            waiting.cancel()
+        self._pending.clear()
+        if not self.closed.done():
+            self.closed.set_result(None)
+        if not self.listening.done():
+            self.listening.set_exception(ConnectionError("the worker exited while starting"))
+
+    def send(self, frame: Frame) -> None:
+        if self.protocol.connected:
+            self.protocol.send(frame)
+
+    # requests ------------------------------------------------------------------------
+    def _infer(self, frame: Frame) -> None:
+        (_, rid, model, version, request_id, protocol, priority, timeout_us, peer, block,
+         inline, inputs, outputs, verdict) = frame  # fmt: skip
+        self.handed_over += 1
+        if verdict is not None:  # validated by the worker; plain inputs and outputs
+            served = self.plane.served_or_none(model, version)
+            if served is not None and served.schema.generation == verdict[0]:
+                self._admit(rid, served, frame)
+                return
+        try:
+            request = self._request(model, version, request_id, protocol, priority, timeout_us,
+                                    block, inline, inputs, outputs)  # fmt: skip
+            if any(tensor.parameters for tensor in request.inputs) or any(
+                output.parameters for output in request.outputs or ()
+            ):
+                request = self.plane.decode(lambda: request, model, version, protocol, peer)
+        except BatchserveError as exc:
+            self._answer_error(rid, exc)
+            return
+        task = asyncio.get_running_loop().create_task(self.plane.infer(request))
+        self._pending[rid] = task
+        task.add_done_callback(partial(self._answer, rid))
+
+    def _admit(self, rid: int, served: ServedVersion, frame: Frame) -> None:
+        """The common case without a coroutine: what ``DataPlane.infer`` does, for a request
+        the worker validated against this very schema, with plain outputs."""
+        (_, _, _, _, request_id, protocol, priority, timeout_us, _, block, inline, inputs, _,
+         (_, batch_size, names)) = frame  # fmt: skip
+        started = time.monotonic_ns()
+        served.stats.received += 1
+        requests, read = self.requests, descriptors.read
+        try:
+            arrays = {d[0]: read(requests, block, inline, d[:5]) for d in inputs}
+            valid = ValidRequest(arrays, batch_size, tuple(names))
+            item = DataPlane.work_item(served, valid, priority, timeout_us, started)
+            served.batcher.submit(item)
+        except BatchserveError as exc:
+            DataPlane.record_failure(served, started, exc, protocol, request_id)
+            self._answer_error(rid, exc)
+            return
+        self._pending[rid] = item.future
+        item.future.add_done_callback(
+            partial(self._finish, rid, served, item, started, protocol, request_id)
+        )
+
+    def _finish(
+        self, rid: int, served: ServedVersion, item: WorkItem, started: int, protocol: str,
+        request_id: str, future: asyncio.Future[Arrays],
+    ) -> None:  # fmt: skip
+        if self._pending.pop(rid, None) is None:
+            return  # the worker went away
+        error = asyncio.CancelledError() if future.cancelled() else future.exception()
+        if error is not None:
+            DataPlane.record_failure(served, started, error, protocol, request_id)
+            self._answer_error(rid, error)
+            return
+        arrays = future.result()
+        DataPlane.record_success(served, started, item, protocol)
+        types = served.output_types
+        names = item.output_names
+        try:
+            block, inline, described = descriptors.place(
+                [(n, types[n], arrays[n]) for n in names], self.responses
+            )
+        except BatchserveError as exc:
+            self._answer_error(rid, exc)
+            return
+        self.send(("o", rid, served.name, str(served.version), block, inline, described, (),
+                   names))  # fmt: skip
+
+    def _request(
+        self, model: str, version: str, request_id: str, protocol: str, priority: int,
+        timeout_us: int, block: int, inline: bytes, inputs: list[InputFrame],
+        outputs: list[tuple[str, bool | None, int, dict[str, object]]] | None,
+    ) -> InferRequest:  # fmt: skip
+        tensors = []
+        for name, wire, shape, start, size, parameters in inputs:
+            datatype = BY_WIRE[wire]
+            if parameters:  # in the client's shared memory: DataPlane.decode reads it
+                data = placeholder(parameters, False, datatype, shape, name)
+                assert data is not None
+            else:
+                data = descriptors.read(
+                    self.requests, block, inline, (name, wire, shape, start, size)
+                )
+            tensors.append(Tensor(name, datatype, shape, data, dict(parameters or {})))
+        requested = (
+            None
+            if outputs is None
+            else [RequestedOutput(n, b, k, dict(p)) for n, b, k, p in outputs]
+        )
+        return InferRequest(
+            model_name=model, model_version=version, id=request_id, inputs=tensors,
+            outputs=requested, priority=priority, timeout_us=timeout_us, protocol=protocol,
+        )  # fmt: skip
+
+    def _cancel(self, frame: Frame) -> None:
+        waiting = self._pending.get(frame[1])
+        if waiting is not None:
+            waiting.cancel()
+
+    def _answer(self, rid: int, task: asyncio.Task[InferResponse]) -> None:
+        if self._pending.pop(rid, None) is None:
+            return  # the worker went away
+        if task.cancelled():
+            self.send(("e", rid, "Cancelled", "request cancelled"))
+            return
+        error = task.exception()
+        if error is not None:
+            self._answer_error(rid, error)
+            return
+        response = task.result()
+        try:
+            placed = [
+                (t.name, t.datatype, t.data) for t in response.outputs if not t.in_shared_memory
+            ]
+            block, inline, described = descriptors.place(placed, self.responses)
+        except BatchserveError as exc:
+            self._answer_error(rid, exc)
+            return
+        in_memory = [
+            (t.name, t.datatype.wire, tuple(t.shape), t.parameters)
+            for t in response.outputs
+            if t.in_shared_memory
+        ]
+        order = [t.name for t in response.outputs]
+        self.send(("o", rid, response.model_name, response.model_version, block, inline,
+                   described, in_memory, order))  # fmt: skip
+
+    def _answer_error(self, rid: int, error: BaseException) -> None:
+        self.send(("e", rid, *error_frame(error)))
+
+    def _release(self, frame: Frame) -> None:
+        free = self.responses.ring.free
+        for offset in frame[1]:
+            free(offset)
+
+    # bookkeeping ---------------------------------------------------------------------
+    def _malformed(self, frame: Frame) -> None:
+        _, model, version, protocol, name, message = frame
+        error = error_from(name, message)
+        if isinstance(error, InvalidArgument) or name == "NotFound":
+            self.plane.record_malformed(model, version, protocol, error)
+
+    def _query(self, frame: Frame) -> None:
+        """A worker asks for a model's configuration, to decode and validate its requests."""
+        _, model, version = frame
+        served = self.plane.served_or_none(model, version)
+        if served is None:
+            self.send(("m", model, version, None, 0))
+        else:
+            config = served.config.SerializeToString()
+            self.send(("m", model, version, config, served.schema.generation))
+
+    def _listening(self, frame: Frame) -> None:
+        if not self.listening.done():
+            self.listening.set_result(None)
+
+    def _counted(self, frame: Frame) -> None:
+        self._counts(self.index, frame)

@@ -1,0 +1,87 @@
+"""The socket between a worker and the model-owning process: length-prefixed ``marshal``
+frames of plain tuples, written together once per event-loop pass.
+
+``marshal`` carries only built-in types, is the fastest codec in the standard library and
+both ends are the same interpreter; tensor data never goes through it unless an arena was
+full (then a request's bytes go inline, once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import marshal
+import struct
+from collections.abc import Callable
+from typing import Any, cast
+
+Frame = tuple[Any, ...]
+_LENGTH = struct.Struct("<I")
+
+
+class FrameProtocol(asyncio.Protocol):
+    """Frames in, one ``handle`` call each; ``send`` queues frames written together."""
+
+    def __init__(self, handle: Callable[[Frame], None], lost: Callable[[], None]) -> None:
+        self._handle = handle
+        self._lost = lost
+        self._buffer = bytearray()
+        self._outgoing: list[bytes] = []
+        self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        self._lost()
+
+    @property
+    def connected(self) -> bool:
+        return self._transport is not None
+
+    def send(self, frame: Frame) -> None:
+        data = marshal.dumps(frame)
+        outgoing = self._outgoing
+        if not outgoing:
+            self._loop.call_soon(self._flush)
+        outgoing.append(_LENGTH.pack(len(data)))
+        outgoing.append(data)
+
+    def _flush(self) -> None:
+        transport = self._transport
+        if transport is not None and self._outgoing:
+            transport.write(b"".join(self._outgoing))
+        self._outgoing.clear()
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        start, end = 0, len(buffer)
+        while end - start >= 4:
+            (length,) = _LENGTH.unpack_from(buffer, start)
+            if end - start - 4 < length:
+                break
+            frame = marshal.loads(memoryview(buffer)[start + 4 : start + 4 + length])
+            start += 4 + length
+            self._handle(frame)
+        del buffer[:start]
+
+    def close(self) -> None:
+        self._flush()
+        if self._transport is not None:
+            self._transport.close()
+
+
+def pack_frame(frame: Frame) -> bytes:
+    """One frame, for a blocking write before either event loop runs."""
+    data = marshal.dumps(frame)
+    return _LENGTH.pack(len(data)) + data
+
+
+def read_frame(read: Callable[[int], bytes]) -> Frame:
+    """One frame from a blocking ``read(n)`` that returns exactly n bytes (or raises)."""
+    (length,) = _LENGTH.unpack(read(4))
+    frame = marshal.loads(read(length))
+    assert isinstance(frame, tuple)
+    return frame

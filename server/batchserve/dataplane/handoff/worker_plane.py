@@ -1,0 +1,272 @@
+"""A worker's stand-in for ``DataPlane`` on the inference path: requests are decoded and
+validated here, against a copy of the model's configuration fetched once, and run by the
+model-owning process; everything else a worker is asked goes there whole (``runtime``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from batchserve.core.datatypes import BY_WIRE
+from batchserve.core.errors import BatchserveError, InvalidArgument, NotFound, Unavailable
+from batchserve.core.settings import Settings
+from batchserve.core.types import InferRequest, InferResponse, Tensor
+from batchserve.core.validation import RequestSchema, SchemaLookup, validate_request
+from batchserve.dataplane.busy_poll import BusyPoll
+from batchserve.dataplane.handoff import descriptors
+from batchserve.dataplane.handoff.arena import Arena
+from batchserve.dataplane.handoff.errors import error_frame, error_from
+from batchserve.dataplane.handoff.frames import Frame, FrameProtocol
+from batchserve.dataplane.raw_input import raw_request
+from batchserve.dataplane.shared_memory import tensors as shm
+from batchserve.dataplane.shared_memory.parameters import REGION
+from batchserve.proto.model_config_pb2 import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+RELEASE_DELAY_S = 0.002
+"""How long freed response blocks wait to be returned together."""
+
+
+@dataclass(slots=True)
+class _Model:
+    """A model version as the worker knows it; ``stale`` after any repository change, until
+    the model-owning process has answered again (the generation keeps stale use safe)."""
+
+    config: ModelConfig
+    schema: RequestSchema
+    generation: int
+    stale: bool = False
+
+
+@dataclass(slots=True)
+class _Pending:
+    future: asyncio.Future[Frame]
+    block: int  # request arena block to free on the answer, or INLINE
+
+
+class WorkerPlane:
+    """Decode, validate, hand off; the model-owning process's answers come back by frame."""
+
+    def __init__(self, settings: Settings, requests: Arena, responses: Arena) -> None:
+        self.settings = settings
+        self.requests = requests
+        self.responses = responses
+        self.busy_poll = BusyPoll(settings.busy_poll_us * 1000)
+        self.protocol = FrameProtocol(self._handle, self._lost)
+        self._loop = asyncio.get_running_loop()
+        self.lost = self._loop.create_future()
+        self.draining = asyncio.Event()
+        self._models: dict[tuple[str, str], _Model] = {}
+        self._asked: set[tuple[str, str]] = set()
+        self._pending: dict[int, _Pending] = {}
+        self._ids = itertools.count()
+        self._leases: dict[int, int] = {}  # response block -> arrays still using it
+        self._released: list[int] = []
+        self._releasing = False
+        self._handlers: dict[str, Callable[[Frame], None]] = {
+            "o": self._answered,
+            "e": self._answered,
+            "m": self._model,
+            "v": self._repository_changed,
+            "d": lambda frame: self.draining.set(),
+        }
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    # the model-owning process's frames ----------------------------------------------
+    def _handle(self, frame: Frame) -> None:
+        try:
+            self._handlers[frame[0]](frame)
+        except Exception:  # a frame this side cannot read must not close the link
+            logger.exception("frame from the model-owning process not understood")
+
+    def _lost(self) -> None:
+        for pending in self._pending.values():
+            if not pending.future.done():
+                pending.future.set_exception(Unavailable("the model-owning process is gone"))
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def _answered(self, frame: Frame) -> None:
+        pending = self._pending.pop(frame[1], None)
+        if pending is None:
+            return
+        if pending.block != descriptors.INLINE:
+            self.requests.ring.free(pending.block)
+        if not pending.future.done():
+            pending.future.set_result(frame)
+        elif frame[0] == "o" and frame[4] != descriptors.INLINE:
+            self._release(frame[4])  # answered after the client left
+
+    def _model(self, frame: Frame) -> None:
+        _, model, version, config_bytes, generation = frame
+        key = (model, version)
+        self._asked.discard(key)
+        if config_bytes is None:
+            self._models.pop(key, None)
+            return
+        config = ModelConfig.FromString(config_bytes)
+        schema = RequestSchema.of(config)
+        self._models[key] = _Model(config, schema, generation)
+
+    def _repository_changed(self, frame: Frame) -> None:
+        for key, model in self._models.items():
+            model.stale = True
+            self._ask(key)
+
+    def _ask(self, key: tuple[str, str]) -> None:
+        if key not in self._asked:
+            self._asked.add(key)
+            self.protocol.send(("q", *key))
+
+    # what the adapters call ----------------------------------------------------------
+    def knows(self, model: str, version: str) -> bool:
+        """Whether this worker can decode requests to the model itself; when not, it asks
+        (the request at hand goes to the model-owning process whole)."""
+        key = (model, version)
+        known = self._models.get(key)
+        if known is None:
+            self._ask(key)
+            return False
+        return True
+
+    def schema_lookup(self, model: str, version: str) -> SchemaLookup:
+        return partial(self._schema, model, version)
+
+    def _schema(self, model: str, version: str) -> RequestSchema:
+        known = self._models.get((model, version))
+        if known is None:  # forgotten since knows(): the model went away meanwhile
+            raise Unavailable(f"model '{model}' changed while the request was read; retry")
+        return known.schema
+
+    def raw_request(self, body: bytes, model: str, version: str) -> InferRequest:
+        known = self._models.get((model, version))
+        if known is None:
+            raise Unavailable(f"model '{model}' changed while the request was read; retry")
+        return raw_request(body, known.config, model, version)
+
+    def decode(
+        self,
+        decode: Callable[[], InferRequest],
+        model: str,
+        version: str,
+        protocol: str,
+        peer: str | None = None,
+    ) -> InferRequest:
+        """Run a wire decoder; a malformed request is counted by the model-owning process.
+        Inputs in the client's shared memory are read there (``peer`` goes with them)."""
+        try:
+            request = decode()
+        except (InvalidArgument, NotFound) as exc:
+            self._malformed(model, version, protocol, exc)
+            raise
+        request.peer = peer
+        return request
+
+    def _malformed(self, model: str, version: str, protocol: str, error: BatchserveError) -> None:
+        self.protocol.send(("x", model, version, protocol, *error_frame(error)))
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        self.busy_poll.touch()
+        model, version = request.model_name, request.model_version
+        known = self._models.get((model, version))
+        verdict = None
+        in_shared_memory = shm.uses_shared_memory(request)
+        if known is not None and not in_shared_memory:
+            try:
+                valid = validate_request(request.inputs, request.outputs, known.schema,
+                                         request.layout, request.verdict)  # fmt: skip
+            except InvalidArgument as exc:
+                self._malformed(model, version, request.protocol, exc)
+                raise
+            if not any(o.classification or REGION in o.parameters for o in request.outputs or ()):
+                verdict = (known.generation, valid.batch_size, list(valid.output_names))
+        placed = [
+            (t.name, t.datatype, t.data) for t in request.inputs if REGION not in t.parameters
+        ]
+        block, inline, described = descriptors.place(placed, self.requests)
+        inputs = [(*d, None) for d in described] + [
+            (t.name, t.datatype.wire, tuple(t.shape), 0, 0, t.parameters)
+            for t in request.inputs
+            if REGION in t.parameters
+        ]
+        outputs = (
+            None
+            if request.outputs is None
+            else [(o.name, o.binary, o.classification, o.parameters) for o in request.outputs]
+        )
+        rid = next(self._ids)
+        future = self._loop.create_future()
+        self._pending[rid] = _Pending(future, block)
+        peer = request.peer if in_shared_memory else None
+        self.protocol.send(("i", rid, model, version, request.id, request.protocol,
+                            request.priority, request.timeout_us, peer, block, inline, inputs,
+                            outputs, verdict))  # fmt: skip
+        try:
+            frame = await future
+        except asyncio.CancelledError:
+            if rid in self._pending:
+                self.protocol.send(("c", rid))  # its block is freed when the answer comes
+            raise
+        self.busy_poll.touch()
+        if frame[0] == "e":
+            raise error_from(frame[2], frame[3])
+        return self._response(request, frame)
+
+    def _response(self, request: InferRequest, frame: Frame) -> InferResponse:
+        _, _, model_name, model_version, block, inline, described, in_memory, order = frame
+        tensors: dict[str, Tensor] = {}
+        leased = 0
+        for descriptor in described:
+            name, wire, shape, start, _ = descriptor
+            datatype = BY_WIRE[wire]
+            if block == descriptors.INLINE or datatype.itemsize == 0:
+                data = descriptors.read(self.responses, block, inline, descriptor)
+            else:
+                data = self.responses.leased(block + start, datatype, tuple(shape),
+                                             partial(self._lease_ended, block))  # fmt: skip
+                leased += 1
+            tensors[name] = Tensor(name, datatype, tuple(shape), data)
+        for name, wire, shape, parameters in in_memory:
+            datatype = BY_WIRE[wire]
+            placeholder = np.empty(0, dtype=datatype.numpy)
+            tensors[name] = Tensor(name, datatype, tuple(shape), placeholder, dict(parameters),
+                                   in_shared_memory=True)  # fmt: skip
+        if block != descriptors.INLINE:
+            if leased:
+                self._leases[block] = self._leases.get(block, 0) + leased
+            else:
+                self._release(block)
+        return InferResponse(model_name, model_version, request.id, [tensors[n] for n in order])
+
+    # response blocks -----------------------------------------------------------------
+    def _lease_ended(self, block: int, offset: int) -> None:
+        left = self._leases[block] - 1
+        if left:
+            self._leases[block] = left
+        else:
+            del self._leases[block]
+            self._release(block)
+
+    def _release(self, block: int) -> None:
+        """Return a response block to the model-owning process, with others freed soon."""
+        self._released.append(block)
+        if not self._releasing:
+            self._releasing = True
+            self._loop.call_later(RELEASE_DELAY_S, self._send_released)
+
+    def _send_released(self) -> None:
+        self._releasing = False
+        if self._released:
+            self.protocol.send(("r", self._released))
+            self._released = []

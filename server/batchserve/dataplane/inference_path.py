@@ -1,0 +1,27 @@
+"""What the adapters' inference handlers call: ``DataPlane`` in a single-process server,
+``WorkerPlane`` in a request-handling worker (``--workers``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from batchserve.core.types import InferRequest, InferResponse
+from batchserve.core.validation import SchemaLookup
+
+
+class InferencePath(Protocol):
+    def schema_lookup(self, model: str, version: str) -> SchemaLookup: ...
+
+    def raw_request(self, body: bytes, model: str, version: str) -> InferRequest: ...
+
+    def decode(
+        self,
+        decode: Callable[[], InferRequest],
+        model: str,
+        version: str,
+        protocol: str,
+        peer: str | None = None,
+    ) -> InferRequest: ...
+
+    async def infer(self, request: InferRequest) -> InferResponse: ...

@@ -1,0 +1,33 @@
+"""Ports several processes serve together (``SO_REUSEPORT``): the kernel spreads new
+connections over the workers listening on them."""
+
+from __future__ import annotations
+
+import socket
+
+BACKLOG = 2048
+
+
+def reuse_port_socket(host: str, port: int, listening: bool) -> socket.socket:
+    """A TCP socket on ``host:port`` that other processes of this user may bind too.
+
+    Not listening, it only holds the port (and learns it when ``port`` is 0): the kernel
+    gives connections to the listening sockets alone.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+        if listening:
+            sock.listen(BACKLOG)
+            sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def bound_port(sock: socket.socket) -> int:
+    return int(sock.getsockname()[1])

@@ -1,0 +1,147 @@
+"""The model-owning process's workers (``--workers N``): started, watched, replaced when one
+dies, told to drain on shutdown.
+
+Each worker is a fresh interpreter (``python -m batchserve.runtime.worker_process``), not
+a fork: this process runs ONNX Runtime's and grpc's threads, which a fork would copy in
+whatever state they were. It gets one end of a socket pair and its two arenas' memfds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import sys
+from dataclasses import dataclass
+
+from batchserve.core.settings import Settings
+from batchserve.dataplane.handoff.arena import Arena
+from batchserve.dataplane.handoff.engine_link import EngineLink
+from batchserve.dataplane.handoff.frames import pack_frame
+from batchserve.dataplane.plane import DataPlane
+from batchserve.runtime.worker_counts import WorkerCounts
+
+logger = logging.getLogger(__name__)
+
+ARENA_BYTES = 64 << 20
+"""Each arena's size: a request (or response) larger than what is free goes inline."""
+RESTART_PAUSE_S = 1.0
+"""Between a worker's death and its replacement: a worker that dies at start-up must not
+spin."""
+WORKER_MODULE = "batchserve.runtime.worker_process"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    """Where the workers listen, and where they reach this process."""
+
+    http_port: int
+    grpc_port: int
+    http_path: str
+    grpc_path: str
+
+
+@dataclass(slots=True)
+class _Worker:
+    process: asyncio.subprocess.Process
+    link: EngineLink
+
+
+class WorkerPool:
+    def __init__(
+        self, settings: Settings, plane: DataPlane, count: int, endpoints: Endpoints,
+        counts: WorkerCounts,
+    ) -> None:  # fmt: skip
+        self.settings = settings
+        self.plane = plane
+        self.count = count
+        self.endpoints = endpoints
+        self.counts = counts
+        self.workers: dict[int, _Worker] = {}
+        self.stopping = False
+        self._gone_requests: dict[int, int] = {}
+        self._watchers: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Start every worker and wait until each listens (or failed to start)."""
+        started = await asyncio.gather(*(self._start(i) for i in range(self.count)))
+        for index, worker in enumerate(started):
+            self._watchers.append(asyncio.create_task(self._watch(index, worker)))
+        await asyncio.gather(*(self._listening(w) for w in started))
+
+    async def _listening(self, worker: _Worker) -> None:
+        with contextlib.suppress(ConnectionError):
+            await worker.link.listening
+
+    async def _start(self, index: int) -> _Worker:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        requests = Arena.create(f"batchserve-worker{index}-requests", ARENA_BYTES)
+        responses = Arena.create(f"batchserve-worker{index}-responses", ARENA_BYTES)
+        fds = (requests.fd, responses.fd)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", WORKER_MODULE, str(theirs.fileno()),
+            pass_fds=(theirs.fileno(), requests.fd, responses.fd),
+        )  # fmt: skip
+        theirs.close()
+        requests.close_descriptor()  # the mappings stay; the worker has its own copies
+        responses.close_descriptor()
+        ep = self.endpoints
+        ours.sendall(pack_frame((self.settings.model_dump_json(), index, ep.http_port,
+                                 ep.grpc_port, ep.http_path, ep.grpc_path, fds[0], fds[1],
+                                 ARENA_BYTES)))  # fmt: skip
+        link = EngineLink(index, self.plane, requests, responses, self.counts.update)
+        await asyncio.get_running_loop().connect_accepted_socket(lambda: link.protocol, ours)
+        worker = _Worker(process, link)
+        self.workers[index] = worker
+        logger.info("worker started", extra={"worker": index, "pid": process.pid})
+        return worker
+
+    async def _watch(self, index: int, worker: _Worker) -> None:
+        """Replace the worker whenever it exits, until the pool stops."""
+        while True:
+            code = await worker.process.wait()
+            await worker.link.closed
+            self.counts.retire(index)
+            self._gone_requests[index] = self._gone_requests.get(index, 0) + worker.link.handed_over
+            if self.stopping:
+                return
+            logger.error(
+                "worker exited; its connections' requests were answered with an error by the "
+                "closed connection and a new worker replaces it",
+                extra={"worker": index, "pid": worker.process.pid, "exit_code": code},
+            )
+            await asyncio.sleep(RESTART_PAUSE_S)
+            if self.stopping:
+                return
+            worker = await self._start(index)
+
+    def requests_by_worker(self) -> dict[int, int]:
+        """Inference requests each worker slot handed over, its replaced workers' included."""
+        totals = dict(self._gone_requests)
+        for index, worker in self.workers.items():
+            totals[index] = totals.get(index, 0) + worker.link.handed_over
+        return totals
+
+    def repository_changed(self) -> None:
+        """Models were loaded or unloaded: the workers ask again before trusting theirs."""
+        for worker in self.workers.values():
+            worker.link.send(("v",))
+
+    async def stop(self, timeout: float) -> bool:
+        """Drain every worker (they stop listening and answer what they accepted); True
+        when all exited cleanly within ``timeout``, killing any that did not."""
+        self.stopping = True
+        for worker in self.workers.values():
+            worker.link.send(("d",))
+        clean = True
+        for worker in self.workers.values():
+            try:
+                code = await asyncio.wait_for(worker.process.wait(), timeout)
+            except TimeoutError:
+                worker.process.kill()
+                code = await worker.process.wait()
+            clean = clean and code == 0
+        for watcher in self._watchers:
+            watcher.cancel()
+        return clean

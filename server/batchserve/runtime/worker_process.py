@@ -1,0 +1,137 @@
+"""A request-handling worker (``--workers N``): serves its share of the HTTP and gRPC ports,
+decodes and validates inference requests, and hands them to the model-owning process;
+every other call it forwards there whole.
+
+Started by ``worker_pool`` as ``python -m batchserve.runtime.worker_process FD``: FD is its
+end of the socket to the model-owning process, whose first frame says what to serve.
+Stop signals are the model-owning process's to act on (a terminal's Ctrl-C reaches the
+whole process group): the worker drains when that process says so, and exits at once,
+non-zero, when that process is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import signal
+import socket
+import sys
+
+import uvloop
+
+from batchserve.core.settings import Settings
+from batchserve.dataplane.handoff.arena import Arena
+from batchserve.dataplane.handoff.frames import read_frame
+from batchserve.dataplane.handoff.worker_plane import WorkerPlane
+from batchserve.grpc.server import WorkerGrpcServer
+from batchserve.observability.grpc_core_counts import read_core_call_counts
+from batchserve.observability.logs import configure_logging
+from batchserve.observability.refusals import REFUSALS, Protocol
+from batchserve.rest.forward import HttpForwarder, WorkerInferEndpoint
+from batchserve.rest.infer import in_front_of
+from batchserve.runtime import gc_tuning
+from batchserve.runtime.event_loop import BoundedHandshakeLoop
+from batchserve.runtime.http_listener import http_listener
+from batchserve.runtime.shared_ports import reuse_port_socket
+from batchserve.runtime.worker_counts import counts_frame
+
+logger = logging.getLogger(__name__)
+
+COUNTS_INTERVAL_S = 1.0
+_PR_SET_PDEATHSIG = 1
+
+
+class _Start:
+    """The first frame: what this worker serves and where its arenas are."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        def read_exactly(n: int) -> bytes:
+            data = b""
+            while len(data) < n:
+                chunk = sock.recv(n - len(data))
+                if not chunk:
+                    raise ConnectionError("the model-owning process closed the socket")
+                data += chunk
+            return data
+
+        (settings_json, self.index, self.http_port, self.grpc_port, self.http_path,
+         self.grpc_path, self.requests_fd, self.responses_fd, self.arena_bytes,
+         ) = read_frame(read_exactly)  # fmt: skip
+        self.settings = Settings.model_validate_json(settings_json)
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the model-owning process dies, however it dies."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the closed socket still stops it
+        pass
+
+
+async def _serve(start: _Start, sock: socket.socket) -> int:
+    settings = start.settings
+    loop = asyncio.get_running_loop()
+    requests = Arena(start.requests_fd, start.arena_bytes)
+    responses = Arena(start.responses_fd, start.arena_bytes)
+    plane = WorkerPlane(settings, requests, responses)
+    sock.setblocking(False)
+    await loop.connect_accepted_socket(lambda: plane.protocol, sock)
+    forwarder = HttpForwarder(start.http_path)
+    app = in_front_of(WorkerInferEndpoint(plane, settings, forwarder), forwarder)
+    http = http_listener(app, settings, start.http_port, Protocol.HTTP, settings.tls)
+    listening = reuse_port_socket(settings.host, start.http_port, listening=True)
+    http_task = asyncio.create_task(http.serve(sockets=[listening]))
+    grpc = WorkerGrpcServer(plane, settings, start.grpc_port, start.grpc_path)
+    await grpc.start()
+    while not http.started:
+        if http_task.done():
+            await http_task
+            return 1
+        await asyncio.sleep(0.01)
+    plane.protocol.send(("h",))
+    counting = asyncio.create_task(_send_counts(plane))
+    draining = asyncio.create_task(plane.draining.wait())
+    await asyncio.wait((draining, plane.lost), return_when=asyncio.FIRST_COMPLETED)
+    if not draining.done():
+        logger.error(
+            "the model-owning process is gone: worker exiting", extra={"worker": start.index}
+        )
+        return 1
+    http.should_exit = True
+    await asyncio.gather(grpc.stop(settings.shutdown_timeout_seconds), http_task)
+    counting.cancel()
+    plane.protocol.send(counts_frame(REFUSALS, read_core_call_counts()))
+    forwarder.close()
+    plane.protocol.close()
+    return 0
+
+
+async def _send_counts(plane: WorkerPlane) -> None:
+    while True:
+        await asyncio.sleep(COUNTS_INTERVAL_S)
+        plane.protocol.send(counts_frame(REFUSALS, read_core_call_counts()))
+
+
+def main(argv: list[str]) -> int:
+    _die_with_parent()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    sock = socket.socket(fileno=int(argv[1]))
+    start = _Start(sock)
+    settings = start.settings
+    configure_logging(settings.log_level, settings.log_format)
+    gc_tuning.tune()
+    handshake = settings.http_header_timeout_seconds
+    code: int = uvloop.run(
+        _serve(start, sock), loop_factory=lambda: BoundedHandshakeLoop(handshake)
+    )
+    os.close(start.requests_fd)
+    os.close(start.responses_fd)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

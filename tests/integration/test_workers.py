@@ -1,0 +1,244 @@
+"""``--workers 2``: two request-handling processes share the ports and hand requests to the
+one process that runs the models. Real tritonclient and perf_analyzer against it; one set
+of statistics; a worker killed under load; the model-owning process killed; SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import httpx
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from tests.integration.server import MODEL_REPO, ServerProcess, metric, start_server
+
+WORKERS = ["--workers", "2"]
+
+
+@pytest.fixture(scope="module")
+def workers_server() -> Iterator[ServerProcess]:
+    server = start_server(extra_args=WORKERS)
+    yield server
+    assert server.stop() == 0
+
+
+def _worker_pids(server: ServerProcess) -> dict[int, int]:
+    """The latest pid of each worker slot, from the log."""
+    server.drain_logs()
+    pids: dict[int, int] = {}
+    for record in server.logs:
+        if record.get("message") == "worker started":
+            pids[int(str(record["worker"]))] = int(str(record["pid"]))
+    return pids
+
+
+def _images(count: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).random((count, 1, 8, 8), dtype=np.float32)
+
+
+def _reference(images: np.ndarray) -> dict[str, np.ndarray]:
+    session = ort.InferenceSession(str(MODEL_REPO / "digits_cnn" / "1" / "model.onnx"))
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, {"image": images}), strict=True))
+
+
+def _stats_success(server: ServerProcess) -> int:
+    client = httpclient.InferenceServerClient(server.http_url)
+    stats = client.get_inference_statistics("digits_cnn")
+    return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
+
+
+def test_tritonclient_gets_the_models_answers_over_both_protocols(
+    workers_server: ServerProcess,
+) -> None:
+    images = _images(5, seed=1)
+    expected = _reference(images)
+    for module, url in (
+        (httpclient, workers_server.http_url),
+        (grpcclient, workers_server.grpc_url),
+    ):
+        client = module.InferenceServerClient(url)
+        assert client.is_server_ready()
+        assert client.get_model_metadata("digits_cnn")
+        tensor = module.InferInput("image", list(images.shape), "FP32")
+        tensor.set_data_from_numpy(images)
+        result = client.infer("digits_cnn", [tensor])
+        for name, value in expected.items():
+            np.testing.assert_allclose(result.as_numpy(name), value, rtol=1e-5, atol=1e-6)
+
+
+def test_requests_over_many_connections_reach_both_workers_and_are_counted_once(
+    workers_server: ServerProcess,
+) -> None:
+    before = _stats_success(workers_server)
+    before_metric = metric(workers_server, "batchserve_requests_total", outcome="success")
+    images = _images(1, seed=2)
+    sent = 0
+    for _ in range(40):  # a new connection each time: the kernel spreads them
+        for module, url in ((httpclient, workers_server.http_url),
+                            (grpcclient, workers_server.grpc_url)):  # fmt: skip
+            client = module.InferenceServerClient(url)
+            tensor = module.InferInput("image", [1, 1, 8, 8], "FP32")
+            tensor.set_data_from_numpy(images)
+            client.infer("digits_cnn", [tensor])
+            client.close()
+            sent += 1
+    assert _stats_success(workers_server) - before == sent
+    grpc_stats = grpcclient.InferenceServerClient(workers_server.grpc_url).get_inference_statistics(
+        "digits_cnn", as_json=True
+    )
+    assert int(grpc_stats["model_stats"][0]["inference_stats"]["success"]["count"]) == before + sent
+    after_metric = metric(workers_server, "batchserve_requests_total", outcome="success")
+    assert after_metric - before_metric == sent
+    shares = [metric(workers_server, "batchserve_worker_requests_total", worker=str(i))
+              for i in range(2)]  # fmt: skip
+    assert all(share > 0 for share in shares), shares
+
+
+def test_bad_requests_get_the_same_answers_and_are_counted(workers_server: ServerProcess) -> None:
+    before = metric(workers_server, "batchserve_requests_total", outcome="failure")
+    response = httpx.post(
+        f"http://{workers_server.http_url}/v2/models/digits_cnn/infer",
+        json={"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 8, 9],
+                          "data": [0.0] * 72}]},
+    )  # fmt: skip
+    assert response.status_code == 400
+    assert "input 'image': shape [1, 1, 8, 9] does not match" in response.json()["error"]
+    client = grpcclient.InferenceServerClient(workers_server.grpc_url)
+    tensor = grpcclient.InferInput("image", [1, 1, 8, 8], "FP32")
+    tensor.set_data_from_numpy(np.zeros((1, 1, 8, 8), np.float32))
+    with pytest.raises(Exception, match=r"unknown model|no available versions"):
+        client.infer("no_such_model", [tensor])
+    with pytest.raises(Exception, match="priority"):
+        client.infer("digits_cnn", [tensor], priority=99)
+    assert metric(workers_server, "batchserve_requests_total", outcome="failure") - before >= 2
+
+
+def test_perf_analyzer_runs_cleanly_against_two_workers(workers_server: ServerProcess) -> None:
+    tool = Path(os.environ.get("VIRTUAL_ENV", Path(__file__).parents[2] / ".venv")) / "bin"
+    for protocol, url in (("http", workers_server.http_url), ("grpc", workers_server.grpc_url)):
+        result = subprocess.run(
+            [str(tool / "perf_analyzer"), "-m", "digits_cnn", "-i", protocol, "-u", url,
+             "--concurrency-range", "8", "--measurement-interval", "800",
+             "--stability-percentage", "1000"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Throughput:" in result.stdout
+
+
+def _http_load(server: ServerProcess, stop: threading.Event, seen: Counter[str]) -> None:
+    images = _images(1, seed=3)
+    while not stop.is_set():
+        try:  # a fresh connection each time: some land on the worker about to die
+            client = httpclient.InferenceServerClient(server.http_url, network_timeout=30)
+            tensor = httpclient.InferInput("image", [1, 1, 8, 8], "FP32")
+            tensor.set_data_from_numpy(images)
+            client.infer("digits_cnn", [tensor])
+            seen["ok"] += 1
+        except Exception as error:  # the dead worker's connections close: an error, at once
+            seen[type(error).__name__] += 1
+
+
+def _grpc_load(server: ServerProcess, stop: threading.Event, seen: Counter[str]) -> None:
+    request = service_pb2.ModelInferRequest(model_name="digits_cnn")
+    request.inputs.add(name="image", datatype="FP32", shape=[1, 1, 8, 8])
+    request.raw_input_contents.append(_images(1, seed=4).tobytes())
+    while not stop.is_set():
+        with grpc.insecure_channel(server.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            try:
+                stub.ModelInfer(request, timeout=30)
+                seen["ok"] += 1
+            except grpc.RpcError as error:
+                seen[error.code().name] += 1
+
+
+def test_a_killed_worker_is_replaced_and_no_request_hangs() -> None:
+    server = start_server(extra_args=WORKERS)
+    try:
+        pids = _worker_pids(server)
+        assert len(pids) == 2
+        stop = threading.Event()
+        seen: Counter[str] = Counter()
+        threads = [threading.Thread(target=loop, args=(server, stop, seen))
+                   for loop in (_http_load, _http_load, _grpc_load, _grpc_load)]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)
+        os.kill(pids[0], signal.SIGKILL)
+        replaced = server.wait_for("worker started", timeout=60)
+        assert int(str(replaced["worker"])) == 0
+        assert int(str(replaced["pid"])) != pids[0]
+        time.sleep(1.5)
+        ok_before_stop = seen["ok"]
+        time.sleep(1.0)
+        stop.set()
+        for thread in threads:
+            thread.join(40)
+        assert not any(thread.is_alive() for thread in threads), "a request hung"
+        assert seen["ok"] > ok_before_stop, seen  # still serving after the replacement
+        assert httpx.get(f"http://{server.http_url}/v2/health/ready").status_code == 200
+        exited = [r for r in server.logs if r.get("message", "").startswith("worker exited")]
+        assert exited
+        assert exited[0]["exit_code"] == -signal.SIGKILL
+    finally:
+        assert server.stop() == 0
+
+
+def test_workers_exit_when_the_model_owning_process_dies() -> None:
+    server = start_server(extra_args=WORKERS)
+    pids = list(_worker_pids(server).values())
+    server.process.kill()
+    assert server.process.wait(10) != 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in pids)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"http://{server.http_url}/v2/health/live", timeout=2)
+    server.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie waiting for its reaper is gone too
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_sigterm_drains_every_accepted_request_and_exits_0() -> None:
+    server = start_server(extra_args=[*WORKERS, "--shutdown-delay", "0.5"])
+    stop = threading.Event()
+    seen: Counter[str] = Counter()
+    threads = [threading.Thread(target=loop, args=(server, stop, seen))
+               for loop in (_http_load, _grpc_load, _grpc_load)]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    time.sleep(1.5)
+    server.process.send_signal(signal.SIGTERM)
+    code = server.process.wait(60)
+    stop.set()
+    for thread in threads:
+        thread.join(40)
+    server.stop()
+    assert code == 0
+    finals = [r for r in server.logs if r.get("message") == "final statistics"]
+    answered = sum(int(str(r["success"])) for r in finals)
+    assert sum(int(str(r["fail"])) for r in finals) == 0
+    assert seen["ok"] == answered, seen
+    assert seen["ok"] > 0
