@@ -230,12 +230,16 @@ def _scale(text: str) -> float:
 def _infer_layout(item: InputSpec, counts: set[int]) -> str:
     """NHWC when only the last axis is channel-sized, NCHW when only the third from last is.
 
-    Per-channel mean or std fix the channel count; otherwise 1, 3 or 4 channels are looked for.
+    Per-channel mean or std say how many channels to look for; if no axis has that many (a
+    mistake ``ImageInput.check`` then names), or they are not given, 1, 3 or 4.
     """
     if len(item.dims) < 3:
         return LAYOUTS[0]  # too few axes for an image: ImageInput.check says so
-    sizes = (counts - {1}) or set(CHANNEL_SIZES)
-    found = [layout for layout, axis in _CHANNEL_AXIS.items() if item.dims[axis] in sizes]
+    found: list[str] = []
+    for sizes in (counts - {1}, set(CHANNEL_SIZES)):
+        found = [layout for layout, axis in _CHANNEL_AXIS.items() if item.dims[axis] in sizes]
+        if found:
+            break
     if len(found) == 1:
         return found[0]
     raise InvalidArgument(
