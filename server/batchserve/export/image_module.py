@@ -32,14 +32,18 @@ class BytesImageModule(torch.nn.Module):
         self.module = module
         self.position = list(inputs).index(image.input)
         self.permutation = image.permutation(rank)
-        multiplier, offset = image.affine()
-        self.multiplier = torch.from_numpy(multiplier)
-        self.offset = torch.from_numpy(offset)
+        multiplier, offset = image.affine()  # a multiply by 1 or an add of 0 is left out
+        self.multiplier = None if (multiplier == 1).all() else torch.from_numpy(multiplier)
+        self.offset = None if (offset == 0).all() else torch.from_numpy(offset)
 
     def forward(self, *inputs: torch.Tensor) -> object:
         arguments = list(inputs)
         image = arguments[self.position].to(torch.float32)
         if self.permutation is not None:
             image = image.permute(self.permutation)
-        arguments[self.position] = image * self.multiplier + self.offset
+        if self.multiplier is not None:
+            image = image * self.multiplier
+        if self.offset is not None:
+            image = image + self.offset
+        arguments[self.position] = image
         return self.module(*arguments)

@@ -95,6 +95,19 @@ def test_nchw_bytes_need_no_transpose(export_cli: Callable[..., Any], repo: Path
     assert list(load_pbtxt(repo / "planar" / "config.pbtxt").input[0].dims) == [3, 8, 8]
 
 
+def test_a_conversion_that_only_casts_adds_only_a_cast(
+    export_cli: Callable[..., Any], repo: Path
+) -> None:
+    result = export_cli(
+        FACTORY,
+        *("--name", "raw", "--input", "image:UINT8:batch,3,8,8:0..9", "--normalize", "scale=1"),
+    )
+
+    assert result.code == 0, result.err
+    graph = onnx.load(str(repo / "raw" / "1" / "model.onnx")).graph
+    assert [node.op_type for node in graph.node][:2] == ["Cast", "Conv"]
+
+
 def test_a_wrong_conversion_in_the_graph_fails_verification(
     export_cli: Callable[..., Any], repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
