@@ -62,21 +62,25 @@ def from_onnx(path: Path) -> DigitsCNN:
 
     graph = onnx.load(str(path)).graph
     values = {tensor.name: numpy_helper.to_array(tensor) for tensor in graph.initializer}
-    layers = [node for node in graph.node if node.op_type in ("Conv", "Gemm")]
-    model = DigitsCNN().eval()
-    targets = [m for m in model.modules() if isinstance(m, nn.Conv2d | nn.Linear)]
-    if len(layers) != len(targets):
-        raise ValueError(f"{path}: {len(layers)} Conv/Gemm nodes, DigitsCNN has {len(targets)}")
-    with torch.no_grad():
-        for node, layer in zip(layers, targets, strict=True):
-            layer.weight.copy_(torch.from_numpy(values[node.input[1]].copy()))
-            layer.bias.copy_(torch.from_numpy(values[node.input[2]].copy()))
-        for norm in (m for m in model.modules() if isinstance(m, nn.BatchNorm2d)):
-            norm.running_mean.zero_()
-            norm.running_var.fill_(1.0)
-            norm.weight.fill_(float(np.sqrt(1.0 + norm.eps)))
-            norm.bias.zero_()
-    return model
+    nodes = [node for node in graph.node if node.op_type in ("Conv", "Gemm")]
+    model = DigitsCNN()
+    modules = dict(model.named_modules())
+    layers = [name for name, m in modules.items() if isinstance(m, nn.Conv2d | nn.Linear)]
+    if len(nodes) != len(layers):
+        raise ValueError(f"{path}: {len(nodes)} Conv/Gemm nodes, DigitsCNN has {len(layers)}")
+    state = model.state_dict()
+    for node, name in zip(nodes, layers, strict=True):
+        state[f"{name}.weight"] = torch.from_numpy(values[node.input[1]].copy())
+        state[f"{name}.bias"] = torch.from_numpy(values[node.input[2]].copy())
+    for name, norm in modules.items():
+        if isinstance(norm, nn.BatchNorm2d):
+            size = norm.num_features
+            state[f"{name}.running_mean"] = torch.zeros(size)
+            state[f"{name}.running_var"] = torch.ones(size)
+            state[f"{name}.weight"] = torch.full((size,), float(np.sqrt(1.0 + norm.eps)))
+            state[f"{name}.bias"] = torch.zeros(size)
+    model.load_state_dict(state, strict=True)
+    return model.eval()
 
 
 def as_bytes(images: np.ndarray) -> np.ndarray:
