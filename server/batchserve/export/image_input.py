@@ -174,10 +174,11 @@ def parse_normalize(
 
 
 def _pairs(items: Sequence[str]) -> dict[str, str]:
-    """KEY=VALUE pairs; a value's own commas and the separators between pairs both split."""
+    """KEY=VALUE pairs, apart or in one argument (``mean=0.5,0.5,0.5,std=...``; a space or
+    ``;`` separates too): a part without ``=`` continues the value before it."""
     pairs: dict[str, list[str]] = {}
     current: list[str] | None = None
-    for part in " ".join(items).replace(",", " ").split():
+    for part in " ".join(items).replace(",", " ").replace(";", " ").split():
         key, sep, value = part.partition("=")
         if not sep:
             if current is None:

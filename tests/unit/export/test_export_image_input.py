@@ -28,6 +28,8 @@ def _inputs(*texts: str) -> tuple[InputSpec, ...]:
         ["mean=0.485,0.456,0.406,std=0.229,0.224,0.225"],
         ["std=0.229,0.224,0.225", "mean=0.485,0.456,0.406", "scale=1/255"],
         ["mean=0.485", "0.456", "0.406", "std=0.229,0.224,0.225", "input=image"],
+        ["mean=0.485,0.456,0.406 std=0.229,0.224,0.225"],
+        ["mean=0.485,0.456,0.406;std=0.229,0.224,0.225"],
     ],
 )
 def test_normalize_spellings_parse_to_the_same_conversion(items: list[str]) -> None:
