@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import onnx
@@ -26,6 +27,7 @@ from onnx import TensorProto, helper
 from bench.common import ROOT
 
 RESNET = "resnet18ish"
+FP32_IMAGE = ("--input", "image:FP32:batch,3,224,224")
 IDENTITY_WIDTH = 16
 MAX_BATCH = 64
 EXPORT_TIMEOUT_S = 900
@@ -88,11 +90,12 @@ def write_identity(repo: Path) -> Path:
     return target
 
 
-def export_resnet(repo: Path) -> Path:
-    """Export ``bench.models:resnet18ish`` with the real CLI (verified against PyTorch)."""
+def export_resnet(repo: Path, name: str = RESNET, image: Sequence[str] = FP32_IMAGE) -> Path:
+    """Export ``bench.models:resnet18ish`` with the real CLI (verified against PyTorch) as
+    ``name``; ``image`` declares its input (``--input`` and, for bytes, ``--normalize``)."""
     argv = [
         sys.executable, "-m", "batchserve.cli", "export", "bench.models:resnet18ish",
-        "--name", RESNET, "--input", "image:FP32:batch,3,224,224", "--output", "logits",
+        "--name", name, *image, "--output", "logits",
         "--model-repository", str(repo), "--max-batch-size", str(MAX_BATCH),
         "--dynamic-batching", "--max-queue-delay-us", str(MAX_QUEUE_DELAY_US),
         "--batch-sizes", "1,2",
@@ -102,8 +105,8 @@ def export_resnet(repo: Path) -> Path:
         argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S
     )
     if done.returncode != 0:
-        raise RuntimeError(f"batchserve export {RESNET} failed:\n{done.stdout}{done.stderr}")
-    return one_instance_per_core(repo / RESNET)
+        raise RuntimeError(f"batchserve export {name} failed:\n{done.stdout}{done.stderr}")
+    return one_instance_per_core(repo / name)
 
 
 def one_instance_per_core(model_dir: Path) -> Path:

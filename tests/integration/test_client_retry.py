@@ -301,4 +301,8 @@ def test_model_control_needs_the_token(explicit_server: ServerProcess) -> None:
             with pytest.raises(Unauthenticated, match="token"):
                 anonymous.repository_index()
             states = {row["name"]: row["state"] for row in admin.repository_index()}
-            assert states == {"digits_cnn": "READY", "char_lstm": "UNAVAILABLE"}
+            assert states == {
+                "digits_cnn": "READY",
+                "digits_cnn_uint8": "UNAVAILABLE",
+                "char_lstm": "UNAVAILABLE",
+            }

@@ -24,7 +24,7 @@ def _reported(name: str) -> dict[str, float]:
 def test_the_shipped_repository_is_valid() -> None:
     resolved, problems = ModelRepository(MODEL_REPO).scan()
     assert problems == []
-    assert sorted(m.name for m in resolved) == ["char_lstm", "digits_cnn"]
+    assert sorted(m.name for m in resolved) == ["char_lstm", "digits_cnn", "digits_cnn_uint8"]
 
 
 def test_digits_cnn_reaches_its_reported_held_out_accuracy() -> None:
@@ -37,6 +37,22 @@ def test_digits_cnn_reaches_its_reported_held_out_accuracy() -> None:
     assert accuracy >= 0.95
     assert accuracy == pytest.approx(_reported("digits_cnn")["held_out_accuracy"], abs=0.005)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_digits_cnn_uint8_is_digits_cnn_taking_greyscale_bytes() -> None:
+    pytest.importorskip("sklearn")
+    from batchserve.zoo.digits_cnn import as_bytes, load_digits_split
+
+    split = load_digits_split()
+    raw = as_bytes(split.test_x)
+    logits, probabilities = _session("digits_cnn_uint8").run(None, {"image": raw})
+    as_floats = (raw.transpose(0, 3, 1, 2) * np.float32(16 / 255)).astype(np.float32)
+    twin_logits, twin_probabilities = _session("digits_cnn").run(None, {"image": as_floats})
+    np.testing.assert_allclose(logits, twin_logits, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(probabilities, twin_probabilities, rtol=1e-4, atol=1e-6)
+    accuracy = float((logits.argmax(axis=1) == split.test_y).mean())
+    assert accuracy == pytest.approx(_reported("digits_cnn_uint8")["held_out_accuracy"], abs=1e-9)
+    assert accuracy >= 0.95
 
 
 def test_char_lstm_reaches_its_reported_next_character_accuracy() -> None:

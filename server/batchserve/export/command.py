@@ -11,14 +11,16 @@ import argparse
 import importlib
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from batchserve.core.errors import BatchserveError, InvalidArgument
 from batchserve.export.errors import ExportError, VerificationFailed, first_line
+from batchserve.export.image_input import LAYOUTS, ImageInput, parse_normalize
 from batchserve.export.spec import (
     ExportSpec,
+    InputSpec,
     ServingOptions,
     Tolerance,
     parse_axis_sizes,
@@ -52,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_model_arguments(parser)
+    _add_image_arguments(parser)
     _add_test_arguments(parser)
     _add_serving_arguments(parser)
     _add_tensorrt_arguments(parser)
@@ -80,9 +83,10 @@ def spec_from_args(args: argparse.Namespace) -> ExportSpec:
         preferred_batch_sizes=tuple(args.preferred_batch_sizes),
         sequence_length_input=args.sequence_length_input,
     )
+    inputs = tuple(parse_input_spec(text) for text in args.inputs)
     return ExportSpec(
         name=args.name,
-        inputs=tuple(parse_input_spec(text) for text in args.inputs),
+        inputs=inputs,
         outputs=tuple(args.outputs),
         max_batch_size=args.max_batch_size,
         version=args.version,
@@ -91,6 +95,7 @@ def spec_from_args(args: argparse.Namespace) -> ExportSpec:
         tolerance=_tolerance(args),
         opset=args.opset,
         serving=serving,
+        image_input=_image_input(args, inputs),
     )
 
 
@@ -119,6 +124,8 @@ def _export(args: argparse.Namespace) -> ExportReport:
     if tensorrt is not None and args.format != "onnx":
         raise InvalidArgument("--tensorrt builds the engine from the ONNX model: use --format onnx")
     spec = spec_from_args(args)
+    if spec.image_input is not None:
+        print(f"image sent as bytes: {spec.image_input}")
     if tensorrt is not None:
         from batchserve.export.tensorrt import profile_shapes, require_tensorrt
 
@@ -138,6 +145,16 @@ def _export(args: argparse.Namespace) -> ExportReport:
     return export_tensorrt(
         module, spec, args.model_repository, tensorrt, progress=_print_verification
     )
+
+
+def _image_input(args: argparse.Namespace, inputs: Sequence[InputSpec]) -> ImageInput | None:
+    if not args.normalize:
+        if args.layout is not None:
+            raise InvalidArgument(
+                "--layout says how an image sent as bytes is laid out: it needs --normalize"
+            )
+        return None
+    return parse_normalize(args.normalize, args.layout, inputs)
 
 
 def _tolerance(args: argparse.Namespace) -> Tolerance:
@@ -276,6 +293,23 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-repository", type=Path, default=Path("model_repo"))
     parser.add_argument("--max-batch-size", type=int, default=64, help="0: no batch axis")
     parser.add_argument("--opset", type=int, default=17)
+
+
+def _add_image_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--normalize",
+        nargs="+",
+        metavar="KEY=VALUE",
+        help="take a UINT8 image input as bytes and convert it inside the graph to the float "
+        "NCHW tensor the module takes, (x * scale - mean) / std: mean=R,G,B std=R,G,B "
+        "[scale=S (default 1/255)] [input=NAME (default: the only UINT8 input)]",
+    )
+    parser.add_argument(
+        "--layout",
+        choices=LAYOUTS,
+        help="the layout clients send the bytes in (default: told from where the 1, 3 or 4 "
+        "channels sit in the input's dims)",
+    )
 
 
 def _add_test_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ import numpy.typing as npt
 from batchserve.core.datatypes import from_numpy
 from batchserve.core.errors import InvalidArgument
 from batchserve.export.errors import ExportError
+from batchserve.export.image_input import BYTE_RANGE
 from batchserve.export.spec import DEFAULT_INT_RANGE, ExportSpec, InputSpec
 
 Array = npt.NDArray[Any]
@@ -29,8 +30,16 @@ def trace_inputs(spec: ExportSpec) -> Arrays:
 
 
 def random_inputs(spec: ExportSpec, sizes: Mapping[str, int], rng: np.random.Generator) -> Arrays:
-    """Fresh random inputs for one case, within each input's declared value range."""
-    return {item.name: _random_array(item, sizes, rng) for item in spec.inputs}
+    """Fresh random inputs for one case, within each input's declared value range.
+
+    An image input sent as bytes (``--normalize``) without a declared range gets every byte
+    value, 0..255, as serving will.
+    """
+    image = spec.image_input.input if spec.image_input else None
+    return {
+        item.name: _random_array(item, sizes, rng, BYTE_RANGE if item.name == image else None)
+        for item in spec.inputs
+    }
 
 
 def describe(arrays: Mapping[str, Array]) -> str:
@@ -45,13 +54,19 @@ def _wire(array: Array) -> str:
         return str(array.dtype)
 
 
-def _random_array(item: InputSpec, sizes: Mapping[str, int], rng: np.random.Generator) -> Array:
+def _random_array(
+    item: InputSpec,
+    sizes: Mapping[str, int],
+    rng: np.random.Generator,
+    int_range: tuple[int, int] | None = None,
+) -> Array:
     shape = item.shape(sizes)
     dtype = item.datatype.numpy
     if dtype.kind == "b":
         return rng.integers(0, 2, size=shape).astype(bool)
     if dtype.kind in "iu":
-        low, high = item.value_range.bounds(sizes) if item.value_range else DEFAULT_INT_RANGE
+        default = int_range or DEFAULT_INT_RANGE
+        low, high = item.value_range.bounds(sizes) if item.value_range else default
         if high < low:
             raise ExportError(
                 f"input '{item.name}': value range {item.value_range} is empty at {sizes}"

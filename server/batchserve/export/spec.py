@@ -16,6 +16,7 @@ import numpy as np
 
 from batchserve.core.datatypes import BY_WIRE, DataType
 from batchserve.core.errors import InvalidArgument
+from batchserve.export.image_input import ImageInput
 
 DEFAULT_BATCH_SIZES = (1, 3, 8)
 DEFAULT_AXIS_SIZES = (1, 7, 33)
@@ -128,6 +129,7 @@ class ExportSpec:
         tolerance: how close the converted model must be to PyTorch.
         opset: ONNX opset version.
         serving: config.pbtxt options beyond the signature.
+        image_input: a UINT8 input the graph itself converts to the module's float NCHW.
     """
 
     name: str
@@ -140,14 +142,16 @@ class ExportSpec:
     tolerance: Tolerance = Tolerance()
     opset: int = 17
     serving: ServingOptions = ServingOptions()
+    image_input: ImageInput | None = None
 
     def __post_init__(self) -> None:
         _check_scalars(self)
         _check_names(self.inputs, self.outputs)
-        batch_axis = _batch_axis(self.inputs, self.max_batch_size)
-        _check_sizes(self, batch_axis)
+        _check_sizes(self, _batch_axis(self.inputs, self.max_batch_size))
         _check_ranges(self.inputs)
         _check_serving(self)
+        if self.image_input is not None:
+            self.image_input.check(self)
 
     @property
     def batch_axis(self) -> str | None:
@@ -316,11 +320,9 @@ def _check_names(inputs: Sequence[InputSpec], outputs: Sequence[str]) -> None:
 
 
 def _check_unique(kind: str, names: Sequence[str]) -> None:
-    seen: set[str] = set()
-    for name in names:
-        if name in seen:
-            raise InvalidArgument(f"{kind} '{name}' is declared twice")
-        seen.add(name)
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:
+        raise InvalidArgument(f"{kind} '{twice}' is declared twice")
 
 
 def _batch_axis(inputs: Sequence[InputSpec], max_batch_size: int) -> str | None:

@@ -8,12 +8,14 @@ not lead with the batch axis.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from batchserve.export.errors import ExportError
+from batchserve.export.image_input import ImageInput
+from batchserve.export.image_module import BytesImageModule
 from batchserve.export.inputs import Array, Arrays, describe, trace_inputs
 from batchserve.export.spec import ExportSpec
 
@@ -38,11 +40,15 @@ class TorchModel:
         module: the module.
         inputs: input names in forward's parameter order (passed positionally).
         outputs: names given to forward's outputs, in order.
+        reference: what ``run`` answers instead of ``module``: a module behind the conversion
+            of an image sent as bytes is checked against the module alone, on inputs
+            converted outside the graph.
     """
 
     module: torch.nn.Module
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    reference: Callable[[Mapping[str, Array]], Arrays] | None = None
 
     def arguments(self, arrays: Mapping[str, Array]) -> tuple[torch.Tensor, ...]:
         """Copies, so a forward that writes into its inputs cannot change the other side's data."""
@@ -60,19 +66,43 @@ class TorchModel:
         return _flatten(self.module, result)
 
     def run(self, arrays: Mapping[str, Array]) -> Arrays:
+        """The outputs the converted model must reproduce for these inputs."""
+        if self.reference is not None:
+            return self.reference(arrays)
         results = self.forward(arrays)
         pairs = zip(self.outputs, results, strict=True)
         return {name: tensor.detach().cpu().numpy() for name, tensor in pairs}
 
 
 def bind_module(module: torch.nn.Module, spec: ExportSpec) -> TorchModel:
-    """Put the module in eval mode, bind inputs by name, and name its outputs from a trial pass."""
+    """Put the module in eval mode, bind inputs by name, and name its outputs from a trial pass.
+
+    With an image input sent as bytes, the module is bound to the float NCHW input it takes
+    and put behind the conversion.
+    """
     module.eval()
+    if spec.image_input is not None:
+        return _bind_behind_conversion(module, spec, spec.image_input)
     probe = TorchModel(module, _forward_order(module, spec), ())
     results = probe.forward(trace_inputs(spec))
     names = _output_names(spec, len(results))
     _check_outputs(spec, names, results)
     return TorchModel(module, probe.inputs, names)
+
+
+def _bind_behind_conversion(
+    module: torch.nn.Module, spec: ExportSpec, image: ImageInput
+) -> TorchModel:
+    plain = bind_module(module, image.float_spec(spec))
+    item = spec.input(image.input)
+    assert item is not None  # ExportSpec checked it
+    # eval mode too: exporters put a module back in the mode it had, its children included
+    wrapped = BytesImageModule(plain.module, plain.inputs, image, len(item.dims)).eval()
+
+    def reference(arrays: Mapping[str, Array]) -> Arrays:
+        return plain.run(image.convert(arrays))
+
+    return TorchModel(wrapped, plain.inputs, plain.outputs, reference)
 
 
 def _forward_order(module: torch.nn.Module, spec: ExportSpec) -> tuple[str, ...]:

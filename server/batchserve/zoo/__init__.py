@@ -15,6 +15,6 @@ ONE_THREAD = 'parameters {\n  key: "intra_op_thread_count"\n  value { string_val
 small operators: a second ONNX Runtime thread only adds a wake-up per operator (measured at
 c=1: server-side compute 210-263 µs with ORT's default two threads, 144 µs with one)."""
 
-ONE_THREAD_MODELS = frozenset({"digits_cnn"})
+ONE_THREAD_MODELS = frozenset({"digits_cnn", "digits_cnn_uint8"})
 """char_lstm keeps ORT's default threads: its batches of 32 run long enough for a second
 thread to pay (c=32: +12-16 % over HTTP, +34 % over gRPC; c=1 p50 +0.15 ms)."""

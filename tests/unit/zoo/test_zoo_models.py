@@ -1,5 +1,7 @@
 """The example architectures behave as their docstrings promise (no training here)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -50,3 +52,35 @@ def test_digits_split_is_stratified_and_disjoint() -> None:
     assert len(split.train_y) + len(split.test_y) == 1797
     assert set(np.unique(split.test_y)) == set(range(10))
     assert split.train_x.max() <= digits_cnn.PIXEL_MAX
+
+
+def test_from_onnx_reads_back_the_weights_of_an_exported_digits_cnn(tmp_path: Path) -> None:
+    """BatchNorm is folded into the convolutions on export; the read-back model still agrees."""
+    from batchserve.export.onnx import export_onnx
+    from batchserve.export.spec import ExportSpec, parse_input_spec
+
+    torch.manual_seed(3)
+    trained = digits_cnn.DigitsCNN()
+    for norm in (m for m in trained.modules() if isinstance(m, torch.nn.BatchNorm2d)):
+        norm.running_mean.uniform_(-0.5, 0.5)
+        norm.running_var.uniform_(0.5, 2.0)
+    spec = ExportSpec("digits", (parse_input_spec("image:FP32:batch,1,8,8:0..16"),))
+    (published,) = export_onnx(trained, spec, tmp_path).models
+
+    read_back = digits_cnn.from_onnx(published.model_file)
+
+    images = torch.rand(5, 1, 8, 8) * digits_cnn.PIXEL_MAX
+    with torch.no_grad():
+        for got, expected in zip(read_back(images), trained.eval()(images), strict=True):
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert not read_back.training
+
+
+def test_as_bytes_gives_hwc_greyscale_that_scales_back_to_the_pixels() -> None:
+    images = np.array([[[[0, 16], [8, 1]]]], dtype=np.float32)  # [1, 1, 2, 2]
+    raw = digits_cnn.as_bytes(images)
+    assert raw.dtype == np.uint8
+    assert raw.shape == (1, 2, 2, 1)
+    assert raw[..., 0].tolist() == [[[0, 255], [128, 16]]]
+    back = raw.transpose(0, 3, 1, 2) * (digits_cnn.PIXEL_MAX / 255)
+    np.testing.assert_allclose(back, images, atol=0.5 * digits_cnn.PIXEL_MAX / 255)
