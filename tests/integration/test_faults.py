@@ -108,12 +108,16 @@ def raw_http_request(server: ServerProcess, iterations: int) -> socket.socket:
     return sock
 
 
-@pytest.fixture(scope="module")
-def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """One instance of the slow model, one request per batch, a queue of QUEUE."""
+@pytest.fixture(scope="module", params=["1", "2"], ids=["one-process", "two-workers"])
+def slow_server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ServerProcess]:
+    """One instance of the slow model, one request per batch, a queue of QUEUE; served by
+    one process, and by two workers handing requests to the model-owning process (clients
+    that leave, deadlines and a full queue must act the same through a worker)."""
     repo = tmp_path_factory.mktemp("slow_repo")
     write_slow_model(repo, "slow", QUEUE)
-    server = start_server(repo)
+    server = start_server(repo, ["--workers", request.param])
     yield server
     assert server.stop() == 0
 
