@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from batchserve.core.datatypes import DataType
-from batchserve.core.tensors import array_from_bytes, array_to_bytes
+from batchserve.core.tensors import LITTLE_ENDIAN, array_from_bytes, array_to_bytes
 from batchserve.dataplane.handoff.ring import Ring
 
 Release = Callable[[int], None]
@@ -47,10 +47,9 @@ class Arena:
             data = array_to_bytes(array, datatype)
             self.view[offset : offset + len(data)] = data
             return len(data)
-        nbytes = array.size * datatype.itemsize
-        target = np.ndarray(array.shape, datatype.numpy.newbyteorder("<"), self.view, offset)
-        np.copyto(target, array, casting="no" if array.dtype == target.dtype else "same_kind")
-        return nbytes
+        target = np.ndarray(array.shape, LITTLE_ENDIAN[datatype.wire], self.view, offset)
+        np.copyto(target, array, casting="same_kind")
+        return target.nbytes
 
     def read(
         self, offset: int, nbytes: int, datatype: DataType, shape: tuple[int, ...], tensor: str
@@ -63,7 +62,7 @@ class Arena:
     ) -> np.ndarray:
         """A view of a fixed-size tensor that calls ``release(offset)`` once no array uses
         it any more, however many views were taken of it meanwhile."""
-        typestr = datatype.numpy.newbyteorder("<").str
+        typestr = LITTLE_ENDIAN[datatype.wire].str
         return np.asarray(_Lease(self._address + offset, typestr, shape, offset, release))
 
 

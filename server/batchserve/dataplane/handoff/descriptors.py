@@ -13,18 +13,11 @@ import numpy as np
 from batchserve.core.datatypes import BY_WIRE, DataType
 from batchserve.core.tensors import array_from_bytes, array_to_bytes
 from batchserve.dataplane.handoff.arena import Arena
-from batchserve.dataplane.handoff.ring import aligned
+from batchserve.dataplane.handoff.ring import ALIGNMENT
 
 Descriptor = tuple[str, str, tuple[int, ...], int, int]
 INLINE = -1
 """The block offset of tensors sent inside the frame."""
-
-
-def _wire_size(array: np.ndarray, datatype: DataType) -> tuple[int, bytes | memoryview | None]:
-    if datatype.itemsize == 0:
-        data = array_to_bytes(array, datatype)
-        return len(data), data
-    return array.size * datatype.itemsize, None
 
 
 def place(
@@ -32,26 +25,46 @@ def place(
 ) -> tuple[int, bytes, list[Descriptor]]:
     """Copy ``tensors`` into one new block: (block offset or INLINE, inline bytes,
     descriptors). The caller frees the block once the other side has answered."""
-    sizes = [_wire_size(array, datatype) for _, datatype, array in tensors]
-    total = sum(aligned(size) for size, _ in sizes)
+    packed: list[bytes | memoryview | None] = []
+    sizes: list[int] = []
+    total = 0
+    for _, datatype, array in tensors:
+        if datatype.itemsize:
+            data, size = None, array.size * datatype.itemsize
+        else:  # BYTES: length-prefixed elements, sized once serialised
+            data = array_to_bytes(array, datatype)
+            size = len(data)
+        packed.append(data)
+        sizes.append(size)
+        total += (size + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
     block = arena.ring.allocate(total) if total else None
+    if block is None:
+        return _inline(tensors, packed, sizes)
     descriptors: list[Descriptor] = []
     start = 0
-    if block is not None:
-        view = arena.view
-        for (name, datatype, array), (size, packed) in zip(tensors, sizes, strict=True):
-            if packed is None:
-                arena.write(block + start, array, datatype)
-            else:
-                view[block + start : block + start + size] = packed
-            descriptors.append((name, datatype.wire, tuple(array.shape), start, size))
-            start += aligned(size)
-        return block, b"", descriptors
+    view = arena.view
+    for (name, datatype, array), data, size in zip(tensors, packed, sizes, strict=True):
+        if data is None:
+            arena.write(block + start, array, datatype)
+        else:
+            view[block + start : block + start + size] = data
+        descriptors.append((name, datatype.wire, array.shape, start, size))
+        start += (size + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+    return block, b"", descriptors
+
+
+def _inline(
+    tensors: Sequence[tuple[str, DataType, np.ndarray]],
+    packed: list[bytes | memoryview | None],
+    sizes: list[int],
+) -> tuple[int, bytes, list[Descriptor]]:
+    """The tensors inside the frame: the arena had no room for them."""
     parts: list[bytes | memoryview] = []
-    for (name, datatype, array), (size, packed) in zip(tensors, sizes, strict=True):
-        data = packed if packed is not None else array_to_bytes(array, datatype)
-        parts.append(data)
-        descriptors.append((name, datatype.wire, tuple(array.shape), start, size))
+    descriptors: list[Descriptor] = []
+    start = 0
+    for (name, datatype, array), data, size in zip(tensors, packed, sizes, strict=True):
+        parts.append(data if data is not None else array_to_bytes(array, datatype))
+        descriptors.append((name, datatype.wire, array.shape, start, size))
         start += size
     return INLINE, b"".join(parts), descriptors
 
