@@ -12,7 +12,7 @@ its log file over the network too.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from batchserve.core.errors import InvalidArgument, Unsupported
@@ -103,6 +103,15 @@ def get() -> Answer:
     return answer
 
 
+_followers: list[Callable[[Answer], None]] = []
+
+
+def follow(follower: Callable[[Answer], None]) -> None:
+    """Call ``follower`` with the settings after every update: the workers of a server
+    (``--workers``) log as the process that was asked does."""
+    _followers.append(follower)
+
+
 def update(updates: Mapping[str, object]) -> Answer:
     """Check every key first, then apply them all: a refused request changes nothing.
     A null value leaves that setting as it is (Triton's behaviour)."""
@@ -115,7 +124,10 @@ def update(updates: Mapping[str, object]) -> Answer:
         for handler in handlers:
             handler.setFormatter(formatter(switches.log_format))
     logging.getLogger().setLevel(switches.threshold())
-    return get()
+    answer = get()
+    for follower in _followers:
+        follower(answer)
+    return answer
 
 
 def _parse(key: str, value: object) -> bool | int | str | None:

@@ -20,6 +20,7 @@ from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.engine_link import EngineLink
 from batchserve.dataplane.handoff.frames import pack_frame
 from batchserve.dataplane.plane import DataPlane
+from batchserve.observability import log_settings
 from batchserve.runtime.worker_counts import WorkerCounts
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class WorkerPool:
         self.stopping = False
         self._gone_requests: dict[int, int] = {}
         self._watchers: list[asyncio.Task[None]] = []
+        log_settings.follow(self._log_settings_changed)
 
     async def start(self) -> None:
         """Start every worker and wait until each listens (or failed to start)."""
@@ -92,6 +94,7 @@ class WorkerPool:
                                  ARENA_BYTES)))  # fmt: skip
         link = EngineLink(index, self.plane, requests, responses, self.counts.update)
         await asyncio.get_running_loop().connect_accepted_socket(lambda: link.protocol, ours)
+        link.send(("l", log_settings.get()))  # as a client may have set them meanwhile
         worker = _Worker(process, link)
         self.workers[index] = worker
         logger.info("worker started", extra={"worker": index, "pid": process.pid})
@@ -122,6 +125,10 @@ class WorkerPool:
         for index, worker in self.workers.items():
             totals[index] = totals.get(index, 0) + worker.link.handed_over
         return totals
+
+    def _log_settings_changed(self, settings: log_settings.Answer) -> None:
+        for worker in self.workers.values():
+            worker.link.send(("l", settings))
 
     def repository_changed(self) -> None:
         """Models were loaded or unloaded: the workers ask again before trusting theirs."""

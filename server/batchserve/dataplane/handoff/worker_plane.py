@@ -27,6 +27,7 @@ from batchserve.dataplane.handoff.frames import Frame, FrameProtocol
 from batchserve.dataplane.raw_input import raw_request
 from batchserve.dataplane.shared_memory import tensors as shm
 from batchserve.dataplane.shared_memory.parameters import REGION
+from batchserve.observability import log_settings
 from batchserve.proto.model_config_pb2 import ModelConfig
 
 logger = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class WorkerPlane:
             "m": self._model,
             "v": self._repository_changed,
             "d": lambda frame: self.draining.set(),
+            "l": self._log_settings,
         }
 
     @property
@@ -123,6 +125,10 @@ class WorkerPlane:
         for key, model in self._models.items():
             model.stale = True
             self._ask(key)
+
+    def _log_settings(self, frame: Frame) -> None:
+        """The model-owning process's log settings, as a client last set them."""
+        log_settings.update({k: v for k, v in frame[1].items() if k != "log_file"})
 
     def _ask(self, key: tuple[str, str]) -> None:
         if key not in self._asked:
