@@ -242,3 +242,46 @@ def test_sigterm_drains_every_accepted_request_and_exits_0() -> None:
     assert sum(int(str(r["fail"])) for r in finals) == 0
     assert seen["ok"] == answered, seen
     assert seen["ok"] > 0
+
+
+def test_a_grpc_stream_is_answered_through_a_worker(workers_server: ServerProcess) -> None:
+    """ModelStreamInfer: each request decoded in the worker, answered in order of arrival
+    by id, with the model's outputs."""
+    images = _images(6, seed=5)
+    expected = _reference(images)["probabilities"]
+    answers: dict[str, np.ndarray] = {}
+    done = threading.Event()
+
+    def on_answer(result: grpcclient.InferResult | None, error: Exception | None) -> None:
+        assert error is None, error
+        assert result is not None
+        answers[result.get_response().id] = result.as_numpy("probabilities")
+        if len(answers) == len(images):
+            done.set()
+
+    client = grpcclient.InferenceServerClient(workers_server.grpc_url)
+    client.start_stream(callback=on_answer)
+    try:
+        for index in range(len(images)):
+            tensor = grpcclient.InferInput("image", [1, 1, 8, 8], "FP32")
+            tensor.set_data_from_numpy(images[index : index + 1])
+            client.async_stream_infer("digits_cnn", [tensor], request_id=str(index))
+        assert done.wait(30)
+    finally:
+        client.stop_stream()
+    for index in range(len(images)):
+        np.testing.assert_allclose(answers[str(index)][0], expected[index], rtol=1e-5, atol=1e-6)
+
+
+def test_a_raw_binary_http_request_is_decoded_by_a_worker(workers_server: ServerProcess) -> None:
+    """Triton's raw binary request (the body is the model's one input) needs the model's
+    configuration, which the worker holds once it has seen the model."""
+    image = _images(1, seed=6)
+    url = f"http://{workers_server.http_url}/v2/models/digits_cnn/infer"
+    headers = {"Inference-Header-Content-Length": "0", "Content-Type": "application/octet-stream"}
+    for _ in range(6):  # both workers, before and after each knows the model
+        response = httpx.post(url, content=image.tobytes(), headers=headers)
+        assert response.status_code == 200, response.text
+        length = int(response.headers["inference-header-content-length"])
+        probabilities = np.frombuffer(response.content[length:][40:], dtype=np.float32)
+        np.testing.assert_allclose(probabilities, _reference(image)["probabilities"][0], rtol=1e-5)
