@@ -11,6 +11,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -285,3 +286,34 @@ def test_a_raw_binary_http_request_is_decoded_by_a_worker(workers_server: Server
         length = int(response.headers["inference-header-content-length"])
         probabilities = np.frombuffer(response.content[length:][40:], dtype=np.float32)
         np.testing.assert_allclose(probabilities, _reference(image)["probabilities"][0], rtol=1e-5)
+
+
+def test_concurrent_requests_each_get_their_own_answer(workers_server: ServerProcess) -> None:
+    """Requests a worker decodes in the same pass travel to the model as one group and are
+    split again: each of many concurrent callers, with its own images and batch size, must
+    get back exactly its own rows."""
+    count = 48
+    images = [_images(1 + index % 3, seed=100 + index) for index in range(count)]
+    expected = [_reference(batch)["logits"] for batch in images]
+    before = _stats_success(workers_server)
+
+    def call(index: int) -> np.ndarray:
+        if index % 2:
+            http = httpclient.InferenceServerClient(workers_server.http_url)
+            tensor = httpclient.InferInput("image", list(images[index].shape), "FP32")
+            tensor.set_data_from_numpy(images[index])
+            return http.infer("digits_cnn", [tensor]).as_numpy("logits")
+        grpc_client = grpcclient.InferenceServerClient(workers_server.grpc_url)
+        tensor = grpcclient.InferInput("image", list(images[index].shape), "FP32")
+        tensor.set_data_from_numpy(images[index])
+        return grpc_client.infer("digits_cnn", [tensor]).as_numpy("logits")
+
+    for _ in range(3):
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(call, range(count)))
+        for index, answer in enumerate(answers):
+            np.testing.assert_allclose(answer, expected[index], rtol=1e-5, atol=1e-5)
+    assert _stats_success(workers_server) - before == 3 * count
+    requests = metric(workers_server, "batchserve_worker_requests_total")
+    handoffs = metric(workers_server, "batchserve_worker_handoffs_total")
+    assert 0 < handoffs < requests, "concurrent requests of one pass travel as one group"

@@ -94,11 +94,12 @@ class DataPlane:
     def server_metadata(self) -> ServerMetadata:
         return ServerMetadata(SERVER_NAME, __version__, EXTENSIONS)
 
-    def _served(self, name: str, version: str) -> ServedVersion:
+    def served(self, name: str, version: str) -> ServedVersion:
+        """The version a request names; raises as Triton answers (unknown, not ready)."""
         return self.registry.get(requested_model_name(name), version)
 
     def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
-        served = self._served(name, version)
+        served = self.served(name, version)
         config = served.config
         batched = config.max_batch_size > 0
         return ModelMetadata(
@@ -110,15 +111,15 @@ class DataPlane:
         )
 
     def model_config(self, name: str, version: str = "") -> ModelConfig:
-        return self._served(name, version).config
+        return self.served(name, version).config
 
     def model_statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:
         """Every served version when ``name`` is empty; else that model's (or one version)."""
         if name:
             served = (
-                [self._served(name, version)]
+                [self.served(name, version)]
                 if version
-                else self.registry.versions_of(self._served(name, "").name)
+                else self.registry.versions_of(self.served(name, "").name)
             )
         else:
             served = self.registry.loaded()
@@ -140,7 +141,7 @@ class DataPlane:
             request = decode()
             if shm.uses_shared_memory(request):
                 self.regions.check(peer)
-                schema = self._served(model, version).schema
+                schema = self.served(model, version).schema
                 shm.read_inputs(request, self.shared_memory, schema.input_names)
                 shm.check_outputs(request, self.shared_memory)
             return request
@@ -164,22 +165,22 @@ class DataPlane:
         return partial(self._schema, model, version)
 
     def _schema(self, model: str, version: str) -> RequestSchema:
-        return self._served(model, version).schema
+        return self.served(model, version).schema
 
     def raw_request(self, body: bytes, model: str, version: str) -> InferRequest:
         """Triton's raw binary HTTP request: the body is the served model's one input."""
-        return raw_request(body, self._served(model, version).config, model, version)
+        return raw_request(body, self.served(model, version).config, model, version)
 
     def served_or_none(self, model: str, version: str) -> ServedVersion | None:
         try:
-            return self._served(model, version)
+            return self.served(model, version)
         except BatchserveError:
             return None
 
     async def infer(self, request: InferRequest) -> InferResponse:
         # Draining only turns readiness off: requests keep being served until the listeners
         # close, so load balancers have the shutdown delay to stop sending traffic.
-        served = self._served(request.model_name, request.model_version)
+        served = self.served(request.model_name, request.model_version)
         self.busy_poll.touch()
         started = time.monotonic_ns()
         served.stats.received += 1

@@ -96,7 +96,7 @@ class Server:
         self.pool = WorkerPool(settings, self.dataplane, workers, endpoints, counts)
         return ServerCollector(self.registry, self.gpus, self.registry.load_seconds,
                                refusals=counts, grpc_core=counts.grpc_core,
-                               workers=self.pool.requests_by_worker)  # fmt: skip
+                               workers=self.pool.handed_over)  # fmt: skip
 
     def _repository_changed(self) -> None:
         _settle_heap()

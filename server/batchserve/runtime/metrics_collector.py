@@ -109,7 +109,7 @@ class ServerCollector(Collector):
         clock: Callable[[], int] = time.monotonic_ns,
         refusals: Refusals = REFUSALS,
         grpc_core: Callable[[], CoreCallCounts | None] = read_core_call_counts,
-        workers: Callable[[], Mapping[int, int]] | None = None,
+        workers: Callable[[], Mapping[int, tuple[int, int]]] | None = None,
     ) -> None:
         self._registry = registry
         self._gpus = gpus
@@ -136,7 +136,7 @@ class ServerCollector(Collector):
         if core is not None:
             yield from _grpc_core_families(core)
         if self._workers is not None:
-            yield _worker_family(self._workers())
+            yield from _worker_families(self._workers())
 
 
 def metrics_registry(collector: ServerCollector) -> CollectorRegistry:
@@ -162,16 +162,24 @@ def _refusal_family(refusals: Refusals) -> Metric:
     return family
 
 
-def _worker_family(requests: Mapping[int, int]) -> Metric:
-    family = CounterMetricFamily(
+def _worker_families(handed_over: Mapping[int, tuple[int, int]]) -> Iterator[Metric]:
+    requests = CounterMetricFamily(
         "batchserve_worker_requests",
         "Inference requests each request-handling worker decoded and handed to the "
         "model-owning process (--workers), a replaced worker's included.",
         labels=("worker",),
     )
-    for index, count in sorted(requests.items()):
-        family.add_metric([str(index)], count)
-    return family
+    handoffs = CounterMetricFamily(
+        "batchserve_worker_handoffs",
+        "Frames those requests travelled in: requests of one event-loop pass with the same "
+        "model and layout go as one (requests / handoffs is the mean group).",
+        labels=("worker",),
+    )
+    for index, (count, frames) in sorted(handed_over.items()):
+        requests.add_metric([str(index)], count)
+        handoffs.add_metric([str(index)], frames)
+    yield requests
+    yield handoffs
 
 
 def _grpc_core_families(core: CoreCallCounts) -> Iterator[Metric]:

@@ -61,7 +61,7 @@ class WorkerPool:
         self.counts = counts
         self.workers: dict[int, _Worker] = {}
         self.stopping = False
-        self._gone_requests: dict[int, int] = {}
+        self._gone: dict[int, tuple[int, int]] = {}  # (requests, handoffs) of replaced workers
         self._watchers: list[asyncio.Task[None]] = []
         log_settings.follow(self._log_settings_changed)
 
@@ -106,7 +106,9 @@ class WorkerPool:
             code = await worker.process.wait()
             await worker.link.closed
             self.counts.retire(index)
-            self._gone_requests[index] = self._gone_requests.get(index, 0) + worker.link.handed_over
+            requests, handoffs = self._gone.get(index, (0, 0))
+            link = worker.link
+            self._gone[index] = (requests + link.handed_over, handoffs + link.handoffs)
             if self.stopping:
                 return
             logger.error(
@@ -119,11 +121,13 @@ class WorkerPool:
                 return
             worker = await self._start(index)
 
-    def requests_by_worker(self) -> dict[int, int]:
-        """Inference requests each worker slot handed over, its replaced workers' included."""
-        totals = dict(self._gone_requests)
+    def handed_over(self) -> dict[int, tuple[int, int]]:
+        """(requests, hand-offs) of each worker slot, its replaced workers' included: a
+        group of requests decoded in one pass is one hand-off."""
+        totals = dict(self._gone)
         for index, worker in self.workers.items():
-            totals[index] = totals.get(index, 0) + worker.link.handed_over
+            requests, handoffs = totals.get(index, (0, 0))
+            totals[index] = (requests + worker.link.handed_over, handoffs + worker.link.handoffs)
         return totals
 
     def _log_settings_changed(self, settings: log_settings.Answer) -> None:

@@ -6,6 +6,7 @@ counted from the block. A block the arena cannot hold goes inline in the frame i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -77,3 +78,35 @@ def read(arena: Arena, block: int, inline: bytes, descriptor: Descriptor) -> np.
         buffer = memoryview(inline)[start : start + size]
         return array_from_bytes(buffer, datatype, tuple(shape), tensor=name)
     return arena.read(block + start, size, datatype, tuple(shape), name)
+
+
+def place_rows(
+    tensors: Sequence[tuple[str, DataType, tuple[int, ...]]],
+    parts: Sequence[dict[str, np.ndarray]],
+    arena: Arena,
+) -> tuple[int, bytes, list[Descriptor]]:
+    """Fixed-size tensors of ``shape`` made of ``parts`` stacked on the batch axis, written
+    once, straight into one block (or inline when the arena has no room)."""
+    sizes = [math.prod(shape) * datatype.itemsize for _, datatype, shape in tensors]
+    total = sum((size + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT for size in sizes)
+    block = arena.ring.allocate(total) if total else None
+    descriptors: list[Descriptor] = []
+    if block is None:
+        chunks = [np.concatenate([part[name] for part in parts]) for name, _, _ in tensors]
+        start = 0
+        for (name, datatype, shape), size in zip(tensors, sizes, strict=True):
+            descriptors.append((name, datatype.wire, shape, start, size))
+            start += size
+        data = b"".join(array_to_bytes(c, d) for c, (_, d, _) in zip(chunks, tensors, strict=True))
+        return INLINE, data, descriptors
+    start = 0
+    for (name, datatype, shape), size in zip(tensors, sizes, strict=True):
+        row = size // shape[0] if shape[0] else 0
+        offset = block + start
+        for part in parts:
+            array = part[name]
+            arena.write(offset, array, datatype)
+            offset += array.shape[0] * row
+        descriptors.append((name, datatype.wire, shape, start, size))
+        start += (size + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+    return block, b"", descriptors

@@ -14,7 +14,7 @@ from typing import Any
 from batchserve.core.datatypes import BY_WIRE
 from batchserve.core.errors import BatchserveError, InvalidArgument
 from batchserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
-from batchserve.core.validation import ValidRequest
+from batchserve.core.validation import ValidRequest, validate_request
 from batchserve.dataplane.handoff import descriptors
 from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.errors import error_frame, error_from
@@ -42,6 +42,8 @@ class EngineLink:
         self.responses = responses  # allocated here; the worker says when to free
         self._counts = counts
         self.handed_over = 0
+        self.handoffs = 0
+        """Frames that carried them: a group of requests is one."""
         """Inference requests the worker handed over, for its share on the metrics port."""
         self._pending: dict[int, asyncio.Future[Any]] = {}  # a task, or a queued item's
         self.protocol = FrameProtocol(self._handle, self._lost)
@@ -50,6 +52,7 @@ class EngineLink:
         self.listening = loop.create_future()
         self._handlers: dict[str, Callable[[Frame], None]] = {
             "i": self._infer,
+            "g": self._group,
             "c": self._cancel,
             "r": self._release,
             "x": self._malformed,
@@ -87,6 +90,7 @@ class EngineLink:
         (_, rid, model, version, request_id, protocol, priority, timeout_us, peer, block,
          inline, inputs, outputs, verdict) = frame  # fmt: skip
         self.handed_over += 1
+        self.handoffs += 1
         if verdict is not None:  # validated by the worker; plain inputs and outputs
             served = self.plane.served_or_none(model, version)
             if served is not None and served.schema.generation == verdict[0]:
@@ -111,36 +115,68 @@ class EngineLink:
         the worker validated against this very schema, with plain outputs."""
         (_, _, _, _, request_id, protocol, priority, timeout_us, _, block, inline, inputs, _,
          (_, batch_size, names)) = frame  # fmt: skip
-        started = time.monotonic_ns()
-        served.stats.received += 1
-        requests, read = self.requests, descriptors.read
+        read, requests = descriptors.read, self.requests
+        arrays = {d[0]: read(requests, block, inline, d[:5]) for d in inputs}
+        valid = ValidRequest(arrays, batch_size, tuple(names))
+        self._submit(rid, served, valid, priority, timeout_us, protocol, request_id, 1)
+
+    def _group(self, frame: Frame) -> None:
+        """Requests one worker decoded in the same pass, for the same model version, layout
+        and options, sent as one: one work item, each request counted in the statistics."""
+        (_, gid, model, version, protocol, priority, timeout_us, block, inline, inputs,
+         (generation, total, names), members) = frame  # fmt: skip
+        self.handed_over += members
+        self.handoffs += 1
         try:
-            arrays = {d[0]: read(requests, block, inline, d[:5]) for d in inputs}
-            valid = ValidRequest(arrays, batch_size, tuple(names))
+            served = self.plane.served(model, version)
+            read, requests = descriptors.read, self.requests
+            arrays = {d[0]: read(requests, block, inline, d) for d in inputs}
+            if served.schema.generation != generation:  # reloaded since the worker looked
+                tensors = [Tensor(d[0], BY_WIRE[d[1]], arrays[d[0]].shape, arrays[d[0]])
+                           for d in inputs]  # fmt: skip
+                wanted = [RequestedOutput(name) for name in names]
+                valid = validate_request(tensors, wanted, served.schema)
+            else:
+                valid = ValidRequest(arrays, total, tuple(names))
+        except BatchserveError as exc:
+            self._answer_error(gid, exc)
+            return
+        self._submit(gid, served, valid, priority, timeout_us, protocol, "", members)
+
+    def _submit(
+        self, rid: int, served: ServedVersion, valid: ValidRequest, priority: int,
+        timeout_us: int, protocol: str, request_id: str, members: int,
+    ) -> None:  # fmt: skip
+        started = time.monotonic_ns()
+        served.stats.received += members
+        try:
             item = DataPlane.work_item(served, valid, priority, timeout_us, started)
             served.batcher.submit(item)
         except BatchserveError as exc:
-            DataPlane.record_failure(served, started, exc, protocol, request_id)
+            for _ in range(members):
+                DataPlane.record_failure(served, started, exc, protocol, request_id)
             self._answer_error(rid, exc)
             return
         self._pending[rid] = item.future
         item.future.add_done_callback(
-            partial(self._finish, rid, served, item, started, protocol, request_id)
+            partial(self._finish, rid, served, item, started, protocol, request_id, members)
         )
 
     def _finish(
         self, rid: int, served: ServedVersion, item: WorkItem, started: int, protocol: str,
-        request_id: str, future: asyncio.Future[Arrays],
+        request_id: str, members: int, future: asyncio.Future[Arrays],
     ) -> None:  # fmt: skip
         if self._pending.pop(rid, None) is None:
             return  # the worker went away
         error = asyncio.CancelledError() if future.cancelled() else future.exception()
         if error is not None:
-            DataPlane.record_failure(served, started, error, protocol, request_id)
+            for _ in range(members):
+                DataPlane.record_failure(served, started, error, protocol, request_id)
             self._answer_error(rid, error)
             return
         arrays = future.result()
-        DataPlane.record_success(served, started, item, protocol)
+        for _ in range(members):
+            DataPlane.record_success(served, started, item, protocol)
         types = served.output_types
         names = item.output_names
         try:
@@ -232,10 +268,11 @@ class EngineLink:
         _, model, version = frame
         served = self.plane.served_or_none(model, version)
         if served is None:
-            self.send(("m", model, version, None, 0))
+            self.send(("m", model, version, None, 0, 0))
         else:
             config = served.config.SerializeToString()
-            self.send(("m", model, version, config, served.schema.generation))
+            cap = served.batcher.policy.max_batch_size
+            self.send(("m", model, version, config, served.schema.generation, cap))
 
     def _listening(self, frame: Frame) -> None:
         if not self.listening.done():

@@ -18,12 +18,13 @@ from batchserve.core.datatypes import BY_WIRE
 from batchserve.core.errors import BatchserveError, InvalidArgument, NotFound, Unavailable
 from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest, InferResponse, Tensor
-from batchserve.core.validation import RequestSchema, SchemaLookup, validate_request
+from batchserve.core.validation import RequestSchema, SchemaLookup, ValidRequest, validate_request
 from batchserve.dataplane.busy_poll import BusyPoll
 from batchserve.dataplane.handoff import descriptors
 from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.errors import error_frame, error_from
 from batchserve.dataplane.handoff.frames import Frame, FrameProtocol
+from batchserve.dataplane.handoff.groups import GroupKey, Member, OpenGroups, Share, split
 from batchserve.dataplane.raw_input import raw_request
 from batchserve.dataplane.shared_memory import tensors as shm
 from batchserve.dataplane.shared_memory.parameters import REGION
@@ -44,7 +45,14 @@ class _Model:
     config: ModelConfig
     schema: RequestSchema
     generation: int
+    cap: int
+    """Samples a work item may hold there (the batch cap derived from the memory budget)."""
     stale: bool = False
+
+    @property
+    def groups(self) -> bool:
+        """Whether requests to it can travel together: batched, fixed-size inputs only."""
+        return self.cap > 0 and all(rule.datatype.itemsize for rule in self.schema.inputs)
 
 
 @dataclass(slots=True)
@@ -72,6 +80,7 @@ class WorkerPlane:
         self._leases: dict[int, int] = {}  # response block -> arrays still using it
         self._released: list[int] = []
         self._releasing = False
+        self._groups = OpenGroups(self._send_group, self._loop)
         self._handlers: dict[str, Callable[[Frame], None]] = {
             "o": self._answered,
             "e": self._answered,
@@ -111,7 +120,7 @@ class WorkerPlane:
             self._release(frame[4])  # answered after the client left
 
     def _model(self, frame: Frame) -> None:
-        _, model, version, config_bytes, generation = frame
+        _, model, version, config_bytes, generation, cap = frame
         key = (model, version)
         self._asked.discard(key)
         if config_bytes is None:
@@ -119,7 +128,7 @@ class WorkerPlane:
             return
         config = ModelConfig.FromString(config_bytes)
         schema = RequestSchema.of(config)
-        self._models[key] = _Model(config, schema, generation)
+        self._models[key] = _Model(config, schema, generation, cap)
 
     def _repository_changed(self, frame: Frame) -> None:
         for key, model in self._models.items():
@@ -196,6 +205,8 @@ class WorkerPlane:
                 self._malformed(model, version, request.protocol, exc)
                 raise
             if not any(o.classification or REGION in o.parameters for o in request.outputs or ()):
+                if known.groups and valid.batch_size <= known.cap:
+                    return await self._grouped(request, known, valid)
                 verdict = (known.generation, valid.batch_size, list(valid.output_names))
         placed = [
             (t.name, t.datatype, t.data) for t in request.inputs if REGION not in t.parameters
@@ -229,30 +240,88 @@ class WorkerPlane:
             raise error_from(frame[2], frame[3])
         return self._response(request, frame)
 
-    def _response(self, request: InferRequest, frame: Frame) -> InferResponse:
-        _, _, model_name, model_version, block, inline, described, in_memory, order = frame
-        tensors: dict[str, Tensor] = {}
+    async def _grouped(
+        self, request: InferRequest, known: _Model, valid: ValidRequest
+    ) -> InferResponse:
+        """Travel with the other requests of this pass that can (``groups.py``)."""
+        layout = tuple(sorted((t.name, t.datatype.wire, t.shape[1:]) for t in request.inputs))
+        key = GroupKey(request.model_name, request.model_version, known.generation,
+                       request.protocol, request.priority, request.timeout_us,
+                       valid.output_names, layout)  # fmt: skip
+        future: asyncio.Future[Share] = self._loop.create_future()
+        self._groups.add(key, Member(valid.inputs, valid.batch_size, future), known.cap)
+        share = await future  # a client that leaves drops its share; the group goes on
+        self.busy_poll.touch()
+        frame = share.frame
+        if frame[0] == "e":
+            raise error_from(frame[2], frame[3])
+        outputs = [
+            Tensor(name, BY_WIRE[wire], (share.count, *shape[1:]), share.output(name))
+            for name, wire, shape, _, _ in frame[6]
+        ]
+        by_name = {t.name: t for t in outputs}
+        return InferResponse(frame[2], frame[3], request.id, [by_name[n] for n in frame[8]])
+
+    def _send_group(self, key: GroupKey, members: list[Member]) -> None:
+        model, version, generation, protocol, priority, timeout_us, names, layout = key
+        total = sum(member.batch_size for member in members)
+        inputs = [(name, BY_WIRE[wire], (total, *rest)) for name, wire, rest in layout]
+        block, inline, described = descriptors.place_rows(
+            inputs, [member.arrays for member in members], self.requests
+        )
+        gid = next(self._ids)
+        future: asyncio.Future[Frame] = self._loop.create_future()
+        self._pending[gid] = _Pending(future, block)
+        future.add_done_callback(partial(self._answer_group, members))
+        self.protocol.send(("g", gid, model, version, protocol, priority, timeout_us, block,
+                            inline, described, (generation, total, list(names)),
+                            len(members)))  # fmt: skip
+
+    def _answer_group(self, members: list[Member], future: asyncio.Future[Frame]) -> None:
+        error = future.exception()
+        if error is not None:
+            for member in members:
+                if not member.future.done():
+                    member.future.set_exception(error)
+            return
+        frame = future.result()
+        outputs = self._outputs(frame) if frame[0] == "o" else {}
+        split(frame, outputs, members)
+
+    def _outputs(self, frame: Frame) -> dict[str, np.ndarray]:
+        """The arrays of an answer: views of the response arena, whose block goes back when
+        the last view of it does (read at once when inline or of variable size)."""
+        block, inline, described = frame[4], frame[5], frame[6]
+        arrays: dict[str, np.ndarray] = {}
         leased = 0
         for descriptor in described:
             name, wire, shape, start, _ = descriptor
             datatype = BY_WIRE[wire]
             if block == descriptors.INLINE or datatype.itemsize == 0:
-                data = descriptors.read(self.responses, block, inline, descriptor)
+                arrays[name] = descriptors.read(self.responses, block, inline, descriptor)
             else:
-                data = self.responses.leased(block + start, datatype, tuple(shape),
-                                             partial(self._lease_ended, block))  # fmt: skip
+                arrays[name] = self.responses.leased(block + start, datatype, tuple(shape),
+                                                     partial(self._lease_ended, block))  # fmt: skip
                 leased += 1
-            tensors[name] = Tensor(name, datatype, tuple(shape), data)
-        for name, wire, shape, parameters in in_memory:
-            datatype = BY_WIRE[wire]
-            placeholder = np.empty(0, dtype=datatype.numpy)
-            tensors[name] = Tensor(name, datatype, tuple(shape), placeholder, dict(parameters),
-                                   in_shared_memory=True)  # fmt: skip
         if block != descriptors.INLINE:
             if leased:
                 self._leases[block] = self._leases.get(block, 0) + leased
             else:
                 self._release(block)
+        return arrays
+
+    def _response(self, request: InferRequest, frame: Frame) -> InferResponse:
+        _, _, model_name, model_version, _, _, described, in_memory, order = frame
+        arrays = self._outputs(frame)
+        tensors = {
+            name: Tensor(name, BY_WIRE[wire], tuple(shape), arrays[name])
+            for name, wire, shape, _, _ in described
+        }
+        for name, wire, shape, parameters in in_memory:
+            datatype = BY_WIRE[wire]
+            placeholder = np.empty(0, dtype=datatype.numpy)
+            tensors[name] = Tensor(name, datatype, tuple(shape), placeholder, dict(parameters),
+                                   in_shared_memory=True)  # fmt: skip
         return InferResponse(model_name, model_version, request.id, [tensors[n] for n in order])
 
     # response blocks -----------------------------------------------------------------

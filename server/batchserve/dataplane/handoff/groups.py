@@ -1,0 +1,95 @@
+"""Requests that travel to the model-owning process together.
+
+Requests a worker decodes in one pass of its event loop, for the same model version, with
+the same input layout but for the batch axis, the same outputs and the same options, are
+sent as one: their inputs written back to back in the arena, one frame, one work item
+there. That process's cost is then paid per group, not per request, while every request
+is still counted on its own. A group closes at the end of the pass (no request waits for
+company) or when the next request would take it past the model's batch cap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from batchserve.dataplane.handoff.frames import Frame
+
+
+class GroupKey(NamedTuple):
+    """What requests of one group share."""
+
+    model: str
+    version: str
+    generation: int
+    protocol: str
+    priority: int
+    timeout_us: int
+    outputs: tuple[str, ...]
+    layout: tuple[tuple[str, str, tuple[int, ...]], ...]
+    """Each input's name, wire datatype and shape past the batch axis, by name."""
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A request's part of its group's answer: rows ``start`` to ``start + count`` of
+    every output (or the group's error frame)."""
+
+    frame: Frame
+    outputs: dict[str, np.ndarray]
+    start: int
+    count: int
+
+    def output(self, name: str) -> np.ndarray:
+        return self.outputs[name][self.start : self.start + self.count]
+
+
+@dataclass(slots=True)
+class Member:
+    arrays: dict[str, np.ndarray]
+    batch_size: int
+    future: asyncio.Future[Share]
+
+
+Send = Callable[[GroupKey, list[Member]], None]
+
+
+class OpenGroups:
+    """Groups being filled in this pass of the event loop."""
+
+    def __init__(self, send: Send, loop: asyncio.AbstractEventLoop) -> None:
+        self._send = send
+        self._loop = loop
+        self._open: dict[GroupKey, tuple[list[Member], int]] = {}
+        self._closing = False
+
+    def add(self, key: GroupKey, member: Member, cap: int) -> None:
+        members, samples = self._open.get(key, ([], 0))
+        if members and samples + member.batch_size > cap:
+            self._send(key, members)  # full: it goes now, the newcomer starts the next
+            members, samples = [], 0
+        members.append(member)
+        self._open[key] = (members, samples + member.batch_size)
+        if not self._closing:
+            self._closing = True
+            self._loop.call_soon(self.close_all)
+
+    def close_all(self) -> None:
+        """Send every open group (at the end of the pass that filled them)."""
+        self._closing = False
+        groups, self._open = self._open, {}
+        for key, (members, _) in groups.items():
+            self._send(key, members)
+
+
+def split(frame: Frame, outputs: dict[str, np.ndarray], members: list[Member]) -> None:
+    """Give each member still waiting its rows of the group's answer."""
+    start = 0
+    for member in members:
+        if not member.future.done():
+            member.future.set_result(Share(frame, outputs, start, member.batch_size))
+        start += member.batch_size
