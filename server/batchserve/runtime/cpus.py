@@ -37,10 +37,12 @@ def auto_workers(cpus: int) -> int:
     """The ``auto`` number of request-handling workers for ``cpus`` cores.
 
     One core is left to the model-owning process, which batches requests and runs CPU
-    models or feeds the GPU; with two cores or fewer a second worker would only take turns
-    with it, so there is one. The count stops at 8: the model-owning process spends about
-    20-25 µs on each request and a worker 70-180 µs, so 3 to 8 workers keep it saturated
-    and more only add processes waiting on it.
+    models or feeds the GPU. On two cores two workers lost to one process at most points
+    (0.42-1.24 of its throughput, ``bench/NOTES.md``, tenth round), so two cores or fewer
+    get one. The count stops at 8: measured on two cores, the model-owning process spent
+    17-45 µs a request over HTTP at c=64 and a worker 67-150 µs, so a handful of workers
+    keep it busy and more would only wait on it (over gRPC both cost more: 130-180 and
+    210-450 µs). Not yet measured on more than two cores.
     """
     if cpus <= 2:
         return 1
