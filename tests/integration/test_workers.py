@@ -4,6 +4,7 @@ of statistics; a worker killed under load; the model-owning process killed; SIGT
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -291,29 +292,43 @@ def test_a_raw_binary_http_request_is_decoded_by_a_worker(workers_server: Server
 def test_concurrent_requests_each_get_their_own_answer(workers_server: ServerProcess) -> None:
     """Requests a worker decodes in the same pass travel to the model as one group and are
     split again: each of many concurrent callers, with its own images and batch size, must
-    get back exactly its own rows."""
+    get back exactly its own rows, over both protocols."""
     count = 48
     images = [_images(1 + index % 3, seed=100 + index) for index in range(count)]
     expected = [_reference(batch)["logits"] for batch in images]
     before = _stats_success(workers_server)
+    requests_before = metric(workers_server, "batchserve_worker_requests_total")
+    handoffs_before = metric(workers_server, "batchserve_worker_handoffs_total")
 
-    def call(index: int) -> np.ndarray:
-        if index % 2:
-            http = httpclient.InferenceServerClient(workers_server.http_url)
-            tensor = httpclient.InferInput("image", list(images[index].shape), "FP32")
-            tensor.set_data_from_numpy(images[index])
-            return http.infer("digits_cnn", [tensor]).as_numpy("logits")
-        grpc_client = grpcclient.InferenceServerClient(workers_server.grpc_url)
+    async def burst() -> list[np.ndarray]:
+        """Every request at once, each on its own connection: many reach a worker together."""
+        url = f"http://{workers_server.http_url}/v2/models/digits_cnn/infer"
+        limits = httpx.Limits(max_connections=count)
+        async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+
+            async def one(batch: np.ndarray) -> np.ndarray:
+                body = {"inputs": [{"name": "image", "datatype": "FP32",
+                                    "shape": list(batch.shape), "data": batch.ravel().tolist()}],
+                        "outputs": [{"name": "logits"}]}  # fmt: skip
+                answer = (await client.post(url, json=body)).json()["outputs"][0]
+                return np.array(answer["data"], dtype=np.float32).reshape(answer["shape"])
+
+            return list(await asyncio.gather(*(one(batch) for batch in images)))
+
+    def over_grpc(index: int) -> np.ndarray:
+        client = grpcclient.InferenceServerClient(workers_server.grpc_url)
         tensor = grpcclient.InferInput("image", list(images[index].shape), "FP32")
         tensor.set_data_from_numpy(images[index])
-        return grpc_client.infer("digits_cnn", [tensor]).as_numpy("logits")
+        return client.infer("digits_cnn", [tensor]).as_numpy("logits")
 
     for _ in range(3):
-        with ThreadPoolExecutor(16) as pool:
-            answers = list(pool.map(call, range(count)))
-        for index, answer in enumerate(answers):
+        for index, answer in enumerate(asyncio.run(burst())):
             np.testing.assert_allclose(answer, expected[index], rtol=1e-5, atol=1e-5)
-    assert _stats_success(workers_server) - before == 3 * count
-    requests = metric(workers_server, "batchserve_worker_requests_total")
-    handoffs = metric(workers_server, "batchserve_worker_handoffs_total")
-    assert 0 < handoffs < requests, "concurrent requests of one pass travel as one group"
+        with ThreadPoolExecutor(16) as pool:
+            for index, answer in enumerate(pool.map(over_grpc, range(count))):
+                np.testing.assert_allclose(answer, expected[index], rtol=1e-5, atol=1e-5)
+    assert _stats_success(workers_server) - before == 6 * count
+    requests = metric(workers_server, "batchserve_worker_requests_total") - requests_before
+    handoffs = metric(workers_server, "batchserve_worker_handoffs_total") - handoffs_before
+    assert requests > 5 * count  # a worker's first request to a model goes whole, not handed
+    assert handoffs < requests, "requests that reach a worker together travel as one group"
