@@ -6,9 +6,14 @@ import asyncio
 
 import numpy as np
 from batchserve.core.datatypes import BY_WIRE
+from batchserve.core.settings import Settings
+from batchserve.core.types import InferRequest, Tensor
+from batchserve.core.validation import RequestSchema, ValidRequest
 from batchserve.dataplane.handoff import descriptors
 from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.groups import GroupKey, Member, OpenGroups, split
+from batchserve.dataplane.handoff.worker_plane import WorkerPlane, _Model
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 KEY = GroupKey("m", "", 1, "http", 0, 0, ("y",), (("x", "FP32", (2,)),))
 OTHER = KEY._replace(priority=2)
@@ -77,3 +82,37 @@ def test_rows_go_inline_when_the_arena_is_full() -> None:
     np.testing.assert_array_equal(
         descriptors.read(arena, block, inline, described), np.concatenate([p["x"] for p in parts])
     )
+
+
+def test_a_group_is_cancelled_there_once_every_client_has_left() -> None:
+    async def run() -> list[tuple[object, ...]]:
+        plane = WorkerPlane(Settings(), Arena.create("r", 1 << 16), Arena.create("s", 1 << 16))
+        sent: list[tuple[object, ...]] = []
+        plane.protocol.send = sent.append  # type: ignore[method-assign]
+        config = ModelConfig(name="m", max_batch_size=8)
+        config.input.add(name="x", data_type=11, dims=[2])  # TYPE_FP32
+        config.output.add(name="y", data_type=11, dims=[2])
+        known = _Model(config, RequestSchema.of(config), 1, 8)
+
+        def request() -> InferRequest:
+            data = np.zeros((1, 2), np.float32)
+            return InferRequest("m", inputs=[Tensor("x", BY_WIRE["FP32"], (1, 2), data)])
+
+        calls = []
+        for _ in range(2):
+            r = request()
+            valid = ValidRequest({"x": r.inputs[0].data}, 1, ("y",))
+            calls.append(asyncio.ensure_future(plane._grouped(r, known, valid)))
+        await asyncio.sleep(0.01)  # both joined one group, which went
+        groups = [f for f in sent if f[0] == "g"]
+        calls[0].cancel()
+        await asyncio.sleep(0)
+        assert [f for f in sent if f[0] == "c"] == [], "one client is still waiting"
+        calls[1].cancel()
+        await asyncio.sleep(0)
+        return [*groups, *(f for f in sent if f[0] == "c")]
+
+    frames = asyncio.run(run())
+    assert [f[0] for f in frames] == ["g", "c"]
+    assert frames[0][-1] == 2  # two requests in the group
+    assert frames[1][1] == frames[0][1]  # the group's id is cancelled

@@ -5,7 +5,9 @@ the same input layout but for the batch axis, the same outputs and the same opti
 sent as one: their inputs written back to back in the arena, one frame, one work item
 there. That process's cost is then paid per group, not per request, while every request
 is still counted on its own. A group closes at the end of the pass (no request waits for
-company) or when the next request would take it past the model's batch cap.
+company) or when the next request would take it past the model's batch cap. A group whose
+clients have all left is cancelled there, as a lone request is; one whose clients left in
+part still runs, and those answers are dropped.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class Member:
     arrays: dict[str, np.ndarray]
     batch_size: int
     future: asyncio.Future[Share]
+    group: int = -1
+    """The id its group was sent under (-1 until then)."""
 
 
 Send = Callable[[GroupKey, list[Member]], None]

@@ -81,6 +81,7 @@ class WorkerPlane:
         self._released: list[int] = []
         self._releasing = False
         self._groups = OpenGroups(self._send_group, self._loop)
+        self._group_members: dict[int, list[Member]] = {}  # sent groups not yet answered
         self._handlers: dict[str, Callable[[Frame], None]] = {
             "o": self._answered,
             "e": self._answered,
@@ -249,8 +250,13 @@ class WorkerPlane:
                        request.protocol, request.priority, request.timeout_us,
                        valid.output_names, layout)  # fmt: skip
         future: asyncio.Future[Share] = self._loop.create_future()
-        self._groups.add(key, Member(valid.inputs, valid.batch_size, future), known.cap)
-        share = await future  # a client that leaves drops its share; the group goes on
+        member = Member(valid.inputs, valid.batch_size, future)
+        self._groups.add(key, member, known.cap)
+        try:
+            share = await future
+        except asyncio.CancelledError:
+            self._left(member)
+            raise
         self.busy_poll.touch()
         frame = share.frame
         if frame[0] == "e":
@@ -262,7 +268,17 @@ class WorkerPlane:
         by_name = {t.name: t for t in outputs}
         return InferResponse(frame[2], frame[3], request.id, [by_name[n] for n in frame[8]])
 
+    def _left(self, member: Member) -> None:
+        """A client left: once every client of its group has, the group is cancelled there
+        (its place in the queue freed), as a lone request's is."""
+        members = self._group_members.get(member.group)
+        if members is not None and all(m.future.cancelled() for m in members):
+            self.protocol.send(("c", member.group))
+
     def _send_group(self, key: GroupKey, members: list[Member]) -> None:
+        members = [member for member in members if not member.future.done()]
+        if not members:
+            return  # every client left before it went
         model, version, generation, protocol, priority, timeout_us, names, layout = key
         total = sum(member.batch_size for member in members)
         inputs = [(name, BY_WIRE[wire], (total, *rest)) for name, wire, rest in layout]
@@ -270,14 +286,18 @@ class WorkerPlane:
             inputs, [member.arrays for member in members], self.requests
         )
         gid = next(self._ids)
+        for member in members:
+            member.group = gid
+        self._group_members[gid] = members
         future: asyncio.Future[Frame] = self._loop.create_future()
         self._pending[gid] = _Pending(future, block)
-        future.add_done_callback(partial(self._answer_group, members))
+        future.add_done_callback(partial(self._answer_group, gid, members))
         self.protocol.send(("g", gid, model, version, protocol, priority, timeout_us, block,
                             inline, described, (generation, total, list(names)),
                             len(members)))  # fmt: skip
 
-    def _answer_group(self, members: list[Member], future: asyncio.Future[Frame]) -> None:
+    def _answer_group(self, gid: int, members: list[Member], future: asyncio.Future[Frame]) -> None:
+        del self._group_members[gid]
         error = future.exception()
         if error is not None:
             for member in members:
