@@ -43,6 +43,16 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
+def _server_files(pki: Pki) -> list[str]:
+    """The flags that make a server serve TLS with this run's certificate."""
+    return [
+        "--tls-cert-file",
+        str(pki.server.cert_file),
+        "--tls-key-file",
+        str(pki.server.key_file),
+    ]
+
+
 def _readme_mutual_tls_args(pki: Pki) -> list[str]:
     """The README's mutual-TLS command line, on this run's files (the repository comes
     from start_server)."""
@@ -63,14 +73,7 @@ def _readme_mutual_tls_args(pki: Pki) -> list[str]:
 @pytest.fixture(scope="module", params=["1", "2"], ids=["one-process", "two-workers"])
 def tls_server(pki: Pki, request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
     """TLS served by one process, and by two workers sharing the ports (``--workers``)."""
-    files = [
-        "--tls-cert-file",
-        str(pki.server.cert_file),
-        "--tls-key-file",
-        str(pki.server.key_file),
-        "--workers",
-        request.param,
-    ]
+    files = [*_server_files(pki), "--workers", request.param]
     server = start_server(MODEL_REPO, [*ONLY_DIGITS, *files])
     yield server
     assert server.stop() == 0
@@ -310,12 +313,7 @@ def test_a_client_that_never_finishes_its_tls_handshake_is_dropped_at_the_header
 ) -> None:
     """asyncio's own bound on the handshake is 60 s, before any protocol of ours exists: a
     TLS port held silent connections that long. The handshake now counts as part of the head."""
-    files = [
-        "--tls-cert-file",
-        str(pki.server.cert_file),
-        "--tls-key-file",
-        str(pki.server.key_file),
-    ]
+    files = _server_files(pki)
     server = start_server(MODEL_REPO, [*ONLY_DIGITS, *files, "--http-header-timeout", "1"])
     try:
         with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as silent:
@@ -334,12 +332,7 @@ def test_a_grpc_client_that_never_starts_its_tls_handshake_is_dropped(pki: Pki) 
     """grpc core's handshake deadline covers the TLS handshake as well as HTTP/2's preface.
 
     Not counted: channelz lists a TLS connection only once its TLS handshake is done."""
-    files = [
-        "--tls-cert-file",
-        str(pki.server.cert_file),
-        "--tls-key-file",
-        str(pki.server.key_file),
-    ]
+    files = _server_files(pki)
     server = start_server(MODEL_REPO, [*ONLY_DIGITS, *files, "--grpc-handshake-timeout", "1000"])
     try:
         with socket.create_connection(("127.0.0.1", server.grpc_port), timeout=10) as silent:

@@ -25,3 +25,10 @@ class InferencePath(Protocol):
     ) -> InferRequest: ...
 
     async def infer(self, request: InferRequest) -> InferResponse: ...
+
+
+class KnownModels(InferencePath, Protocol):
+    """A worker's inference path: it decodes requests for the models it knows; one for a
+    model it does not know yet goes to the model-owning process whole."""
+
+    def knows(self, model: str, version: str) -> bool: ...

@@ -6,7 +6,7 @@ the model-owning process's own listener (``InternalServicer``) believes."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Protocol, TypeAlias
+from typing import Any, TypeAlias
 
 import grpc
 from grpc_health.v1 import health_pb2
@@ -14,7 +14,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 
 from batchserve.core import errors
 from batchserve.core.errors import BatchserveError
-from batchserve.dataplane.inference_path import InferencePath
+from batchserve.dataplane.inference_path import KnownModels
 from batchserve.grpc.head import METHODS, Head, Request
 from batchserve.grpc.layout_cache import MessageLayouts
 from batchserve.grpc.servicer import Context, InferenceServicer
@@ -128,10 +128,6 @@ class Forwarder:
 async def _abort(context: Context, error: grpc.aio.AioRpcError) -> None:
     trailing = tuple(error.trailing_metadata() or ())
     await context.abort(error.code(), error.details() or "", trailing)  # type: ignore[arg-type]
-
-
-class KnownModels(InferencePath, Protocol):
-    def knows(self, model: str, version: str) -> bool: ...
 
 
 class WorkerServicer(InferenceServicer):

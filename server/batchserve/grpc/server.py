@@ -11,13 +11,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from batchserve.core.settings import Settings
+from batchserve.dataplane.inference_path import KnownModels
 from batchserve.dataplane.plane import DataPlane
 from batchserve.grpc.call_limit import CallLimit
 from batchserve.grpc.connection_watch import HandshakeTimeoutWatch
 from batchserve.grpc.forward import (
     Forwarder,
     InternalServicer,
-    KnownModels,
     WorkerHandlers,
     WorkerServicer,
 )

@@ -10,13 +10,12 @@ import asyncio
 import contextlib
 import re
 import time
-from typing import Protocol
 
 import h11
 
 from batchserve.core.errors import Unavailable
 from batchserve.core.settings import Settings
-from batchserve.dataplane.inference_path import InferencePath
+from batchserve.dataplane.inference_path import KnownModels
 from batchserve.rest.errors import error_body, error_headers
 from batchserve.rest.infer import (
     ASGIApp,
@@ -200,10 +199,6 @@ def trusting_peer_header(app: ASGIApp) -> ASGIApp:
         await app(scope, receive, send)
 
     return call
-
-
-class KnownModels(InferencePath, Protocol):
-    def knows(self, model: str, version: str) -> bool: ...
 
 
 class WorkerInferEndpoint(InferEndpoint):

@@ -18,7 +18,7 @@ from batchserve.core.validation import ValidRequest, validate_request
 from batchserve.dataplane.handoff import descriptors
 from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.errors import error_frame, error_from
-from batchserve.dataplane.handoff.frames import Frame, FrameProtocol
+from batchserve.dataplane.handoff.frames import Frame, FrameProtocol, dispatch
 from batchserve.dataplane.plane import DataPlane
 from batchserve.dataplane.shared_memory.parameters import placeholder
 from batchserve.models.model_table import ServedVersion
@@ -46,7 +46,6 @@ class EngineLink:
         """Frames that carried them: a group of requests is one."""
         """Inference requests the worker handed over, for its share on the metrics port."""
         self._pending: dict[int, asyncio.Future[Any]] = {}  # a task, or a queued item's
-        self.protocol = FrameProtocol(self._handle, self._lost)
         loop = asyncio.get_running_loop()
         self.closed = loop.create_future()
         self.listening = loop.create_future()
@@ -60,16 +59,7 @@ class EngineLink:
             "n": self._counted,
             "h": self._listening,
         }
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._pending)
-
-    def _handle(self, frame: Frame) -> None:
-        try:
-            self._handlers[frame[0]](frame)
-        except Exception:  # a frame this side cannot read must not close the link
-            logger.exception("worker frame not understood", extra={"worker": self.index})
+        self.protocol = FrameProtocol(dispatch(self._handlers, f"worker {index}"), self._lost)
 
     def _lost(self) -> None:
         """The worker is gone: nobody waits for its requests any more."""

@@ -9,10 +9,13 @@ full (then a request's bytes go inline, once).
 from __future__ import annotations
 
 import asyncio
+import logging
 import marshal
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, cast
+
+logger = logging.getLogger(__name__)
 
 Frame = tuple[Any, ...]
 _LENGTH = struct.Struct("<I")
@@ -71,6 +74,19 @@ class FrameProtocol(asyncio.Protocol):
         self._flush()
         if self._transport is not None:
             self._transport.close()
+
+
+def dispatch(handlers: Mapping[str, Callable[[Frame], None]], peer: str) -> Callable[[Frame], None]:
+    """Each frame to the handler its tag names; a frame this side cannot read is logged
+    (``peer`` says whose it was) and must not close the link."""
+
+    def handle(frame: Frame) -> None:
+        try:
+            handlers[frame[0]](frame)
+        except Exception:
+            logger.exception("frame not understood", extra={"peer": peer, "tag": str(frame[0])})
+
+    return handle
 
 
 def pack_frame(frame: Frame) -> bytes:

@@ -23,7 +23,7 @@ from batchserve.dataplane.busy_poll import BusyPoll
 from batchserve.dataplane.handoff import descriptors
 from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.errors import error_frame, error_from
-from batchserve.dataplane.handoff.frames import Frame, FrameProtocol
+from batchserve.dataplane.handoff.frames import Frame, FrameProtocol, dispatch
 from batchserve.dataplane.handoff.groups import GroupKey, Member, OpenGroups, Share, split
 from batchserve.dataplane.raw_input import raw_request
 from batchserve.dataplane.shared_memory import tensors as shm
@@ -39,15 +39,15 @@ RELEASE_DELAY_S = 0.002
 
 @dataclass(slots=True)
 class _Model:
-    """A model version as the worker knows it; ``stale`` after any repository change, until
-    the model-owning process has answered again (the generation keeps stale use safe)."""
+    """A model version as the worker knows it. After any repository change it is asked for
+    again and used meanwhile: the generation tells the model-owning process whether the
+    worker's validation still holds."""
 
     config: ModelConfig
     schema: RequestSchema
     generation: int
     cap: int
     """Samples a work item may hold there (the batch cap derived from the memory budget)."""
-    stale: bool = False
 
     @property
     def groups(self) -> bool:
@@ -69,7 +69,6 @@ class WorkerPlane:
         self.requests = requests
         self.responses = responses
         self.busy_poll = BusyPoll(settings.busy_poll_us * 1000)
-        self.protocol = FrameProtocol(self._handle, self._lost)
         self._loop = asyncio.get_running_loop()
         self.lost = self._loop.create_future()
         self.draining = asyncio.Event()
@@ -90,18 +89,9 @@ class WorkerPlane:
             "d": lambda frame: self.draining.set(),
             "l": self._log_settings,
         }
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._pending)
+        self.protocol = FrameProtocol(dispatch(self._handlers, "model-owning process"), self._lost)
 
     # the model-owning process's frames ----------------------------------------------
-    def _handle(self, frame: Frame) -> None:
-        try:
-            self._handlers[frame[0]](frame)
-        except Exception:  # a frame this side cannot read must not close the link
-            logger.exception("frame from the model-owning process not understood")
-
     def _lost(self) -> None:
         for pending in self._pending.values():
             if not pending.future.done():
@@ -132,8 +122,7 @@ class WorkerPlane:
         self._models[key] = _Model(config, schema, generation, cap)
 
     def _repository_changed(self, frame: Frame) -> None:
-        for key, model in self._models.items():
-            model.stale = True
+        for key in self._models:
             self._ask(key)
 
     def _log_settings(self, frame: Frame) -> None:
