@@ -90,7 +90,9 @@ class Batcher:
                 self._settle(gone, asyncio.CancelledError())
         timing = self._timing
         if timing is not None:
-            timing.arrived(item.enqueued_ns, bool(self.queue), not self._dispatch_pending)
+            timing.arrived(
+                item.enqueued_ns, bool(self.queue), not self._dispatch_pending, item.clients
+            )
         self.queue.push(item)
         if self._order is not None:
             item.ticket = self._order.ticket()
@@ -270,7 +272,7 @@ class Batcher:
 
     def _deliver(self, batch: list[WorkItem], outcomes: list[Outcome]) -> None:
         if self._timing is not None:
-            self._timing.answered(len(batch))
+            self._timing.answered(sum(item.clients for item in batch))
         if self._order is None:
             for item, outcome in zip(batch, outcomes, strict=True):
                 item.finish(outcome)

@@ -41,12 +41,14 @@ class DispatchTiming:
         self._made_to_wait = False
         """The last decision was to wait: if the head then goes alone, nobody came."""
 
-    def arrived(self, now_ns: int, joined: bool, new_pass: bool) -> None:
+    def arrived(self, now_ns: int, joined: bool, new_pass: bool, clients: int = 1) -> None:
         """A request was queued at ``now_ns``; ``joined``: others were queued already;
         ``new_pass``: the first of its event-loop pass (requests decoded in one pass came
-        together, so they count as one arrival for the gap, each as one returning client)."""
+        together, so they count as one arrival for the gap, each as one returning client);
+        ``clients``: the requests it carries (a worker's group carries several, and the
+        clients of one answered batch may come back grouped differently)."""
         if self.returning:
-            self.returning -= 1
+            self.returning = max(0, self.returning - clients)
             if not self.returning:
                 self._all_back = True
         if new_pass:

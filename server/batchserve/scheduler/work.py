@@ -29,6 +29,8 @@ class WorkItem:
         dispatched_ns: set by the batcher when its batch starts.
         ticket: set by the batcher: its place in submission order.
         sequence_length: set by the batcher for sequence models: its padded length.
+        clients: the requests it answers: more than one for a group a worker handed over
+            as one item. The batcher's waiting rules count clients, not items.
     """
 
     inputs: Arrays
@@ -42,6 +44,7 @@ class WorkItem:
     dispatched_ns: int = 0
     ticket: int = 0
     sequence_length: int = 0
+    clients: int = 1
 
     def abandoned(self) -> bool:
         """True when nobody waits for the answer any more."""

@@ -133,6 +133,29 @@ async def test_a_batch_goes_once_every_answered_client_is_back() -> None:
     assert backend.batches[-1] == 3
 
 
+async def test_items_carrying_several_clients_count_each_client_once() -> None:
+    """A worker's group is one item answering several clients; they come back in items
+    grouped differently, and the batch goes as soon as all of them are back."""
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _delayed(clock, backend, delay_us=1000)
+    await _company(batcher, backend, clock, 10 * US, 4)
+    first = await _burst(batcher, clock, 2, 10 * US)
+    for carried, group in zip((3, 2), first, strict=True):
+        group.clients = carried
+    clock.advance(20 * US)
+    await answers(*first)
+    assert _timing(batcher).returning == 5
+    back = item(1, 2.0, at=clock)
+    back.clients = 4
+    await submit(batcher, back)
+    clock.advance(100 * US)  # quiet for ten gaps, but one client is still to come
+    assert len(batcher.queue) == 1
+    last = item(1, 2.0, at=clock)
+    await submit(batcher, last)
+    assert not batcher.queue  # the fifth is back: it goes at once
+    await answers(back, last)
+
+
 async def test_all_back_holds_only_for_the_requests_queued_when_it_happened() -> None:
     """A batch that went at a preferred size took the clients that were back with it: the
     next answered clients are waited for again."""

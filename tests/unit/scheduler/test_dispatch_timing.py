@@ -129,6 +129,25 @@ def test_requests_of_one_loop_pass_are_one_arrival_but_each_a_returning_client()
     assert timing.wait_until(clock(), first, 2) is None  # both answered clients are back
 
 
+def test_returning_clients_are_counted_by_request_whatever_items_carry_them() -> None:
+    """A worker hands several requests over as one item, and the clients of one answered
+    batch come back grouped differently: two items of three answered, then one of six back,
+    is every client back (counting items, four would still be expected and the batch would
+    sit out the whole delay)."""
+    clock = ManualClock()
+    timing = _busy(clock, 10 * US, 4)
+    timing.answered(6)
+    oldest = _arrive(timing, clock, joined=False)
+    timing.returning = 6  # as answered: nothing came back yet
+    timing.arrived(clock(), joined=False, new_pass=False, clients=5)
+    assert timing.returning == 1
+    assert timing.wait_until(clock(), oldest, 2) is not None  # one client is still to come
+    clock.advance(10 * US)
+    timing.arrived(clock(), joined=True, new_pass=True, clients=4)  # more than were expected
+    assert timing.returning == 0
+    assert timing.wait_until(clock(), oldest, 3) is None
+
+
 def test_a_lone_request_made_to_wait_in_vain_teaches_that_company_is_rarer() -> None:
     clock = ManualClock()
     timing = _busy(clock, 10 * US, 4)

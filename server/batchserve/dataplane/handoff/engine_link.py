@@ -141,6 +141,7 @@ class EngineLink:
         served.stats.received += members
         try:
             item = DataPlane.work_item(served, valid, priority, timeout_us, started)
+            item.clients = members
             served.batcher.submit(item)
         except BatchserveError as exc:
             for _ in range(members):
