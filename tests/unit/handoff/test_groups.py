@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import numpy as np
 from batchserve.core.datatypes import BY_WIRE
+from batchserve.core.errors import Unavailable
 from batchserve.core.settings import Settings
-from batchserve.core.types import InferRequest, Tensor
+from batchserve.core.types import InferRequest, InferResponse, Tensor
 from batchserve.core.validation import RequestSchema, ValidRequest
 from batchserve.dataplane.handoff import descriptors
 from batchserve.dataplane.handoff.arena import Arena
+from batchserve.dataplane.handoff.frames import Frame, FrameProtocol
 from batchserve.dataplane.handoff.groups import GroupKey, Member, OpenGroups, split
 from batchserve.dataplane.handoff.worker_plane import WorkerPlane, _Model
 from batchserve.proto.model_config_pb2 import ModelConfig
@@ -28,7 +31,9 @@ def test_a_pass_sends_one_group_per_key_when_it_ends() -> None:
         loop = asyncio.get_running_loop()
         sent: list[tuple[GroupKey, list[int]]] = []
         groups = OpenGroups(
-            lambda key, members: sent.append((key, [m.batch_size for m in members])), loop
+            lambda key, members: sent.append((key, [m.batch_size for m in members])),
+            loop,
+            held=lambda: False,
         )
         for rows, key in ((1, KEY), (2, KEY), (1, OTHER), (3, KEY)):
             groups.add(key, _member(loop, rows, 0.0), cap=64)
@@ -43,7 +48,9 @@ def test_a_group_that_would_pass_the_cap_goes_at_once() -> None:
     async def run() -> list[list[int]]:
         loop = asyncio.get_running_loop()
         sent: list[list[int]] = []
-        groups = OpenGroups(lambda key, members: sent.append([m.batch_size for m in members]), loop)
+        groups = OpenGroups(
+            lambda key, members: sent.append([m.batch_size for m in members]), loop, lambda: False
+        )
         for rows in (3, 4, 2, 5):
             groups.add(KEY, _member(loop, rows, 0.0), cap=8)
         assert sent == [[3, 4]]
@@ -51,6 +58,33 @@ def test_a_group_that_would_pass_the_cap_goes_at_once() -> None:
         return sent
 
     assert asyncio.run(run()) == [[3, 4], [2, 5]]
+
+
+def test_held_groups_fill_across_passes_and_go_when_released() -> None:
+    async def run() -> list[list[int]]:
+        loop = asyncio.get_running_loop()
+        sent: list[list[int]] = []
+        held = [True]
+        groups = OpenGroups(
+            lambda key, members: sent.append([m.batch_size for m in members]),
+            loop,
+            lambda: held[0],
+        )
+        for rows in (1, 2):
+            groups.add(KEY, _member(loop, rows, 0.0), cap=8)
+            await asyncio.sleep(0)  # each in a pass of its own
+        assert sent == [], "held: nothing goes at the end of a pass"
+        groups.add(KEY, _member(loop, 6, 0.0), cap=8)  # past the cap: the full one goes
+        assert sent == [[1, 2]]
+        held[0] = False
+        groups.release()
+        assert sent == [[1, 2]], "released groups go at the end of the pass"
+        await asyncio.sleep(0)
+        groups.release()  # nothing open: nothing more goes
+        await asyncio.sleep(0)
+        return sent
+
+    assert asyncio.run(run()) == [[1, 2], [6]]
 
 
 def test_rows_are_written_back_to_back_and_shared_back_by_row() -> None:
@@ -84,35 +118,107 @@ def test_rows_go_inline_when_the_arena_is_full() -> None:
     )
 
 
+class _Engine:
+    """The model-owning process's end of a real socketpair: records the worker's frames."""
+
+    def __init__(self) -> None:
+        self.frames: list[Frame] = []
+        self.protocol = FrameProtocol(self.frames.append, lambda: None)
+
+    async def wait_for(self, count: int) -> list[Frame]:
+        """The request frames (groups and cancels) once ``count`` of them have arrived."""
+        for _ in range(1000):
+            ours = [f for f in self.frames if f[0] in ("g", "c")]
+            if len(ours) >= count:
+                return ours
+            await asyncio.sleep(0.001)
+        raise AssertionError(f"{count} frames never came: {self.frames}")
+
+
+async def _linked() -> tuple[WorkerPlane, _Engine, _Model]:
+    """A worker plane linked to an engine end over a real socket, knowing model 'm'."""
+    loop = asyncio.get_running_loop()
+    plane = WorkerPlane(Settings(), Arena.create("r", 1 << 16), Arena.create("s", 1 << 16))
+    engine = _Engine()
+    left, right = socket.socketpair()
+    await loop.connect_accepted_socket(lambda: plane.protocol, left)
+    await loop.connect_accepted_socket(lambda: engine.protocol, right)
+    config = ModelConfig(name="m", max_batch_size=8)
+    config.input.add(name="x", data_type=11, dims=[2])  # TYPE_FP32
+    config.output.add(name="y", data_type=11, dims=[2])
+    return plane, engine, _Model(config, RequestSchema.of(config), 1, 8)
+
+
+def _close(plane: WorkerPlane, engine: _Engine) -> None:
+    plane.protocol.close()
+    engine.protocol.close()
+
+
+def _call(plane: WorkerPlane, known: _Model) -> asyncio.Future[InferResponse]:
+    data = np.zeros((1, 2), np.float32)
+    request = InferRequest("m", inputs=[Tensor("x", BY_WIRE["FP32"], (1, 2), data)])
+    valid = ValidRequest({"x": data}, 1, ("y",))
+    return asyncio.ensure_future(plane._grouped(request, known, valid))
+
+
 def test_a_group_is_cancelled_there_once_every_client_has_left() -> None:
-    async def run() -> list[tuple[object, ...]]:
-        plane = WorkerPlane(Settings(), Arena.create("r", 1 << 16), Arena.create("s", 1 << 16))
-        sent: list[tuple[object, ...]] = []
-        plane.protocol.send = sent.append  # type: ignore[method-assign]
-        config = ModelConfig(name="m", max_batch_size=8)
-        config.input.add(name="x", data_type=11, dims=[2])  # TYPE_FP32
-        config.output.add(name="y", data_type=11, dims=[2])
-        known = _Model(config, RequestSchema.of(config), 1, 8)
-
-        def request() -> InferRequest:
-            data = np.zeros((1, 2), np.float32)
-            return InferRequest("m", inputs=[Tensor("x", BY_WIRE["FP32"], (1, 2), data)])
-
-        calls = []
-        for _ in range(2):
-            r = request()
-            valid = ValidRequest({"x": r.inputs[0].data}, 1, ("y",))
-            calls.append(asyncio.ensure_future(plane._grouped(r, known, valid)))
-        await asyncio.sleep(0.01)  # both joined one group, which went
-        groups = [f for f in sent if f[0] == "g"]
+    async def run() -> list[Frame]:
+        plane, engine, known = await _linked()
+        calls = [_call(plane, known) for _ in range(2)]
+        await engine.wait_for(1)  # both joined one group, which went
         calls[0].cancel()
-        await asyncio.sleep(0)
-        assert [f for f in sent if f[0] == "c"] == [], "one client is still waiting"
+        await asyncio.sleep(0.01)
+        assert [f for f in engine.frames if f[0] == "c"] == [], "one client is still waiting"
         calls[1].cancel()
-        await asyncio.sleep(0)
-        return [*groups, *(f for f in sent if f[0] == "c")]
+        frames = await engine.wait_for(2)
+        _close(plane, engine)
+        return frames
 
     frames = asyncio.run(run())
     assert [f[0] for f in frames] == ["g", "c"]
     assert frames[0][-1] == 2  # two requests in the group
     assert frames[1][1] == frames[0][1]  # the group's id is cancelled
+
+
+def test_requests_wait_in_the_worker_while_its_last_frame_is_unread_there() -> None:
+    """The first request goes at once; those decoded while the model-owning process has
+    not read it yet are held, however many passes they take, and go together once it says
+    it has."""
+
+    async def run() -> list[Frame]:
+        plane, engine, known = await _linked()
+        calls = [_call(plane, known)]
+        await engine.wait_for(1)
+        for _ in range(3):
+            calls.append(_call(plane, known))
+            await asyncio.sleep(0.005)  # each in passes of their own
+        assert len(await engine.wait_for(1)) == 1, "held: the engine has not read the first"
+        engine.protocol.send(("k", 1))
+        frames = await engine.wait_for(2)
+        for call in calls:
+            call.cancel()
+        _close(plane, engine)
+        return frames
+
+    first, second = asyncio.run(run())
+    assert (first[0], first[-1]) == ("g", 1)
+    assert (second[0], second[-1]) == ("g", 3)  # the three held requests as one group
+
+
+def test_held_requests_fail_when_the_model_owning_process_is_gone() -> None:
+    async def run() -> BaseException | None:
+        plane, engine, known = await _linked()
+        first = _call(plane, known)
+        await engine.wait_for(1)
+        held = _call(plane, known)
+        await asyncio.sleep(0.005)
+        assert not held.done()
+        engine.protocol.close()
+        await asyncio.wait_for(asyncio.wait([held]), 5)
+        first.cancel()
+        _close(plane, engine)
+        return held.exception()
+
+    error = asyncio.run(run())
+    assert isinstance(error, Unavailable)
+    assert "model-owning process is gone" in str(error)

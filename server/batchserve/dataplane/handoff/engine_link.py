@@ -45,6 +45,8 @@ class EngineLink:
         self.handoffs = 0
         """Frames that carried them: a group of requests is one."""
         """Inference requests the worker handed over, for its share on the metrics port."""
+        self._unacknowledged = 0
+        """Request frames read since the worker was last told (``_acknowledge``)."""
         self._pending: dict[int, asyncio.Future[Any]] = {}  # a task, or a queued item's
         loop = asyncio.get_running_loop()
         self.closed = loop.create_future()
@@ -59,7 +61,9 @@ class EngineLink:
             "n": self._counted,
             "h": self._listening,
         }
-        self.protocol = FrameProtocol(dispatch(self._handlers, f"worker {index}"), self._lost)
+        self.protocol = FrameProtocol(
+            dispatch(self._handlers, f"worker {index}"), self._lost, self._acknowledge
+        )
 
     def _lost(self) -> None:
         """The worker is gone: nobody waits for its requests any more."""
@@ -75,12 +79,21 @@ class EngineLink:
         if self.protocol.connected:
             self.protocol.send(frame)
 
+    def _acknowledge(self) -> None:
+        """Tell the worker how many of its request frames this process has read, once per
+        read: while some are unread it holds its next requests, which then travel together
+        (``groups.py``), so that this process's cost per request falls as its load rises."""
+        if self._unacknowledged:
+            self.send(("k", self._unacknowledged))
+            self._unacknowledged = 0
+
     # requests ------------------------------------------------------------------------
     def _infer(self, frame: Frame) -> None:
         (_, rid, model, version, request_id, protocol, priority, timeout_us, peer, block,
          inline, inputs, outputs, verdict) = frame  # fmt: skip
         self.handed_over += 1
         self.handoffs += 1
+        self._unacknowledged += 1
         if verdict is not None:  # validated by the worker; plain inputs and outputs
             served = self.plane.served_or_none(model, version)
             if served is not None and served.schema.generation == verdict[0]:
@@ -117,6 +130,7 @@ class EngineLink:
          (generation, total, names), members) = frame  # fmt: skip
         self.handed_over += members
         self.handoffs += 1
+        self._unacknowledged += 1
         try:
             served = self.plane.served(model, version)
             read, requests = descriptors.read, self.requests

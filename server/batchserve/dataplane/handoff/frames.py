@@ -22,11 +22,18 @@ _LENGTH = struct.Struct("<I")
 
 
 class FrameProtocol(asyncio.Protocol):
-    """Frames in, one ``handle`` call each; ``send`` queues frames written together."""
+    """Frames in, one ``handle`` call each; ``send`` queues frames written together.
+    ``read``, when given, is called after the frames of each read have been handled."""
 
-    def __init__(self, handle: Callable[[Frame], None], lost: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        handle: Callable[[Frame], None],
+        lost: Callable[[], None],
+        read: Callable[[], None] | None = None,
+    ) -> None:
         self._handle = handle
         self._lost = lost
+        self._read = read
         self._buffer = bytearray()
         self._outgoing: list[bytes] = []
         self._transport: asyncio.Transport | None = None
@@ -69,6 +76,8 @@ class FrameProtocol(asyncio.Protocol):
             start += 4 + length
             self._handle(frame)
         del buffer[:start]
+        if self._read is not None:
+            self._read()
 
     def close(self) -> None:
         self._flush()

@@ -4,8 +4,12 @@ Requests a worker decodes in one pass of its event loop, for the same model vers
 the same input layout but for the batch axis, the same outputs and the same options, are
 sent as one: their inputs written back to back in the arena, one frame, one work item
 there. That process's cost is then paid per group, not per request, while every request
-is still counted on its own. A group closes at the end of the pass (no request waits for
-company) or when the next request would take it past the model's batch cap. A group whose
+is still counted on its own. A group closes at the end of the pass, or when the next
+request would take it past the model's batch cap; except that while that process has not
+yet read the worker's last request frame, groups stay open until it has (it says so once
+per read). An idle server so sends each request at once, and a busy one (whose requests
+would wait in the socket anyway) sends larger groups: its cost per request falls as its
+load rises, whatever the protocol spreads arrivals over passes. A group whose
 clients have all left is cancelled there, as a lone request is; one whose clients left in
 part still runs, and those answers are dropped.
 """
@@ -63,11 +67,14 @@ Send = Callable[[GroupKey, list[Member]], None]
 
 
 class OpenGroups:
-    """Groups being filled in this pass of the event loop."""
+    """Groups being filled: in this pass of the event loop, or for as long as ``held``."""
 
-    def __init__(self, send: Send, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, send: Send, loop: asyncio.AbstractEventLoop, held: Callable[[], bool]
+    ) -> None:
         self._send = send
         self._loop = loop
+        self._held = held
         self._open: dict[GroupKey, tuple[list[Member], int]] = {}
         self._closing = False
 
@@ -83,11 +90,20 @@ class OpenGroups:
             self._loop.call_soon(self.close_all)
 
     def close_all(self) -> None:
-        """Send every open group (at the end of the pass that filled them)."""
+        """Send every open group (at the end of the pass that filled them), unless held:
+        then ``release`` sends them."""
         self._closing = False
+        if self._held():
+            return
         groups, self._open = self._open, {}
         for key, (members, _) in groups.items():
             self._send(key, members)
+
+    def release(self) -> None:
+        """No longer held: the open groups go at the end of this pass."""
+        if self._open and not self._closing:
+            self._closing = True
+            self._loop.call_soon(self.close_all)
 
 
 def split(frame: Frame, outputs: dict[str, np.ndarray], members: list[Member]) -> None:

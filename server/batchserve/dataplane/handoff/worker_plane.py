@@ -79,7 +79,9 @@ class WorkerPlane:
         self._leases: dict[int, int] = {}  # response block -> arrays still using it
         self._released: list[int] = []
         self._releasing = False
-        self._groups = OpenGroups(self._send_group, self._loop)
+        self._unread = 0
+        """Request frames sent that the model-owning process has not said it read."""
+        self._groups = OpenGroups(self._send_group, self._loop, lambda: self._unread > 0)
         self._group_members: dict[int, list[Member]] = {}  # sent groups not yet answered
         self._handlers: dict[str, Callable[[Frame], None]] = {
             "o": self._answered,
@@ -88,6 +90,7 @@ class WorkerPlane:
             "v": self._repository_changed,
             "d": lambda frame: self.draining.set(),
             "l": self._log_settings,
+            "k": self._read,
         }
         self.protocol = FrameProtocol(dispatch(self._handlers, "model-owning process"), self._lost)
 
@@ -96,6 +99,8 @@ class WorkerPlane:
         for pending in self._pending.values():
             if not pending.future.done():
                 pending.future.set_exception(Unavailable("the model-owning process is gone"))
+        self._unread = 0
+        self._groups.close_all()  # held groups fail in _send_group
         if not self.lost.done():
             self.lost.set_result(None)
 
@@ -109,6 +114,12 @@ class WorkerPlane:
             pending.future.set_result(frame)
         elif frame[0] == "o" and frame[4] != descriptors.INLINE:
             self._release(frame[4])  # answered after the client left
+
+    def _read(self, frame: Frame) -> None:
+        """The model-owning process read ``frame[1]`` more request frames."""
+        self._unread = max(0, self._unread - frame[1])
+        if not self._unread:
+            self._groups.release()
 
     def _model(self, frame: Frame) -> None:
         _, model, version, config_bytes, generation, cap = frame
@@ -216,6 +227,7 @@ class WorkerPlane:
         future = self._loop.create_future()
         self._pending[rid] = _Pending(future, block)
         peer = request.peer if in_shared_memory else None
+        self._unread += 1
         self.protocol.send(("i", rid, model, version, request.id, request.protocol,
                             request.priority, request.timeout_us, peer, block, inline, inputs,
                             outputs, verdict))  # fmt: skip
@@ -268,6 +280,10 @@ class WorkerPlane:
         members = [member for member in members if not member.future.done()]
         if not members:
             return  # every client left before it went
+        if not self.protocol.connected:
+            for member in members:
+                member.future.set_exception(Unavailable("the model-owning process is gone"))
+            return
         model, version, generation, protocol, priority, timeout_us, names, layout = key
         total = sum(member.batch_size for member in members)
         inputs = [(name, BY_WIRE[wire], (total, *rest)) for name, wire, rest in layout]
@@ -281,6 +297,7 @@ class WorkerPlane:
         future: asyncio.Future[Frame] = self._loop.create_future()
         self._pending[gid] = _Pending(future, block)
         future.add_done_callback(partial(self._answer_group, gid, members))
+        self._unread += 1
         self.protocol.send(("g", gid, model, version, protocol, priority, timeout_us, block,
                             inline, described, (generation, total, list(names)),
                             len(members)))  # fmt: skip
