@@ -145,7 +145,10 @@ def render(points: list[Point], settings: PaSettings) -> str:
               "Each figure is the least of three bounds, from the measured CPU per request: the "
               "model-owning process on one core, the `auto` workers, and every core of the node "
               "busy. It assumes the costs stay what they were here; a GPU node's faster cores "
-              "and the model's own compute change them.", "",
+              "and the model's own compute change them. The first bound is pessimistic: the "
+              "model-owning process's cost per request falls as its load rises (workers hold "
+              "their requests while it is busy, so they travel in larger groups; "
+              "`MODEL_OWNER.md` measures it loaded).", "",
               "| from | model | protocol | concurrency | "
               + " | ".join(f"{c} cores (projected)" for c in PROJECTED_CORES) + " |",
               "|---|---|---|---|" + "---|" * len(PROJECTED_CORES)]  # fmt: skip
