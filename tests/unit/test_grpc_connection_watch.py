@@ -94,3 +94,23 @@ def test_a_connection_that_made_a_call_is_never_counted(port: int) -> None:
     clock.now += DEADLINE
     _look_until_gone(watch, before)
     assert _counted(refusals) == 0
+
+
+def test_sockets_of_every_server_are_seen_past_the_first_page_of_servers() -> None:
+    """channelz lists a hundred servers at a time; a connection to the newest of more than
+    that is watched too."""
+    servers = []
+    try:
+        for _ in range(101):
+            server = grpc.server(futures.ThreadPoolExecutor(1))
+            port = server.add_insecure_port("127.0.0.1:0")
+            server.start()
+            servers.append(server)
+        watch, _, _ = _watch()
+        watch.look()
+        before = watch.tracked
+        with socket.create_connection(("127.0.0.1", port)):
+            _look_until_listed(watch, before)
+    finally:
+        for server in servers:
+            server.stop(None)

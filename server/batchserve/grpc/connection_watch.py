@@ -88,20 +88,31 @@ class HandshakeTimeoutWatch:
 
 def _server_socket_ids() -> Iterator[int]:
     """Every open socket of every gRPC server in the process, page by page."""
-    for server in json.loads(cygrpc.channelz_get_servers(0)).get("server", []):
-        server_id = int(server["ref"]["serverId"])
+    for server_id in _server_ids():
         start = 0
         while True:
             try:
                 page = json.loads(cygrpc.channelz_get_server_sockets(server_id, start, PAGE_SIZE))
-            except ValueError:  # the server stopped since it was listed
-                return
+            except ValueError:  # the server stopped since it was listed: on to the next
+                break
             refs = page.get("socketRef", [])
             ids = [int(ref["socketId"]) for ref in refs]
             yield from ids
             if page.get("end", False) or not ids:
-                return
+                break
             start = max(ids) + 1
+
+
+def _server_ids() -> Iterator[int]:
+    """Every gRPC server in the process, page by page (channelz lists a hundred at a time)."""
+    start = 0
+    while True:
+        page = json.loads(cygrpc.channelz_get_servers(start))
+        ids = [int(server["ref"]["serverId"]) for server in page.get("server", [])]
+        yield from ids
+        if page.get("end", False) or not ids:
+            return
+        start = max(ids) + 1
 
 
 def _streams_started(socket_id: int) -> int:
