@@ -271,6 +271,16 @@ def problems_of(tmp_path: Path, config: str, inputs: tuple[Tensor, ...] = (IMAGE
             "not TYPE_FP32 [1]",
         ),
         (
+            "batchserve { length_buckets { disabled: true } }",
+            (IMAGE,),
+            "batchserve.length_buckets needs batchserve.sequence_length_input",
+        ),
+        (
+            "batchserve { length_buckets { step_cost_rows: -2 } }",
+            (IMAGE,),
+            "batchserve.length_buckets.step_cost_rows must be 0 (learn it) or more, not -2",
+        ),
+        (
             'batchserve { sequence_length_input: "lengths" }',
             (IMAGE, LENGTHS_BF16),
             "not TYPE_BF16 [1]",

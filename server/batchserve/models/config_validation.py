@@ -152,7 +152,14 @@ def _chunks(dims: list[int]) -> list[int]:
 
 def _sequence_length_problems(config: ModelConfig) -> list[str]:
     name = config.batchserve.sequence_length_input
+    buckets = config.batchserve.length_buckets
+    if buckets.step_cost_rows < 0:
+        return [f"batchserve.length_buckets.step_cost_rows must be 0 (learn it) or more, "
+                f"not {buckets.step_cost_rows:g}"]  # fmt: skip
     if not name:
+        if config.batchserve.HasField("length_buckets"):
+            return ["batchserve.length_buckets needs batchserve.sequence_length_input: "
+                    "only a sequence model's requests are grouped by length"]  # fmt: skip
         return []
     field = f"batchserve.sequence_length_input '{name}'"
     tensor = next((t for t in config.input if t.name == name), None)

@@ -1528,6 +1528,7 @@ class BatchserveOptions(_message.Message):
     ALLOW_CPU_FALLBACK_FIELD_NUMBER: _builtins.int
     SEQUENCE_LENGTH_INPUT_FIELD_NUMBER: _builtins.int
     PADDING_VALUE_FIELD_NUMBER: _builtins.int
+    LENGTH_BUCKETS_FIELD_NUMBER: _builtins.int
     memory_budget_bytes: _builtins.int
     """Device memory this model's instances may hold, in bytes; 0 means the
     device budget alone decides.
@@ -1544,6 +1545,10 @@ class BatchserveOptions(_message.Message):
     """
     padding_value: _builtins.float
     """Value used to pad sequence inputs."""
+    @_builtins.property
+    def length_buckets(self) -> Global___LengthBuckets:
+        """How requests to a model with sequence_length_input are grouped by length."""
+
     def __init__(
         self,
         *,
@@ -1552,14 +1557,47 @@ class BatchserveOptions(_message.Message):
         allow_cpu_fallback: _builtins.bool = ...,
         sequence_length_input: _builtins.str = ...,
         padding_value: _builtins.float = ...,
+        length_buckets: Global___LengthBuckets | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["length_buckets", b"length_buckets"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_cpu_fallback", b"allow_cpu_fallback", "latency_objective_microseconds", b"latency_objective_microseconds", "memory_budget_bytes", b"memory_budget_bytes", "padding_value", b"padding_value", "sequence_length_input", b"sequence_length_input"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_cpu_fallback", b"allow_cpu_fallback", "latency_objective_microseconds", b"latency_objective_microseconds", "length_buckets", b"length_buckets", "memory_budget_bytes", b"memory_budget_bytes", "padding_value", b"padding_value", "sequence_length_input", b"sequence_length_input"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BatchserveOptions: _TypeAlias = BatchserveOptions  # noqa: Y015
+
+@_typing.final
+class LengthBuckets(_message.Message):
+    """Length-bucketed batching: the queued requests, in order of length, are cut into the
+    batches of least estimated compute, and the batch holding the oldest request runs. A
+    batch of R rows padded to L steps is estimated at L * (R + step_cost_rows).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DISABLED_FIELD_NUMBER: _builtins.int
+    STEP_COST_ROWS_FIELD_NUMBER: _builtins.int
+    disabled: _builtins.bool
+    """Pad every batch to its longest request, taking requests in queue order."""
+    step_cost_rows: _builtins.float
+    """What one step of the sequence costs beyond its rows, in rows. 0: learned from the
+    model's own measured batches (until there are enough of them, 1 on a CPU and the
+    batch cap on a GPU, where a step costs about the same whatever its rows).
+    """
+    def __init__(
+        self,
+        *,
+        disabled: _builtins.bool = ...,
+        step_cost_rows: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["disabled", b"disabled", "step_cost_rows", b"step_cost_rows"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LengthBuckets: _TypeAlias = LengthBuckets  # noqa: Y015
 
 @_typing.final
 class ModelConfig(_message.Message):

@@ -29,8 +29,15 @@ from batchserve.scheduler.dispatch_timing import DispatchTiming
 from batchserve.scheduler.execution import BatchRun
 from batchserve.scheduler.inline import InlineRuns
 from batchserve.scheduler.instances import Instance, InstancePool
+from batchserve.scheduler.length_buckets import (
+    CANDIDATES,
+    LOOKAHEAD,
+    StepCost,
+    closest_first,
+    head_run,
+)
 from batchserve.scheduler.ordering import InOrder
-from batchserve.scheduler.padding import LOOKAHEAD, SequenceLayout, closest_first
+from batchserve.scheduler.padding import SequenceLayout
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.queue import PriorityQueue
 from batchserve.scheduler.timing import Clock, LoopTimer, Timer, WakeUp
@@ -69,12 +76,19 @@ class Batcher:
         """None: nothing waits (no delay, or closed), every free instance takes a batch."""
         self._layout = SequenceLayout(policy.sequence_inputs, policy.sequence_outputs)
         self._grouping = bool(self._layout) and policy.merge_requests
+        self._step_cost = StepCost(policy.step_cost_rows, self._default_step_cost(pool, policy))
         self._order = InOrder() if policy.preserve_ordering else None
         self._running: set[asyncio.Task[None]] = set()
         self._dispatch_pending = False
         self._inline = InlineRuns(inline_below_ns)
         self._closed = False
         self._set_cap(max(1, policy.max_batch_size))
+
+    @staticmethod
+    def _default_step_cost(pool: InstancePool, policy: BatchPolicy) -> float:
+        """Until learned: a CPU step grows with its rows, a GPU step hardly does."""
+        on_cpu = all(i.backend.device.kind == "cpu" for i in pool.instances)
+        return 1.0 if on_cpu else float(max(1, policy.max_batch_size))
 
     @property
     def cap(self) -> int:
@@ -196,19 +210,27 @@ class Batcher:
         return batch
 
     def _take_grouped(self, head: WorkItem, target: int, now: int) -> list[WorkItem]:
-        """Like ``_take``, but the requests closest in length to the head's go first."""
-        window = self.queue.pop_many(LOOKAHEAD * self._cap, now)
-        batch, size, removed = [head], head.batch_size, set()
-        for item in closest_first(head, window):
+        """Like ``_take``, but for a sequence model: the head's run of the cheapest cut by
+        length (``length_buckets.py``), or, with buckets off, queue order to ``target``."""
+        window = []
+        for item in self.queue.pop_many(LOOKAHEAD * self._cap, now):
             if item.abandoned():
                 self._settle(item, asyncio.CancelledError())
-            elif size + item.batch_size <= target and item.inputs.keys() == head.inputs.keys():
-                batch.append(item)  # (requests sending other optional inputs never merge)
-                size += item.batch_size
             else:
-                continue
-            removed.add(id(item))
-        self.queue.push_front(item for item in window if id(item) not in removed)
+                window.append(item)
+        keys = head.inputs.keys()  # requests sending other optional inputs never merge
+        fitting = [item for item in window if item.inputs.keys() == keys]
+        if self.policy.length_buckets:
+            candidates = closest_first(head, fitting)[: CANDIDATES - 1]
+            batch = head_run(head, candidates, target, self._step_cost.rows)
+        else:
+            batch, size = [head], head.batch_size
+            for item in fitting:
+                if size + item.batch_size <= target:
+                    batch.append(item)
+                    size += item.batch_size
+        taken = {id(item) for item in batch}
+        self.queue.push_front(item for item in window if id(item) not in taken)
         return batch
 
     def _spread(self, batch: list[WorkItem]) -> list[list[WorkItem]]:
@@ -269,6 +291,10 @@ class Batcher:
             return
         self._deliver(batch, outcomes)  # first, so that no bookkeeping can strand them
         self._learn(run, instance)
+        if self._grouping and len(run.executions) == 1:  # run whole, not split after OOM
+            e = run.executions[0]
+            steps = max(item.sequence_length for item in batch)
+            self._step_cost.record(e.samples, steps, e.infer_ns)
 
     def _deliver(self, batch: list[WorkItem], outcomes: list[Outcome]) -> None:
         if self._timing is not None:

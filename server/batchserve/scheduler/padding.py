@@ -1,21 +1,14 @@
-"""Variable-length sequences: group requests by length, cut the padding back off outputs.
+"""Variable-length sequences: each request's length, and the padding cut back off outputs.
 
-A batch is padded to its longest request, so every shorter one costs padded compute.
-Taking, after the head of the queue, the waiting requests whose length is closest to the
-head's keeps that waste small without starving anyone: the head always goes first, and
-the look-ahead is bounded. Outputs that carry the sequence axis are cut back to each
-request's own length, so a request gets what it would have got alone.
+A batch is padded to its longest request (which requests share one: ``length_buckets``).
+Outputs that carry the sequence axis are cut back to each request's own length, so a
+request gets what it would have got alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from batchserve.scheduler.policy import AxisOf
-from batchserve.scheduler.work import Arrays, WorkItem
-
-LOOKAHEAD = 4
-"""How many batches' worth of queued requests grouping looks through."""
+from batchserve.scheduler.work import Arrays
 
 
 class SequenceLayout:
@@ -53,9 +46,3 @@ class SequenceLayout:
             if array is not None and array.shape[axis] == batch_length:
                 trimmed[name] = array[(slice(None),) * axis + (slice(0, length),)]
         return trimmed
-
-
-def closest_first(head: WorkItem, window: Sequence[WorkItem]) -> list[WorkItem]:
-    """The window ordered by how far each length is from the head's (queue order on ties)."""
-    target = head.sequence_length
-    return sorted(window, key=lambda item: abs(item.sequence_length - target))

@@ -28,11 +28,11 @@ output [{ name: "y" data_type: TYPE_FP32 dims: [-1] },
         { name: "total" data_type: TYPE_FP32 dims: [1] }]
 dynamic_batching {}
 """
-LENGTH_INPUT = 'batchserve { sequence_length_input: "lengths" }'
 
 
-def _config(grouped: bool = True, max_batch_size: int = 4) -> ModelConfig:
-    config = parse_pbtxt(SEQUENCE_CONFIG + (LENGTH_INPUT if grouped else ""))
+def _config(grouped: bool = True, max_batch_size: int = 4, buckets: str = "") -> ModelConfig:
+    options = f'batchserve {{ sequence_length_input: "lengths" length_buckets {{ {buckets} }} }}'
+    config = parse_pbtxt(SEQUENCE_CONFIG + (options if grouped else ""))
     config.max_batch_size = max_batch_size
     return config
 
@@ -62,22 +62,35 @@ MIXED = [length for pair in zip(range(2, 10), range(30, 22, -1), strict=True) fo
 
 async def test_grouping_by_length_cuts_padding_waste() -> None:
     padding, executions = {}, {}
-    for grouped in (False, True):
+    for grouped, buckets in ((False, ""), (True, "disabled: true"), (True, "step_cost_rows: 1000")):
         backend = FakeBackend()
-        batcher = batcher_for([backend], _config(grouped))
+        batcher = batcher_for([backend], _config(grouped, buckets=buckets))
         await _queue_behind_a_held_batch(batcher, backend, MIXED)
         stats = batcher.stats
-        padding[grouped] = (stats.padding_elements, stats.input_elements)
-        executions[grouped] = stats.execution_count
+        padding[grouped, buckets] = (stats.padding_elements, stats.input_elements)
+        executions[grouped, buckets] = stats.execution_count
         assert stats.inference_count == 1 + len(MIXED)
     # Without a sequence length input nothing could cut the outputs back, so requests of
     # different lengths never share a batch (Triton's rule): no padding, 17 runs of one.
-    assert padding[False] == (0, 2 + sum(MIXED) + 16)
-    assert executions[False] == 1 + len(MIXED)
-    # Grouped: [2 3 4 5] [30 29 28 27] [6 7 8 9] [26 25 24 23]: 6 padded elements each;
-    # in arrival order they would have been [2 30 3 29] ...: 176 padded elements.
-    assert padding[True] == (4 * 6, 2 + 20 + 120 + 36 + 104 + 16)
-    assert executions[True] == 1 + 4
+    assert padding[False, ""] == (0, 2 + sum(MIXED) + 16)
+    assert executions[False, ""] == 1 + len(MIXED)
+    # Buckets off: queue order, [2 30 3 29] [4 28 5 27] ...: 176 padded elements.
+    assert padding[True, "disabled: true"] == (176, 2 + 124 + 116 + 108 + 100)
+    # A step worth 1000 rows: as few steps as the cap allows, so the cut is
+    # [2 3 4 5] [6 7 8 9] [23 24 25 26] [27 28 29 30]: 6 padded elements each.
+    assert padding[True, "step_cost_rows: 1000"] == (4 * 6, 2 + 20 + 120 + 36 + 104 + 16)
+    assert executions[True, "step_cost_rows: 1000"] == 1 + 4
+
+
+async def test_on_a_cpu_a_step_is_worth_a_row_and_the_cut_is_finer() -> None:
+    backend = FakeBackend()
+    batcher = batcher_for([backend], _config())
+    await _queue_behind_a_held_batch(batcher, backend, MIXED)
+    # The cheapest cut at a step's cost of one row (the CPU default before any is learned):
+    # [2 3] [4 5 6] [7 8 9] [23 24 25 26] [27 28 29 30] (2*3 + 4*6 + 4*9 + 5*26 + 5*30 row
+    # steps), each run going when its oldest request heads the queue: 19 padded elements.
+    assert backend.shapes[1:] == [(2, 3), (4, 30), (3, 6), (4, 26), (3, 9)]
+    assert batcher.stats.padding_elements == 1 + 3 + 6 + 6 + 3
 
 
 async def test_each_request_gets_outputs_of_its_own_length() -> None:
@@ -100,9 +113,9 @@ async def test_the_head_goes_first_then_the_closest_lengths() -> None:
 
 async def test_grouping_looks_only_a_bounded_way_ahead() -> None:
     backend = FakeBackend()
-    batcher = batcher_for([backend], _config(max_batch_size=2))
-    await _queue_behind_a_held_batch(batcher, backend, [10, *[50] * 8, 10])
-    assert backend.shapes[1] == (2, 50)  # the other 10 is 9 places on: beyond 4 batches
+    batcher = batcher_for([backend], _config(max_batch_size=2, buckets="step_cost_rows: 1000"))
+    await _queue_behind_a_held_batch(batcher, backend, [10, *[50] * 8, 11])
+    assert backend.shapes[1] == (1, 10)  # the 11 is 9 places on: beyond 4 batches, unseen
 
 
 async def test_grouping_leaves_the_rest_of_the_queue_in_order() -> None:
@@ -154,7 +167,8 @@ async def test_a_real_sequence_model_answers_as_if_each_request_ran_alone(
         output [{ name: "steps" data_type: TYPE_FP32 dims: [-1] },
                 { name: "last" data_type: TYPE_FP32 dims: [1] }]
         dynamic_batching {}
-        batchserve { sequence_length_input: "lengths" padding_value: 7 }
+        batchserve { sequence_length_input: "lengths" padding_value: 7
+                     length_buckets { step_cost_rows: 1000 } }
     """)
     backend = OnnxBackend()
     backend.load(running_sum_model, config, CPU)

@@ -1,0 +1,116 @@
+"""The cheapest cut by length, and the step cost learned from measured batches."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+
+from batchserve.scheduler.length_buckets import (
+    LEARN_AFTER,
+    WHOLE,
+    StepCost,
+    cheapest_cut,
+    head_run,
+)
+
+
+@dataclass(eq=False)
+class Item:
+    """What the cut reads of a work item."""
+
+    sequence_length: int
+    batch_size: int = 1
+
+
+def _estimate(runs: list[list[Item]], step_cost_rows: float) -> float:
+    return sum(
+        max(i.sequence_length for i in run) * (sum(i.batch_size for i in run) + step_cost_rows)
+        for run in runs
+    )
+
+
+def _every_cut(ordered: list[Item], cap: int) -> list[list[list[Item]]]:
+    """Every cut into contiguous runs within the cap (brute force)."""
+    cuts = []
+    for marks in itertools.product((False, True), repeat=len(ordered) - 1):
+        runs, run = [], [ordered[0]]
+        for item, new in zip(ordered[1:], marks, strict=True):
+            if new:
+                runs.append(run)
+                run = []
+            run.append(item)
+        runs.append(run)
+        if all(sum(i.batch_size for i in r) <= cap for r in runs):
+            cuts.append(runs)
+    return cuts
+
+
+def test_the_cut_is_the_cheapest_of_every_cut_within_the_cap() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        ordered = sorted(
+            (Item(rng.randint(1, 300), rng.randint(1, 3)) for _ in range(rng.randint(1, 9))),
+            key=lambda i: i.sequence_length,
+        )
+        cap = rng.randint(3, 8)
+        step = rng.choice((0.0, 1.0, 4.0, 100.0))
+        cut = cheapest_cut(ordered, cap, step)
+        assert [i for run in cut for i in run] == ordered  # every item once, in order
+        assert all(sum(i.batch_size for i in run) <= cap for run in cut)
+        best = min(_estimate(c, step) for c in _every_cut(ordered, cap))
+        assert abs(_estimate(cut, step) - best) < 1e-6
+
+
+def test_a_request_larger_than_the_cap_still_runs_alone() -> None:
+    cut = cheapest_cut([Item(5), Item(9, batch_size=10)], 4, 1.0)
+    assert [[i.sequence_length for i in run] for run in cut] == [[5], [9]]
+
+
+def test_the_step_cost_decides_between_padding_and_more_batches() -> None:
+    lengths = [Item(n) for n in (10, 12, 90, 100)]
+    cheap_steps = cheapest_cut(lengths, 4, 0.0)
+    dear_steps = cheapest_cut(lengths, 4, 1000.0)
+    assert [len(run) for run in cheap_steps] == [1, 1, 1, 1]  # no padding at all
+    assert [len(run) for run in dear_steps] == [4]  # one batch: 100 steps in all
+
+
+def test_the_head_goes_first_with_its_run() -> None:
+    head = Item(50)
+    others = [Item(n) for n in (10, 48, 11, 52, 200)]
+    run = head_run(head, others, 3, 1.0)
+    assert run[0] is head
+    assert sorted(i.sequence_length for i in run) == [48, 50, 52]
+
+
+def _steps(cost: StepCost, per_step_ns: float, per_row_ns: float) -> None:
+    for index in range(LEARN_AFTER):
+        rows = 1 + index % 8
+        steps = 20 + 10 * index
+        cost.record(rows, steps, int(steps * (per_step_ns + per_row_ns * rows)))
+
+
+def test_the_step_cost_is_learned_from_measured_batches() -> None:
+    cost = StepCost(configured=0.0, default=1.0)
+    assert cost.rows == 1.0  # nothing measured: the device's default
+    _steps(cost, per_step_ns=30_000, per_row_ns=10_000)
+    assert abs(cost.rows - 3.0) < 0.01  # 30 us a step and 10 us a row: a step is 3 rows
+
+
+def test_a_model_whose_rows_cost_nothing_keeps_batches_whole() -> None:
+    cost = StepCost(configured=0.0, default=1.0)
+    _steps(cost, per_step_ns=50_000, per_row_ns=0)
+    assert cost.rows == WHOLE
+
+
+def test_a_configured_step_cost_is_used_as_written() -> None:
+    cost = StepCost(configured=2.5, default=1.0)
+    _steps(cost, per_step_ns=30_000, per_row_ns=10_000)
+    assert cost.rows == 2.5
+
+
+def test_batches_of_one_size_teach_nothing() -> None:
+    cost = StepCost(configured=0.0, default=64.0)
+    for index in range(3 * LEARN_AFTER):
+        cost.record(4, 10 + index, 1_000_000)
+    assert cost.rows == 64.0
