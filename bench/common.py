@@ -61,7 +61,7 @@ def start_server(
     for line in process.stderr:
         record = json.loads(line) if line.startswith("{") else {}
         if record.get("message") == "listening":
-            ports = {k: int(record[k]) for k in ("http_port", "grpc_port")}
+            ports = {k: int(record[k]) for k in ("http_port", "grpc_port", "metrics_port")}
         if record.get("message") in ("server ready", "server not ready: a model failed to load"):
             break
     if not ports:

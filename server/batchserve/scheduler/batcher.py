@@ -222,7 +222,8 @@ class Batcher:
         fitting = [item for item in window if item.inputs.keys() == keys]
         if self.policy.length_buckets:
             candidates = closest_first(head, fitting)[: CANDIDATES - 1]
-            batch = head_run(head, candidates, target, self._step_cost.rows)
+            cost = self._step_cost
+            batch = head_run(head, candidates, target, cost.rows, cost.batch_row_steps)
         else:
             batch, size = [head], head.batch_size
             for item in fitting:

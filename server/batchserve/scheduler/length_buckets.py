@@ -3,8 +3,9 @@
 A batch is padded to its longest request. Requests of very different lengths in one batch
 waste compute on padding; many small batches waste what each step of a batch costs
 whatever its rows. A batch of R rows padded to L steps is estimated at
-``L * (R + step_cost_rows)``: with the candidates in order of length, the cut into runs
-(each within the batch cap) of least total estimate is found by dynamic programming, and
+``L * (R + step_cost_rows)`` plus a cost of its own (learned): with the candidates in order
+of length, the cut into runs (each within the batch cap) of least total estimate is found
+by dynamic programming, and
 the run holding the queue's head goes now. The others wait for the next free instance,
 where the cut is made again with whatever arrived meanwhile; the head always goes first,
 so no length starves.
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
+
+import numpy as np
 
 
 class Lengthed(Protocol):
@@ -38,12 +41,12 @@ CANDIDATES = 64
 """The head and the queued requests closest to it in length that one cut considers (the
 cut is quadratic in them)."""
 LEARN_AFTER = 16
-"""Batches measured, at two or more sizes, before the learned step cost replaces the
-device's default."""
+"""Batches measured, of sizes and lengths that tell the costs apart, before the learned
+step cost replaces the device's default."""
 WHOLE = 1e9
 """The step cost, in rows, of a model whose rows cost nothing measurable: no cut pays."""
 NEGLIGIBLE = 0.01
-"""Rows whose share of a step's measured time is below this cost nothing measurable."""
+"""Rows whose share of the measured time is below this cost nothing measurable."""
 DECAY = 0.99
 """Weight each older batch keeps per newer one: the fit follows a changing machine."""
 
@@ -54,18 +57,23 @@ def closest_first(head: Item, window: Sequence[Item]) -> list[Item]:
     return sorted(window, key=lambda item: abs(item.sequence_length - target))
 
 
-def head_run(head: Item, candidates: Sequence[Item], cap: int, step_cost_rows: float) -> list[Item]:
+def head_run(
+    head: Item, candidates: Sequence[Item], cap: int, step_cost_rows: float, batch_cost: float = 0
+) -> list[Item]:
     """The head and the candidates that share its run in the cheapest cut (head first)."""
     ordered = sorted([head, *candidates], key=lambda item: item.sequence_length)
-    for run in cheapest_cut(ordered, cap, step_cost_rows):
+    for run in cheapest_cut(ordered, cap, step_cost_rows, batch_cost):
         if any(item is head for item in run):
             return [head, *(item for item in run if item is not head)]
     raise AssertionError("every item is in one run of the cut")  # pragma: no cover
 
 
-def cheapest_cut(ordered: Sequence[Item], cap: int, step_cost_rows: float) -> list[list[Item]]:
+def cheapest_cut(
+    ordered: Sequence[Item], cap: int, step_cost_rows: float, batch_cost: float = 0
+) -> list[list[Item]]:
     """``ordered`` (by length) cut into runs of at most ``cap`` rows, least estimate first
-    found. Runs are contiguous: in an optimal cut, no run's lengths interleave another's."""
+    found; ``batch_cost`` (row-steps) is added once per run. Runs are contiguous: in an
+    optimal cut, no run's lengths interleave another's."""
     count = len(ordered)
     best = [0.0] + [float("inf")] * count  # best[j]: cheapest cut of the first j items
     start = [0] * (count + 1)
@@ -76,7 +84,7 @@ def cheapest_cut(ordered: Sequence[Item], cap: int, step_cost_rows: float) -> li
             rows += ordered[first - 1].batch_size
             if rows > cap and first < end:
                 break
-            cost = best[first - 1] + length * (rows + step_cost_rows)
+            cost = best[first - 1] + batch_cost + length * (rows + step_cost_rows)
             if cost < best[end]:
                 best[end], start[end] = cost, first - 1
     runs = []
@@ -88,46 +96,61 @@ def cheapest_cut(ordered: Sequence[Item], cap: int, step_cost_rows: float) -> li
 
 
 class StepCost:
-    """A step's own cost in rows, from the model's measured batches: the time per step,
-    fitted as ``a + b * rows`` by least squares over recent batches, gives ``a / b``."""
+    """What a batch costs beyond its row-steps, from the model's measured batches: the time
+    of a batch of R rows padded to L steps, fitted as ``c + L * (a + b * R)`` by least
+    squares over recent batches, gives a step's own cost ``a / b`` in rows and the batch's
+    ``c / b`` in row-steps (the hand-over to the instance, copies, the call itself)."""
 
     def __init__(self, configured: float, default: float) -> None:
         self._configured = configured
         self._default = default
-        self._sums = [0.0] * 5  # weight, x, y, xx, xy; x = rows, y = ns per step
+        self._gram = np.zeros((3, 3))  # decayed sums of x x^T, x = (1, L, L * R)
+        self._moment = np.zeros(3)  # decayed sums of x * ns
         self._measured = 0
-        self._sizes: set[int] = set()
+        self._fit: tuple[float, float] | None = None
+        self._stale = False
 
     @property
     def rows(self) -> float:
-        """The configured value, else the learned one once learned, else the default."""
+        """A step's own cost in rows: as configured, else learned, else the default."""
         if self._configured:
             return self._configured
-        learned = self._fitted()
-        return self._default if learned is None else learned
+        fit = self._fitted()
+        return self._default if fit is None else fit[0]
+
+    @property
+    def batch_row_steps(self) -> float:
+        """A batch's own cost in row-steps: learned, else 0 (none is configured)."""
+        fit = None if self._configured else self._fitted()
+        return 0.0 if fit is None else fit[1]
 
     def record(self, rows: int, steps: int, ns: int) -> None:
         """One batch of ``rows`` padded to ``steps`` took ``ns`` on the instance."""
         if self._configured or steps <= 0 or rows <= 0:
             return
-        x, y = float(rows), ns / steps
-        sums = [value * DECAY for value in self._sums]
-        for index, term in enumerate((1.0, x, y, x * x, x * y)):
-            sums[index] += term
-        self._sums = sums
+        x = np.array((1.0, steps, steps * rows))
+        self._gram = self._gram * DECAY + np.outer(x, x)
+        self._moment = self._moment * DECAY + x * ns
         self._measured += 1
-        if len(self._sizes) < 2:
-            self._sizes.add(rows)
+        self._stale = True
 
-    def _fitted(self) -> float | None:
-        if self._measured < LEARN_AFTER or len(self._sizes) < 2:
+    def _fitted(self) -> tuple[float, float] | None:
+        if self._measured < LEARN_AFTER:
             return None
-        weight, x, y, xx, xy = self._sums
-        spread = weight * xx - x * x
-        if spread <= 0:
+        if self._stale:
+            self._stale = False
+            self._fit = self._solve()
+        return self._fit
+
+    def _solve(self) -> tuple[float, float] | None:
+        if np.linalg.cond(self._gram) > 1e12:  # too few sizes and lengths to tell apart
             return None
-        per_row = (weight * xy - x * y) / spread
-        per_step = (y - per_row * x) / weight
-        if per_row * x <= NEGLIGIBLE * y:  # rows cost nothing measurable: keep batches whole
-            return WHOLE
-        return min(WHOLE, max(0.0, per_step / per_row))
+        per_batch, per_step, per_row_step = np.linalg.solve(self._gram, self._moment)
+        total = self._moment[0]  # decayed sum of measured times
+        explained_by_rows = per_row_step * self._gram[0, 2]
+        if explained_by_rows <= NEGLIGIBLE * total:  # rows cost nothing measurable
+            return WHOLE, 0.0
+        return (
+            min(WHOLE, max(0.0, float(per_step / per_row_step))),
+            max(0.0, float(per_batch / per_row_step)),
+        )

@@ -114,3 +114,18 @@ def test_batches_of_one_size_teach_nothing() -> None:
     for index in range(3 * LEARN_AFTER):
         cost.record(4, 10 + index, 1_000_000)
     assert cost.rows == 64.0
+
+
+def test_a_batch_s_own_cost_is_learned_apart_from_its_steps() -> None:
+    cost = StepCost(configured=0.0, default=1.0)
+    for index in range(2 * LEARN_AFTER):
+        rows, steps = 1 + index % 8, 20 + 7 * index
+        cost.record(rows, steps, int(400_000 + steps * (30_000 + 10_000 * rows)))
+    assert abs(cost.rows - 3.0) < 0.01
+    assert abs(cost.batch_row_steps - 40.0) < 0.1  # 400 us at 10 us a row-step
+
+
+def test_a_batch_s_own_cost_makes_tiny_runs_dear() -> None:
+    lengths = [Item(n) for n in (10, 12, 14, 16)]
+    assert len(cheapest_cut(lengths, 4, 0.0)) == 4
+    assert len(cheapest_cut(lengths, 4, 0.0, batch_cost=100.0)) == 1
