@@ -143,3 +143,66 @@ def held_out_accuracy(model: CharLSTM, ids: np.ndarray, seq_len: int) -> float:
         correct += int((predicted == y).sum())
         total += y.numel()
     return correct / total
+
+
+class CharLSTMStep(nn.Module):
+    """One step of a CharLSTM, its state carried outside: what a sequence batcher runs.
+
+    ``token`` [batch, 1] is the next character; ``h_in`` and ``c_in`` [batch, layers,
+    hidden] are the state after the characters before it (zeros at the start). Returns the
+    logits of the character after ``token`` and the state after it.
+    """
+
+    def __init__(self, model: CharLSTM) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, token: torch.Tensor, h_in: torch.Tensor, c_in: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        state = (h_in.transpose(0, 1).contiguous(), c_in.transpose(0, 1).contiguous())
+        out, (h, c) = self.model.lstm(self.model.embed(token), state)
+        logits: torch.Tensor = self.model.head(out[:, -1])
+        return logits, h.transpose(0, 1), c.transpose(0, 1)
+
+
+_ONNX_GATES = (0, 2, 3, 1)
+"""ONNX's LSTM stacks its gates input, output, forget, cell; torch's input, forget, cell,
+output: torch's gate k is ONNX's gate _ONNX_GATES[k]."""
+
+
+def from_onnx(path: Path) -> CharLSTM:
+    """The CharLSTM an exported char_lstm ONNX file computes (its weights read back)."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(path)).graph
+    values = {tensor.name: numpy_helper.to_array(tensor) for tensor in graph.initializer}
+    lstms = [node for node in graph.node if node.op_type == "LSTM"]
+    model = CharLSTM()
+    if len(lstms) != model.lstm.num_layers:
+        raise ValueError(f"{path}: {len(lstms)} LSTM nodes, CharLSTM has {model.lstm.num_layers}")
+    state = model.state_dict()
+    state["embed.weight"] = torch.from_numpy(values["embed.weight"].copy())
+    state["head.weight"] = torch.from_numpy(values["head.weight"].copy())
+    state["head.bias"] = torch.from_numpy(values["head.bias"].copy())
+    for layer, node in enumerate(lstms):
+        w, r, b = (values[node.input[i]][0] for i in (1, 2, 3))  # one direction
+        hidden = r.shape[1]
+        state[f"lstm.weight_ih_l{layer}"] = _torch_gates(w, hidden)
+        state[f"lstm.weight_hh_l{layer}"] = _torch_gates(r, hidden)
+        state[f"lstm.bias_ih_l{layer}"] = _torch_gates(b[: 4 * hidden], hidden)
+        state[f"lstm.bias_hh_l{layer}"] = _torch_gates(b[4 * hidden :], hidden)
+    model.load_state_dict(state, strict=True)
+    return model.eval()
+
+
+def _torch_gates(onnx_stacked: np.ndarray, hidden: int) -> torch.Tensor:
+    gates = [onnx_stacked[k * hidden : (k + 1) * hidden] for k in _ONNX_GATES]
+    return torch.from_numpy(np.concatenate(gates).copy())
+
+
+def build_step() -> CharLSTMStep:
+    """Factory for `batchserve export batchserve.zoo.char_lstm:build_step` (weights from
+    ``--state-dict``: a CharLSTMStep's, e.g. of ``CharLSTMStep(from_onnx(...))``)."""
+    return CharLSTMStep(CharLSTM())

@@ -84,3 +84,59 @@ def test_as_bytes_gives_hwc_greyscale_that_scales_back_to_the_pixels() -> None:
     assert raw[..., 0].tolist() == [[[0, 255], [128, 16]]]
     back = raw.transpose(0, 3, 1, 2) * (digits_cnn.PIXEL_MAX / 255)
     np.testing.assert_allclose(back, images, atol=0.5 * digits_cnn.PIXEL_MAX / 255)
+
+
+SHIPPED_CHAR_LSTM = Path(__file__).parents[3] / "model_repo" / "char_lstm" / "1" / "model.onnx"
+PROGRAM = 'def main(argv):\n    """Greet."""\n    return print("hello", argv[1:]) or 0\n'
+
+
+def _char_lstm_on_prefixes(text_ids: np.ndarray) -> np.ndarray:
+    """The shipped char_lstm's logits after each prefix of ``text_ids``, one batch."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(SHIPPED_CHAR_LSTM), providers=["CPUExecutionProvider"])
+    count = len(text_ids)
+    tokens = np.zeros((count, count), np.int64)
+    for row in range(count):
+        tokens[row, : row + 1] = text_ids[: row + 1]
+    lengths = np.arange(1, count + 1, dtype=np.int64)[:, None]
+    (logits,) = session.run(None, {"tokens": tokens, "lengths": lengths})
+    return np.asarray(logits)
+
+
+def test_from_onnx_reads_back_the_shipped_char_lstm() -> None:
+    ids = char_lstm.encode(PROGRAM)
+    expected = _char_lstm_on_prefixes(ids)[-1]
+    with torch.no_grad():
+        got = char_lstm.from_onnx(SHIPPED_CHAR_LSTM)(
+            torch.from_numpy(ids[None, :]), torch.tensor([[len(ids)]])
+        )
+    np.testing.assert_allclose(got.numpy()[0], expected, atol=1e-4)
+
+
+def test_the_exported_step_fed_a_text_gives_char_lstm_s_logits_on_every_prefix(
+    tmp_path: Path,
+) -> None:
+    """Two texts in one batch, one character per call, the state carried between calls:
+    after each character, what char_lstm gives for that prefix (within 1e-4)."""
+    import onnxruntime as ort
+    from batchserve.export.onnx import export_onnx
+    from batchserve.export.spec import ExportSpec, parse_input_spec
+
+    step = char_lstm.CharLSTMStep(char_lstm.from_onnx(SHIPPED_CHAR_LSTM))
+    inputs = (f"token:INT64:batch,1:0..{char_lstm.VOCAB_SIZE - 1}",
+              "h_in:FP32:batch,2,128", "c_in:FP32:batch,2,128")  # fmt: skip
+    spec = ExportSpec("char_lstm_step", tuple(parse_input_spec(s) for s in inputs),
+                      outputs=("next_char_logits", "h_out", "c_out"))  # fmt: skip
+    (published,) = export_onnx(step, spec, tmp_path).models
+    session = ort.InferenceSession(str(published.model_file), providers=["CPUExecutionProvider"])
+
+    texts = [char_lstm.encode(PROGRAM), char_lstm.encode(PROGRAM.upper()[::-1])]
+    expected = [_char_lstm_on_prefixes(ids) for ids in texts]
+    h = np.zeros((2, 2, 128), np.float32)
+    c = np.zeros((2, 2, 128), np.float32)
+    for position in range(len(PROGRAM)):
+        token = np.array([[ids[position]] for ids in texts], np.int64)
+        logits, h, c = session.run(None, {"token": token, "h_in": h, "c_in": c})
+        for row, prefixes in enumerate(expected):
+            np.testing.assert_allclose(logits[row], prefixes[position], atol=1e-4)
