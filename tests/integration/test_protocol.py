@@ -241,3 +241,14 @@ def test_stream_infer_answers_every_request_with_its_id(
     assert ids == {"s0", "s1", "s2", "s3"}
     assert len(errors) == 1
     assert "image" in str(errors[0])
+
+
+def test_sequence_flags_to_a_model_without_sequence_batching_are_refused(
+    http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
+) -> None:
+    for module, client in ((httpclient, http), (grpcclient, grpc)):
+        image = module.InferInput("image", [1, 1, 8, 8], "FP32")
+        image.set_data_from_numpy(_digits(1))
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer(DIGITS, [image], sequence_id=7, sequence_start=True)
+        assert "model 'digits_cnn' does not use sequence batching" in refused.value.message()

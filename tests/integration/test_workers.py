@@ -125,7 +125,9 @@ def test_bad_requests_get_the_same_answers_and_are_counted(workers_server: Serve
         client.infer("no_such_model", [tensor])
     with pytest.raises(Exception, match="priority"):
         client.infer("digits_cnn", [tensor], priority=99)
-    assert metric(workers_server, "batchserve_requests_total", outcome="failure") - before >= 2
+    with pytest.raises(Exception, match="model 'digits_cnn' does not use sequence batching"):
+        client.infer("digits_cnn", [tensor], sequence_id=5, sequence_start=True)
+    assert metric(workers_server, "batchserve_requests_total", outcome="failure") - before >= 3
 
 
 def test_perf_analyzer_runs_cleanly_against_two_workers(workers_server: ServerProcess) -> None:

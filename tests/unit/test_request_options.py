@@ -3,7 +3,7 @@ those passed through, and the reserved ones refused in Triton's words."""
 
 import pytest
 from batchserve.core.errors import InvalidArgument
-from batchserve.core.types import RequestOptions, request_options
+from batchserve.core.types import RequestOptions, SequenceFlags, request_options
 
 
 def test_request_options_split_known_parameters() -> None:
@@ -24,9 +24,15 @@ def test_request_options_split_known_parameters() -> None:
         ({"timeout": "x"}, "'timeout' must be an integer >= 0, got 'x'"),
         ({"timeout": 2**64}, "'timeout' must be an integer >= 0"),
         ({"binary_data_output": 1}, "'binary_data_output' must be true or false, got 1"),
-        ({"sequence_id": 7}, "'sequence_id': sequence batching is not supported"),
-        ({"sequence_start": True}, "'sequence_start': sequence batching is not supported"),
-        ({"sequence_end": False}, "'sequence_end': sequence batching is not supported"),
+        (
+            {"sequence_id": -1},
+            "'sequence_id' must be an unsigned 64-bit integer or a string, got -1",
+        ),
+        ({"sequence_id": 2.0}, "'sequence_id' must be an unsigned 64-bit integer"),
+        ({"sequence_id": True}, "'sequence_id' must be an unsigned 64-bit integer"),
+        ({"sequence_id": "s" * 257}, "'sequence_id' is 257 characters long"),
+        ({"sequence_id": 7, "sequence_start": 1}, "'sequence_start' must be true or false, got 1"),
+        ({"sequence_id": 7, "sequence_end": "yes"}, "'sequence_end' must be true or false"),
     ],
 )
 def test_request_options_rejected(parameters: dict[str, object], problem: str) -> None:
@@ -45,3 +51,22 @@ def test_request_parameters_named_triton_are_reserved_as_in_triton() -> None:
     # the reserved key Triton's own clients send (perf_analyzer over gRPC) is accepted
     sent = {"triton_enable_empty_final_response": True, "p": 2}
     assert request_options(sent).parameters == {"p": 2}
+
+
+@pytest.mark.parametrize(
+    ("parameters", "flags"),
+    [
+        ({"sequence_id": 7, "sequence_start": True}, SequenceFlags(7, start=True)),
+        ({"sequence_id": 2**64 - 1, "sequence_end": True}, SequenceFlags(2**64 - 1, end=True)),
+        ({"sequence_id": "user-42", "sequence_start": True, "sequence_end": True},
+         SequenceFlags("user-42", start=True, end=True)),
+        ({"sequence_id": 0, "sequence_start": True}, None),  # 0 and "" name no sequence
+        ({"sequence_id": "", "sequence_end": False}, None),
+    ],
+)  # fmt: skip
+def test_sequence_parameters_become_the_request_s_flags(
+    parameters: dict[str, object], flags: SequenceFlags | None
+) -> None:
+    options = request_options({**parameters, "custom": 1})
+    assert options.sequence == flags
+    assert options.parameters == {"custom": 1}  # the sequence keys are taken out

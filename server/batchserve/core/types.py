@@ -20,6 +20,8 @@ from batchserve.core.tensors import describe
 Parameters = dict[str, Any]
 
 _SEQUENCE_KEYS: Final = ("sequence_id", "sequence_start", "sequence_end")
+MAX_SEQUENCE_ID_CHARS: Final = 256
+"""A string correlation id is kept while its sequence lives: its length is bounded."""
 # The one reserved key Triton's clients send (perf_analyzer over gRPC): decoupled models only
 _EMPTY_FINAL_RESPONSE: Final = "triton_enable_empty_final_response"
 
@@ -104,6 +106,8 @@ class InferRequest:
             decoding its data (``deferred.py``); validation then need not check it again.
         peer: the client's address, kept by a worker process for the model-owning process,
             which reads inputs in shared memory only for clients that may name regions.
+        sequence: the request's place in a stateful sequence (Triton's ``sequence_id``,
+            ``sequence_start``, ``sequence_end``); None when it names none.
     """
 
     model_name: str
@@ -120,6 +124,21 @@ class InferRequest:
     layout: Hashable | None = None
     verdict: Verdict | None = None
     peer: str | None = None
+    sequence: SequenceFlags | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceFlags:
+    """Where a request stands in a sequence: its correlation id (a non-zero integer or a
+    non-empty string) and whether it starts or ends the sequence."""
+
+    id: int | str
+    start: bool = False
+    end: bool = False
+
+    def as_tuple(self) -> tuple[int | str, bool, bool]:
+        """For the hand-off frames, which carry built-in types only."""
+        return (self.id, self.start, self.end)
 
 
 @dataclass(slots=True)
@@ -171,12 +190,15 @@ class RequestOptions:
         timeout_us: 0 = the model's default queue timeout.
         binary_output: HTTP ``binary_data_output``.
         parameters: every other key, unchanged.
+        sequence: ``sequence_id`` with ``sequence_start`` and ``sequence_end``; None when
+            the id is absent, 0 or empty (Triton: no sequence).
     """
 
     priority: int
     timeout_us: int
     binary_output: bool
     parameters: dict[str, Any]
+    sequence: SequenceFlags | None = None
 
 
 def request_options(parameters: Mapping[str, object]) -> RequestOptions:
@@ -191,9 +213,7 @@ def request_options(parameters: Mapping[str, object]) -> RequestOptions:
             "parameter keys starting with 'triton_' are reserved for Triton usage and should "
             f"not be specified. (batchserve: request parameter {reserved[:64]!r})"
         )
-    for key in _SEQUENCE_KEYS:
-        if key in rest:
-            raise InvalidArgument(f"request parameter '{key}': sequence batching is not supported")
+    sequence = _sequence(rest)
     priority = _unsigned(rest.pop("priority", 0), "priority")
     timeout = _unsigned(rest.pop("timeout", 0), "timeout")
     binary = rest.pop("binary_data_output", False)
@@ -201,7 +221,34 @@ def request_options(parameters: Mapping[str, object]) -> RequestOptions:
         raise InvalidArgument(
             f"request parameter 'binary_data_output' must be true or false, got {describe(binary)}"
         )
-    return RequestOptions(priority, timeout, binary, rest)
+    return RequestOptions(priority, timeout, binary, rest, sequence)
+
+
+def _sequence(rest: dict[str, object]) -> SequenceFlags | None:
+    """Take the sequence keys out of ``rest``: the flags, or None without an id."""
+    if not any(key in rest for key in _SEQUENCE_KEYS):
+        return None
+    sequence_id = rest.pop("sequence_id", 0)
+    flags = [rest.pop(key, False) for key in _SEQUENCE_KEYS[1:]]
+    for key, flag in zip(_SEQUENCE_KEYS[1:], flags, strict=True):
+        if type(flag) is not bool:
+            raise InvalidArgument(
+                f"request parameter '{key}' must be true or false, got {describe(flag)}"
+            )
+    if isinstance(sequence_id, str):
+        if len(sequence_id) > MAX_SEQUENCE_ID_CHARS:
+            raise InvalidArgument(
+                f"request parameter 'sequence_id' is {len(sequence_id)} characters long; "
+                f"at most {MAX_SEQUENCE_ID_CHARS} are accepted"
+            )
+    elif type(sequence_id) is not int or not 0 <= sequence_id < 2**64:
+        raise InvalidArgument(
+            "request parameter 'sequence_id' must be an unsigned 64-bit integer or a "
+            f"string, got {describe(sequence_id)}"
+        )
+    if not sequence_id:
+        return None
+    return SequenceFlags(sequence_id, flags[0] is True, flags[1] is True)
 
 
 def _unsigned(value: object, key: str) -> int:

@@ -93,6 +93,7 @@ class DecodedLayout:
             binary_output=template.binary_output,
             protocol=template.protocol,
             layout=template.layout,
+            sequence=template.sequence,
         )
 
 

@@ -231,6 +231,11 @@ class DataPlane:
         return response
 
     def _work_item(self, request: InferRequest, served: ServedVersion, now: int) -> WorkItem:
+        if request.sequence is not None:
+            raise InvalidArgument(
+                f"request parameter 'sequence_id': model '{served.name}' does not use "
+                "sequence batching (its config has no sequence_batching)"
+            )
         valid = validate_request(
             request.inputs, request.outputs, served.schema, request.layout, request.verdict
         )

@@ -85,6 +85,7 @@ def decode_infer_request(
         priority=options.priority,
         timeout_us=options.timeout_us,
         protocol="grpc",
+        sequence=options.sequence,
     )
     return check_then_decode(request, pending, schema)
 

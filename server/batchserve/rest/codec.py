@@ -104,6 +104,7 @@ def decode_infer_request(
         timeout_us=options.timeout_us,
         binary_output=options.binary_output,
         protocol="http",
+        sequence=options.sequence,
     )
     return check_then_decode(request, pending, schema)
 

@@ -256,9 +256,9 @@ MALFORMED = [
     ),
     case(
         raw_request(
-            fp32_input(), raw=[F8], parameters={"sequence_id": InferParameter(int64_param=4)}
+            fp32_input(), raw=[F8], parameters={"sequence_id": InferParameter(double_param=4.0)}
         ),
-        "request parameter 'sequence_id': sequence batching is not supported",
+        "request parameter 'sequence_id' must be an unsigned 64-bit integer or a string, got 4.0",
     ),
     # row 28: too many tensors
     case(

@@ -352,7 +352,7 @@ MALFORMED = [
     # row 27: request parameters
     doc_case({"inputs": [fp32_input()], "parameters": {"priority": -1}}, "'priority' must be an"),
     doc_case({"inputs": [fp32_input()], "parameters": {"timeout": "x"}}, "'timeout' must be an"),
-    doc_case({"inputs": [fp32_input()], "parameters": {"sequence_id": 3}}, "sequence batching"),
+    doc_case({"inputs": [fp32_input()], "parameters": {"sequence_id": 3.5}}, "64-bit integer"),
     # row 28: too many tensors
     doc_case(
         {"inputs": [fp32_input()], "outputs": [{"name": f"o{i}"} for i in range(10_000)]},

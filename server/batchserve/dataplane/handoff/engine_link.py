@@ -13,7 +13,13 @@ from typing import Any
 
 from batchserve.core.datatypes import BY_WIRE
 from batchserve.core.errors import BatchserveError, InvalidArgument
-from batchserve.core.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from batchserve.core.types import (
+    InferRequest,
+    InferResponse,
+    RequestedOutput,
+    SequenceFlags,
+    Tensor,
+)
 from batchserve.core.validation import ValidRequest, validate_request
 from batchserve.dataplane.handoff import descriptors
 from batchserve.dataplane.handoff.arena import Arena
@@ -90,7 +96,7 @@ class EngineLink:
     # requests ------------------------------------------------------------------------
     def _infer(self, frame: Frame) -> None:
         (_, rid, model, version, request_id, protocol, priority, timeout_us, peer, block,
-         inline, inputs, outputs, verdict) = frame  # fmt: skip
+         inline, inputs, outputs, verdict, sequence) = frame  # fmt: skip
         self.handed_over += 1
         self.handoffs += 1
         self._unacknowledged += 1
@@ -102,6 +108,8 @@ class EngineLink:
         try:
             request = self._request(model, version, request_id, protocol, priority, timeout_us,
                                     block, inline, inputs, outputs)  # fmt: skip
+            if sequence is not None:
+                request.sequence = SequenceFlags(*sequence)
             if any(tensor.parameters for tensor in request.inputs) or any(
                 output.parameters for output in request.outputs or ()
             ):

@@ -198,7 +198,8 @@ class WorkerPlane:
         known = self._models.get((model, version))
         verdict = None
         in_shared_memory = shm.uses_shared_memory(request)
-        if known is not None and not in_shared_memory:
+        sequence = None if request.sequence is None else request.sequence.as_tuple()
+        if known is not None and not in_shared_memory and sequence is None:
             try:
                 valid = validate_request(request.inputs, request.outputs, known.schema,
                                          request.layout, request.verdict)  # fmt: skip
@@ -230,7 +231,7 @@ class WorkerPlane:
         self._unread += 1
         self.protocol.send(("i", rid, model, version, request.id, request.protocol,
                             request.priority, request.timeout_us, peer, block, inline, inputs,
-                            outputs, verdict))  # fmt: skip
+                            outputs, verdict, sequence))  # fmt: skip
         try:
             frame = await future
         except asyncio.CancelledError:
