@@ -41,7 +41,8 @@ class ModelStats:
     Triton's: ``oom_splits`` counts batches split in two after running out of memory;
     ``padding_elements`` of the ``input_elements`` the model received were padding;
     ``received`` counts requests taken in (in flight: those not yet answered),
-    ``rejections`` the failed ones by reason, ``observed`` the Prometheus distributions.
+    ``rejections`` the failed ones by reason, ``observed`` the Prometheus distributions,
+    ``sequences_expired`` the sequences released after idling past their timeout.
     """
 
     success: Duration = field(default_factory=Duration)
@@ -58,6 +59,7 @@ class ModelStats:
     padding_elements: int = 0
     input_elements: int = 0
     received: int = 0
+    sequences_expired: int = 0
     outcomes: dict[tuple[str, bool], int] = field(default_factory=dict)  # (protocol, ok)
     rejections: dict[Rejection, int] = field(default_factory=dict)
     observed: Observations = field(default_factory=Observations)

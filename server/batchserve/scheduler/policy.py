@@ -56,7 +56,10 @@ class BatchPolicy:
 
     @classmethod
     def from_config(cls, config: ModelConfig, server_max_queue_size: int) -> BatchPolicy:
-        """Triton's fields; a model without dynamic_batching runs each request alone."""
+        """Triton's fields; a model without dynamic_batching runs each request alone (but
+        for sequence_batching: its steps of different sequences share batches)."""
+        if config.HasField("sequence_batching"):
+            return cls._sequence_steps(config, server_max_queue_size)
         if not config.HasField("dynamic_batching"):
             return cls(max_batch_size=config.max_batch_size, merge_requests=False,
                        max_queue_size=server_max_queue_size)  # fmt: skip
@@ -83,6 +86,22 @@ class BatchPolicy:
             sequence_outputs=_sequence_axes(config.output, length_input) if batched else (),
             length_buckets=not config.batchserve.length_buckets.disabled,
             step_cost_rows=config.batchserve.length_buckets.step_cost_rows,
+        )
+
+    @classmethod
+    def _sequence_steps(cls, config: ModelConfig, server_max_queue_size: int) -> BatchPolicy:
+        """A sequence model's steps batch as requests do, under its strategy's delay."""
+        batching = config.sequence_batching
+        oldest = batching.WhichOneof("strategy_choice") == "oldest"
+        strategy = batching.oldest if oldest else batching.direct
+        delay_ns = strategy.max_queue_delay_microseconds * 1000
+        return cls(
+            max_batch_size=config.max_batch_size,
+            merge_requests=config.max_batch_size > 0,
+            preferred_batch_sizes=tuple(sorted(batching.oldest.preferred_batch_size)),
+            max_queue_delay_ns=delay_ns,
+            max_queue_size=server_max_queue_size,
+            aging_ns=10 * max(delay_ns, MS),
         )
 
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from batchserve.core.types import SequenceFlags
+
 Arrays = dict[str, np.ndarray]
 Outcome = Arrays | BaseException
 """What a request ends with: its outputs, or the error it failed with."""
@@ -31,6 +33,7 @@ class WorkItem:
         sequence_length: set by the batcher for sequence models: its padded length.
         clients: the requests it answers: more than one for a group a worker handed over
             as one item. The batcher's waiting rules count clients, not items.
+        sequence: its place in a stateful sequence (``sequences.py``); None otherwise.
     """
 
     inputs: Arrays
@@ -45,6 +48,7 @@ class WorkItem:
     ticket: int = 0
     sequence_length: int = 0
     clients: int = 1
+    sequence: SequenceFlags | None = None
 
     def abandoned(self) -> bool:
         """True when nobody waits for the answer any more."""

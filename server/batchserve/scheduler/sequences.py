@@ -1,0 +1,284 @@
+"""Triton's sequence batcher: stateful sequences whose steps share batches.
+
+Every request to a model with ``sequence_batching`` names its sequence (a correlation id)
+and whether it starts or ends it. The steps of one sequence run one at a time, in the order
+they came; steps of different sequences share batches (the dynamic batcher underneath). Each
+step's row gets the control inputs the config declares (START, END, READY, CORRID) and the
+sequence's implicit state (``state { input_name output_name ... }``): the initial state on a
+START step, else what the sequence's previous step output. State outputs are kept, not
+answered. A sequence is forgotten after its END step, or after
+``max_sequence_idle_microseconds`` with no request (counted as expired); a later request
+for it without START is refused, as Triton refuses it.
+
+Both of Triton's strategies batch the ready steps of different sequences together here:
+``oldest`` is that by definition; ``direct`` binds each sequence to a batch slot, which
+matters only to models that keep state inside an instance, and implicit state is kept here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+
+from batchserve.core.datatypes import from_config
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.types import SequenceFlags
+from batchserve.observability.stats import ModelStats
+from batchserve.proto.model_config_pb2 import ModelConfig, ModelSequenceBatching
+from batchserve.scheduler.batcher import Batcher
+from batchserve.scheduler.instances import InstancePool
+from batchserve.scheduler.policy import BatchPolicy
+from batchserve.scheduler.work import Arrays, WorkItem
+
+DEFAULT_IDLE_US = 1_000_000
+"""Triton's default ``max_sequence_idle_microseconds``."""
+
+_KINDS = {
+    ModelSequenceBatching.Control.CONTROL_SEQUENCE_START: "START",
+    ModelSequenceBatching.Control.CONTROL_SEQUENCE_END: "END",
+    ModelSequenceBatching.Control.CONTROL_SEQUENCE_READY: "READY",
+    ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID: "CORRID",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """A control input the server fills: ``values`` are its (false, true) elements; a
+    CORRID control carries the correlation id instead."""
+
+    kind: str
+    input: str
+    dtype: np.dtype[np.generic]
+    values: tuple[object, object] = (0, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """An implicit state: fed as ``input``, taken back from ``output`` after each step."""
+
+    input: str
+    output: str
+    initial: np.ndarray
+    """One row's state at START: zeros (Triton's ``zero_data``, and its default)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SequencePolicy:
+    controls: tuple[Control, ...]
+    states: tuple[State, ...]
+    idle_ns: int
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> SequencePolicy | None:
+        """The config's ``sequence_batching``; None for a model without it."""
+        if config.WhichOneof("scheduling_choice") != "sequence_batching":
+            return None
+        batching = config.sequence_batching
+        controls = [
+            _control(control_input.name, control)
+            for control_input in batching.control_input
+            for control in control_input.control
+        ]
+        states = [
+            State(s.input_name, s.output_name,
+                  np.zeros(tuple(s.dims), from_config(s.data_type).numpy))
+            for s in batching.state
+        ]  # fmt: skip
+        idle_us = batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US
+        return cls(tuple(controls), tuple(states), idle_us * 1000)
+
+    @property
+    def input_names(self) -> frozenset[str]:
+        """Inputs the server fills, which clients do not send."""
+        return frozenset([c.input for c in self.controls] + [s.input for s in self.states])
+
+    @property
+    def numeric_ids(self) -> bool:
+        """Whether a CORRID control takes the correlation id as a number."""
+        return any(c.kind == "CORRID" and c.dtype.kind in "iu" for c in self.controls)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """Outputs the server keeps, which clients do not get."""
+        return tuple(s.output for s in self.states)
+
+    def rows(self, flags: SequenceFlags, state: Arrays | None) -> Arrays:
+        """One step's server-filled inputs: controls, and the state (None: the initial)."""
+        arrays: Arrays = {}
+        for control in self.controls:
+            if control.kind == "CORRID":  # a string control takes any id as text
+                value: object = flags.id if control.dtype.kind in "iu" else str(flags.id)
+            else:
+                on = {"START": flags.start, "END": flags.end, "READY": True}[control.kind]
+                value = control.values[on]
+            arrays[control.input] = np.array([[value]], dtype=control.dtype)
+        for spec in self.states:
+            row = spec.initial if state is None else state[spec.input]
+            arrays[spec.input] = row[None, ...]
+        return arrays
+
+    def zeros(self, rows: int) -> Arrays:
+        """Server-filled inputs for a synthetic batch (memory probe, warm-up)."""
+        arrays: Arrays = {}
+        for control in self.controls:
+            arrays[control.input] = np.zeros((rows, 1), dtype=control.dtype)
+        for spec in self.states:
+            arrays[spec.input] = np.repeat(spec.initial[None, ...], rows, axis=0)
+        return arrays
+
+
+def _control(name: str, control: ModelSequenceBatching.Control) -> Control:
+    kind = _KINDS[control.kind]
+    if kind == "CORRID":
+        return Control(kind, name, np.dtype(from_config(control.data_type).numpy))
+    values: list[object]
+    dtype: np.dtype[np.generic]
+    if control.int32_false_true:
+        dtype, values = np.dtype(np.int32), list(control.int32_false_true)
+    elif control.fp32_false_true:
+        dtype, values = np.dtype(np.float32), list(control.fp32_false_true)
+    else:
+        dtype, values = np.dtype(np.bool_), list(control.bool_false_true)
+    return Control(kind, name, dtype, (values[0], values[1]))
+
+
+@dataclass(eq=False)
+class _Sequence:
+    id: int | str
+    pending: deque[WorkItem] = field(default_factory=deque)
+    running: bool = False
+    state: Arrays | None = None
+    ending: bool = False
+    """Its END request has come: only a new START may follow."""
+    idle: asyncio.TimerHandle | None = None
+
+
+class SequenceBatcher(Batcher):
+    """A ``Batcher`` for a model with ``sequence_batching``: ``submit`` takes requests that
+    name their sequence; each reaches the batch queue once its sequence's previous step
+    has finished."""
+
+    def __init__(
+        self,
+        model: str,
+        pool: InstancePool,
+        policy: BatchPolicy,
+        stats: ModelStats,
+        sequences: SequencePolicy,
+        *,
+        pad_value: float = 0,
+        inline_below_ns: int = 0,
+    ) -> None:
+        super().__init__(pool, policy, stats, pad_value=pad_value, inline_below_ns=inline_below_ns)
+        self.model = model
+        self.sequences = sequences
+        self._live: dict[int | str, _Sequence] = {}
+
+    @property
+    def live(self) -> int:
+        """Sequences started and neither ended nor expired."""
+        return len(self._live)
+
+    def submit(self, item: WorkItem) -> None:
+        flags = self._flags(item)
+        sequence = self._live.get(flags.id)
+        if sequence is None or sequence.ending:  # unknown, ended, expired, or ending
+            if not flags.start:
+                raise InvalidArgument(
+                    f"inference request for sequence {flags.id} to model '{self.model}' must "
+                    "specify the START flag on the first request of the sequence"
+                )
+            sequence = self._live[flags.id] = _Sequence(flags.id)
+        if sequence.idle is not None:
+            sequence.idle.cancel()
+            sequence.idle = None
+        sequence.ending = flags.end
+        sequence.pending.append(item)
+        if not sequence.running:
+            self._next(sequence)
+
+    def _flags(self, item: WorkItem) -> SequenceFlags:
+        flags = item.sequence
+        if flags is None:
+            raise InvalidArgument(
+                f"inference request to model '{self.model}' must specify a non-zero or "
+                "non-empty correlation ID"
+            )
+        if item.batch_size != 1:
+            raise InvalidArgument(
+                f"inference request to model '{self.model}' must specify batch-size 1 due "
+                "to requirements of sequence batcher"
+            )
+        if isinstance(flags.id, str) and self.sequences.numeric_ids:
+            raise InvalidArgument(
+                f"sequence id '{flags.id}' is a string, but model '{self.model}' takes its "
+                "correlation id as a number (its CORRID control): send an integer sequence_id"
+            )
+        return flags
+
+    def _next(self, sequence: _Sequence) -> None:
+        """Queue the sequence's next step, or, with none waiting, let it idle or go."""
+        while sequence.pending:
+            item = sequence.pending.popleft()
+            if item.abandoned():  # its client left before it ran: the state stays
+                item.finish(asyncio.CancelledError())
+                continue
+            flags = item.sequence
+            assert flags is not None  # checked by submit
+            state = None if flags.start else sequence.state
+            step = WorkItem(
+                inputs={**item.inputs, **self.sequences.rows(flags, state)},
+                batch_size=1,
+                output_names=item.output_names + self.sequences.output_names,
+                priority=item.priority,
+                enqueued_ns=item.enqueued_ns,
+                deadline_ns=item.deadline_ns,
+                future=asyncio.get_running_loop().create_future(),
+                is_cancelled=item.abandoned,
+            )
+            try:
+                super().submit(step)
+            except Exception as exc:  # full queue, unloading: this step fails, not the rest
+                item.finish(exc)
+                continue
+            sequence.running = True
+            step.future.add_done_callback(partial(self._stepped, sequence, item))
+            return
+        sequence.running = False
+        if sequence.ending:
+            self._forget(sequence)
+        else:
+            loop = asyncio.get_running_loop()
+            sequence.idle = loop.call_later(self.sequences.idle_ns / 1e9, self._expire, sequence)
+
+    def _stepped(self, sequence: _Sequence, item: WorkItem, step: asyncio.Future[Arrays]) -> None:
+        if step.cancelled():
+            item.finish(asyncio.CancelledError())
+        elif (error := step.exception()) is not None:
+            item.finish(error)
+        else:
+            outputs = step.result()
+            sequence.state = {s.input: outputs[s.output][0] for s in self.sequences.states}
+            item.finish({name: outputs[name] for name in item.output_names})
+        self._next(sequence)
+
+    def _expire(self, sequence: _Sequence) -> None:
+        sequence.idle = None
+        if not sequence.running and not sequence.pending:
+            self._forget(sequence)
+            self.stats.sequences_expired += 1
+
+    def _forget(self, sequence: _Sequence) -> None:
+        if self._live.get(sequence.id) is sequence:
+            del self._live[sequence.id]
+
+    async def close(self) -> None:
+        for sequence in list(self._live.values()):
+            if sequence.idle is not None:
+                sequence.idle.cancel()
+        self._live.clear()
+        await super().close()

@@ -1,0 +1,184 @@
+"""The sequence batcher over a real ONNX accumulator with implicit state and controls."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from batchserve.backends.onnx import OnnxBackend
+from batchserve.core.device import CPU
+from batchserve.core.errors import InvalidArgument
+from batchserve.core.types import SequenceFlags
+from batchserve.models.model_config import parse_pbtxt
+from batchserve.observability.stats import ModelStats
+from batchserve.scheduler.instances import Instance, InstancePool
+from batchserve.scheduler.policy import BatchPolicy
+from batchserve.scheduler.sequences import SequenceBatcher, SequencePolicy
+from batchserve.scheduler.work import WorkItem
+from onnx import TensorProto, helper, numpy_helper
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = """
+name: "acc" max_batch_size: 8
+input [{ name: "INPUT" data_type: TYPE_INT32 dims: [1] }]
+output [{ name: "OUTPUT" data_type: TYPE_INT32 dims: [1] },
+        { name: "ID" data_type: TYPE_INT64 dims: [1] },
+        { name: "ENDED" data_type: TYPE_INT32 dims: [1] }]
+sequence_batching {
+  max_sequence_idle_microseconds: 50000
+  control_input [
+    { name: "START" control [{ kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1] }] },
+    { name: "END" control [{ kind: CONTROL_SEQUENCE_END int32_false_true: [0, 1] }] },
+    { name: "READY" control [{ kind: CONTROL_SEQUENCE_READY int32_false_true: [0, 1] }] },
+    { name: "CORRID" control [{ kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_INT64 }] }
+  ]
+  state [{ input_name: "ACC_IN" output_name: "ACC_OUT" data_type: TYPE_INT32 dims: [1] }]
+}
+"""
+
+
+@pytest.fixture
+def accumulator(tmp_path: Path) -> Path:
+    """OUTPUT = ACC_OUT = ACC_IN * (1 - START) + INPUT * READY; ID = CORRID; ENDED = END."""
+    nodes = [
+        helper.make_node("Sub", ["one", "START"], ["keep"]),
+        helper.make_node("Mul", ["ACC_IN", "keep"], ["kept"]),
+        helper.make_node("Mul", ["INPUT", "READY"], ["added"]),
+        helper.make_node("Add", ["kept", "added"], ["ACC_OUT"]),
+        helper.make_node("Identity", ["ACC_OUT"], ["OUTPUT"]),
+        helper.make_node("Identity", ["CORRID"], ["ID"]),
+        helper.make_node("Identity", ["END"], ["ENDED"]),
+    ]
+    int32 = [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 1])
+             for n in ("INPUT", "START", "END", "READY", "ACC_IN")]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "accumulator",
+        [*int32, helper.make_tensor_value_info("CORRID", TensorProto.INT64, ["batch", 1])],
+        [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 1])
+         for n in ("OUTPUT", "ACC_OUT", "ENDED")]
+        + [helper.make_tensor_value_info("ID", TensorProto.INT64, ["batch", 1])],
+        [numpy_helper.from_array(np.array(1, np.int32), "one")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = tmp_path / "accumulator.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+class Harness:
+    def __init__(self, model_file: Path) -> None:
+        config = parse_pbtxt(CONFIG)
+        self.backend = OnnxBackend()
+        self.backend.load(model_file, config, CPU)
+        sequences = SequencePolicy.from_config(config)
+        assert sequences is not None
+        self.batcher = SequenceBatcher(
+            "acc",
+            InstancePool([Instance("acc-0", self.backend)]),
+            BatchPolicy.from_config(config, server_max_queue_size=64),
+            ModelStats(),
+            sequences,
+        )
+
+    def step(
+        self, sequence_id: int | str, value: int, *, start: bool = False, end: bool = False
+    ) -> WorkItem:
+        item = WorkItem(
+            inputs={"INPUT": np.array([[value]], np.int32)},
+            batch_size=1,
+            output_names=("OUTPUT", "ID", "ENDED"),
+            priority=1,
+            enqueued_ns=0,
+            deadline_ns=None,
+            future=asyncio.get_running_loop().create_future(),
+            sequence=SequenceFlags(sequence_id, start, end),
+        )
+        self.batcher.submit(item)
+        return item
+
+
+async def _outputs(item: WorkItem) -> tuple[int, int, int]:
+    out = await asyncio.wait_for(item.future, 5)
+    assert set(out) == {"OUTPUT", "ID", "ENDED"}  # the state output is kept, not answered
+    return int(out["OUTPUT"][0, 0]), int(out["ID"][0, 0]), int(out["ENDED"][0, 0])
+
+
+async def test_interleaved_sequences_each_keep_their_own_state(accumulator: Path) -> None:
+    harness = Harness(accumulator)
+    first = [harness.step(11, 1, start=True), harness.step(22, 100, start=True)]
+    assert [await _outputs(i) for i in first] == [(1, 11, 0), (100, 22, 0)]
+    second = [harness.step(22, 5), harness.step(11, 2), harness.step(11, 3, end=True)]
+    results = [await _outputs(i) for i in second]
+    assert results == [(105, 22, 0), (3, 11, 0), (6, 11, 1)]
+    assert harness.batcher.live == 1  # 11 ended; 22 goes on
+    assert harness.batcher.stats.execution_count < harness.batcher.stats.inference_count
+
+
+async def test_steps_of_one_sequence_run_in_order_even_when_sent_at_once(
+    accumulator: Path,
+) -> None:
+    harness = Harness(accumulator)
+    items = [harness.step(77, n, start=n == 1) for n in range(1, 6)]
+    assert [(await _outputs(i))[0] for i in items] == [1, 3, 6, 10, 15]
+
+
+async def test_a_string_id_is_refused_where_the_model_takes_a_numeric_one(
+    accumulator: Path,
+) -> None:
+    harness = Harness(accumulator)
+    with pytest.raises(InvalidArgument, match="sequence id 'text-1' is a string"):
+        harness.step("text-1", 1, start=True)
+
+
+async def test_start_resets_the_state_of_a_sequence_that_did_not_end(accumulator: Path) -> None:
+    harness = Harness(accumulator)
+    await _outputs(harness.step(3, 7, start=True))
+    assert (await _outputs(harness.step(3, 1, start=True)))[0] == 1
+
+
+async def test_a_sequence_unknown_ended_or_expired_needs_start(accumulator: Path) -> None:
+    harness = Harness(accumulator)
+    message = "inference request for sequence 9 to model 'acc' must specify the START flag"
+    with pytest.raises(InvalidArgument, match=message):
+        harness.step(9, 1)
+    await _outputs(harness.step(9, 1, start=True, end=True))
+    with pytest.raises(InvalidArgument, match=message):
+        harness.step(9, 1)  # ended
+    await _outputs(harness.step(9, 1, start=True))
+    await asyncio.sleep(0.15)  # idle past max_sequence_idle_microseconds (50 ms)
+    assert harness.batcher.live == 0
+    assert harness.batcher.stats.sequences_expired == 1
+    with pytest.raises(InvalidArgument, match=message):
+        harness.step(9, 1)
+
+
+async def test_requests_without_a_sequence_or_of_several_rows_are_refused(
+    accumulator: Path,
+) -> None:
+    harness = Harness(accumulator)
+    item = harness.step(1, 1, start=True)
+    await _outputs(item)
+    lone = WorkItem({"INPUT": np.zeros((1, 1), np.int32)}, 1, ("OUTPUT",), 1, 0, None,
+                    asyncio.get_running_loop().create_future())  # fmt: skip
+    with pytest.raises(InvalidArgument, match="must specify a non-zero or non-empty correlation"):
+        harness.batcher.submit(lone)
+    rows = WorkItem({"INPUT": np.zeros((2, 1), np.int32)}, 2, ("OUTPUT",), 1, 0, None,
+                    asyncio.get_running_loop().create_future(),
+                    sequence=SequenceFlags(5, start=True))  # fmt: skip
+    with pytest.raises(InvalidArgument, match="must specify batch-size 1"):
+        harness.batcher.submit(rows)
+
+
+async def test_a_step_whose_client_left_is_skipped_and_the_state_stays(accumulator: Path) -> None:
+    harness = Harness(accumulator)
+    first = harness.step(4, 10, start=True)
+    gone = harness.step(4, 1000)  # queued behind the first
+    gone.future.cancel()
+    await _outputs(first)
+    assert (await _outputs(harness.step(4, 1)))[0] == 11
