@@ -1,54 +1,133 @@
-"""Mixed-length char_lstm requests, batched together by the server, answer exactly as the
-model does for each request alone."""
+"""Stateful sequences through a real server, by Triton's own clients: the flow of NVIDIA's
+sequence examples (sync over HTTP and gRPC, and a gRPC stream), interleaved sequences with
+implicit state, and the errors Triton gives. By one process and by two workers."""
 
 from __future__ import annotations
 
-import time
+import queue
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
 
-import httpx
 import numpy as np
-import onnxruntime as ort
+import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from batchserve.zoo.sequence_models import write_accumulator, write_simple_sequence
+from tritonclient.utils import InferenceServerException
 
-from tests.integration.server import MODEL_REPO, ServerProcess
+from tests.integration.server import ServerProcess, metric, start_server
 
-MODEL = "char_lstm"
-
-
-def _request(length: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    tokens = rng.integers(3, 98, size=(1, length)).astype(np.int64)
-    return tokens, np.array([[length]], dtype=np.int64)
+VALUES = [11, 7, 5, 3, 2, 0, 1]  # what NVIDIA's examples send after their first value
 
 
-def test_mixed_lengths_batch_like_one_by_one(server: ServerProcess) -> None:
-    session = ort.InferenceSession(str(MODEL_REPO / MODEL / "1" / "model.onnx"))
-    rng = np.random.default_rng(42)
-    requests = [_request(int(n), rng) for n in rng.integers(1, 120, size=48)]
-    before = httpx.get(f"http://{server.http_url}/v2/models/{MODEL}/stats").json()
-    executions_before = before["model_stats"][0]["execution_count"]
-    answers: list[object] = [None] * len(requests)
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    for index, (tokens, lengths) in enumerate(requests):
-        inputs = [grpcclient.InferInput("tokens", list(tokens.shape), "INT64"),
-                  grpcclient.InferInput("lengths", [1, 1], "INT64")]  # fmt: skip
-        inputs[0].set_data_from_numpy(tokens)
-        inputs[1].set_data_from_numpy(lengths)
+@pytest.fixture(scope="module", params=["1", "2"], ids=["one-process", "two-workers"])
+def sequence_server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ServerProcess]:
+    repo: Path = tmp_path_factory.mktemp("sequence_repo")
+    write_simple_sequence(repo)
+    write_accumulator(repo)
+    server = start_server(repo, ["--workers", request.param])
+    yield server
+    assert server.stop() == 0
 
-        def done(result: object, error: object, index: int = index) -> None:
-            answers[index] = error if error is not None else result
 
-        client.async_infer(MODEL, inputs, callback=done)
-    deadline = 60.0
-    started = time.monotonic()
-    while any(a is None for a in answers) and time.monotonic() - started < deadline:
-        time.sleep(0.01)
-    client.close()
-    for (tokens, lengths), answer in zip(requests, answers, strict=True):
-        assert isinstance(answer, grpcclient.InferResult), answer
-        (alone,) = session.run(None, {"tokens": tokens, "lengths": lengths})
-        np.testing.assert_allclose(answer.as_numpy("next_char_logits"), alone, rtol=1e-4, atol=1e-5)
-    after = httpx.get(f"http://{server.http_url}/v2/models/{MODEL}/stats").json()["model_stats"][0]
-    executions = after["execution_count"] - executions_before
-    assert executions < len(requests), (
-        "concurrent requests of different lengths should share batches"
-    )
+def _client(module: ModuleType, server: ServerProcess) -> object:
+    url = server.http_url if module is httpclient else server.grpc_url
+    return module.InferenceServerClient(url)
+
+
+def _input(module: ModuleType, value: int) -> object:
+    tensor = module.InferInput("INPUT", [1, 1], "INT32")
+    tensor.set_data_from_numpy(np.array([[value]], np.int32))
+    return tensor
+
+
+def _send(module: ModuleType, client: object, model: str, sequence_id: int | str,
+          values: list[int]) -> list[int]:  # fmt: skip
+    results = []
+    for index, value in enumerate(values):
+        result = client.infer(  # type: ignore[attr-defined]
+            model, [_input(module, value)], sequence_id=sequence_id,
+            sequence_start=index == 0, sequence_end=index == len(values) - 1,
+        )  # fmt: skip
+        results.append(int(result.as_numpy("OUTPUT")[0, 0]))
+    return results
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_the_sync_example_flow_gets_the_example_s_answers(
+    sequence_server: ServerProcess, module: ModuleType
+) -> None:
+    """Two integer sequences and one with a UUID string id, as NVIDIA's sync examples send
+    them to simple_sequence; the answers they check: INPUT + 1 on START, INPUT after."""
+    client = _client(module, sequence_server)
+    first = _send(module, client, "simple_sequence", 1000, [0, *VALUES])
+    second = _send(module, client, "simple_sequence", 1001, [100, *(-v for v in VALUES)])
+    text = _send(module, client, "simple_sequence", str(uuid.uuid4()), [20, *(-v for v in VALUES)])
+    assert first == [1, *VALUES]
+    assert second == [101, *(-v for v in VALUES)]
+    assert text == [21, *(-v for v in VALUES)]
+
+
+def test_a_grpc_stream_carries_a_sequence_in_order(sequence_server: ServerProcess) -> None:
+    answers: queue.Queue[object] = queue.Queue()
+    client = grpcclient.InferenceServerClient(sequence_server.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.put(error or result))
+    values = [4, *VALUES]
+    for index, value in enumerate(values):
+        client.async_stream_infer(
+            "accumulator", [_input(grpcclient, value)], request_id=str(index),
+            sequence_id=4242, sequence_start=index == 0, sequence_end=index == len(values) - 1,
+        )  # fmt: skip
+    got = {}
+    for _ in values:
+        answer = answers.get(timeout=30)
+        assert not isinstance(answer, InferenceServerException), answer.message()
+        got[int(answer.get_response().id)] = int(answer.as_numpy("OUTPUT")[0, 0])
+    client.stop_stream()
+    assert [got[i] for i in range(len(values))] == list(np.cumsum(values))
+
+
+def test_interleaved_concurrent_sequences_each_keep_their_own_state(
+    sequence_server: ServerProcess,
+) -> None:
+    def run(sequence_id: int) -> list[int]:
+        module = httpclient if sequence_id % 2 else grpcclient
+        client = _client(module, sequence_server)
+        values = [sequence_id * 10 + step for step in range(12)]
+        return _send(module, client, "accumulator", sequence_id, values)
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(run, range(1, 17)))
+    for sequence_id, result in enumerate(results, start=1):
+        values = [sequence_id * 10 + step for step in range(12)]
+        assert result == list(np.cumsum(values)), sequence_id
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_triton_s_errors_for_sequences(sequence_server: ServerProcess, module: ModuleType) -> None:
+    client = _client(module, sequence_server)
+    with pytest.raises(InferenceServerException) as unknown:
+        client.infer("accumulator", [_input(module, 1)], sequence_id=777)  # type: ignore[attr-defined]
+    assert "inference request for sequence 777 to model 'accumulator' must specify the START " \
+        "flag on the first request of the sequence" in unknown.value.message()  # fmt: skip
+    with pytest.raises(InferenceServerException) as missing:
+        client.infer("accumulator", [_input(module, 1)])  # type: ignore[attr-defined]
+    assert "must specify a non-zero or non-empty correlation ID" in missing.value.message()
+    _send(module, client, "accumulator", 778, [1, 2])  # started and ended
+    with pytest.raises(InferenceServerException, match="sequence 778"):
+        client.infer("accumulator", [_input(module, 1)], sequence_id=778)  # type: ignore[attr-defined]
+
+
+def test_live_sequences_are_on_the_metrics_port(sequence_server: ServerProcess) -> None:
+    client = _client(httpclient, sequence_server)
+    before = metric(sequence_server, "batchserve_sequences_live", model="accumulator")
+    client.infer("accumulator", [_input(httpclient, 1)], sequence_id=901, sequence_start=True)  # type: ignore[attr-defined]
+    assert metric(sequence_server, "batchserve_sequences_live", model="accumulator") == before + 1
+    client.infer("accumulator", [_input(httpclient, 1)], sequence_id=901, sequence_end=True)  # type: ignore[attr-defined]
+    assert metric(sequence_server, "batchserve_sequences_live", model="accumulator") == before
+    assert metric(sequence_server, "batchserve_sequences_expired_total", model="accumulator") == 0

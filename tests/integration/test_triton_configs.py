@@ -87,7 +87,7 @@ model_transaction_policy { decoupled: true }
 SEQUENCE = """
 name: "sequence"
 max_batch_size: 8
-sequence_batching { max_sequence_idle_microseconds: 5000000 }
+sequence_batching { max_sequence_idle_microseconds: 5000000 iterative_sequence: true }
 """
 
 
@@ -268,7 +268,7 @@ def test_request_with_no_inputs(triton_server: ServerProcess, protocol: str) -> 
     ("model", "field"),
     [
         ("decoupled", "field 'model_transaction_policy.decoupled' is true"),
-        ("sequence", "field 'sequence_batching' is set"),
+        ("sequence", "field 'sequence_batching.iterative_sequence' is true"),
     ],
 )
 def test_unsupported_configs_are_refused_naming_the_field(

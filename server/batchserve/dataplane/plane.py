@@ -37,6 +37,7 @@ from batchserve.models.model_table import ServedVersion, unknown_model
 from batchserve.models.registry import ModelRegistry
 from batchserve.observability.logs import bind_request
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
+from batchserve.scheduler.sequences import SequenceBatcher
 from batchserve.scheduler.work import WorkItem
 
 SERVER_NAME = "triton"
@@ -44,6 +45,7 @@ SERVER_NAME = "triton"
 which server this is)."""
 EXTENSIONS = (  # Triton's order (core src/server.cc), less those not served
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
@@ -231,7 +233,8 @@ class DataPlane:
         return response
 
     def _work_item(self, request: InferRequest, served: ServedVersion, now: int) -> WorkItem:
-        if request.sequence is not None:
+        stateful = isinstance(served.batcher, SequenceBatcher)
+        if request.sequence is not None and not stateful:
             raise InvalidArgument(
                 f"request parameter 'sequence_id': model '{served.name}' does not use "
                 "sequence batching (its config has no sequence_batching)"
@@ -239,8 +242,10 @@ class DataPlane:
         valid = validate_request(
             request.inputs, request.outputs, served.schema, request.layout, request.verdict
         )
-        return self.work_item(served, valid, request.priority, request.timeout_us, now,
+        item = self.work_item(served, valid, request.priority, request.timeout_us, now,
                               request.is_cancelled)  # fmt: skip
+        item.sequence = request.sequence
+        return item
 
     @staticmethod
     def work_item(

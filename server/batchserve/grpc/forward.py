@@ -142,7 +142,8 @@ class WorkerServicer(InferenceServicer):
         self.forwarder = forwarder
 
     async def _infer(self, request: Request, peer: str | None) -> pb.ModelInferResponse:
-        if self.plane.knows(request.model_name, request.model_version):
+        model, version = request.model_name, request.model_version
+        if self.plane.knows(model, version) or await self.plane.learn(model, version):
             return await super()._infer(request, peer)
         return await self.forwarder.infer(request, peer or "")
 

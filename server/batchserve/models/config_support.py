@@ -34,7 +34,7 @@ def _found(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
         )
     scheduling = config.WhichOneof("scheduling_choice")
     if scheduling == "sequence_batching":
-        yield "sequence_batching", "is set", "stateful sequence batching"
+        yield from _sequence_fields(config)
     if scheduling == "ensemble_scheduling" or config.platform == "ensemble":
         field = "ensemble_scheduling" if scheduling == "ensemble_scheduling" else "platform"
         yield field, "asks for an ensemble", "ensembles (pipelines of models)"
@@ -52,6 +52,21 @@ def _found(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
         yield "model_repository_agents", "is set", "repository agents"
     yield from _tensor_fields(config)
     yield from _queue_fields(config)
+
+
+def _sequence_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
+    batching = config.sequence_batching
+    if config.max_batch_size <= 0:
+        yield "max_batch_size", "is 0 with sequence_batching", "sequence models without batching"
+    if batching.iterative_sequence:
+        yield "sequence_batching.iterative_sequence", "is true", "iterative sequences"
+    for index, state in enumerate(batching.state):
+        field = f"sequence_batching.state[{index}]"
+        if state.use_growable_memory:
+            yield f"{field}.use_growable_memory", "is true", "growable state buffers"
+        for initial in state.initial_state:
+            if not initial.zero_data:
+                yield f"{field}.initial_state", "is not zero_data", "initial states from files"
 
 
 def _tensor_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:

@@ -21,6 +21,7 @@ from batchserve.proto.model_config_pb2 import (
     ModelInstanceGroup,
     ModelOutput,
 )
+from batchserve.scheduler.sequences import SequencePolicy
 
 Tensor = ModelInput | ModelOutput
 
@@ -181,10 +182,15 @@ def model_problems(
     """Where the config contradicts the model file (``model_file`` is named in each message)."""
     batched = config.max_batch_size > 0
     problems = _batch_axis_problems(config.max_batch_size, signature)
+    sequences = SequencePolicy.from_config(config)
+    filled = sequences.input_names if sequences is not None else frozenset()
     for kind, listed, specs in (
         ("input", config.input, signature.inputs),
         ("output", config.output, signature.outputs),
     ):
+        if kind == "input":  # the sequence batcher fills these; clients do not send them
+            problems += _sequence_name_problems(config, signature)
+            specs = tuple(spec for spec in specs if spec.name not in filled)
         problems += _name_problems(kind, listed, specs, signature.defaulted, model_file)
         if kind == "input":
             specs += signature.defaulted
@@ -194,6 +200,27 @@ def model_problems(
             if spec is not None:
                 problems += _tensor_problems(kind, tensor, spec, batched)
     return [f"{source}: {problem} ({model_file})" for problem in problems]
+
+
+def _sequence_name_problems(config: ModelConfig, signature: ModelSignature) -> list[str]:
+    """Each control and state input, and each state output, must be the model's."""
+    sequences = SequencePolicy.from_config(config)
+    if sequences is None:
+        return []
+    inputs = [spec.name for spec in signature.inputs]
+    outputs = [spec.name for spec in signature.outputs]
+    problems = [
+        f"sequence_batching input '{name}' is not an input of the model, which has "
+        f"{_quoted(inputs)}"
+        for name in sorted(sequences.input_names - set(inputs))
+    ]
+    problems += [
+        f"sequence_batching state output '{name}' is not an output of the model, which has "
+        f"{_quoted(outputs)}"
+        for name in sequences.output_names
+        if name not in outputs
+    ]
+    return problems
 
 
 def _batch_axis_problems(max_batch_size: int, signature: ModelSignature) -> list[str]:

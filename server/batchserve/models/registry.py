@@ -34,6 +34,7 @@ from batchserve.scheduler.inline import INLINE_BELOW_NS
 from batchserve.scheduler.instances import Instance, InstancePool
 from batchserve.scheduler.memory import MemoryBudgets, ModelReservations
 from batchserve.scheduler.policy import BatchPolicy
+from batchserve.scheduler.sequences import SequenceBatcher, SequencePolicy
 
 logger = logging.getLogger(__name__)
 
@@ -189,13 +190,16 @@ class ModelRegistry(ModelTable):
         if config.max_batch_size > 0:
             policy = replace(policy, max_batch_size=min(m.batch_cap for m in memory))
         pad = config.batchserve.padding_value
-        batcher = Batcher(
-            InstancePool(instances),
-            policy,
-            stats,
-            pad_value=pad,
-            inline_below_ns=INLINE_BELOW_NS,
-        )
+        pool = InstancePool(instances)
+        sequences = SequencePolicy.from_config(config)
+        batcher: Batcher
+        if sequences is None:
+            batcher = Batcher(pool, policy, stats, pad_value=pad, inline_below_ns=INLINE_BELOW_NS)
+        else:
+            batcher = SequenceBatcher(
+                resolved.name, pool, policy, stats, sequences,
+                pad_value=pad, inline_below_ns=INLINE_BELOW_NS,
+            )  # fmt: skip
         return ServedVersion(
             resolved.name,
             version.version,

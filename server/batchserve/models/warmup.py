@@ -21,6 +21,7 @@ import numpy as np
 
 from batchserve.core.datatypes import from_config
 from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.scheduler.sequences import SequencePolicy
 
 SYNTHETIC_BYTES = b"0"
 """The BYTES element of implicit warm-up and probe batches (see the module docstring)."""
@@ -44,6 +45,9 @@ def zero_inputs(
             arrays[spec.name] = np.full(shape, SYNTHETIC_BYTES, dtype=object)
         else:
             arrays[spec.name] = np.zeros(shape, dtype=datatype.numpy)
+    sequences = SequencePolicy.from_config(config)
+    if sequences is not None:  # what the sequence batcher adds to every step
+        arrays.update(sequences.zeros(batch_size))
     return arrays
 
 

@@ -213,7 +213,7 @@ class WorkerInferEndpoint(InferEndpoint):
         self, scope: Scope, receive: Receive, send: Send, match: re.Match[bytes]
     ) -> None:
         name, version = path_segment(match[1]), path_segment(match[2] or b"")
-        if self.plane.knows(name, version):
+        if self.plane.knows(name, version) or await self.plane.learn(name, version):
             await super().answer(scope, receive, send, match)
         else:
             await self.forwarder(scope, receive, send)

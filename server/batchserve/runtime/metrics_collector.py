@@ -26,6 +26,7 @@ from batchserve.models.registry import ModelRegistry
 from batchserve.observability.grpc_core_counts import CoreCallCounts, read_core_call_counts
 from batchserve.observability.metrics import NS, Buckets, Rejection
 from batchserve.observability.refusals import REFUSALS, Refusals
+from batchserve.scheduler.sequences import SequenceBatcher
 
 VERSION_LABELS = ("model", "version")
 GPU_METRICS = (
@@ -222,6 +223,21 @@ def _request_families(versions: list[ServedVersion]) -> Iterator[Metric]:
         splits.add_metric(labels, stats.oom_splits)
     yield from (requests, rejected, splits)
     yield from _padding_families(versions)
+    yield from _sequence_families(versions)
+
+
+def _sequence_families(versions: list[ServedVersion]) -> Iterator[Metric]:
+    """Sequence models only: sequences live now, and those released after idling."""
+    live = _gauge("batchserve_sequences_live", "Sequences started and not yet ended or expired.")
+    expired = _counter(
+        "batchserve_sequences_expired",
+        "Sequences released after max_sequence_idle_microseconds without a request.",
+    )
+    for served in versions:
+        if isinstance(served.batcher, SequenceBatcher):
+            live.add_metric(_labels(served), served.batcher.live)
+            expired.add_metric(_labels(served), served.stats.sequences_expired)
+    yield from (live, expired)
 
 
 def _padding_families(versions: list[ServedVersion]) -> Iterator[Metric]:

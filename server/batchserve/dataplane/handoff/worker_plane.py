@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -74,6 +75,8 @@ class WorkerPlane:
         self.draining = asyncio.Event()
         self._models: dict[tuple[str, str], _Model] = {}
         self._asked: set[tuple[str, str]] = set()
+        self._learning: dict[tuple[str, str], deque[asyncio.Future[None]]] = {}
+        """Requests waiting for a model's configuration, in the order they came."""
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count()
         self._leases: dict[int, int] = {}  # response block -> arrays still using it
@@ -101,6 +104,9 @@ class WorkerPlane:
                 pending.future.set_exception(Unavailable("the model-owning process is gone"))
         self._unread = 0
         self._groups.close_all()  # held groups fail in _send_group
+        self._asked.clear()
+        for key in list(self._learning):
+            self._next_turn(key)
         if not self.lost.done():
             self.lost.set_result(None)
 
@@ -127,10 +133,11 @@ class WorkerPlane:
         self._asked.discard(key)
         if config_bytes is None:
             self._models.pop(key, None)
-            return
-        config = ModelConfig.FromString(config_bytes)
-        schema = RequestSchema.of(config)
-        self._models[key] = _Model(config, schema, generation, cap)
+        else:
+            config = ModelConfig.FromString(config_bytes)
+            schema = RequestSchema.of(config)
+            self._models[key] = _Model(config, schema, generation, cap)
+        self._next_turn(key)
 
     def _repository_changed(self, frame: Frame) -> None:
         for key in self._models:
@@ -145,16 +152,45 @@ class WorkerPlane:
             self._asked.add(key)
             self.protocol.send(("q", *key))
 
+    def _next_turn(self, key: tuple[str, str]) -> None:
+        waiting = self._learning.get(key)
+        if waiting and not waiting[0].done():
+            waiting[0].set_result(None)
+
     # what the adapters call ----------------------------------------------------------
     def knows(self, model: str, version: str) -> bool:
         """Whether this worker can decode requests to the model itself; when not, it asks
         (the request at hand goes to the model-owning process whole)."""
         key = (model, version)
+        if key in self._learning:  # others wait for it: after them
+            return False
         known = self._models.get(key)
         if known is None:
             self._ask(key)
             return False
         return True
+
+    async def learn(self, model: str, version: str) -> bool:
+        """After ``knows`` said no: wait for the model-owning process's answer, behind the
+        requests that came first; True when the model is served (its requests are decoded
+        here), False when not (they go there whole, for its exact error). One at a time in
+        arrival order, each sends its request before the next goes on, so the steps of a
+        sequence cannot overtake each other while a worker learns their model."""
+        key = (model, version)
+        waiting = self._learning.setdefault(key, deque())
+        turn: asyncio.Future[None] = self._loop.create_future()
+        waiting.append(turn)
+        if len(waiting) == 1 and key not in self._asked:  # the answer is already here
+            turn.set_result(None)
+        try:
+            await turn
+        finally:
+            waiting.remove(turn)
+            if waiting:
+                self._next_turn(key)
+            else:
+                del self._learning[key]
+        return key in self._models
 
     def schema_lookup(self, model: str, version: str) -> SchemaLookup:
         return partial(self._schema, model, version)
