@@ -22,7 +22,13 @@ def _problems(extra: str, base: str = TENSORS) -> list[str]:
     ("extra", "field"),
     [
         ("model_transaction_policy { decoupled: true }", "model_transaction_policy.decoupled"),
-        ("sequence_batching { }", "sequence_batching"),
+        ("sequence_batching { iterative_sequence: true }", "sequence_batching.iterative_sequence"),
+        ('sequence_batching { state [{ input_name: "s" output_name: "t" data_type: TYPE_FP32 '
+         "dims: [1] use_growable_memory: true }] }",
+         "sequence_batching.state[0].use_growable_memory"),
+        ('sequence_batching { state [{ input_name: "s" output_name: "t" data_type: TYPE_FP32 '
+         'dims: [1] initial_state [{ data_type: TYPE_FP32 dims: [1] data_file: "s.bin" }] }] }',
+         "sequence_batching.state[0].initial_state"),
         ("ensemble_scheduling { step [{ model_name: \"a\" model_version: -1 }] }",
          "ensemble_scheduling"),
         ('platform: "ensemble"', "platform"),
@@ -80,3 +86,19 @@ def test_unsupported_tensor_fields_name_the_tensor(tensor: str, field: str) -> N
 )
 def test_fields_that_do_not_change_results_still_load(extra: str) -> None:
     assert _problems(extra) == []
+
+
+def test_a_sequence_model_needs_a_batch_axis() -> None:
+    base = TENSORS.replace("max_batch_size: 4", "max_batch_size: 0")
+    problems = _problems("sequence_batching { }", base)
+    assert any("field 'max_batch_size' is 0 with sequence_batching" in p for p in problems)
+
+
+def test_a_plain_sequence_config_is_accepted() -> None:
+    config = """sequence_batching {
+      control_input [{ name: "START" control [{ kind: CONTROL_SEQUENCE_START
+                                                int32_false_true: [0, 1] }] }]
+      state [{ input_name: "s" output_name: "t" data_type: TYPE_FP32 dims: [1]
+               initial_state [{ data_type: TYPE_FP32 dims: [1] zero_data: true name: "z" }] }]
+    }"""
+    assert [p for p in _problems(config) if "batchserve does not support" in p] == []

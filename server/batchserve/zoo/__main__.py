@@ -44,7 +44,18 @@ EXPORT_ARGS = {
         "--output", "logits",
         "--output", "probabilities",
     ],
+    "char_lstm_step": [
+        "batchserve.zoo.char_lstm:build_step",
+        "--input", f"token:INT64:batch,1:0..{char_lstm.VOCAB_SIZE - 1}",
+        "--input", f"h_in:FP32:batch,{char_lstm.LAYERS},{char_lstm.HIDDEN}",
+        "--input", f"c_in:FP32:batch,{char_lstm.LAYERS},{char_lstm.HIDDEN}",
+        "--output", "next_char_logits",
+        "--output", "h_out",
+        "--output", "c_out",
+    ],
 }  # fmt: skip
+SEQUENCE_MODELS = frozenset({"char_lstm_step"})
+"""Exported without dynamic batching; their config is then written for the sequence batcher."""
 
 
 def _train_digits() -> tuple[torch.nn.Module, dict[str, float]]:
@@ -79,8 +90,20 @@ TRAINERS: dict[str, Callable[[], tuple[torch.nn.Module, dict[str, float]]]] = {
     "digits_cnn": _train_digits,
     "char_lstm": _train_char_lstm,
 }
+
+
+def _char_lstm_step(repository: Path) -> tuple[torch.nn.Module, dict[str, float]]:
+    shipped = repository / "char_lstm" / "1" / "model.onnx"
+    if not shipped.exists():
+        raise SystemExit(f"char_lstm_step takes its weights from {shipped}: build char_lstm")
+    model = char_lstm.from_onnx(shipped)
+    step = char_lstm.CharLSTMStep(model)
+    return step, {"max_abs_logit_difference": char_lstm.step_difference(model, step)}
+
+
 DERIVED: dict[str, Callable[[Path], tuple[torch.nn.Module, dict[str, float]]]] = {
     "digits_cnn_uint8": _digits_as_bytes,
+    "char_lstm_step": _char_lstm_step,
 }
 """Models built from others already in the repository (listed after them), not trained."""
 
@@ -100,12 +123,14 @@ def build_one(name: str, repository: Path, work_dir: Path) -> dict[str, float]:
         "--state-dict", str(weights),
         "--model-repository", str(repository),
         "--max-batch-size", str(MAX_BATCH_SIZE),
-        "--dynamic-batching",
-        "--max-queue-delay-us", str(MAX_QUEUE_DELAY_US),
     ]  # fmt: skip
+    if name not in SEQUENCE_MODELS:
+        args += ["--dynamic-batching", "--max-queue-delay-us", str(MAX_QUEUE_DELAY_US)]
     if batchserve_main(args) != 0:
         raise SystemExit(f"exporting {name} failed")
     config = repository / name / "config.pbtxt"
+    if name in SEQUENCE_MODELS:
+        config.write_text(char_lstm.step_config(name, MAX_BATCH_SIZE, MAX_QUEUE_DELAY_US))
     # a re-export keeps the setting from the config it replaces: add it once
     if name in ONE_THREAD_MODELS and '"intra_op_thread_count"' not in config.read_text():
         config.write_text(config.read_text() + ONE_THREAD)

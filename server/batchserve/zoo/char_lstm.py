@@ -59,10 +59,13 @@ def decode_id(token: int) -> str:
     return "" if token == PAD else "\ufffd"
 
 
+HIDDEN, LAYERS = 128, 2
+
+
 class CharLSTM(nn.Module):
     """Embedding, stacked LSTM, linear head over the vocabulary."""
 
-    def __init__(self, embed: int = 32, hidden: int = 128, layers: int = 2) -> None:
+    def __init__(self, embed: int = 32, hidden: int = HIDDEN, layers: int = LAYERS) -> None:
         super().__init__()
         self.embed = nn.Embedding(VOCAB_SIZE, embed, padding_idx=PAD)
         self.lstm = nn.LSTM(embed, hidden, num_layers=layers, batch_first=True)
@@ -206,3 +209,52 @@ def build_step() -> CharLSTMStep:
     """Factory for `batchserve export batchserve.zoo.char_lstm:build_step` (weights from
     ``--state-dict``: a CharLSTMStep's, e.g. of ``CharLSTMStep(from_onnx(...))``)."""
     return CharLSTMStep(CharLSTM())
+
+
+@torch.no_grad()
+def step_difference(model: CharLSTM, step: CharLSTMStep, characters: int = 200) -> float:
+    """The largest difference between the step model fed held-out text one character at a
+    time and the whole model on each prefix of it."""
+    ids = torch.from_numpy(load_corpus().held_out[:characters].copy())
+    h = torch.zeros(1, model.lstm.num_layers, model.lstm.hidden_size)
+    c = torch.zeros_like(h)
+    stepped = []
+    for token in ids:
+        logits, h, c = step(token.view(1, 1), h, c)
+        stepped.append(logits[0])
+    whole = model.all_logits(ids[None, :])[0]
+    return float((torch.stack(stepped) - whole).abs().max())
+
+
+def step_config(name: str, max_batch_size: int, max_queue_delay_us: int) -> str:
+    """The config of an exported CharLSTMStep for the sequence batcher: clients send one
+    ``token`` a request and get ``next_char_logits``; h and c are implicit state, zeros at
+    the sequence's START."""
+    state = "\n".join(
+        f'  state {{ input_name: "{part}_in" output_name: "{part}_out" data_type: TYPE_FP32 '
+        f"dims: [{LAYERS}, {HIDDEN}] }}"
+        for part in ("h", "c")
+    )
+    return f"""name: "{name}"
+platform: "onnxruntime_onnx"
+backend: "onnxruntime"
+max_batch_size: {max_batch_size}
+input {{
+  name: "token"
+  data_type: TYPE_INT64
+  dims: [1]
+}}
+output {{
+  name: "next_char_logits"
+  data_type: TYPE_FP32
+  dims: [{VOCAB_SIZE}]
+}}
+sequence_batching {{
+  max_sequence_idle_microseconds: 60000000
+  oldest {{
+    max_candidate_sequences: {max_batch_size}
+    max_queue_delay_microseconds: {max_queue_delay_us}
+  }}
+{state}
+}}
+"""
