@@ -125,7 +125,7 @@ class EngineLink:
         """The common case without a coroutine: what ``DataPlane.infer`` does, for a request
         the worker validated against this very schema, with plain outputs."""
         (_, _, _, _, request_id, protocol, priority, timeout_us, _, block, inline, inputs, _,
-         (_, batch_size, names)) = frame  # fmt: skip
+         (_, batch_size, names), _) = frame  # fmt: skip
         read, requests = descriptors.read, self.requests
         arrays = {d[0]: read(requests, block, inline, d[:5]) for d in inputs}
         valid = ValidRequest(arrays, batch_size, tuple(names))
