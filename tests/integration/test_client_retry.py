@@ -306,4 +306,5 @@ def test_model_control_needs_the_token(explicit_server: ServerProcess) -> None:
                 "digits_cnn_uint8": "UNAVAILABLE",
                 "char_lstm": "UNAVAILABLE",
                 "char_lstm_step": "UNAVAILABLE",
+                "simple_sequence": "UNAVAILABLE",
             }

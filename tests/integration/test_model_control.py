@@ -23,6 +23,7 @@ def test_the_index_is_answered_when_the_mode_is_none(server: ServerProcess) -> N
         "digits_cnn_uint8": "READY",
         "char_lstm": "READY",
         "char_lstm_step": "READY",
+        "simple_sequence": "READY",
     }
     index = grpcclient.InferenceServerClient(server.grpc_url).get_model_repository_index()
     assert {(m.name, m.version, m.state) for m in index.models} == {
@@ -30,6 +31,7 @@ def test_the_index_is_answered_when_the_mode_is_none(server: ServerProcess) -> N
         ("digits_cnn_uint8", "1", "READY"),
         ("char_lstm", "1", "READY"),
         ("char_lstm_step", "1", "READY"),
+        ("simple_sequence", "1", "READY"),
     }
 
 

@@ -25,7 +25,7 @@ def test_the_shipped_repository_is_valid() -> None:
     resolved, problems = ModelRepository(MODEL_REPO).scan()
     assert problems == []
     assert sorted(m.name for m in resolved) == [
-        "char_lstm", "char_lstm_step", "digits_cnn", "digits_cnn_uint8",
+        "char_lstm", "char_lstm_step", "digits_cnn", "digits_cnn_uint8", "simple_sequence",
     ]  # fmt: skip
 
 
@@ -85,3 +85,13 @@ def test_char_lstm_rows_of_different_lengths_batch_like_one_by_one() -> None:
         alone.append(out[0])
     (batched,) = session.run(None, {"tokens": padded, "lengths": np.array(lengths)[:, None]})
     np.testing.assert_allclose(batched, np.stack(alone), rtol=1e-4, atol=1e-5)
+
+
+def test_simple_sequence_is_what_the_zoo_writes(tmp_path: Path) -> None:
+    """The shipped copy of Triton's example sequence model is the zoo's, byte for byte."""
+    from batchserve.zoo.sequence_models import write_simple_sequence
+
+    written = write_simple_sequence(tmp_path)
+    shipped = MODEL_REPO / "simple_sequence"
+    for part in ("config.pbtxt", "1/model.onnx"):
+        assert (written / part).read_bytes() == (shipped / part).read_bytes(), part

@@ -18,7 +18,14 @@ from pathlib import Path
 import torch
 
 from batchserve.cli import main as batchserve_main
-from batchserve.zoo import MAX_QUEUE_DELAY_US, ONE_THREAD, ONE_THREAD_MODELS, char_lstm, digits_cnn
+from batchserve.zoo import (
+    MAX_QUEUE_DELAY_US,
+    ONE_THREAD,
+    ONE_THREAD_MODELS,
+    char_lstm,
+    digits_cnn,
+    sequence_models,
+)
 
 MAX_BATCH_SIZE = 64
 
@@ -108,8 +115,18 @@ DERIVED: dict[str, Callable[[Path], tuple[torch.nn.Module, dict[str, float]]]] =
 """Models built from others already in the repository (listed after them), not trained."""
 
 
+WRITTEN: dict[str, Callable[[Path], Path]] = {
+    "simple_sequence": sequence_models.write_simple_sequence,
+}
+"""Models whose ONNX graph is written node by node (no weights to train): the contract of
+Triton's example models, for NVIDIA's client examples."""
+
+
 def build_one(name: str, repository: Path, work_dir: Path) -> dict[str, float]:
     """Train one model, export it into the repository, and record its metrics beside it."""
+    if name in WRITTEN:
+        WRITTEN[name](repository)
+        return {}
     started = time.monotonic()
     if name in DERIVED:
         model, metrics = DERIVED[name](repository)
@@ -144,7 +161,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m batchserve.zoo", description=__doc__)
     parser.add_argument("--model-repository", type=Path, default=Path("model_repo"))
     parser.add_argument(
-        "--models", default=",".join([*TRAINERS, *DERIVED]), help="comma-separated names"
+        "--models", default=",".join([*TRAINERS, *DERIVED, *WRITTEN]), help="comma-separated names"
     )
     args = parser.parse_args()
     torch.set_num_threads(2)
