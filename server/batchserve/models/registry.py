@@ -17,7 +17,7 @@ from pathlib import Path
 
 from batchserve.backends.base import Backend
 from batchserve.backends.selection import create_backend
-from batchserve.core.device import Device
+from batchserve.core.device import CPU, Device
 from batchserve.core.errors import BatchserveError, ModelConfigError
 from batchserve.devices.placement import gpu_count, resolve_devices
 from batchserve.models.load_override import LoadOverride, OverrideDirectory
@@ -34,7 +34,7 @@ from batchserve.scheduler.inline import INLINE_BELOW_NS
 from batchserve.scheduler.instances import Instance, InstancePool
 from batchserve.scheduler.memory import MemoryBudgets, ModelReservations
 from batchserve.scheduler.policy import BatchPolicy
-from batchserve.scheduler.sequences import SequenceBatcher, SequencePolicy
+from batchserve.scheduler.sequences import MAX_LIVE_SEQUENCES, SequenceBatcher, SequencePolicy
 
 logger = logging.getLogger(__name__)
 
@@ -196,8 +196,16 @@ class ModelRegistry(ModelTable):
         if sequences is None:
             batcher = Batcher(pool, policy, stats, pad_value=pad, inline_below_ns=INLINE_BELOW_NS)
         else:
+            try:
+                live = reservations.reserve_rows(
+                    self.budgets.for_device(CPU), sequences.state_bytes, MAX_LIVE_SEQUENCES
+                )
+            except BaseException:
+                await asyncio.to_thread(pool.close)
+                reservations.release()
+                raise
             batcher = SequenceBatcher(
-                resolved.name, pool, policy, stats, sequences,
+                resolved.name, pool, policy, stats, sequences, max_live=live.batch_cap,
                 pad_value=pad, inline_below_ns=INLINE_BELOW_NS,
             )  # fmt: skip
         return ServedVersion(

@@ -246,6 +246,16 @@ class ModelReservations:
             self._held.append(reservation)
             return reservation
 
+    def reserve_rows(self, budget: DeviceBudget, row_bytes: int, most: int) -> Reservation:
+        """Reserve ``row_bytes`` for each of as many rows as fit, at most ``most`` (its
+        ``batch_cap`` says how many): what a model keeps per row beyond its instances, such
+        as the state of each live sequence."""
+        profile = MemoryProfile(0, max(1, row_bytes))
+        with self._lock:
+            reservation = budget.reserve(self.model, profile, most, self._left())
+            self._held.append(reservation)
+            return reservation
+
     def _left(self) -> int | None:
         if self.limit_bytes is None:
             return None

@@ -25,7 +25,7 @@ from functools import partial
 import numpy as np
 
 from batchserve.core.datatypes import from_config
-from batchserve.core.errors import InvalidArgument
+from batchserve.core.errors import InvalidArgument, Overloaded
 from batchserve.core.types import SequenceFlags
 from batchserve.observability.stats import ModelStats
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelSequenceBatching
@@ -36,6 +36,9 @@ from batchserve.scheduler.work import Arrays, WorkItem
 
 DEFAULT_IDLE_US = 1_000_000
 """Triton's default ``max_sequence_idle_microseconds``."""
+MAX_LIVE_SEQUENCES = 4096
+"""Live sequences a model may hold at most; fewer when their state does not fit its memory
+budget (the state of each is reserved on the host at load)."""
 
 _KINDS = {
     ModelSequenceBatching.Control.CONTROL_SEQUENCE_START: "START",
@@ -95,6 +98,11 @@ class SequencePolicy:
     def input_names(self) -> frozenset[str]:
         """Inputs the server fills, which clients do not send."""
         return frozenset([c.input for c in self.controls] + [s.input for s in self.states])
+
+    @property
+    def state_bytes(self) -> int:
+        """What one live sequence's state holds on the host."""
+        return sum(spec.initial.nbytes for spec in self.states)
 
     @property
     def numeric_ids(self) -> bool:
@@ -170,12 +178,15 @@ class SequenceBatcher(Batcher):
         stats: ModelStats,
         sequences: SequencePolicy,
         *,
+        max_live: int = MAX_LIVE_SEQUENCES,
         pad_value: float = 0,
         inline_below_ns: int = 0,
     ) -> None:
         super().__init__(pool, policy, stats, pad_value=pad_value, inline_below_ns=inline_below_ns)
         self.model = model
         self.sequences = sequences
+        self.max_live = max_live
+        """Live sequences at most (from the memory budget): a START beyond is refused."""
         self._live: dict[int | str, _Sequence] = {}
 
     @property
@@ -191,6 +202,12 @@ class SequenceBatcher(Batcher):
                 raise InvalidArgument(
                     f"inference request for sequence {flags.id} to model '{self.model}' must "
                     "specify the START flag on the first request of the sequence"
+                )
+            if sequence is None and len(self._live) >= self.max_live:
+                raise Overloaded(
+                    f"model '{self.model}' holds {self.max_live} live sequences, the most its "
+                    "memory budget allows for their state: end sequences (sequence_end) or "
+                    "let idle ones expire, then retry"
                 )
             sequence = self._live[flags.id] = _Sequence(flags.id)
         if sequence.idle is not None:

@@ -303,3 +303,15 @@ def test_memory_budgets_make_one_budget_per_device_from_its_total():
     assert budgets.for_device(CPU).total_bytes == 2 * GIB
     assert budgets.for_device(Device("gpu", 0)).total_bytes == 8 * GIB
     assert [str(b.device) for b in budgets.budgets()] == ["cpu", "gpu:0", "gpu:1"]
+
+
+def test_rows_are_reserved_as_far_as_they_fit_under_the_model_s_own_limit() -> None:
+    budget = DeviceBudget(CPU, 10_000)
+    model = ModelReservations("seq", max_batch_size=8, limit_bytes=1_000)
+    held = model.reserve_rows(budget, row_bytes=300, most=4096)
+    assert held.batch_cap == 3  # 900 of the model's 1,000 bytes
+    assert budget.holdings() == {"seq": 900}
+    roomy = ModelReservations("roomy", max_batch_size=8).reserve_rows(budget, 300, most=5)
+    assert roomy.batch_cap == 5  # the most asked for, though more would fit
+    model.release()
+    assert budget.holdings() == {"roomy": 1_500}

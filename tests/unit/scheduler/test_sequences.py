@@ -10,7 +10,7 @@ import onnx
 import pytest
 from batchserve.backends.onnx import OnnxBackend
 from batchserve.core.device import CPU
-from batchserve.core.errors import InvalidArgument
+from batchserve.core.errors import InvalidArgument, Overloaded
 from batchserve.core.types import SequenceFlags
 from batchserve.models.model_config import parse_pbtxt
 from batchserve.observability.stats import ModelStats
@@ -182,3 +182,15 @@ async def test_a_step_whose_client_left_is_skipped_and_the_state_stays(accumulat
     gone.future.cancel()
     await _outputs(first)
     assert (await _outputs(harness.step(4, 1)))[0] == 11
+
+
+async def test_a_start_past_the_live_cap_is_refused_until_one_ends(accumulator: Path) -> None:
+    harness = Harness(accumulator)
+    harness.batcher.max_live = 2
+    await _outputs(harness.step(1, 1, start=True))
+    await _outputs(harness.step(2, 1, start=True))
+    with pytest.raises(Overloaded, match="model 'acc' holds 2 live sequences"):
+        harness.step(3, 1, start=True)
+    assert (await _outputs(harness.step(1, 5, start=True)))[0] == 5  # a restart is no new one
+    await _outputs(harness.step(2, 1, end=True))
+    assert (await _outputs(harness.step(3, 1, start=True)))[0] == 1
