@@ -4,7 +4,9 @@ implicit state, and the errors Triton gives. By one process and by two workers."
 
 from __future__ import annotations
 
+import os
 import queue
+import subprocess
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -130,4 +132,26 @@ def test_live_sequences_are_on_the_metrics_port(sequence_server: ServerProcess) 
     assert metric(sequence_server, "batchserve_sequences_live", model="accumulator") == before + 1
     client.infer("accumulator", [_input(httpclient, 1)], sequence_id=901, sequence_end=True)  # type: ignore[attr-defined]
     assert metric(sequence_server, "batchserve_sequences_live", model="accumulator") == before
+    assert metric(sequence_server, "batchserve_sequences_expired_total", model="accumulator") == 0
+
+
+def test_perf_analyzer_drives_sequences_cleanly(sequence_server: ServerProcess) -> None:
+    """perf_analyzer reads the sequence config and sends ids with START and END itself."""
+    tool = Path(os.environ.get("VIRTUAL_ENV", Path(__file__).parents[2] / ".venv")) / "bin"
+    before = metric(
+        sequence_server, "batchserve_requests_total", model="accumulator", outcome="success"
+    )
+    for protocol, url in (("http", sequence_server.http_url), ("grpc", sequence_server.grpc_url)):
+        result = subprocess.run(
+            [str(tool / "perf_analyzer"), "-m", "accumulator", "-i", protocol, "-u", url,
+             "--concurrency-range", "4", "--sequence-length", "5",
+             "--measurement-interval", "800", "--stability-percentage", "1000"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Throughput:" in result.stdout
+    assert (
+        metric(sequence_server, "batchserve_requests_total", model="accumulator", outcome="success")
+        > before
+    )
     assert metric(sequence_server, "batchserve_sequences_expired_total", model="accumulator") == 0

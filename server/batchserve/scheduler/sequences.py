@@ -263,7 +263,7 @@ class SequenceBatcher(Batcher):
                 item.finish(exc)
                 continue
             sequence.running = True
-            step.future.add_done_callback(partial(self._stepped, sequence, item))
+            step.future.add_done_callback(partial(self._stepped, sequence, item, step))
             return
         sequence.running = False
         if sequence.ending:
@@ -272,7 +272,10 @@ class SequenceBatcher(Batcher):
             loop = asyncio.get_running_loop()
             sequence.idle = loop.call_later(self.sequences.idle_ns / 1e9, self._expire, sequence)
 
-    def _stepped(self, sequence: _Sequence, item: WorkItem, step: asyncio.Future[Arrays]) -> None:
+    def _stepped(
+        self, sequence: _Sequence, item: WorkItem, run: WorkItem, step: asyncio.Future[Arrays]
+    ) -> None:
+        item.dispatched_ns = run.dispatched_ns  # its queue time is the step's
         if step.cancelled():
             item.finish(asyncio.CancelledError())
         elif (error := step.exception()) is not None:
