@@ -233,8 +233,7 @@ class DataPlane:
         return response
 
     def _work_item(self, request: InferRequest, served: ServedVersion, now: int) -> WorkItem:
-        stateful = isinstance(served.batcher, SequenceBatcher)
-        if request.sequence is not None and not stateful:
+        if request.sequence is not None and not isinstance(served.batcher, SequenceBatcher):
             raise InvalidArgument(
                 f"request parameter 'sequence_id': model '{served.name}' does not use "
                 "sequence batching (its config has no sequence_batching)"

@@ -60,8 +60,8 @@ def write_simple_sequence(repo: Path, name: str = "simple_sequence") -> Path:
     return _save(repo, name, graph, state=False)
 
 
-def write_accumulator(repo: Path, name: str = "accumulator") -> Path:
-    """OUTPUT = ACC_OUT = ACC_IN * (1 - START) + INPUT * READY."""
+def accumulator_nodes() -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """OUTPUT = ACC_OUT = ACC_IN * (1 - START) + INPUT * READY, and the constant it needs."""
     one = numpy_helper.from_array(np.array(1, np.int32), "one")
     nodes = [
         helper.make_node("Sub", ["one", "START"], ["keep"]),
@@ -70,8 +70,14 @@ def write_accumulator(repo: Path, name: str = "accumulator") -> Path:
         helper.make_node("Add", ["kept", "added"], ["ACC_OUT"]),
         helper.make_node("Identity", ["ACC_OUT"], ["OUTPUT"]),
     ]
+    return nodes, [one]
+
+
+def write_accumulator(repo: Path, name: str = "accumulator") -> Path:
+    """The sum of a sequence's inputs so far (``accumulator_nodes``)."""
+    nodes, constants = accumulator_nodes()
     graph = helper.make_graph(
         nodes, name, _int32("INPUT", "START", "READY", "ACC_IN"), _int32("OUTPUT", "ACC_OUT"),
-        [one],
+        constants,
     )  # fmt: skip
     return _save(repo, name, graph, state=True)

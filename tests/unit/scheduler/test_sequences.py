@@ -18,7 +18,8 @@ from batchserve.scheduler.instances import Instance, InstancePool
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.sequences import SequenceBatcher, SequencePolicy
 from batchserve.scheduler.work import WorkItem
-from onnx import TensorProto, helper, numpy_helper
+from batchserve.zoo.sequence_models import accumulator_nodes
+from onnx import TensorProto, helper
 
 pytestmark = pytest.mark.anyio
 
@@ -44,12 +45,8 @@ sequence_batching {
 @pytest.fixture
 def accumulator(tmp_path: Path) -> Path:
     """OUTPUT = ACC_OUT = ACC_IN * (1 - START) + INPUT * READY; ID = CORRID; ENDED = END."""
-    nodes = [
-        helper.make_node("Sub", ["one", "START"], ["keep"]),
-        helper.make_node("Mul", ["ACC_IN", "keep"], ["kept"]),
-        helper.make_node("Mul", ["INPUT", "READY"], ["added"]),
-        helper.make_node("Add", ["kept", "added"], ["ACC_OUT"]),
-        helper.make_node("Identity", ["ACC_OUT"], ["OUTPUT"]),
+    nodes, constants = accumulator_nodes()
+    nodes += [
         helper.make_node("Identity", ["CORRID"], ["ID"]),
         helper.make_node("Identity", ["END"], ["ENDED"]),
     ]
@@ -62,7 +59,7 @@ def accumulator(tmp_path: Path) -> Path:
         [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 1])
          for n in ("OUTPUT", "ACC_OUT", "ENDED")]
         + [helper.make_tensor_value_info("ID", TensorProto.INT64, ["batch", 1])],
-        [numpy_helper.from_array(np.array(1, np.int32), "one")],
+        constants,
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
@@ -113,6 +110,7 @@ async def test_interleaved_sequences_each_keep_their_own_state(accumulator: Path
     harness = Harness(accumulator)
     first = [harness.step(11, 1, start=True), harness.step(22, 100, start=True)]
     assert [await _outputs(i) for i in first] == [(1, 11, 0), (100, 22, 0)]
+    assert all(i.dispatched_ns > 0 for i in first)  # the step's dispatch: the queue time ends
     second = [harness.step(22, 5), harness.step(11, 2), harness.step(11, 3, end=True)]
     results = [await _outputs(i) for i in second]
     assert results == [(105, 22, 0), (3, 11, 0), (6, 11, 1)]
