@@ -307,4 +307,7 @@ def test_model_control_needs_the_token(explicit_server: ServerProcess) -> None:
                 "char_lstm": "UNAVAILABLE",
                 "char_lstm_step": "UNAVAILABLE",
                 "simple_sequence": "UNAVAILABLE",
+                "char_lstm_generate": "UNAVAILABLE",
+                "repeat_int32": "UNAVAILABLE",
+                "square_int32": "UNAVAILABLE",
             }

@@ -24,6 +24,9 @@ def test_the_index_is_answered_when_the_mode_is_none(server: ServerProcess) -> N
         "char_lstm": "READY",
         "char_lstm_step": "READY",
         "simple_sequence": "READY",
+        "char_lstm_generate": "READY",
+        "repeat_int32": "READY",
+        "square_int32": "READY",
     }
     index = grpcclient.InferenceServerClient(server.grpc_url).get_model_repository_index()
     assert {(m.name, m.version, m.state) for m in index.models} == {
@@ -32,6 +35,9 @@ def test_the_index_is_answered_when_the_mode_is_none(server: ServerProcess) -> N
         ("char_lstm", "1", "READY"),
         ("char_lstm_step", "1", "READY"),
         ("simple_sequence", "1", "READY"),
+        ("char_lstm_generate", "1", "READY"),
+        ("repeat_int32", "1", "READY"),
+        ("square_int32", "1", "READY"),
     }
 
 

@@ -51,6 +51,10 @@ def test_request_parameters_named_triton_are_reserved_as_in_triton() -> None:
     # the reserved key Triton's own clients send (perf_analyzer over gRPC) is accepted
     sent = {"triton_enable_empty_final_response": True, "p": 2}
     assert request_options(sent).parameters == {"p": 2}
+    assert request_options(sent).empty_final
+    assert not request_options({"p": 2}).empty_final
+    with pytest.raises(InvalidArgument, match="expected bool_param"):
+        request_options({"triton_enable_empty_final_response": 1})
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,8 @@ def test_the_shipped_repository_is_valid() -> None:
     resolved, problems = ModelRepository(MODEL_REPO).scan()
     assert problems == []
     assert sorted(m.name for m in resolved) == [
-        "char_lstm", "char_lstm_step", "digits_cnn", "digits_cnn_uint8", "simple_sequence",
+        "char_lstm", "char_lstm_generate", "char_lstm_step", "digits_cnn", "digits_cnn_uint8",
+        "repeat_int32", "simple_sequence", "square_int32",
     ]  # fmt: skip
 
 
@@ -95,3 +96,15 @@ def test_simple_sequence_is_what_the_zoo_writes(tmp_path: Path) -> None:
     shipped = MODEL_REPO / "simple_sequence"
     for part in ("config.pbtxt", "1/model.onnx"):
         assert (written / part).read_bytes() == (shipped / part).read_bytes(), part
+
+
+def test_char_lstm_generate_is_what_the_zoo_writes(tmp_path: Path) -> None:
+    """Its vocabulary is char_lstm's own decoding of every token id."""
+    from batchserve.zoo.char_lstm import VOCAB_SIZE, decode_id, write_generate
+
+    written = write_generate(tmp_path)
+    shipped = MODEL_REPO / "char_lstm_generate"
+    for part in ("config.pbtxt", "vocabulary.json", "1/.gitkeep"):
+        assert (written / part).read_bytes() == (shipped / part).read_bytes(), part
+    symbols = json.loads((shipped / "vocabulary.json").read_text())
+    assert symbols == [decode_id(token) for token in range(VOCAB_SIZE)]

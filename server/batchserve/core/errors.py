@@ -146,6 +146,16 @@ def _lookup(table: dict[type[BaseException], _T], error: BaseException) -> _T:
     raise AssertionError("BaseException is always in the table")  # pragma: no cover
 
 
+def decoupled_refusal(protocol: str) -> Unsupported:
+    """Triton's answer to a one-response call (HTTP ``infer``, gRPC ``ModelInfer``) for a
+    model that may answer any number of times."""
+    where = "ModelInfer RPC" if protocol == "grpc" else "HTTP end point"
+    return Unsupported(
+        f"{where} doesn't support models with decoupled transaction policy (batchserve: use "
+        "gRPC ModelStreamInfer, or HTTP generate or generate_stream)"
+    )
+
+
 def http_status(error: BaseException) -> int:
     """HTTP status for any exception; unexpected ones are 500."""
     return _lookup(HTTP_STATUS, error)

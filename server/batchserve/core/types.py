@@ -22,7 +22,8 @@ Parameters = dict[str, Any]
 _SEQUENCE_KEYS: Final = ("sequence_id", "sequence_start", "sequence_end")
 MAX_SEQUENCE_ID_CHARS: Final = 256
 """A string correlation id is kept while its sequence lives: its length is bounded."""
-# The one reserved key Triton's clients send (perf_analyzer over gRPC): decoupled models only
+# The one reserved key Triton allows: a decoupled model's bare final flag is sent to the
+# client as an empty response only when the request asks (perf_analyzer always does)
 _EMPTY_FINAL_RESPONSE: Final = "triton_enable_empty_final_response"
 
 
@@ -108,6 +109,8 @@ class InferRequest:
             which reads inputs in shared memory only for clients that may name regions.
         sequence: the request's place in a stateful sequence (Triton's ``sequence_id``,
             ``sequence_start``, ``sequence_end``); None when it names none.
+        empty_final: a decoupled model's final flag without outputs is sent as an empty
+            response (``triton_enable_empty_final_response``), else not sent.
     """
 
     model_name: str
@@ -125,6 +128,7 @@ class InferRequest:
     verdict: Verdict | None = None
     peer: str | None = None
     sequence: SequenceFlags | None = None
+    empty_final: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,13 +147,17 @@ class SequenceFlags:
 
 @dataclass(slots=True)
 class InferResponse:
-    """The answer to one request, outputs in the order requested (or model order)."""
+    """The answer to one request, outputs in the order requested (or model order).
+
+    ``final`` is False on all but the last of a decoupled model's responses to a request.
+    """
 
     model_name: str
     model_version: str
     id: str
     outputs: list[Tensor]
     parameters: Parameters = field(default_factory=dict)
+    final: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +200,7 @@ class RequestOptions:
         parameters: every other key, unchanged.
         sequence: ``sequence_id`` with ``sequence_start`` and ``sequence_end``; None when
             the id is absent, 0 or empty (Triton: no sequence).
+        empty_final: ``triton_enable_empty_final_response``.
     """
 
     priority: int
@@ -199,6 +208,7 @@ class RequestOptions:
     binary_output: bool
     parameters: dict[str, Any]
     sequence: SequenceFlags | None = None
+    empty_final: bool = False
 
 
 def request_options(parameters: Mapping[str, object]) -> RequestOptions:
@@ -206,12 +216,17 @@ def request_options(parameters: Mapping[str, object]) -> RequestOptions:
     if not parameters:
         return RequestOptions(0, 0, False, {})
     rest = dict(parameters)
-    rest.pop(_EMPTY_FINAL_RESPONSE, None)  # streams answer one response a request anyway
+    empty_final = rest.pop(_EMPTY_FINAL_RESPONSE, False)
+    if type(empty_final) is not bool:
+        raise InvalidArgument(
+            f"invalid value type for '{_EMPTY_FINAL_RESPONSE}' parameter, expected bool_param."
+        )
     reserved = next((key for key in rest if key.startswith("triton_")), None)
     if reserved is not None:
         raise InvalidArgument(
             "parameter keys starting with 'triton_' are reserved for Triton usage and should "
-            f"not be specified. (batchserve: request parameter {reserved[:64]!r})"
+            f"not be specified. Only the following keys starting with 'triton_' are allowed: "
+            f"{_EMPTY_FINAL_RESPONSE} (batchserve: request parameter {reserved[:64]!r})"
         )
     sequence = _sequence(rest)
     priority = _unsigned(rest.pop("priority", 0), "priority")
@@ -221,7 +236,7 @@ def request_options(parameters: Mapping[str, object]) -> RequestOptions:
         raise InvalidArgument(
             f"request parameter 'binary_data_output' must be true or false, got {describe(binary)}"
         )
-    return RequestOptions(priority, timeout, binary, rest, sequence)
+    return RequestOptions(priority, timeout, binary, rest, sequence, empty_final)
 
 
 def _sequence(rest: dict[str, object]) -> SequenceFlags | None:

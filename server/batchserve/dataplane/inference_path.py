@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from batchserve.core.types import InferRequest, InferResponse
@@ -25,6 +25,10 @@ class InferencePath(Protocol):
     ) -> InferRequest: ...
 
     async def infer(self, request: InferRequest) -> InferResponse: ...
+
+    def respond(
+        self, request: InferRequest, streaming: bool = True
+    ) -> AsyncIterator[InferResponse]: ...
 
 
 class KnownModels(InferencePath, Protocol):

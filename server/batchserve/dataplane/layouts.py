@@ -94,6 +94,7 @@ class DecodedLayout:
             protocol=template.protocol,
             layout=template.layout,
             sequence=template.sequence,
+            empty_final=template.empty_final,
         )
 
 

@@ -7,13 +7,19 @@ shared-memory regions (``shared_memory/clients.py``) and Triton's statistics
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 
 from batchserve import __version__
 from batchserve.core.datatypes import from_config
-from batchserve.core.errors import BatchserveError, InvalidArgument, NotFound
+from batchserve.core.errors import (
+    BatchserveError,
+    InvalidArgument,
+    NotFound,
+    decoupled_refusal,
+)
 from batchserve.core.settings import Settings
 from batchserve.core.types import (
     InferRequest,
@@ -183,6 +189,10 @@ class DataPlane:
         # Draining only turns readiness off: requests keep being served until the listeners
         # close, so load balancers have the shutdown delay to stop sending traffic.
         served = self.served(request.model_name, request.model_version)
+        if served.responder is not None:
+            self.record_malformed(request.model_name, request.model_version, request.protocol,
+                                  refused := decoupled_refusal(request.protocol))  # fmt: skip
+            raise refused
         self.busy_poll.touch()
         started = time.monotonic_ns()
         served.stats.received += 1
@@ -202,6 +212,47 @@ class DataPlane:
         self.busy_poll.touch()
         self.record_success(served, started, item, request.protocol)
         return response
+
+    async def respond(
+        self, request: InferRequest, streaming: bool = True
+    ) -> AsyncIterator[InferResponse]:
+        """Every response to a request: one from a model that answers once, any number from
+        a decoupled model (``scheduler/responders.py``), the last marked final. A decoupled
+        model's bare final flag is a response without outputs, sent only when the request
+        asked for one (``empty_final``). ``streaming``: whether the client reads them as they
+        come."""
+        served = self.served(request.model_name, request.model_version)
+        responder = served.responder
+        if responder is None:
+            yield await self.infer(request)
+            return
+        self.busy_poll.touch()
+        started = time.monotonic_ns()
+        served.stats.received += 1
+        types = served.output_types
+        try:
+            valid = validate_request(
+                request.inputs, request.outputs, served.schema, request.layout, request.verdict
+            )
+            replies = responder.replies(valid.inputs, request.is_cancelled, streaming)
+            async with contextlib.aclosing(replies):
+                async for reply in replies:
+                    if not reply.outputs and not request.empty_final:
+                        continue
+                    tensors = [
+                        Tensor(n, types[n], reply.outputs[n].shape, reply.outputs[n])
+                        for n in valid.output_names
+                        if n in reply.outputs
+                    ]
+                    response = self._response(request, served, tensors)
+                    response.final = reply.final
+                    yield response
+        except BaseException as exc:
+            self.record_failure(served, started, exc, request.protocol, request.id)
+            raise
+        served.stats.record_request(
+            True, time.monotonic_ns() - started, 0, protocol=request.protocol
+        )
 
     @staticmethod
     def record_success(served: ServedVersion, started: int, item: WorkItem, protocol: str) -> None:

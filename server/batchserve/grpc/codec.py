@@ -86,6 +86,7 @@ def decode_infer_request(
         timeout_us=options.timeout_us,
         protocol="grpc",
         sequence=options.sequence,
+        empty_final=options.empty_final,
     )
     return check_then_decode(request, pending, schema)
 

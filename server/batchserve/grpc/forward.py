@@ -17,7 +17,7 @@ from batchserve.core.errors import BatchserveError
 from batchserve.dataplane.inference_path import KnownModels
 from batchserve.grpc.head import METHODS, Head, Request
 from batchserve.grpc.layout_cache import MessageLayouts
-from batchserve.grpc.servicer import Context, InferenceServicer
+from batchserve.grpc.servicer import FINAL_RESPONSE, Context, InferenceServicer
 from batchserve.grpc.streams import InferStreams
 from batchserve.proto import grpc_service_pb2 as pb
 
@@ -146,6 +146,18 @@ class WorkerServicer(InferenceServicer):
         if self.plane.knows(model, version) or await self.plane.learn(model, version):
             return await super()._infer(request, peer)
         return await self.forwarder.infer(request, peer or "")
+
+    async def _responses(
+        self, request: Request, peer: str | None
+    ) -> AsyncIterator[pb.ModelInferResponse]:
+        model, version = request.model_name, request.model_version
+        if self.plane.knows(model, version) or await self.plane.learn(model, version):
+            async for response in super()._responses(request, peer):
+                yield response
+            return
+        answer = await self.forwarder.infer(request, peer or "")  # its error, as there
+        answer.parameters[FINAL_RESPONSE].bool_param = True
+        yield answer
 
 
 class WorkerHandlers(grpc.GenericRpcHandler):  # type: ignore[type-arg]

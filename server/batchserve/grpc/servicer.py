@@ -26,6 +26,9 @@ from batchserve.proto import grpc_service_pb2 as pb
 from batchserve.proto import grpc_service_pb2_grpc as pb_grpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
+FINAL_RESPONSE = "triton_final_response"
+"""Set on every response of a stream: false on all but a request's last (perf_analyzer
+and Triton's clients read the end of a decoupled model's responses from it)."""
 
 
 def _authorization(context: Context) -> str | None:
@@ -113,11 +116,24 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         encoded: pb.ModelInferResponse = codec.encode_infer_response(response)
         return encoded
 
+    async def _responses(
+        self, request: Request, peer: str | None
+    ) -> AsyncIterator[pb.ModelInferResponse]:
+        """A stream request's responses, each flagged final or not, as Triton flags them."""
+        model, version = request.model_name, request.model_version
+        schema = self.inference.schema_lookup(model, version)
+        decode = partial(self.layouts.decode, request, schema)
+        decoded = self.inference.decode(decode, model, version, "grpc", peer)
+        async for response in self.inference.respond(decoded):
+            encoded: pb.ModelInferResponse = codec.encode_infer_response(response)
+            encoded.parameters[FINAL_RESPONSE].bool_param = response.final
+            yield encoded
+
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Request], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Requests of one stream run concurrently; each answer carries its request's id."""
-        infer = partial(self._infer, peer=self.peer(context))
+        infer = partial(self._responses, peer=self.peer(context))
         serving = self.streams.serve(request_iterator, infer, context)
         async with contextlib.aclosing(serving) as answers:  # its reader ends with the call
             async for answer in answers:

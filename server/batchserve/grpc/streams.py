@@ -13,7 +13,7 @@ answered in the stream with that message, not run.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from enum import Enum
 from typing import Any
 
@@ -25,7 +25,8 @@ from batchserve.grpc.head import Request
 from batchserve.observability.refusals import REFUSALS, Protocol
 from batchserve.proto import grpc_service_pb2 as pb
 
-Infer = Callable[[Request], Awaitable[pb.ModelInferResponse]]
+Infer = Callable[[Request], AsyncIterator[pb.ModelInferResponse]]
+"""A request's responses: one, or a decoupled model's any number."""
 SHUTTING_DOWN = "server is shutting down"
 
 
@@ -107,19 +108,24 @@ class InferStreams:
 
 
 async def _answer(request: Request, infer: Infer, stream: _Stream) -> None:
+    """Queue each response as it comes; the running count drops with the last one queued
+    in the same step, so the stream never owes nothing early."""
     try:
-        response = await infer(request)
+        async for response in infer(request):
+            stream.answers.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
     except Exception as exc:
         report_failure(exc)
-        answer = _error_answer(exc)
-    else:
-        answer = pb.ModelStreamInferResponse(infer_response=response)
-    stream.running -= 1  # with the answer queued in the same step: never owes nothing early
-    stream.answers.put_nowait(answer)
+        stream.answers.put_nowait(_error_answer(exc, request.id))
+    finally:
+        stream.running -= 1
 
 
-def _error_answer(error: BaseException) -> pb.ModelStreamInferResponse:
-    return pb.ModelStreamInferResponse(error_message=public_message(error))
+def _error_answer(error: BaseException, request_id: str = "") -> pb.ModelStreamInferResponse:
+    """Triton's error in a stream: the message, and the id of the request that failed."""
+    return pb.ModelStreamInferResponse(
+        error_message=public_message(error),
+        infer_response=pb.ModelInferResponse(id=request_id) if request_id else None,
+    )
 
 
 def _end_for_shutdown(context: grpc.aio.ServicerContext[Any, Any]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from batchserve.models.decoupled import BUILTIN_BACKENDS
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelQueuePolicy
 
 _NOT_SUPPORTED = "batchserve does not support"
@@ -26,11 +27,12 @@ def unsupported_problems(config: ModelConfig) -> list[str]:
 
 
 def _found(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
-    if config.model_transaction_policy.decoupled:
+    if config.model_transaction_policy.decoupled and config.backend not in BUILTIN_BACKENDS:
         yield (
             "model_transaction_policy.decoupled",
-            "is true",
-            "decoupled models (any number of responses per request)",
+            f"is true for backend '{config.backend or config.platform}'",
+            "decoupled models other than those of the built-in backends "
+            f"({', '.join(BUILTIN_BACKENDS)})",
         )
     scheduling = config.WhichOneof("scheduling_choice")
     if scheduling == "sequence_batching":

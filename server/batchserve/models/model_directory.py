@@ -31,6 +31,7 @@ from batchserve.models.config_validation import (
     config_problems,
     model_problems,
 )
+from batchserve.models.decoupled import builtin_backend, builtin_problems
 from batchserve.models.labels import LabelMap, read_labels
 from batchserve.models.model_config import (
     CONFIG_FILENAME,
@@ -138,6 +139,8 @@ class _ModelCheck:
             raise self.fail()
         config = self._read_config()
         dirs = self._contained(_version_dirs(self.dir))
+        if builtin_backend(config) is not None:
+            return self._builtin(config, dirs)
         model_format = self._format(config, dirs)
         if model_format is None:
             self.problems += config_problems(config, source=self.source, directory=self.name)
@@ -150,6 +153,19 @@ class _ModelCheck:
         if self.problems:
             raise self.fail()
         return ResolvedModel(self.name, resolved, tuple(versions), labels, self.dir)
+
+    def _builtin(self, config: ModelConfig, dirs: dict[int, Path]) -> ResolvedModel:
+        """A decoupled model served by a backend in the server: no model file to read."""
+        done = ModelConfig()
+        done.CopyFrom(config)
+        done.name = done.name or self.name
+        done.version_policy.CopyFrom(version_policy(done))
+        versions = [ModelVersion(n, dirs[n]) for n in self._selected(done, list(dirs))]
+        self.problems += config_problems(done, source=self.source, directory=self.name)
+        self.problems += [f"{self.source}: {problem}" for problem in builtin_problems(done)]
+        if self.problems:
+            raise self.fail()
+        return ResolvedModel(self.name, done, tuple(versions), {}, self.dir)
 
     def _read_config(self) -> ModelConfig:
         if self.override is not None:

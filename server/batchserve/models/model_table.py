@@ -22,6 +22,7 @@ from batchserve.observability.stats import ModelStats
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.memory import MemoryProfile, ModelReservations
+from batchserve.scheduler.responders import Responder
 
 
 class ModelState(StrEnum):
@@ -55,6 +56,9 @@ class ServedVersion:
     memory: tuple[InstanceMemory, ...] = ()
     reservations: ModelReservations | None = None
     labels: LabelMap = field(default_factory=dict)
+    responder: Responder | None = None
+    """A decoupled model's: its requests go there, not to ``batcher`` (which has no
+    instances then)."""
 
     @cached_property
     def schema(self) -> RequestSchema:
@@ -67,6 +71,8 @@ class ServedVersion:
         return {spec.name: from_config(spec.data_type) for spec in self.config.output}
 
     async def close(self) -> None:
+        if self.responder is not None:
+            await self.responder.close()
         await self.batcher.close()
         await asyncio.to_thread(self.batcher.pool.close)
         if self.reservations is not None:

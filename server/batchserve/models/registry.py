@@ -18,8 +18,9 @@ from pathlib import Path
 from batchserve.backends.base import Backend
 from batchserve.backends.selection import create_backend
 from batchserve.core.device import CPU, Device
-from batchserve.core.errors import BatchserveError, ModelConfigError
+from batchserve.core.errors import BatchserveError, ModelConfigError, Unavailable
 from batchserve.devices.placement import gpu_count, resolve_devices
+from batchserve.models.decoupled import build_responder, builtin_backend
 from batchserve.models.load_override import LoadOverride, OverrideDirectory
 from batchserve.models.memory_probe import probe_backend
 from batchserve.models.model_directory import ModelVersion, ResolvedModel
@@ -164,6 +165,8 @@ class ModelRegistry(ModelTable):
 
     async def _load_version(self, resolved: ResolvedModel, version: ModelVersion) -> ServedVersion:
         config = resolved.config
+        if builtin_backend(config) is not None:
+            return await self._load_decoupled(resolved, version)
         samples = await asyncio.to_thread(
             read_warmup_samples,
             config,
@@ -218,6 +221,33 @@ class ModelRegistry(ModelTable):
             reservations,
             resolved.labels,
         )
+
+    async def _load_decoupled(
+        self, resolved: ResolvedModel, version: ModelVersion
+    ) -> ServedVersion:
+        """A decoupled model of a built-in backend: a responder, no instances of its own."""
+        config = resolved.config
+        step_name = config.parameters["step_model"].string_value
+        step_config = None
+        if step_name:
+            try:
+                step_config = (await asyncio.to_thread(self.repository.resolve, step_name)).config
+            except BatchserveError:
+                step_config = None
+        directory = resolved.directory or self.repository.root / resolved.name
+        responder = build_responder(config, directory, self._step_batcher, step_config)
+        stats = ModelStats()
+        policy = BatchPolicy.from_config(config, self._max_queue_size)
+        batcher = Batcher(InstancePool([]), policy, stats)
+        return ServedVersion(resolved.name, version.version, config, batcher, stats,
+                             responder=responder)  # fmt: skip
+
+    def _step_batcher(self, name: str) -> SequenceBatcher:
+        """A generation model's step model, as loaded now: its sequence batcher."""
+        batcher = self.get(name, "").batcher
+        if not isinstance(batcher, SequenceBatcher):
+            raise Unavailable(f"step model '{name}' has no sequence batcher")
+        return batcher
 
     async def _load_instance(
         self,

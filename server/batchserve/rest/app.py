@@ -21,7 +21,7 @@ from batchserve.core.settings import Settings
 from batchserve.dataplane.plane import DataPlane
 from batchserve.observability.trace_settings import json_updates as trace_updates
 from batchserve.rest import responses
-from batchserve.rest.bodies import read_limited
+from batchserve.rest.bodies import json_object, read_limited
 from batchserve.rest.errors import (
     UnexpectedErrors,
     handle_batchserve_error,
@@ -29,6 +29,7 @@ from batchserve.rest.errors import (
     handle_http_exception,
     handle_validation_error,
 )
+from batchserve.rest.generate import add_generate_routes
 from batchserve.rest.infer import ASGIApp, InferEndpoint, Receive, Scope, Send, in_front_of
 from batchserve.rest.openapi import INFER_OPENAPI
 from batchserve.rest.shared_memory import add_shared_memory_routes
@@ -96,19 +97,6 @@ def _add_model_routes(app: FastAPI, dataplane: DataPlane, endpoint: InferEndpoin
             return _Delegate(endpoint)
 
 
-def _json_object(body: bytes) -> dict[str, Any]:
-    """An optional JSON object body; empty is ``{}``."""
-    if not body.strip():
-        return {}
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgument(f"malformed JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise InvalidArgument("the request body must be a JSON object")
-    return data
-
-
 def _parameters(body: dict[str, Any]) -> dict[str, Any]:
     parameters = body.get("parameters", {})
     if not isinstance(parameters, dict):
@@ -118,7 +106,7 @@ def _parameters(body: dict[str, Any]) -> dict[str, Any]:
 
 def _ready_flag(body: bytes) -> bool:
     """The optional ``{"ready": bool}`` body of the index request."""
-    ready = _json_object(body).get("ready", False)
+    ready = json_object(body).get("ready", False)
     if not isinstance(ready, bool):
         raise InvalidArgument("Invalid value for 'ready': expected a boolean")
     return ready
@@ -140,7 +128,7 @@ def _add_repository_routes(app: FastAPI, dataplane: DataPlane) -> None:
         name: str, request: Request, authorization: str | None = Header(None)
     ) -> Response:
         control.check_control(authorization)  # before reading up to 64 MiB
-        parameters = _parameters(_json_object(await read_limited(request, limit, "request body")))
+        parameters = _parameters(json_object(await read_limited(request, limit, "request body")))
         await control.repository_load(name, authorization, parameters, files_in_base64=True)
         return _json({})
 
@@ -150,7 +138,7 @@ def _add_repository_routes(app: FastAPI, dataplane: DataPlane) -> None:
     ) -> Response:
         control.check_control(authorization)  # before reading the body
         body = await read_limited(request, dataplane.settings.max_json_body_bytes, "request body")
-        parameters = _parameters(_json_object(body))
+        parameters = _parameters(json_object(body))
         await control.repository_unload(name, authorization, parameters)
         return _json({})
 
@@ -164,9 +152,7 @@ def _add_settings_routes(app: FastAPI, dataplane: DataPlane) -> None:
         updates = None
         if request.method == "POST":
             control.check_token(authorization)  # before reading the body
-            updates = trace_updates(
-                _json_object(await read_limited(request, limit, "request body"))
-            )
+            updates = trace_updates(json_object(await read_limited(request, limit, "request body")))
         return _json(control.trace_settings(name, authorization, updates))
 
     @app.api_route("/v2/trace/setting", methods=["GET", "POST"], summary="Trace settings")
@@ -192,7 +178,7 @@ def _add_settings_routes(app: FastAPI, dataplane: DataPlane) -> None:
         request: Request, authorization: str | None = Header(None)
     ) -> Response:
         control.check_token(authorization)  # before reading the body
-        updates = _json_object(await read_limited(request, limit, "request body"))
+        updates = json_object(await read_limited(request, limit, "request body"))
         return _json(control.log_settings(authorization, updates))
 
 
@@ -209,6 +195,7 @@ def build_fastapi(dataplane: DataPlane, endpoint: InferEndpoint) -> FastAPI:
     _add_repository_routes(app, dataplane)
     _add_settings_routes(app, dataplane)
     add_shared_memory_routes(app, dataplane)
+    add_generate_routes(app, dataplane, dataplane.settings)
     return app
 
 

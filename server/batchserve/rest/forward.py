@@ -46,6 +46,8 @@ class _Connection:
         self.writer = writer
         self.h11 = h11.Connection(h11.CLIENT)
         self.idle_since = 0.0
+        self.left = False
+        """The client went away while this connection carried its request."""
 
     async def send(self, event: h11.Event) -> None:
         data = self.h11.send(event)
@@ -111,6 +113,8 @@ class HttpForwarder:
             await self._response(connection, sending)
         except (OSError, h11.ProtocolError) as exc:
             connection.close()
+            if connection.left:
+                return  # the client went first: nobody to tell
             if started or isinstance(exc, ConnectionAbortedError):
                 raise  # the client's connection closes: nothing else can be said
             await _unavailable(send, exc)
@@ -140,17 +144,23 @@ class HttpForwarder:
         await connection.send(h11.Request(method=scope["method"], target=target, headers=headers))
 
     async def _body(self, connection: _Connection, receive: Receive) -> None:
+        """Send the body, then watch for the client leaving while the answer comes (a
+        stream of server-sent events runs until the client goes)."""
+        sent = False
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
+                connection.left = True
                 connection.close()  # the answer being read fails: nobody waits for it
                 return
+            if sent:
+                continue
             body = message.get("body", b"")
             if body:
                 await connection.send(h11.Data(data=body))
             if not message.get("more_body", False):
-                break
-        await connection.send(h11.EndOfMessage())
+                await connection.send(h11.EndOfMessage())
+                sent = True
 
     async def _response(self, connection: _Connection, send: Send) -> None:
         event = await connection.next_event()

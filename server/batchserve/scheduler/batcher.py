@@ -82,6 +82,8 @@ class Batcher:
         self._dispatch_pending = False
         self._inline = InlineRuns(inline_below_ns)
         self._closed = False
+        self._urgent = 0
+        """Urgent items queued: while there are any, batches go without waiting."""
         self._set_cap(max(1, policy.max_batch_size))
 
     @staticmethod
@@ -108,6 +110,7 @@ class Batcher:
                 item.enqueued_ns, bool(self.queue), not self._dispatch_pending, item.clients
             )
         self.queue.push(item)
+        self._urgent += item.urgent
         if self._order is not None:
             item.ticket = self._order.ticket()
         if self._grouping:
@@ -138,7 +141,7 @@ class Batcher:
             self._drop_dead_heads(now)
             if not queue:
                 break
-            target = self._cap if timing is None else self._target(timing, now)
+            target = self._cap if timing is None or self._urgent else self._target(timing, now)
             if not target:
                 return
             for part in self._spread(self._take(target, now)):
@@ -257,6 +260,7 @@ class Batcher:
         instance = self.pool.acquire()
         for item in batch:
             item.dispatched_ns = now
+            self._urgent -= item.urgent
         run = BatchRun(instance.backend, batch, self._pad_value, self._layout)
         if instance.backend.device.kind == "cpu" and self._inline.inline(
             sum(item.batch_size for item in batch)
@@ -328,6 +332,7 @@ class Batcher:
             self._set_cap(max(1, learned))
 
     def _settle(self, item: WorkItem, outcome: Outcome) -> None:
+        self._urgent -= item.urgent
         if self._order is None:
             item.finish(outcome)
         else:

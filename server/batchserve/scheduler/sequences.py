@@ -218,6 +218,12 @@ class SequenceBatcher(Batcher):
         if not sequence.running:
             self._next(sequence)
 
+    def submit_held(self, item: WorkItem) -> None:
+        """Queue steps of sequences whose state the caller holds (a generation loop): every
+        input, controls and state included, is in ``item``, and the state outputs come back
+        to the caller. They batch with the other sequences' steps."""
+        Batcher.submit(self, item)
+
     def _flags(self, item: WorkItem) -> SequenceFlags:
         flags = item.sequence
         if flags is None:

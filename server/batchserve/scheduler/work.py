@@ -34,6 +34,8 @@ class WorkItem:
         clients: the requests it answers: more than one for a group a worker handed over
             as one item. The batcher's waiting rules count clients, not items.
         sequence: its place in a stateful sequence (``sequences.py``); None otherwise.
+        urgent: its batch goes at once, without waiting for company: the steps of a
+            generation loop (``generation.py``), whose next step waits on this one.
     """
 
     inputs: Arrays
@@ -49,6 +51,7 @@ class WorkItem:
     sequence_length: int = 0
     clients: int = 1
     sequence: SequenceFlags | None = None
+    urgent: bool = False
 
     def abandoned(self) -> bool:
         """True when nobody waits for the answer any more."""

@@ -117,6 +117,7 @@ DERIVED: dict[str, Callable[[Path], tuple[torch.nn.Module, dict[str, float]]]] =
 
 WRITTEN: dict[str, Callable[[Path], Path]] = {
     "simple_sequence": sequence_models.write_simple_sequence,
+    "char_lstm_generate": char_lstm.write_generate,
 }
 """Models whose ONNX graph is written node by node (no weights to train): the contract of
 Triton's example models, for NVIDIA's client examples."""

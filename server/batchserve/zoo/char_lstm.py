@@ -8,6 +8,7 @@ answer: rows of different lengths batch together and give the same result as alo
 
 from __future__ import annotations
 
+import json
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -258,3 +259,34 @@ sequence_batching {{
 {state}
 }}
 """
+
+
+def write_generate(repository: Path, step_model: str = "char_lstm_step") -> Path:
+    """``char_lstm_generate``: text generation over the step model, served by the built-in
+    ``generation`` backend (decoupled: one response per character). No model file: its
+    version directory only marks the version; the vocabulary maps token ids to characters."""
+    directory = repository / "char_lstm_generate"
+    (directory / "1").mkdir(parents=True, exist_ok=True)
+    (directory / "1" / ".gitkeep").write_text("")
+    symbols = [decode_id(token) for token in range(VOCAB_SIZE)]
+    (directory / "vocabulary.json").write_text(json.dumps(symbols) + "\n")
+    (directory / "config.pbtxt").write_text(f"""name: "char_lstm_generate"
+backend: "generation"
+max_batch_size: 0
+model_transaction_policy {{ decoupled: true }}
+input [
+  {{ name: "text_input" data_type: TYPE_STRING dims: [1] }},
+  {{ name: "max_tokens" data_type: TYPE_INT32 dims: [1] optional: true }},
+  {{ name: "temperature" data_type: TYPE_FP32 dims: [1] optional: true }},
+  {{ name: "random_seed" data_type: TYPE_UINT64 dims: [1] optional: true }},
+  {{ name: "stream" data_type: TYPE_BOOL dims: [1] optional: true }}
+]
+output [{{ name: "text_output" data_type: TYPE_STRING dims: [1] }}]
+parameters [
+  {{ key: "step_model" value {{ string_value: "{step_model}" }} }},
+  {{ key: "token_input" value {{ string_value: "token" }} }},
+  {{ key: "logits_output" value {{ string_value: "next_char_logits" }} }},
+  {{ key: "vocabulary" value {{ string_value: "vocabulary.json" }} }}
+]
+""")
+    return directory

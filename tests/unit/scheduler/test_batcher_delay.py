@@ -316,3 +316,21 @@ async def test_without_a_delay_batches_are_greedy() -> None:
     await answers(first, *items)
     assert backend.batches == [1, 3]
     assert clock.pending == []
+
+
+async def test_an_urgent_item_takes_the_waiting_requests_with_it_at_once() -> None:
+    """A generation loop's step waits for nobody: it and whatever is queued go now."""
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _delayed(clock, backend, delay_us=1000)
+    await _company(batcher, backend, clock, 100 * US, 5)
+    waiting = item(1, 2.0, at=clock)
+    await submit(batcher, waiting)
+    assert batcher.pool.busy_count() == 0  # it waits for company, as above
+    step = item(2, 1.0, at=clock)
+    step.urgent = True
+    await submit(batcher, step)
+    assert batcher.pool.busy_count() == 1  # the clock unmoved
+    assert (await answer(step))["y"].shape == (2, 4)
+    await answer(waiting)
+    assert backend.batches[-1] == 3
+    assert batcher._urgent == 0

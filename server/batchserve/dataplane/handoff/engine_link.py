@@ -12,7 +12,12 @@ from functools import partial
 from typing import Any
 
 from batchserve.core.datatypes import BY_WIRE
-from batchserve.core.errors import BatchserveError, InvalidArgument
+from batchserve.core.errors import (
+    BatchserveError,
+    InvalidArgument,
+    Unsupported,
+    decoupled_refusal,
+)
 from batchserve.core.types import (
     InferRequest,
     InferResponse,
@@ -59,6 +64,7 @@ class EngineLink:
         self.listening = loop.create_future()
         self._handlers: dict[str, Callable[[Frame], None]] = {
             "i": self._infer,
+            "s": self._stream,
             "g": self._group,
             "c": self._cancel,
             "r": self._release,
@@ -162,6 +168,8 @@ class EngineLink:
         started = time.monotonic_ns()
         served.stats.received += members
         try:
+            if served.responder is not None:  # reloaded as decoupled since the worker looked
+                raise decoupled_refusal(protocol)
             item = DataPlane.work_item(served, valid, priority, timeout_us, started)
             item.clients = members
             served.batcher.submit(item)
@@ -243,23 +251,61 @@ class EngineLink:
         if error is not None:
             self._answer_error(rid, error)
             return
-        response = task.result()
         try:
-            placed = [
-                (t.name, t.datatype, t.data) for t in response.outputs if not t.in_shared_memory
-            ]
-            block, inline, described = descriptors.place(placed, self.responses)
+            self.send(("o", rid, *self._placed(task.result())))
         except BatchserveError as exc:
             self._answer_error(rid, exc)
-            return
+
+    def _placed(self, response: InferResponse) -> tuple[Any, ...]:
+        """A response's outputs placed in the response arena, as an answer frame carries
+        them: model, version, block, inline bytes, descriptors, outputs in the client's
+        shared memory, and the order of all."""
+        placed = [(t.name, t.datatype, t.data) for t in response.outputs if not t.in_shared_memory]
+        block, inline, described = descriptors.place(placed, self.responses)
         in_memory = [
             (t.name, t.datatype.wire, tuple(t.shape), t.parameters)
             for t in response.outputs
             if t.in_shared_memory
         ]
         order = [t.name for t in response.outputs]
-        self.send(("o", rid, response.model_name, response.model_version, block, inline,
-                   described, in_memory, order))  # fmt: skip
+        return (response.model_name, response.model_version, block, inline, described,
+                in_memory, order)  # fmt: skip
+
+    # decoupled models ------------------------------------------------------------------
+    def _stream(self, frame: Frame) -> None:
+        """A request whose responses go back one frame each ("p", the last marked final),
+        then "z" (or "e"): a decoupled model's."""
+        (_, rid, model, version, request_id, protocol, priority, timeout_us, peer, block,
+         inline, inputs, outputs, streaming, empty_final) = frame  # fmt: skip
+        self.handed_over += 1
+        self.handoffs += 1
+        self._unacknowledged += 1
+        try:
+            request = self._request(model, version, request_id, protocol, priority, timeout_us,
+                                    block, inline, inputs, outputs)  # fmt: skip
+            request.empty_final = empty_final
+            if any(tensor.parameters for tensor in request.inputs):
+                request = self.plane.decode(lambda: request, model, version, protocol, peer)
+        except BatchserveError as exc:
+            self._answer_error(rid, exc)
+            return
+        task = asyncio.get_running_loop().create_task(self._relay(rid, request, streaming))
+        self._pending[rid] = task
+        task.add_done_callback(partial(self._relayed, rid))
+
+    async def _relay(self, rid: int, request: InferRequest, streaming: bool) -> None:
+        async for response in self.plane.respond(request, streaming):
+            self.send(("p", rid, *self._placed(response), response.final))
+
+    def _relayed(self, rid: int, task: asyncio.Task[None]) -> None:
+        if self._pending.pop(rid, None) is None:
+            return  # the worker went away
+        if task.cancelled():
+            self.send(("e", rid, "Cancelled", "request cancelled"))
+        elif (error := task.exception()) is not None:
+            self._answer_error(rid, error)
+        else:
+            self.send(("z", rid))
 
     def _answer_error(self, rid: int, error: BaseException) -> None:
         self.send(("e", rid, *error_frame(error)))
@@ -273,7 +319,7 @@ class EngineLink:
     def _malformed(self, frame: Frame) -> None:
         _, model, version, protocol, name, message = frame
         error = error_from(name, message)
-        if isinstance(error, InvalidArgument) or name == "NotFound":
+        if isinstance(error, InvalidArgument | Unsupported) or name == "NotFound":
             self.plane.record_malformed(model, version, protocol, error)
 
     def _query(self, frame: Frame) -> None:

@@ -9,14 +9,21 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 
 from batchserve.core.datatypes import BY_WIRE
-from batchserve.core.errors import BatchserveError, InvalidArgument, NotFound, Unavailable
+from batchserve.core.errors import (
+    BatchserveError,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    decoupled_refusal,
+)
 from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest, InferResponse, Tensor
 from batchserve.core.validation import RequestSchema, SchemaLookup, ValidRequest, validate_request
@@ -34,6 +41,7 @@ from batchserve.proto.model_config_pb2 import ModelConfig
 
 logger = logging.getLogger(__name__)
 
+GONE = "the model-owning process is gone"
 RELEASE_DELAY_S = 0.002
 """How long freed response blocks wait to be returned together."""
 
@@ -62,6 +70,12 @@ class _Pending:
     block: int  # request arena block to free on the answer, or INLINE
 
 
+@dataclass(slots=True)
+class _Streamed:
+    frames: asyncio.Queue[Frame]
+    block: int  # request arena block to free on the last frame, or INLINE
+
+
 class WorkerPlane:
     """Decode, validate, hand off; the model-owning process's answers come back by frame."""
 
@@ -78,6 +92,8 @@ class WorkerPlane:
         self._learning: dict[tuple[str, str], deque[asyncio.Future[None]]] = {}
         """Requests waiting for a model's configuration, in the order they came."""
         self._pending: dict[int, _Pending] = {}
+        self._streams: dict[int, _Streamed] = {}
+        """Requests to decoupled models: their responses come one frame each."""
         self._ids = itertools.count()
         self._leases: dict[int, int] = {}  # response block -> arrays still using it
         self._released: list[int] = []
@@ -94,6 +110,8 @@ class WorkerPlane:
             "d": lambda frame: self.draining.set(),
             "l": self._log_settings,
             "k": self._read,
+            "p": self._streamed,
+            "z": self._streamed,
         }
         self.protocol = FrameProtocol(dispatch(self._handlers, "model-owning process"), self._lost)
 
@@ -101,7 +119,10 @@ class WorkerPlane:
     def _lost(self) -> None:
         for pending in self._pending.values():
             if not pending.future.done():
-                pending.future.set_exception(Unavailable("the model-owning process is gone"))
+                pending.future.set_exception(Unavailable(GONE))
+        for streamed in self._streams.values():
+            streamed.frames.put_nowait(("e", 0, *error_frame(Unavailable(GONE))))
+        self._streams.clear()
         self._unread = 0
         self._groups.close_all()  # held groups fail in _send_group
         self._asked.clear()
@@ -111,6 +132,9 @@ class WorkerPlane:
             self.lost.set_result(None)
 
     def _answered(self, frame: Frame) -> None:
+        if frame[1] in self._streams:
+            self._streamed(frame)
+            return
         pending = self._pending.pop(frame[1], None)
         if pending is None:
             return
@@ -120,6 +144,19 @@ class WorkerPlane:
             pending.future.set_result(frame)
         elif frame[0] == "o" and frame[4] != descriptors.INLINE:
             self._release(frame[4])  # answered after the client left
+
+    def _streamed(self, frame: Frame) -> None:
+        """A decoupled model's response ("p"), or the end of them ("z", "e")."""
+        streamed = self._streams.get(frame[1])
+        if streamed is None:  # the client left
+            if frame[0] == "p" and frame[4] != descriptors.INLINE:
+                self._release(frame[4])
+            return
+        if frame[0] != "p":
+            del self._streams[frame[1]]
+            if streamed.block != descriptors.INLINE:
+                self.requests.ring.free(streamed.block)
+        streamed.frames.put_nowait(frame)
 
     def _read(self, frame: Frame) -> None:
         """The model-owning process read ``frame[1]`` more request frames."""
@@ -232,6 +269,10 @@ class WorkerPlane:
         self.busy_poll.touch()
         model, version = request.model_name, request.model_version
         known = self._models.get((model, version))
+        if known is not None and known.config.model_transaction_policy.decoupled:
+            refused = decoupled_refusal(request.protocol)
+            self._malformed(model, version, request.protocol, refused)
+            raise refused
         verdict = None
         in_shared_memory = shm.uses_shared_memory(request)
         sequence = None if request.sequence is None else request.sequence.as_tuple()
@@ -246,20 +287,7 @@ class WorkerPlane:
                 if known.groups and valid.batch_size <= known.cap:
                     return await self._grouped(request, known, valid)
                 verdict = (known.generation, valid.batch_size, list(valid.output_names))
-        placed = [
-            (t.name, t.datatype, t.data) for t in request.inputs if REGION not in t.parameters
-        ]
-        block, inline, described = descriptors.place(placed, self.requests)
-        inputs = [(*d, None) for d in described] + [
-            (t.name, t.datatype.wire, tuple(t.shape), 0, 0, t.parameters)
-            for t in request.inputs
-            if REGION in t.parameters
-        ]
-        outputs = (
-            None
-            if request.outputs is None
-            else [(o.name, o.binary, o.classification, o.parameters) for o in request.outputs]
-        )
+        block, inline, inputs, outputs = self._placed(request)
         rid = next(self._ids)
         future = self._loop.create_future()
         self._pending[rid] = _Pending(future, block)
@@ -278,6 +306,53 @@ class WorkerPlane:
         if frame[0] == "e":
             raise error_from(frame[2], frame[3])
         return self._response(request, frame)
+
+    def _placed(self, request: InferRequest) -> tuple[int, bytes, list[Any], list[Any] | None]:
+        """The request's inputs in the request arena (those in the client's shared memory
+        described only), and its requested outputs, as the hand-off frames carry them."""
+        placed = [
+            (t.name, t.datatype, t.data) for t in request.inputs if REGION not in t.parameters
+        ]
+        block, inline, described = descriptors.place(placed, self.requests)
+        inputs = [(*d, None) for d in described] + [
+            (t.name, t.datatype.wire, tuple(t.shape), 0, 0, t.parameters)
+            for t in request.inputs
+            if REGION in t.parameters
+        ]
+        outputs = (
+            None
+            if request.outputs is None
+            else [(o.name, o.binary, o.classification, o.parameters) for o in request.outputs]
+        )
+        return block, inline, inputs, outputs
+
+    async def respond(
+        self, request: InferRequest, streaming: bool = True
+    ) -> AsyncIterator[InferResponse]:
+        """``DataPlane.respond``: a decoupled model's responses come one frame each."""
+        known = self._models.get((request.model_name, request.model_version))
+        if known is None or not known.config.model_transaction_policy.decoupled:
+            yield await self.infer(request)
+            return
+        self.busy_poll.touch()
+        block, inline, inputs, outputs = self._placed(request)
+        rid = next(self._ids)
+        streamed = self._streams[rid] = _Streamed(asyncio.Queue(), block)
+        peer = request.peer if shm.uses_shared_memory(request) else None
+        self._unread += 1
+        self.protocol.send(("s", rid, request.model_name, request.model_version, request.id,
+                            request.protocol, request.priority, request.timeout_us, peer, block,
+                            inline, inputs, outputs, streaming, request.empty_final))  # fmt: skip
+        try:
+            while (frame := await streamed.frames.get())[0] == "p":
+                response = self._response(request, frame[:9])
+                response.final = frame[9]
+                yield response
+        finally:
+            if rid in self._streams:  # the client left first: stop the work there
+                self.protocol.send(("c", rid))
+        if frame[0] == "e":
+            raise error_from(frame[2], frame[3])
 
     async def _grouped(
         self, request: InferRequest, known: _Model, valid: ValidRequest

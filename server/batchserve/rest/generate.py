@@ -1,0 +1,184 @@
+"""Triton's generate extension: ``POST /v2/models/<m>[/versions/<v>]/generate`` and
+``generate_stream``, plain JSON in and out, for text generation clients.
+
+Each top-level key of the request that names a model input becomes that input (its
+datatype and shape from the model's metadata: a scalar is one element; fixed dims divide
+the elements, the innermost variable dim takes the rest and the others are 1); ``id`` is
+the request id; ``parameters`` is a nested object read the same way; any other key is a
+request parameter. A response is one JSON object: ``model_name``, ``model_version``, ``id``
+when set, and each output (one element as a bare value, more as a flat list).
+``generate_stream`` sends each response of a decoupled model as a server-sent event
+(``data: {...}``) as it comes, and an error after the first as ``data: {"error": ...}``;
+``generate`` answers the one response the request gets, as Triton does, and a request to a
+model that may answer many times asks it for one (``streaming=False``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import orjson
+from fastapi import FastAPI, Request
+from starlette.responses import Response, StreamingResponse
+
+from batchserve.core.datatypes import BY_WIRE
+from batchserve.core.errors import InvalidArgument, public_message
+from batchserve.core.settings import Settings
+from batchserve.core.types import InferRequest, InferResponse, Tensor, request_options
+from batchserve.dataplane.plane import DataPlane
+from batchserve.rest.bodies import json_object, read_limited
+
+EVENT_STREAM = "text/event-stream; charset=utf-8"
+ONE_RESPONSE = (
+    "generate expects model to produce exactly 1 response, use generate stream for model "
+    "that generates various number of responses"
+)
+
+
+def add_generate_routes(app: FastAPI, dataplane: DataPlane, settings: Settings) -> None:
+    limit = settings.max_json_body_bytes
+
+    async def request_of(http: Request, name: str, version: str) -> InferRequest:
+        body = json_object(await read_limited(http, limit, "request body"))
+        return generate_request(dataplane, body, name, version)
+
+    for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
+
+        @app.post(f"{prefix}/generate", summary="Generate (one response)")
+        async def generate(name: str, request: Request, version: str = "") -> Response:
+            infer = await request_of(request, name, version)
+            answers = [r async for r in dataplane.respond(infer, streaming=False)]
+            if len(answers) != 1:
+                raise InvalidArgument(ONE_RESPONSE)
+            return Response(response_json(answers[0]), media_type="application/json")
+
+        @app.post(f"{prefix}/generate_stream", summary="Generate (server-sent events)")
+        async def generate_stream(name: str, request: Request, version: str = "") -> Response:
+            infer = await request_of(request, name, version)
+            responses = dataplane.respond(infer, streaming=True)
+            try:  # an error before the first response is an HTTP error
+                first = await anext(responses)
+            except StopAsyncIteration:
+                return StreamingResponse(iter(()), media_type=EVENT_STREAM)
+            return StreamingResponse(_events(first, responses), media_type=EVENT_STREAM)
+
+
+async def _events(first: InferResponse, rest: AsyncIterator[InferResponse]) -> AsyncIterator[bytes]:
+    yield _event(response_json(first))
+    try:
+        async for response in rest:
+            yield _event(response_json(response))
+    except Exception as exc:  # the status is sent: the error goes in the stream
+        yield _event(orjson.dumps({"error": public_message(exc)}))
+
+
+def _event(data: bytes) -> bytes:
+    return b"data: " + data + b"\n\n"
+
+
+def generate_request(
+    dataplane: DataPlane, body: dict[str, Any], name: str, version: str
+) -> InferRequest:
+    """The request a generate body stands for, against the model's metadata."""
+    metadata = dataplane.model_metadata(name, version)
+    inputs = {spec.name: spec for spec in metadata.inputs}
+    if "parameters" in inputs:
+        raise InvalidArgument(
+            "Keyword 'parameters' for nested schema also given as input tensor name"
+        )
+    tensors: dict[str, Tensor] = {}
+    parameters: dict[str, Any] = {}
+    request_id = body.get("id", "")
+    if not isinstance(request_id, str):
+        raise InvalidArgument("'id' must be a string")
+    nested = body.get("parameters", {})
+    if not isinstance(nested, dict):
+        raise InvalidArgument("Expected JSON object for keyword: 'parameters'")
+    for key, value in [*body.items(), *nested.items()]:
+        if key in ("id", "parameters"):
+            continue
+        spec = inputs.get(key)
+        if spec is not None:
+            tensors[key] = _tensor(key, spec.datatype, spec.shape, value)
+        elif isinstance(value, bool | int | float | str):
+            parameters[key] = value
+        else:
+            raise InvalidArgument(
+                f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or "
+                "'string'."
+            )
+    options = request_options(parameters)
+    return InferRequest(
+        model_name=name, model_version=version, id=request_id, inputs=list(tensors.values()),
+        parameters=options.parameters, priority=options.priority,
+        timeout_us=options.timeout_us, protocol="http", sequence=options.sequence,
+    )  # fmt: skip
+
+
+def _tensor(name: str, wire: str, dims: tuple[int, ...], value: object) -> Tensor:
+    values = value if isinstance(value, list) else [value]
+    datatype = BY_WIRE[wire]
+    try:
+        if wire == "BYTES":
+            strings = [v for v in values if isinstance(v, str)]
+            if len(strings) != len(values):
+                raise InvalidArgument(f"input '{name}': expected JSON strings for BYTES")
+            data = np.array([v.encode() for v in strings], dtype=np.object_)
+        elif wire == "BOOL":
+            if not all(isinstance(v, bool) for v in values):
+                raise InvalidArgument(f"input '{name}': expected JSON booleans for BOOL")
+            data = np.array(values, dtype=np.bool_)
+        else:
+            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+                raise InvalidArgument(f"input '{name}': expected JSON numbers for {wire}")
+            data = _numbers(name, wire, np.array(values), datatype.numpy)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgument(f"input '{name}': {exc}") from None
+    shape = _shape(name, dims, data.size)
+    return Tensor(name, datatype, shape, data.reshape(shape))
+
+
+def _numbers(name: str, wire: str, array: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """JSON numbers as ``dtype``: integers in its range for an integer type."""
+    if dtype.kind in "iu":
+        if array.size and array.dtype.kind not in "iu":
+            raise InvalidArgument(f"input '{name}': expected JSON integers for {wire}")
+        info = np.iinfo(dtype)
+        if array.size and (int(array.min()) < info.min or int(array.max()) > info.max):
+            raise InvalidArgument(f"input '{name}': a value is outside the range of {wire}")
+    return array.astype(dtype)
+
+
+def _shape(name: str, dims: tuple[int, ...], count: int) -> tuple[int, ...]:
+    """Triton's rule: fixed dims divide the count, the innermost variable dim takes the
+    rest, any other variable dim is 1."""
+    fixed = math.prod(d for d in dims if d >= 0)
+    variable = [i for i, d in enumerate(dims) if d < 0]
+    rest, remainder = divmod(count, fixed) if fixed else (0, count)
+    if remainder or (not variable and rest != 1):
+        raise InvalidArgument(
+            f"The schema can not convert input '{name}' to tensor with proper shape"
+        )
+    shape = [max(d, 1) if d < 0 else d for d in dims]
+    if variable:
+        shape[variable[-1]] = rest
+    return tuple(shape)
+
+
+def response_json(response: InferResponse) -> bytes:
+    document: dict[str, Any] = {}
+    if response.id:
+        document["id"] = response.id
+    document["model_name"] = response.model_name
+    document["model_version"] = response.model_version
+    document.update(response.parameters)
+    for tensor in response.outputs:
+        values = [
+            v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+            for v in tensor.data.reshape(-1).tolist()
+        ]
+        document[tensor.name] = values[0] if len(values) == 1 else values
+    return orjson.dumps(document)

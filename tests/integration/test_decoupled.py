@@ -1,0 +1,357 @@
+"""Decoupled models through a real server, by Triton's own clients and perf_analyzer.
+
+The flows of NVIDIA's decoupled examples (``repeat_int32``, ``square_int32``) over a gRPC
+stream, Triton's refusals for one-response calls, and text generation with step-level
+batching (``char_lstm_generate``) over gRPC streams and the HTTP generate extension,
+checked against the stateless ``char_lstm`` run in-process. By one process and by two
+workers.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import queue
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from batchserve.zoo.char_lstm import PAD, decode_id, encode
+from tritonclient.utils import InferenceServerException
+
+from tests.integration.server import MODEL_REPO, ServerProcess, start_server
+
+Result = tuple[Any, InferenceServerException | None]
+
+
+@pytest.fixture(scope="module", params=["1", "2"], ids=["one-process", "two-workers"])
+def decoupled_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    server = start_server(MODEL_REPO, ["--workers", request.param])
+    yield server
+    assert server.stop() == 0
+
+
+class Stream:
+    """A tritonclient gRPC stream whose results queue up for the test to read."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        self.client = grpcclient.InferenceServerClient(server.grpc_url)
+        self.results: queue.Queue[Result] = queue.Queue()
+        self.client.start_stream(callback=lambda result, error: self.results.put((result, error)))
+
+    def next(self) -> Any:
+        result, error = self.results.get(timeout=30)
+        assert error is None, error
+        return result
+
+    def close(self) -> None:
+        self.client.stop_stream()
+        self.client.close()
+
+
+@pytest.fixture
+def stream(decoupled_server: ServerProcess) -> Iterator[Stream]:
+    opened = Stream(decoupled_server)
+    yield opened
+    opened.close()
+
+
+def _tensor(module: Any, name: str, values: list[Any], datatype: str) -> Any:
+    dtypes = {"INT32": np.int32, "UINT32": np.uint32, "FP32": np.float32, "UINT64": np.uint64,
+              "BOOL": np.bool_, "BYTES": np.object_}  # fmt: skip
+    tensor = module.InferInput(name, [len(values)], datatype)
+    tensor.set_data_from_numpy(np.array(values, dtype=dtypes[datatype]))
+    return tensor
+
+
+def _final(result: Any) -> bool:
+    return bool(result.get_response().parameters["triton_final_response"].bool_param)
+
+
+def _repeat_inputs(values: list[int], delays: list[int]) -> list[Any]:
+    return [_tensor(grpcclient, "IN", values, "INT32"),
+            _tensor(grpcclient, "DELAY", delays, "UINT32"),
+            _tensor(grpcclient, "WAIT", [5], "UINT32")]  # fmt: skip
+
+
+def test_repeat_answers_each_element_in_order_as_the_custom_repeat_example(
+    stream: Stream,
+) -> None:
+    """What ``simple_grpc_custom_repeat.py`` sends and checks, with shorter delays."""
+    values = list(range(100, 110))
+    stream.client.async_stream_infer(
+        "repeat_int32", _repeat_inputs(values, [10] * 10),
+        outputs=[grpcclient.InferRequestedOutput("OUT")],
+    )  # fmt: skip
+    for value in values:
+        result = stream.next()
+        assert result.as_numpy("OUT").tolist() == [value]
+        assert not _final(result)
+    # no empty final response unless asked for: nothing more arrives
+    with pytest.raises(queue.Empty):
+        stream.results.get(timeout=0.3)
+
+
+def test_an_empty_final_response_comes_only_when_asked_for(stream: Stream) -> None:
+    """What perf_analyzer relies on: the bare final flag as an empty response with the id."""
+    stream.client.async_stream_infer(
+        "repeat_int32", _repeat_inputs([4, 2, 0, 1], [1, 2, 3, 4]), request_id="r7",
+        enable_empty_final_response=True,
+    )  # fmt: skip
+    got = [stream.next() for _ in range(5)]
+    assert [r.as_numpy("OUT").tolist() for r in got[:4]] == [[4], [2], [0], [1]]
+    assert [r.as_numpy("IDX").tolist() for r in got[:4]] == [[0], [1], [2], [3]]
+    assert [_final(r) for r in got] == [False] * 4 + [True]
+    assert all(r.get_response().id == "r7" for r in got)
+    assert not got[4].get_response().outputs
+
+
+def test_square_sends_n_responses_per_request_as_the_square_client(stream: Stream) -> None:
+    """What the Python backend's ``square_client.py`` sends and checks."""
+    counts = [4, 2, 0, 1]
+    for index, count in enumerate(counts):
+        stream.client.async_stream_infer(
+            "square_int32", [_tensor(grpcclient, "IN", [count], "INT32")], request_id=str(index)
+        )
+    seen: dict[str, int] = {}
+    for _ in range(sum(counts)):
+        result = stream.next()
+        request_id = result.get_response().id
+        assert result.as_numpy("OUT").tolist() == [counts[int(request_id)]]
+        seen[request_id] = seen.get(request_id, 0) + 1
+    assert seen == {"0": 4, "1": 2, "3": 1}  # none at all for the count of 0
+    with pytest.raises(queue.Empty):
+        stream.results.get(timeout=0.3)
+
+
+def test_one_response_calls_are_refused_in_triton_s_words(
+    decoupled_server: ServerProcess,
+) -> None:
+    grpc_client = grpcclient.InferenceServerClient(decoupled_server.grpc_url)
+    with pytest.raises(InferenceServerException) as refused:
+        grpc_client.infer("square_int32", [_tensor(grpcclient, "IN", [1], "INT32")])
+    assert refused.value.status() == "StatusCode.UNIMPLEMENTED"
+    assert "ModelInfer RPC doesn't support models with decoupled transaction policy" in str(
+        refused.value
+    )
+    http_client = httpclient.InferenceServerClient(decoupled_server.http_url)
+    with pytest.raises(InferenceServerException) as refused:
+        http_client.infer("square_int32", [_tensor(httpclient, "IN", [1], "INT32")])
+    assert "HTTP end point doesn't support models with decoupled transaction policy" in str(
+        refused.value
+    )
+    assert refused.value.status() == "501"
+
+
+def test_an_error_on_a_stream_names_the_request_and_the_stream_goes_on(stream: Stream) -> None:
+    stream.client.async_stream_infer("repeat_int32", _repeat_inputs([1, 2], [1]))
+    _, error = stream.results.get(timeout=30)
+    assert error is not None
+    assert "expected IN and DELAY shape to match, got [2] and [1]" in str(error)
+    stream.client.async_stream_infer("square_int32", [_tensor(grpcclient, "IN", [1], "INT32")])
+    assert stream.next().as_numpy("OUT").tolist() == [1]
+
+
+def test_perf_analyzer_drives_a_decoupled_model_over_a_stream(
+    decoupled_server: ServerProcess, tmp_path: Path
+) -> None:
+    tool = Path(os.environ.get("VIRTUAL_ENV", Path(__file__).parents[2] / ".venv")) / "bin"
+    data = tmp_path / "square.json"
+    data.write_text(json.dumps({"data": [{"IN": [3]}]}))
+    result = subprocess.run(
+        [str(tool / "perf_analyzer"), "-m", "square_int32", "-i", "grpc",
+         "-u", decoupled_server.grpc_url, "--streaming", "--async", "--input-data", str(data),
+         "--concurrency-range", "4", "--measurement-interval", "800",
+         "--stability-percentage", "1000"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Throughput:" in result.stdout
+
+
+# generation ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def greedy_reference() -> Any:
+    """Greedy continuation by the stateless char_lstm, run in-process on each prefix."""
+    session = ort.InferenceSession(str(MODEL_REPO / "char_lstm/1/model.onnx"))
+
+    def continuation(prompt: str, characters: int) -> str:
+        tokens = encode(prompt).tolist()
+        text = ""
+        for _ in range(characters):
+            ids = np.array([tokens], dtype=np.int64)
+            lengths = np.array([[len(tokens)]], dtype=np.int64)
+            (logits,) = session.run(None, {"tokens": ids, "lengths": lengths})
+            logits[0, PAD] = -np.inf
+            token = int(logits[0].argmax())
+            tokens.append(token)
+            text += decode_id(token)
+        return text
+
+    return continuation
+
+
+def _generate_inputs(prompt: str, tokens: int, temperature: float, seed: int) -> list[Any]:
+    return [_tensor(grpcclient, "text_input", [prompt.encode()], "BYTES"),
+            _tensor(grpcclient, "max_tokens", [tokens], "INT32"),
+            _tensor(grpcclient, "temperature", [temperature], "FP32"),
+            _tensor(grpcclient, "random_seed", [seed], "UINT64")]  # fmt: skip
+
+
+def _stream_generation(server: ServerProcess, prompt: str, tokens: int, temperature: float,
+                       seed: int) -> list[str]:  # fmt: skip
+    stream = Stream(server)
+    try:
+        stream.client.async_stream_infer(
+            "char_lstm_generate", _generate_inputs(prompt, tokens, temperature, seed),
+            request_id=f"g{seed}",
+        )  # fmt: skip
+        pieces = []
+        while True:
+            result = stream.next()
+            assert result.get_response().id == f"g{seed}"
+            pieces.append(result.as_numpy("text_output")[0].decode())
+            if _final(result):
+                return pieces
+    finally:
+        stream.close()
+
+
+def test_a_greedy_generation_streams_what_char_lstm_continues(
+    decoupled_server: ServerProcess, greedy_reference: Any
+) -> None:
+    prompt = "def __init__(self"
+    pieces = _stream_generation(decoupled_server, prompt, 40, 0.0, 1)
+    assert len(pieces) == 40
+    assert all(len(piece) == 1 for piece in pieces)  # one character per response
+    assert "".join(pieces) == greedy_reference(prompt, 40)
+
+
+def _statistics(server: ServerProcess, model: str) -> dict[str, Any]:
+    client = httpclient.InferenceServerClient(server.http_url)
+    stats: dict[str, Any] = client.get_inference_statistics(model)["model_stats"][0]
+    return stats
+
+
+def test_concurrent_generations_share_steps_and_each_is_what_it_is_alone(
+    decoupled_server: ServerProcess,
+) -> None:
+    """Sampled generations with their own seeds give the same text run together as alone,
+    and run together their steps share batches of the step model."""
+    prompts = [("import ", 11), ("class ", 12), ("    return ", 13), ("for i in ", 14)] * 2
+    alone = [_stream_generation(decoupled_server, p, 30, 0.8, seed) for p, seed in prompts[:4]]
+    before = _statistics(decoupled_server, "char_lstm_step")
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        together = list(pool.map(lambda ps: _stream_generation(
+            decoupled_server, ps[0], 30, 0.8, ps[1]), prompts))  # fmt: skip
+    assert together == alone + alone
+    after = _statistics(decoupled_server, "char_lstm_step")
+    steps = int(after["execution_count"]) - int(before["execution_count"])
+    rows = int(after["inference_count"]) - int(before["inference_count"])
+    assert rows == sum(len(p) + 30 - 1 for p, _ in prompts)  # one row per generation step
+    assert rows / steps >= 2  # generations ran in shared steps, not one by one
+
+
+@dataclass
+class Answer:
+    status: int
+    content_type: str
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    def events(self) -> list[dict[str, Any]]:
+        text = self.body.decode()
+        assert text.endswith("\n\n")
+        return [json.loads(chunk.removeprefix("data: ")) for chunk in text.split("\n\n") if chunk]
+
+
+def _post(server: ServerProcess, path: str, body: dict[str, Any]) -> Answer:
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+    try:
+        connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return Answer(response.status, response.getheader("content-type", ""), response.read())
+    finally:
+        connection.close()
+
+
+def test_http_generate_stream_sends_each_character_as_an_event_and_generate_the_whole(
+    decoupled_server: ServerProcess,
+) -> None:
+    body = {"text_input": "while ", "max_tokens": 25, "temperature": 0.7, "random_seed": 5}
+    streamed = _post(decoupled_server, "/v2/models/char_lstm_generate/generate_stream", body)
+    assert streamed.status == 200
+    assert streamed.content_type == "text/event-stream; charset=utf-8"
+    events = streamed.events()
+    assert len(events) == 25
+    assert {e["model_name"] for e in events} == {"char_lstm_generate"}
+    text = "".join(e["text_output"] for e in events)
+    whole = _post(decoupled_server, "/v2/models/char_lstm_generate/generate", body)
+    assert whole.status == 200
+    assert whole.json() == {
+        "model_name": "char_lstm_generate", "model_version": "1", "text_output": text,
+    }  # fmt: skip
+    # the same request over a gRPC stream gives the same characters
+    assert "".join(_stream_generation(decoupled_server, "while ", 25, 0.7, 5)) == text
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "problem"),
+    [
+        ({"text_input": ""}, 400, "input 'text_input': the prompt is empty"),
+        ({"text_input": "x", "max_tokens": 0}, 400, "input 'max_tokens': 0 is outside 1..1024"),
+        ({"text_input": "x", "temperature": -1}, 400, "input 'temperature'"),
+        ({"text_input": 3}, 400, "input 'text_input': expected JSON strings for BYTES"),
+        ({"max_tokens": 3}, 400, "missing required input(s) ['text_input']"),
+        ({"text_input": "x", "random_seed": -1}, 400, "outside the range of UINT64"),
+    ],
+)
+def test_bad_generate_requests_get_a_clear_400(
+    decoupled_server: ServerProcess, body: dict[str, Any], status: int, problem: str
+) -> None:
+    for route in ("generate", "generate_stream"):
+        answer = _post(decoupled_server, f"/v2/models/char_lstm_generate/{route}", body)
+        assert answer.status == status
+        assert problem in answer.json()["error"]
+
+
+def test_generate_refuses_a_model_that_answers_several_times_as_triton(
+    decoupled_server: ServerProcess,
+) -> None:
+    body = {"IN": [1, 2], "DELAY": [1, 1], "WAIT": 1}
+    answer = _post(decoupled_server, "/v2/models/repeat_int32/generate", body)
+    assert answer.status == 400
+    assert answer.json()["error"].startswith("generate expects model to produce exactly 1 response")
+    events = _post(decoupled_server, "/v2/models/repeat_int32/generate_stream", body).events()
+    assert [(e["OUT"], e["IDX"]) for e in events] == [(1, 0), (2, 1)]
+
+
+def test_a_client_that_leaves_stops_its_generation_at_the_next_step(
+    decoupled_server: ServerProcess,
+) -> None:
+    before = int(_statistics(decoupled_server, "char_lstm_step")["inference_count"])
+    connection = http.client.HTTPConnection("127.0.0.1", decoupled_server.http_port, timeout=30)
+    body = {"text_input": "x", "max_tokens": 1000, "temperature": 1.0}
+    connection.request("POST", "/v2/models/char_lstm_generate/generate_stream", json.dumps(body))
+    response = connection.getresponse()
+    assert response.readline().startswith(b"data: ")  # it is generating
+    connection.close()  # the client leaves, 999 characters early
+    time.sleep(1.0)
+    settled = int(_statistics(decoupled_server, "char_lstm_step")["inference_count"])
+    time.sleep(0.5)
+    assert int(_statistics(decoupled_server, "char_lstm_step")["inference_count"]) == settled
+    assert settled - before < 900
+    # and the next generation runs as usual
+    assert len(_stream_generation(decoupled_server, "x", 5, 0.0, 2)) == 5
