@@ -13,11 +13,15 @@ server reports are the model's, which onnxruntime computes in-process.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
 import onnx
+from batchserve.zoo.sequence_models import write_simple_sequence
 from onnx import TensorProto, helper, numpy_helper
+
+from tests.integration.server import MODEL_REPO
 
 OPSET = 17
 CLASSES = 1000
@@ -25,7 +29,11 @@ IMAGE_SIZE = 224
 SCALINGS = ("NONE", "INCEPTION", "VGG")
 """image_client.py's -s/--scaling modes."""
 ADD_SUB_MODELS = ("simple", "simple_string", "simple_int8")
-MODEL_NAMES = (*ADD_SUB_MODELS, "simple_identity", "custom_identity_int32", "densenet_onnx")
+ONNX_MODELS = (*ADD_SUB_MODELS, "simple_identity", "custom_identity_int32", "densenet_onnx")
+STATEFUL_MODELS = ("simple_sequence", "repeat_int32")
+"""Triton's example sequence and decoupled models: the zoo's simple_sequence, and
+repeat_int32 as shipped in model_repo/ (Triton's config, served by the built-in backend)."""
+MODEL_NAMES = (*ONNX_MODELS, *STATEFUL_MODELS)
 """Every model the repository holds: the model-control examples count them."""
 
 _ADD_SUB_TYPES = {
@@ -178,6 +186,8 @@ def write_repository(root: Path) -> Path:
         onnx.save(model, root / name / "1" / "model.onnx")
         (root / name / "config.pbtxt").write_text(texts[name])
     (root / "densenet_onnx" / "densenet_labels.txt").write_text("\n".join(labels()) + "\n")
+    write_simple_sequence(root)
+    shutil.copytree(MODEL_REPO / "repeat_int32", root / "repeat_int32")
     return root
 
 

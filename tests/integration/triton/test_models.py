@@ -14,7 +14,7 @@ import tritonclient.grpc.model_config_pb2 as mc
 from google.protobuf import text_format
 
 from tests.integration.triton.models import (
-    MODEL_NAMES,
+    ONNX_MODELS,
     SCALINGS,
     labels,
     preprocess,
@@ -84,7 +84,7 @@ def test_classifier_top_class_depends_on_the_scaling(triton_repo: Path) -> None:
 
 def test_configs_are_triton_docs_configs(triton_repo: Path) -> None:
     """Names, types, dims, max_batch_size, reshape, format and labels as Triton's docs."""
-    for name in MODEL_NAMES:
+    for name in ONNX_MODELS:
         config = _config(triton_repo, name)
         assert (config.name, config.platform) == (name, "onnxruntime_onnx")
         graph = onnx.load(triton_repo / name / "1" / "model.onnx").graph
