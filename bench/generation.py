@@ -25,6 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -78,9 +79,9 @@ def _request(prompt: str, tokens: int, seed: int) -> pb.ModelInferRequest:
 
 
 async def _client(
-    stub: pb_grpc.GRPCInferenceServiceStub, index: int, tokens: int, window: tuple[float, float],
-    level: Level,
-) -> None:  # fmt: skip
+    stub: Any, index: int, tokens: int, window: tuple[float, float], level: Level
+) -> None:
+    """``stub``: the service's stub on a grpc.aio channel (typed for the sync one)."""
     start, end = window
     seed = index * 1_000_000
     while time.monotonic() < end:
@@ -152,7 +153,7 @@ def render(results: list[Level], seconds: float, tokens: int) -> str:
         "- N = 1 is each generation alone; rows per step: char_lstm_step's inference count "
         "over its execution count in the window (the generations sharing one step)",
         "",
-        "| generations | chars/s (all) | × alone | chars/s each | first char p50 (ms) | "
+        "| generations | chars/s (all) | vs alone | chars/s each | first char p50 (ms) | "
         "first char p99 (ms) | rows per step |",
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
