@@ -90,6 +90,23 @@ class ServerProcess:
         return code
 
 
+PERF_ANALYZER = Path(sys.executable).parent / "perf_analyzer"
+"""NVIDIA's perf_analyzer, from the tritonclient wheel in the environment running the tests."""
+
+
+def run_perf_analyzer(model: str, protocol: str, url: str, *extra: str) -> str:
+    """A short perf_analyzer run against ``model`` (800 ms windows, any stability) that must
+    end cleanly and report a throughput; returns its report."""
+    result = subprocess.run(
+        [str(PERF_ANALYZER), "-m", model, "-i", protocol, "-u", url,
+         "--measurement-interval", "800", "--stability-percentage", "1000", *extra],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Throughput:" in result.stdout
+    return result.stdout
+
+
 def metric(server: ServerProcess, name: str, **labels: str) -> float:
     """Sum of the samples of ``name`` on the metrics port whose labels include ``labels``."""
     text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text

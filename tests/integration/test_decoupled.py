@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import queue
-import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +27,7 @@ import tritonclient.http as httpclient
 from batchserve.zoo.char_lstm import PAD, decode_id, encode
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.server import MODEL_REPO, ServerProcess, start_server
+from tests.integration.server import MODEL_REPO, ServerProcess, run_perf_analyzer, start_server
 
 Result = tuple[Any, InferenceServerException | None]
 
@@ -165,18 +163,10 @@ def test_an_error_on_a_stream_names_the_request_and_the_stream_goes_on(stream: S
 def test_perf_analyzer_drives_a_decoupled_model_over_a_stream(
     decoupled_server: ServerProcess, tmp_path: Path
 ) -> None:
-    tool = Path(os.environ.get("VIRTUAL_ENV", Path(__file__).parents[2] / ".venv")) / "bin"
     data = tmp_path / "square.json"
     data.write_text(json.dumps({"data": [{"IN": [3]}]}))
-    result = subprocess.run(
-        [str(tool / "perf_analyzer"), "-m", "square_int32", "-i", "grpc",
-         "-u", decoupled_server.grpc_url, "--streaming", "--async", "--input-data", str(data),
-         "--concurrency-range", "4", "--measurement-interval", "800",
-         "--stability-percentage", "1000"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "Throughput:" in result.stdout
+    run_perf_analyzer("square_int32", "grpc", decoupled_server.grpc_url, "--streaming",
+                      "--async", "--input-data", str(data), "--concurrency-range", "4")  # fmt: skip
 
 
 # generation ---------------------------------------------------------------------------

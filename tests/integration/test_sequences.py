@@ -4,9 +4,7 @@ implicit state, and the errors Triton gives. By one process and by two workers."
 
 from __future__ import annotations
 
-import os
 import queue
-import subprocess
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +18,7 @@ import tritonclient.http as httpclient
 from batchserve.zoo.sequence_models import write_accumulator, write_simple_sequence
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.server import ServerProcess, metric, start_server
+from tests.integration.server import ServerProcess, metric, run_perf_analyzer, start_server
 
 VALUES = [11, 7, 5, 3, 2, 0, 1]  # what NVIDIA's examples send after their first value
 
@@ -137,19 +135,12 @@ def test_live_sequences_are_on_the_metrics_port(sequence_server: ServerProcess) 
 
 def test_perf_analyzer_drives_sequences_cleanly(sequence_server: ServerProcess) -> None:
     """perf_analyzer reads the sequence config and sends ids with START and END itself."""
-    tool = Path(os.environ.get("VIRTUAL_ENV", Path(__file__).parents[2] / ".venv")) / "bin"
     before = metric(
         sequence_server, "batchserve_requests_total", model="accumulator", outcome="success"
     )
     for protocol, url in (("http", sequence_server.http_url), ("grpc", sequence_server.grpc_url)):
-        result = subprocess.run(
-            [str(tool / "perf_analyzer"), "-m", "accumulator", "-i", protocol, "-u", url,
-             "--concurrency-range", "4", "--sequence-length", "5",
-             "--measurement-interval", "800", "--stability-percentage", "1000"],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stdout + result.stderr
-        assert "Throughput:" in result.stdout
+        run_perf_analyzer("accumulator", protocol, url, "--concurrency-range", "4",
+                          "--sequence-length", "5")  # fmt: skip
     assert (
         metric(sequence_server, "batchserve_requests_total", model="accumulator", outcome="success")
         > before

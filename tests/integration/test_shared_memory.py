@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -21,7 +19,12 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
-from tests.integration.server import REPO_ROOT, ServerProcess, start_server
+from tests.integration.server import (
+    PERF_ANALYZER,
+    ServerProcess,
+    run_perf_analyzer,
+    start_server,
+)
 from tests.integration.shm_models import write_simple_models
 from tests.integration.slow_model import write_slow_model
 
@@ -475,19 +478,10 @@ def test_statistics_count_shared_memory_requests(
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_perf_analyzer_with_system_shared_memory(shm_server: ServerProcess, protocol: str) -> None:
-    perf_analyzer = shutil.which("perf_analyzer") or str(
-        REPO_ROOT / ".venv" / "bin" / "perf_analyzer"
-    )
-    if not Path(perf_analyzer).exists():
+    if not PERF_ANALYZER.exists():
         pytest.skip("perf_analyzer is not installed")
     port = shm_server.http_port if protocol == "http" else shm_server.grpc_port
-    command = [
-        perf_analyzer, "-m", "simple", "-i", protocol, "-u", f"127.0.0.1:{port}",
-        "--shared-memory", "system", "--output-shared-memory-size", "256",
-        "--measurement-interval", "800", "--stability-percentage", "1000", "-b", "2",
-    ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "Throughput:" in result.stdout
+    run_perf_analyzer("simple", protocol, f"127.0.0.1:{port}", "--shared-memory", "system",
+                      "--output-shared-memory-size", "256", "-b", "2")  # fmt: skip
     triton = client(shm_server, "http")
     assert triton.get_system_shared_memory_status() == []  # perf_analyzer cleaned up

@@ -7,13 +7,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import grpc
 import httpx
@@ -24,7 +22,13 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from tests.integration.server import MODEL_REPO, ServerProcess, metric, start_server
+from tests.integration.server import (
+    MODEL_REPO,
+    ServerProcess,
+    metric,
+    run_perf_analyzer,
+    start_server,
+)
 
 WORKERS = ["--workers", "2"]
 
@@ -131,16 +135,8 @@ def test_bad_requests_get_the_same_answers_and_are_counted(workers_server: Serve
 
 
 def test_perf_analyzer_runs_cleanly_against_two_workers(workers_server: ServerProcess) -> None:
-    tool = Path(os.environ.get("VIRTUAL_ENV", Path(__file__).parents[2] / ".venv")) / "bin"
     for protocol, url in (("http", workers_server.http_url), ("grpc", workers_server.grpc_url)):
-        result = subprocess.run(
-            [str(tool / "perf_analyzer"), "-m", "digits_cnn", "-i", protocol, "-u", url,
-             "--concurrency-range", "8", "--measurement-interval", "800",
-             "--stability-percentage", "1000"],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stdout + result.stderr
-        assert "Throughput:" in result.stdout
+        run_perf_analyzer("digits_cnn", protocol, url, "--concurrency-range", "8")
 
 
 def _http_load(server: ServerProcess, stop: threading.Event, seen: Counter[str]) -> None:

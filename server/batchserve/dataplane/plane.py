@@ -190,8 +190,9 @@ class DataPlane:
         # close, so load balancers have the shutdown delay to stop sending traffic.
         served = self.served(request.model_name, request.model_version)
         if served.responder is not None:
+            refused = decoupled_refusal(request.protocol)
             self.record_malformed(request.model_name, request.model_version, request.protocol,
-                                  refused := decoupled_refusal(request.protocol))  # fmt: skip
+                                  refused)  # fmt: skip
             raise refused
         self.busy_poll.touch()
         started = time.monotonic_ns()

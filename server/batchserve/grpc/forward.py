@@ -141,17 +141,20 @@ class WorkerServicer(InferenceServicer):
         self.streams = InferStreams()
         self.forwarder = forwarder
 
-    async def _infer(self, request: Request, peer: str | None) -> pb.ModelInferResponse:
+    async def _decodes_here(self, request: Request) -> bool:
+        """Whether this worker knows the model (else the request goes there whole)."""
         model, version = request.model_name, request.model_version
-        if self.plane.knows(model, version) or await self.plane.learn(model, version):
+        return self.plane.knows(model, version) or await self.plane.learn(model, version)
+
+    async def _infer(self, request: Request, peer: str | None) -> pb.ModelInferResponse:
+        if await self._decodes_here(request):
             return await super()._infer(request, peer)
         return await self.forwarder.infer(request, peer or "")
 
     async def _responses(
         self, request: Request, peer: str | None
     ) -> AsyncIterator[pb.ModelInferResponse]:
-        model, version = request.model_name, request.model_version
-        if self.plane.knows(model, version) or await self.plane.learn(model, version):
+        if await self._decodes_here(request):
             async for response in super()._responses(request, peer):
                 yield response
             return

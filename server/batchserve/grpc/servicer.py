@@ -14,6 +14,7 @@ from typing import Any, TypeAlias
 import grpc
 
 from batchserve.core.errors import public_message
+from batchserve.core.types import InferRequest
 from batchserve.dataplane.inference_path import InferencePath
 from batchserve.dataplane.plane import DataPlane
 from batchserve.grpc import codec, messages
@@ -107,12 +108,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """Served, ``request`` is a head (``head.py``): its typed contents not yet parsed."""
         return await self._infer(request, self.peer(context))
 
-    async def _infer(self, request: Request, peer: str | None) -> pb.ModelInferResponse:
+    def _decoded(self, request: Request, peer: str | None) -> InferRequest:
         model, version = request.model_name, request.model_version
         schema = self.inference.schema_lookup(model, version)
         decode = partial(self.layouts.decode, request, schema)
-        decoded = self.inference.decode(decode, model, version, "grpc", peer)
-        response = await self.inference.infer(decoded)
+        return self.inference.decode(decode, model, version, "grpc", peer)
+
+    async def _infer(self, request: Request, peer: str | None) -> pb.ModelInferResponse:
+        response = await self.inference.infer(self._decoded(request, peer))
         encoded: pb.ModelInferResponse = codec.encode_infer_response(response)
         return encoded
 
@@ -120,11 +123,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: Request, peer: str | None
     ) -> AsyncIterator[pb.ModelInferResponse]:
         """A stream request's responses, each flagged final or not, as Triton flags them."""
-        model, version = request.model_name, request.model_version
-        schema = self.inference.schema_lookup(model, version)
-        decode = partial(self.layouts.decode, request, schema)
-        decoded = self.inference.decode(decode, model, version, "grpc", peer)
-        async for response in self.inference.respond(decoded):
+        async for response in self.inference.respond(self._decoded(request, peer)):
             encoded: pb.ModelInferResponse = codec.encode_infer_response(response)
             encoded.parameters[FINAL_RESPONSE].bool_param = response.final
             yield encoded

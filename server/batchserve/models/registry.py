@@ -8,6 +8,7 @@ so requests in flight on the old ones finish and none are lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -228,12 +229,10 @@ class ModelRegistry(ModelTable):
         """A decoupled model of a built-in backend: a responder, no instances of its own."""
         config = resolved.config
         step_name = config.parameters["step_model"].string_value
-        step_config = None
+        step_config = None  # checked against the step model as the repository holds it
         if step_name:
-            try:
+            with contextlib.suppress(BatchserveError):
                 step_config = (await asyncio.to_thread(self.repository.resolve, step_name)).config
-            except BatchserveError:
-                step_config = None
         directory = resolved.directory or self.repository.root / resolved.name
         responder = build_responder(config, directory, self._step_batcher, step_config)
         stats = ModelStats()

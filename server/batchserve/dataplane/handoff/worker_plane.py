@@ -22,7 +22,6 @@ from batchserve.core.errors import (
     InvalidArgument,
     NotFound,
     Unavailable,
-    decoupled_refusal,
 )
 from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest, InferResponse, Tensor
@@ -269,10 +268,6 @@ class WorkerPlane:
         self.busy_poll.touch()
         model, version = request.model_name, request.model_version
         known = self._models.get((model, version))
-        if known is not None and known.config.model_transaction_policy.decoupled:
-            refused = decoupled_refusal(request.protocol)
-            self._malformed(model, version, request.protocol, refused)
-            raise refused
         verdict = None
         in_shared_memory = shm.uses_shared_memory(request)
         sequence = None if request.sequence is None else request.sequence.as_tuple()
