@@ -7,7 +7,7 @@ from __future__ import annotations
 import queue
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from types import ModuleType
 
@@ -30,6 +30,9 @@ def sequence_server(
     repo: Path = tmp_path_factory.mktemp("sequence_repo")
     write_simple_sequence(repo)
     write_accumulator(repo)
+    two_slots = write_accumulator(repo, "accumulator_two_slots") / "config.pbtxt"
+    config = two_slots.read_text().replace("max_batch_size: 8", "max_batch_size: 2")
+    two_slots.write_text(config + "instance_group [{ count: 1 kind: KIND_CPU }]\n")
     server = start_server(repo, ["--workers", request.param])
     yield server
     assert server.stop() == 0
@@ -131,6 +134,32 @@ def test_live_sequences_are_on_the_metrics_port(sequence_server: ServerProcess) 
     client.infer("accumulator", [_input(httpclient, 1)], sequence_id=901, sequence_end=True)  # type: ignore[attr-defined]
     assert metric(sequence_server, "batchserve_sequences_live", model="accumulator") == before
     assert metric(sequence_server, "batchserve_sequences_expired_total", model="accumulator") == 0
+
+
+def test_a_sequence_past_the_candidate_slots_waits_until_one_ends(
+    sequence_server: ServerProcess,
+) -> None:
+    """direct: one candidate per batch slot (2 here); a third sequence waits in the backlog,
+    as in Triton, and runs once a slot frees."""
+    model = "accumulator_two_slots"
+
+    def step(sequence_id: int, value: int, **flags: bool) -> int:
+        client = _client(httpclient, sequence_server)  # one per thread, as gevent needs
+        result = client.infer(model, [_input(httpclient, value)], sequence_id=sequence_id, **flags)  # type: ignore[attr-defined]
+        return int(result.as_numpy("OUTPUT")[0, 0])
+
+    assert step(31, 1, sequence_start=True) == 1
+    assert step(32, 2, sequence_start=True) == 2
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(step, 33, 3, sequence_start=True)
+        assert not wait([waiting], timeout=0.5).done  # held in the backlog
+        assert metric(sequence_server, "batchserve_sequences_backlog", model=model) == 1
+        assert step(32, 5) == 7  # the candidates keep running
+        assert step(31, 1, sequence_end=True) == 2
+        assert waiting.result(timeout=10) == 3
+    assert metric(sequence_server, "batchserve_sequences_backlog", model=model) == 0
+    assert step(33, 4, sequence_end=True) == 7
+    assert step(32, 1, sequence_end=True) == 8
 
 
 def test_perf_analyzer_drives_sequences_cleanly(sequence_server: ServerProcess) -> None:

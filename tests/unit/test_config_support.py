@@ -102,3 +102,22 @@ def test_a_plain_sequence_config_is_accepted() -> None:
                initial_state [{ data_type: TYPE_FP32 dims: [1] zero_data: true name: "z" }] }]
     }"""
     assert [p for p in _problems(config) if "batchserve does not support" in p] == []
+
+
+@pytest.mark.parametrize("utilization", ["-0.5", "1.5"])
+def test_a_slot_utilization_outside_0_to_1_is_refused_in_triton_s_words(utilization: str) -> None:
+    problems = _problems(
+        f"sequence_batching {{ direct {{ minimum_slot_utilization: {utilization} }} }}"
+    )
+    assert any(
+        "sequence batching minimum slot utilization must be in range (0.0, 1.0] for m" in p
+        for p in problems
+    ), problems
+
+
+def test_a_full_slot_utilization_and_a_negative_candidate_count() -> None:
+    assert _problems("sequence_batching { direct { minimum_slot_utilization: 1.0 } }") == []
+    problems = _problems("sequence_batching { oldest { max_candidate_sequences: -2 } }")
+    assert problems == [
+        "m/config.pbtxt: sequence_batching.oldest.max_candidate_sequences -2 is negative"
+    ]

@@ -51,7 +51,10 @@ def config_problems(config: ModelConfig, *, source: str, directory: str) -> list
 
 
 def _batching_problems(config: ModelConfig) -> list[str]:
-    if config.WhichOneof("scheduling_choice") != "dynamic_batching":
+    scheduling = config.WhichOneof("scheduling_choice")
+    if scheduling == "sequence_batching":
+        return _sequence_strategy_problems(config)
+    if scheduling != "dynamic_batching":
         return []
     batching = config.dynamic_batching
     problems = _priority_problems(batching.priority_levels, batching.default_priority_level)
@@ -200,6 +203,23 @@ def model_problems(
             if spec is not None:
                 problems += _tensor_problems(kind, tensor, spec, batched)
     return [f"{source}: {problem} ({model_file})" for problem in problems]
+
+
+def _sequence_strategy_problems(config: ModelConfig) -> list[str]:
+    """Triton's checks of the sequence batcher's strategy, in its words."""
+    batching = config.sequence_batching
+    utilization = batching.direct.minimum_slot_utilization
+    if batching.HasField("direct") and not 0.0 <= utilization <= 1.0:
+        return [
+            "sequence batching minimum slot utilization must be in range (0.0, 1.0] "
+            f"for {config.name} (it is {utilization:g})"
+        ]
+    if batching.HasField("oldest") and batching.oldest.max_candidate_sequences < 0:
+        return [
+            f"sequence_batching.oldest.max_candidate_sequences "
+            f"{batching.oldest.max_candidate_sequences} is negative"
+        ]
+    return []
 
 
 def _sequence_name_problems(config: ModelConfig, signature: ModelSignature) -> list[str]:

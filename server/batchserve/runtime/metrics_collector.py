@@ -227,8 +227,14 @@ def _request_families(versions: list[ServedVersion]) -> Iterator[Metric]:
 
 
 def _sequence_families(versions: list[ServedVersion]) -> Iterator[Metric]:
-    """Sequence models only: sequences live now, and those released after idling."""
+    """Sequence models only: sequences live now, those of them waiting for a candidate slot,
+    and those released after idling."""
     live = _gauge("batchserve_sequences_live", "Sequences started and not yet ended or expired.")
+    backlog = _gauge(
+        "batchserve_sequences_backlog",
+        "Live sequences waiting for a candidate slot (max_batch_size or max_candidate_sequences "
+        "per instance) to free.",
+    )
     expired = _counter(
         "batchserve_sequences_expired",
         "Sequences released after max_sequence_idle_microseconds without a request.",
@@ -236,8 +242,9 @@ def _sequence_families(versions: list[ServedVersion]) -> Iterator[Metric]:
     for served in versions:
         if isinstance(served.batcher, SequenceBatcher):
             live.add_metric(_labels(served), served.batcher.live)
+            backlog.add_metric(_labels(served), served.batcher.backlog)
             expired.add_metric(_labels(served), served.stats.sequences_expired)
-    yield from (live, expired)
+    yield from (live, backlog, expired)
 
 
 def _padding_families(versions: list[ServedVersion]) -> Iterator[Metric]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from math import ceil
 
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
 
@@ -90,19 +91,33 @@ class BatchPolicy:
 
     @classmethod
     def _sequence_steps(cls, config: ModelConfig, server_max_queue_size: int) -> BatchPolicy:
-        """A sequence model's steps batch as requests do, under its strategy's delay."""
+        """A sequence model's steps batch as requests do, under its strategy's delay: the
+        oldest strategy's delay and preferred sizes; for ``direct``, its delay only with a
+        ``minimum_slot_utilization``, whose share of the slots then sends a batch at once."""
         batching = config.sequence_batching
-        oldest = batching.WhichOneof("strategy_choice") == "oldest"
-        strategy = batching.oldest if oldest else batching.direct
-        delay_ns = strategy.max_queue_delay_microseconds * 1000
+        if batching.WhichOneof("strategy_choice") == "oldest":
+            delay_ns = batching.oldest.max_queue_delay_microseconds * 1000
+            preferred = tuple(sorted(batching.oldest.preferred_batch_size))
+        elif (ready := direct_ready_rows(config)) > 0:
+            delay_ns = batching.direct.max_queue_delay_microseconds * 1000
+            preferred = tuple(range(ready, config.max_batch_size + 1))
+        else:
+            delay_ns, preferred = 0, ()
         return cls(
             max_batch_size=config.max_batch_size,
             merge_requests=config.max_batch_size > 0,
-            preferred_batch_sizes=tuple(sorted(batching.oldest.preferred_batch_size)),
+            preferred_batch_sizes=preferred,
             max_queue_delay_ns=delay_ns,
             max_queue_size=server_max_queue_size,
             aging_ns=10 * max(delay_ns, MS),
         )
+
+
+def direct_ready_rows(config: ModelConfig) -> int:
+    """Ready steps that send a ``direct`` batch before its queue delay: the share
+    ``minimum_slot_utilization`` of its slots; 0 when unset (the delay is then ignored)."""
+    utilization = config.sequence_batching.direct.minimum_slot_utilization
+    return ceil(utilization * max(1, config.max_batch_size)) if utilization > 0 else 0
 
 
 def _sequence_axes(tensors: Iterable[ModelInput | ModelOutput], length_input: str) -> AxisOf:

@@ -10,9 +10,14 @@ answered. A sequence is forgotten after its END step, or after
 ``max_sequence_idle_microseconds`` with no request (counted as expired); a later request
 for it without START is refused, as Triton refuses it.
 
-Both of Triton's strategies batch the ready steps of different sequences together here:
-``oldest`` is that by definition; ``direct`` binds each sequence to a batch slot, which
-matters only to models that keep state inside an instance, and implicit state is kept here.
+Both strategies hold a fixed number of candidate sequences per instance, as Triton's do:
+``direct`` one per batch slot (``max_batch_size``), ``oldest`` ``max_candidate_sequences``.
+Further sequences wait in an ordered backlog, their requests held, until a candidate ends
+or expires. The ready steps of the candidates share batches: ``oldest`` under its queue
+delay and preferred sizes; ``direct`` at once, or, with ``minimum_slot_utilization`` set,
+once that share of a batch's slots is ready or its queue delay has passed. ``direct``
+binding a sequence to one instance's slot matters only to models that keep state inside an
+instance; implicit state is kept here, so any instance runs any step.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from functools import partial
 import numpy as np
 
 from batchserve.core.datatypes import from_config
-from batchserve.core.errors import InvalidArgument, Overloaded
+from batchserve.core.errors import InvalidArgument, Overloaded, Unavailable
 from batchserve.core.types import SequenceFlags
 from batchserve.observability.stats import ModelStats
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelSequenceBatching
@@ -74,6 +79,8 @@ class SequencePolicy:
     controls: tuple[Control, ...]
     states: tuple[State, ...]
     idle_ns: int
+    slots_per_instance: int = 1
+    """Candidate sequences per instance; more wait in the backlog."""
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> SequencePolicy | None:
@@ -92,7 +99,7 @@ class SequencePolicy:
             for s in batching.state
         ]  # fmt: skip
         idle_us = batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US
-        return cls(tuple(controls), tuple(states), idle_us * 1000)
+        return cls(tuple(controls), tuple(states), idle_us * 1000, candidate_slots(config))
 
     @property
     def input_names(self) -> frozenset[str]:
@@ -139,6 +146,18 @@ class SequencePolicy:
         return arrays
 
 
+def candidate_slots(config: ModelConfig) -> int:
+    """Candidate sequences per instance, as Triton counts them: one per batch slot, or the
+    oldest strategy's ``max_candidate_sequences`` where set."""
+    batching = config.sequence_batching
+    if (
+        batching.WhichOneof("strategy_choice") == "oldest"
+        and batching.oldest.max_candidate_sequences > 0
+    ):
+        return batching.oldest.max_candidate_sequences
+    return max(1, config.max_batch_size)
+
+
 def _control(name: str, control: ModelSequenceBatching.Control) -> Control:
     kind = _KINDS[control.kind]
     if kind == "CORRID":
@@ -163,6 +182,8 @@ class _Sequence:
     ending: bool = False
     """Its END request has come: only a new START may follow."""
     idle: asyncio.TimerHandle | None = None
+    candidate: bool = False
+    """Its steps may run; False while it waits in the backlog."""
 
 
 class SequenceBatcher(Batcher):
@@ -187,12 +208,21 @@ class SequenceBatcher(Batcher):
         self.sequences = sequences
         self.max_live = max_live
         """Live sequences at most (from the memory budget): a START beyond is refused."""
+        self.max_candidates = sequences.slots_per_instance * max(1, len(pool.instances))
+        """Sequences whose steps may run; later ones wait in the backlog."""
         self._live: dict[int | str, _Sequence] = {}
+        self._candidates = 0
+        self._backlog: deque[_Sequence] = deque()
 
     @property
     def live(self) -> int:
-        """Sequences started and neither ended nor expired."""
+        """Sequences started and neither ended nor expired, the backlog included."""
         return len(self._live)
+
+    @property
+    def backlog(self) -> int:
+        """Sequences waiting for a candidate slot."""
+        return len(self._backlog)
 
     def submit(self, item: WorkItem) -> None:
         flags = self._flags(item)
@@ -210,13 +240,22 @@ class SequenceBatcher(Batcher):
                     "let idle ones expire, then retry"
                 )
             sequence = self._live[flags.id] = _Sequence(flags.id)
+            self._admit(sequence)
         if sequence.idle is not None:
             sequence.idle.cancel()
             sequence.idle = None
         sequence.ending = flags.end
         sequence.pending.append(item)
-        if not sequence.running:
+        if sequence.candidate and not sequence.running:
             self._next(sequence)
+
+    def _admit(self, sequence: _Sequence) -> None:
+        """Make a new sequence a candidate, or queue it in the backlog when none is free."""
+        if self._candidates < self.max_candidates:
+            sequence.candidate = True
+            self._candidates += 1
+        else:
+            self._backlog.append(sequence)
 
     def submit_held(self, item: WorkItem) -> None:
         """Queue steps of sequences whose state the caller holds (a generation loop): every
@@ -301,10 +340,21 @@ class SequenceBatcher(Batcher):
     def _forget(self, sequence: _Sequence) -> None:
         if self._live.get(sequence.id) is sequence:
             del self._live[sequence.id]
+        if sequence.candidate:
+            sequence.candidate = False
+            self._candidates -= 1
+        while self._backlog and self._candidates < self.max_candidates:
+            promoted = self._backlog.popleft()
+            promoted.candidate = True
+            self._candidates += 1
+            self._next(promoted)
 
     async def close(self) -> None:
         for sequence in list(self._live.values()):
             if sequence.idle is not None:
                 sequence.idle.cancel()
+        while self._backlog:  # never reached a slot: answer rather than strand them
+            for item in self._backlog.popleft().pending:
+                item.finish(Unavailable("model was unloaded"))
         self._live.clear()
         await super().close()

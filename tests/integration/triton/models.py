@@ -18,7 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from batchserve.zoo.sequence_models import write_simple_sequence
+from batchserve.zoo.sequence_models import (
+    write_simple_dyna_sequence,
+    write_simple_sequence,
+    write_string_dyna_sequence,
+)
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.integration.server import MODEL_REPO
@@ -30,8 +34,13 @@ SCALINGS = ("NONE", "INCEPTION", "VGG")
 """image_client.py's -s/--scaling modes."""
 ADD_SUB_MODELS = ("simple", "simple_string", "simple_int8")
 ONNX_MODELS = (*ADD_SUB_MODELS, "simple_identity", "custom_identity_int32", "densenet_onnx")
-STATEFUL_MODELS = ("simple_sequence", "repeat_int32")
-"""Triton's example sequence and decoupled models: the zoo's simple_sequence, and
+STATEFUL_MODELS = (
+    "simple_sequence",
+    "simple_dyna_sequence",
+    "simple_string_dyna_sequence",
+    "repeat_int32",
+)
+"""Triton's example sequence and decoupled models: the zoo's sequence models, and
 repeat_int32 as shipped in model_repo/ (Triton's config, served by the built-in backend)."""
 MODEL_NAMES = (*ONNX_MODELS, *STATEFUL_MODELS)
 """Every model the repository holds: the model-control examples count them."""
@@ -187,6 +196,8 @@ def write_repository(root: Path) -> Path:
         (root / name / "config.pbtxt").write_text(texts[name])
     (root / "densenet_onnx" / "densenet_labels.txt").write_text("\n".join(labels()) + "\n")
     write_simple_sequence(root)
+    write_simple_dyna_sequence(root)
+    write_string_dyna_sequence(root)
     shutil.copytree(MODEL_REPO / "repeat_int32", root / "repeat_int32")
     return root
 

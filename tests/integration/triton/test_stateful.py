@@ -1,14 +1,15 @@
 """NVIDIA's sequence examples (``simple_{http,grpc}_sequence_*``, ``simple_grpc_aio_sequence_
-stream_infer_client``) and decoupled example (``simple_grpc_custom_repeat``): the calls each
-makes with tritonclient and the checks each makes, against simple_sequence and repeat_int32.
-The examples' ``-d`` variants (``simple_dyna_sequence``) are not mirrored: that model is not
-provided."""
+stream_infer_client``), plain and with ``-d`` (``--dyna``), and decoupled example
+(``simple_grpc_custom_repeat``): the calls each makes with tritonclient and the checks each
+makes, against simple_sequence, simple_dyna_sequence, simple_string_dyna_sequence and
+repeat_int32."""
 
 from __future__ import annotations
 
 import asyncio
 import queue
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,9 @@ import tritonclient.http as httpclient
 from tests.integration.server import ServerProcess
 
 VALUES = [11, 7, 5, 3, 2, 0, 1]
+SequenceId = int | str
+Sent = list[tuple[SequenceId, str, list[int]]]
+"""(sequence id, model, values) of each sequence an example sends."""
 
 
 def _input(module: Any, value: int) -> Any:
@@ -28,84 +32,132 @@ def _input(module: Any, value: int) -> Any:
     return tensor
 
 
-def _sync_flow(module: Any, url: str) -> None:
-    """Two integer sequences and one with a UUID id, each value sent alone; the answers the
-    examples check: the value + 1 on the first request (START), the value after."""
+def _sent(dyna: bool) -> Sent:
+    """Two integer sequences and one with a string id (a UUID, or with ``-d`` an integer as
+    text, which the dyna backend needs), as every example sends them."""
+    int_model = "simple_dyna_sequence" if dyna else "simple_sequence"
+    string_model = "simple_string_dyna_sequence" if dyna else "simple_sequence"
+    negated = [-v for v in VALUES]
+    return [
+        (1000, int_model, [0, *VALUES]),
+        (1001, int_model, [100, *negated]),
+        ("1002" if dyna else str(uuid.uuid4()), string_model, [20, *negated]),
+    ]
+
+
+def _check(dyna: bool, sent: Sent, got: list[list[int]]) -> None:
+    """The examples' checks: the value (+ 1 on START for simple_sequence); with ``-d`` the
+    string sequence accumulates, and the END request adds the correlation id."""
+    (id0, _, _), (id1, _, _), (string_id, _, _) = sent
+    assert all(len(results) == len(VALUES) + 1 for results in got), got
+    for i in range(len(VALUES) + 1):
+        int0 = 1 if i == 0 else VALUES[i - 1]
+        int1 = 101 if i == 0 else -VALUES[i - 1]
+        if i == 0:
+            string0 = 20 if dyna else 21
+        else:
+            string0 = -VALUES[i - 1] + (got[2][i - 1] if dyna else 0)
+        if dyna and i != 0 and VALUES[i - 1] == 1:
+            int0, int1 = int0 + int(id0), int1 + int(id1)
+            string0 += int(string_id)
+        assert [got[0][i], got[1][i], got[2][i]] == [int0, int1, string0], (i, got)
+
+
+def _sync_flow(module: Any, url: str, dyna: bool) -> None:
+    """Each sequence sent whole, one request at a time."""
     client = module.InferenceServerClient(url)
-    sequences = [(1000, [0, *VALUES]), (1001, [100, *(-v for v in VALUES)]),
-                 (str(uuid.uuid4()), [20, *(-v for v in VALUES)])]  # fmt: skip
-    for sequence_id, values in sequences:
-        got = []
+    sent = _sent(dyna)
+    got = []
+    for sequence_id, model, values in sent:
+        results = []
         for index, value in enumerate(values):
             result = client.infer(
-                "simple_sequence", [_input(module, value)], sequence_id=sequence_id,
+                model, [_input(module, value)], sequence_id=sequence_id,
                 sequence_start=index == 0, sequence_end=index == len(values) - 1,
             )  # fmt: skip
-            got.append(int(result.as_numpy("OUTPUT")[0][0]))
-        assert got == [values[0] + 1, *values[1:]]
+            results.append(int(result.as_numpy("OUTPUT")[0][0]))
+        got.append(results)
+    _check(dyna, sent, got)
 
 
-def test_simple_http_sequence_sync_infer_client(triton_server: ServerProcess) -> None:
-    _sync_flow(httpclient, triton_server.http_url)
+@pytest.mark.parametrize("dyna", [False, True], ids=["plain", "dyna"])
+def test_simple_http_sequence_sync_infer_client(triton_server: ServerProcess, dyna: bool) -> None:
+    _sync_flow(httpclient, triton_server.http_url, dyna)
 
 
-def test_simple_grpc_sequence_sync_infer_client(triton_server: ServerProcess) -> None:
-    _sync_flow(grpcclient, triton_server.grpc_url)
+@pytest.mark.parametrize("dyna", [False, True], ids=["plain", "dyna"])
+def test_simple_grpc_sequence_sync_infer_client(triton_server: ServerProcess, dyna: bool) -> None:
+    _sync_flow(grpcclient, triton_server.grpc_url, dyna)
 
 
-def _expected() -> dict[int, list[int]]:
-    return {1000: [1, *VALUES], 1001: [101, *(-v for v in VALUES)]}
+def _stream_requests(module: Any, sent: Sent) -> list[dict[str, Any]]:
+    """The three sequences interleaved, step by step; request ids ``<sequence>_<step>``."""
+    requests = []
+    for step in range(len(VALUES) + 1):
+        for sequence_id, model, values in sent:
+            requests.append({
+                "model_name": model, "inputs": [_input(module, values[step])],
+                "request_id": f"{sequence_id}_{step}", "sequence_id": sequence_id,
+                "sequence_start": step == 0, "sequence_end": step == len(values) - 1,
+            })  # fmt: skip
+    return requests
 
 
-def test_simple_grpc_sequence_stream_infer_client(triton_server: ServerProcess) -> None:
-    """Two sequences interleaved on one stream; answers told apart by their request ids
-    (``<sequence>_<step>``), as the example does."""
+def _collector(sent: Sent) -> tuple[dict[str, dict[int, int]], Callable[[Any], bool]]:
+    """Answers told apart by their request ids, as the examples do; ``add`` says when all
+    have come."""
+    got: dict[str, dict[int, int]] = {str(sequence_id): {} for sequence_id, _, _ in sent}
+
+    def add(result: Any) -> bool:
+        sequence_id, step = result.get_response().id.rsplit("_", 1)
+        got[sequence_id][int(step)] = int(result.as_numpy("OUTPUT")[0][0])
+        return sum(map(len, got.values())) == len(sent) * (len(VALUES) + 1)
+
+    return got, add
+
+
+def _ordered(got: dict[str, dict[int, int]]) -> list[list[int]]:
+    return [[steps[i] for i in sorted(steps)] for steps in got.values()]
+
+
+@pytest.mark.parametrize("dyna", [False, True], ids=["plain", "dyna"])
+def test_simple_grpc_sequence_stream_infer_client(triton_server: ServerProcess, dyna: bool) -> None:
+    sent = _sent(dyna)
     answers: queue.Queue[Any] = queue.Queue()
     client = grpcclient.InferenceServerClient(triton_server.grpc_url)
     client.start_stream(callback=lambda result, error: answers.put(error or result))
-    sent = {1000: [0, *VALUES], 1001: [100, *(-v for v in VALUES)]}
-    for step in range(len(VALUES) + 1):
-        for sequence_id, values in sent.items():
-            client.async_stream_infer(
-                "simple_sequence", [_input(grpcclient, values[step])],
-                request_id=f"{sequence_id}_{step}", sequence_id=sequence_id,
-                sequence_start=step == 0, sequence_end=step == len(values) - 1,
-            )  # fmt: skip
-    got: dict[int, dict[int, int]] = {1000: {}, 1001: {}}
-    for _ in range(2 * (len(VALUES) + 1)):
+    for request in _stream_requests(grpcclient, sent):
+        client.async_stream_infer(**request)
+    got, add = _collector(sent)
+    done = False
+    while not done:
         answer = answers.get(timeout=30)
         assert isinstance(answer, grpcclient.InferResult), answer
-        sequence_id, step = map(int, answer.get_response().id.split("_"))
-        got[sequence_id][step] = int(answer.as_numpy("OUTPUT")[0][0])
+        done = add(answer)
     client.stop_stream()
-    assert {k: [v[i] for i in sorted(v)] for k, v in got.items()} == _expected()
+    _check(dyna, sent, _ordered(got))
 
 
-def test_simple_grpc_aio_sequence_stream_infer_client(triton_server: ServerProcess) -> None:
-    async def flow() -> dict[int, list[int]]:
-        sent = {1000: [0, *VALUES], 1001: [100, *(-v for v in VALUES)]}
+@pytest.mark.parametrize("dyna", [False, True], ids=["plain", "dyna"])
+def test_simple_grpc_aio_sequence_stream_infer_client(
+    triton_server: ServerProcess, dyna: bool
+) -> None:
+    sent = _sent(dyna)
 
+    async def flow() -> dict[str, dict[int, int]]:
         async def requests() -> Any:
-            for step in range(len(VALUES) + 1):
-                for sequence_id, values in sent.items():
-                    yield {
-                        "model_name": "simple_sequence",
-                        "inputs": [_input(aiogrpcclient, values[step])],
-                        "request_id": f"{sequence_id}_{step}", "sequence_id": sequence_id,
-                        "sequence_start": step == 0, "sequence_end": step == len(values) - 1,
-                    }  # fmt: skip
+            for request in _stream_requests(aiogrpcclient, sent):
+                yield request
 
-        got: dict[int, dict[int, int]] = {1000: {}, 1001: {}}
+        got, add = _collector(sent)
         async with aiogrpcclient.InferenceServerClient(triton_server.grpc_url) as client:
             async for result, error in client.stream_infer(requests()):
                 assert error is None, error
-                sequence_id, step = map(int, result.get_response().id.split("_"))
-                got[sequence_id][step] = int(result.as_numpy("OUTPUT")[0][0])
-                if sum(map(len, got.values())) == 2 * (len(VALUES) + 1):
+                if add(result):
                     break
-        return {k: [v[i] for i in sorted(v)] for k, v in got.items()}
+        return got
 
-    assert asyncio.run(flow()) == _expected()
+    _check(dyna, sent, _ordered(asyncio.run(flow())))
 
 
 def test_simple_grpc_custom_repeat(triton_server: ServerProcess) -> None:

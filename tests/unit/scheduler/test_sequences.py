@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import onnx
 import pytest
 from batchserve.backends.onnx import OnnxBackend
 from batchserve.core.device import CPU
-from batchserve.core.errors import InvalidArgument, Overloaded
+from batchserve.core.errors import InvalidArgument, Overloaded, Unavailable
 from batchserve.core.types import SequenceFlags
 from batchserve.models.model_config import parse_pbtxt
 from batchserve.observability.stats import ModelStats
@@ -192,3 +193,44 @@ async def test_a_start_past_the_live_cap_is_refused_until_one_ends(accumulator: 
     assert (await _outputs(harness.step(1, 5, start=True)))[0] == 5  # a restart is no new one
     await _outputs(harness.step(2, 1, end=True))
     assert (await _outputs(harness.step(3, 1, start=True)))[0] == 1
+
+
+async def test_sequences_past_the_candidate_slots_wait_in_the_backlog_until_one_ends(
+    accumulator: Path,
+) -> None:
+    harness = Harness(accumulator)
+    assert harness.batcher.max_candidates == 8  # direct: one per slot of the one instance
+    harness.batcher.max_candidates = 2
+    harness.batcher.sequences = replace(harness.batcher.sequences, idle_ns=10**10)
+    await _outputs(harness.step(1, 1, start=True))
+    await _outputs(harness.step(2, 2, start=True))
+    waiting = harness.step(3, 3, start=True)
+    later = harness.step(3, 4)
+    await asyncio.sleep(0.05)
+    assert not waiting.future.done()
+    assert harness.batcher.backlog == 1
+    assert harness.batcher.live == 3
+    assert (await _outputs(harness.step(2, 5)))[0] == 7  # candidates keep running
+    await _outputs(harness.step(1, 1, end=True))
+    assert await _outputs(waiting) == (3, 3, 0)
+    assert (await _outputs(later))[0] == 7
+    assert harness.batcher.backlog == 0
+
+
+async def test_an_expired_candidate_frees_its_slot_for_the_backlog(accumulator: Path) -> None:
+    harness = Harness(accumulator)
+    harness.batcher.max_candidates = 1
+    await _outputs(harness.step(1, 1, start=True))
+    waiting = harness.step(2, 6, start=True)
+    assert (await _outputs(waiting))[0] == 6  # sequence 1 idled past 50 ms and expired
+    assert harness.batcher.stats.sequences_expired == 1
+
+
+async def test_unloading_answers_the_backlog(accumulator: Path) -> None:
+    harness = Harness(accumulator)
+    harness.batcher.max_candidates = 1
+    await _outputs(harness.step(1, 1, start=True))
+    waiting = harness.step(2, 6, start=True)
+    await harness.batcher.close()
+    with pytest.raises(Unavailable, match="model was unloaded"):
+        await _outputs(waiting)
