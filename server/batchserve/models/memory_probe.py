@@ -30,6 +30,7 @@ import os
 import resource
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path, PurePosixPath
@@ -238,9 +239,11 @@ def probe_instance(
     for size in sizes:
         if _predicted_over(samples, size, limit_bytes):
             break
+        started = time.perf_counter_ns()
         run(size)
+        run_ns = time.perf_counter_ns() - started
         high = max(high, measure())
-        samples.append(MemorySample(size, high))
+        samples.append(MemorySample(size, high, run_ns))
     return MemoryProfile.fit(samples)
 
 

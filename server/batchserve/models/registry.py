@@ -189,7 +189,8 @@ class ModelRegistry(ModelTable):
             await asyncio.to_thread(InstancePool(instances).close)
             reservations.release()
             raise
-        stats = ModelStats()
+        objective_ns = config.batchserve.latency_objective_microseconds * 1000
+        stats = ModelStats(latency_objective_ns=objective_ns)
         policy = BatchPolicy.from_config(config, self._max_queue_size)
         if config.max_batch_size > 0:
             policy = replace(policy, max_batch_size=min(m.batch_cap for m in memory))
@@ -212,6 +213,9 @@ class ModelRegistry(ModelTable):
                 resolved.name, pool, policy, stats, sequences, max_live=live.batch_cap,
                 pad_value=pad, inline_below_ns=INLINE_BELOW_NS,
             )  # fmt: skip
+        for instance, used in zip(instances, memory, strict=True):
+            runs = [(s.batch_size, s.run_ns) for s in used.profile.samples if s.run_ns]
+            batcher.seed_batch_times(instance.name, runs)
         return ServedVersion(
             resolved.name,
             version.version,

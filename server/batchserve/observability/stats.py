@@ -42,7 +42,10 @@ class ModelStats:
     ``padding_elements`` of the ``input_elements`` the model received were padding;
     ``received`` counts requests taken in (in flight: those not yet answered),
     ``rejections`` the failed ones by reason, ``observed`` the Prometheus distributions,
-    ``sequences_expired`` the sequences released after idling past their timeout.
+    ``sequences_expired`` the sequences released after idling past their timeout; with a
+    ``latency_objective_ns``, ``objective_met`` and ``objective_missed`` count the requests
+    answered within it and after it, and ``batch_time_predicted_ns`` /
+    ``batch_time_measured_ns`` sum the predicted and measured times of the batches run.
     """
 
     success: Duration = field(default_factory=Duration)
@@ -60,6 +63,11 @@ class ModelStats:
     input_elements: int = 0
     received: int = 0
     sequences_expired: int = 0
+    latency_objective_ns: int = 0
+    objective_met: int = 0
+    objective_missed: int = 0
+    batch_time_predicted_ns: int = 0
+    batch_time_measured_ns: int = 0
     outcomes: dict[tuple[str, bool], int] = field(default_factory=dict)  # (protocol, ok)
     rejections: dict[Rejection, int] = field(default_factory=dict)
     observed: Observations = field(default_factory=Observations)
@@ -92,6 +100,11 @@ class ModelStats:
         per_size.compute_output.add(output_ns)
         self.observed.on_batch(size, input_ns + infer_ns + output_ns, cap)
 
+    def record_batch_time(self, predicted_ns: int, measured_ns: int) -> None:
+        """A batch run whole, its time as predicted before it went and as measured."""
+        self.batch_time_predicted_ns += predicted_ns
+        self.batch_time_measured_ns += measured_ns
+
     def record_request(
         self,
         ok: bool,
@@ -108,6 +121,11 @@ class ModelStats:
         if ok:
             self.queue.add(queue_ns)
             self.observed.on_request(total_ns, queue_ns)
+            if self.latency_objective_ns:
+                if total_ns <= self.latency_objective_ns:
+                    self.objective_met += 1
+                else:
+                    self.objective_missed += 1
         elif error is not None and (reason := rejection_of(error)) is not None:
             self.rejections[reason] = self.rejections.get(reason, 0) + 1
         self.last_inference_ms = time.time_ns() // 1_000_000

@@ -224,6 +224,35 @@ def _request_families(versions: list[ServedVersion]) -> Iterator[Metric]:
     yield from (requests, rejected, splits)
     yield from _padding_families(versions)
     yield from _sequence_families(versions)
+    yield from _objective_families(versions)
+
+
+def _objective_families(versions: list[ServedVersion]) -> Iterator[Metric]:
+    """Models with a latency objective only: requests answered within it and after it, and
+    the batch times the dispatch predicted against those measured."""
+    within = _counter(
+        "batchserve_objective_requests",
+        "Requests answered within the model's latency objective (met) or after it (missed).",
+        ("outcome",),
+    )
+    predicted = _counter(
+        "batchserve_batch_time_predicted_seconds",
+        "Sum of the batch times predicted before each batch went (objective-driven dispatch).",
+    )
+    measured = _counter(
+        "batchserve_batch_time_measured_seconds",
+        "Sum of the measured times of the same batches: against the predicted sum, the "
+        "accuracy of the batch-time model.",
+    )
+    for served in versions:
+        stats, labels = served.stats, _labels(served)
+        if not stats.latency_objective_ns:
+            continue
+        within.add_metric([*labels, "met"], stats.objective_met)
+        within.add_metric([*labels, "missed"], stats.objective_missed)
+        predicted.add_metric(labels, stats.batch_time_predicted_ns / 1e9)
+        measured.add_metric(labels, stats.batch_time_measured_ns / 1e9)
+    yield from (within, predicted, measured)
 
 
 def _sequence_families(versions: list[ServedVersion]) -> Iterator[Metric]:

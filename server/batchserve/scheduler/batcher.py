@@ -7,6 +7,12 @@ is formed from the head of the queue up to the batch cap and dispatched:
   reaches), when the batch cannot grow without passing the cap or the largest preferred
   size, or when ``dispatch_timing.DispatchTiming`` says it has waited long enough for
   company (at the latest once the oldest request has waited ``max_queue_delay``).
+With a latency objective (``batchserve { latency_objective_microseconds }``) a batch that
+could still grow waits for company only while its oldest request can still finish within
+the objective, given the predicted time of the batch it would join (``batch_time.py``, per
+instance): at the latest until then, or the queue delay if that comes first. A request that
+can no longer meet the objective is served late or, with ``refuse_late_requests``, refused
+at once.
 A submit does not dispatch at once but at the end of the event loop's current pass, so
 that the requests decoded in one pass share a batch.
 Requests whose deadline passed or whose client went away are dropped before they cost
@@ -25,6 +31,7 @@ import time
 
 from batchserve.core.errors import DeadlineExceeded, Unavailable
 from batchserve.observability.stats import ModelStats
+from batchserve.scheduler.batch_time import BatchTimeModel
 from batchserve.scheduler.dispatch_timing import DispatchTiming
 from batchserve.scheduler.execution import BatchRun
 from batchserve.scheduler.inline import InlineRuns
@@ -44,6 +51,10 @@ from batchserve.scheduler.timing import Clock, LoopTimer, Timer, WakeUp
 from batchserve.scheduler.work import Outcome, WorkItem
 
 logger = logging.getLogger(__name__)
+
+OBJECTIVE_MARGIN = 0.1
+"""Share of a latency objective kept for what happens outside the batch: decoding before
+the queue, encoding and sending after the run."""
 
 
 class Batcher:
@@ -72,7 +83,9 @@ class Batcher:
         self._clock = clock
         self._wakeup = WakeUp(timer if timer is not None else LoopTimer(clock), self._dispatch)
         delay_ns = policy.max_queue_delay_ns if policy.merge_requests else 0
-        self._timing = DispatchTiming(delay_ns) if delay_ns else None
+        self._objective_ns = policy.latency_objective_ns
+        waits = delay_ns or (self._objective_ns and policy.merge_requests)
+        self._timing = DispatchTiming(delay_ns) if waits else None
         """None: nothing waits (no delay, or closed), every free instance takes a batch."""
         self._layout = SequenceLayout(policy.sequence_inputs, policy.sequence_outputs)
         self._grouping = bool(self._layout) and policy.merge_requests
@@ -84,6 +97,7 @@ class Batcher:
         self._closed = False
         self._urgent = 0
         """Urgent items queued: while there are any, batches go without waiting."""
+        self._batch_times = {instance.name: BatchTimeModel() for instance in pool.instances}
         self._set_cap(max(1, policy.max_batch_size))
 
     @staticmethod
@@ -91,6 +105,21 @@ class Batcher:
         """Until learned: a CPU step grows with its rows, a GPU step hardly does."""
         on_cpu = all(i.backend.device.kind == "cpu" for i in pool.instances)
         return 1.0 if on_cpu else float(max(1, policy.max_batch_size))
+
+    def seed_batch_times(self, instance: str, runs: list[tuple[int, int]]) -> None:
+        """Start ``instance``'s batch-time model from (samples, ns) runs measured at load."""
+        model = self._batch_times.setdefault(instance, BatchTimeModel())
+        for samples, ns in runs:
+            model.record(samples, ns)
+
+    def batch_time(self, instance: str) -> BatchTimeModel:
+        """The batch-time model of one instance (statistics, tests)."""
+        return self._batch_times.setdefault(instance, BatchTimeModel())
+
+    def _predict_ns(self, samples: int) -> int:
+        """Predicted time of a batch of ``samples`` on the instance that would run it now."""
+        instances = self.pool.free() or self.pool.instances
+        return self.batch_time(instances[0].name).predict(samples) if instances else 0
 
     @property
     def cap(self) -> int:
@@ -144,7 +173,10 @@ class Batcher:
             target = self._cap if timing is None or self._urgent else self._target(timing, now)
             if not target:
                 return
-            for part in self._spread(self._take(target, now)):
+            batch = self._take(target, now)
+            if self.policy.refuse_late:
+                batch = self._refuse_late(batch, now)
+            for part in self._spread(batch) if batch else ():
                 self._start(part, now)
         if not queue and timing is not None:
             timing.emptied()
@@ -169,11 +201,36 @@ class Batcher:
             return ready
         oldest = self.queue.oldest_enqueued_ns()
         assert oldest is not None
-        due = timing.wait_until(now, oldest, len(self.queue))
+        due = timing.wait_until(now, oldest, len(self.queue), self._objective_due(oldest))
         if due is None:
             return self._cap
         self._wakeup.at(due)
         return 0
+
+    def _objective_due(self, oldest_ns: int) -> int | None:
+        """With a latency objective: the latest the batch may go for its oldest request to
+        finish within it, were one more request to join; None without an objective."""
+        if not self._objective_ns:
+            return None
+        samples = min(self._cap, self.queue.samples + 1)
+        allowed = int(self._objective_ns * (1 - OBJECTIVE_MARGIN))
+        return oldest_ns + allowed - self._predict_ns(samples)
+
+    def _refuse_late(self, batch: list[WorkItem], now: int) -> list[WorkItem]:
+        """Refuse (503) the requests the batch cannot finish within their objective."""
+        finish = now + self._predict_ns(sum(item.batch_size for item in batch))
+        kept = []
+        for item in batch:
+            if finish > item.enqueued_ns + self._objective_ns:
+                self._settle(item, Unavailable(
+                    f"request cannot finish within the model's latency objective of "
+                    f"{self._objective_ns // 1000} us (refuse_late_requests): it waited "
+                    f"{(now - item.enqueued_ns) // 1000} us and its batch is predicted to take "
+                    f"{(finish - now) // 1000} us; retry, or send it to a less loaded replica"
+                ))  # fmt: skip
+            else:
+                kept.append(item)
+        return kept
 
     def _ready_size(self) -> int:
         """The largest preferred size the queue reaches, or what it holds once the batch
@@ -262,25 +319,28 @@ class Batcher:
             item.dispatched_ns = now
             self._urgent -= item.urgent
         run = BatchRun(instance.backend, batch, self._pad_value, self._layout)
-        if instance.backend.device.kind == "cpu" and self._inline.inline(
-            sum(item.batch_size for item in batch)
-        ):
+        samples = sum(item.batch_size for item in batch)
+        predicted = self.batch_time(instance.name).predict(samples)
+        if instance.backend.device.kind == "cpu" and self._inline.inline(samples):
             try:
                 outcomes: list[Outcome] | BaseException = run()
             except Exception as exc:  # delivered to every waiter, never lost
                 outcomes = exc
-            self._finish(instance, batch, run, outcomes)
+            self._finish(instance, batch, run, outcomes, predicted)
             return  # the caller's dispatch loop goes on
-        task = asyncio.get_running_loop().create_task(self._execute(instance, batch, run))
+        execute = self._execute(instance, batch, run, predicted)
+        task = asyncio.get_running_loop().create_task(execute)
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
-    async def _execute(self, instance: Instance, batch: list[WorkItem], run: BatchRun) -> None:
+    async def _execute(
+        self, instance: Instance, batch: list[WorkItem], run: BatchRun, predicted_ns: int
+    ) -> None:
         try:
             outcomes: list[Outcome] | BaseException = await instance.run(run)
         except BaseException as exc:  # delivered to every waiter, never lost
             outcomes = exc
-        self._finish(instance, batch, run, outcomes)
+        self._finish(instance, batch, run, outcomes, predicted_ns)
         self._dispatch()
 
     def _finish(
@@ -289,6 +349,7 @@ class Batcher:
         batch: list[WorkItem],
         run: BatchRun,
         outcomes: list[Outcome] | BaseException,
+        predicted_ns: int = 0,
     ) -> None:
         self.pool.release(instance)
         if isinstance(outcomes, BaseException):
@@ -296,6 +357,12 @@ class Batcher:
             return
         self._deliver(batch, outcomes)  # first, so that no bookkeeping can strand them
         self._learn(run, instance)
+        if len(run.executions) == 1:  # run whole: its time is the batch's
+            e = run.executions[0]
+            measured = e.input_ns + e.infer_ns + e.output_ns
+            self.batch_time(instance.name).record(e.samples, measured)
+            if predicted_ns:
+                self.stats.record_batch_time(predicted_ns, measured)
         if self._grouping and len(run.executions) == 1:  # run whole, not split after OOM
             e = run.executions[0]
             steps = max(item.sequence_length for item in batch)

@@ -67,15 +67,21 @@ class DispatchTiming:
         """The queue ran empty: those who were all back have gone, whichever rule sent them."""
         self._all_back = False
 
-    def wait_until(self, now_ns: int, oldest_ns: int, queued: int) -> int | None:
+    def wait_until(
+        self, now_ns: int, oldest_ns: int, queued: int, objective_due_ns: int | None = None
+    ) -> int | None:
         """None to go now; otherwise the time to look again, if nothing else happens first.
 
-        ``oldest_ns``: when the longest-waiting of the ``queued`` requests arrived.
+        ``oldest_ns``: when the longest-waiting of the ``queued`` requests arrived;
+        ``objective_due_ns``: the latest the batch may go for that request to meet its
+        latency objective, which replaces the queue delay (or comes first, with both set).
         """
         if self._all_back:  # every client answered has asked again: nobody else is coming
             self._go(now_ns, oldest_ns, queued)
             return None
         due = oldest_ns + self.delay_ns
+        if objective_due_ns is not None:
+            due = min(due, objective_due_ns) if self.delay_ns else objective_due_ns
         gaps = self.gaps
         gap = gaps.expected_gap_ns()
         if now_ns + gap > due:  # the delay is out, or nobody is expected before it is

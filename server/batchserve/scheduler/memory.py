@@ -22,10 +22,13 @@ from batchserve.proto.model_config_pb2 import ModelConfig
 
 @dataclass(frozen=True, slots=True)
 class MemorySample:
-    """Memory an instance held after running batches of up to ``batch_size`` samples."""
+    """Memory an instance held after running batches of up to ``batch_size`` samples, and
+    how long the batch of ``batch_size`` took (0: not timed); the batcher's batch-time model
+    starts from these."""
 
     batch_size: int
     nbytes: int
+    run_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)

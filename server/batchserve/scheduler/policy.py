@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import ceil
 
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
@@ -37,6 +37,11 @@ class BatchPolicy:
         length_buckets: requests of a sequence model are cut into batches by length
             (``length_buckets.py``); False pads each batch to its longest, in queue order.
         step_cost_rows: the configured cost of a sequence step in rows; 0 to learn it.
+        latency_objective_ns: a request's end-to-end objective (0: none). A forming batch
+            then waits for company only while its oldest request can still finish within
+            it, given the predicted time of the batch (``batch_time.py``).
+        refuse_late: with an objective, a request that can no longer meet it is refused
+            at once instead of served late.
     """
 
     max_batch_size: int
@@ -54,16 +59,22 @@ class BatchPolicy:
     sequence_outputs: AxisOf = ()
     length_buckets: bool = True
     step_cost_rows: float = 0.0
+    latency_objective_ns: int = 0
+    refuse_late: bool = False
 
     @classmethod
     def from_config(cls, config: ModelConfig, server_max_queue_size: int) -> BatchPolicy:
         """Triton's fields; a model without dynamic_batching runs each request alone (but
         for sequence_batching: its steps of different sequences share batches)."""
+        objective_ns = config.batchserve.latency_objective_microseconds * 1000
+        refuse_late = config.batchserve.refuse_late_requests
         if config.HasField("sequence_batching"):
-            return cls._sequence_steps(config, server_max_queue_size)
+            steps = cls._sequence_steps(config, server_max_queue_size)
+            return replace(steps, latency_objective_ns=objective_ns, refuse_late=refuse_late)
         if not config.HasField("dynamic_batching"):
             return cls(max_batch_size=config.max_batch_size, merge_requests=False,
-                       max_queue_size=server_max_queue_size)  # fmt: skip
+                       max_queue_size=server_max_queue_size, latency_objective_ns=objective_ns,
+                       refuse_late=refuse_late)  # fmt: skip
         batching = config.dynamic_batching
         queue = batching.default_queue_policy
         levels = max(1, batching.priority_levels)
@@ -87,6 +98,8 @@ class BatchPolicy:
             sequence_outputs=_sequence_axes(config.output, length_input) if batched else (),
             length_buckets=not config.batchserve.length_buckets.disabled,
             step_cost_rows=config.batchserve.length_buckets.step_cost_rows,
+            latency_objective_ns=objective_ns,
+            refuse_late=refuse_late,
         )
 
     @classmethod

@@ -1528,13 +1528,16 @@ class BatchserveOptions(_message.Message):
     SEQUENCE_LENGTH_INPUT_FIELD_NUMBER: _builtins.int
     PADDING_VALUE_FIELD_NUMBER: _builtins.int
     LENGTH_BUCKETS_FIELD_NUMBER: _builtins.int
+    REFUSE_LATE_REQUESTS_FIELD_NUMBER: _builtins.int
     memory_budget_bytes: _builtins.int
     """Device memory this model's instances may hold, in bytes; 0 means the
     device budget alone decides.
     """
     latency_objective_microseconds: _builtins.int
-    """Latency objective for one request, end to end; feeds the saturation gauge
-    and the alert rules. 0 means none.
+    """Latency objective for one request, end to end. A forming batch waits for company
+    only while its oldest request can still finish within it (given the predicted time
+    of the batch), and no longer than that; it also feeds the saturation gauge and the
+    alert rules. 0 means none.
     """
     allow_cpu_fallback: _builtins.bool
     """Allow a GPU instance group to fall back to the CPU when no GPU is present."""
@@ -1544,6 +1547,10 @@ class BatchserveOptions(_message.Message):
     """
     padding_value: _builtins.float
     """Value used to pad sequence inputs."""
+    refuse_late_requests: _builtins.bool
+    """With a latency objective: refuse at once (503 / UNAVAILABLE) a request that can no
+    longer finish within it, rather than serve it late.
+    """
     @_builtins.property
     def length_buckets(self) -> Global___LengthBuckets:
         """How requests to a model with sequence_length_input are grouped by length."""
@@ -1557,10 +1564,11 @@ class BatchserveOptions(_message.Message):
         sequence_length_input: _builtins.str = ...,
         padding_value: _builtins.float = ...,
         length_buckets: Global___LengthBuckets | None = ...,
+        refuse_late_requests: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["length_buckets", b"length_buckets"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_cpu_fallback", b"allow_cpu_fallback", "latency_objective_microseconds", b"latency_objective_microseconds", "length_buckets", b"length_buckets", "memory_budget_bytes", b"memory_budget_bytes", "padding_value", b"padding_value", "sequence_length_input", b"sequence_length_input"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_cpu_fallback", b"allow_cpu_fallback", "latency_objective_microseconds", b"latency_objective_microseconds", "length_buckets", b"length_buckets", "memory_budget_bytes", b"memory_budget_bytes", "padding_value", b"padding_value", "refuse_late_requests", b"refuse_late_requests", "sequence_length_input", b"sequence_length_input"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,151 @@
+"""Objective-driven dispatch: a batch waits for company only while its oldest request can
+still finish within the latency objective, given the predicted time of its batch; late
+requests are served or refused at once, by a switch.
+
+Time is a ManualClock (see ``test_batcher_delay.py``); the batch-time model is seeded by hand,
+as the memory probe seeds it at load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from batchserve.core.errors import Unavailable
+from batchserve.observability.stats import ModelStats
+from batchserve.scheduler.batcher import OBJECTIVE_MARGIN, Batcher
+from batchserve.scheduler.dispatch_timing import DispatchTiming
+from batchserve.scheduler.policy import BatchPolicy
+from fakes import FakeBackend, ManualClock, fake_config
+from harness import answer, answers, hold_first, item, make_batcher, outcomes, submit
+
+pytestmark = pytest.mark.anyio
+
+US = 1_000
+MS = 1_000_000
+OBJECTIVE = 10 * MS
+
+
+def _objective(
+    clock: ManualClock, backend: FakeBackend, *, refuse: bool = False, extra: str = ""
+) -> Batcher:
+    config = (
+        f"batchserve {{ latency_objective_microseconds: {OBJECTIVE // US} "
+        f"refuse_late_requests: {str(refuse).lower()} }} {extra}"
+    )
+    return make_batcher([backend], clock=clock, extra=config)
+
+
+def _timing(batcher: Batcher) -> DispatchTiming:
+    assert batcher._timing is not None
+    return batcher._timing
+
+
+def _company(batcher: Batcher, clock: ManualClock, gap_ns: int) -> None:
+    """Arrivals ``gap_ns`` apart that met others, as learned from earlier traffic."""
+    gaps = _timing(batcher).gaps
+    for _ in range(5):
+        gaps.arrival(clock(), joined=True)
+        clock.advance(gap_ns)
+
+
+async def test_a_waiting_batch_goes_when_its_oldest_request_would_otherwise_be_late() -> None:
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _objective(clock, backend)
+    batcher.seed_batch_times("fake-0", [(1, 1 * MS), (4, 2500 * US)])  # 0.5 ms + 0.5 ms/sample
+    _company(batcher, clock, 5 * MS)
+    first = item(1, 1.0, at=clock)
+    await submit(batcher, first)
+    assert batcher.pool.busy_count() == 0  # company is expected before the objective is at risk
+    predicted = batcher.batch_time("fake-0").predict(2)  # were one more to join
+    assert predicted == pytest.approx(1500 * US, abs=1)
+    allowed = int(OBJECTIVE * (1 - OBJECTIVE_MARGIN))
+    assert clock.pending == [first.enqueued_ns + allowed - predicted]  # 7.5 ms: past any delay
+    clock.advance(allowed - predicted)
+    assert batcher.pool.busy_count() == 1
+    assert (await answer(first))["y"][0, 0] == 3.0
+
+
+async def test_a_batch_goes_at_once_when_its_predicted_time_leaves_no_room() -> None:
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _objective(clock, backend)
+    batcher.seed_batch_times("fake-0", [(1, 9 * MS), (4, 12 * MS)])
+    _company(batcher, clock, 1 * MS)
+    lone = item(1, 1.0, at=clock)
+    await submit(batcher, lone)
+    assert batcher.pool.busy_count() == 1
+    assert clock.pending == []
+    await answer(lone)
+
+
+async def test_a_preferred_batch_size_still_goes_at_once() -> None:
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _objective(clock, backend, extra="dynamic_batching { preferred_batch_size: [2] }")
+    batcher.seed_batch_times("fake-0", [(1, 1 * MS)])
+    _company(batcher, clock, 1 * MS)
+    pair = [item(1, 1.0, at=clock), item(1, 2.0, at=clock)]
+    for one in pair:
+        batcher.submit(one)
+    await asyncio.sleep(0)  # the pass in which both were queued ends: the batcher dispatches
+    assert clock.pending == []  # no wake-up: nothing waits
+    await answers(*pair)
+    assert backend.batches == [2]
+
+
+async def test_late_requests_are_refused_at_once_with_the_switch_and_served_without() -> None:
+    for refuse in (True, False):
+        clock, backend = ManualClock(), FakeBackend()
+        batcher = _objective(clock, backend, refuse=refuse)
+        batcher.seed_batch_times("fake-0", [(1, 1 * MS)])
+        first = await hold_first(batcher, backend, at=clock)
+        late = item(1, 1.0, at=clock)
+        await submit(batcher, late)
+        clock.advance(OBJECTIVE)  # the instance stayed busy all that time
+        backend.gate.set()
+        await answer(first)
+        (outcome,) = await outcomes(late)
+        if refuse:
+            assert isinstance(outcome, Unavailable)
+            assert "cannot finish within the model's latency objective of 10000 us" in str(outcome)
+        else:
+            assert not isinstance(outcome, BaseException)
+        fresh = item(1, 2.0, at=clock)
+        await submit(batcher, fresh)
+        assert (await answer(fresh))["y"][0, 0] == 5.0  # a request that can make it is served
+
+
+async def test_batches_teach_the_model_and_its_predictions_are_counted() -> None:
+    backend = FakeBackend()
+    batcher = _objective(ManualClock(), backend)
+    batcher.seed_batch_times("fake-0", [(1, 1 * MS)])
+    for value in range(3):
+        one = item(2, float(value))
+        await submit(batcher, one)
+        await answer(one)
+        if value == 0:  # predicted from the seed alone: 1 ms a sample
+            assert batcher.stats.batch_time_predicted_ns == pytest.approx(2 * MS, abs=1)
+    assert backend.batches == [2, 2, 2]
+    assert batcher.stats.batch_time_measured_ns > 0
+    # the fake model takes microseconds: the model has learned that it is faster than seeded
+    assert batcher.stats.batch_time_predicted_ns < 3 * 2 * MS
+    assert batcher.batch_time("fake-0").weight > 3  # the seed and the three batches
+
+
+def test_requests_are_counted_against_the_objective() -> None:
+    stats = ModelStats(latency_objective_ns=OBJECTIVE)
+    stats.record_request(True, OBJECTIVE - 1, 0)
+    stats.record_request(True, OBJECTIVE + 1, 0)
+    stats.record_request(False, 1, 0)  # failures are not answers within or after it
+    assert (stats.objective_met, stats.objective_missed) == (1, 1)
+    plain = ModelStats()
+    plain.record_request(True, 1, 0)
+    assert (plain.objective_met, plain.objective_missed) == (0, 0)
+
+
+@pytest.mark.parametrize("batching", [True, False])
+def test_the_policy_reads_the_objective_and_the_switch(batching: bool) -> None:
+    extra = "batchserve { latency_objective_microseconds: 2500 refuse_late_requests: true }"
+    policy = BatchPolicy.from_config(fake_config(extra, batching=batching), 64)
+    assert (policy.latency_objective_ns, policy.refuse_late) == (2_500_000, True)
+    plain = BatchPolicy.from_config(fake_config(batching=batching), 64)
+    assert (plain.latency_objective_ns, plain.refuse_late) == (0, False)
