@@ -1,7 +1,8 @@
 """The gRPC listener's own limits, seen from outside over loopback: connections that never
-finish their handshake, sit idle, or stop answering pings are closed; a burst of calls is
-answered or refused with a status that the refusal counter accounts for, never dropped by
-grpc core unseen; and streams do not hold a shutdown once they owe no answer.
+finish their handshake, sit idle, stop answering pings, outlive their maximum age or ping
+too often are closed; a burst of calls is answered or refused with a status that the
+refusal counter accounts for, never dropped by grpc core unseen; and streams do not hold a
+shutdown once they owe no answer.
 
 The server runs with limits of a second or so, so each test takes a few seconds.
 """
@@ -26,15 +27,19 @@ import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tests.integration.h2_frames import (
+    ACK_FLAG,
     END_HEADERS,
+    GOAWAY,
     HEADERS,
     PING,
     PREFACE,
     SETTINGS,
+    Frame,
     frame,
     frames_until_closed,
     goaway_reason,
     grpc_call_headers,
+    read_frame,
 )
 from tests.integration.server import ServerProcess, metric, start_server
 from tests.integration.slow_model import WIDTH, expected, write_slow_model
@@ -158,6 +163,109 @@ def test_a_peer_that_stops_answering_pings_is_dropped(limited: ServerProcess) ->
     assert goaway_reason(frames) == b"ping_timeout", frames
     assert seconds < 2 * KEEPALIVE_MS / 1000 + SLACK
     assert_serves(limited)
+
+
+# connection age and ping policy -----------------------------------------------------------
+AGE_MS = 1000
+GRACE_MS = 500
+ENHANCE_YOUR_CALM = 0xB
+"""The HTTP/2 error code of a GOAWAY for a peer that pings too often."""
+PING_PAYLOAD = b"8 bytes!"
+
+
+@pytest.fixture(scope="module")
+def aged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Connections live a second, and the second bad ping is one too many (grpc's default
+    allows two). An empty repository: no call here needs a model."""
+    args = [
+        "--grpc-max-connection-age", str(AGE_MS),
+        "--grpc-max-connection-age-grace", str(GRACE_MS),
+        "--grpc-http2-max-ping-strikes", "1",
+    ]  # fmt: skip
+    server = start_server(tmp_path_factory.mktemp("empty_repo"), args)
+    yield server
+    assert server.stop() == 0
+
+
+def _goaway_code(frames: list[Frame]) -> int | None:
+    for received in frames:
+        if received.kind == GOAWAY:
+            return int.from_bytes(received.payload[4:8], "big")
+    return None
+
+
+def test_a_connection_past_its_maximum_age_gets_goaway_and_its_client_reconnects(
+    aged: ServerProcess,
+) -> None:
+    with socket.create_connection(("127.0.0.1", aged.grpc_port)) as sock:
+        sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
+        frames, seconds = frames_until_closed(sock, timeout=30)
+    assert goaway_reason(frames) == b"max_age", frames
+    # grpc core jitters the age by 10 %; the grace then runs before it closes.
+    assert 0.9 * AGE_MS / 1000 - 0.2 < seconds < (1.1 * AGE_MS + GRACE_MS) / 1000 + SLACK
+
+    # A real client's channel is told to go, and its next call opens a new connection.
+    with grpc.insecure_channel(aged.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=10)
+        states: list[grpc.ChannelConnectivity] = []
+        channel.subscribe(states.append)
+        deadline = time.monotonic() + (1.1 * AGE_MS + GRACE_MS) / 1000 + SLACK
+        while grpc.ChannelConnectivity.IDLE not in states and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert grpc.ChannelConnectivity.IDLE in states, states
+        assert stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=10).live
+        assert states[-1] == grpc.ChannelConnectivity.READY, states
+
+
+def _pings_until_goaway(server: ServerProcess, most: int) -> tuple[int, list[Frame]]:
+    """Ping with no call open, each ping once the last is acknowledged, until GOAWAY or
+    ``most`` pings: how many were sent, and every frame the server sent."""
+    pings = 0
+    frames: list[Frame] = []
+    with socket.create_connection(("127.0.0.1", server.grpc_port)) as sock:
+        sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
+        sock.settimeout(10)
+        while pings < most and goaway_reason(frames) is None:
+            sock.sendall(frame(PING, 0, 0, PING_PAYLOAD))
+            pings += 1
+            while (received := read_frame(sock)) is not None:
+                frames.append(received)
+                if received.kind == SETTINGS and not received.flags & ACK_FLAG:
+                    sock.sendall(frame(SETTINGS, ACK_FLAG, 0))
+                if received.kind == GOAWAY or (received.kind == PING and received.flags):
+                    break
+    return pings, frames
+
+
+def test_a_client_pinging_past_the_strike_limit_gets_goaway_too_many_pings(
+    aged: ServerProcess,
+) -> None:
+    """No call is open and pings are not permitted without one, so every ping after the
+    first is a strike. grpc 1.85 sent GOAWAY at the 5th ping with its default of 2 strikes
+    (and at the 6th with 3): at the 4th, the limit of 1 is the one in force."""
+    pings, frames = _pings_until_goaway(aged, 10)
+    assert goaway_reason(frames) == b"too_many_pings", frames
+    assert _goaway_code(frames) == ENHANCE_YOUR_CALM
+    assert pings == 4, f"GOAWAY after {pings} pings"
+    with grpc.insecure_channel(aged.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        assert stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=10).live
+
+
+def test_pings_without_calls_are_no_strikes_once_permitted_at_any_interval(
+    tmp_path: Path,
+) -> None:
+    """Both settings are needed: without the permit, a ping with no call open is held to
+    two hours whatever the interval."""
+    args = ["--grpc-keepalive-permit-without-calls", "true",
+            "--grpc-http2-min-recv-ping-interval-without-data", "0"]  # fmt: skip
+    server = start_server(tmp_path, args)
+    try:
+        pings, frames = _pings_until_goaway(server, 12)
+    finally:
+        assert server.stop() == 0
+    assert (pings, goaway_reason(frames)) == (12, None), frames
 
 
 # calls ------------------------------------------------------------------------------------

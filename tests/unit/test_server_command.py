@@ -8,6 +8,7 @@ import pytest
 from batchserve.cli import build_parser
 from batchserve.core.budgets import DEFAULT_BUDGET, BudgetSpec
 from batchserve.core.settings import ClientShm, ModelControlMode, Settings
+from batchserve.grpc.options import server_options
 from batchserve.runtime.serve_command import FLAGS, settings_errors, settings_from_args
 from pydantic import ValidationError
 
@@ -126,6 +127,127 @@ def test_grpc_connection_limits_are_flags_in_milliseconds_as_in_triton() -> None
         _settings("--grpc-keepalive-time", "0")
     with pytest.raises(ValidationError, match="grpc_max_connection_idle_ms"):
         _settings("--grpc-max-connection-idle", str(2**31))
+
+
+# Triton's flag, the channel argument it sets in grpc core, a value and what core is given.
+TRITON_KEEPALIVE_FLAGS = [
+    ("--grpc-keepalive-permit-without-calls", "grpc.keepalive_permit_without_calls", "1", 1),
+    ("--grpc-http2-max-pings-without-data", "grpc.http2.max_pings_without_data", "0", 0),
+    (
+        "--grpc-http2-min-recv-ping-interval-without-data",
+        "grpc.http2.min_ping_interval_without_data_ms",
+        "10000",
+        10_000,
+    ),
+    ("--grpc-http2-max-ping-strikes", "grpc.http2.max_ping_strikes", "5", 5),
+    ("--grpc-max-connection-age", "grpc.max_connection_age_ms", "600000", 600_000),
+]
+
+
+@pytest.mark.parametrize(("flag", "argument", "value", "given"), TRITON_KEEPALIVE_FLAGS)
+def test_each_triton_keepalive_flag_reaches_its_grpc_channel_argument(
+    flag: str, argument: str, value: str, given: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in list(os.environ):
+        if key.startswith("BATCHSERVE_"):
+            monkeypatch.delenv(key)
+    default = dict(server_options(_settings())).get(argument)
+    assert default != given, "the value must differ from the default to prove anything"
+    assert dict(server_options(_settings(flag, value)))[argument] == given
+
+
+@pytest.mark.parametrize(("flag", "argument", "value", "given"), TRITON_KEEPALIVE_FLAGS)
+def test_each_triton_keepalive_flag_is_also_a_batchserve_variable(
+    flag: str, argument: str, value: str, given: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    field = next(field for name, field, _, _ in FLAGS if name == flag)
+    monkeypatch.setenv(f"BATCHSERVE_{field.upper()}", value)
+    assert dict(server_options(_settings()))[argument] == given
+
+
+def test_keepalive_defaults_are_grpc_cores_and_tritons(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton's help text names these defaults; grpc core's are the same, so a server that
+    passes them behaves as one that passes nothing. No connection age: Triton's "undefined"."""
+    for key in list(os.environ):
+        if key.startswith("BATCHSERVE_"):
+            monkeypatch.delenv(key)
+    options = dict(server_options(_settings()))
+    assert options["grpc.keepalive_permit_without_calls"] == 0
+    assert options["grpc.http2.max_pings_without_data"] == 2
+    assert options["grpc.http2.min_ping_interval_without_data_ms"] == 300_000
+    assert options["grpc.http2.max_ping_strikes"] == 2
+    assert "grpc.max_connection_age_ms" not in options
+    assert "grpc.max_connection_age_grace_ms" not in options
+
+
+def test_connection_age_and_its_grace_are_milliseconds_and_the_grace_needs_an_age() -> None:
+    options = dict(
+        server_options(
+            _settings("--grpc-max-connection-age", "300000", "--grpc-max-connection-age-grace", "0")
+        )
+    )
+    assert options["grpc.max_connection_age_ms"] == 300_000
+    assert options["grpc.max_connection_age_grace_ms"] == 0  # close at once
+    with pytest.raises(ValidationError, match="--grpc-max-connection-age-grace needs --grpc-max"):
+        _settings("--grpc-max-connection-age-grace", "30000")
+
+
+def test_connection_age_and_grace_are_batchserve_variables_as_the_manifests_set_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BATCHSERVE_GRPC_MAX_CONNECTION_AGE_MS", "240000")
+    monkeypatch.setenv("BATCHSERVE_GRPC_MAX_CONNECTION_AGE_GRACE_MS", "30000")
+    options = dict(server_options(_settings()))
+    assert options["grpc.max_connection_age_ms"] == 240_000
+    assert options["grpc.max_connection_age_grace_ms"] == 30_000
+
+
+@pytest.mark.parametrize(
+    ("word", "permitted"),
+    [("true", True), ("1", True), ("ON", True), ("false", False), ("0", False), ("off", False)],
+)
+def test_permit_without_calls_takes_tritons_boolean_words(word: str, permitted: bool) -> None:
+    settings = _settings("--grpc-keepalive-permit-without-calls", word)
+    assert settings.grpc_keepalive_permit_without_calls is permitted
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--grpc-keepalive-permit-without-calls", "maybe"],
+            "--grpc-keepalive-permit-without-calls must be true or false (1 or 0), not 'maybe'",
+        ),
+        (
+            ["--grpc-http2-max-ping-strikes", "-1"],
+            "grpc_http2_max_ping_strikes: Input should be greater than or equal to 0",
+        ),
+        (
+            ["--grpc-http2-max-pings-without-data", "-1"],
+            "grpc_http2_max_pings_without_data: Input should be greater than or equal to 0",
+        ),
+        (
+            ["--grpc-http2-min-recv-ping-interval-without-data", str(2**31)],
+            "grpc_http2_min_recv_ping_interval_without_data_ms: Input should be less than or "
+            "equal to 2147483647",
+        ),
+        (
+            ["--grpc-max-connection-age", "0"],
+            "grpc_max_connection_age_ms: Input should be greater than 0",
+        ),
+        (
+            ["--grpc-max-connection-age", "1000", "--grpc-max-connection-age-grace", "-1"],
+            "grpc_max_connection_age_grace_ms: Input should be greater than or equal to 0",
+        ),
+    ],
+)
+def test_out_of_range_keepalive_values_are_refused_naming_the_setting(
+    argv: list[str], message: str
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        _settings(*argv)
+    [line] = settings_errors(refused.value)
+    assert message in line
 
 
 def test_the_log_level_is_one_of_four_in_any_case() -> None:

@@ -21,6 +21,9 @@ INT32_MAX = 2**31 - 1
 """grpc core reads its channel arguments as 32-bit integers."""
 LOG_LEVELS = ("debug", "info", "warning", "error")
 """The ``--log-level`` values: Triton's verbose (debug), info, warning and error switches."""
+TRUE_WORDS = ("true", "on", "1")
+FALSE_WORDS = ("false", "off", "0")
+"""How a boolean flag may be written, in any case: the words Triton's parser accepts."""
 
 
 class ModelControlMode(StrEnum):
@@ -81,6 +84,15 @@ class Settings(BaseSettings):
     grpc_max_connection_idle_ms: int = Field(120_000, gt=0, le=INT32_MAX)
     grpc_keepalive_time_ms: int = Field(60_000, gt=0, le=INT32_MAX)
     grpc_keepalive_timeout_ms: int = Field(20_000, gt=0, le=INT32_MAX)
+    # The rest of Triton's keepalive set, with grpc core's (and Triton's) defaults: pings a
+    # client may send with no call open, and how often, before it gets GOAWAY.
+    grpc_keepalive_permit_without_calls: bool = False
+    grpc_http2_max_pings_without_data: int = Field(2, ge=0, le=INT32_MAX)
+    grpc_http2_min_recv_ping_interval_without_data_ms: int = Field(300_000, ge=0, le=INT32_MAX)
+    grpc_http2_max_ping_strikes: int = Field(2, ge=0, le=INT32_MAX)
+    # None: connections live as long as they are used (Triton's "undefined").
+    grpc_max_connection_age_ms: int | None = Field(None, gt=0, le=INT32_MAX)
+    grpc_max_connection_age_grace_ms: int | None = Field(None, ge=0, le=INT32_MAX)
     grpc_max_concurrent_calls: int = Field(10_000, gt=0, le=INT32_MAX)
     workers: str = Field("auto", pattern=r"^(auto|[1-9][0-9]{0,2})$")
     """Request-handling processes: ``auto`` (from ``cpus``) or a number; 1 serves everything
@@ -105,6 +117,33 @@ class Settings(BaseSettings):
             accepted = ", ".join(LOG_LEVELS[:-1]) + f" or {LOG_LEVELS[-1]}"
             raise ValueError(f"--log-level must be {accepted}, not {value[:32]!r}")
         return level
+
+    @field_validator("grpc_keepalive_permit_without_calls", mode="before")
+    @classmethod
+    def _triton_boolean(cls, value: object) -> object:
+        """Triton's spellings of a boolean flag, refused by name otherwise."""
+        if not isinstance(value, str):
+            return value
+        word = value.strip().lower()
+        if word in TRUE_WORDS or word in FALSE_WORDS:
+            return word in TRUE_WORDS
+        raise ValueError(
+            f"--grpc-keepalive-permit-without-calls must be true or false (1 or 0), "
+            f"not {value[:32]!r}"
+        )
+
+    @model_validator(mode="after")
+    def _grace_follows_an_age(self) -> Settings:
+        """A grace period alone would be accepted and do nothing: grpc core only starts it
+        once a connection reaches its maximum age."""
+        if self.grpc_max_connection_age_grace_ms is not None and (
+            self.grpc_max_connection_age_ms is None
+        ):
+            raise ValueError(
+                "--grpc-max-connection-age-grace needs --grpc-max-connection-age: the grace "
+                "period starts when a connection reaches its maximum age"
+            )
+        return self
 
     @model_validator(mode="after")
     def _tls_files_load(self) -> Settings:

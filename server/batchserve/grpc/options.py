@@ -20,6 +20,8 @@ def server_options(settings: Settings, reuse_port: bool = False) -> list[Option]
         ("grpc.max_send_message_length", -1),
         ("grpc.so_reuseport", int(reuse_port)),
         *connection_limits(settings),
+        *ping_policy(settings),
+        *connection_age(settings),
         *unlimited_backlog(),
     ]
 
@@ -44,6 +46,42 @@ def connection_limits(settings: Settings) -> list[Option]:
         ("grpc.keepalive_timeout_ms", timeout),
         ("grpc.http2.ping_timeout_ms", timeout),
     ]
+
+
+def ping_policy(settings: Settings) -> list[Option]:
+    """Triton's keepalive flags for pings, as the grpc core arguments Triton passes them to.
+
+    A client pinging with no call open, or more often than the minimum interval, earns a
+    strike for each ping (with no call open and ``keepalive_permit_without_calls`` off, any
+    second ping within two hours does); past ``max_ping_strikes`` (0: no limit) it gets
+    GOAWAY ENHANCE_YOUR_CALM "too_many_pings". ``max_pings_without_data`` bounds the pings
+    this side sends while no data flows (0: no limit).
+    """
+    return [
+        ("grpc.keepalive_permit_without_calls", int(settings.grpc_keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", settings.grpc_http2_max_pings_without_data),
+        (
+            "grpc.http2.min_ping_interval_without_data_ms",
+            settings.grpc_http2_min_recv_ping_interval_without_data_ms,
+        ),
+        ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
+    ]
+
+
+def connection_age(settings: Settings) -> list[Option]:
+    """Close connections after an age, so that clients resolve the address again and spread
+    over pods added since they connected (a gRPC channel otherwise keeps its connection for
+    as long as it is used). grpc core sends GOAWAY at the age (give or take 10 %), lets calls
+    in flight finish for the grace period, then closes; clients reconnect for their next
+    call. Neither is set unless asked for: grpc core's default is no limit.
+    """
+    options: list[Option] = []
+    if settings.grpc_max_connection_age_ms is not None:
+        options.append(("grpc.max_connection_age_ms", settings.grpc_max_connection_age_ms))
+    if settings.grpc_max_connection_age_grace_ms is not None:
+        grace = settings.grpc_max_connection_age_grace_ms
+        options.append(("grpc.max_connection_age_grace_ms", grace))
+    return options
 
 
 def unlimited_backlog() -> list[Option]:

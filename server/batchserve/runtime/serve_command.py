@@ -117,6 +117,48 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "(default 20000)",
     ),
     (
+        "--grpc-keepalive-permit-without-calls",
+        "grpc_keepalive_permit_without_calls",
+        str,
+        "true (or 1) lets gRPC clients send keepalive pings on a connection with no call "
+        "open; with false (or 0, the default) such pings are strikes",
+    ),
+    (
+        "--grpc-http2-max-pings-without-data",
+        "grpc_http2_max_pings_without_data",
+        int,
+        "pings the server sends on a gRPC connection while no data or headers are sent "
+        "(0: no limit; default 2)",
+    ),
+    (
+        "--grpc-http2-min-recv-ping-interval-without-data",
+        "grpc_http2_min_recv_ping_interval_without_data_ms",
+        int,
+        "milliseconds a gRPC client must leave between pings while no data is sent; a ping "
+        "sooner is a strike (default 300000)",
+    ),
+    (
+        "--grpc-http2-max-ping-strikes",
+        "grpc_http2_max_ping_strikes",
+        int,
+        "bad pings a gRPC client may send before GOAWAY too_many_pings closes its "
+        "connection (0: no limit; default 2)",
+    ),
+    (
+        "--grpc-max-connection-age",
+        "grpc_max_connection_age_ms",
+        int,
+        "milliseconds after which a gRPC connection gets GOAWAY, so clients reconnect and "
+        "re-resolve (default: no limit)",
+    ),
+    (
+        "--grpc-max-connection-age-grace",
+        "grpc_max_connection_age_grace_ms",
+        int,
+        "milliseconds calls in flight may take to finish after --grpc-max-connection-age "
+        "before the connection is closed (default: no limit)",
+    ),
+    (
         "--grpc-max-concurrent-calls",
         "grpc_max_concurrent_calls",
         int,

@@ -38,7 +38,12 @@ REPO = Path(__file__).resolve().parents[3]
 DEPLOY = REPO / "deploy"
 K8S = DEPLOY / "k8s"
 OVERLAYS = ("cpu", "gpu")
-VARIANTS = (*OVERLAYS, *(f"{overlay}+object-storage" for overlay in OVERLAYS))
+COMPONENTS = ("object-storage", "keda")
+"""The components a user adds to an overlay; a variant is an overlay, or overlay+component."""
+VARIANTS = (*OVERLAYS, *(f"{o}+{c}" for c in COMPONENTS for o in OVERLAYS))
+HPA_VARIANTS = tuple(v for v in VARIANTS if not v.endswith("+keda"))
+"""The variants scaled by the base's HorizontalPodAutoscaler; the others by KEDA."""
+KEDA_VARIANTS = tuple(v for v in VARIANTS if v.endswith("+keda"))
 URI = "s3://models/model_repo"  # the repository address the object-storage variants are given
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 INSTALL_HINT = "install the test extra: pip install -e .[test] (make test does)"
@@ -52,7 +57,11 @@ CUSTOM_SCHEMAS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
     ("serving.kserve.io/v1alpha1", "ServingRuntime"): "servingruntime-serving-v1alpha1.json",
     ("serving.kserve.io/v1beta1", "InferenceService"): "inferenceservice-serving-v1beta1.json",
+    ("keda.sh/v1alpha1", "ScaledObject"): "scaledobject-keda-v1alpha1.json",
 }
+CRD_SCHEMAS = frozenset({"scaledobject-keda-v1alpha1.json"})
+"""Schemas copied unchanged from a project's CustomResourceDefinition (its openAPIV3Schema),
+made strict when loaded (``strict_crd_schema``) rather than edited."""
 K8S_DEFINITIONS = "https://kubernetes.io/api/_definitions.json"
 
 Manifest = dict[str, Any]
@@ -89,10 +98,35 @@ def _definitions(version: str) -> Resource[Any]:
     return Resource.from_contents(json.loads(path.read_text()))
 
 
+def strict_crd_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A CRD's openAPIV3Schema as the API server applies it to ``kubectl apply`` (strict
+    field validation, kubectl's default): a field the schema does not list is an error, not
+    silently pruned, unless the schema keeps unknown fields; metadata is an ObjectMeta.
+    CEL rules (``x-kubernetes-validations``) are not evaluated: tests check them."""
+
+    def tighten(node: Any) -> Any:
+        if isinstance(node, list):
+            return [tighten(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        tightened = {key: tighten(value) for key, value in node.items()}
+        open_ended = node.get("x-kubernetes-preserve-unknown-fields") is True
+        if "properties" in node and "additionalProperties" not in node and not open_ended:
+            tightened["additionalProperties"] = False
+        return tightened
+
+    strict: dict[str, Any] = tighten(schema)
+    object_meta = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+    strict["properties"]["metadata"] = {"$ref": f"{K8S_DEFINITIONS}#/$defs/{object_meta}"}
+    return strict
+
+
 @cache
 def _custom_validator(schema_file: str, version: str) -> Draft202012Validator:
     registry: Registry[Any] = Registry().with_resource(K8S_DEFINITIONS, _definitions(version))
     schema = json.loads((SCHEMAS / schema_file).read_text())
+    if schema_file in CRD_SCHEMAS:
+        schema = strict_crd_schema(schema)
     return Draft202012Validator(schema, registry=registry)
 
 

@@ -3,16 +3,24 @@ they promise (ports, probes, drain time, scaling metric, GPUs) matches what the 
 
 from __future__ import annotations
 
+import copy
+import os
+import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 from batchserve.core.settings import Settings
 from batchserve.runtime.cpus import available_cpus, resolve_workers
 from deploy_support import (
+    COMPONENTS,
     DEPLOY,
+    HPA_VARIANTS,
     K8S,
+    KEDA_VARIANTS,
     KUBERNETES_VERSIONS,
     OVERLAYS,
     URI,
@@ -22,8 +30,10 @@ from deploy_support import (
     downward_env,
     env_values,
     health_statuses,
+    load_yaml,
     metric_names,
     only,
+    render,
     server_settings,
     settings_field,
     validate,
@@ -38,6 +48,13 @@ CORES_AND_WORKERS = {"cpu": (2, 1), "gpu": (4, 3)}
 
 @pytest.fixture(params=VARIANTS)
 def variant(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+@pytest.fixture(params=HPA_VARIANTS)
+def hpa_variant(request: pytest.FixtureRequest) -> str:
+    """A variant the base's HorizontalPodAutoscaler scales."""
     name: str = request.param
     return name
 
@@ -78,7 +95,8 @@ def test_every_object_validates_strictly(
     rendered: dict[str, list[Manifest]], variant: str, version: str
 ) -> None:
     kinds = {m["kind"] for m in rendered[variant]}
-    assert {"Deployment", "Service", "ServiceMonitor", "HorizontalPodAutoscaler"} <= kinds
+    scaler = "ScaledObject" if variant in KEDA_VARIANTS else "HorizontalPodAutoscaler"
+    assert {"Deployment", "Service", "ServiceMonitor", scaler} <= kinds
     assert {"PodDisruptionBudget", "ConfigMap"} <= kinds
     for manifest in rendered[variant]:
         validate(manifest, version)
@@ -252,10 +270,10 @@ def test_prometheus_scrapes_the_metrics_port(
 
 
 def test_autoscaler_scales_the_deployment_on_a_metric_the_server_exports(
-    rendered: dict[str, list[Manifest]], variant: str, tmp_path: Path
+    rendered: dict[str, list[Manifest]], hpa_variant: str, tmp_path: Path
 ) -> None:
-    hpa = only(rendered[variant], "HorizontalPodAutoscaler")["spec"]
-    deployment = only(rendered[variant], "Deployment")
+    hpa = only(rendered[hpa_variant], "HorizontalPodAutoscaler")["spec"]
+    deployment = only(rendered[hpa_variant], "Deployment")
     target = hpa["scaleTargetRef"]
     assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
     [metric] = hpa["metrics"]
@@ -265,9 +283,9 @@ def test_autoscaler_scales_the_deployment_on_a_metric_the_server_exports(
 
 
 def test_adapter_rule_publishes_the_autoscalers_metric_per_pod(
-    rendered: dict[str, list[Manifest]], variant: str
+    rendered: dict[str, list[Manifest]], hpa_variant: str
 ) -> None:
-    hpa = only(rendered[variant], "HorizontalPodAutoscaler")["spec"]
+    hpa = only(rendered[hpa_variant], "HorizontalPodAutoscaler")["spec"]
     name = hpa["metrics"][0]["pods"]["metric"]["name"]
     values = yaml.safe_load((K8S / "prometheus-adapter" / "values.yaml").read_text())
     [rule] = values["rules"]["custom"]
@@ -284,11 +302,14 @@ def test_disruption_budget_covers_the_pods_and_allows_drains(
 ) -> None:
     budget = only(rendered[variant], "PodDisruptionBudget")["spec"]
     deployment = only(rendered[variant], "Deployment")
-    hpa = only(rendered[variant], "HorizontalPodAutoscaler")["spec"]
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert _matches(budget["selector"]["matchLabels"], labels)
     assert budget["maxUnavailable"] >= 1
-    assert hpa["minReplicas"] > budget["maxUnavailable"]
+    if variant in KEDA_VARIANTS:
+        fewest = only(rendered[variant], "ScaledObject")["spec"]["minReplicaCount"]
+    else:
+        fewest = only(rendered[variant], "HorizontalPodAutoscaler")["spec"]["minReplicas"]
+    assert fewest > budget["maxUnavailable"]
 
 
 def test_pods_run_locked_down_as_the_images_user(
@@ -348,5 +369,151 @@ def test_models_come_from_the_claim_or_from_object_storage(
     assert [maps[name].get("MODEL_REPOSITORY_URI") for name in sources] == [URI]
 
 
-def test_overlays_are_the_variants_tested() -> None:
+def test_overlays_and_components_are_the_variants_tested() -> None:
     assert sorted(p.name for p in (K8S / "overlays").iterdir()) == sorted(OVERLAYS)
+    assert sorted(p.name for p in (K8S / "components").iterdir()) == sorted(COMPONENTS)
+
+
+def test_grpc_connections_are_aged_so_that_new_pods_get_their_share(
+    rendered: dict[str, list[Manifest]], variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clients reconnect (and so reach pods a scale-out added) before the autoscaler could
+    judge those pods idle and remove them: within the scale-down window, jitter included."""
+    settings = _settings(rendered[variant], monkeypatch)
+    window = _HPA["behavior"]["scaleDown"]["stabilizationWindowSeconds"]
+    assert settings.grpc_max_connection_age_ms is not None
+    assert 1.1 * settings.grpc_max_connection_age_ms / 1000 <= window  # grpc's 10 % jitter
+    # Without a grace, one open stream would keep its connection for ever.
+    assert settings.grpc_max_connection_age_grace_ms is not None
+    assert settings.grpc_max_connection_age_grace_ms / 1000 <= settings.shutdown_timeout_seconds
+
+
+# KEDA -------------------------------------------------------------------------------------
+_HPA: dict[str, Any] = only(load_yaml(K8S / "base" / "hpa.yaml"), "HorizontalPodAutoscaler")["spec"]
+"""The base's autoscaler, which the KEDA component must be equivalent to."""
+PROMQL_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+@pytest.fixture(params=KEDA_VARIANTS)
+def keda_variant(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+def _scaled_object(manifests: list[Manifest]) -> dict[str, Any]:
+    spec: dict[str, Any] = only(manifests, "ScaledObject")["spec"]
+    return spec
+
+
+def _trigger(manifests: list[Manifest]) -> dict[str, Any]:
+    """The one trigger: KEDA's prometheus scaler."""
+    [trigger] = _scaled_object(manifests)["triggers"]
+    assert trigger["type"] == "prometheus"
+    found: dict[str, Any] = trigger
+    return found
+
+
+def test_keda_variants_scale_with_a_scaled_object_instead_of_the_hpa(
+    rendered: dict[str, list[Manifest]], keda_variant: str
+) -> None:
+    """KEDA makes an HPA of its own: the base's must be gone, or two would fight."""
+    kinds = [m["kind"] for m in rendered[keda_variant]]
+    assert "HorizontalPodAutoscaler" not in kinds
+    assert kinds.count("ScaledObject") == 1
+    for version in KUBERNETES_VERSIONS:
+        validate(only(rendered[keda_variant], "ScaledObject"), version)
+
+
+def test_scaled_object_scales_the_rendered_deployment(
+    rendered: dict[str, list[Manifest]], keda_variant: str
+) -> None:
+    target = _scaled_object(rendered[keda_variant])["scaleTargetRef"]
+    deployment = only(rendered[keda_variant], "Deployment")
+    assert (target["apiVersion"], target["kind"]) == ("apps/v1", "Deployment")
+    assert target["name"] == deployment["metadata"]["name"]
+    assert "replicas" not in deployment["spec"], "the autoscaler owns the replica count"
+
+
+def test_scaled_object_follows_a_renamed_deployment(tmp_path: Path) -> None:
+    """kustomize is told that scaleTargetRef names the Deployment, so an overlay's
+    namePrefix renames both (it would otherwise leave KEDA scaling nothing)."""
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "namePrefix": "team-",
+        "resources": [os.path.relpath(K8S / "overlays" / "cpu", tmp_path)],
+        "components": [os.path.relpath(K8S / "components" / "keda", tmp_path)],
+    }
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    manifests = render(tmp_path)
+    deployment = only(manifests, "Deployment")["metadata"]["name"]
+    assert deployment == "team-batchserve"
+    assert _scaled_object(manifests)["scaleTargetRef"]["name"] == deployment
+
+
+def test_scaled_object_queries_a_metric_the_server_exports(
+    rendered: dict[str, list[Manifest]], keda_variant: str, tmp_path: Path
+) -> None:
+    trigger = _trigger(rendered[keda_variant])
+    query = trigger["metadata"]["query"]
+    named = {name for name in PROMQL_NAME.findall(query) if name.startswith("batchserve_")}
+    assert named == {_HPA["metrics"][0]["pods"]["metric"]["name"]}, query
+    assert named <= metric_names(tmp_path)
+    # KEDA's prometheus scaler refuses a result of more than one series: sum the pods.
+    assert query.startswith("sum(")
+    assert trigger["metadata"]["serverAddress"].startswith("http")
+
+
+def test_scaled_object_is_the_hpas_equivalent(
+    rendered: dict[str, list[Manifest]], keda_variant: str
+) -> None:
+    """Same bounds, pace and target: AverageValue over the summed per-pod saturation wants
+    ceil(sum / threshold) pods, as the HPA's Pods metric at the same average value does."""
+    spec = _scaled_object(rendered[keda_variant])
+    trigger = _trigger(rendered[keda_variant])
+    target = _HPA["metrics"][0]["pods"]["target"]
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (
+        _HPA["minReplicas"],
+        _HPA["maxReplicas"],
+    )
+    # The CRD's CEL rule, which the JSON schema cannot express.
+    assert spec["minReplicaCount"] <= spec["maxReplicaCount"]
+    assert spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"] == _HPA["behavior"]
+    assert (target["type"], trigger["metricType"]) == ("AverageValue", "AverageValue")
+    assert Decimal(trigger["metadata"]["threshold"]) == _quantity(target["averageValue"])
+    # An empty result is an error (the HPA holds), not 0 (shrink to the minimum).
+    assert trigger["metadata"]["ignoreNullValues"] == "false"
+
+
+def _quantity(text: str) -> Decimal:
+    """A Kubernetes quantity such as 600m, as a number."""
+    return Decimal(text[:-1]) / 1000 if text.endswith("m") else Decimal(text)
+
+
+def _edited(manifests: list[Manifest], edit: Any) -> Manifest:
+    scaled = copy.deepcopy(only(manifests, "ScaledObject"))
+    edit(scaled["spec"])
+    return scaled
+
+
+@pytest.mark.parametrize(
+    ("mistake", "edit"),
+    [
+        ("a count written as text", lambda spec: spec.update(minReplicaCount="2")),
+        (
+            "a trigger setting that is not text (KEDA's metadata is a string map)",
+            lambda spec: spec["triggers"][0]["metadata"].update(threshold=0.6),
+        ),
+        ("a misspelt field", lambda spec: spec.update(pollingIntervall=15)),
+        ("a trigger without its type", lambda spec: spec["triggers"][0].pop("type")),
+        ("a negative cooldown", lambda spec: spec.update(cooldownPeriod=-1)),
+    ],
+)
+def test_the_scaled_object_schema_check_refuses_mistakes(
+    rendered: dict[str, list[Manifest]], mistake: str, edit: Any
+) -> None:
+    """The check is not vacuous: the rendered object passes, each broken copy fails."""
+    manifests = rendered["cpu+keda"]
+    validate(only(manifests, "ScaledObject"), KUBERNETES_VERSIONS[0])
+    with pytest.raises(jsonschema.ValidationError):
+        validate(_edited(manifests, edit), KUBERNETES_VERSIONS[0])
