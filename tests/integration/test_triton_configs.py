@@ -283,3 +283,12 @@ def test_unsupported_configs_are_refused_naming_the_field(
     assert set(failures) == {"decoupled", "sequence"}
     assert failures[model].startswith(f"{model}/config.pbtxt: {field}")
     assert "batchserve does not support" in failures[model]
+
+
+def test_model_warmup_samples_are_reported_in_the_log(triton_server: ServerProcess) -> None:
+    triton_server.drain_logs()
+    runs = [r for r in triton_server.logs if r.get("message") == "warm-up sample run"]
+    assert runs, "no warm-up sample was logged"
+    assert {(r["sample"], r["count"]) for r in runs} == {("from file", 2)}, runs
+    assert all(str(r["instance"]).startswith("string_warmup-1-") for r in runs), runs
+    assert all(float(str(r["ms"])) >= 0 for r in runs)

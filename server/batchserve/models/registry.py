@@ -53,7 +53,9 @@ def probe_length(config: ModelConfig) -> int:
 
 
 async def _run_sample(instance: Instance, sample: WarmupSample) -> None:
-    """Run one ``model_warmup`` sample ``count`` times; a failure names it, in Triton's words."""
+    """Run one ``model_warmup`` sample ``count`` times, and log it; a failure names it, in
+    Triton's words."""
+    started = time.perf_counter()
     try:
         for _ in range(sample.count):
             await instance.run(partial(instance.backend.infer, sample.inputs))
@@ -61,6 +63,26 @@ async def _run_sample(instance: Instance, sample: WarmupSample) -> None:
         raise ModelConfigError(
             f"failed to run warmup sample '{sample.name}': {exc.message}"
         ) from exc
+    logger.info(
+        "warm-up sample run",
+        extra={"instance": instance.name, "sample": sample.name, "count": sample.count,
+               "ms": round((time.perf_counter() - started) * 1000, 1)},
+    )  # fmt: skip
+
+
+SLOW_PHASE_S = 1.0
+"""A load phase (memory probe, warm-up) longer than this is logged at info level, so that a
+person watching a slow load sees where its time goes; shorter ones at debug."""
+
+
+def _log_phase(instance: str, phase: str, started: float) -> None:
+    seconds = time.perf_counter() - started
+    level = logging.INFO if seconds >= SLOW_PHASE_S else logging.DEBUG
+    logger.log(
+        level,
+        "load phase done",
+        extra={"instance": instance, "phase": phase, "seconds": round(seconds, 2)},
+    )
 
 
 def _remove_files_of(
@@ -269,16 +291,20 @@ class ModelRegistry(ModelTable):
         first = samples[0].inputs if samples else None
         try:
             allowance = reservations.allowance(self.budgets.for_device(device))
+            started = time.perf_counter()
             profile = await instance.run(
                 partial(probe_backend, backend, version.model_file, config, device,
                         limit_bytes=allowance, free_dim=free_dim, sample=first)
             )  # fmt: skip
+            _log_phase(name, "load and memory probe", started)
             reservation = reservations.reserve(self.budgets.for_device(backend.device), profile)
             cap = reservation.batch_cap if config.max_batch_size > 0 else 1
+            started = time.perf_counter()
             for sample in samples:
                 await _run_sample(instance, sample)
             batch = synthetic_batch(config, cap, free_dim, first)
             await instance.run(partial(backend.infer, batch))
+            _log_phase(name, "warm-up", started)
         except BaseException:
             await asyncio.to_thread(instance.close)
             raise
