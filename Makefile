@@ -33,7 +33,7 @@ $(VENV)/.stamp-%: pyproject.toml clients/python/pyproject.toml | $(VENV)/bin/pyt
 
 comma := ,
 SERVE_EXTRAS := cpu
-DEV_EXTRAS := cpu+export+test
+DEV_EXTRAS := cpu+export+tracing+test
 
 venv: $(VENV)/.stamp-$(DEV_EXTRAS)
 

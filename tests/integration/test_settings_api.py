@@ -21,7 +21,7 @@ TRACE_DEFAULTS = {
     "trace_count": "-1",
     "log_frequency": "0",
     "trace_file": "",
-    "trace_mode": "triton",
+    "trace_mode": "opentelemetry",
 }
 LOG_DEFAULTS = {
     "log_file": "",
@@ -101,7 +101,8 @@ def test_trace_settings_round_trip_globally_and_per_model(client: Client) -> Non
 @pytest.mark.parametrize(
     ("settings", "status", "words"),
     [
-        ({"trace_level": ["TIMESTAMPS"]}, ("501", "UNIMPLEMENTED"), "not available in batchserve"),
+        ({"trace_level": ["LOUD"]}, ("400", "INVALID_ARGUMENT"), "unknown trace level 'LOUD'"),
+        ({"trace_mode": "triton"}, ("400", "INVALID_ARGUMENT"), "'trace_mode' can not be"),
         ({"trace_file": "t.json"}, ("501", "UNIMPLEMENTED"), "trace file location can not be"),
         ({"trace_rate": "often"}, ("400", "INVALID_ARGUMENT"), "Unable to parse 'trace_rate'"),
         ({"sample": "1"}, ("400", "INVALID_ARGUMENT"), "unknown trace setting 'sample'"),
@@ -115,6 +116,15 @@ def test_bad_trace_updates_are_refused(
     assert _status(error) in status
     assert words in error.value.message()
     assert _trace(client) == TRACE_DEFAULTS
+
+
+def test_a_trace_level_switches_tracing_on_per_model_and_off_again(client: Client) -> None:
+    """The level round trips through both clients; spans are tested in test_tracing.py."""
+    answer = _trace(client, "digits_cnn", trace_level=["TIMESTAMPS", "TENSORS"])
+    assert answer["trace_level"] == ["TIMESTAMPS", "TENSORS"]
+    assert _trace(client)["trace_level"] == ["OFF"]  # the global level is untouched
+    _trace(client, "digits_cnn", trace_level=None)
+    assert _trace(client, "digits_cnn") == TRACE_DEFAULTS
 
 
 def test_trace_settings_of_an_unknown_model_use_triton_s_words(client: Client) -> None:

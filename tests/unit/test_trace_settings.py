@@ -1,9 +1,12 @@
-"""Trace settings: Triton's keys and defaults, OFF only, per-model values over global."""
+"""Trace settings: Triton's keys and defaults, per-model values over global, and the
+sampling they ask for (rate, count, a caller's trace context); ``--trace-config``."""
 
 from __future__ import annotations
 
 import pytest
+from batchserve.core import trace_config
 from batchserve.core.errors import InvalidArgument, Unsupported
+from batchserve.core.trace_config import TraceConfig, parse_trace_config
 from batchserve.observability.trace_settings import TraceSettings, json_updates
 
 DEFAULT = {
@@ -12,7 +15,7 @@ DEFAULT = {
     "trace_count": "-1",
     "log_frequency": "0",
     "trace_file": "",
-    "trace_mode": "triton",
+    "trace_mode": "opentelemetry",
 }
 
 
@@ -35,15 +38,112 @@ def test_a_model_inherits_the_global_settings_until_it_has_its_own() -> None:
     assert settings.get("m")["trace_count"] == "-1"
 
 
-def test_off_is_accepted_and_other_levels_are_refused() -> None:
+def test_levels_switch_tracing_on_and_off() -> None:
     settings = TraceSettings()
+    assert not settings.enabled
+    assert settings.update({"trace_level": ["TIMESTAMPS"]})["trace_level"] == ["TIMESTAMPS"]
+    assert settings.enabled
+    answer = settings.update({"trace_level": ["TENSORS", "TIMESTAMPS"]})
+    assert answer["trace_level"] == ["TIMESTAMPS", "TENSORS"]
     assert settings.update({"trace_level": ["OFF"]})["trace_level"] == ["OFF"]
-    with pytest.raises(Unsupported, match="tracing is not available in batchserve yet"):
-        settings.update({"trace_level": ["TIMESTAMPS"]})
+    assert not settings.enabled
+    settings.update({"trace_level": ["TIMESTAMPS"]}, "m")  # one model's own level is enough
+    assert settings.enabled
+    settings.forget("m")
+    assert not settings.enabled
+
+
+def test_bad_levels_are_refused_with_triton_s_words() -> None:
+    settings = TraceSettings()
     with pytest.raises(InvalidArgument, match="Expect only one trace level 'OFF'"):
         settings.update({"trace_level": ["OFF", "TENSORS"]})
     with pytest.raises(InvalidArgument, match="unknown trace level 'LOUD'"):
         settings.update({"trace_level": ["LOUD"]})
+    with pytest.raises(InvalidArgument, match="'trace_level' needs a level"):
+        settings.update({"trace_level": []})
+    assert not settings.enabled
+
+
+def _traced(settings: TraceSettings, requests: int, model: str = "m") -> int:
+    return sum(settings.sample(model, propagated=False) is not None for _ in range(requests))
+
+
+def test_rate_traces_every_nth_request_and_count_stops_after_n() -> None:
+    settings = TraceSettings()
+    settings.update({"trace_level": ["TIMESTAMPS"], "trace_rate": ["3"]})
+    picks = [settings.sample("m", propagated=False) for _ in range(6)]
+    assert picks == [None, None, "TIMESTAMPS", None, None, "TIMESTAMPS"]
+    settings.update({"trace_rate": ["1"], "trace_count": ["2"]})
+    assert _traced(settings, 5) == 2
+    assert settings.get()["trace_count"] == "0"  # the traces still to take, as Triton's
+    settings.update({"trace_count": ["-1"]})
+    assert _traced(settings, 5) == 5
+
+
+def test_a_caller_s_trace_context_is_traced_whatever_rate_and_count_say() -> None:
+    settings = TraceSettings()
+    settings.update({"trace_level": ["TIMESTAMPS"], "trace_rate": ["0"], "trace_count": ["0"]})
+    assert _traced(settings, 3) == 0
+    assert settings.sample("m", propagated=True) == "TIMESTAMPS"
+    settings.update({"trace_level": ["OFF"]})
+    assert settings.sample("m", propagated=True) is None
+
+
+def test_a_model_with_its_own_settings_samples_apart() -> None:
+    settings = TraceSettings()
+    settings.update({"trace_level": ["TIMESTAMPS"], "trace_rate": ["1"], "trace_count": ["1"]})
+    settings.update({"trace_count": ["3"]}, "own")
+    assert _traced(settings, 5, "own") == 3
+    assert settings.get("own")["trace_count"] == "0"
+    assert settings.get()["trace_count"] == "1"
+    assert _traced(settings, 5, "other") == 1
+    settings.update({"trace_level": ["OFF"]}, "own")
+    assert _traced(settings, 2, "own") == 0
+
+
+def test_a_worker_s_copy_follows_the_server_s_settings() -> None:
+    server, worker = TraceSettings(), TraceSettings()
+    server.follow(worker.restore)
+    server.update({"trace_level": ["TIMESTAMPS"], "trace_rate": ["1"]})
+    server.update({"trace_count": ["4"]}, "m")
+    assert worker.enabled
+    assert worker.get("m") == server.get("m")
+
+
+def test_trace_config_sets_the_settings_a_server_starts_with() -> None:
+    config = parse_trace_config(
+        ["level=TIMESTAMPS", "level=TENSORS", "rate=1", "count=5", "mode=opentelemetry",
+         "opentelemetry,url=collector:4318/v1/traces", "opentelemetry,resource=team=ml",
+         "opentelemetry,bsp_schedule_delay=100"]
+    )  # fmt: skip
+    assert config == TraceConfig(
+        "TIMESTAMPS,TENSORS", 1, 5, "http://collector:4318/v1/traces", {"team": "ml"},
+        {"bsp_schedule_delay": 100},
+    )  # fmt: skip
+    settings = TraceSettings(config)
+    assert settings.enabled
+    settings.update({"trace_rate": ["9"], "trace_count": ["1"]})
+    settings.update({"trace_rate": None, "trace_count": None})  # cleared: back to the start
+    assert settings.get()["trace_rate"] == "1"
+    assert settings.get()["trace_count"] == "5"
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ("level=LOUD", "the levels are OFF, TIMESTAMPS, TENSORS"),
+        ("rate=often", "not a whole number"),
+        ("count=-2", r"outside \[-1, 2147483647\]"),
+        ("mode=triton", "batchserve's mode is opentelemetry"),
+        ("triton,file=trace.json", "batchserve traces in mode opentelemetry only"),
+        ("opentelemetry,port=4318", "the opentelemetry settings are url"),
+        ("opentelemetry,resource=x", "expected resource=<key>=<value>"),
+        ("level", "expected <setting>=<value>"),
+    ],
+)
+def test_bad_trace_config_is_refused_naming_the_entry(entry: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        parse_trace_config([entry])
 
 
 @pytest.mark.parametrize(
@@ -53,7 +153,7 @@ def test_off_is_accepted_and_other_levels_are_refused() -> None:
         ({"trace_rate": ["-1"]}, r"out of range \[ 0, 4294967295 \]"),
         ({"trace_count": ["-2"]}, r"out of range \[ -1, 2147483647 \]"),
         ({"log_frequency": ["1", "2"]}, "expect only 1 value for 'log_frequency'"),
-        ({"trace_mode": ["opentelemetry"]}, "'trace_mode' can not be updated"),
+        ({"trace_mode": ["triton"]}, "'trace_mode' can not be updated"),
         ({"sampling": ["1"]}, "unknown trace setting 'sampling'"),
     ],
 )
@@ -80,3 +180,15 @@ def test_json_values_become_lists_of_strings() -> None:
     assert json_updates({"trace_rate": None}) == {"trace_rate": None}
     with pytest.raises(InvalidArgument, match="'trace_rate' must be a string"):
         json_updates({"trace_rate": {"a": 1}})
+
+
+def test_a_level_is_refused_where_the_sdk_is_not_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Refused when set, rather than failing every traced request."""
+    monkeypatch.setattr(trace_config.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(Unsupported, match=r"pip install 'batchserve\[tracing\]'"):
+        TraceSettings().update({"trace_level": ["TIMESTAMPS"]})
+    with pytest.raises(ValueError, match="OpenTelemetry SDK"):
+        parse_trace_config(["level=TIMESTAMPS"])
+    assert TraceSettings().update({"trace_level": ["OFF"]})["trace_level"] == ["OFF"]

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from batchserve.core.budgets import BudgetSpec, parse_budgets
 from batchserve.core.device import DeviceKind
 from batchserve.core.tls import TlsFiles
+from batchserve.core.trace_config import parse_trace_config
 
 MIB = 1024 * 1024
 INT32_MAX = 2**31 - 1
@@ -100,6 +101,9 @@ class Settings(BaseSettings):
     cpus: int | None = Field(None, ge=1, le=4096)
     """Cores the server may use; None: the process's CPU affinity bounded by its cgroup
     quota (``runtime/cpus.py``)."""
+    trace_config: tuple[str, ...] = ()
+    """Triton's ``--trace-config`` entries (``core/trace_config.py``): the trace settings
+    at start and where OpenTelemetry spans go."""
 
     @field_validator("memory_budget", mode="before")
     @classmethod
@@ -117,6 +121,13 @@ class Settings(BaseSettings):
             accepted = ", ".join(LOG_LEVELS[:-1]) + f" or {LOG_LEVELS[-1]}"
             raise ValueError(f"--log-level must be {accepted}, not {value[:32]!r}")
         return level
+
+    @field_validator("trace_config")
+    @classmethod
+    def _trace_config_parses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """Refused here, naming the entry, rather than when the first request is traced."""
+        parse_trace_config(value)
+        return value
 
     @field_validator("grpc_keepalive_permit_without_calls", mode="before")
     @classmethod

@@ -15,6 +15,7 @@ from batchserve.core.errors import (
     Unauthenticated,
 )
 from batchserve.core.settings import ModelControlMode, Settings
+from batchserve.core.trace_config import parse_trace_config
 from batchserve.models.load_override import parse_load_parameters, parse_unload_parameters
 from batchserve.models.model_names import validate_model_name
 from batchserve.models.model_table import IndexEntry as IndexEntry  # the adapters render it
@@ -43,7 +44,8 @@ class Control:
     def __init__(self, settings: Settings, registry: ModelRegistry) -> None:
         self.settings = settings
         self.registry = registry
-        self.trace = TraceSettings()
+        self.trace_config = parse_trace_config(settings.trace_config)
+        self.trace = TraceSettings(self.trace_config)
 
     def check_token(self, authorization: str | None) -> None:
         """The control token, when the server has one, must be the bearer token sent.

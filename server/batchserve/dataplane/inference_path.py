@@ -8,9 +8,13 @@ from typing import Protocol
 
 from batchserve.core.types import InferRequest, InferResponse
 from batchserve.core.validation import SchemaLookup
+from batchserve.observability.tracing import RequestTracer
 
 
 class InferencePath(Protocol):
+    tracing: RequestTracer
+    """Which requests are traced; the adapters check ``tracing.on`` first."""
+
     def schema_lookup(self, model: str, version: str) -> SchemaLookup: ...
 
     def raw_request(self, body: bytes, model: str, version: str) -> InferRequest: ...

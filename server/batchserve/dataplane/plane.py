@@ -42,6 +42,7 @@ from batchserve.models.model_names import requested_model_name
 from batchserve.models.model_table import ServedVersion, unknown_model
 from batchserve.models.registry import ModelRegistry
 from batchserve.observability.logs import bind_request
+from batchserve.observability.tracing import RequestTracer
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
 from batchserve.scheduler.sequences import SequenceBatcher
 from batchserve.scheduler.work import WorkItem
@@ -84,6 +85,7 @@ class DataPlane:
         self.shared_memory = SharedMemoryManager()
         self.regions = ClientRegions(settings.allow_client_shm, self.shared_memory)
         self.control = Control(settings, registry)
+        self.tracing = RequestTracer(self.control.trace, self.control.trace_config)
 
     # health -------------------------------------------------------------------------
     def live(self) -> bool:
@@ -201,6 +203,8 @@ class DataPlane:
         try:
             item = self._work_item(request, served, started)
             classes = requested_counts(request.outputs, types)  # names checked by _work_item
+            if self.tracing.on:
+                self.tracing.watch(item)  # its queue and compute spans, once answered
             served.batcher.submit(item)
             tensors = [Tensor(n, types[n], a.shape, a) for n, a in (await item.future).items()]
             if classes:

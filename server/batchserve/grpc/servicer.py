@@ -23,6 +23,7 @@ from batchserve.grpc.failures import report_failure
 from batchserve.grpc.head import METHODS, Head, Request
 from batchserve.grpc.layout_cache import MessageLayouts
 from batchserve.grpc.streams import InferStreams
+from batchserve.observability import tracing
 from batchserve.proto import grpc_service_pb2 as pb
 from batchserve.proto import grpc_service_pb2_grpc as pb_grpc
 
@@ -106,7 +107,24 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, request: Request, context: Context) -> pb.ModelInferResponse:
         """Served, ``request`` is a head (``head.py``): its typed contents not yet parsed."""
+        if self.inference.tracing.on:
+            return await self._traced(request, context)
         return await self._infer(request, self.peer(context))
+
+    async def _traced(self, request: Request, context: Context) -> pb.ModelInferResponse:
+        """``_infer`` under a trace, when the trace settings sample this request; its
+        caller's trace context comes as W3C ``traceparent`` metadata."""
+        metadata = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+        trace = self.inference.tracing.begin("grpc", request.model_name, metadata.get)
+        if trace is None:
+            return await self._infer(request, self.peer(context))
+        try:
+            return await self._infer(request, self.peer(context))
+        except BaseException as exc:
+            trace.failed(exc)
+            raise
+        finally:
+            trace.finish()
 
     def _decoded(self, request: Request, peer: str | None) -> InferRequest:
         model, version = request.model_name, request.model_version
@@ -115,8 +133,23 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return self.inference.decode(decode, model, version, "grpc", peer)
 
     async def _infer(self, request: Request, peer: str | None) -> pb.ModelInferResponse:
+        if self.inference.tracing.on and (trace := tracing.current()) is not None:
+            return await self._infer_traced(request, peer, trace)
         response = await self.inference.infer(self._decoded(request, peer))
         encoded: pb.ModelInferResponse = codec.encode_infer_response(response)
+        return encoded
+
+    async def _infer_traced(
+        self, request: Request, peer: str | None, trace: tracing.RequestTrace
+    ) -> pb.ModelInferResponse:
+        decoded = self._decoded(request, peer)
+        trace.mark("decode")
+        trace.decoded(decoded.inputs)
+        response = await self.inference.infer(decoded)
+        trace.mark("infer")
+        trace.answered(response)
+        encoded: pb.ModelInferResponse = codec.encode_infer_response(response)
+        trace.mark("encode")
         return encoded
 
     async def _responses(

@@ -1,65 +1,142 @@
-"""Triton's trace settings, global and per model, with tracing itself not built yet.
+"""Triton's trace settings, global and per model, and the sampling they ask for.
 
-The settings are kept and answered with Triton's keys and defaults, so Triton clients
-and tools that read or reset them work; a level other than OFF is refused, because
-batchserve records no traces yet and must not pretend to.
+The settings are kept and answered with Triton's keys and defaults, so Triton clients and
+tools that read or set them work. A level other than OFF switches tracing on (the spans are
+built by ``tracing.py``); ``trace_rate`` traces every N-th request and ``trace_count`` is
+the number of traces still to take (-1: no end), counted down as Triton counts it. A
+request that carries its caller's trace context is traced whatever the rate and count say,
+as in Triton's OpenTelemetry mode. ``log_frequency`` is kept and answered but writes
+nothing: spans leave through the OTLP exporter's batches, not trace files.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from batchserve.core.errors import InvalidArgument, Unsupported
+from batchserve.core.trace_config import LEVELS, MODE, TraceConfig, sdk_missing
 
 # Triton's defaults (tritonserver --trace-rate 1000, --trace-count -1, --log-frequency 0).
-DEFAULTS: dict[str, str] = {"trace_rate": "1000", "trace_count": "-1", "log_frequency": "0"}
-LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
+DEFAULTS: dict[str, str] = {
+    "trace_level": "OFF",
+    "trace_rate": "1000",
+    "trace_count": "-1",
+    "log_frequency": "0",
+}
 UINT32_MAX = 2**32 - 1
 INT32_MAX = 2**31 - 1
 
 # A requested value: None clears the setting (back to the global one, or the default).
 Update = Mapping[str, list[str] | None]
 Answer = dict[str, list[str] | str]
+Snapshot = tuple[dict[str, str], dict[str, dict[str, str]]]
+"""The global settings and each model's own, as a server sends them to its workers."""
 
 
 class TraceSettings:
     """The global settings and each model's own; bounded by the models there are (a
-    model's settings can only be set while it is loaded)."""
+    model's settings can only be set while it is loaded).
 
-    def __init__(self) -> None:
-        self._global: dict[str, str] = dict(DEFAULTS)
+    ``enabled`` is the one thing a request reads while tracing is off."""
+
+    def __init__(self, config: TraceConfig | None = None) -> None:
+        start = config or TraceConfig()
+        self._defaults = {
+            **DEFAULTS,
+            "trace_level": start.level,
+            "trace_rate": str(start.rate),
+            "trace_count": str(start.count),
+        }
+        self._global: dict[str, str] = dict(self._defaults)
         self._models: dict[str, dict[str, str]] = {}
+        self._seen: dict[str, int] = {}  # requests seen since each scope was last set
+        self._followers: list[Callable[[Snapshot], None]] = []
+        self.enabled = self._global["trace_level"] != "OFF"
 
     def get(self, model: str = "") -> Answer:
         """Triton's answer: level, rate, count, log frequency, file and mode."""
         values = {**self._global, **self._models.get(model, {})}
         return {
-            "trace_level": ["OFF"],
+            "trace_level": values["trace_level"].split(","),
             "trace_rate": values["trace_rate"],
             "trace_count": values["trace_count"],
             "log_frequency": values["log_frequency"],
             "trace_file": "",
-            "trace_mode": "triton",
+            "trace_mode": MODE,
         }
 
     def update(self, updates: Update, model: str = "") -> Answer:
-        """Check every key first, then apply them all: a refused request changes nothing."""
+        """Check every key first, then apply them all: a refused request changes nothing.
+        Sampling starts again for what changed, as Triton's new settings object does."""
         parsed = {key: _parse(key, value) for key, value in updates.items()}
         target = self._models.setdefault(model, {}) if model else self._global
         for key, value in parsed.items():
-            if key == "trace_level":
-                continue  # only OFF gets here, and OFF is what tracing already is
             if value is not None:
                 target[key] = value
             elif model:
                 target.pop(key, None)
             else:
-                target[key] = DEFAULTS[key]
+                target[key] = self._defaults[key]
+        if model:
+            self._seen.pop(model, None)
+        else:
+            self._seen.clear()
+        self._changed()
         return self.get(model)
 
     def forget(self, model: str) -> None:
         """Drop a model's own settings (it was unloaded)."""
-        self._models.pop(model, None)
+        if self._models.pop(model, None) is not None:
+            self._seen.pop(model, None)
+            self._changed()
+
+    def sample(self, model: str, propagated: bool) -> str | None:
+        """The levels to trace this request at, or None. Called only while ``enabled``.
+
+        ``propagated``: the caller sent a sampled trace context, traced whatever the rate
+        and count say. A model with settings of its own counts its requests apart."""
+        own = self._models.get(model)
+        values = {**self._global, **own} if own else self._global
+        level = values["trace_level"]
+        if level == "OFF" or propagated:
+            return None if level == "OFF" else level
+        counted = own if own and "trace_count" in own else self._global
+        left = int(counted["trace_count"])
+        rate = int(values["trace_rate"])
+        if left == 0 or rate == 0:  # rate 0: only requests that carry a trace context
+            return None
+        scope = model if own else ""
+        seen = self._seen.get(scope, 0) + 1
+        self._seen[scope] = seen
+        if seen % rate:
+            return None
+        if left > 0:
+            counted["trace_count"] = str(left - 1)
+        return level
+
+    def follow(self, follower: Callable[[Snapshot], None]) -> None:
+        """Call ``follower`` with the settings after every change: the workers of a server
+        sample their own requests by the settings clients set through it."""
+        self._followers.append(follower)
+
+    def snapshot(self) -> Snapshot:
+        return dict(self._global), {name: dict(own) for name, own in self._models.items()}
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Take the settings a server sent (a worker's copy)."""
+        self._global = dict(snapshot[0])
+        self._models = {name: dict(own) for name, own in snapshot[1].items()}
+        self._seen.clear()
+        self._changed()
+
+    def _changed(self) -> None:
+        levels = [self._global["trace_level"]]
+        levels += [own["trace_level"] for own in self._models.values() if "trace_level" in own]
+        self.enabled = any(level != "OFF" for level in levels)
+        if self._followers:
+            snapshot = self.snapshot()
+            for follower in self._followers:
+                follower(snapshot)
 
 
 def json_updates(body: Mapping[str, object]) -> dict[str, list[str] | None]:
@@ -82,15 +159,13 @@ def json_updates(body: Mapping[str, object]) -> dict[str, list[str] | None]:
 
 def _parse(key: str, value: list[str] | None) -> str | None:
     if key == "trace_level":
-        if value is not None:
-            _check_level(value)
-        return None
+        return None if value is None else _level(value)
     if key == "trace_file":
         raise Unsupported("trace file location can not be updated through network protocol")
     if key == "trace_mode":
-        raise InvalidArgument("'trace_mode' can not be updated: batchserve's mode is 'triton'")
+        raise InvalidArgument(f"'trace_mode' can not be updated: batchserve's mode is '{MODE}'")
     if key not in DEFAULTS:
-        known = ", ".join(["trace_level", *DEFAULTS, "trace_file"])
+        known = ", ".join([*DEFAULTS, "trace_file"])
         raise InvalidArgument(f"unknown trace setting '{key[:64]}'; the settings are {known}")
     if value is None:
         return None
@@ -99,7 +174,9 @@ def _parse(key: str, value: list[str] | None) -> str | None:
     return _number(key, value[0])
 
 
-def _check_level(levels: list[str]) -> None:
+def _level(levels: list[str]) -> str:
+    """Triton's checks and words; TIMESTAMPS and TENSORS add up (TENSORS adds the tensors'
+    names, datatypes and shapes to the spans, never their data)."""
     if not levels:
         raise InvalidArgument("'trace_level' needs a level; to switch tracing off send [\"OFF\"]")
     for level in levels:
@@ -108,13 +185,13 @@ def _check_level(levels: list[str]) -> None:
                 f"unknown trace level '{level[:32]}' in 'trace_level'; Triton's levels are "
                 + ", ".join(LEVELS)
             )
-    if "OFF" in levels and len(levels) > 1:
-        raise InvalidArgument("Expect only one trace level 'OFF' is specified")
-    if levels != ["OFF"]:
-        raise Unsupported(
-            f"trace level {'+'.join(levels) or '[]'} is not available: tracing is not "
-            "available in batchserve yet; 'trace_level' can only be [\"OFF\"]"
-        )
+    if "OFF" in levels:
+        if len(levels) > 1:
+            raise InvalidArgument("Expect only one trace level 'OFF' is specified")
+        return "OFF"
+    if (missing := sdk_missing()) is not None:
+        raise Unsupported(missing)
+    return ",".join(level for level in LEVELS[1:] if level in levels)
 
 
 def _number(key: str, text: str) -> str:

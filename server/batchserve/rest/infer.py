@@ -17,6 +17,7 @@ from batchserve.core.errors import InvalidArgument, PayloadTooLarge
 from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest
 from batchserve.dataplane.inference_path import InferencePath
+from batchserve.observability.tracing import RequestTrace
 from batchserve.rest.codec import encode_infer_response, parse_header_length
 from batchserve.rest.compression import (
     ACCEPTED,
@@ -108,9 +109,38 @@ class InferEndpoint:
     async def answer(
         self, scope: Scope, receive: Receive, send: Send, match: re.Match[bytes]
     ) -> None:
+        if self.dataplane.tracing.on:
+            await self._traced(scope, receive, send, match)
+        else:
+            await self._answer(scope, receive, send, match, None)
+
+    async def _traced(
+        self, scope: Scope, receive: Receive, send: Send, match: re.Match[bytes]
+    ) -> None:
+        """``_answer`` under a trace, when the trace settings sample this request."""
+        traced = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
+                  if k in (b"traceparent", b"tracestate")}  # fmt: skip
+        model = unquote_to_bytes(match[1]).decode("utf-8", "replace")
+        trace = self.dataplane.tracing.begin("http", model, traced.get)
+        try:
+            await self._answer(scope, receive, send, match, trace)
+        finally:
+            if trace is not None:
+                trace.finish()
+
+    async def _answer(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        match: re.Match[bytes],
+        trace: RequestTrace | None,
+    ) -> None:
         headers = _headers(scope)
         try:
-            chunks, header_length = await self._respond(headers, receive, match, _peer(scope))
+            chunks, header_length = await self._respond(
+                headers, receive, match, _peer(scope), trace
+            )
             coding = response_encoding(headers.get(b"accept-encoding"))
             if coding is not None:
                 chunks = [await deflate_async(chunks, coding)]
@@ -121,14 +151,20 @@ class InferEndpoint:
             failed = error_headers(exc)
             if isinstance(exc, UnsupportedEncoding):
                 failed.append((b"accept-encoding", ACCEPTED))
+            if trace is not None:
+                trace.failed(exc)
             await _send(send, status, failed, [body])
             return
+        if trace is not None:
+            trace.mark("encode")
         answer = [(b"content-type", JSON if header_length is None else BINARY)]
         if header_length is not None:
             answer.append((HEADER_LENGTH, str(header_length).encode()))
         if coding is not None:
             answer.append((b"content-encoding", coding.encode()))
         await _send(send, 200, answer, chunks)
+        if trace is not None:
+            trace.mark("send")
 
     async def _respond(
         self,
@@ -136,6 +172,7 @@ class InferEndpoint:
         receive: Receive,
         match: re.Match[bytes],
         peer: str | None,
+        trace: RequestTrace | None = None,
     ) -> tuple[list[bytes | memoryview], int | None]:
         encoding = request_encoding(headers.get(b"content-encoding"))
         header_value = headers.get(HEADER_LENGTH)
@@ -143,6 +180,8 @@ class InferEndpoint:
         body = await read_body(receive, limit, headers.get(b"content-length"))
         if encoding is not None:
             body = await inflate_async(body, encoding, limit)
+        if trace is not None:
+            trace.mark("receive")
         header_length = parse_header_length(
             None if header_value is None else header_value.decode("latin-1"), len(body)
         )
@@ -154,7 +193,13 @@ class InferEndpoint:
             schema = self.dataplane.schema_lookup(name, version)
             decode = partial(self.headers.decode, body, header_length, name, version, schema)
         request = self.dataplane.decode(decode, name, version, "http", peer)
+        if trace is not None:
+            trace.mark("decode")
+            trace.decoded(request.inputs)
         response = await until_disconnect(self.dataplane.infer(request), receive)
+        if trace is not None:
+            trace.mark("infer")
+            trace.answered(response)
         return encode_infer_response(response, request)
 
 

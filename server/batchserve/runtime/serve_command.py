@@ -195,6 +195,11 @@ def register(subparsers: Any) -> None:
         "--load-model", dest="load_model", action="append", default=None,
         help="with --model-control-mode explicit: a model to load at start (repeatable)",
     )  # fmt: skip
+    parser.add_argument(
+        "--trace-config", dest="trace_config", action="append", default=None,
+        help="Triton's trace settings (repeatable): level=TIMESTAMPS, rate=N, count=N, "
+        "opentelemetry,url=HOST:PORT/v1/traces, opentelemetry,resource=KEY=VALUE",
+    )  # fmt: skip
     parser.set_defaults(handler=run)
 
 
@@ -203,6 +208,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     given = {field: getattr(args, field) for _, field, _, _ in FLAGS}
     if args.load_model is not None:
         given["load_model"] = tuple(args.load_model)
+    if args.trace_config is not None:
+        given["trace_config"] = tuple(args.trace_config)
     return Settings(**{k: v for k, v in given.items() if v is not None})
 
 

@@ -21,6 +21,7 @@ from batchserve.dataplane.handoff.engine_link import EngineLink
 from batchserve.dataplane.handoff.frames import pack_frame
 from batchserve.dataplane.plane import DataPlane
 from batchserve.observability import log_settings
+from batchserve.observability.trace_settings import Snapshot
 from batchserve.runtime.worker_counts import WorkerCounts
 
 logger = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class WorkerPool:
         self._gone: dict[int, tuple[int, int]] = {}  # (requests, handoffs) of replaced workers
         self._watchers: list[asyncio.Task[None]] = []
         log_settings.follow(self._log_settings_changed)
+        plane.control.trace.follow(self._trace_settings_changed)
 
     async def start(self) -> None:
         """Start every worker and wait until each listens (or failed to start)."""
@@ -95,6 +97,7 @@ class WorkerPool:
         link = EngineLink(index, self.plane, requests, responses, self.counts.update)
         await asyncio.get_running_loop().connect_accepted_socket(lambda: link.protocol, ours)
         link.send(("l", log_settings.get()))  # as a client may have set them meanwhile
+        link.send(("t", self.plane.control.trace.snapshot()))
         worker = _Worker(process, link)
         self.workers[index] = worker
         logger.info("worker started", extra={"worker": index, "pid": process.pid})
@@ -133,6 +136,11 @@ class WorkerPool:
     def _log_settings_changed(self, settings: log_settings.Answer) -> None:
         for worker in self.workers.values():
             worker.link.send(("l", settings))
+
+    def _trace_settings_changed(self, snapshot: Snapshot) -> None:
+        """The workers sample their own requests by the settings a client set here."""
+        for worker in self.workers.values():
+            worker.link.send(("t", snapshot))
 
     def repository_changed(self) -> None:
         """Models were loaded or unloaded: the workers ask again before trusting theirs."""

@@ -315,11 +315,12 @@ class Batcher:
     # running them -------------------------------------------------------------------
     def _start(self, batch: list[WorkItem], now: int) -> None:
         instance = self.pool.acquire()
+        samples = sum(item.batch_size for item in batch)
         for item in batch:
             item.dispatched_ns = now
+            item.executed_batch_size = samples
             self._urgent -= item.urgent
         run = BatchRun(instance.backend, batch, self._pad_value, self._layout)
-        samples = sum(item.batch_size for item in batch)
         predicted = self.batch_time(instance.name).predict(samples)
         if instance.backend.device.kind == "cpu" and self._inline.inline(samples):
             try:

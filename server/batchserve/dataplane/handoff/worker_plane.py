@@ -36,6 +36,7 @@ from batchserve.dataplane.raw_input import raw_request
 from batchserve.dataplane.shared_memory import tensors as shm
 from batchserve.dataplane.shared_memory.parameters import REGION
 from batchserve.observability import log_settings
+from batchserve.observability.tracing import RequestTracer
 from batchserve.proto.model_config_pb2 import ModelConfig
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ class WorkerPlane:
         self.requests = requests
         self.responses = responses
         self.busy_poll = BusyPoll(settings.busy_poll_us * 1000)
+        self.tracing = RequestTracer.configured(settings.trace_config)
         self._loop = asyncio.get_running_loop()
         self.lost = self._loop.create_future()
         self.draining = asyncio.Event()
@@ -108,6 +110,7 @@ class WorkerPlane:
             "v": self._repository_changed,
             "d": lambda frame: self.draining.set(),
             "l": self._log_settings,
+            "t": lambda frame: self.tracing.settings.restore(frame[1]),
             "k": self._read,
             "p": self._streamed,
             "z": self._streamed,
