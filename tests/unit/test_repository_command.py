@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,6 +67,48 @@ def test_quiet_prints_only_the_problems(repo: Path, capsys: pytest.CaptureFixtur
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
     assert all(line.startswith("beta/config.pbtxt: ") for line in lines)
+
+
+class Terminal(io.StringIO):
+    """stderr as a person's terminal: the command decides on progress from isatty()."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_sees_each_model_and_a_summary(
+    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    break_beta(repo)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+
+    assert main(["repo", "validate", str(repo)]) == 1
+
+    lines = terminal.getvalue().splitlines()
+    assert lines[:2] == [
+        "batchserve repo validate: [1/2] alpha: valid, serves versions 1, 2",
+        "batchserve repo validate: [2/2] beta: invalid",
+    ]
+    assert re.fullmatch(
+        r"batchserve repo validate: checked 2 models: 1 valid, 1 invalid \(beta\) in \S+ m?s",
+        lines[2],
+    )
+    assert len(lines) == 3
+    out = capsys.readouterr().out  # stdout is unchanged: no progress in it
+    assert "[1/2]" not in out
+    assert out.endswith("2 models: 1 valid, 1 invalid\n")
+
+
+def test_quiet_or_no_terminal_means_no_progress(
+    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert main(["repo", "validate", str(repo)]) == 0
+    assert capsys.readouterr().err == ""  # pytest's captured stderr is no terminal
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["repo", "validate", "--quiet", str(repo)]) == 0
+    assert terminal.getvalue() == ""
 
 
 def test_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

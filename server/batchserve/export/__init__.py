@@ -1,4 +1,5 @@
-"""PyTorch -> ONNX (-> TensorRT), each step checked numerically against PyTorch.
+"""PyTorch (or Keras 3, run as a torch module) -> ONNX (-> TensorRT), each step checked
+numerically against the original model.
 
 The command (``batchserve export``) is a thin wrapper over ``export.onnx.export_onnx`` and
 ``export.tensorrt.export_tensorrt``. This package imports nothing heavy: the CLI imports

@@ -1,8 +1,10 @@
-"""``batchserve export``: load a module from a factory, export, verify and publish it.
+"""``batchserve export``: load a module from a factory or a Keras 3 file, export, verify and
+publish it.
 
-Exit codes: 0 exported, 1 the converted model disagrees with PyTorch, 2 it could not be
-exported (bad arguments, unsupported operator, signature that does not fit the module).
-torch and the exporters are imported inside the handler, so other subcommands stay fast.
+Exit codes: 0 exported, 1 the converted model disagrees with PyTorch (or Keras), 2 it could
+not be exported (bad arguments, unsupported operator, signature that does not fit the module).
+torch, keras and the exporters are imported inside the handler, so other subcommands stay fast.
+Results go to stdout; progress (stage by stage) goes to stderr, and only to a terminal.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from batchserve.core.errors import BatchserveError, InvalidArgument
+from batchserve.core.progress import StageProgress
 from batchserve.export.errors import ExportError, VerificationFailed, first_line
 from batchserve.export.image_input import LAYOUTS, ImageInput, parse_normalize
 from batchserve.export.spec import (
@@ -36,20 +39,30 @@ if TYPE_CHECKING:
     from batchserve.export.tensorrt import TensorRTOptions
 
 PROG = "batchserve export"
+KERAS_SUFFIX = ".keras"
+"""A MODEL ending so is a Keras 3 file (Keras saves and loads that format under no other
+name); anything else is a factory, which always has a ':'."""
 DESCRIPTION = """\
-Export a PyTorch module to ONNX (and, with --tensorrt, to a TensorRT engine) or, with
---format pt2, to a torch.export program; compare it with PyTorch on random inputs at every
-tested batch and axis size, and only then write it into the model repository with its
-config.pbtxt.
+Export a PyTorch module, or a Keras 3 model file (model.keras, run with Keras' torch backend),
+to ONNX (and, with --tensorrt, to a TensorRT engine) or, with --format pt2, to a torch.export
+program; compare it with the original model on random inputs at every tested batch and axis
+size, and only then write it into the model repository with its config.pbtxt.
 
-exit codes: 0 exported; 1 the converted model disagrees with PyTorch (nothing written);
+--input specs bind to forward's parameters by name when every name is one, otherwise by
+position. A Keras model's inputs (names, dtypes, shapes; None dims become named axes) are used
+when no --input is given.
+
+Progress goes to stderr when it is a terminal (not with --quiet); results go to stdout.
+
+exit codes: 0 exported; 1 the converted model disagrees with the original (nothing written);
 2 it could not be exported (the message names the argument, operator or input at fault)."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "export",
-        help="export a PyTorch module to ONNX (and TensorRT) or torch.export, verified",
+        help="export a PyTorch module or a Keras 3 model to ONNX (and TensorRT) or "
+        "torch.export, verified",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -62,9 +75,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    """The handler: print progress and a summary; errors become one line on stderr."""
+    """The handler: print results and a summary; errors become one line on stderr."""
+    stages = StageProgress.for_stderr(PROG, quiet=args.quiet)
     try:
-        report = _export(args)
+        report = _export(args, stages)
     except VerificationFailed as exc:
         print(f"{PROG}: error: {exc.message}", file=sys.stderr)
         return 1
@@ -72,22 +86,32 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {exc.message}", file=sys.stderr)
         return 2
     _print_summary(report)
+    stages.finish(_closing_line(report))
     return 0
 
 
-def spec_from_args(args: argparse.Namespace) -> ExportSpec:
-    """The validated ExportSpec a command line describes."""
+def spec_from_args(
+    args: argparse.Namespace,
+    inputs: Sequence[InputSpec] | None = None,
+    outputs: Sequence[str] = (),
+) -> ExportSpec:
+    """The validated ExportSpec a command line describes.
+
+    ``inputs`` and ``outputs`` are what the model declares (a Keras model does), used where the
+    command line gives no ``--input`` or ``--output``.
+    """
     serving = ServingOptions(
         dynamic_batching=args.dynamic_batching,
         max_queue_delay_us=args.max_queue_delay_us,
         preferred_batch_sizes=tuple(args.preferred_batch_sizes),
         sequence_length_input=args.sequence_length_input,
     )
-    inputs = tuple(parse_input_spec(text) for text in args.inputs)
+    if args.inputs or inputs is None:
+        inputs = tuple(parse_input_spec(text) for text in args.inputs)
     return ExportSpec(
         name=args.name,
-        inputs=inputs,
-        outputs=tuple(args.outputs),
+        inputs=tuple(inputs),
+        outputs=tuple(args.outputs or outputs),
         max_batch_size=args.max_batch_size,
         version=args.version,
         batch_sizes=parse_sizes(args.batch_sizes, option="--batch-sizes"),
@@ -95,7 +119,7 @@ def spec_from_args(args: argparse.Namespace) -> ExportSpec:
         tolerance=_tolerance(args),
         opset=args.opset,
         serving=serving,
-        image_input=_image_input(args, inputs),
+        image_input=_image_input(args, tuple(inputs)),
     )
 
 
@@ -119,32 +143,93 @@ def load_module(
     return module
 
 
-def _export(args: argparse.Namespace) -> ExportReport:
+def _export(args: argparse.Namespace, stages: StageProgress) -> ExportReport:
     tensorrt = _tensorrt_options(args)
     if tensorrt is not None and args.format != "onnx":
         raise InvalidArgument("--tensorrt builds the engine from the ONNX model: use --format onnx")
-    spec = spec_from_args(args)
-    if spec.image_input is not None:
-        print(f"image sent as bytes: {spec.image_input}")
+    spec = _spec_before_loading(args, tensorrt)
+    with stages.stage("load", args.model):
+        module, spec = _load(args, spec)
     if tensorrt is not None:
-        from batchserve.export.tensorrt import profile_shapes, require_tensorrt
-
-        profile_shapes(spec, tensorrt.profile_batch_sizes)  # bad sizes fail before any work
-        require_tensorrt()
-    module = load_module(args.factory, args.factory_kwargs, args.state_dict)
+        _check_profiles(spec, tensorrt)  # again: a Keras model's signature is known only now
+    if spec.image_input is not None and not args.quiet:
+        print(f"image sent as bytes: {spec.image_input}")
+    progress = None if args.quiet else _print_verification
+    repository = args.model_repository
     if args.format == "pt2":
         from batchserve.export.pt2 import export_pt2
 
-        return export_pt2(module, spec, args.model_repository, progress=_print_verification)
+        return export_pt2(module, spec, repository, progress=progress, stages=stages)
     if tensorrt is None:
         from batchserve.export.onnx import export_onnx
 
-        return export_onnx(module, spec, args.model_repository, progress=_print_verification)
+        return export_onnx(module, spec, repository, progress=progress, stages=stages)
     from batchserve.export.tensorrt import export_tensorrt
 
-    return export_tensorrt(
-        module, spec, args.model_repository, tensorrt, progress=_print_verification
+    return export_tensorrt(module, spec, repository, tensorrt, progress=progress, stages=stages)
+
+
+def _spec_before_loading(
+    args: argparse.Namespace, tensorrt: TensorRTOptions | None
+) -> ExportSpec | None:
+    """Check what can be checked before torch is imported; a factory's whole spec is known.
+
+    A Keras model declares its own signature, so its spec waits until it is loaded (None).
+    """
+    spec = None
+    if args.model.endswith(KERAS_SUFFIX):
+        _check_keras_arguments(args)
+    else:
+        spec = spec_from_args(args)
+    if tensorrt is not None:
+        from batchserve.export.tensorrt import require_tensorrt
+
+        if spec is not None:
+            _check_profiles(spec, tensorrt)  # bad sizes fail before the GPU check
+        require_tensorrt()
+    return spec
+
+
+def _load(args: argparse.Namespace, spec: ExportSpec | None) -> tuple[torch.nn.Module, ExportSpec]:
+    """The module to export and its spec: a factory's is from the command line alone."""
+    if spec is not None:
+        return load_module(args.model, args.factory_kwargs, args.state_dict), spec
+    from batchserve.export.keras_model import (
+        KerasModel,
+        keras_input_names,
+        keras_model_inputs,
+        keras_output_names,
+        load_keras_model,
     )
+
+    model = load_keras_model(Path(args.model))
+    declared = None if args.inputs else keras_model_inputs(model, args.max_batch_size)
+    spec = spec_from_args(args, declared, keras_output_names(model))
+    names = keras_input_names(model) or [item.name for item in spec.inputs]
+    return KerasModel(model, names), spec
+
+
+def _check_profiles(spec: ExportSpec, tensorrt: TensorRTOptions) -> None:
+    from batchserve.export.tensorrt import profile_shapes
+
+    profile_shapes(spec, tensorrt.profile_batch_sizes)
+
+
+def _check_keras_arguments(args: argparse.Namespace) -> None:
+    if args.format == "pt2":
+        raise InvalidArgument(
+            "--format pt2 cannot take a Keras model: Keras names its weights like "
+            "'conv2d/bias', which the server's check of a model.pt2 refuses; use --format onnx"
+        )
+    for option, value in (
+        ("--factory-kwargs", args.factory_kwargs),
+        ("--state-dict", args.state_dict),
+    ):
+        if value is not None:
+            raise InvalidArgument(
+                f"{option} is for a PyTorch factory; {args.model} is a Keras model file, which "
+                "holds its own weights"
+            )
 
 
 def _image_input(args: argparse.Namespace, inputs: Sequence[InputSpec]) -> ImageInput | None:
@@ -192,7 +277,10 @@ def _tensorrt_options(args: argparse.Namespace) -> TensorRTOptions | None:
 def _resolve(reference: str) -> Callable[..., object]:
     module_name, sep, attr = reference.partition(":")
     if not (sep and module_name and attr):
-        raise ExportError(f"FACTORY {reference!r} must look like package.module:attr")
+        raise ExportError(
+            f"FACTORY {reference!r} must look like package.module:attr (or be a Keras 3 file, "
+            f"name{KERAS_SUFFIX})"
+        )
     try:
         target: object = importlib.import_module(module_name)
     except Exception as exc:
@@ -242,6 +330,17 @@ def _print_verification(report: VerificationReport) -> None:
         print(line)
 
 
+def _closing_line(report: ExportReport) -> str:
+    """One sentence for the person at the terminal: what was written, and how well it held."""
+    names = ", ".join(f"'{model.name}'" for model in report.models)
+    checks = "; ".join(
+        f"{m.verification.runtime} vs {m.verification.reference} within tolerance in "
+        f"{len(m.verification.cases)} cases, max abs error {m.verification.max_abs:.3g}"
+        for m in report.models
+    )
+    return f"exported {names} ({checks})"
+
+
 def _print_summary(report: ExportReport) -> None:
     for note in report.warnings:
         print(f"note: exporter warning: {note}")
@@ -260,19 +359,25 @@ def _print_summary(report: ExportReport) -> None:
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "factory", metavar="FACTORY", help="package.module:attr building the module"
+        "model",
+        metavar="MODEL",
+        help="package.module:attr building a torch.nn.Module, or a Keras 3 model file (.keras)",
     )
     parser.add_argument("--name", required=True, help="model name in the repository")
     parser.add_argument(
         "--input",
         dest="inputs",
         action="append",
-        required=True,
+        default=[],
         metavar="SPEC",
-        help="NAME:DTYPE:DIMS[:LOW..HIGH], e.g. tokens:INT64:batch,seq:0..95 (repeat per input)",
+        help="NAME:DTYPE:DIMS[:LOW..HIGH], e.g. tokens:INT64:batch,seq:0..95 (repeat per input; "
+        "bound to forward's parameters by name, or by position when the names differ; a "
+        "Keras model's own inputs when none is given)",
     )
     parser.add_argument("--state-dict", type=Path, help="weights, loaded with weights_only=True")
-    parser.add_argument("--factory-kwargs", metavar="JSON", help="keyword arguments for FACTORY")
+    parser.add_argument(
+        "--factory-kwargs", metavar="JSON", help="keyword arguments for a MODEL factory"
+    )
     parser.add_argument(
         "--output",
         dest="outputs",
@@ -288,6 +393,12 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
         default="onnx",
         help="onnx: model.onnx for ONNX Runtime (default); pt2: model.pt2, a torch.export "
         "program for the pytorch backend (platform torch_export)",
+    )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress on stderr and no per-case results: only what was written, and errors",
     )
     parser.add_argument("--version", type=int, default=1)
     parser.add_argument("--model-repository", type=Path, default=Path("model_repo"))

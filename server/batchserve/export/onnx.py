@@ -21,6 +21,7 @@ import torch
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from batchserve.backends.onnx_file import read_onnx_signature
+from batchserve.core.progress import StageProgress
 from batchserve.core.signature import ModelSignature
 from batchserve.export.comparison import VerificationReport, check_report
 from batchserve.export.errors import ExportError, first_line
@@ -109,40 +110,66 @@ def export_onnx(
     repository: Path,
     *,
     progress: Progress | None = None,
+    stages: StageProgress | None = None,
 ) -> ExportReport:
     """Export, check and verify ``module``; publish into ``repository`` only if all pass.
 
     Raises ExportError when the module cannot be exported (the message names the operator or
     input at fault) and VerificationFailed when ONNX Runtime disagrees with PyTorch.
+    ``stages`` is told when each stage (export, verify, publish) starts and ends.
     """
-    model = bind_module(module, spec)
+    stages = stages or silent_stages()
+    model = bind_stage(module, spec, stages)
     with tempfile.TemporaryDirectory(prefix="batchserve-export-") as tmp:
-        staged, notes = stage_onnx(model, spec, Path(tmp), progress)
-        published = publish([staged], spec, repository)
+        staged, notes = stage_onnx(model, spec, Path(tmp), progress, stages)
+        published = publish_stage([staged], spec, repository, stages)
     return ExportReport(staged.signature, published, notes)
 
 
 def stage_onnx(
-    model: TorchModel, spec: ExportSpec, workdir: Path, progress: Progress | None
+    model: TorchModel,
+    spec: ExportSpec,
+    workdir: Path,
+    progress: Progress | None,
+    stages: StageProgress | None = None,
 ) -> tuple[StagedModel, tuple[str, ...]]:
     """Export into ``workdir``, run the checker and verify; returns the model and warnings."""
+    stages = stages or silent_stages()
     target = onnx_target(spec)
     path = workdir / target.filename
-    notes = _export(model, spec, path)
-    _run_checker(path)
-    signature = read_onnx_signature(path)
-    _check_graph_inputs(model, signature)
+    with stages.stage("export", f"{type(model.module).__name__} to ONNX (opset {spec.opset})"):
+        notes = _export(model, spec, path)
+        _run_checker(path)
+        signature = read_onnx_signature(path)
+        _check_graph_inputs(model, signature)
     declared = {tensor.name: tensor.shape for tensor in signature.outputs}
-    report = verify(
-        model,
-        spec,
-        onnxruntime_runner(path),
-        runtime="ONNX Runtime",
-        tolerance=spec.tolerance,
-        declared=declared,
-    )
-    check_report(report, progress)
+    with stages.stage("verify", verify_detail("ONNX Runtime", model, spec)):
+        report = verify(
+            model,
+            spec,
+            onnxruntime_runner(path),
+            runtime="ONNX Runtime",
+            tolerance=spec.tolerance,
+            declared=declared,
+        )
+        check_report(report, progress)
     return StagedModel(path, target, signature, report), notes
+
+
+def bind_stage(module: torch.nn.Module, spec: ExportSpec, stages: StageProgress) -> TorchModel:
+    """``bind_module`` as the first stage of an export: one forward pass on the trace inputs."""
+    with stages.stage("check", f"{type(module).__name__}.forward on the declared inputs"):
+        return bind_module(module, spec)
+
+
+def silent_stages() -> StageProgress:
+    """Stage timings for a caller that shows none (the Python API, the zoo)."""
+    return StageProgress("batchserve export")
+
+
+def verify_detail(runtime: str, model: TorchModel, spec: ExportSpec) -> str:
+    """``ONNX Runtime vs Keras, 3 cases``: what a verify stage compares."""
+    return f"{runtime} vs {model.framework}, {len(spec.cases())} cases"
 
 
 def onnxruntime_runner(path: Path) -> Runner:
@@ -161,6 +188,15 @@ def onnxruntime_runner(path: Path) -> Runner:
         return dict(zip(names, session.run(names, dict(inputs)), strict=True))
 
     return run
+
+
+def publish_stage(
+    staged: Sequence[StagedModel], spec: ExportSpec, repository: Path, stages: StageProgress
+) -> tuple[PublishedModel, ...]:
+    """``publish`` as the last stage of an export."""
+    names = ", ".join(dict.fromkeys(item.target.model_name for item in staged))
+    with stages.stage("publish", f"{names} into {repository}"):
+        return publish(staged, spec, repository)
 
 
 def publish(
@@ -280,7 +316,7 @@ def _export(model: TorchModel, spec: ExportSpec, path: Path) -> tuple[str, ...]:
             )
         except Exception as exc:
             raise ExportError(_export_failure(model, spec, exc)) from None
-    return _notes(caught)
+    return _notes(model.module, caught)
 
 
 def _dynamic_axes(spec: ExportSpec, model: TorchModel) -> dict[str, dict[int, str]]:
@@ -306,11 +342,17 @@ def _export_failure(model: TorchModel, spec: ExportSpec, exc: Exception) -> str:
     return f"cannot export {module} to ONNX: {type(exc).__name__}: {first_line(exc)}"
 
 
-def _notes(caught: Sequence[warnings.WarningMessage]) -> tuple[str, ...]:
+def _notes(module: torch.nn.Module, caught: Sequence[warnings.WarningMessage]) -> tuple[str, ...]:
+    """The exporter's warnings, less those expected of every export of this kind of module.
+
+    An adapter lists its own in ``expected_warnings``: Keras reads static shapes as Python
+    numbers while it is traced, which the verification at several sizes checks anyway.
+    """
+    expected = _EXPECTED_WARNINGS + tuple(getattr(type(module), "expected_warnings", ()))
     notes = (
         f"{w.category.__name__}: {' '.join(str(w.message).split())}"
         for w in caught
-        if not str(w.message).startswith(_EXPECTED_WARNINGS)
+        if not str(w.message).startswith(expected)
     )
     return tuple(dict.fromkeys(notes))
 

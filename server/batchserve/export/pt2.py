@@ -18,12 +18,22 @@ from typing import Any
 
 import torch
 
+from batchserve.core.progress import StageProgress
 from batchserve.export.comparison import check_report
 from batchserve.export.errors import ExportError, first_line
 from batchserve.export.inputs import Array, Arrays, trace_inputs
-from batchserve.export.onnx import ExportReport, Progress, StagedModel, Target, publish
+from batchserve.export.onnx import (
+    ExportReport,
+    Progress,
+    StagedModel,
+    Target,
+    bind_stage,
+    publish_stage,
+    silent_stages,
+    verify_detail,
+)
 from batchserve.export.spec import ExportSpec
-from batchserve.export.torch_model import TorchModel, bind_module
+from batchserve.export.torch_model import TorchModel
 from batchserve.export.verify import Runner, verify
 from batchserve.proto.model_config_pb2 import ModelConfig
 
@@ -40,42 +50,51 @@ def export_pt2(
     repository: Path,
     *,
     progress: Progress | None = None,
+    stages: StageProgress | None = None,
 ) -> ExportReport:
     """Export and verify ``module``; publish into ``repository`` only if every case passes.
 
     Raises ExportError when torch.export cannot capture the module (the message says why)
     and VerificationFailed when the loaded program disagrees with the eager module.
     """
-    model = bind_module(module, spec)
+    stages = stages or silent_stages()
+    model = bind_stage(module, spec, stages)
     with tempfile.TemporaryDirectory(prefix="batchserve-export-") as tmp:
-        staged, notes = stage_pt2(model, spec, Path(tmp), progress)
-        published = publish([staged], spec, repository)
+        staged, notes = stage_pt2(model, spec, Path(tmp), progress, stages)
+        published = publish_stage([staged], spec, repository, stages)
     return ExportReport(staged.signature, published, notes)
 
 
 def stage_pt2(
-    model: TorchModel, spec: ExportSpec, workdir: Path, progress: Progress | None
+    model: TorchModel,
+    spec: ExportSpec,
+    workdir: Path,
+    progress: Progress | None,
+    stages: StageProgress | None = None,
 ) -> tuple[StagedModel, tuple[str, ...]]:
     """Export into ``workdir`` and verify; returns the staged model and exporter warnings."""
+    stages = stages or silent_stages()
     target = pt2_target(spec)
     path = workdir / target.filename
-    program, notes = _export(model, spec)
-    torch.export.save(program, str(path))
-    backend = _serving_backend(path, spec)
+    with stages.stage("export", f"{type(model.module).__name__} with torch.export"):
+        program, notes = _export(model, spec)
+        torch.export.save(program, str(path))
+        backend = _serving_backend(path, spec)
     try:
         signature = backend.signature
         declared = {tensor.name: tensor.shape for tensor in signature.outputs}
-        report = verify(
-            model,
-            spec,
-            _runner(backend),
-            runtime=RUNTIME,
-            tolerance=spec.tolerance,
-            declared=declared,
-        )
+        with stages.stage("verify", verify_detail(RUNTIME, model, spec)):
+            report = verify(
+                model,
+                spec,
+                _runner(backend),
+                runtime=RUNTIME,
+                tolerance=spec.tolerance,
+                declared=declared,
+            )
+            check_report(report, progress)
     finally:
         backend.unload()
-    check_report(report, progress)
     return StagedModel(path, target, signature, report), notes
 
 

@@ -54,7 +54,7 @@ class InputSpec:
     """One input of the module's forward, as declared on the command line.
 
     Args:
-        name: the forward parameter's name, and the ONNX input's name.
+        name: the ONNX input's name; forward's parameter of that name, if it has one.
         datatype: element type (one of ``EXPORTABLE_TYPES``).
         dims: fixed sizes (int) and named dynamic axes (str); the batch axis first when batching.
         value_range: bounds of random test values; None means 0..9 for integers, N(0, 1) for floats.
@@ -119,7 +119,7 @@ class ExportSpec:
 
     Args:
         name: model name (its directory in the repository).
-        inputs: forward's inputs, bound to its parameters by name.
+        inputs: forward's inputs, bound to its parameters by name, or else by position.
         outputs: output names; empty means ``output0``, ``output1``, ...
         max_batch_size: 0 exports without a batch axis; otherwise every input's first axis is
             the (named) batch axis.

@@ -30,6 +30,7 @@ import torch
 from batchserve.backends.gpu_plan import plan_profiles
 from batchserve.core.device import Device
 from batchserve.core.errors import DeviceUnavailable
+from batchserve.core.progress import StageProgress
 from batchserve.devices.placement import gpu_count
 from batchserve.export.comparison import ScaledTolerance, VerificationReport, check_report
 from batchserve.export.errors import ExportError
@@ -38,13 +39,16 @@ from batchserve.export.onnx import (
     Progress,
     StagedModel,
     Target,
+    bind_stage,
     merge_config,
     onnxruntime_runner,
-    publish,
+    publish_stage,
+    silent_stages,
     stage_onnx,
+    verify_detail,
 )
 from batchserve.export.spec import ExportSpec, Tolerance
-from batchserve.export.torch_model import TorchModel, bind_module
+from batchserve.export.torch_model import TorchModel
 from batchserve.export.verify import Runner, verify, verify_against
 from batchserve.models.model_config import config_from_signature
 from batchserve.proto.model_config_pb2 import ModelConfig
@@ -165,18 +169,20 @@ def export_tensorrt(
     options: TensorRTOptions,
     *,
     progress: Progress | None = None,
+    stages: StageProgress | None = None,
 ) -> ExportReport:
     """Export and verify ONNX, build and verify an engine from it, then publish both.
 
     Nothing is written unless both pass. The engine lands at ``<repo>/<name>_trt/<version>/``.
     """
     require_tensorrt()
-    model = bind_module(module, spec)
+    stages = stages or silent_stages()
+    model = bind_stage(module, spec, stages)
     with tempfile.TemporaryDirectory(prefix="batchserve-export-") as tmp:
         workdir = Path(tmp)
-        onnx_model, notes = stage_onnx(model, spec, workdir, progress)
-        engine = stage_engine(model, spec, onnx_model, options, progress)
-        published = publish([onnx_model, engine], spec, repository)
+        onnx_model, notes = stage_onnx(model, spec, workdir, progress, stages)
+        engine = stage_engine(model, spec, onnx_model, options, progress, stages)
+        published = publish_stage([onnx_model, engine], spec, repository, stages)
     return ExportReport(onnx_model.signature, published, notes)
 
 
@@ -186,22 +192,31 @@ def stage_engine(
     onnx_model: StagedModel,
     options: TensorRTOptions,
     progress: Progress | None,
+    stages: StageProgress | None = None,
 ) -> StagedModel:
     """Build the engine beside the verified ONNX file and verify it as the server runs it.
 
     FP32: against PyTorch. FP16: against the FP32 ONNX model on ONNX Runtime's CPU provider.
     """
+    stages = stages or silent_stages()
     target = tensorrt_target(spec)
     plan = onnx_model.path.with_name(target.filename)
-    build_engine(onnx_model.path, spec, options, plan)
+    precision = "FP16" if options.fp16 else "FP32"
+    with stages.stage("build engine", f"TensorRT {precision} from the verified ONNX model"):
+        build_engine(onnx_model.path, spec, options, plan)
     fresh = config_from_signature(target.model_name, onnx_model.signature, spec.max_batch_size)
     config = merge_config(ModelConfig(), fresh, target, spec.serving)
     if options.fp16:
-        reference = onnxruntime_runner(onnx_model.path)
-        report = _verify_fp16(reference, spec, plan, config, options.fp16_tolerance())
+        detail = f"TensorRT vs {FP16_REFERENCE}, {len(spec.cases())} cases"
     else:
-        report = _verify_engine(model, spec, plan, config, options.tolerance_for(spec))
-    check_report(report, progress)
+        detail = verify_detail("TensorRT", model, spec)
+    with stages.stage("verify engine", detail):
+        if options.fp16:
+            reference = onnxruntime_runner(onnx_model.path)
+            report = _verify_fp16(reference, spec, plan, config, options.fp16_tolerance())
+        else:
+            report = _verify_engine(model, spec, plan, config, options.tolerance_for(spec))
+        check_report(report, progress)
     return StagedModel(plan, target, onnx_model.signature, report)
 
 

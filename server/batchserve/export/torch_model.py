@@ -1,4 +1,4 @@
-"""The PyTorch side of a comparison: the module in eval mode, called with inputs by name.
+"""The PyTorch side of a comparison: the module in eval mode, called with its bound inputs.
 
 ``bind_module`` checks once, on the trace inputs, what export would otherwise fail on late:
 inputs forward does not take, outputs that are not tensors, the server cannot send, or do
@@ -34,7 +34,7 @@ _OUTPUT_TYPES = (
 
 @dataclass(frozen=True, slots=True)
 class TorchModel:
-    """A module in eval mode with its inputs bound to forward's parameters by name.
+    """A module in eval mode with its inputs bound to forward's parameters (``_forward_order``).
 
     Args:
         module: the module.
@@ -43,12 +43,14 @@ class TorchModel:
         reference: what ``run`` answers instead of ``module``: a module behind the conversion
             of an image sent as bytes is checked against the module alone, on inputs
             converted outside the graph.
+        framework: what reports call this side of a comparison (``framework_of``).
     """
 
     module: torch.nn.Module
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     reference: Callable[[Mapping[str, Array]], Arrays] | None = None
+    framework: str = "PyTorch"
 
     def arguments(self, arrays: Mapping[str, Array]) -> tuple[torch.Tensor, ...]:
         """Copies, so a forward that writes into its inputs cannot change the other side's data."""
@@ -75,7 +77,7 @@ class TorchModel:
 
 
 def bind_module(module: torch.nn.Module, spec: ExportSpec) -> TorchModel:
-    """Put the module in eval mode, bind inputs by name, and name its outputs from a trial pass.
+    """Put the module in eval mode, bind its inputs, and name its outputs from a trial pass.
 
     With an image input sent as bytes, the module is bound to the float NCHW input it takes
     and put behind the conversion.
@@ -87,7 +89,17 @@ def bind_module(module: torch.nn.Module, spec: ExportSpec) -> TorchModel:
     results = probe.forward(trace_inputs(spec))
     names = _output_names(spec, len(results))
     _check_outputs(spec, names, results)
-    return TorchModel(module, probe.inputs, names)
+    return TorchModel(module, probe.inputs, names, framework=framework_of(module))
+
+
+def framework_of(module: torch.nn.Module) -> str:
+    """Who computed the expected numbers: PyTorch, or the framework an adapter runs (Keras).
+
+    An adapter says so with a ``framework`` class attribute, so a report reads "ONNX Runtime
+    vs Keras" when the reference really is the Keras model.
+    """
+    name = getattr(type(module), "framework", None)
+    return name if isinstance(name, str) else "PyTorch"
 
 
 def _bind_behind_conversion(
@@ -102,11 +114,16 @@ def _bind_behind_conversion(
     def reference(arrays: Mapping[str, Array]) -> Arrays:
         return plain.run(image.convert(arrays))
 
-    return TorchModel(wrapped, plain.inputs, plain.outputs, reference)
+    return TorchModel(wrapped, plain.inputs, plain.outputs, reference, plain.framework)
 
 
 def _forward_order(module: torch.nn.Module, spec: ExportSpec) -> tuple[str, ...]:
-    """Declared inputs in forward's parameter order, so ONNX input names match the right tensors."""
+    """Declared inputs in the order forward takes them, so ONNX input names match the right tensors.
+
+    By name when every declared name is one of forward's parameters (then they may be declared
+    in any order); otherwise by position, as ``torch.onnx.export`` binds ``input_names``, so an
+    ``nn.Sequential`` (``forward(input)``) can serve an input called ``image``.
+    """
     declared = [item.name for item in spec.inputs]
     params = inspect.signature(module.forward).parameters
     if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params.values()):
@@ -117,14 +134,33 @@ def _forward_order(module: torch.nn.Module, spec: ExportSpec) -> tuple[str, ...]
         if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     ]
     call = f"{type(module).__name__}.forward({', '.join(positional)})"
-    for name in declared:
-        if name not in positional:
-            raise ExportError(f"input '{name}' is not a parameter of {call}")
+    if not all(name in positional for name in declared):
+        required = [name for name in positional if params[name].default is inspect.Parameter.empty]
+        return _by_position(declared, positional, len(required), call)
     order = positional[: len(declared)]
     missing = [name for name in order if name not in declared]
     if missing:
         raise ExportError(f"{call} takes '{missing[0]}' before the declared inputs; declare it too")
     return tuple(order)
+
+
+def _by_position(
+    declared: Sequence[str], positional: Sequence[str], required: int, call: str
+) -> tuple[str, ...]:
+    """The i-th declared input is forward's i-th parameter; only the count can be wrong."""
+    if not required <= len(declared) <= len(positional):
+        takes = f"{required} to {len(positional)}" if required < len(positional) else required
+        raise ExportError(
+            f"{len(declared)} input(s) declared ({', '.join(declared)}) but {call} takes "
+            f"{takes}; inputs whose names are not all forward's parameters are bound by position"
+        )
+    for index, name in enumerate(declared):
+        if name in positional and positional.index(name) != index:
+            raise ExportError(
+                f"input '{name}' is declared at position {index + 1} but is parameter "
+                f"{positional.index(name) + 1} of {call}: declare the inputs in forward's order"
+            )
+    return tuple(declared)
 
 
 def _flatten(module: torch.nn.Module, result: object) -> tuple[torch.Tensor, ...]:

@@ -46,16 +46,16 @@ def verify(
     tolerance: Tolerance,
     declared: Mapping[str, tuple[int, ...]] | None = None,
 ) -> VerificationReport:
-    """Compare ``runner`` with PyTorch in every case of the spec (seeded, so reproducible).
+    """Compare ``runner`` with the model's framework (PyTorch, Keras) in every case (seeded).
 
     ``declared`` maps output names to the shapes the model file declares (-1 free); an output
     whose real shape contradicts its declaration fails, since config.pbtxt is built from it.
     """
     rng = np.random.default_rng(SEED)
-    judge = partial(compare, tolerance=tolerance)
+    judge = partial(compare, tolerance=tolerance, reference=model.framework)
     check = _Check(model.run, runner, runtime, judge, declared or {})
     results = tuple(check.case(sizes, random_inputs(spec, sizes, rng)) for sizes in spec.cases())
-    return VerificationReport(runtime, tolerance, results)
+    return VerificationReport(runtime, tolerance, results, model.framework)
 
 
 def verify_against(

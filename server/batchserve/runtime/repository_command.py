@@ -2,7 +2,8 @@
 
 Prints each valid model's resolved configuration (a pbtxt a user can copy, headed by comment
 lines naming the served versions and files) and each problem on its own line; the exit code
-is 0 only when every model is valid.
+is 0 only when every model is valid. At a terminal, stderr also shows each model as it is
+checked and a closing summary (not with --quiet).
 """
 
 from __future__ import annotations
@@ -12,9 +13,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from batchserve.core.progress import StageProgress
+
 if TYPE_CHECKING:
     from batchserve.models.model_directory import ResolvedModel
-    from batchserve.models.repository import ModelProblem
+    from batchserve.models.repository import ModelProblem, ModelRepository
+    from batchserve.proto.model_config_pb2 import ModelConfig
+
+PROG = "batchserve repo validate"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,32 +33,63 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "model file) and report each problem with the file and field at fault.",
     )
     validate.add_argument("directory", type=Path, metavar="DIR", help="the model repository")
-    validate.add_argument("-q", "--quiet", action="store_true", help="print only the problems")
+    validate.add_argument(
+        "-q", "--quiet", action="store_true", help="print only the problems (and no progress)"
+    )
     validate.set_defaults(handler=validate_command)
 
 
 def validate_command(args: argparse.Namespace) -> int:
     """Handler of `repo validate`; imports onnx only when run, so `batchserve --help` stays fast."""
     from batchserve.core.errors import NotFound
-    from batchserve.models.repository import ModelRepository
 
+    progress = StageProgress.for_stderr(PROG, quiet=args.quiet)
     try:
-        repository = ModelRepository(args.directory)
+        repository = _repository(args.directory, progress)
     except NotFound as exc:
-        print(f"batchserve repo validate: {exc.message}", file=sys.stderr)
+        print(f"{PROG}: {exc.message}", file=sys.stderr)
         return 1
     resolved, problems = repository.scan()
     if not resolved and not problems:
-        print(
-            f"batchserve repo validate: no model directories in '{args.directory}'", file=sys.stderr
-        )
+        print(f"{PROG}: no model directories in '{args.directory}'", file=sys.stderr)
         return 1
     if not args.quiet:
         _print_report(repository.root, resolved, problems)
     else:
         for problem in problems:
             print("\n".join(problem.errors))
+    invalid = ", ".join(problem.name for problem in problems)
+    count = len(resolved) + len(problems)
+    progress.finish(
+        f"checked {count} model{'s' if count != 1 else ''}: {len(resolved)} valid, "
+        f"{len(problems)} invalid{f' ({invalid})' if invalid else ''}"
+    )
     return 1 if problems else 0
+
+
+def _repository(directory: Path, progress: StageProgress) -> ModelRepository:
+    """The repository, telling ``progress`` of each model as the scan resolves it."""
+    from batchserve.models.repository import ModelRepository
+
+    class _Watched(ModelRepository):
+        def resolve(self, name: str, config: ModelConfig | None = None) -> ResolvedModel:
+            self._done += 1
+            where = f"[{self._done}/{len(self._names)}] {name}"
+            try:
+                model = super().resolve(name, config)
+            except Exception:
+                progress.say(f"{where}: invalid")
+                raise
+            versions = [str(v.version) for v in model.versions]
+            label = "versions" if len(versions) > 1 else "version"
+            progress.say(f"{where}: valid, serves {label} {', '.join(versions)}")
+            return model
+
+        def scan(self) -> tuple[list[ResolvedModel], list[ModelProblem]]:
+            self._names, self._done = self.names(), 0
+            return super().scan()
+
+    return _Watched(directory)
 
 
 def _print_report(root: Path, resolved: list[ResolvedModel], problems: list[ModelProblem]) -> None:

@@ -75,11 +75,28 @@ def test_wrong_rank_names_the_inputs_and_shapes(export_cli: Callable[..., Any], 
     assert "TinyNet.forward failed on the declared inputs image: FP32[8, 3, 8]" in result.err
 
 
-def test_wrong_input_name_is_named(export_cli: Callable[..., Any], repo: Path) -> None:
-    result = export_cli(f"{__name__}:TinyNet", "--name", "m", "--input", "img:FP32:batch,3,8,8")
+def test_more_inputs_than_forward_takes_names_both_lists(
+    export_cli: Callable[..., Any], repo: Path
+) -> None:
+    inputs = ("--input", "img:FP32:batch,3,8,8", "--input", "extra:FP32:batch,3")
+    result = export_cli(f"{__name__}:TinyNet", "--name", "m", *inputs)
 
     assert_clean_failure(result, 2, repo)
-    assert "input 'img' is not a parameter of TinyNet.forward(image)" in result.err
+    assert "2 input(s) declared (img, extra) but TinyNet.forward(image) takes 1" in result.err
+
+
+def test_a_parameter_name_in_the_wrong_place_is_refused(
+    export_cli: Callable[..., Any], repo: Path
+) -> None:
+    # 'keep' is no parameter, so inputs bind by position, which would feed 'image' to 'mask'.
+    inputs = ("--input", "keep:BOOL:batch,8", "--input", IMAGE)
+    result = export_cli(f"{__name__}:IgnoresMaskNet", "--name", "m", *inputs)
+
+    assert_clean_failure(result, 2, repo)
+    assert (
+        "input 'image' is declared at position 2 but is parameter 1 of "
+        "IgnoresMaskNet.forward(image, mask)"
+    ) in result.err
 
 
 def test_input_the_graph_drops_is_named(export_cli: Callable[..., Any], repo: Path) -> None:
