@@ -19,19 +19,8 @@ from batchserve.core.errors import BatchserveError
 from batchserve.core.types import TensorMetadata
 from batchserve.rest.responses import message_json
 
+from tests.integration.in_process_mistakes import DIGITS, MISTAKES
 from tests.integration.server import MODEL_REPO
-
-DIGITS = "digits_cnn"
-MISTAKES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
-    # name: (model, inputs as (dtype, shape), infer options)
-    "wrong input name": (DIGITS, {"imag": ("float32", (1, 1, 8, 8))}, {}),
-    "wrong datatype": (DIGITS, {"image": ("float64", (1, 1, 8, 8))}, {}),
-    "wrong shape": (DIGITS, {"image": ("float32", (1, 8, 8))}, {}),
-    "unknown output": (DIGITS, {"image": ("float32", (1, 1, 8, 8))}, {"outputs": ["logit"]}),
-    "priority out of range": (DIGITS, {"image": ("float32", (1, 1, 8, 8))}, {"priority": 5}),
-    "unknown model": ("digit_cnn", {"image": ("float32", (1, 1, 8, 8))}, {}),
-    "decoupled model": ("square_int32", {"IN": ("int32", (1,))}, {}),
-}
 
 
 def _tensor(tensor: TensorMetadata) -> dict[str, Any]:

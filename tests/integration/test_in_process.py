@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.integration.in_process_answers import MISTAKES
+from tests.integration.in_process_mistakes import MISTAKES
 from tests.integration.server import REPO_ROOT, ServerProcess
 
 DIGITS = "digits_cnn"
