@@ -476,3 +476,8 @@ def test_the_readme_example_runs() -> None:
     count, batches = map(int, lines[5].split())
     assert count == 32
     assert batches < 32
+
+
+def test_an_unknown_keyword_option_is_refused_not_ignored() -> None:
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\): timeout"):
+        infer_request("m", {"x": IMAGE}, timeout=5)  # type: ignore[call-arg]

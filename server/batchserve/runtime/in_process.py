@@ -39,10 +39,9 @@ from collections.abc import (
     Callable,
     Iterator,
     Mapping,
-    Sequence,
 )
 from concurrent.futures import Future
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Final, Self, TypeVar, Unpack
 
 import uvloop
 
@@ -57,7 +56,13 @@ from batchserve.models.memory_probe import device_total_bytes
 from batchserve.models.registry import BackendFactory, ModelRegistry
 from batchserve.models.repository import ModelRepository
 from batchserve.proto.model_config_pb2 import ModelConfig
-from batchserve.runtime.in_process_requests import Outputs, infer_request, response_outputs
+from batchserve.runtime.in_process_requests import (
+    InferOptions,
+    Outputs,
+    StreamOptions,
+    infer_request,
+    response_outputs,
+)
 from batchserve.scheduler.memory import MemoryBudgets
 
 logger = logging.getLogger(__name__)
@@ -282,78 +287,26 @@ class Server:
 
     # inference ----------------------------------------------------------------------
     async def infer(
-        self,
-        model: str,
-        inputs: Mapping[str, object],
-        *,
-        version: str | int = "",
-        outputs: Sequence[str] | None = None,
-        classification: Mapping[str, int] | None = None,
-        request_id: str = "",
-        priority: int | None = None,
-        timeout_us: int | None = None,
-        sequence_id: int | str | None = None,
-        sequence_start: bool = False,
-        sequence_end: bool = False,
-        parameters: Mapping[str, object] | None = None,
+        self, model: str, inputs: Mapping[str, object], **options: Unpack[InferOptions]
     ) -> Outputs:
         """Run one request; its outputs by name. Errors are the dataplane's
         (``batchserve.core.errors``), worded as the network path words them."""
-        request = infer_request(
-            model, inputs, version=version, outputs=outputs, classification=classification,
-            request_id=request_id, priority=priority, timeout_us=timeout_us,
-            sequence_id=sequence_id, sequence_start=sequence_start, sequence_end=sequence_end,
-            parameters=parameters,
-        )  # fmt: skip
+        request = infer_request(model, inputs, **options)
         return await self._on_home(self._infer_here, request)
 
     def infer_sync(
-        self,
-        model: str,
-        inputs: Mapping[str, object],
-        *,
-        version: str | int = "",
-        outputs: Sequence[str] | None = None,
-        classification: Mapping[str, int] | None = None,
-        request_id: str = "",
-        priority: int | None = None,
-        timeout_us: int | None = None,
-        sequence_id: int | str | None = None,
-        sequence_start: bool = False,
-        sequence_end: bool = False,
-        parameters: Mapping[str, object] | None = None,
+        self, model: str, inputs: Mapping[str, object], **options: Unpack[InferOptions]
     ) -> Outputs:
         """``infer`` from plain code, a thread, or a notebook cell: blocks until answered."""
-        request = infer_request(
-            model, inputs, version=version, outputs=outputs, classification=classification,
-            request_id=request_id, priority=priority, timeout_us=timeout_us,
-            sequence_id=sequence_id, sequence_start=sequence_start, sequence_end=sequence_end,
-            parameters=parameters,
-        )  # fmt: skip
+        request = infer_request(model, inputs, **options)
         return self._blocking(self._infer_here, request)
 
     async def stream(
-        self,
-        model: str,
-        inputs: Mapping[str, object],
-        *,
-        version: str | int = "",
-        outputs: Sequence[str] | None = None,
-        request_id: str = "",
-        priority: int | None = None,
-        timeout_us: int | None = None,
-        sequence_id: int | str | None = None,
-        sequence_start: bool = False,
-        sequence_end: bool = False,
-        parameters: Mapping[str, object] | None = None,
+        self, model: str, inputs: Mapping[str, object], **options: Unpack[StreamOptions]
     ) -> AsyncIterator[Outputs]:
         """Every response to one request, as it comes: any number from a decoupled model
         (``model_transaction_policy { decoupled: true }``), one from any other."""
-        request = infer_request(
-            model, inputs, version=version, outputs=outputs, request_id=request_id,
-            priority=priority, timeout_us=timeout_us, sequence_id=sequence_id,
-            sequence_start=sequence_start, sequence_end=sequence_end, parameters=parameters,
-        )  # fmt: skip
+        request = infer_request(model, inputs, **options)
         if self._on_home_loop():
             async with contextlib.aclosing(self._respond_here(request)) as responses:
                 async for response in responses:
@@ -379,26 +332,10 @@ class Server:
             pump.cancel()
 
     def stream_sync(
-        self,
-        model: str,
-        inputs: Mapping[str, object],
-        *,
-        version: str | int = "",
-        outputs: Sequence[str] | None = None,
-        request_id: str = "",
-        priority: int | None = None,
-        timeout_us: int | None = None,
-        sequence_id: int | str | None = None,
-        sequence_start: bool = False,
-        sequence_end: bool = False,
-        parameters: Mapping[str, object] | None = None,
+        self, model: str, inputs: Mapping[str, object], **options: Unpack[StreamOptions]
     ) -> Iterator[Outputs]:
         """``stream`` from plain code: an iterator that blocks for each response."""
-        request = infer_request(
-            model, inputs, version=version, outputs=outputs, request_id=request_id,
-            priority=priority, timeout_us=timeout_us, sequence_id=sequence_id,
-            sequence_start=sequence_start, sequence_end=sequence_end, parameters=parameters,
-        )  # fmt: skip
+        request = infer_request(model, inputs, **options)
         self._check_not_home_thread()
         events: queue.SimpleQueue[_Event] = queue.SimpleQueue()
         pump = self._submit(self._pump, request, events.put)

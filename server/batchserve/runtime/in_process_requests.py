@@ -12,7 +12,7 @@ dataplane, once for every path.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypedDict, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -41,20 +41,28 @@ PROTOCOL: Final = "in_process"
 """The protocol an in-process request is counted under (statistics' per-protocol outcomes)."""
 
 
+class StreamOptions(TypedDict, total=False):
+    """The keyword options of one request, as both network protocols carry them."""
+
+    version: str | int
+    outputs: Sequence[str] | None
+    request_id: str
+    priority: int | None
+    timeout_us: int | None
+    sequence_id: int | str | None
+    sequence_start: bool
+    sequence_end: bool
+    parameters: Mapping[str, object] | None
+
+
+class InferOptions(StreamOptions, total=False):
+    """A single-answer request's options: also Triton's classification extension."""
+
+    classification: Mapping[str, int] | None
+
+
 def infer_request(
-    model: str,
-    inputs: Mapping[str, object],
-    *,
-    version: str | int = "",
-    outputs: Sequence[str] | None = None,
-    classification: Mapping[str, int] | None = None,
-    request_id: str = "",
-    priority: int | None = None,
-    timeout_us: int | None = None,
-    sequence_id: int | str | None = None,
-    sequence_start: bool = False,
-    sequence_end: bool = False,
-    parameters: Mapping[str, object] | None = None,
+    model: str, inputs: Mapping[str, object], **options: Unpack[InferOptions]
 ) -> InferRequest:
     """The request the network adapters would have decoded from the same call.
 
@@ -68,25 +76,25 @@ def infer_request(
         raise InvalidArgument(
             f"inputs must be a mapping of input name to array, got {describe(inputs)}"
         )
+    if unknown := options.keys() - InferOptions.__optional_keys__:
+        raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
     check_count(len(inputs), what="input")
     tensors = [input_tensor(name, value) for name, value in inputs.items()]
-    options = request_options(
-        _parameters(parameters, priority, timeout_us, sequence_id, sequence_start, sequence_end)
-    )
-    requested = requested_outputs(outputs, classification)
+    checked = request_options(_parameters(options))
+    requested = requested_outputs(options.get("outputs"), options.get("classification"))
     return InferRequest(
         model_name=model,
-        model_version=str(version),
-        id=request_id,
+        model_version=str(options.get("version", "")),
+        id=options.get("request_id", ""),
         inputs=tensors,
         outputs=requested,
-        parameters=options.parameters,
-        priority=options.priority,
-        timeout_us=options.timeout_us,
+        parameters=checked.parameters,
+        priority=checked.priority,
+        timeout_us=checked.timeout_us,
         protocol=PROTOCOL,
         layout=layout_key(tensors, requested),
-        sequence=options.sequence,
-        empty_final=options.empty_final,
+        sequence=checked.sequence,
+        empty_final=checked.empty_final,
     )
 
 
@@ -101,23 +109,16 @@ def layout_key(
     return (PROTOCOL, described, asked)
 
 
-def _parameters(
-    given: Mapping[str, object] | None,
-    priority: int | None,
-    timeout_us: int | None,
-    sequence_id: int | str | None,
-    sequence_start: bool,
-    sequence_end: bool,
-) -> dict[str, object]:
+def _parameters(options: InferOptions) -> dict[str, object]:
     """The keyword options under the names both protocols give them (``timeout`` is in
     microseconds there too); a flag left False is not sent, as a client omits it."""
-    parameters = dict(given or {})
+    parameters = dict(options.get("parameters") or {})
     named: dict[str, object | None] = {
-        "priority": priority,
-        "timeout": timeout_us,
-        "sequence_id": sequence_id,
-        "sequence_start": sequence_start or None,
-        "sequence_end": sequence_end or None,
+        "priority": options.get("priority"),
+        "timeout": options.get("timeout_us"),
+        "sequence_id": options.get("sequence_id"),
+        "sequence_start": options.get("sequence_start") or None,
+        "sequence_end": options.get("sequence_end") or None,
     }
     parameters.update({key: value for key, value in named.items() if value is not None})
     return parameters

@@ -321,7 +321,7 @@ class Batcher:
             item.executed_batch_size = samples
             self._urgent -= item.urgent
         run = BatchRun(instance.backend, batch, self._pad_value, self._layout)
-        predicted = self.batch_time(instance.name).predict(samples)
+        predicted = self.batch_time(instance.name).predict(samples) if self._objective_ns else 0
         if instance.backend.device.kind == "cpu" and self._inline.inline(samples):
             try:
                 outcomes: list[Outcome] | BaseException = run()
@@ -358,7 +358,7 @@ class Batcher:
             return
         self._deliver(batch, outcomes)  # first, so that no bookkeeping can strand them
         self._learn(run, instance)
-        if len(run.executions) == 1:  # run whole: its time is the batch's
+        if self._objective_ns and len(run.executions) == 1:  # run whole: the batch's time
             e = run.executions[0]
             measured = e.input_ns + e.infer_ns + e.output_ns
             self.batch_time(instance.name).record(e.samples, measured)
