@@ -30,8 +30,11 @@ from tests.integration.test_faults import (
     wait_until,
 )
 
-BLOCK_ITERATIONS = 150
-"""The request holding the only instance while the signals come (~1.5 s on an idle core)."""
+BLOCK_ITERATIONS = 500
+"""The request holding the only instance while the signals come (~5 s on an idle core): long
+enough that the six queued requests are all in the queue before it ends, even while other
+work takes the cores (at ~1.5 s a busy machine let it finish first, and the queue never
+reached six)."""
 QUEUED = 3
 """Requests per protocol waiting behind it."""
 SHUTDOWN_DELAY = 60.0
