@@ -27,6 +27,18 @@ FALSE_WORDS = ("false", "off", "0")
 """How a boolean flag may be written, in any case: the words Triton's parser accepts."""
 
 
+def plain_config_name(name: str) -> str:
+    """``name`` if it can be ``--model-config-name``: a file name in each model's configs/
+    folder. Triton refuses an empty one and spaces; a path could leave the model's directory."""
+    odd = any(c.isspace() or c in "/\\" or not c.isprintable() for c in name)
+    if not name or name.startswith(".") or odd:
+        raise ValueError(
+            "--model-config-name must name a file in each model's configs/ folder: not "
+            f"empty, no spaces, '/' or '\\', and not starting with '.', not {name[:64]!r}"
+        )
+    return name
+
+
 class ModelControlMode(StrEnum):
     """Triton's names: `none` loads everything at start and forbids changes; `explicit`
     loads what `--load-model` names and opens the repository load/unload API."""
@@ -52,6 +64,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BATCHSERVE_", frozen=True, extra="forbid")
 
     model_repository: Path = Path("model_repo")
+    model_config_name: str | None = None
+    """Triton's ``--model-config-name``: each model reads ``<model>/configs/<name>.pbtxt``
+    where that file exists, else its ``config.pbtxt``."""
     host: str = "127.0.0.1"
     http_port: int = Field(8000, ge=0, le=65535)
     grpc_port: int = Field(8001, ge=0, le=65535)
@@ -111,6 +126,11 @@ class Settings(BaseSettings):
         """Parsed once, here: a bad budget stops the server before it starts. Anything but
         text (a mapping already parsed) is left to the field's type."""
         return parse_budgets(value) if value is None or isinstance(value, str) else value
+
+    @field_validator("model_config_name")
+    @classmethod
+    def _plain_config_name(cls, value: str | None) -> str | None:
+        return None if value is None else plain_config_name(value)
 
     @field_validator("log_level")
     @classmethod

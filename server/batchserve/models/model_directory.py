@@ -1,11 +1,12 @@
 """Resolving one model directory: its config, version directories, model files and their
 signatures, into a completed and validated config.
 
-Reads ``<root>/<model>/config.pbtxt`` (or a load's own config), picks the versions the
-version policy serves, completes the config from the newest readable model file and checks
-every version against it, collecting every problem of the model rather than stopping at the
-first. It never loads a runtime (the registry does that). Every file it hands out resolves,
-after symlinks, inside the repository root.
+Reads ``<root>/<model>/config.pbtxt`` (or, with ``--model-config-name NAME``,
+``<model>/configs/NAME.pbtxt`` where that file exists, as Triton chooses; or a load's own
+config), picks the versions the version policy serves, completes the config from the newest
+readable model file and checks every version against it, collecting every problem of the
+model rather than stopping at the first. It never loads a runtime (the registry does that).
+Every file it hands out resolves, after symlinks, inside the repository root.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ from batchserve.proto.model_config_pb2 import ModelConfig
 
 logger = logging.getLogger(__name__)
 
+CONFIG_FOLDER = "configs"
+"""Where a model's named configurations live (Triton's ``kModelConfigFolder``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ModelVersion:
@@ -64,6 +68,9 @@ class ResolvedModel:
     labels: LabelMap = field(default_factory=dict)
     directory: Path | None = None
     """Where the model was read from: the repository's, or a load's own files."""
+    config_file: str = CONFIG_FILENAME
+    """The config it was read from, as a user knows it (``m/configs/gpu.pbtxt``, or the
+    load parameter): what messages about the config name."""
 
 
 class InvalidModel(ModelConfigError):
@@ -75,12 +82,16 @@ class InvalidModel(ModelConfigError):
         self.problems = tuple(problems)
 
 
-def resolve_model(root: Path, name: str, config: ModelConfig | None = None) -> ResolvedModel:
+def resolve_model(
+    root: Path, name: str, config: ModelConfig | None = None, *, config_name: str | None = None
+) -> ResolvedModel:
     """The model ``name`` (a valid name) of the repository at ``root``, completed and validated.
 
-    Raises NotFound when there is no such directory, and InvalidModel listing every problem.
+    ``config_name``: read ``configs/<config_name>.pbtxt`` where it exists (``config`` given,
+    a load's override, wins over both). Raises NotFound when there is no such directory, and
+    InvalidModel listing every problem.
     """
-    return _ModelCheck(root, name, config).run()
+    return _ModelCheck(root, name, config, config_name).run()
 
 
 def _pt2_signature(model_file: Path) -> ModelSignature:
@@ -112,9 +123,16 @@ def _is_version_number(name: str) -> bool:
 class _ModelCheck:
     """Resolves one model directory, collecting every problem rather than stopping at the first."""
 
-    def __init__(self, root: Path, name: str, config: ModelConfig | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        name: str,
+        config: ModelConfig | None = None,
+        config_name: str | None = None,
+    ) -> None:
         self.root = root
         self.override = config
+        self.config_name = config_name
         self.name = name
         self.dir = root / name
         self.source = f"{name}/{CONFIG_FILENAME}"
@@ -152,7 +170,7 @@ class _ModelCheck:
         self.problems += problems
         if self.problems:
             raise self.fail()
-        return ResolvedModel(self.name, resolved, tuple(versions), labels, self.dir)
+        return ResolvedModel(self.name, resolved, tuple(versions), labels, self.dir, self.source)
 
     def _builtin(self, config: ModelConfig, dirs: dict[int, Path]) -> ResolvedModel:
         """A decoupled model served by a backend in the server: no model file to read."""
@@ -165,13 +183,14 @@ class _ModelCheck:
         self.problems += [f"{self.source}: {problem}" for problem in builtin_problems(done)]
         if self.problems:
             raise self.fail()
-        return ResolvedModel(self.name, done, tuple(versions), {}, self.dir)
+        return ResolvedModel(self.name, done, tuple(versions), {}, self.dir, self.source)
 
     def _read_config(self) -> ModelConfig:
         if self.override is not None:
             self.source = f"{self.name}: load parameter 'config'"
             return self.override
-        path = self.dir / CONFIG_FILENAME
+        path = self._config_path()
+        self.source = self.label(path)
         if not path.exists() and not path.is_symlink():
             return ModelConfig()
         if not _inside(path, self.root):
@@ -182,6 +201,14 @@ class _ModelCheck:
         except ModelConfigError as exc:
             self.problems.append(exc.message)
         raise self.fail()
+
+    def _config_path(self) -> Path:
+        """Triton's choice: ``configs/<name>.pbtxt`` where it exists, else config.pbtxt."""
+        if self.config_name is not None:
+            named = self.dir / CONFIG_FOLDER / f"{self.config_name}.pbtxt"
+            if named.exists() or named.is_symlink():
+                return named
+        return self.dir / CONFIG_FILENAME
 
     def _contained(self, dirs: dict[int, Path]) -> dict[int, Path]:
         """Version directories inside the repository; the others are problems."""

@@ -194,7 +194,7 @@ class ModelRegistry(ModelTable):
             read_warmup_samples,
             config,
             resolved.directory or self.repository.root / resolved.name,
-            source=f"{resolved.name}/config.pbtxt",
+            source=resolved.config_file,
         )
         reservations = ModelReservations.from_config(config)
         instances: list[Instance] = []

@@ -31,10 +31,12 @@ class ModelProblem:
 class ModelRepository:
     """A directory of models; reading it never loads a runtime."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, config_name: str | None = None) -> None:
+        """``config_name``: Triton's ``--model-config-name``, for every model resolved."""
         if not root.is_dir():
             raise NotFound(f"model repository '{root}' is not a directory")
         self.root = root.resolve()
+        self.config_name = config_name
 
     def names(self) -> list[str]:
         """The model directories, sorted; hidden entries and plain files are skipped."""
@@ -48,13 +50,14 @@ class ModelRepository:
 
     def resolve(self, name: str, config: ModelConfig | None = None) -> ResolvedModel:
         """The model, completed and validated; ``config`` (a load's override) is used
-        instead of the directory's config.pbtxt when given.
+        instead of the directory's config.pbtxt (or named config) when given.
 
         Raises InvalidArgument for a name that is not a plain directory name, NotFound
         when there is no such directory, and InvalidModel (a ModelConfigError) listing every
         problem found.
         """
-        return resolve_model(self.root, validate_model_name(name), config)
+        name = validate_model_name(name)
+        return resolve_model(self.root, name, config, config_name=self.config_name)
 
     def scan(self) -> tuple[list[ResolvedModel], list[ModelProblem]]:
         """Resolve every model; a broken entry is reported and never stops the others."""

@@ -1,8 +1,9 @@
 """`batchserve repo validate DIR`: check a model repository before serving it.
 
 Prints each valid model's resolved configuration (a pbtxt a user can copy, headed by comment
-lines naming the served versions and files) and each problem on its own line; the exit code
-is 0 only when every model is valid. At a terminal, stderr also shows each model as it is
+lines naming the config file read and the served versions and files) and each problem on its
+own line; the exit code is 0 only when every model is valid. ``--model-config-name`` checks
+what a server given that flag would serve. At a terminal, stderr also shows each model as it is
 checked and a closing summary (not with --quiet).
 """
 
@@ -36,16 +37,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     validate.add_argument(
         "-q", "--quiet", action="store_true", help="print only the problems (and no progress)"
     )
+    validate.add_argument(
+        "--model-config-name",
+        metavar="NAME",
+        help="check the configs a server with this --model-config-name serves: "
+        "<model>/configs/NAME.pbtxt where it exists, else config.pbtxt",
+    )
     validate.set_defaults(handler=validate_command)
 
 
 def validate_command(args: argparse.Namespace) -> int:
     """Handler of `repo validate`; imports onnx only when run, so `batchserve --help` stays fast."""
     from batchserve.core.errors import NotFound
+    from batchserve.core.settings import plain_config_name
 
     progress = StageProgress.for_stderr(PROG, quiet=args.quiet)
     try:
-        repository = _repository(args.directory, progress)
+        config_name = args.model_config_name
+        if config_name is not None:
+            plain_config_name(config_name)
+        repository = _repository(args.directory, progress, config_name)
+    except ValueError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
     except NotFound as exc:
         print(f"{PROG}: {exc.message}", file=sys.stderr)
         return 1
@@ -67,7 +81,9 @@ def validate_command(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def _repository(directory: Path, progress: StageProgress) -> ModelRepository:
+def _repository(
+    directory: Path, progress: StageProgress, config_name: str | None = None
+) -> ModelRepository:
     """The repository, telling ``progress`` of each model as the scan resolves it."""
     from batchserve.models.repository import ModelRepository
 
@@ -89,7 +105,7 @@ def _repository(directory: Path, progress: StageProgress) -> ModelRepository:
             self._names, self._done = self.names(), 0
             return super().scan()
 
-    return _Watched(directory)
+    return _Watched(directory, config_name)
 
 
 def _print_report(root: Path, resolved: list[ResolvedModel], problems: list[ModelProblem]) -> None:
@@ -103,7 +119,7 @@ def _print_report(root: Path, resolved: list[ResolvedModel], problems: list[Mode
 
 
 def _valid_block(root: Path, model: ResolvedModel, pbtxt: str) -> str:
-    lines = [f"# {model.name}: valid"]
+    lines = [f"# {model.name}: valid", f"#   config from {model.config_file}"]
     lines += [
         f"#   serves version {v.version} from {v.model_file.relative_to(root).as_posix()}"
         for v in model.versions

@@ -14,6 +14,13 @@ from batchserve.core.settings import Settings
 # (flag, settings field, type, help); the environment variable is BATCHSERVE_<FIELD>.
 FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--model-repository", "model_repository", Path, "model repository directory"),
+    (
+        "--model-config-name",
+        "model_config_name",
+        str,
+        "each model's configuration is <model>/configs/NAME.pbtxt where that file exists, "
+        "else its config.pbtxt (Triton's flag)",
+    ),
     ("--host", "host", str, "address to listen on (default 127.0.0.1)"),
     ("--http-port", "http_port", int, "HTTP port (default 8000; 0 picks a free one)"),
     ("--grpc-port", "grpc_port", int, "gRPC port (default 8001)"),
