@@ -108,3 +108,26 @@ def test_char_lstm_generate_is_what_the_zoo_writes(tmp_path: Path) -> None:
         assert (written / part).read_bytes() == (shipped / part).read_bytes(), part
     symbols = json.loads((shipped / "vocabulary.json").read_text())
     assert symbols == [decode_id(token) for token in range(VOCAB_SIZE)]
+
+
+def test_each_named_config_is_what_the_zoo_writes_from_config_pbtxt(tmp_path: Path) -> None:
+    """configs/<name>.pbtxt (``--model-config-name``) never drifts from config.pbtxt."""
+    from batchserve.zoo.variants import VARIANTS, write_variants
+
+    for model in VARIANTS:
+        (tmp_path / model).mkdir()
+        (tmp_path / model / "config.pbtxt").write_bytes(
+            (MODEL_REPO / model / "config.pbtxt").read_bytes()
+        )
+        written = {path.name: path.read_bytes() for path in write_variants(tmp_path / model)}
+        shipped = {p.name: p.read_bytes() for p in (MODEL_REPO / model / "configs").iterdir()}
+        assert written == shipped, model
+
+
+@pytest.mark.parametrize("name", ["cpu", "gpu"])
+def test_the_repository_is_valid_under_each_config_name_the_overlays_set(name: str) -> None:
+    resolved, problems = ModelRepository(MODEL_REPO, name).scan()
+    assert problems == []
+    chosen = {m.name: m.config_file for m in resolved}
+    assert chosen["digits_cnn"] == f"digits_cnn/configs/{name}.pbtxt"
+    assert chosen["char_lstm"] == "char_lstm/config.pbtxt"

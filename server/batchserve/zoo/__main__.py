@@ -25,6 +25,7 @@ from batchserve.zoo import (
     char_lstm,
     digits_cnn,
     sequence_models,
+    variants,
 )
 
 MAX_BATCH_SIZE = 64
@@ -152,6 +153,7 @@ def build_one(name: str, repository: Path, work_dir: Path) -> dict[str, float]:
     # a re-export keeps the setting from the config it replaces: add it once
     if name in ONE_THREAD_MODELS and '"intra_op_thread_count"' not in config.read_text():
         config.write_text(config.read_text() + ONE_THREAD)
+    variants.write_variants(repository / name)  # after config.pbtxt, which they are made from
     if name in TRAINERS:
         metrics["training_seconds"] = round(time.monotonic() - started, 1)
     (repository / name / "training.json").write_text(json.dumps(metrics, indent=2) + "\n")

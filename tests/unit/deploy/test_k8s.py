@@ -14,6 +14,8 @@ import jsonschema
 import pytest
 import yaml
 from batchserve.core.settings import Settings
+from batchserve.models.repository import ModelRepository
+from batchserve.proto.model_config_pb2 import ModelInstanceGroup
 from batchserve.runtime.cpus import available_cpus, resolve_workers
 from deploy_support import (
     COMPONENTS,
@@ -23,6 +25,7 @@ from deploy_support import (
     KEDA_VARIANTS,
     KUBERNETES_VERSIONS,
     OVERLAYS,
+    REPO,
     URI,
     VARIANTS,
     Manifest,
@@ -386,6 +389,21 @@ def test_grpc_connections_are_aged_so_that_new_pods_get_their_share(
     # Without a grace, one open stream would keep its connection for ever.
     assert settings.grpc_max_connection_age_grace_ms is not None
     assert settings.grpc_max_connection_age_grace_ms / 1000 <= settings.shutdown_timeout_seconds
+
+
+def test_each_overlay_serves_its_own_configs_of_the_one_repository(
+    rendered: dict[str, list[Manifest]], variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The overlays set --model-config-name, and the shipped repository has a config of
+    that name placing digits_cnn on the overlay's kind of device."""
+    overlay = variant.partition("+")[0]
+    settings = _settings(rendered[variant], monkeypatch)
+    assert settings.model_config_name == overlay
+    repository = ModelRepository(REPO / "model_repo", settings.model_config_name)
+    digits = repository.resolve("digits_cnn")
+    assert digits.config_file == f"digits_cnn/configs/{overlay}.pbtxt"
+    kind = ModelInstanceGroup.KIND_GPU if overlay == "gpu" else ModelInstanceGroup.KIND_CPU
+    assert {group.kind for group in digits.config.instance_group} == {kind}
 
 
 # KEDA -------------------------------------------------------------------------------------
