@@ -1,0 +1,310 @@
+"""Instance count and threads chosen by measurement at load, for configs that set neither.
+
+A config without an instance count or thread parameters used to get one instance on the
+runtime's own thread pool. For a compute-bound CNN on a CPU that reached 0.89-0.91 of the
+model's in-process throughput, where one single-threaded instance per core reaches about
+1.0 (``bench/NOTES.md``); for a light model more instances buy nothing, since handling its
+requests costs more than running it, and each batch split across instances pays its
+hand-over twice. So the load measures instead of guessing:
+
+- the default (one instance, the runtime's threads) runs first; a model whose sample costs
+  less than ``LIGHT_SAMPLE_NS`` keeps it, after a fraction of a second;
+- otherwise each candidate (``candidates``: on a CPU one instance per core with one thread,
+  and splits between; on a GPU two instances, and CUDA graphs) runs the same rows
+  concurrently on all its instances, in interleaved rounds so that a machine whose speed
+  drifts favours none, bounded by ``TIME_LIMIT_S``;
+- the fastest wins if it beats the default by ``MARGIN``, else the default stays.
+
+The choice and every figure are logged and shown in the model's statistics. A config opts
+out by setting an instance ``count`` or a thread parameter.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from batchserve.backends.base import Arrays, Backend
+from batchserve.core.device import Device
+from batchserve.core.errors import BatchserveError
+from batchserve.proto.model_config_pb2 import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+THREAD_PARAMETERS = ("intra_op_thread_count", "inter_op_thread_count")
+"""Config parameters that set a runtime's threads: a config with one has chosen."""
+LIGHT_SAMPLE_NS = 100_000
+"""A sample cheaper than this (0.1 ms) costs less than the server spends receiving and
+answering its request (67-180 µs on the 2-core reference machine), so the model's own
+settings hardly move throughput, and more instances only add hand-overs."""
+MARGIN = 0.05
+"""How much faster than the default a candidate must measure to replace it."""
+ROUND_S = 0.25
+"""Each candidate's share of one round."""
+ROUNDS = 3
+TIME_LIMIT_S = 8.0
+"""Most a load spends measuring (rounds stop once it is reached; the first always runs)."""
+MEASURED_ROWS = 16
+"""Rows a candidate runs at once, split across its instances as the batcher splits a CPU
+batch: the batch a model sees from 16 concurrent clients."""
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One way to run a model: instances, threads each (0: the runtime's own choice), and
+    whether GPU batches run as captured CUDA graphs."""
+
+    instances: int = 1
+    threads: int = 0
+    cuda_graphs: bool = False
+
+    def __str__(self) -> str:
+        threads = f"{self.threads} thread(s)" if self.threads else "runtime threads"
+        graphs = ", CUDA graphs" if self.cuda_graphs else ""
+        return f"{self.instances} instance(s) x {threads}{graphs}"
+
+
+DEFAULT = Setting()
+"""What a config without a count or thread parameters got before measurement."""
+
+
+@dataclass(frozen=True, slots=True)
+class Trial:
+    """A setting as measured: samples per second in each round (empty: it failed to load)."""
+
+    setting: Setting
+    rounds: tuple[float, ...]
+    error: str = ""
+
+    @property
+    def samples_per_s(self) -> float:
+        return statistics.median(self.rounds) if self.rounds else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """What the load chose, why, and what it measured."""
+
+    chosen: Setting
+    reason: str
+    trials: tuple[Trial, ...]
+    seconds: float
+
+
+def wants_tuning(config: ModelConfig) -> bool:
+    """Whether a config leaves instances and threads to the server: no count, no thread
+    parameter, at most one instance group, and a model the dynamic batcher schedules
+    (sequence slots and decoupled responders are per instance by design)."""
+    if len(config.instance_group) > 1 or any(g.count for g in config.instance_group):
+        return False
+    if any(name in config.parameters for name in THREAD_PARAMETERS):
+        return False
+    if config.HasField("sequence_batching") or config.HasField("ensemble_scheduling"):
+        return False
+    return not config.model_transaction_policy.decoupled
+
+
+def candidates(device: Device, cores: int, graphs_possible: bool) -> list[Setting]:
+    """The settings worth measuring beside ``DEFAULT``, which always comes first."""
+    if device.kind == "gpu":
+        found = [DEFAULT, Setting(instances=2)]
+        if graphs_possible:
+            found += [Setting(cuda_graphs=True), Setting(instances=2, cuda_graphs=True)]
+        return found
+    found = [DEFAULT]
+    if cores > 1:
+        found.append(Setting(instances=cores, threads=1))
+    if cores >= 4:
+        found.append(Setting(instances=2, threads=cores // 2))
+    return found
+
+
+def configured(config: ModelConfig, setting: Setting) -> ModelConfig:
+    """``config`` with ``setting`` written into it, as if its author had chosen it."""
+    result = ModelConfig()
+    result.CopyFrom(config)
+    if setting == DEFAULT:
+        return result
+    if not result.instance_group:
+        result.instance_group.add()
+    result.instance_group[0].count = setting.instances
+    if setting.threads:
+        result.parameters["intra_op_thread_count"].string_value = str(setting.threads)
+    if setting.cuda_graphs:
+        result.optimization.cuda.graphs = True
+    return result
+
+
+def decide(trials: Sequence[Trial]) -> tuple[Setting, str]:
+    """The fastest trial when it beats the default (the first trial) by ``MARGIN``."""
+    default = trials[0]
+    best = max(trials, key=lambda trial: trial.samples_per_s)
+    if best is default or best.samples_per_s < default.samples_per_s * (1 + MARGIN):
+        return default.setting, f"no setting measured {MARGIN:.0%} faster than the default"
+    gain = best.samples_per_s / default.samples_per_s if default.samples_per_s else 0.0
+    return best.setting, f"measured {gain:.2f}x the default's throughput"
+
+
+BackendFactory = Callable[[ModelConfig, Path], Backend]
+Batch = Callable[[int], Arrays]
+"""Inputs of a given number of rows (``warmup.synthetic_batch`` for the model)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Span:
+    """One instance's share of a round: when it ran and how many rows it finished."""
+
+    began: float
+    ended: float
+    rows: int
+
+
+class _Candidate:
+    """A setting's instances, each loaded and run on a thread of its own (a GPU session and
+    its stream belong to one thread)."""
+
+    def __init__(self, setting: Setting, rows: int) -> None:
+        self.setting = setting
+        self.rows = rows
+        self.backends: list[Backend] = []
+        self.threads: list[ThreadPoolExecutor] = []
+
+    def load(
+        self, factory: BackendFactory, config: ModelConfig, model: Path, device: Device
+    ) -> None:
+        variant = configured(config, self.setting)
+        for index in range(self.setting.instances):
+            thread = ThreadPoolExecutor(1, thread_name_prefix=f"measure-{index}")
+            self.threads.append(thread)
+            backend = factory(variant, model)
+            thread.submit(backend.load, model, variant, device).result()
+            self.backends.append(backend)
+
+    def run_round(self, batch: Batch, seconds: float) -> float:
+        """Samples per second with every instance running its share of ``rows`` at once,
+        all together, for at least ``seconds`` and at least one run each."""
+        rows_each = max(1, -(-self.rows // len(self.backends)))
+        inputs = batch(rows_each)
+        start = threading.Barrier(len(self.backends))
+        runs = [
+            thread.submit(_run_for, backend, inputs, rows_each, seconds, start)
+            for thread, backend in zip(self.threads, self.backends, strict=True)
+        ]
+        spans = [run.result() for run in runs]
+        elapsed = max(s.ended for s in spans) - min(s.began for s in spans)
+        return sum(s.rows for s in spans) / max(elapsed, 1e-9)
+
+    def close(self) -> None:
+        for thread, backend in zip(self.threads, self.backends, strict=False):
+            thread.submit(backend.unload).result()
+        for thread in self.threads:
+            thread.shutdown(wait=True)
+
+
+def _run_for(
+    backend: Backend, inputs: Arrays, rows: int, seconds: float, start: threading.Barrier
+) -> _Span:
+    """Run ``inputs`` (``rows`` rows) again and again until ``seconds`` have passed, once
+    every instance of the round is ready."""
+    backend.infer(inputs)  # untimed: a first run allocates
+    start.wait()
+    began = time.perf_counter()
+    deadline, done = began + seconds, 0
+    while not done or time.perf_counter() < deadline:
+        backend.infer(inputs)
+        done += rows
+    return _Span(began, time.perf_counter(), done)
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """The model being measured: its config and file, where it runs, and its inputs."""
+
+    config: ModelConfig
+    model_file: Path
+    device: Device
+    factory: BackendFactory
+    batch: Batch
+
+
+def tune(subject: Subject, cores: int, *, graphs_possible: bool = False) -> Tuning:
+    """Measure the candidates for ``subject`` and choose (see the module docstring)."""
+    started = time.perf_counter()
+    settings = candidates(subject.device, cores, graphs_possible)
+    rows = _rows(subject.config, subject.device)
+    with ExitStack() as stack:
+        default = stack.enter_context(_loaded(subject, DEFAULT, rows))
+        first = default.run_round(subject.batch, ROUND_S)
+        if subject.device.kind == "cpu" and first * LIGHT_SAMPLE_NS > 1e9:
+            trial = Trial(DEFAULT, (first,))
+            reason = (
+                f"a sample costs under {LIGHT_SAMPLE_NS // 1000} us: request handling dominates"
+            )
+            return Tuning(DEFAULT, reason, (trial,), time.perf_counter() - started)
+        loaded, failed = [default], []
+        for setting in settings[1:]:
+            try:
+                loaded.append(stack.enter_context(_loaded(subject, setting, rows)))
+            except BatchserveError as exc:  # e.g. a graph that cannot be captured
+                failed.append(Trial(setting, (), exc.message))
+        measured = _rounds(loaded, subject.batch, started)
+    measured[0] = (first, *measured[0])
+    trials = [Trial(c.setting, r) for c, r in zip(loaded, measured, strict=True)] + failed
+    chosen, reason = decide(trials)
+    return Tuning(chosen, reason, tuple(trials), time.perf_counter() - started)
+
+
+def _rows(config: ModelConfig, device: Device) -> int:
+    """Rows each round runs at once: a batch that 16 clients make (more on a GPU, whose
+    throughput comes from large batches), within the model's maximum."""
+    if config.max_batch_size <= 0:
+        return 1
+    wanted = MEASURED_ROWS if device.kind == "cpu" else 4 * MEASURED_ROWS
+    return min(config.max_batch_size, wanted)
+
+
+@contextmanager
+def _loaded(subject: Subject, setting: Setting, rows: int) -> Iterator[_Candidate]:
+    candidate = _Candidate(setting, rows)
+    try:
+        candidate.load(subject.factory, subject.config, subject.model_file, subject.device)
+        yield candidate
+    finally:
+        candidate.close()
+
+
+def _rounds(loaded: Sequence[_Candidate], batch: Batch, started: float) -> list[tuple[float, ...]]:
+    """Each candidate's samples per second over up to ``ROUNDS`` interleaved rounds (every
+    other round in reverse order, so that a drift in the machine's speed favours none)."""
+    figures: list[list[float]] = [[] for _ in loaded]
+    for number in range(ROUNDS):
+        if number and time.perf_counter() - started > TIME_LIMIT_S:
+            break
+        order = list(enumerate(loaded))
+        for index, candidate in order if number % 2 == 0 else reversed(order):
+            figures[index].append(candidate.run_round(batch, ROUND_S))
+    return [tuple(f) for f in figures]
+
+
+def log_tuning(model: str, tuning: Tuning) -> None:
+    """One line saying what the load chose and every figure it chose from."""
+    logger.info(
+        "instances and threads chosen by measurement",
+        extra={
+            "model": model,
+            "chosen": str(tuning.chosen),
+            "reason": tuning.reason,
+            "seconds": round(tuning.seconds, 2),
+            "measured": {
+                str(t.setting): round(t.samples_per_s, 1) if t.rounds else t.error
+                for t in tuning.trials
+            },
+        },
+    )

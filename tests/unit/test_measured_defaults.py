@@ -1,0 +1,246 @@
+"""Instances and threads chosen by measurement at load (``models/measured_defaults.py``).
+
+The choice is judged on backends whose cost is known: each run sleeps for its rows times a
+cost per row over the square root of its threads (threads inside one session scale worse
+than sessions side by side, as ONNX Runtime's do on a CNN), so a setting's throughput is set
+by the test and the measured figures only have to rank settings 1.4x apart or more, far
+beyond scheduling noise.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from batchserve.core.device import CPU, Device
+from batchserve.core.errors import BatchserveError, ModelConfigError
+from batchserve.core.signature import ModelSignature
+from batchserve.models import measured_defaults
+from batchserve.models.measured_defaults import (
+    DEFAULT,
+    MARGIN,
+    Setting,
+    Subject,
+    Trial,
+    candidates,
+    configured,
+    decide,
+    tune,
+    wants_tuning,
+)
+from batchserve.proto.model_config_pb2 import ModelConfig
+
+from tests.unit.fakes import fake_config
+
+GPU = Device("gpu", 0)
+RUNTIME_THREADS = 4
+"""What the runtime takes when the config names no thread count (its cores)."""
+
+
+@pytest.fixture(autouse=True)
+def short_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(measured_defaults, "ROUND_S", 0.03)
+
+
+class CostedBackend:
+    """Sleeps ``row_s / sqrt(threads)`` per row (threads from the config it was loaded with,
+    else ``RUNTIME_THREADS``); records where it was loaded, run and unloaded."""
+
+    def __init__(self, row_s: float, log: list[tuple[str, int, str]], fail_graphs: bool) -> None:
+        self.row_s = row_s
+        self.log = log
+        self.fail_graphs = fail_graphs
+        self.threads = 1
+        self._device = CPU
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def signature(self) -> ModelSignature:
+        raise NotImplementedError
+
+    def load(self, model_file: Path, config: ModelConfig, device: Device) -> None:
+        if self.fail_graphs and config.optimization.cuda.graphs:
+            raise ModelConfigError("this graph cannot be captured")
+        parameter = config.parameters.get("intra_op_thread_count")
+        self.threads = int(parameter.string_value) if parameter else RUNTIME_THREADS
+        self._device = device
+        self.log.append(
+            ("load", threading.get_ident(), parameter.string_value if parameter else "")
+        )
+
+    def infer(
+        self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        rows = len(inputs["x"])
+        self.log.append(("infer", threading.get_ident(), str(rows)))
+        time.sleep(rows * self.row_s / math.sqrt(self.threads))
+        return {}
+
+    def memory_bytes(self) -> int | None:
+        return None
+
+    def unload(self) -> None:
+        self.log.append(("unload", threading.get_ident(), ""))
+
+
+def subject(
+    row_s: float,
+    log: list[tuple[str, int, str]],
+    *,
+    device: Device = CPU,
+    fail_graphs: bool = False,
+) -> Subject:
+    config = fake_config(max_batch_size=16)
+
+    def factory(config: ModelConfig, model_file: Path) -> CostedBackend:
+        return CostedBackend(row_s, log, fail_graphs)
+
+    def batch(rows: int) -> dict[str, np.ndarray]:
+        return {"x": np.zeros((rows, 4), np.float32)}
+
+    return Subject(config, Path("model.onnx"), device, factory, batch)
+
+
+@pytest.fixture
+def log() -> Iterator[list[tuple[str, int, str]]]:
+    entries: list[tuple[str, int, str]] = []
+    yield entries
+    loads = [e for e in entries if e[0] == "load"]
+    unloads = [e for e in entries if e[0] == "unload"]
+    assert len(loads) == len(unloads), "every backend measured is unloaded"
+
+
+# which configs are measured ---------------------------------------------------------------
+def test_a_config_that_sets_nothing_is_measured() -> None:
+    assert wants_tuning(fake_config())
+    assert wants_tuning(fake_config("instance_group [{ kind: KIND_CPU }]"))
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "instance_group [{ count: 1 }]",
+        "instance_group [{ kind: KIND_CPU }, { kind: KIND_GPU }]",
+        'parameters { key: "intra_op_thread_count" value { string_value: "2" } }',
+        'parameters { key: "inter_op_thread_count" value { string_value: "1" } }',
+        "model_transaction_policy { decoupled: true }",
+    ],
+)
+def test_a_config_that_chose_is_left_alone(extra: str) -> None:
+    assert not wants_tuning(fake_config(extra))
+
+
+def test_sequence_models_keep_their_instances() -> None:
+    config = fake_config(batching=False)
+    config.sequence_batching.SetInParent()
+    assert not wants_tuning(config)
+
+
+# what is measured and how the choice is written --------------------------------------------
+def test_cpu_candidates_are_the_default_then_one_thread_per_core_then_halves() -> None:
+    assert candidates(CPU, 1, False) == [DEFAULT]
+    assert candidates(CPU, 2, False) == [DEFAULT, Setting(2, 1)]
+    assert candidates(CPU, 8, True) == [DEFAULT, Setting(8, 1), Setting(2, 4)]
+
+
+def test_gpu_candidates_add_an_instance_and_cuda_graphs_where_they_can_run() -> None:
+    assert candidates(GPU, 16, False) == [DEFAULT, Setting(2)]
+    assert candidates(GPU, 16, True) == [
+        DEFAULT,
+        Setting(2),
+        Setting(cuda_graphs=True),
+        Setting(2, cuda_graphs=True),
+    ]
+
+
+def test_the_chosen_setting_is_written_as_an_author_would_write_it() -> None:
+    config = fake_config()
+    written = configured(config, Setting(4, 1))
+    assert [(g.count, g.kind) for g in written.instance_group] == [(4, 0)]
+    assert written.parameters["intra_op_thread_count"].string_value == "1"
+    assert not written.optimization.cuda.graphs
+    assert configured(config, DEFAULT) == config
+    assert not config.instance_group, "the original is not changed"
+    graphs = configured(
+        fake_config("instance_group [{ kind: KIND_GPU }]"), Setting(2, cuda_graphs=True)
+    )
+    assert [(g.count, g.kind) for g in graphs.instance_group] == [(2, 1)]
+    assert graphs.optimization.cuda.graphs
+    assert "intra_op_thread_count" not in graphs.parameters
+
+
+def test_a_candidate_must_beat_the_default_by_the_margin() -> None:
+    near = [Trial(DEFAULT, (100.0,)), Trial(Setting(2, 1), (100.0 * (1 + MARGIN / 2),))]
+    assert decide(near)[0] == DEFAULT
+    far = [Trial(DEFAULT, (100.0, 90.0, 110.0)), Trial(Setting(2, 1), (150.0, 10.0, 160.0))]
+    chosen, reason = decide(far)
+    assert chosen == Setting(2, 1), "the median of the rounds, not one slow round, decides"
+    assert "1.50x" in reason
+    failed = [Trial(DEFAULT, (100.0,)), Trial(Setting(2), (), "out of memory")]
+    assert decide(failed)[0] == DEFAULT
+
+
+# measuring real (costed) backends -----------------------------------------------------------
+def test_a_light_model_keeps_the_default_after_one_round(log: list[tuple[str, int, str]]) -> None:
+    tuning = tune(subject(0.0, log), cores=2)
+    assert tuning.chosen == DEFAULT
+    assert "request handling dominates" in tuning.reason
+    assert [t.setting for t in tuning.trials] == [DEFAULT]
+    assert len([e for e in log if e[0] == "load"]) == 1, "no other candidate was loaded"
+
+
+def test_one_thread_per_core_wins_where_instances_scale(log: list[tuple[str, int, str]]) -> None:
+    # 16 rows: the default (4 threads) takes 8 row-times, four one-thread instances 4 each
+    # side by side, two two-thread instances 8 rows / 1.41 = 5.7 each.
+    tuning = tune(subject(0.002, log), cores=4)
+    assert tuning.chosen == Setting(4, 1), tuning
+    assert [t.setting for t in tuning.trials] == [DEFAULT, Setting(4, 1), Setting(2, 2)]
+    default, per_core, halves = (t.samples_per_s for t in tuning.trials)
+    assert per_core > 1.5 * default
+    assert per_core > halves > default
+    assert all(len(t.rounds) >= 2 for t in tuning.trials), "rounds are interleaved"
+
+
+def test_each_instance_loads_runs_and_unloads_on_its_own_thread(
+    log: list[tuple[str, int, str]],
+) -> None:
+    tune(subject(0.002, log), cores=2)
+    loads = [(thread, threads) for kind, thread, threads in log if kind == "load"]
+    assert sorted(threads for _, threads in loads) == ["", "1", "1"], "runtime's, then 1 each"
+    runs = {thread for kind, thread, _ in log if kind == "infer"}
+    unloads = {thread for kind, thread, _ in log if kind == "unload"}
+    assert {thread for thread, _ in loads} == runs == unloads
+    assert len(runs) == 3
+    rows = {int(rows) for kind, _, rows in log if kind == "infer"}
+    assert rows == {16, 8}, "the default runs 16 rows, each of two instances 8"
+
+
+def test_a_candidate_that_cannot_load_is_reported_not_chosen(
+    log: list[tuple[str, int, str]],
+) -> None:
+    tuning = tune(subject(0.001, log, device=GPU, fail_graphs=True), cores=2, graphs_possible=True)
+    failed = {t.setting: t.error for t in tuning.trials if not t.rounds}
+    assert failed == {
+        Setting(cuda_graphs=True): "this graph cannot be captured",
+        Setting(2, cuda_graphs=True): "this graph cannot be captured",
+    }
+    assert not tuning.chosen.cuda_graphs
+
+
+def test_an_error_that_is_not_the_models_fault_still_unloads_what_was_loaded(
+    log: list[tuple[str, int, str]],
+) -> None:
+    def broken(rows: int) -> dict[str, np.ndarray]:
+        raise BatchserveError("inputs could not be made")
+
+    costed = subject(0.002, log)
+    with pytest.raises(BatchserveError, match="inputs could not be made"):
+        tune(Subject(costed.config, costed.model_file, CPU, costed.factory, broken), cores=2)
