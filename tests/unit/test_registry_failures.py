@@ -23,12 +23,12 @@ from onnx_models import FP32, build_model, write_model
 pytestmark = pytest.mark.anyio
 
 
-def _registry(root: Path) -> ModelRegistry:
+def _registry(root: Path, backend: type[FakeBackend] = FakeBackend) -> ModelRegistry:
     model = build_model([("x", FP32, ("N", 4))], [("y", FP32, ("N", 4)), ("total", FP32, ("N", 1))])
     write_model(root / "fake" / "1" / "model.onnx", model)
     (root / "fake" / "config.pbtxt").write_text(FAKE_CONFIG)
     budgets = MemoryBudgets(parse_budgets(None), device_total_bytes)
-    return ModelRegistry(ModelRepository(root), 8, budgets, lambda *_: FakeBackend())
+    return ModelRegistry(ModelRepository(root), 8, budgets, lambda *_: backend())
 
 
 def _corrupt(root: Path) -> None:
@@ -76,13 +76,12 @@ class _FailsOnThreeRows(FakeBackend):
 
 
 async def test_a_failing_warmup_sample_is_named_in_the_reason(tmp_path: Path) -> None:
-    registry = _registry(tmp_path)
+    registry = _registry(tmp_path, _FailsOnThreeRows)
     config = tmp_path / "fake" / "config.pbtxt"
     config.write_text(
         FAKE_CONFIG + 'model_warmup [{ name: "three" batch_size: 3 inputs { key: "x" '
         "value: { data_type: TYPE_FP32 dims: [4] zero_data: true } } }]"
     )
-    registry._backend_factory = lambda *_: _FailsOnThreeRows()
     with pytest.raises(ModelConfigError) as failure:
         await registry.load("fake")
     assert failure.value.message == ("failed to run warmup sample 'three': three rows are too many")

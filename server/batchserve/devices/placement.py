@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from batchserve.core.device import CPU, Device
@@ -86,16 +87,37 @@ def _nvml_count() -> int:
         pynvml.nvmlShutdown()
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where ``instance_group`` puts one instance, as Triton's instance signature: its device
+    and its group's settings but name and count. Instances of equal placement are
+    interchangeable, so a change of count keeps those loaded."""
+
+    device: Device
+    group: bytes
+
+
 def resolve_devices(config: ModelConfig, available_gpus: int) -> list[Device]:
     """One Device per model instance, placed from ``instance_group`` as Triton places them.
 
     No instance_group means one instance per GPU present, or one on the CPU without GPUs.
     """
+    return [placement.device for placement in resolve_placements(config, available_gpus)]
+
+
+def resolve_placements(config: ModelConfig, available_gpus: int) -> list[Placement]:
+    """``resolve_devices``, with each instance's group signature."""
     groups = list(config.instance_group) or [ModelInstanceGroup(kind=ModelInstanceGroup.KIND_AUTO)]
-    devices: list[Device] = []
+    placements: list[Placement] = []
     for position, group in enumerate(groups):
-        devices.extend(_group_devices(config, group, position, available_gpus))
-    return devices
+        signature = ModelInstanceGroup()
+        signature.CopyFrom(group)
+        signature.ClearField("name")
+        signature.ClearField("count")
+        key = signature.SerializeToString(deterministic=True)
+        devices = _group_devices(config, group, position, available_gpus)
+        placements.extend(Placement(device, key) for device in devices)
+    return placements
 
 
 def _group_devices(

@@ -12,6 +12,7 @@ Every file it hands out resolves, after symlinks, inside the repository root.
 from __future__ import annotations
 
 import logging
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,12 +51,32 @@ CONFIG_FOLDER = "configs"
 """Where a model's named configurations live (Triton's ``kModelConfigFolder``)."""
 
 
+FileStamp = frozenset[tuple[str, int, int]]
+"""(path, size, modification time in ns) of each file in a directory."""
+
+
 @dataclass(frozen=True, slots=True)
 class ModelVersion:
     """One served version and the file it is loaded from."""
 
     version: int
     model_file: Path
+    stamp: FileStamp = field(default=frozenset(), compare=False)
+    """Its version directory's files when it was resolved: unchanged, a reload may keep the
+    version loaded and change only its instances (Triton compares the same times)."""
+
+
+def directory_stamp(directory: Path) -> FileStamp:
+    """Every regular file under ``directory`` (after symlinks), with its size and time."""
+    found = set()
+    for path in directory.rglob("*"):
+        try:
+            status = path.stat()
+        except OSError:
+            continue
+        if stat.S_ISREG(status.st_mode):
+            found.add((path.relative_to(directory).as_posix(), status.st_size, status.st_mtime_ns))
+    return frozenset(found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +304,7 @@ class _ModelCheck:
         for number in self._selected(config, list(dirs)):
             model_file = dirs[number] / filename
             if self._usable(model_file):
-                served.append(ModelVersion(number, model_file))
+                served.append(ModelVersion(number, model_file, directory_stamp(dirs[number])))
         return served
 
     def _selected(self, config: ModelConfig, available: list[int]) -> list[int]:

@@ -15,13 +15,16 @@ from batchserve.core.datatypes import DataType, from_config
 from batchserve.core.device import Device
 from batchserve.core.errors import BatchserveError, InvalidArgument, NotFound, Unavailable
 from batchserve.core.validation import RequestSchema
+from batchserve.devices.placement import Placement
 from batchserve.models.labels import LabelMap
 from batchserve.models.load_override import OverrideDirectory
+from batchserve.models.model_directory import ModelVersion
 from batchserve.models.repository import ModelRepository
 from batchserve.observability.stats import ModelStats
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batcher import Batcher
-from batchserve.scheduler.memory import MemoryProfile, ModelReservations
+from batchserve.scheduler.instances import Instance
+from batchserve.scheduler.memory import MemoryProfile, ModelReservations, Reservation
 from batchserve.scheduler.responders import Responder
 
 
@@ -44,21 +47,43 @@ class InstanceMemory:
     batch_cap: int
 
 
+@dataclass(frozen=True, slots=True)
+class LoadedInstance:
+    """One instance of a served version: where ``instance_group`` placed it (``device``
+    may differ: a GPU instance fallen back to the CPU), and the memory it holds."""
+
+    instance: Instance
+    placement: Placement
+    memory: InstanceMemory
+    reservation: Reservation
+
+
 @dataclass(eq=False)
 class ServedVersion:
-    """One loaded version: its config, instances, scheduler and memory reservations."""
+    """One loaded version: its config, instances, scheduler and memory reservations.
+
+    ``config`` and ``instances`` change together when its instances do (an instance change
+    without a reload: ``instance_change.py``); the rest is fixed while it is loaded.
+    """
 
     name: str
     version: int
     config: ModelConfig
     batcher: Batcher
     stats: ModelStats
-    memory: tuple[InstanceMemory, ...] = ()
+    instances: tuple[LoadedInstance, ...] = ()
     reservations: ModelReservations | None = None
     labels: LabelMap = field(default_factory=dict)
     responder: Responder | None = None
     """A decoupled model's: its requests go there, not to ``batcher`` (which has no
     instances then)."""
+    source: ModelVersion | None = None
+    """The files it was loaded from (None: a decoupled model's, with none of its own)."""
+
+    @property
+    def memory(self) -> tuple[InstanceMemory, ...]:
+        """What each instance measured and reserved, in the order they were loaded."""
+        return tuple(loaded.memory for loaded in self.instances)
 
     @cached_property
     def schema(self) -> RequestSchema:

@@ -2,7 +2,8 @@
 
 Loading happens off the event loop; a model is READY only once every instance is loaded
 and has run a warm-up batch. Reloading builds the new versions first and swaps them in,
-so requests in flight on the old ones finish and none are lost.
+so requests in flight on the old ones finish and none are lost; a reload that changes only
+``instance_group`` changes the served versions' instances instead (``instance_change``).
 """
 
 from __future__ import annotations
@@ -13,76 +14,36 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
-from pathlib import Path
 
-from batchserve.backends.base import Backend
 from batchserve.backends.selection import create_backend
-from batchserve.core.device import CPU, Device
+from batchserve.core.device import CPU
 from batchserve.core.errors import BatchserveError, ModelConfigError, Unavailable
-from batchserve.devices.placement import gpu_count, resolve_devices
+from batchserve.devices.placement import Placement, gpu_count, resolve_placements
 from batchserve.models.decoupled import build_responder, builtin_backend
+from batchserve.models.instance_change import change_instances, reload_reason
+from batchserve.models.instance_loader import BackendFactory as BackendFactory  # re-exported
+from batchserve.models.instance_loader import InstanceLoader
 from batchserve.models.load_override import LoadOverride, OverrideDirectory
-from batchserve.models.memory_probe import probe_backend
 from batchserve.models.model_directory import ModelVersion, ResolvedModel
-from batchserve.models.model_table import InstanceMemory, ModelState, ModelTable, ServedVersion
+from batchserve.models.model_table import (
+    LoadedInstance,
+    ModelEntry,
+    ModelState,
+    ModelTable,
+    ServedVersion,
+)
 from batchserve.models.repository import ModelRepository
-from batchserve.models.warmup import synthetic_batch
 from batchserve.models.warmup_samples import WarmupSample, read_warmup_samples
 from batchserve.observability.stats import ModelStats
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.inline import INLINE_BELOW_NS
-from batchserve.scheduler.instances import Instance, InstancePool
+from batchserve.scheduler.instances import InstancePool
 from batchserve.scheduler.memory import MemoryBudgets, ModelReservations
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.sequences import MAX_LIVE_SEQUENCES, SequenceBatcher, SequencePolicy
 
 logger = logging.getLogger(__name__)
-
-BackendFactory = Callable[[ModelConfig, Path], Backend]
-
-# Dynamic non-batch axes (sequence length, image size) are probed at this size for models
-# with a sequence-length input, and at 1 otherwise: memory then scales with the real
-# lengths, which the cap cannot foresee; a batch that still runs out is split (OOM split).
-PROBE_SEQUENCE_LENGTH = 128
-
-
-def probe_length(config: ModelConfig) -> int:
-    return PROBE_SEQUENCE_LENGTH if config.batchserve.sequence_length_input else 1
-
-
-async def _run_sample(instance: Instance, sample: WarmupSample) -> None:
-    """Run one ``model_warmup`` sample ``count`` times, and log it; a failure names it, in
-    Triton's words."""
-    started = time.perf_counter()
-    try:
-        for _ in range(sample.count):
-            await instance.run(partial(instance.backend.infer, sample.inputs))
-    except BatchserveError as exc:
-        raise ModelConfigError(
-            f"failed to run warmup sample '{sample.name}': {exc.message}"
-        ) from exc
-    logger.info(
-        "warm-up sample run",
-        extra={"instance": instance.name, "sample": sample.name, "count": sample.count,
-               "ms": round((time.perf_counter() - started) * 1000, 1)},
-    )  # fmt: skip
-
-
-SLOW_PHASE_S = 1.0
-"""A load phase (memory probe, warm-up) longer than this is logged at info level, so that a
-person watching a slow load sees where its time goes; shorter ones at debug."""
-
-
-def _log_phase(instance: str, phase: str, started: float) -> None:
-    seconds = time.perf_counter() - started
-    level = logging.INFO if seconds >= SLOW_PHASE_S else logging.DEBUG
-    logger.log(
-        level,
-        "load phase done",
-        extra={"instance": instance, "phase": phase, "seconds": round(seconds, 2)},
-    )
 
 
 def _remove_files_of(
@@ -113,41 +74,30 @@ class ModelRegistry(ModelTable):
         self.budgets = budgets
         self.load_seconds: dict[str, float] = {}  # latest load of each model, however started
         self._max_queue_size = max_queue_size
-        self._backend_factory = backend_factory
+        self._loader = InstanceLoader(budgets, backend_factory)
         self._after_change = after_change
 
     async def load(self, name: str, override: LoadOverride | None = None) -> None:
-        """Load (or reload) every served version of a model; failures leave it UNAVAILABLE.
+        """Load (or reload) every served version of a model. A failed first load leaves it
+        UNAVAILABLE; a failed reload leaves the versions loaded before serving.
 
         ``override`` (a load's parameters) replaces the repository's config, or its whole
-        directory, for this load only: a later plain load reads the repository again.
+        directory, for this load only: a later plain load reads the repository again. A
+        reload whose config differs only in ``instance_group``, of unchanged files, changes
+        the loaded versions' instances (``instance_change``) instead of rebuilding them.
         """
         started = time.monotonic()
-        files = None
-        resolving = asyncio.ensure_future(asyncio.to_thread(self._resolve, name, override))
-        try:
-            resolved, files = await asyncio.shield(resolving)
-        except asyncio.CancelledError:  # the thread goes on writing the load's files
-            resolving.add_done_callback(_remove_files_of)
-            raise
-        except ModelConfigError as exc:  # in the repository, but broken: say why when asked
-            failed = self._entry(name)
-            if failed.state is not ModelState.READY:
-                failed.state, failed.reason = ModelState.UNAVAILABLE, exc.message
-            raise
+        resolved, files = await self._resolve_for_load(name, override)
         entry = self._entry(resolved.name)
+        old: dict[int, ServedVersion] = {}
+        old_files = None
         try:
             async with entry.lock:
-                if entry.state is not ModelState.READY:
-                    entry.state, entry.reason = ModelState.LOADING, ""
-                try:
-                    versions = await self._load_versions(resolved)
-                except BatchserveError as exc:
-                    entry.state, entry.reason = ModelState.UNAVAILABLE, exc.message
-                    raise
-                old, entry.versions = entry.versions, versions
-                old_files, entry.files, files = entry.files, files, None
-                entry.state, entry.reason = ModelState.READY, ""
+                if files is None and self._only_instances_change(entry, resolved):
+                    await self._change_instances(entry, resolved)
+                else:
+                    old, old_files = await self._swap_versions(entry, resolved, files)
+                    files = None  # the entry's now
                 self.load_seconds[resolved.name] = time.monotonic() - started
         finally:
             if files is not None:
@@ -159,7 +109,102 @@ class ModelRegistry(ModelTable):
             if old_files is not None:
                 await asyncio.to_thread(old_files.remove)
         self._after_change()
-        logger.info("model ready", extra={"model": name, "versions": sorted(versions)})
+        logger.info(
+            "model ready",
+            extra={"model": name, "versions": sorted(entry.versions),
+                   "config": resolved.config_file},
+        )  # fmt: skip
+
+    async def _resolve_for_load(
+        self, name: str, override: LoadOverride | None
+    ) -> tuple[ResolvedModel, OverrideDirectory | None]:
+        resolving = asyncio.ensure_future(asyncio.to_thread(self._resolve, name, override))
+        try:
+            return await asyncio.shield(resolving)
+        except asyncio.CancelledError:  # the thread goes on writing the load's files
+            resolving.add_done_callback(_remove_files_of)
+            raise
+        except ModelConfigError as exc:  # in the repository, but broken: say why when asked
+            failed = self._entry(name)
+            if failed.state is not ModelState.READY:
+                failed.state, failed.reason = ModelState.UNAVAILABLE, exc.message
+            raise
+
+    @staticmethod
+    def _only_instances_change(entry: ModelEntry, resolved: ResolvedModel) -> bool:
+        """Whether loading ``resolved`` need only change the served versions' instances."""
+        if entry.state is not ModelState.READY or not entry.versions or entry.files is not None:
+            return False
+        reason = reload_reason(entry.versions, resolved)
+        if reason is not None:
+            logger.info("model reloaded whole", extra={"model": entry.name, "reason": reason})
+        return reason is None
+
+    async def _swap_versions(
+        self, entry: ModelEntry, resolved: ResolvedModel, files: OverrideDirectory | None
+    ) -> tuple[dict[int, ServedVersion], OverrideDirectory | None]:
+        """Build the new versions, then put them (and their files) in the old ones' place;
+        returns the old ones, for the caller to close once no longer holding the lock."""
+        serving = entry.state is ModelState.READY and bool(entry.versions)
+        if not serving:
+            entry.state, entry.reason = ModelState.LOADING, ""
+        try:
+            versions = await self._load_versions(resolved)
+        except BatchserveError as exc:  # as Triton: a failed reload leaves the model served
+            entry.state = ModelState.READY if serving else ModelState.UNAVAILABLE
+            entry.reason = exc.message
+            raise
+        old, entry.versions = entry.versions, versions
+        old_files, entry.files = entry.files, files
+        entry.state, entry.reason = ModelState.READY, ""
+        return old, old_files
+
+    async def change_instances(self, name: str, config: ModelConfig) -> None:
+        """Give a ready model the instances ``config`` places while it keeps serving;
+        ``config`` is the model's own (completed) config with another ``instance_group``."""
+        self.get(name)  # ready, or raise as a request would be answered
+        entry = self._entries[name]
+        async with entry.lock:
+            sources = [served.source for _, served in sorted(entry.versions.items())]
+            labels = entry.versions[max(entry.versions)].labels
+            if any(source is None for source in sources):
+                raise ModelConfigError(f"model '{name}' has no instances of its own to change")
+            versions = tuple(source for source in sources if source is not None)
+            directory = versions[0].model_file.parent.parent
+            resolved = ResolvedModel(name, config, versions, labels, directory, f"{name}: change")
+            if not self._only_instances_change(entry, resolved):
+                raise ModelConfigError(f"model '{name}': only instance_group may change in place")
+            await self._change_instances(entry, resolved)
+        self._after_change()
+
+    async def _change_instances(self, entry: ModelEntry, resolved: ResolvedModel) -> None:
+        """``instance_change.change_instances`` with this registry's loader; a refusal
+        leaves the versions serving as before, READY, with the reason in the index."""
+        samples = await self._warmup_samples(resolved)
+
+        async def load(served: ServedVersion, name: str, placement: Placement) -> LoadedInstance:
+            assert served.source is not None
+            assert served.reservations is not None
+            return await self._loader.load(
+                name, resolved.config, served.source, placement, served.reservations, samples
+            )
+
+        async def close(served: ServedVersion, loaded: LoadedInstance) -> None:
+            assert served.reservations is not None
+            await self._loader.close(loaded, served.reservations)
+
+        try:
+            await change_instances(list(entry.versions.values()), resolved.config, load, close)
+        except BatchserveError as exc:
+            entry.reason = exc.message
+            raise
+        entry.reason = ""
+
+    async def _warmup_samples(self, resolved: ResolvedModel) -> tuple[WarmupSample, ...]:
+        directory = resolved.directory or self.repository.root / resolved.name
+        return await asyncio.to_thread(
+            read_warmup_samples, resolved.config, directory, source=resolved.config_file
+        )
 
     def _resolve(
         self, name: str, override: LoadOverride | None
@@ -190,34 +235,26 @@ class ModelRegistry(ModelTable):
         config = resolved.config
         if builtin_backend(config) is not None:
             return await self._load_decoupled(resolved, version)
-        samples = await asyncio.to_thread(
-            read_warmup_samples,
-            config,
-            resolved.directory or self.repository.root / resolved.name,
-            source=resolved.config_file,
-        )
+        samples = await self._warmup_samples(resolved)
         reservations = ModelReservations.from_config(config)
-        instances: list[Instance] = []
-        memory: list[InstanceMemory] = []
+        loaded: list[LoadedInstance] = []
         try:
-            for index, device in enumerate(resolve_devices(config, gpu_count())):
+            for index, placement in enumerate(resolve_placements(config, gpu_count())):
                 name = f"{resolved.name}-{version.version}-{index}"
-                instance, used = await self._load_instance(
-                    name, config, version, device, reservations, samples
+                loaded.append(
+                    await self._loader.load(name, config, version, placement, reservations, samples)
                 )
-                instances.append(instance)
-                memory.append(used)
         except BaseException:
-            await asyncio.to_thread(InstancePool(instances).close)
+            await asyncio.to_thread(InstancePool([i.instance for i in loaded]).close)
             reservations.release()
             raise
         objective_ns = config.batchserve.latency_objective_microseconds * 1000
         stats = ModelStats(latency_objective_ns=objective_ns)
         policy = BatchPolicy.from_config(config, self._max_queue_size)
         if config.max_batch_size > 0:
-            policy = replace(policy, max_batch_size=min(m.batch_cap for m in memory))
+            policy = replace(policy, max_batch_size=min(i.memory.batch_cap for i in loaded))
         pad = config.batchserve.padding_value
-        pool = InstancePool(instances)
+        pool = InstancePool([i.instance for i in loaded])
         sequences = SequencePolicy.from_config(config)
         batcher: Batcher
         if sequences is None:
@@ -235,19 +272,13 @@ class ModelRegistry(ModelTable):
                 resolved.name, pool, policy, stats, sequences, max_live=live.batch_cap,
                 pad_value=pad, inline_below_ns=INLINE_BELOW_NS,
             )  # fmt: skip
-        for instance, used in zip(instances, memory, strict=True):
-            runs = [(s.batch_size, s.run_ns) for s in used.profile.samples if s.run_ns]
-            batcher.seed_batch_times(instance.name, runs)
+        for one in loaded:
+            runs = [(s.batch_size, s.run_ns) for s in one.memory.profile.samples if s.run_ns]
+            batcher.seed_batch_times(one.instance.name, runs)
         return ServedVersion(
-            resolved.name,
-            version.version,
-            config,
-            batcher,
-            stats,
-            tuple(memory),
-            reservations,
-            resolved.labels,
-        )
+            resolved.name, version.version, config, batcher, stats, tuple(loaded), reservations,
+            resolved.labels, source=version,
+        )  # fmt: skip
 
     async def _load_decoupled(
         self, resolved: ResolvedModel, version: ModelVersion
@@ -273,50 +304,6 @@ class ModelRegistry(ModelTable):
         if not isinstance(batcher, SequenceBatcher):
             raise Unavailable(f"step model '{name}' has no sequence batcher")
         return batcher
-
-    async def _load_instance(
-        self,
-        name: str,
-        config: ModelConfig,
-        version: ModelVersion,
-        device: Device,
-        reservations: ModelReservations,
-        samples: tuple[WarmupSample, ...] = (),
-    ) -> tuple[Instance, InstanceMemory]:
-        """Load, measure, reserve, then warm up (the config's ``model_warmup`` samples, as
-        Triton runs them, then a batch at the derived cap): ready means all four."""
-        backend = self._backend_factory(config, version.model_file)
-        instance = Instance(name, backend)
-        free_dim = probe_length(config)
-        first = samples[0].inputs if samples else None
-        try:
-            allowance = reservations.allowance(self.budgets.for_device(device))
-            started = time.perf_counter()
-            profile = await instance.run(
-                partial(probe_backend, backend, version.model_file, config, device,
-                        limit_bytes=allowance, free_dim=free_dim, sample=first)
-            )  # fmt: skip
-            _log_phase(name, "load and memory probe", started)
-            reservation = reservations.reserve(self.budgets.for_device(backend.device), profile)
-            cap = reservation.batch_cap if config.max_batch_size > 0 else 1
-            started = time.perf_counter()
-            for sample in samples:
-                await _run_sample(instance, sample)
-            batch = synthetic_batch(config, cap, free_dim, first)
-            await instance.run(partial(backend.infer, batch))
-            _log_phase(name, "warm-up", started)
-        except BaseException:
-            await asyncio.to_thread(instance.close)
-            raise
-        logger.info(
-            "instance loaded",
-            extra={"model": config.name, "version": version.version, "instance": name,
-                   "device": str(backend.device), "batch_cap": cap,
-                   "fixed_bytes": profile.fixed_bytes, "per_sample_bytes": profile.per_sample_bytes,
-                   "reserved_bytes": reservation.nbytes},
-        )  # fmt: skip
-        used = InstanceMemory(backend.device, profile, reservation.nbytes, cap)
-        return instance, used
 
     async def unload(self, name: str) -> None:
         """Stop taking requests for a model, finish those accepted, release it."""

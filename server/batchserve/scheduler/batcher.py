@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 
 from batchserve.core.errors import DeadlineExceeded, Unavailable
 from batchserve.observability.stats import ModelStats
@@ -115,6 +116,25 @@ class Batcher:
     def batch_time(self, instance: str) -> BatchTimeModel:
         """The batch-time model of one instance (statistics, tests)."""
         return self._batch_times.setdefault(instance, BatchTimeModel())
+
+    def add_instance(self, instance: Instance, runs: list[tuple[int, int]]) -> None:
+        """Hand ``instance`` batches from now on (instances changed on a live model); the
+        (samples, ns) ``runs`` measured at its load start its batch-time model."""
+        self.seed_batch_times(instance.name, runs)
+        self.pool.add(instance)
+        self._dispatch()  # queued requests may go to it at once
+
+    async def remove_instance(self, instance: Instance) -> None:
+        """Hand ``instance`` no more batches; return once the batch it runs has finished."""
+        await self.pool.retire(instance)
+        self._batch_times.pop(instance.name, None)
+
+    def set_max_batch_size(self, size: int) -> None:
+        """The memory budget's cap once instances joined or left; a cap lowered after
+        running out of memory stays as low."""
+        lowered = self._cap < self.policy.max_batch_size
+        self.policy = replace(self.policy, max_batch_size=size)
+        self._set_cap(min(size, self._cap) if lowered else size)
 
     def _predict_ns(self, samples: int) -> int:
         """Predicted time of a batch of ``samples`` on the instance that would run it now."""

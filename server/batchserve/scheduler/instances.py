@@ -42,11 +42,17 @@ class Instance:
 
 
 class InstancePool:
-    """Free instances, handed out one batch at a time."""
+    """Free instances, handed out one batch at a time.
+
+    Instances may join and leave while it serves (an instance change without a reload): one
+    that leaves takes no further batch, and its ``retire`` future is done once the batch it
+    was running, if any, has finished.
+    """
 
     def __init__(self, instances: list[Instance]) -> None:
         self.instances = instances
         self._free: deque[Instance] = deque(instances)
+        self._leaving: dict[Instance, asyncio.Future[None]] = {}
 
     def has_free(self) -> bool:
         return bool(self._free)
@@ -62,7 +68,27 @@ class InstancePool:
         return self._free.popleft()
 
     def release(self, instance: Instance) -> None:
+        leaving = self._leaving.pop(instance, None)
+        if leaving is None:
+            self._free.append(instance)
+        elif not leaving.done():
+            leaving.set_result(None)
+
+    def add(self, instance: Instance) -> None:
+        """Hand ``instance`` batches from now on."""
+        self.instances.append(instance)
         self._free.append(instance)
+
+    def retire(self, instance: Instance) -> asyncio.Future[None]:
+        """Hand ``instance`` no more batches; done once it runs none (it may then close)."""
+        self.instances.remove(instance)
+        done = asyncio.get_running_loop().create_future()
+        if instance in self._free:
+            self._free.remove(instance)
+            done.set_result(None)
+        else:
+            self._leaving[instance] = done
+        return done
 
     def close(self) -> None:
         for instance in self.instances:

@@ -264,6 +264,13 @@ class ModelReservations:
             return None
         return self.limit_bytes - sum(r.nbytes for r in self._held)
 
+    def release_one(self, reservation: Reservation) -> None:
+        """Give back one instance's memory (an instance removed from a live model)."""
+        with self._lock:
+            if reservation in self._held:
+                self._held.remove(reservation)
+        reservation.release()
+
     def release(self) -> None:
         """Give back every instance's memory (at unload, or when the load failed)."""
         with self._lock:

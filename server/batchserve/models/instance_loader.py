@@ -1,0 +1,132 @@
+"""Loading one model instance: its runtime, the memory it is measured to need, its
+reservation in the device's budget, and its warm-up. Ready means all four.
+
+A whole load (``registry``) and an instance change on a live model (``instance_change``)
+load their instances here alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from batchserve.backends.base import Backend
+from batchserve.core.errors import BatchserveError, ModelConfigError
+from batchserve.devices.placement import Placement
+from batchserve.models.memory_probe import probe_backend
+from batchserve.models.model_directory import ModelVersion
+from batchserve.models.model_table import InstanceMemory, LoadedInstance
+from batchserve.models.warmup import synthetic_batch
+from batchserve.models.warmup_samples import WarmupSample
+from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.scheduler.instances import Instance
+from batchserve.scheduler.memory import MemoryBudgets, ModelReservations
+
+logger = logging.getLogger(__name__)
+
+BackendFactory = Callable[[ModelConfig, Path], Backend]
+
+# Dynamic non-batch axes (sequence length, image size) are probed at this size for models
+# with a sequence-length input, and at 1 otherwise: memory then scales with the real
+# lengths, which the cap cannot foresee; a batch that still runs out is split (OOM split).
+PROBE_SEQUENCE_LENGTH = 128
+
+SLOW_PHASE_S = 1.0
+"""A load phase (memory probe, warm-up) longer than this is logged at info level, so that a
+person watching a slow load sees where its time goes; shorter ones at debug."""
+
+
+def probe_length(config: ModelConfig) -> int:
+    return PROBE_SEQUENCE_LENGTH if config.batchserve.sequence_length_input else 1
+
+
+async def _run_sample(instance: Instance, sample: WarmupSample) -> None:
+    """Run one ``model_warmup`` sample ``count`` times, and log it; a failure names it, in
+    Triton's words."""
+    started = time.perf_counter()
+    try:
+        for _ in range(sample.count):
+            await instance.run(partial(instance.backend.infer, sample.inputs))
+    except BatchserveError as exc:
+        raise ModelConfigError(
+            f"failed to run warmup sample '{sample.name}': {exc.message}"
+        ) from exc
+    logger.info(
+        "warm-up sample run",
+        extra={"instance": instance.name, "sample": sample.name, "count": sample.count,
+               "ms": round((time.perf_counter() - started) * 1000, 1)},
+    )  # fmt: skip
+
+
+def _log_phase(instance: str, phase: str, started: float) -> None:
+    seconds = time.perf_counter() - started
+    level = logging.INFO if seconds >= SLOW_PHASE_S else logging.DEBUG
+    logger.log(
+        level,
+        "load phase done",
+        extra={"instance": instance, "phase": phase, "seconds": round(seconds, 2)},
+    )
+
+
+class InstanceLoader:
+    """Loads instances into the devices' memory budgets with the server's runtimes."""
+
+    def __init__(self, budgets: MemoryBudgets, backend_factory: BackendFactory) -> None:
+        self.budgets = budgets
+        self.backend_factory = backend_factory
+
+    async def load(
+        self,
+        name: str,
+        config: ModelConfig,
+        version: ModelVersion,
+        placement: Placement,
+        reservations: ModelReservations,
+        samples: tuple[WarmupSample, ...] = (),
+    ) -> LoadedInstance:
+        """Load, measure, reserve, then warm up (the config's ``model_warmup`` samples, as
+        Triton runs them, then a batch at the derived cap). A failure leaves nothing held."""
+        backend = self.backend_factory(config, version.model_file)
+        instance = Instance(name, backend)
+        reservation = None
+        free_dim = probe_length(config)
+        first = samples[0].inputs if samples else None
+        try:
+            allowance = reservations.allowance(self.budgets.for_device(placement.device))
+            started = time.perf_counter()
+            profile = await instance.run(
+                partial(probe_backend, backend, version.model_file, config, placement.device,
+                        limit_bytes=allowance, free_dim=free_dim, sample=first)
+            )  # fmt: skip
+            _log_phase(name, "load and memory probe", started)
+            reservation = reservations.reserve(self.budgets.for_device(backend.device), profile)
+            cap = reservation.batch_cap if config.max_batch_size > 0 else 1
+            started = time.perf_counter()
+            for sample in samples:
+                await _run_sample(instance, sample)
+            batch = synthetic_batch(config, cap, free_dim, first)
+            await instance.run(partial(backend.infer, batch))
+            _log_phase(name, "warm-up", started)
+        except BaseException:
+            if reservation is not None:
+                reservations.release_one(reservation)
+            await asyncio.to_thread(instance.close)
+            raise
+        logger.info(
+            "instance loaded",
+            extra={"model": config.name, "version": version.version, "instance": name,
+                   "device": str(backend.device), "batch_cap": cap,
+                   "fixed_bytes": profile.fixed_bytes, "per_sample_bytes": profile.per_sample_bytes,
+                   "reserved_bytes": reservation.nbytes},
+        )  # fmt: skip
+        memory = InstanceMemory(backend.device, profile, reservation.nbytes, cap)
+        return LoadedInstance(instance, placement, memory, reservation)
+
+    async def close(self, loaded: LoadedInstance, reservations: ModelReservations) -> None:
+        """Unload an instance no batch runs on any more, and give its memory back."""
+        await asyncio.to_thread(loaded.instance.close)
+        reservations.release_one(loaded.reservation)
