@@ -1,0 +1,103 @@
+"""Which settings a profile measures: instance count x max_batch_size x queue delay.
+
+The grid follows Model Analyzer's automatic brute search (instance counts from 1, batch sizes
+in powers of 2 up to 128) with the queue delay as a third axis; ``--quick`` keeps the few
+points that tell most. The model's current values are always on their axes, so the table
+shows where the config stands now. A model that does not batch is swept over instances only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from batchserve.core.errors import InvalidArgument
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Setting:
+    """One point of the sweep: the three config.pbtxt fields a profile changes.
+
+    Args:
+        instances: ``count`` of every ``instance_group``.
+        max_batch_size: ``max_batch_size``; 0 for a model that does not batch.
+        queue_delay_us: ``dynamic_batching.max_queue_delay_microseconds``.
+    """
+
+    instances: int
+    max_batch_size: int
+    queue_delay_us: int
+
+    @property
+    def label(self) -> str:
+        return (
+            f"instances {self.instances}, max_batch_size {self.max_batch_size}, "
+            f"queue delay {self.queue_delay_us} us"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Axes:
+    """The values swept on each axis; None leaves that axis to the defaults."""
+
+    instances: Sequence[int] | None = None
+    max_batch_sizes: Sequence[int] | None = None
+    queue_delays_us: Sequence[int] | None = None
+
+
+FULL = Axes(instances=(1, 2, 4), max_batch_sizes=(1, 2, 4, 8, 16, 32, 64, 128),
+            queue_delays_us=(0, 1000, 10000))  # fmt: skip
+"""Model Analyzer's defaults, thinned: its instance counts run 1-5, which on CPU instances
+past the core count only adds points."""
+
+QUICK = Axes(instances=(1, 2), max_batch_sizes=(1, 8), queue_delays_us=(0,))
+"""No batching, small batches and the current config, one or two instances: about ten points
+(two minutes' worth on 2 cores with ``QUICK_WINDOW``)."""
+
+
+def plan(current: Setting, *, quick: bool, given: Axes = Axes()) -> list[Setting]:
+    """The settings to measure, in order; ``given`` axes are taken exactly as written.
+
+    A queue delay changes nothing where a batch holds one request, so batch sizes 0 and 1
+    are measured at delay 0 only.
+    """
+    defaults = QUICK if quick else FULL
+    batching = current.max_batch_size > 0
+    _check(given, batching)
+    instances = _axis(given.instances, defaults.instances, current.instances)
+    sizes = _axis(given.max_batch_sizes, defaults.max_batch_sizes, current.max_batch_size)
+    delays = _axis(given.queue_delays_us, defaults.queue_delays_us, current.queue_delay_us)
+    if not batching:
+        sizes, delays = [0], [0]
+    return [
+        Setting(count, size, delay)
+        for count in instances
+        for size in sizes
+        for delay in (delays if size > 1 else (0,))
+    ]
+
+
+def concurrency(setting: Setting) -> int:
+    """Clients enough for every instance to run a full batch while the next one forms."""
+    return max(1, setting.max_batch_size) * (setting.instances + 1)
+
+
+def _axis(given: Sequence[int] | None, default: Sequence[int] | None, current: int) -> list[int]:
+    if given is not None:
+        return sorted(set(given))
+    return sorted({*(default or ()), current})
+
+
+def _check(given: Axes, batching: bool) -> None:
+    for flag, values, least in (
+        ("--instance-counts", given.instances, 1),
+        ("--max-batch-sizes", given.max_batch_sizes, 1),
+        ("--queue-delays", given.queue_delays_us, 0),
+    ):
+        if values is not None and (not values or min(values) < least):
+            raise InvalidArgument(f"{flag}: every value must be {least} or more")
+    if not batching and (given.max_batch_sizes or given.queue_delays_us):
+        raise InvalidArgument(
+            "the model does not batch (max_batch_size 0: its first axis is not a batch axis), "
+            "so --max-batch-sizes and --queue-delays do not apply"
+        )

@@ -1,0 +1,107 @@
+"""What a sweep measured, the table it prints, and the setting it recommends.
+
+The recommendation is Model Analyzer's online objective under a latency budget: the highest
+throughput whose p99 latency is within the budget. Throughputs within ``TIE_PERCENT`` of the
+best are a tie, less than one measurement's noise, and the tie goes to the lowest p99.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from batchserve.profiling.perf_analyzer import Measurement
+from batchserve.profiling.plan import Setting
+
+DEFAULT_BUDGET_FACTOR = 10
+"""With no --latency-budget, the p99 budget is this many times the p99 latency of one client
+sending one request at a time: what batching may add to a request's wait."""
+TIE_PERCENT = 2.0
+
+_HEADERS = ("Instances", "Max Batch Size", "Queue Delay (us)", "Concurrency",
+            "Throughput (infer/sec)", "p50 (ms)", "p95 (ms)", "p99 (ms)", "Avg Batch",
+            "Satisfies Constraints")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One row: a setting measured at one concurrency, or why it could not be.
+
+    Args:
+        concurrency: perf_analyzer's clients; 0 for a setting the server refused.
+        problem: why there is no measurement (the server refused the setting, or
+            perf_analyzer failed), empty when measured.
+        batch_cap: the largest batch the memory budget left, when below max_batch_size.
+    """
+
+    setting: Setting
+    concurrency: int
+    measurement: Measurement | None = None
+    average_batch: float | None = None
+    batch_cap: int | None = None
+    problem: str = ""
+
+    def meets(self, budget_ms: float) -> bool:
+        return self.measurement is not None and self.measurement.p99_ms <= budget_ms
+
+
+def default_budget(alone: Measurement) -> float:
+    """The p99 budget in ms when none is given, from a one-client measurement."""
+    return DEFAULT_BUDGET_FACTOR * alone.p99_ms
+
+
+def choose(outcomes: Sequence[Outcome], budget_ms: float) -> Outcome | None:
+    """The best row within the budget; None when no row is."""
+    passing = [o for o in outcomes if o.meets(budget_ms) and o.measurement is not None]
+    if not passing:
+        return None
+    best = max(_throughput(o) for o in passing)
+    tied = [o for o in passing if _throughput(o) >= best * (1 - TIE_PERCENT / 100)]
+    return min(tied, key=lambda o: (_p99(o), -_throughput(o)))
+
+
+def table(outcomes: Sequence[Outcome], budget_ms: float, chosen: Outcome | None) -> str:
+    """An aligned text table, one row per outcome, the chosen one marked with ``*``."""
+    rows = [list(_HEADERS)] + [_cells(o, budget_ms, o is chosen) for o in outcomes]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADERS))]
+    lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True))
+             for row in rows]  # fmt: skip
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def notes(outcomes: Sequence[Outcome]) -> list[str]:
+    """One line per row that needs a word: refused, failed, unstable or capped."""
+    lines = []
+    for outcome in outcomes:
+        where = outcome.setting.label
+        if outcome.concurrency:
+            where += f", concurrency {outcome.concurrency}"
+        if outcome.problem:
+            lines.append(f"{where}: {outcome.problem.splitlines()[0]}")
+            continue
+        if outcome.measurement is not None and not outcome.measurement.stable:
+            lines.append(f"{where}: unstable (windows disagreed by more than the stability asked)")
+        if outcome.batch_cap is not None:
+            lines.append(f"{where}: the memory budget caps batches at {outcome.batch_cap}")
+    return lines
+
+
+def _cells(outcome: Outcome, budget_ms: float, chosen: bool) -> list[str]:
+    setting, measured = outcome.setting, outcome.measurement
+    head = [str(setting.instances), str(setting.max_batch_size), str(setting.queue_delay_us),
+            str(outcome.concurrency or "-")]  # fmt: skip
+    if measured is None:
+        verdict = "refused" if outcome.problem.startswith("refused") else "failed"
+        return [*head, "-", "-", "-", "-", "-", verdict]
+    batch = "-" if outcome.average_batch is None else f"{outcome.average_batch:.1f}"
+    verdict = ("yes" if outcome.meets(budget_ms) else "no") + (" *" if chosen else "")
+    return [*head, f"{measured.throughput:.1f}", f"{measured.p50_ms:.2f}",
+            f"{measured.p95_ms:.2f}", f"{measured.p99_ms:.2f}", batch, verdict]  # fmt: skip
+
+
+def _throughput(outcome: Outcome) -> float:
+    return outcome.measurement.throughput if outcome.measurement is not None else 0.0
+
+
+def _p99(outcome: Outcome) -> float:
+    return outcome.measurement.p99_ms if outcome.measurement is not None else float("inf")

@@ -1,0 +1,75 @@
+"""The table of a sweep, its notes and the setting it recommends."""
+
+from __future__ import annotations
+
+from batchserve.profiling.perf_analyzer import Measurement
+from batchserve.profiling.plan import Setting
+from batchserve.profiling.results import Outcome, choose, default_budget, notes, table
+
+
+def row(throughput: float, p99: float, *, instances: int = 1, size: int = 8) -> Outcome:
+    measured = Measurement(16, throughput, p50_ms=p99 / 2, p95_ms=p99 * 0.8, p99_ms=p99)
+    return Outcome(Setting(instances, size, 0), 16, measured, average_batch=7.5)
+
+
+def test_the_highest_throughput_within_the_budget_is_chosen() -> None:
+    fast_but_late = row(9000, 12.0)
+    best = row(8000, 4.0, size=16)
+    outcomes = [row(5000, 1.0), fast_but_late, best, Outcome(Setting(1, 64, 0), 0, problem="x")]
+    assert choose(outcomes, budget_ms=5.0) is best
+
+
+def test_a_tie_in_throughput_goes_to_the_lower_p99() -> None:
+    first = row(8000, 4.0)
+    quicker = row(7900, 2.0, instances=2)  # within 2 %: a tie
+    slower_by_more = row(7000, 1.0, size=4)
+    assert choose([first, quicker, slower_by_more], budget_ms=5.0) is quicker
+
+
+def test_nothing_is_chosen_when_no_row_meets_the_budget() -> None:
+    assert choose([row(9000, 12.0), Outcome(Setting(1, 8, 0), 0, problem="refused")], 5.0) is None
+
+
+def test_the_default_budget_is_ten_times_one_clients_p99() -> None:
+    assert default_budget(Measurement(1, 4000, 0.2, 0.25, 0.3)) == 3.0
+
+
+def test_the_table_has_a_row_per_outcome_and_marks_the_choice() -> None:
+    chosen = row(8000, 4.0)
+    refused = Outcome(Setting(2, 128, 1000), 0, problem="refused: does not fit")
+    failed = Outcome(Setting(1, 8, 0), 16, problem="perf_analyzer exited with status 99")
+    lines = table([chosen, row(9000, 12.0), refused, failed], 5.0, chosen).splitlines()
+    assert lines[0].split()[:2] == ["Instances", "Max"]
+    assert len(lines) == 5
+    assert lines[1].split() == [
+        "1",
+        "8",
+        "0",
+        "16",
+        "8000.0",
+        "2.00",
+        "3.20",
+        "4.00",
+        "7.5",
+        "yes",
+        "*",
+    ]
+    assert lines[2].split()[-1] == "no"
+    assert lines[3].split() == ["2", "128", "1000", "-", "-", "-", "-", "-", "-", "refused"]
+    assert lines[4].split()[-1] == "failed"
+    assert len({len(line) for line in lines if not line.endswith("*")}) <= 2  # aligned columns
+
+
+def test_notes_say_why_a_row_is_empty_unstable_or_capped() -> None:
+    unstable = Outcome(
+        Setting(1, 8, 0), 16, Measurement(16, 1.0, 1.0, 1.0, 1.0, stable=False), batch_cap=5
+    )
+    refused = Outcome(Setting(2, 128, 0), 0, problem="refused: too big\n(details)")
+    said = notes([row(1.0, 1.0), unstable, refused])
+    assert said == [
+        "instances 1, max_batch_size 8, queue delay 0 us, concurrency 16: unstable (windows "
+        "disagreed by more than the stability asked)",
+        "instances 1, max_batch_size 8, queue delay 0 us, concurrency 16: the memory budget "
+        "caps batches at 5",
+        "instances 2, max_batch_size 128, queue delay 0 us: refused: too big",
+    ]
