@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 COMMAND_MODULES = (
     "batchserve.export.command",
+    "batchserve.profiling.command",
     "batchserve.runtime.repository_command",
     "batchserve.runtime.serve_command",
 )

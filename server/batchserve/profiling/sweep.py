@@ -1,0 +1,131 @@
+"""The measuring: one server, the model as it is with one client first, then every setting.
+
+The one-client point (concurrency 1, the config as it is) sets the default latency budget and
+fails the whole profile early when perf_analyzer cannot drive the model at all (inputs that
+need ``--shape``, say). Each setting is unloaded before the next loads, so a setting has the
+whole memory budget to itself; one the server refuses is kept as a refused row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from batchserve.core.errors import Unsupported
+from batchserve.profiling.config_edit import apply, current_setting
+from batchserve.profiling.errors import ProfileError, ServerRefused
+from batchserve.profiling.perf_analyzer import Measurement, Target, Window, measure
+from batchserve.profiling.plan import Axes, Setting, concurrency, plan
+from batchserve.profiling.results import Outcome, default_budget
+from batchserve.profiling.server import ProfiledServer
+from batchserve.proto.model_config_pb2 import ModelConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """Everything a sweep needs, resolved from the command line.
+
+    Args:
+        base_config: the model's config.pbtxt as written (empty when it has none); each
+            setting is loaded as this with the three swept fields changed.
+        concurrencies: perf_analyzer's client counts; None picks ``plan.concurrency``.
+        perf_args: further perf_analyzer flags; serve_args: further `serve` flags.
+    """
+
+    repository: Path
+    model: str
+    base_config: ModelConfig
+    quick: bool
+    axes: Axes
+    concurrencies: Sequence[int] | None
+    latency_budget_ms: float | None
+    protocol: str
+    window: Window
+    perf_analyzer: Path
+    perf_args: Sequence[str] = ()
+    serve_args: Sequence[str] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """What the sweep found: the config as it was, alone and swept, and the budget used."""
+
+    current: Setting
+    alone: Measurement
+    budget_ms: float
+    outcomes: list[Outcome]
+
+
+def sweep(request: Request, say: Callable[[str], None]) -> Report:
+    """Start the server, measure, stop it; ``say`` hears of each point as it is done."""
+    with ProfiledServer.start(request.repository, request.serve_args) as server:
+        url = server.url(request.protocol)
+        target = Target(request.perf_analyzer, request.model, request.protocol, url,
+                        tuple(request.perf_args))  # fmt: skip
+        current = _load_as_it_is(server, request.model)
+        alone = measure(target, 1, request.window)
+        say(f"one client, config as it is: {_summary(alone)}")
+        budget = request.latency_budget_ms or default_budget(alone)
+        settings = plan(current, quick=request.quick, given=request.axes)
+        outcomes: list[Outcome] = []
+        for index, setting in enumerate(settings, 1):
+            done = _setting(server, target, request, setting)
+            outcomes += done
+            for outcome in done:
+                say(f"[{index}/{len(settings)}] {setting.label}: {_outcome_summary(outcome)}")
+    return Report(current, alone, budget, outcomes)
+
+
+def _load_as_it_is(server: ProfiledServer, model: str) -> Setting:
+    """Load the model from its own config; what the server completed is the current setting."""
+    try:
+        server.load(model)
+    except ServerRefused as exc:
+        raise ProfileError(f"the model does not load as it is: {exc.message}") from None
+    config = server.config(model)
+    if config.HasField("sequence_batching") or config.model_transaction_policy.decoupled:
+        raise Unsupported(
+            f"'{model}' is a sequence or decoupled model: profile sweeps dynamic batching, "
+            "which these models do not use"
+        )
+    return current_setting(config)
+
+
+def _setting(
+    server: ProfiledServer, target: Target, request: Request, setting: Setting
+) -> list[Outcome]:
+    clients = request.concurrencies or (concurrency(setting),)
+    server.unload(request.model)
+    try:
+        server.load(request.model, apply(request.base_config, setting))
+    except ServerRefused as exc:
+        return [Outcome(setting, concurrency=0, problem=f"refused: {exc.message}")]
+    return [_point(server, target, request, setting, c) for c in clients]
+
+
+def _point(
+    server: ProfiledServer, target: Target, request: Request, setting: Setting, clients: int
+) -> Outcome:
+    before = server.batch_figures(request.model)
+    try:
+        measured = measure(target, clients, request.window)
+    except ProfileError as exc:
+        return Outcome(setting, clients, problem=exc.message)
+    after = server.batch_figures(request.model)
+    capped = after.batch_cap if after.batch_cap < setting.max_batch_size else None
+    return Outcome(setting, clients, measured, after.average_batch_since(before), capped)
+
+
+def _summary(measured: Measurement) -> str:
+    return (
+        f"{measured.throughput:.1f} infer/sec, p50 {measured.p50_ms:.2f} ms, "
+        f"p99 {measured.p99_ms:.2f} ms"
+    )
+
+
+def _outcome_summary(outcome: Outcome) -> str:
+    measured = outcome.measurement
+    if measured is None:
+        return outcome.problem
+    return f"concurrency {outcome.concurrency}, {_summary(measured)}"

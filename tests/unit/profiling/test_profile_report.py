@@ -1,0 +1,85 @@
+"""What `batchserve profile` prints, and the recommended config written or only shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from batchserve.profiling.perf_analyzer import QUICK_WINDOW, Measurement
+from batchserve.profiling.plan import Axes, Setting
+from batchserve.profiling.report import print_report, write_recommendation
+from batchserve.profiling.results import Outcome
+from batchserve.profiling.sweep import Report, Request
+from batchserve.proto.model_config_pb2 import ModelConfig
+
+CURRENT = Setting(1, 64, 25000)
+ALONE = Measurement(1, 4000.0, 0.2, 0.25, 0.3)
+
+
+def request(budget: float | None = None) -> Request:
+    return Request(
+        repository=Path("repo"), model="digits_cnn", base_config=ModelConfig(), quick=True,
+        axes=Axes(), concurrencies=None, latency_budget_ms=budget, protocol="http",
+        window=QUICK_WINDOW, perf_analyzer=Path("perf_analyzer"),
+    )  # fmt: skip
+
+
+def measured(setting: Setting, clients: int, throughput: float, p99: float) -> Outcome:
+    return Outcome(setting, clients, Measurement(clients, throughput, p99 / 2, p99, p99), 7.0)
+
+
+OUTCOMES = [
+    measured(Setting(1, 1, 0), 2, 5000.0, 0.5),
+    measured(Setting(1, 8, 0), 16, 9000.0, 2.5),
+    measured(CURRENT, 128, 8800.0, 30.0),
+]
+
+
+def test_the_report_names_the_budget_the_rows_and_the_recommendation(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    chosen = print_report(request(), Report(CURRENT, ALONE, 3.0, OUTCOMES), seconds=20.5)
+    assert chosen is OUTCOMES[1]
+    out = capsys.readouterr().out
+    head, rows, tail = out.split("\n\n")
+    assert head.splitlines() == [
+        "digits_cnn: quick sweep of 3 settings over http in 20.5 s (perf_analyzer windows of "
+        "500 ms)",
+        "one client, config as it is (instance_group count 1, max_batch_size 64, "
+        "max_queue_delay_microseconds 25000): 4000.0 infer/sec, p99 0.30 ms",
+        "p99 latency budget: 3.00 ms (10 x the p99 of one client; set it with --latency-budget)",
+    ]
+    assert len(rows.splitlines()) == 4
+    assert tail.splitlines() == [
+        "recommended: instance_group count 1, max_batch_size 8, max_queue_delay_microseconds 0",
+        "  9000.0 infer/sec at concurrency 16, p50 1.25 ms, p99 2.50 ms",
+        "  the config as it was: 8800.0 infer/sec at concurrency 128, p99 30.00 ms",
+    ]
+
+
+def test_without_a_row_in_budget_nothing_is_recommended(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert print_report(request(0.1), Report(CURRENT, ALONE, 0.1, OUTCOMES), 1.0) is None
+    out = capsys.readouterr().out
+    assert "p99 latency budget: 0.10 ms (--latency-budget)" in out
+    assert "no setting met the p99 budget of 0.10 ms: nothing written" in out
+
+
+def test_the_recommendation_is_written_with_the_old_file_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "config.pbtxt"
+    path.write_text("# tuned\nmax_batch_size: 64\n")
+    write_recommendation(Setting(1, 8, 0), path.read_text(), path)
+    assert path.read_text() == (
+        "# tuned\nmax_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 0 }\n"
+    )
+    assert capsys.readouterr().out == f"wrote {path}; the file as it was is {path}.orig\n"
+
+
+def test_a_dry_run_prints_the_config(capsys: pytest.CaptureFixture[str]) -> None:
+    write_recommendation(Setting(2, 8, 0), "max_batch_size: 64\n", None)
+    out = capsys.readouterr().out
+    assert out.startswith("recommended config.pbtxt (not written: --dry-run):\n\n")
+    assert "instance_group [{ count: 2 }]\n" in out
