@@ -34,9 +34,9 @@ GENEROUS_BOUND_S = 300
 
 
 def table_rows(out: str) -> list[list[str]]:
-    """The rows under the table's header line, up to the blank line after it."""
+    """The rows under the table's header line, up to its notes or the blank line after it."""
     lines = out.split("\nInstances ", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
-    return [line.split() for line in lines]
+    return [line.split() for line in lines if not line.startswith("  note: ")]
 
 
 def swept_cleared(config: model_config_pb2.ModelConfig) -> model_config_pb2.ModelConfig:
@@ -83,3 +83,27 @@ def test_quick_profile_writes_the_best_config_within_the_budget(
     assert after.max_batch_size == size
     assert after.dynamic_batching.max_queue_delay_microseconds == delay
     assert seconds < GENEROUS_BOUND_S
+
+
+def test_a_setting_the_server_refuses_is_a_row_not_a_crash(tmp_path: Path) -> None:
+    model = tmp_path / "digits_cnn"
+    shutil.copytree(MODEL_REPO / "digits_cnn", model)
+    config = (model / "config.pbtxt").read_text()
+    config = config.replace(
+        "dynamic_batching {", "dynamic_batching {\n  preferred_batch_size: [16]"
+    )
+    (model / "config.pbtxt").write_text(config)
+    argv = [str(BIN / "batchserve"), "profile", "digits_cnn", "--model-repository", str(tmp_path),
+            "--quick", "--instance-counts", "1", "--max-batch-sizes", "8,16",
+            "--queue-delays", "0", "--concurrency", "4", "--latency-budget", "1000",
+            "--dry-run"]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    refused, measured = table_rows(result.stdout)
+    assert refused == ["1", "8", "0", "-", "-", "-", "-", "-", "-", "refused"]
+    assert "preferred_batch_size 16 is outside 1..max_batch_size (8)" in result.stdout
+    assert measured[:4] == ["1", "16", "0", "4"]
+    assert measured[-2:] == ["yes", "*"]
+    assert "not written: --dry-run" in result.stdout
+    assert (model / "config.pbtxt").read_text() == config
+    assert not list(model.glob("config.pbtxt.orig*"))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from batchserve.core.errors import InvalidArgument
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True)
 class Setting:
     """One point of the sweep: the three config.pbtxt fields a profile changes.
 
