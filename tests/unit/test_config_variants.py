@@ -130,6 +130,9 @@ def test_repo_validate_checks_what_the_named_configs_serve(
     assert variants.startswith("#   config from variants/configs/cpu.pbtxt\n")
     assert parse_pbtxt(variants.split("2 models:")[0]).max_batch_size == 4  # sorted: last
     assert "# plain: valid\n#   config from plain/config.pbtxt\n" in out
+    (repo / "plain" / "config.pbtxt").unlink()
+    assert main(["repo", "validate", str(repo), "--model-config-name", "cpu"]) == 0
+    assert "# plain: valid\n#   config from the model file alone\n" in capsys.readouterr().out
 
 
 def test_repo_validate_refuses_a_name_the_server_would_refuse(

@@ -131,3 +131,23 @@ def test_the_repository_is_valid_under_each_config_name_the_overlays_set(name: s
     chosen = {m.name: m.config_file for m in resolved}
     assert chosen["digits_cnn"] == f"digits_cnn/configs/{name}.pbtxt"
     assert chosen["char_lstm"] == "char_lstm/config.pbtxt"
+
+
+def test_the_gpu_config_asks_for_what_the_onnx_runtime_plans() -> None:
+    """configs/gpu.pbtxt's accelerator is one batchserve runs: TensorRT in FP16, then CUDA."""
+    from batchserve.backends.onnx_options import (
+        CPU_EP,
+        CUDA_EP,
+        TENSORRT_EP,
+        choose_providers,
+    )
+    from batchserve.core.device import Device
+
+    model = ModelRepository(MODEL_REPO, "gpu").resolve("digits_cnn")
+    plan = choose_providers(
+        [TENSORRT_EP, CUDA_EP, CPU_EP], model.config, Device("gpu", 0),
+        model_file=model.versions[0].model_file,
+    )  # fmt: skip
+    assert [name for name, _ in plan.providers] == [TENSORRT_EP, CUDA_EP, CPU_EP]
+    assert plan.providers[0][1]["trt_fp16_enable"] == "True"
+    assert plan.warnings == ()

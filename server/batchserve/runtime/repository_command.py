@@ -119,7 +119,8 @@ def _print_report(root: Path, resolved: list[ResolvedModel], problems: list[Mode
 
 
 def _valid_block(root: Path, model: ResolvedModel, pbtxt: str) -> str:
-    lines = [f"# {model.name}: valid", f"#   config from {model.config_file}"]
+    read = model.config_file if (root / model.config_file).is_file() else "the model file alone"
+    lines = [f"# {model.name}: valid", f"#   config from {read}"]
     lines += [
         f"#   serves version {v.version} from {v.model_file.relative_to(root).as_posix()}"
         for v in model.versions
