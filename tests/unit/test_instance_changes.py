@@ -186,6 +186,23 @@ async def test_the_batch_cap_follows_what_the_instances_reserved(
     await registry.close()
 
 
+async def test_a_reload_that_fails_leaves_the_loaded_version_serving(
+    tmp_path: Path, backends: list[FakeBackend]
+) -> None:
+    """As Triton: a whole reload (here, of a config changed beyond its instances) that does
+    not fit the budget beside the version being served leaves that version serving."""
+    registry, _ = _registry(tmp_path, backends, budget=f"cpu={2000 * KIB}")
+    await registry.load("fake", _with_count(1))
+    served = registry.get("fake")
+    with pytest.raises(OutOfMemory):
+        await registry.load("fake", _with_count(3, max_batch_size=4))
+    assert registry.get("fake") is served
+    [row] = registry.index()
+    assert (row.state, "of the cpu budget" in row.reason) == (ModelState.READY.value, True)
+    assert registry.budgets.for_device(CPU).holdings() == {"fake": 900 * KIB}
+    await registry.close()
+
+
 async def test_a_plain_reload_after_the_file_changed_changes_instances_in_place(
     tmp_path: Path, backends: list[FakeBackend]
 ) -> None:

@@ -161,8 +161,9 @@ class InstanceChange:
         except asyncio.CancelledError:  # the caller gave up: still close what was removed
             await retiring
             raise
+        changed = bool(self.added or self.plan.remove)
         logger.info(
-            "instances changed without a reload",
+            "instances changed without a reload" if changed else "model already as configured",
             extra={"model": served.name, "version": served.version,
                    "added": [i.instance.name for i in self.added],
                    "removed": [i.instance.name for i in self.plan.remove],
