@@ -54,12 +54,21 @@ def test_without_a_name_the_configs_folder_is_ignored(repo: Path) -> None:
     assert model.config_file == "variants/config.pbtxt"
 
 
-def test_a_named_config_whose_model_file_is_absent_is_read_the_same(repo: Path) -> None:
+def test_a_named_config_is_completed_from_the_model_file_without_config_pbtxt(
+    repo: Path,
+) -> None:
     """A named config replaces config.pbtxt whole (Triton merges nothing), and is completed
     from the model file as config.pbtxt would be."""
     (repo / "variants" / "config.pbtxt").unlink()
     config = ModelRepository(repo, "cpu").resolve("variants").config
     assert [t.name for t in config.input] == ["image"]
+    assert config.max_batch_size == 4
+
+
+def test_with_neither_file_the_model_file_alone_makes_the_config(repo: Path) -> None:
+    (repo / "plain" / "config.pbtxt").unlink()
+    model = ModelRepository(repo, "cpu").resolve("plain")
+    assert [t.name for t in model.config.input] == ["image"]
 
 
 def test_the_name_inside_a_named_config_must_be_the_directory_name(repo: Path) -> None:
