@@ -141,6 +141,16 @@ def _is_version_number(name: str) -> bool:
     return name.isascii() and name.isdigit() and name == str(int(name)) and int(name) > 0
 
 
+def config_path(model_dir: Path, config_name: str | None) -> Path:
+    """The file a model's config is read from, Triton's choice: ``configs/<name>.pbtxt`` where
+    it exists (a dangling link counts, so its failure is reported), else config.pbtxt."""
+    if config_name is not None:
+        named = model_dir / CONFIG_FOLDER / f"{config_name}.pbtxt"
+        if named.exists() or named.is_symlink():
+            return named
+    return model_dir / CONFIG_FILENAME
+
+
 class _ModelCheck:
     """Resolves one model directory, collecting every problem rather than stopping at the first."""
 
@@ -210,7 +220,7 @@ class _ModelCheck:
         if self.override is not None:
             self.source = f"{self.name}: load parameter 'config'"
             return self.override
-        path = self._config_path()
+        path = config_path(self.dir, self.config_name)
         self.source = self.label(path)
         if not path.exists() and not path.is_symlink():
             return ModelConfig()
@@ -222,14 +232,6 @@ class _ModelCheck:
         except ModelConfigError as exc:
             self.problems.append(exc.message)
         raise self.fail()
-
-    def _config_path(self) -> Path:
-        """Triton's choice: ``configs/<name>.pbtxt`` where it exists, else config.pbtxt."""
-        if self.config_name is not None:
-            named = self.dir / CONFIG_FOLDER / f"{self.config_name}.pbtxt"
-            if named.exists() or named.is_symlink():
-                return named
-        return self.dir / CONFIG_FILENAME
 
     def _contained(self, dirs: dict[int, Path]) -> dict[int, Path]:
         """Version directories inside the repository; the others are problems."""

@@ -194,7 +194,8 @@ def _request(args: argparse.Namespace) -> tuple[Request, Path, str]:
         raise InvalidArgument("--concurrency: every value must be 1 or more")
     config_path = _config_file(model_dir, args.model_config_name)
     source = str(config_path)
-    text = read_pbtxt_text(config_path, source=source) if config_path.exists() else ""
+    present = config_path.exists() or config_path.is_symlink()
+    text = read_pbtxt_text(config_path, source=source) if present else ""
     window = perf_analyzer.QUICK_WINDOW if args.quick else perf_analyzer.FULL_WINDOW
     if args.measurement_interval is not None:
         window = replace(window, interval_ms=args.measurement_interval)
@@ -216,20 +217,15 @@ def _request(args: argparse.Namespace) -> tuple[Request, Path, str]:
 
 
 def _config_file(model_dir: Path, config_name: str | None) -> Path:
-    """The file `serve --model-config-name` would read: configs/NAME.pbtxt where it exists,
-    else config.pbtxt (Triton's choice)."""
+    """The file `serve --model-config-name` would read, the name checked as `serve` does."""
     from batchserve.core.settings import plain_config_name
-    from batchserve.models.model_config import CONFIG_FILENAME
-    from batchserve.models.model_directory import CONFIG_FOLDER
+    from batchserve.models.model_directory import config_path
 
-    if config_name is not None:
-        try:
-            named = model_dir / CONFIG_FOLDER / f"{plain_config_name(config_name)}.pbtxt"
-        except ValueError as exc:
-            raise InvalidArgument(str(exc)) from None
-        if named.exists():
-            return named
-    return model_dir / CONFIG_FILENAME
+    try:
+        plain = None if config_name is None else plain_config_name(config_name)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+    return config_path(model_dir, plain)
 
 
 def _serve_args(args: argparse.Namespace) -> tuple[str, ...]:
