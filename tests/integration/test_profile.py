@@ -1,6 +1,8 @@
 """`batchserve profile --quick` as the README shows it, on a copy of digits_cnn, with the real
-perf_analyzer: the swept rows, a choice within the budget, a config that Triton's own schema
-reads and that differs from the original only in the swept fields, and the time it took.
+perf_analyzer: the swept rows all at one load, the budget taken from the config as it is, a
+choice within it, and either the config left alone (the choice is the config as it is) or a
+config that Triton's own schema reads and that differs from the original only in the swept
+fields; and the time it took.
 
 The aim is under two minutes on 2 cores; the bound asserted is generous so that a loaded
 machine does not fail the test, and the time is reported (``-s``, or the JUnit property).
@@ -30,6 +32,7 @@ QUICK_ROWS = {
     for count in (1, 2)
     for size, delay in ((1, 0), (8, 0), (8, 25000), (64, 0), (64, 25000))
 }
+SHIPPED = (1, 64, 25000)
 GENEROUS_BOUND_S = 300
 
 
@@ -48,7 +51,7 @@ def swept_cleared(config: model_config_pb2.ModelConfig) -> model_config_pb2.Mode
     return rest
 
 
-def test_quick_profile_writes_the_best_config_within_the_budget(
+def test_quick_profile_measures_every_setting_at_one_load_and_chooses_within_budget(
     tmp_path: Path, record_property: pytest.RecordProperty
 ) -> None:
     shutil.copytree(MODEL_REPO / "digits_cnn", tmp_path / "digits_cnn")
@@ -66,26 +69,45 @@ def test_quick_profile_writes_the_best_config_within_the_budget(
 
     rows = table_rows(result.stdout)
     assert {(int(r[0]), int(r[1]), int(r[2])) for r in rows} == QUICK_ROWS
-    assert all(float(r[4]) > 0 for r in rows)
-    budget = float(re.findall(r"p99 latency budget: ([\d.]+) ms", result.stdout)[0])
+    assert {r[3] for r in rows} == {"16"}  # one offered load: the rows compare
+    # perf_analyzer gives up on a point whose windows differ tenfold (a machine busy with
+    # other work): that row says "failed" and a note quotes it, and the sweep goes on
+    failed = [r for r in rows if r[-1] == "failed"]
+    assert result.stdout.count("concurrency 16: perf_analyzer exited") == len(failed)
+    assert all(float(r[4]) > 0 for r in rows if r not in failed)
+    (as_it_is,) = re.findall(
+        r"the config as it is \(.*\), at 16 clients: .* p99 ([\d.]+) ms", result.stdout
+    )
+    (budget,) = re.findall(r"p99 budget: ([\d.]+) ms \(1.25 x the config as it is;", result.stdout)
+    assert float(budget) == pytest.approx(1.25 * float(as_it_is), abs=0.02)
     (chosen,) = [r for r in rows if r[-1] == "*"]
     assert chosen[-2] == "yes"
-    assert float(chosen[7]) <= budget
-
-    original = (MODEL_REPO / "digits_cnn" / "config.pbtxt").read_text()
-    written = (tmp_path / "digits_cnn" / "config.pbtxt").read_text()
-    assert (tmp_path / "digits_cnn" / "config.pbtxt.orig").read_text() == original
-    before = text_format.Parse(original, model_config_pb2.ModelConfig())
-    after = text_format.Parse(written, model_config_pb2.ModelConfig())
-    assert swept_cleared(after) == swept_cleared(before)
-    instances, size, delay = (int(cell) for cell in chosen[:3])
-    assert max((group.count or 1 for group in after.instance_group), default=1) == instances
-    assert after.max_batch_size == size
-    assert after.dynamic_batching.max_queue_delay_microseconds == delay
+    assert float(chosen[7]) <= float(budget)
+    check_the_config(tmp_path / "digits_cnn", tuple(int(cell) for cell in chosen[:3]))
     assert seconds < GENEROUS_BOUND_S
 
 
-def test_a_setting_the_server_refuses_is_a_row_not_a_crash(tmp_path: Path) -> None:
+def check_the_config(model: Path, chosen: tuple[int, ...]) -> None:
+    """The config as it was where that was the choice, else one changed in the swept fields."""
+    original = (MODEL_REPO / "digits_cnn" / "config.pbtxt").read_text()
+    written = (model / "config.pbtxt").read_text()
+    if chosen == SHIPPED:
+        assert written == original
+        assert not list(model.glob("config.pbtxt.orig*"))
+        return
+    assert (model / "config.pbtxt.orig").read_text() == original
+    before = text_format.Parse(original, model_config_pb2.ModelConfig())
+    after = text_format.Parse(written, model_config_pb2.ModelConfig())
+    assert swept_cleared(after) == swept_cleared(before)
+    instances, size, delay = chosen
+    assert max((group.count or 1 for group in after.instance_group), default=1) == instances
+    assert after.max_batch_size == size
+    assert after.dynamic_batching.max_queue_delay_microseconds == delay
+
+
+def test_a_refused_setting_is_a_row_and_the_config_as_it_is_chosen_is_left_alone(
+    tmp_path: Path,
+) -> None:
     model = tmp_path / "digits_cnn"
     shutil.copytree(MODEL_REPO / "digits_cnn", model)
     config = (model / "config.pbtxt").read_text()
@@ -94,16 +116,17 @@ def test_a_setting_the_server_refuses_is_a_row_not_a_crash(tmp_path: Path) -> No
     )
     (model / "config.pbtxt").write_text(config)
     argv = [str(BIN / "batchserve"), "profile", "digits_cnn", "--model-repository", str(tmp_path),
-            "--quick", "--instance-counts", "1", "--max-batch-sizes", "8,16",
-            "--queue-delays", "0", "--concurrency", "4", "--latency-budget", "1000",
-            "--dry-run"]  # fmt: skip
+            "--quick", "--instance-counts", "1", "--max-batch-sizes", "8,64", "--queue-delays",
+            "25000", "--concurrency", "4", "--latency-budget", "1000"]  # fmt: skip
     result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     refused, measured = table_rows(result.stdout)
-    assert refused == ["1", "8", "0", "-", "-", "-", "-", "-", "-", "refused"]
+    assert refused == ["1", "8", "25000", "-", "-", "-", "-", "-", "-", "refused"]
     assert "preferred_batch_size 16 is outside 1..max_batch_size (8)" in result.stdout
-    assert measured[:4] == ["1", "16", "0", "4"]
+    assert measured[:4] == ["1", "64", "25000", "4"]  # the config as it is
     assert measured[-2:] == ["yes", "*"]
-    assert "not written: --dry-run" in result.stdout
+    assert "p99 budget: 1000.00 ms (--latency-budget)" in result.stdout
+    assert "keep the config as it is: instance_group count 1, max_batch_size 64" in result.stdout
+    assert "is left as it is: it already holds the recommended setting" in result.stdout
     assert (model / "config.pbtxt").read_text() == config
     assert not list(model.glob("config.pbtxt.orig*"))

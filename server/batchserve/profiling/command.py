@@ -1,8 +1,8 @@
 """`batchserve profile MODEL`: find the instance count, max_batch_size and queue delay that
 give the most throughput within a p99 latency budget, and write them into config.pbtxt.
 
-Exit status: 0 when a setting met the budget (and was written, unless --dry-run), 1 when none
-did (nothing is written), 2 when the profile could not run.
+Exit status: 0 when a setting met the budget (and was written, unless --dry-run or it is
+the config as it is), 1 when none did (nothing is written), 2 when the profile could not run.
 """
 
 from __future__ import annotations
@@ -16,24 +16,30 @@ from typing import TYPE_CHECKING
 
 from batchserve.core.errors import BatchserveError, InvalidArgument, NotFound
 from batchserve.core.progress import StageProgress
+from batchserve.profiling.plan import DEFAULT_CONCURRENCY
+from batchserve.profiling.results import BUDGET_FACTOR
 
 if TYPE_CHECKING:
     from batchserve.profiling.sweep import Request
 
 PROG = "batchserve profile"
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Start a batchserve server on the model repository (explicit model control, loopback, free
-ports), load the model once per setting with a config override, drive each with NVIDIA's
-perf_analyzer, and print throughput and latency per setting. The recommendation is the
-highest throughput whose p99 latency is within --latency-budget (ties within 2 % go to the
-lower p99); it is written into the model's config.pbtxt, changing only instance_group count,
-max_batch_size and dynamic_batching.max_queue_delay_microseconds, with the file as it was
-kept beside it as config.pbtxt.orig (.orig.1, ... when that exists).
+ports), measure the config as it is, then load the model once per setting with a config
+override and drive each with NVIDIA's perf_analyzer at the same number of clients
+(--concurrency, default {DEFAULT_CONCURRENCY}: set it to your traffic's concurrency). It prints
+throughput and latency per setting. The recommendation is the highest throughput whose p99
+is within --latency-budget (default {BUDGET_FACTOR:g} x the p99 of the config as it is at the
+same load; ties within 2 % go to the config as it is, else to the lower p99). It is written
+into the model's config.pbtxt, changing only instance_group count, max_batch_size and
+dynamic_batching.max_queue_delay_microseconds, with the file as it was kept beside it as
+config.pbtxt.orig (.orig.1, ... when that exists); when it is the config as it is, the file
+is left alone (--output FILE is still written).
 
 Sweeps: the full one is instances 1,2,4 x max_batch_size 1-128 (powers of 2) x queue delay
-0, 1000, 10000 us, each also with the model's current value; --quick is instances 1,2 x
-max_batch_size 1, 8 x queue delay 0, each with the current value, in short windows
-(under two minutes on 2 cores for the example models).
+0, 1000, 10000 us, each also with the model's current value (so the current setting is one
+of the rows); --quick is instances 1,2 x max_batch_size 1, 8 x queue delay 0, each with the
+current value, in short windows (under two minutes on 2 cores for the example models).
 """
 
 
@@ -67,8 +73,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--latency-budget",
         type=_positive_float,
         metavar="MS",
-        help="p99 latency budget in milliseconds (default: 10 times the p99 "
-        "of one client sending one request at a time)",
+        help=f"p99 latency budget in milliseconds (default: {BUDGET_FACTOR:g} x the p99 of the "
+        "config as it is, measured first at the highest --concurrency)",
     )
     _add_sweep_arguments(parser)
     _add_measurement_arguments(parser)
@@ -110,9 +116,9 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         "--concurrency",
         type=_int_list,
         metavar="LIST",
-        help="perf_analyzer clients per setting, each a row (default: "
-        "max_batch_size x (instances + 1), enough to keep every instance "
-        "busy with full batches)",
+        default=[DEFAULT_CONCURRENCY],
+        help="perf_analyzer clients, the same for every setting, each value a row per setting "
+        f"(default {DEFAULT_CONCURRENCY}; set it to your traffic's concurrency)",
     )
 
 
@@ -155,7 +161,7 @@ def _add_measurement_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The handler: the sweep, its table, and the recommendation written or printed."""
-    from batchserve.profiling.report import print_report, write_recommendation
+    from batchserve.profiling.report import leave_as_it_is, print_report, write_recommendation
     from batchserve.profiling.sweep import sweep
 
     progress = StageProgress.for_stderr(PROG, quiet=args.quiet)
@@ -166,9 +172,11 @@ def run(args: argparse.Namespace) -> int:
         chosen = print_report(request, report, time.monotonic() - started)
         if chosen is None:
             return 1
-        write_recommendation(
-            chosen.setting, text, None if args.dry_run else args.output or config_path
-        )
+        if chosen.setting == report.current and args.output is None:
+            leave_as_it_is(config_path)
+        else:
+            destination = None if args.dry_run else args.output or config_path
+            write_recommendation(chosen.setting, text, destination)
     except BatchserveError as exc:
         print(f"{PROG}: error: {exc.message}", file=sys.stderr)
         return 2
@@ -190,7 +198,7 @@ def _request(args: argparse.Namespace) -> tuple[Request, Path, str]:
     model_dir = args.model_repository / validate_model_name(args.model)
     if not model_dir.is_dir():
         raise NotFound(f"no model '{args.model}' in '{args.model_repository}'")
-    if args.concurrency is not None and min(args.concurrency) < 1:
+    if min(args.concurrency) < 1:
         raise InvalidArgument("--concurrency: every value must be 1 or more")
     config_path = _config_file(model_dir, args.model_config_name)
     source = str(config_path)
@@ -205,7 +213,7 @@ def _request(args: argparse.Namespace) -> tuple[Request, Path, str]:
         base_config=parse_pbtxt(text, source=source),
         quick=args.quick,
         axes=Axes(args.instance_counts, args.max_batch_sizes, args.queue_delays),
-        concurrencies=args.concurrency,
+        concurrencies=sorted(set(args.concurrency)),
         latency_budget_ms=args.latency_budget,
         protocol=args.protocol,
         window=window,

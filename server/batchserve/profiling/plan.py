@@ -2,8 +2,10 @@
 
 The grid follows Model Analyzer's automatic brute search (instance counts from 1, batch sizes
 in powers of 2 up to 128) with the queue delay as a third axis; ``--quick`` keeps the few
-points that tell most. The model's current values are always on their axes, so the table
-shows where the config stands now. A model that does not batch is swept over instances only.
+points that tell most. The model's current values are always on their axes and its current
+setting is one of the points, so the table shows where the config stands now and keeping it
+is a possible recommendation. A model that does not batch is swept over instances only.
+Every setting faces the same clients, so that rows differ by the setting alone.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from batchserve.core.errors import InvalidArgument
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=True)
 class Setting:
     """One point of the sweep: the three config.pbtxt fields a profile changes.
 
@@ -54,12 +56,19 @@ QUICK = Axes(instances=(1, 2), max_batch_sizes=(1, 8), queue_delays_us=(0,))
 """No batching, small batches and the current config, one or two instances: about ten points
 (two minutes' worth on 2 cores with ``QUICK_WINDOW``)."""
 
+DEFAULT_CONCURRENCY = 16
+"""perf_analyzer's clients when --concurrency is not given, for every setting alike: the
+concurrency the project's benchmarks judge a compute-bound model at. A profile answers for
+one offered load (by Little's law, more clients mean a longer wait for each), so it should be
+the traffic's own."""
+
 
 def plan(current: Setting, *, quick: bool, given: Axes = Axes()) -> list[Setting]:
     """The settings to measure, in order; ``given`` axes are taken exactly as written.
 
     A queue delay changes nothing where a batch holds one request, so batch sizes 0 and 1
-    are measured at delay 0 only.
+    are measured at delay 0 only, but for the current setting itself where it lies on the
+    axes: keeping it must be a possible answer, not a rewrite to an equivalent.
     """
     defaults = QUICK if quick else FULL
     batching = current.max_batch_size > 0
@@ -69,17 +78,16 @@ def plan(current: Setting, *, quick: bool, given: Axes = Axes()) -> list[Setting
     delays = _axis(given.queue_delays_us, defaults.queue_delays_us, current.queue_delay_us)
     if not batching:
         sizes, delays = [0], [0]
-    return [
+    settings = {
         Setting(count, size, delay)
         for count in instances
         for size in sizes
         for delay in (delays if size > 1 else (0,))
-    ]
-
-
-def concurrency(setting: Setting) -> int:
-    """Clients enough for every instance to run a full batch while the next one forms."""
-    return max(1, setting.max_batch_size) * (setting.instances + 1)
+    }
+    on_axes = (current.instances, current.max_batch_size, current.queue_delay_us)
+    if all(value in axis for value, axis in zip(on_axes, (instances, sizes, delays), strict=True)):
+        settings.add(current)
+    return sorted(settings)
 
 
 def _axis(given: Sequence[int] | None, default: Sequence[int] | None, current: int) -> list[int]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from batchserve.profiling.config_edit import rewrite, write
-from batchserve.profiling.plan import Setting, concurrency
-from batchserve.profiling.results import DEFAULT_BUDGET_FACTOR, Outcome, choose, notes, table
+from batchserve.profiling.plan import Setting
+from batchserve.profiling.results import BUDGET_FACTOR, Outcome, choose, notes, table
 from batchserve.profiling.sweep import Report, Request
 
 
@@ -15,21 +15,22 @@ def print_report(request: Request, report: Report, seconds: float) -> Outcome | 
     sweep = "quick sweep" if request.quick else "sweep"
     settings = len({outcome.setting for outcome in report.outcomes})
     print(
-        f"{request.model}: {sweep} of {settings} settings over {request.protocol} in "
-        f"{seconds:.1f} s (perf_analyzer windows of {request.window.interval_ms} ms)"
+        f"{request.model}: {sweep} of {settings} settings at {_clients(request)} clients over "
+        f"{request.protocol} in {seconds:.1f} s (perf_analyzer windows of "
+        f"{request.window.interval_ms} ms)"
     )
-    alone = report.alone
+    first = report.as_it_is
     print(
-        f"one client, config as it is ({_describe(report.current)}): "
-        f"{alone.throughput:.1f} infer/sec, p99 {alone.p99_ms:.2f} ms"
+        f"the config as it is ({_describe(report.current)}), at {first.concurrency} clients: "
+        f"{first.throughput:.1f} infer/sec, p50 {first.p50_ms:.2f} ms, p99 {first.p99_ms:.2f} ms"
     )
     how = (
         "--latency-budget"
         if request.latency_budget_ms
-        else f"{DEFAULT_BUDGET_FACTOR} x the p99 of one client; set it with --latency-budget"
+        else f"{BUDGET_FACTOR:g} x the config as it is; set it with --latency-budget"
     )
-    print(f"p99 latency budget: {report.budget_ms:.2f} ms ({how})\n")
-    chosen = choose(report.outcomes, report.budget_ms)
+    print(f"p99 budget: {report.budget_ms:.2f} ms ({how})\n")
+    chosen = choose(report.outcomes, report.budget_ms, report.current)
     print(table(report.outcomes, report.budget_ms, chosen))
     for line in notes(report.outcomes):
         print(f"  note: {line}")
@@ -37,7 +38,7 @@ def print_report(request: Request, report: Report, seconds: float) -> Outcome | 
     if chosen is None:
         print(
             f"no setting met the p99 budget of {report.budget_ms:.2f} ms: nothing written "
-            "(raise --latency-budget, or sweep fewer clients with --concurrency)"
+            "(raise --latency-budget, or measure longer with --measurement-interval)"
         )
     else:
         print(_recommendation(chosen, report))
@@ -58,27 +59,38 @@ def write_recommendation(setting: Setting, text: str, path: Path | None) -> None
         print("note: the config was rendered afresh, so its comments and layout are gone")
 
 
+def leave_as_it_is(path: Path) -> None:
+    """Say why the model's config is not rewritten: it holds the recommendation already."""
+    print(f"{path} is left as it is: it already holds the recommended setting")
+
+
 def _recommendation(chosen: Outcome, report: Report) -> str:
     assert chosen.measurement is not None
     measured = chosen.measurement
+    kept = chosen.setting == report.current
+    what = "keep the config as it is" if kept else "recommended"
     lines = [
-        f"recommended: {_describe(chosen.setting)}",
-        f"  {measured.throughput:.1f} infer/sec at concurrency {chosen.concurrency}, "
+        f"{what}: {_describe(chosen.setting)}",
+        f"  {measured.throughput:.1f} infer/sec at {chosen.concurrency} clients, "
         f"p50 {measured.p50_ms:.2f} ms, p99 {measured.p99_ms:.2f} ms",
     ]
-    before = _as_it_was(report)
-    if before is not None and before.measurement is not None and before is not chosen:
+    before = _as_it_was(report, chosen.concurrency)
+    if before is not None and before.measurement is not None and not kept:
         lines.append(
-            f"  the config as it was: {before.measurement.throughput:.1f} infer/sec at "
-            f"concurrency {before.concurrency}, p99 {before.measurement.p99_ms:.2f} ms"
+            f"  the config as it is, in the sweep: {before.measurement.throughput:.1f} "
+            f"infer/sec at {before.concurrency} clients, p99 {before.measurement.p99_ms:.2f} ms"
         )
     return "\n".join(lines)
 
 
-def _as_it_was(report: Report) -> Outcome | None:
-    clients = concurrency(report.current)
-    rows = [o for o in report.outcomes if o.setting == report.current]
-    return next((o for o in rows if o.concurrency == clients), rows[0] if rows else None)
+def _as_it_was(report: Report, clients: int) -> Outcome | None:
+    """The current setting's row at ``clients``, where the sweep has one."""
+    rows = (o for o in report.outcomes if o.setting == report.current)
+    return next((o for o in rows if o.concurrency == clients), None)
+
+
+def _clients(request: Request) -> str:
+    return ", ".join(str(clients) for clients in request.concurrencies)
 
 
 def _describe(setting: Setting) -> str:

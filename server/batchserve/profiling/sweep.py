@@ -1,9 +1,10 @@
-"""The measuring: one server, the model as it is with one client first, then every setting.
+"""The measuring: one server, the config as it is first, then every setting at the same load.
 
-The one-client point (concurrency 1, the config as it is) sets the default latency budget and
-fails the whole profile early when perf_analyzer cannot drive the model at all (inputs that
-need ``--shape``, say). Each setting is unloaded before the next loads, so a setting has the
-whole memory budget to itself; one the server refuses is kept as a refused row.
+The first point (the config as it is, at the sweep's highest concurrency) sets the default
+latency budget and fails the whole profile early when perf_analyzer cannot drive the model at
+all (inputs that need ``--shape``, say). Every setting then faces the same clients, so rows
+differ by the setting alone. Each setting is unloaded before the next loads, so a setting has
+the whole memory budget to itself; one the server refuses is kept as a refused row.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from batchserve.core.errors import Unsupported
 from batchserve.profiling.config_edit import apply, current_setting
 from batchserve.profiling.errors import ProfileError, ServerRefused
 from batchserve.profiling.perf_analyzer import Measurement, Target, Window, measure
-from batchserve.profiling.plan import Axes, Setting, concurrency, plan
+from batchserve.profiling.plan import Axes, Setting, plan
 from batchserve.profiling.results import Outcome, default_budget
 from batchserve.profiling.server import ProfiledServer
 from batchserve.proto.model_config_pb2 import ModelConfig
@@ -29,7 +30,7 @@ class Request:
     Args:
         base_config: the model's config.pbtxt as written (empty when it has none); each
             setting is loaded as this with the three swept fields changed.
-        concurrencies: perf_analyzer's client counts; None picks ``plan.concurrency``.
+        concurrencies: perf_analyzer's client counts, each a row of every setting.
         perf_args: further perf_analyzer flags; serve_args: further `serve` flags.
     """
 
@@ -38,7 +39,7 @@ class Request:
     base_config: ModelConfig
     quick: bool
     axes: Axes
-    concurrencies: Sequence[int] | None
+    concurrencies: Sequence[int]
     latency_budget_ms: float | None
     protocol: str
     window: Window
@@ -49,10 +50,11 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """What the sweep found: the config as it was, alone and swept, and the budget used."""
+    """What the sweep found: the current setting and its first measurement, every setting's
+    rows, and the budget used."""
 
     current: Setting
-    alone: Measurement
+    as_it_is: Measurement
     budget_ms: float
     outcomes: list[Outcome]
 
@@ -64,9 +66,9 @@ def sweep(request: Request, say: Callable[[str], None]) -> Report:
         target = Target(request.perf_analyzer, request.model, request.protocol, url,
                         tuple(request.perf_args))  # fmt: skip
         current = _load_as_it_is(server, request.model)
-        alone = measure(target, 1, request.window)
-        say(f"one client, config as it is: {_summary(alone)}")
-        budget = request.latency_budget_ms or default_budget(alone)
+        as_it_is = _measure_as_it_is(target, request)
+        say(f"the config as it is, at {as_it_is.concurrency} clients: {_summary(as_it_is)}")
+        budget = request.latency_budget_ms or default_budget(as_it_is)
         settings = plan(current, quick=request.quick, given=request.axes)
         outcomes: list[Outcome] = []
         for index, setting in enumerate(settings, 1):
@@ -74,7 +76,7 @@ def sweep(request: Request, say: Callable[[str], None]) -> Report:
             outcomes += done
             for outcome in done:
                 say(f"[{index}/{len(settings)}] {setting.label}: {_outcome_summary(outcome)}")
-    return Report(current, alone, budget, outcomes)
+    return Report(current, as_it_is, budget, outcomes)
 
 
 def _load_as_it_is(server: ProfiledServer, model: str) -> Setting:
@@ -92,16 +94,27 @@ def _load_as_it_is(server: ProfiledServer, model: str) -> Setting:
     return current_setting(config)
 
 
+def _measure_as_it_is(target: Target, request: Request) -> Measurement:
+    """The config as it is at the highest concurrency swept: the default budget's base."""
+    clients = max(request.concurrencies)
+    try:
+        return measure(target, clients, request.window)
+    except ProfileError as exc:
+        raise ProfileError(
+            f"perf_analyzer could not drive '{request.model}' as it is, at {clients} clients: "
+            f"{exc.message}"
+        ) from None
+
+
 def _setting(
     server: ProfiledServer, target: Target, request: Request, setting: Setting
 ) -> list[Outcome]:
-    clients = request.concurrencies or (concurrency(setting),)
     server.unload(request.model)
     try:
         server.load(request.model, apply(request.base_config, setting))
     except ServerRefused as exc:
         return [Outcome(setting, concurrency=0, problem=f"refused: {exc.message}")]
-    return [_point(server, target, request, setting, c) for c in clients]
+    return [_point(server, target, request, setting, c) for c in request.concurrencies]
 
 
 def _point(

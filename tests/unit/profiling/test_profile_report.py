@@ -13,56 +13,72 @@ from batchserve.profiling.sweep import Report, Request
 from batchserve.proto.model_config_pb2 import ModelConfig
 
 CURRENT = Setting(1, 64, 25000)
-ALONE = Measurement(1, 4000.0, 0.2, 0.25, 0.3)
+AS_IT_IS = Measurement(16, 4000.0, 2.0, 2.5, 3.0)
+BUDGET = 3.75  # 1.25 x the config as it is
 
 
 def request(budget: float | None = None) -> Request:
     return Request(
         repository=Path("repo"), model="digits_cnn", base_config=ModelConfig(), quick=True,
-        axes=Axes(), concurrencies=None, latency_budget_ms=budget, protocol="http",
+        axes=Axes(), concurrencies=[16], latency_budget_ms=budget, protocol="http",
         window=QUICK_WINDOW, perf_analyzer=Path("perf_analyzer"),
     )  # fmt: skip
 
 
-def measured(setting: Setting, clients: int, throughput: float, p99: float) -> Outcome:
-    return Outcome(setting, clients, Measurement(clients, throughput, p99 / 2, p99, p99), 7.0)
+def measured(setting: Setting, throughput: float, p99: float) -> Outcome:
+    return Outcome(setting, 16, Measurement(16, throughput, p99 / 2, p99, p99), 7.0)
 
 
 OUTCOMES = [
-    measured(Setting(1, 1, 0), 2, 5000.0, 0.5),
-    measured(Setting(1, 8, 0), 16, 9000.0, 2.5),
-    measured(CURRENT, 128, 8800.0, 30.0),
+    measured(Setting(1, 1, 0), 3000.0, 6.0),
+    measured(Setting(1, 8, 0), 4500.0, 3.5),
+    measured(CURRENT, 4100.0, 3.2),
 ]
 
 
-def test_the_report_names_the_budget_the_rows_and_the_recommendation(
+def test_the_report_names_the_load_the_budget_the_rows_and_the_recommendation(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    chosen = print_report(request(), Report(CURRENT, ALONE, 3.0, OUTCOMES), seconds=20.5)
+    chosen = print_report(request(), Report(CURRENT, AS_IT_IS, BUDGET, OUTCOMES), seconds=20.5)
     assert chosen is OUTCOMES[1]
     out = capsys.readouterr().out
     head, rows, tail = out.split("\n\n")
     assert head.splitlines() == [
-        "digits_cnn: quick sweep of 3 settings over http in 20.5 s (perf_analyzer windows of "
-        "500 ms)",
-        "one client, config as it is (instance_group count 1, max_batch_size 64, "
-        "max_queue_delay_microseconds 25000): 4000.0 infer/sec, p99 0.30 ms",
-        "p99 latency budget: 3.00 ms (10 x the p99 of one client; set it with --latency-budget)",
+        "digits_cnn: quick sweep of 3 settings at 16 clients over http in 20.5 s "
+        "(perf_analyzer windows of 500 ms)",
+        "the config as it is (instance_group count 1, max_batch_size 64, "
+        "max_queue_delay_microseconds 25000), at 16 clients: 4000.0 infer/sec, p50 2.00 ms, "
+        "p99 3.00 ms",
+        "p99 budget: 3.75 ms (1.25 x the config as it is; set it with --latency-budget)",
     ]
     assert len(rows.splitlines()) == 4
     assert tail.splitlines() == [
         "recommended: instance_group count 1, max_batch_size 8, max_queue_delay_microseconds 0",
-        "  9000.0 infer/sec at concurrency 16, p50 1.25 ms, p99 2.50 ms",
-        "  the config as it was: 8800.0 infer/sec at concurrency 128, p99 30.00 ms",
+        "  4500.0 infer/sec at 16 clients, p50 1.75 ms, p99 3.50 ms",
+        "  the config as it is, in the sweep: 4100.0 infer/sec at 16 clients, p99 3.20 ms",
+    ]
+
+
+def test_when_the_config_as_it_is_is_best_the_report_says_keep_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    outcomes = [*OUTCOMES[:1], measured(Setting(1, 8, 0), 4500.0, 5.0), OUTCOMES[2]]
+    chosen = print_report(request(), Report(CURRENT, AS_IT_IS, BUDGET, outcomes), 1.0)
+    assert chosen is outcomes[2]
+    tail = capsys.readouterr().out.split("\n\n")[-1]
+    assert tail.splitlines() == [
+        "keep the config as it is: instance_group count 1, max_batch_size 64, "
+        "max_queue_delay_microseconds 25000",
+        "  4100.0 infer/sec at 16 clients, p50 1.60 ms, p99 3.20 ms",
     ]
 
 
 def test_without_a_row_in_budget_nothing_is_recommended(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert print_report(request(0.1), Report(CURRENT, ALONE, 0.1, OUTCOMES), 1.0) is None
+    assert print_report(request(0.1), Report(CURRENT, AS_IT_IS, 0.1, OUTCOMES), 1.0) is None
     out = capsys.readouterr().out
-    assert "p99 latency budget: 0.10 ms (--latency-budget)" in out
+    assert "p99 budget: 0.10 ms (--latency-budget)" in out
     assert "no setting met the p99 budget of 0.10 ms: nothing written" in out
 
 

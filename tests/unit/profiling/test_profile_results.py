@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from batchserve.profiling.perf_analyzer import Measurement
 from batchserve.profiling.plan import Setting
-from batchserve.profiling.results import Outcome, choose, default_budget, notes, table
+from batchserve.profiling.results import (
+    BUDGET_FACTOR,
+    Outcome,
+    choose,
+    default_budget,
+    notes,
+    table,
+)
 
 
 def row(throughput: float, p99: float, *, instances: int = 1, size: int = 8) -> Outcome:
@@ -26,12 +33,24 @@ def test_a_tie_in_throughput_goes_to_the_lower_p99() -> None:
     assert choose([first, quicker, slower_by_more], budget_ms=5.0) is quicker
 
 
+def test_a_tie_goes_to_the_config_as_it_is_so_that_noise_rewrites_nothing() -> None:
+    best = row(8000, 2.0, instances=2)
+    current = row(7900, 4.0)  # within 2 % of the best, with a higher p99
+    outcomes = [best, current, row(9000, 12.0)]
+    assert choose(outcomes, budget_ms=5.0, current=current.setting) is current
+    assert choose(outcomes, budget_ms=5.0, current=Setting(1, 8, 25000)) is best
+    clearly_slower = row(7700, 1.0)  # 3.75 % below the best: no tie
+    assert choose([best, clearly_slower], 5.0, current=clearly_slower.setting) is best
+
+
 def test_nothing_is_chosen_when_no_row_meets_the_budget() -> None:
     assert choose([row(9000, 12.0), Outcome(Setting(1, 8, 0), 0, problem="refused")], 5.0) is None
 
 
-def test_the_default_budget_is_ten_times_one_clients_p99() -> None:
-    assert default_budget(Measurement(1, 4000, 0.2, 0.25, 0.3)) == 3.0
+def test_the_default_budget_is_the_config_as_it_is_with_room_for_noise() -> None:
+    as_it_is = Measurement(16, 5000, 2.0, 3.0, 4.0)
+    assert default_budget(as_it_is) == 4.0 * BUDGET_FACTOR
+    assert 1 < BUDGET_FACTOR < 1.5
 
 
 def test_the_table_has_a_row_per_outcome_and_marks_the_choice() -> None:
