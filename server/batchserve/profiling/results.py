@@ -16,10 +16,12 @@ from batchserve.profiling.plan import Setting
 
 BUDGET_FACTOR = 1.25
 """With no --latency-budget, the p99 budget is this many times the p99 of the config as it is
-at the same load: no worse a tail than now, give or take measurement noise. Two runs of one
-setting in short perf_analyzer windows differ in p99 by some 10-20 % on a busy machine, so a
-budget of exactly the p99 would fail the config as it is half the time; a quarter more keeps
-it a candidate while a setting clearly slower in the tail still fails."""
+at the same load: no worse a tail than now, give or take measurement noise. Two measurements
+of one setting in --quick's windows differ in p99 by some 10-15 % on a lightly loaded 2-core
+machine, so a budget of exactly the p99 would fail the config as it is half the time; a
+quarter more keeps it a candidate while a setting clearly slower in the tail still fails. A
+machine busy with other work upsets the p99 far more than any factor absorbs: measure there
+with longer --measurement-interval windows."""
 TIE_PERCENT = 2.0
 
 _HEADERS = ("Instances", "Max Batch Size", "Queue Delay (us)", "Concurrency",
