@@ -14,6 +14,7 @@ from batchserve.dataplane.statistics import (
     model_statistics,
 )
 from batchserve.grpc import messages
+from batchserve.models.measured_defaults import Setting, Trial, Tuning
 from batchserve.models.memory_probe import MemoryProfile
 from batchserve.models.model_table import InstanceMemory as MeasuredMemory
 from batchserve.models.model_table import ServedVersion
@@ -26,7 +27,7 @@ MEMORY = (
 )
 
 
-def _served(name: str = "m", version: int = 2) -> ServedVersion:
+def _served(name: str = "m", version: int = 2, tuning: Tuning | None = None) -> ServedVersion:
     stats = ModelStats()
     stats.record_batch(4, 10, 200, 30)
     stats.record_batch(2, 11, 210, 31)
@@ -34,8 +35,10 @@ def _served(name: str = "m", version: int = 2) -> ServedVersion:
     stats.record_request(True, 1000, 100)
     stats.record_request(False, 500, 0)
     stats.last_inference_ms = 1_700_000_000_000
+    routing = SimpleNamespace(cpu_below=5 if tuning else 0)
+    batcher = SimpleNamespace(cap=8, routing=routing)
     served = SimpleNamespace(
-        name=name, version=version, stats=stats, batcher=SimpleNamespace(cap=8), memory=MEMORY
+        name=name, version=version, stats=stats, batcher=batcher, memory=MEMORY, tuning=tuning
     )
     return cast(ServedVersion, served)
 
@@ -74,8 +77,39 @@ def test_statistics_are_a_snapshot_of_the_counters() -> None:
     assert [b.batch_size for b in before.batch_stats] == [2, 4]
 
 
+TUNING = Tuning(
+    Setting(2, 1),
+    "measured 1.40x the default's throughput",
+    (Trial(Setting(), (100.0, 110.0, 90.0)), Trial(Setting(2, 1), (140.0,)),
+     Trial(Setting(2, cuda_graphs=True), (), "cannot capture")),
+    1.5,
+)  # fmt: skip
+
+
+def test_measured_defaults_and_the_device_split_are_in_the_statistics() -> None:
+    (plain, measured) = model_statistics([_served("a", 1), _served("b", 1, TUNING)])
+    assert (plain.measured_defaults, plain.cpu_below_batch_size) == (None, 0)
+    assert (measured.measured_defaults, measured.cpu_below_batch_size) == (TUNING, 5)
+    (http,) = responses.statistics([measured])["model_stats"]
+    assert http["batchserve"]["measured_defaults"] == {
+        "chosen": {"instances": 2, "threads": 1, "cuda_graphs": False, "cpu_instances": 0,
+                   "samples_per_second": 0.0, "error": ""},
+        "reason": "measured 1.40x the default's throughput",
+        "seconds": 1.5,
+        "measured": [
+            {"instances": 1, "threads": 0, "cuda_graphs": False, "cpu_instances": 0,
+             "samples_per_second": 100.0, "error": ""},
+            {"instances": 2, "threads": 1, "cuda_graphs": False, "cpu_instances": 0,
+             "samples_per_second": 140.0, "error": ""},
+            {"instances": 2, "threads": 0, "cuda_graphs": True, "cpu_instances": 0,
+             "samples_per_second": 0.0, "error": "cannot capture"},
+        ],
+    }  # fmt: skip
+    assert http["batchserve"]["cpu_below_batch_size"] == 5
+
+
 def test_both_adapters_render_the_same_numbers() -> None:
-    rows = model_statistics([_served("a", 1), _served("b", 3)])
+    rows = model_statistics([_served("a", 1), _served("b", 3, TUNING)])
     http = responses.statistics(rows)
     grpc = responses.message_json(messages.statistics(rows))  # protobuf's JSON, as Triton's
     for model in grpc["model_stats"]:

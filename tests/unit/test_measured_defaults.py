@@ -33,7 +33,7 @@ from batchserve.models.measured_defaults import (
     tune,
     wants_tuning,
 )
-from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 from tests.unit.fakes import fake_config
 
@@ -51,10 +51,13 @@ class CostedBackend:
     """Sleeps ``row_s / sqrt(threads)`` per row (threads from the config it was loaded with,
     else ``RUNTIME_THREADS``); records where it was loaded, run and unloaded."""
 
-    def __init__(self, row_s: float, log: list[tuple[str, int, str]], fail_graphs: bool) -> None:
+    def __init__(
+        self, row_s: float, log: list[tuple[str, int, str]], fail_graphs: bool, gpu_run_s: float
+    ) -> None:
         self.row_s = row_s
         self.log = log
         self.fail_graphs = fail_graphs
+        self.gpu_run_s = gpu_run_s
         self.threads = 1
         self._device = CPU
 
@@ -81,7 +84,10 @@ class CostedBackend:
     ) -> dict[str, np.ndarray]:
         rows = len(inputs["x"])
         self.log.append(("infer", threading.get_ident(), str(rows)))
-        time.sleep(rows * self.row_s / math.sqrt(self.threads))
+        if self._device.kind == "gpu":  # a fixed cost to move and launch, little per row
+            time.sleep(self.gpu_run_s + rows * self.row_s / 10)
+        else:
+            time.sleep(rows * self.row_s / math.sqrt(self.threads))
         return {}
 
     def memory_bytes(self) -> int | None:
@@ -97,11 +103,13 @@ def subject(
     *,
     device: Device = CPU,
     fail_graphs: bool = False,
+    gpu_run_s: float = 0.0,
+    extra: str = "",
 ) -> Subject:
-    config = fake_config(max_batch_size=16)
+    config = fake_config(extra, max_batch_size=16)
 
     def factory(config: ModelConfig, model_file: Path) -> CostedBackend:
-        return CostedBackend(row_s, log, fail_graphs)
+        return CostedBackend(row_s, log, fail_graphs, gpu_run_s)
 
     def batch(rows: int) -> dict[str, np.ndarray]:
         return {"x": np.zeros((rows, 4), np.float32)}
@@ -244,3 +252,34 @@ def test_an_error_that_is_not_the_models_fault_still_unloads_what_was_loaded(
     costed = subject(0.002, log)
     with pytest.raises(BatchserveError, match="inputs could not be made"):
         tune(Subject(costed.config, costed.model_file, CPU, costed.factory, broken), cores=2)
+
+
+def test_kind_auto_on_a_gpu_adds_a_cpu_instance_where_the_cpu_runs_one_sample_faster(
+    log: list[tuple[str, int, str]],
+) -> None:
+    # One sample: 2 ms on the CPU, 10 ms on the GPU (moving it there and back); sixteen:
+    # 32 ms on the CPU, 13 ms on the GPU.
+    tuning = tune(subject(0.002, log, device=GPU, gpu_run_s=0.01), cores=2)
+    assert tuning.chosen.cpu_instances == 1, tuning.reason
+    assert "a CPU instance takes the batches under the crossover" in tuning.reason
+    written = configured(fake_config(), tuning.chosen)
+    kinds = [(g.kind, g.count) for g in written.instance_group]
+    assert kinds[-1] == (ModelInstanceGroup.KIND_CPU, 1)
+    assert len(kinds) == 2
+
+
+def test_a_gpu_faster_at_one_sample_keeps_every_batch(log: list[tuple[str, int, str]]) -> None:
+    tuning = tune(subject(0.002, log, device=GPU, gpu_run_s=0.0), cores=2)
+    assert tuning.chosen.cpu_instances == 0
+    assert "every batch runs on the GPU" in tuning.reason
+
+
+def test_a_config_that_names_the_gpu_is_not_given_cpu_instances(
+    log: list[tuple[str, int, str]],
+) -> None:
+    named = subject(
+        0.002, log, device=GPU, gpu_run_s=0.01, extra="instance_group [{ kind: KIND_GPU }]"
+    )
+    tuning = tune(named, cores=2)
+    assert tuning.chosen.cpu_instances == 0
+    assert "CPU" not in tuning.reason

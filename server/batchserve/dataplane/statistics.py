@@ -2,7 +2,8 @@
 endpoints; each adapter only renders them (HTTP as JSON, gRPC as ModelStatisticsResponse).
 
 The names follow Triton's messages (``grpc_service.proto``), plus batchserve's own figures:
-the batch cap in use and what each instance was measured to need.
+the batch cap in use, what each instance was measured to need, and the instances and threads
+measured at load (``Tuning``, re-exported for the adapters with ``Setting`` and ``Trial``).
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from batchserve.models.measured_defaults import Setting, Trial, Tuning
 from batchserve.models.model_table import ServedVersion
 from batchserve.observability.stats import BatchStats, Duration
+
+__all__ = ["Setting", "Trial", "Tuning"]  # what adapters render of measured defaults
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,8 @@ class ModelStatistics:
     memory_usage: tuple[MemoryUsage, ...]
     batch_cap: int  # the cap the scheduler uses now
     instances: tuple[InstanceMemory, ...]
+    measured_defaults: Tuning | None = None
+    cpu_below_batch_size: int = 0  # with CPU and GPU instances: where batches split
 
 
 def model_statistics(served: Iterable[ServedVersion]) -> list[ModelStatistics]:
@@ -119,6 +125,8 @@ def _model_statistics(served: ServedVersion) -> ModelStatistics:
             )
             for m in served.memory
         ),
+        measured_defaults=served.tuning,
+        cpu_below_batch_size=served.batcher.routing.cpu_below,
     )
 
 

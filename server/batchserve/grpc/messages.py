@@ -9,7 +9,9 @@ from batchserve.dataplane.statistics import (
     InferBatchStatistics,
     InstanceMemory,
     ModelStatistics,
+    Setting,
     StatisticDuration,
+    Tuning,
 )
 from batchserve.proto import grpc_service_pb2 as pb
 
@@ -77,9 +79,31 @@ def _model_stats(row: ModelStatistics) -> pb.ModelStatistics:
             pb.MemoryUsage(type=m.type, id=m.id, byte_size=m.byte_size) for m in row.memory_usage
         ],
         batchserve=pb.BatchserveStatistics(
-            batch_cap=row.batch_cap, instances=[_instance(m) for m in row.instances]
+            batch_cap=row.batch_cap,
+            instances=[_instance(m) for m in row.instances],
+            measured_defaults=_measured_defaults(row.measured_defaults),
+            cpu_below_batch_size=row.cpu_below_batch_size,
         ),
     )
+
+
+def _setting(
+    setting: Setting, samples_per_second: float = 0.0, error: str = ""
+) -> pb.BatchserveStatistics.MeasuredSetting:
+    return pb.BatchserveStatistics.MeasuredSetting(
+        instances=setting.instances, threads=setting.threads, cuda_graphs=setting.cuda_graphs,
+        cpu_instances=setting.cpu_instances,
+        samples_per_second=samples_per_second, error=error,
+    )  # fmt: skip
+
+
+def _measured_defaults(tuning: Tuning | None) -> pb.BatchserveStatistics.MeasuredDefaults | None:
+    if tuning is None:
+        return None
+    return pb.BatchserveStatistics.MeasuredDefaults(
+        chosen=_setting(tuning.chosen), reason=tuning.reason, seconds=tuning.seconds,
+        measured=[_setting(t.setting, t.samples_per_s, t.error) for t in tuning.trials],
+    )  # fmt: skip
 
 
 def statistics(rows: list[ModelStatistics]) -> pb.ModelStatisticsResponse:

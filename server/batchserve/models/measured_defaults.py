@@ -28,13 +28,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from batchserve.backends.base import Arrays, Backend
-from batchserve.core.device import Device
+from batchserve.core.device import CPU, Device
 from batchserve.core.errors import BatchserveError
-from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.models.memory_probe import MEASURING
+from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,9 @@ answering its request (67-180 µs on the 2-core reference machine), so the model
 settings hardly move throughput, and more instances only add hand-overs."""
 MARGIN = 0.05
 """How much faster than the default a candidate must measure to replace it."""
+FIRST_ROUND_S = 0.05
+"""The default's first round, which tells a light model (most models a test suite loads)
+and ends its measuring."""
 ROUND_S = 0.25
 """Each candidate's share of one round."""
 ROUNDS = 3
@@ -58,17 +62,20 @@ batch: the batch a model sees from 16 concurrent clients."""
 
 @dataclass(frozen=True, slots=True)
 class Setting:
-    """One way to run a model: instances, threads each (0: the runtime's own choice), and
-    whether GPU batches run as captured CUDA graphs."""
+    """One way to run a model: instances, threads each (0: the runtime's own choice),
+    whether GPU batches run as captured CUDA graphs, and CPU instances beside GPU ones
+    (``KIND_AUTO`` on a GPU machine, for the batches a CPU runs faster: ``routing.py``)."""
 
     instances: int = 1
     threads: int = 0
     cuda_graphs: bool = False
+    cpu_instances: int = 0
 
     def __str__(self) -> str:
         threads = f"{self.threads} thread(s)" if self.threads else "runtime threads"
         graphs = ", CUDA graphs" if self.cuda_graphs else ""
-        return f"{self.instances} instance(s) x {threads}{graphs}"
+        cpu = f", {self.cpu_instances} CPU instance(s) beside" if self.cpu_instances else ""
+        return f"{self.instances} instance(s) x {threads}{graphs}{cpu}"
 
 
 DEFAULT = Setting()
@@ -139,6 +146,8 @@ def configured(config: ModelConfig, setting: Setting) -> ModelConfig:
         result.parameters["intra_op_thread_count"].string_value = str(setting.threads)
     if setting.cuda_graphs:
         result.optimization.cuda.graphs = True
+    if setting.cpu_instances:
+        result.instance_group.add(kind=ModelInstanceGroup.KIND_CPU, count=setting.cpu_instances)
     return result
 
 
@@ -187,10 +196,10 @@ class _Candidate:
             thread.submit(backend.load, model, variant, device).result()
             self.backends.append(backend)
 
-    def run_round(self, batch: Batch, seconds: float) -> float:
-        """Samples per second with every instance running its share of ``rows`` at once,
-        all together, for at least ``seconds`` and at least one run each."""
-        rows_each = max(1, -(-self.rows // len(self.backends)))
+    def run_round(self, batch: Batch, seconds: float, rows: int = 0) -> float:
+        """Samples per second with every instance running its share of ``rows`` (else the
+        candidate's) at once, all together, for at least ``seconds`` and one run each."""
+        rows_each = max(1, -(-(rows or self.rows) // len(self.backends)))
         inputs = batch(rows_each)
         start = threading.Barrier(len(self.backends))
         runs = [
@@ -238,10 +247,12 @@ def tune(subject: Subject, cores: int, *, graphs_possible: bool = False) -> Tuni
     """Measure the candidates for ``subject`` and choose (see the module docstring)."""
     started = time.perf_counter()
     settings = candidates(subject.device, cores, graphs_possible)
+    if len(settings) == 1:
+        return Tuning(DEFAULT, "one core: nothing else to measure", (), 0.0)
     rows = _rows(subject.config, subject.device)
-    with ExitStack() as stack:
+    with MEASURING, ExitStack() as stack:
         default = stack.enter_context(_loaded(subject, DEFAULT, rows))
-        first = default.run_round(subject.batch, ROUND_S)
+        first = default.run_round(subject.batch, FIRST_ROUND_S)
         if subject.device.kind == "cpu" and first * LIGHT_SAMPLE_NS > 1e9:
             trial = Trial(DEFAULT, (first,))
             reason = (
@@ -255,10 +266,31 @@ def tune(subject: Subject, cores: int, *, graphs_possible: bool = False) -> Tuni
             except BatchserveError as exc:  # e.g. a graph that cannot be captured
                 failed.append(Trial(setting, (), exc.message))
         measured = _rounds(loaded, subject.batch, started)
-    measured[0] = (first, *measured[0])
-    trials = [Trial(c.setting, r) for c, r in zip(loaded, measured, strict=True)] + failed
-    chosen, reason = decide(trials)
+        measured[0] = (first, *measured[0])
+        trials = [Trial(c.setting, r) for c, r in zip(loaded, measured, strict=True)] + failed
+        chosen, reason = decide(trials)
+        if subject.device.kind == "gpu" and _placed_by_kind_auto(subject.config):
+            cpu_instances, found = _cpu_beside(subject, default)
+            chosen, reason = replace(chosen, cpu_instances=cpu_instances), f"{reason}; {found}"
     return Tuning(chosen, reason, tuple(trials), time.perf_counter() - started)
+
+
+def _placed_by_kind_auto(config: ModelConfig) -> bool:
+    groups = config.instance_group
+    return not groups or groups[0].kind == ModelInstanceGroup.KIND_AUTO
+
+
+def _cpu_beside(subject: Subject, gpu: _Candidate) -> tuple[int, str]:
+    """Placement by measurement: one sample at a time, on the CPU and on the GPU (its
+    transfers included); where the CPU is faster, a CPU instance beside the GPU ones takes
+    the batches under the crossover, which the batcher learns from both (``routing.py``)."""
+    with _loaded(replace(subject, device=CPU), DEFAULT, 1) as cpu:
+        on_cpu = cpu.run_round(subject.batch, ROUND_S)
+    on_gpu = gpu.run_round(subject.batch, ROUND_S, rows=1)
+    figures = f"one sample at a time the CPU ran {on_cpu:.0f}/s, the GPU {on_gpu:.0f}/s"
+    if on_cpu > on_gpu:
+        return 1, f"{figures}: a CPU instance takes the batches under the crossover"
+    return 0, f"{figures}: every batch runs on the GPU"
 
 
 def _rows(config: ModelConfig, device: Device) -> int:

@@ -46,7 +46,9 @@ from batchserve.scheduler.memory import MemoryProfile, MemorySample
 
 Meter = Callable[[], int]  # bytes an instance holds now, counted from when the meter started
 
-_PROBE_LOCK = threading.Lock()
+MEASURING = threading.Lock()
+"""Held while anything measures memory or speed at load: both figures are process- or
+device-wide, so two loads measured at once would each count the other."""
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _CGROUP_MEMBERSHIP = Path("/proc/self/cgroup")
 
@@ -269,7 +271,7 @@ def probe_backend(
     Dynamic non-batch dims (sequence length, image size) are probed at ``free_dim``; a
     config's warm-up ``sample``, when given, is repeated instead (``warmup.synthetic_batch``).
     """
-    with _PROBE_LOCK, ExitStack() as stack:
+    with MEASURING, ExitStack() as stack:
         cpu = ProcessMemory()
         gpu = _optional_gpu_meter(stack, device, backend)
         backend.load(model_file, config, device)

@@ -35,6 +35,7 @@ from batchserve.models.config_validation import (
 )
 from batchserve.models.decoupled import builtin_backend, builtin_problems
 from batchserve.models.labels import LabelMap, read_labels
+from batchserve.models.measured_defaults import wants_tuning
 from batchserve.models.model_config import (
     CONFIG_FILENAME,
     complete_config,
@@ -92,6 +93,9 @@ class ResolvedModel:
     config_file: str = CONFIG_FILENAME
     """The config it was read from, as a user knows it (``m/configs/gpu.pbtxt``, or the
     load parameter): what messages about the config name."""
+    tunable: bool = False
+    """The config as written leaves instances and threads to the server, which measures
+    them at load (``measured_defaults``)."""
 
 
 class InvalidModel(ModelConfigError):
@@ -201,7 +205,10 @@ class _ModelCheck:
         self.problems += problems
         if self.problems:
             raise self.fail()
-        return ResolvedModel(self.name, resolved, tuple(versions), labels, self.dir, self.source)
+        tunable = wants_tuning(config)
+        return ResolvedModel(
+            self.name, resolved, tuple(versions), labels, self.dir, self.source, tunable
+        )
 
     def _builtin(self, config: ModelConfig, dirs: dict[int, Path]) -> ResolvedModel:
         """A decoupled model served by a backend in the server: no model file to read."""

@@ -18,6 +18,7 @@ from batchserve.core.validation import RequestSchema
 from batchserve.devices.placement import Placement
 from batchserve.models.labels import LabelMap
 from batchserve.models.load_override import OverrideDirectory
+from batchserve.models.measured_defaults import Tuning
 from batchserve.models.model_directory import ModelVersion
 from batchserve.models.repository import ModelRepository
 from batchserve.observability.stats import ModelStats
@@ -79,6 +80,9 @@ class ServedVersion:
     instances then)."""
     source: ModelVersion | None = None
     """The files it was loaded from (None: a decoupled model's, with none of its own)."""
+    tuning: Tuning | None = None
+    """What the load measured to choose instances and threads (``measured_defaults``), for
+    a config that left them to the server; ``config`` holds the choice."""
 
     @property
     def memory(self) -> tuple[InstanceMemory, ...]:

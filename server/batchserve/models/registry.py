@@ -22,8 +22,9 @@ from batchserve.devices.placement import Placement, gpu_count, resolve_placement
 from batchserve.models.decoupled import build_responder, builtin_backend
 from batchserve.models.instance_change import change_instances, reload_reason
 from batchserve.models.instance_loader import BackendFactory as BackendFactory  # re-exported
-from batchserve.models.instance_loader import InstanceLoader
+from batchserve.models.instance_loader import InstanceLoader, probe_length
 from batchserve.models.load_override import LoadOverride, OverrideDirectory
+from batchserve.models.measured_defaults import Subject, Tuning, configured, log_tuning, tune
 from batchserve.models.model_directory import ModelVersion, ResolvedModel
 from batchserve.models.model_table import (
     LoadedInstance,
@@ -33,6 +34,7 @@ from batchserve.models.model_table import (
     ServedVersion,
 )
 from batchserve.models.repository import ModelRepository
+from batchserve.models.warmup import synthetic_batch
 from batchserve.models.warmup_samples import WarmupSample, read_warmup_samples
 from batchserve.observability.stats import ModelStats
 from batchserve.proto.model_config_pb2 import ModelConfig
@@ -44,6 +46,16 @@ from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.sequences import MAX_LIVE_SEQUENCES, SequenceBatcher, SequencePolicy
 
 logger = logging.getLogger(__name__)
+
+
+def _with_served_choice(entry: ModelEntry, resolved: ResolvedModel) -> ResolvedModel:
+    """``resolved`` with the instances and threads its served version measured, where both
+    leave them to the server: reloading an unchanged config then keeps the measured choice
+    instead of taking it for a change of instances (a changed config is measured anew)."""
+    served = entry.versions.get(max(entry.versions, default=0))
+    if not resolved.tunable or served is None or served.tuning is None:
+        return resolved
+    return replace(resolved, config=configured(resolved.config, served.tuning.chosen))
 
 
 def _remove_files_of(
@@ -67,15 +79,18 @@ class ModelRegistry(ModelTable):
         budgets: MemoryBudgets,
         backend_factory: BackendFactory = create_backend,
         after_change: Callable[[], None] = lambda: None,
+        cpus: int = 1,
     ) -> None:
         """``after_change`` runs once a load or unload has finished swapping models (the
-        server settles its heap there: ``gc_tuning.settle``)."""
+        server settles its heap there: ``gc_tuning.settle``); ``cpus``: the cores models may
+        use, which measured defaults choose instances and threads for."""
         super().__init__(repository)
         self.budgets = budgets
         self.load_seconds: dict[str, float] = {}  # latest load of each model, however started
         self._max_queue_size = max_queue_size
         self._loader = InstanceLoader(budgets, backend_factory)
         self._after_change = after_change
+        self._cpus = cpus
 
     async def load(self, name: str, override: LoadOverride | None = None) -> None:
         """Load (or reload) every served version of a model. A failed first load leaves it
@@ -93,8 +108,9 @@ class ModelRegistry(ModelTable):
         old_files = None
         try:
             async with entry.lock:
-                if files is None and self._only_instances_change(entry, resolved):
-                    await self._change_instances(entry, resolved)
+                as_served = _with_served_choice(entry, resolved)
+                if files is None and self._only_instances_change(entry, as_served):
+                    await self._change_instances(entry, as_served)
                 else:
                     old, old_files = await self._swap_versions(entry, resolved, files)
                     files = None  # the entry's now
@@ -232,10 +248,10 @@ class ModelRegistry(ModelTable):
         return loaded
 
     async def _load_version(self, resolved: ResolvedModel, version: ModelVersion) -> ServedVersion:
-        config = resolved.config
-        if builtin_backend(config) is not None:
+        if builtin_backend(resolved.config) is not None:
             return await self._load_decoupled(resolved, version)
         samples = await self._warmup_samples(resolved)
+        config, tuning = await self._measured(resolved, version, samples)
         reservations = ModelReservations.from_config(config)
         loaded: list[LoadedInstance] = []
         try:
@@ -277,8 +293,28 @@ class ModelRegistry(ModelTable):
             batcher.seed_batch_times(one.instance.name, runs)
         return ServedVersion(
             resolved.name, version.version, config, batcher, stats, tuple(loaded), reservations,
-            resolved.labels, source=version,
+            resolved.labels, source=version, tuning=tuning,
         )  # fmt: skip
+
+    async def _measured(
+        self, resolved: ResolvedModel, version: ModelVersion, samples: tuple[WarmupSample, ...]
+    ) -> tuple[ModelConfig, Tuning | None]:
+        """The config to load with: as resolved, or, where it leaves instances and threads
+        to the server, with those measured (``measured_defaults``)."""
+        config = resolved.config
+        if not resolved.tunable:
+            return config, None
+        device = resolve_placements(config, gpu_count())[0].device
+        first = samples[0].inputs if samples else None
+        free_dim = probe_length(config)
+        subject = Subject(
+            config, version.model_file, device, self._loader.backend_factory,
+            lambda rows: synthetic_batch(config, rows, free_dim, first),
+        )  # fmt: skip
+        graphs = device.kind == "gpu" and config.max_batch_size > 0
+        tuning = await asyncio.to_thread(tune, subject, self._cpus, graphs_possible=graphs)
+        log_tuning(resolved.name, tuning)
+        return configured(config, tuning.chosen), tuning
 
     async def _load_decoupled(
         self, resolved: ResolvedModel, version: ModelVersion

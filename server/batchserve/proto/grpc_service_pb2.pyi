@@ -993,24 +993,105 @@ class BatchserveStatistics(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class MeasuredSetting(_message.Message):
+        """One setting the load measured (``batchserve/models/measured_defaults.py``)."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        INSTANCES_FIELD_NUMBER: _builtins.int
+        THREADS_FIELD_NUMBER: _builtins.int
+        CUDA_GRAPHS_FIELD_NUMBER: _builtins.int
+        SAMPLES_PER_SECOND_FIELD_NUMBER: _builtins.int
+        ERROR_FIELD_NUMBER: _builtins.int
+        CPU_INSTANCES_FIELD_NUMBER: _builtins.int
+        instances: _builtins.int
+        threads: _builtins.int
+        """intra-op threads each; 0: the runtime's own choice"""
+        cuda_graphs: _builtins.bool
+        samples_per_second: _builtins.float
+        """the median of its rounds; 0 when it could not run"""
+        error: _builtins.str
+        """why it could not run"""
+        cpu_instances: _builtins.int
+        """CPU instances beside GPU ones (KIND_AUTO on a GPU)"""
+        def __init__(
+            self,
+            *,
+            instances: _builtins.int = ...,
+            threads: _builtins.int = ...,
+            cuda_graphs: _builtins.bool = ...,
+            samples_per_second: _builtins.float = ...,
+            error: _builtins.str = ...,
+            cpu_instances: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_instances", b"cpu_instances", "cuda_graphs", b"cuda_graphs", "error", b"error", "instances", b"instances", "samples_per_second", b"samples_per_second", "threads", b"threads"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class MeasuredDefaults(_message.Message):
+        """Instances and threads (on a GPU, instances and CUDA graphs) chosen by measurement at
+        load, for a config that sets neither; absent for any other config.
+        """
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        CHOSEN_FIELD_NUMBER: _builtins.int
+        REASON_FIELD_NUMBER: _builtins.int
+        SECONDS_FIELD_NUMBER: _builtins.int
+        MEASURED_FIELD_NUMBER: _builtins.int
+        reason: _builtins.str
+        seconds: _builtins.float
+        """what the measuring added to the load"""
+        @_builtins.property
+        def chosen(self) -> Global___BatchserveStatistics.MeasuredSetting: ...
+        @_builtins.property
+        def measured(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchserveStatistics.MeasuredSetting]: ...
+        def __init__(
+            self,
+            *,
+            chosen: Global___BatchserveStatistics.MeasuredSetting | None = ...,
+            reason: _builtins.str = ...,
+            seconds: _builtins.float = ...,
+            measured: _abc.Iterable[Global___BatchserveStatistics.MeasuredSetting] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["chosen", b"chosen"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["chosen", b"chosen", "measured", b"measured", "reason", b"reason", "seconds", b"seconds"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     BATCH_CAP_FIELD_NUMBER: _builtins.int
     INSTANCES_FIELD_NUMBER: _builtins.int
     OOM_SPLITS_FIELD_NUMBER: _builtins.int
+    MEASURED_DEFAULTS_FIELD_NUMBER: _builtins.int
+    CPU_BELOW_BATCH_SIZE_FIELD_NUMBER: _builtins.int
     batch_cap: _builtins.int
     """the cap the scheduler uses now"""
     oom_splits: _builtins.int
+    cpu_below_batch_size: _builtins.int
+    """With both CPU and GPU instances: batches of fewer samples than this run on the CPU
+    ones, the others on the GPU (the measured crossover); 0 when instances are all alike.
+    """
     @_builtins.property
     def instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchserveStatistics.InstanceMemory]: ...
+    @_builtins.property
+    def measured_defaults(self) -> Global___BatchserveStatistics.MeasuredDefaults: ...
     def __init__(
         self,
         *,
         batch_cap: _builtins.int = ...,
         instances: _abc.Iterable[Global___BatchserveStatistics.InstanceMemory] | None = ...,
         oom_splits: _builtins.int = ...,
+        measured_defaults: Global___BatchserveStatistics.MeasuredDefaults | None = ...,
+        cpu_below_batch_size: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["measured_defaults", b"measured_defaults"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_cap", b"batch_cap", "instances", b"instances", "oom_splits", b"oom_splits"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_cap", b"batch_cap", "cpu_below_batch_size", b"cpu_below_batch_size", "instances", b"instances", "measured_defaults", b"measured_defaults", "oom_splits", b"oom_splits"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

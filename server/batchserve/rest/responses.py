@@ -15,7 +15,9 @@ from batchserve.dataplane.statistics import (
     InstanceMemory,
     MemoryUsage,
     ModelStatistics,
+    Setting,
     StatisticDuration,
+    Tuning,
 )
 
 _INT64_TYPES = {
@@ -132,7 +134,35 @@ def _model_stats(row: ModelStatistics) -> dict[str, Any]:
         "batchserve": {
             "batch_cap": row.batch_cap,
             "instances": [_instance(m) for m in row.instances],
+            **_measured_defaults(row.measured_defaults),
+            "cpu_below_batch_size": row.cpu_below_batch_size,
         },
+    }
+
+
+def _setting(setting: Setting, samples_per_second: float = 0.0, error: str = "") -> dict[str, Any]:
+    return {
+        "instances": setting.instances,
+        "threads": setting.threads,
+        "cuda_graphs": setting.cuda_graphs,
+        "cpu_instances": setting.cpu_instances,
+        "samples_per_second": samples_per_second,
+        "error": error,
+    }
+
+
+def _measured_defaults(tuning: Tuning | None) -> dict[str, Any]:
+    """The ``measured_defaults`` entry (absent, as in protobuf's JSON, when none was made)."""
+    if tuning is None:
+        return {}
+    measured = [_setting(t.setting, t.samples_per_s, t.error) for t in tuning.trials]
+    return {
+        "measured_defaults": {
+            "chosen": _setting(tuning.chosen),
+            "reason": tuning.reason,
+            "seconds": tuning.seconds,
+            "measured": measured,
+        }
     }
 
 

@@ -58,13 +58,14 @@ class Server:
         repository = ModelRepository(settings.model_repository, settings.model_config_name)
         budgets = MemoryBudgets(settings.memory_budget, device_total_bytes)
         self.pool: WorkerPool | None = None
+        cpus = available_cpus(settings.cpus)
         self.registry = ModelRegistry(
             repository, settings.max_queue_size, budgets, backend_factory,
-            after_change=self._repository_changed,
+            after_change=self._repository_changed, cpus=cpus,
         )  # fmt: skip
         self.dataplane = DataPlane(settings, self.registry, self._models_to_load(repository))
         self.gpus = GpuMonitor.open()
-        workers = resolve_workers(settings.workers, available_cpus(settings.cpus))
+        workers = resolve_workers(settings.workers, cpus)
         if workers == 1:
             self.http = http_listener(build_http_app(self.dataplane, settings), settings,
                                       settings.http_port, Protocol.HTTP, settings.tls)  # fmt: skip

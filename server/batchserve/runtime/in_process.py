@@ -56,6 +56,7 @@ from batchserve.models.memory_probe import device_total_bytes
 from batchserve.models.registry import BackendFactory, ModelRegistry
 from batchserve.models.repository import ModelRepository
 from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.runtime.cpus import available_cpus
 from batchserve.runtime.in_process_requests import (
     InferOptions,
     Outputs,
@@ -107,8 +108,9 @@ class Server:
         )
         budgets = MemoryBudgets(self.settings.memory_budget, device_total_bytes)
         self.registry = ModelRegistry(
-            repository, self.settings.max_queue_size, budgets, backend_factory
-        )
+            repository, self.settings.max_queue_size, budgets, backend_factory,
+            cpus=available_cpus(self.settings.cpus),
+        )  # fmt: skip
         expected = _models_to_load(self.settings, repository)
         self.dataplane = DataPlane(self.settings, self.registry, expected)
         token = self.settings.control_token

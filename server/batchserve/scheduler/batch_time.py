@@ -62,3 +62,15 @@ class BatchTimeModel:
         """Predicted ns for a batch of ``samples``; 0 while nothing is known."""
         fixed, per_sample = self.line()
         return int(fixed + per_sample * samples)
+
+
+def crossover(cpu: BatchTimeModel, gpu: BatchTimeModel, cap: int) -> int:
+    """The smallest batch, from 1 to ``cap``, that the GPU is predicted to run no slower than
+    the CPU (its transfers included: the times are whole runs); ``cap + 1`` when the CPU is
+    faster at every size, and 0 while either has not been measured."""
+    if not (cpu.known and gpu.known):
+        return 0
+    for samples in range(1, cap + 1):
+        if gpu.predict(samples) <= cpu.predict(samples):
+            return samples
+    return cap + 1

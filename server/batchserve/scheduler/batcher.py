@@ -48,6 +48,7 @@ from batchserve.scheduler.ordering import InOrder
 from batchserve.scheduler.padding import SequenceLayout
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.queue import PriorityQueue
+from batchserve.scheduler.routing import DeviceRouting
 from batchserve.scheduler.timing import Clock, LoopTimer, Timer, WakeUp
 from batchserve.scheduler.work import Outcome, WorkItem
 
@@ -99,7 +100,10 @@ class Batcher:
         self._urgent = 0
         """Urgent items queued: while there are any, batches go without waiting."""
         self._batch_times = {instance.name: BatchTimeModel() for instance in pool.instances}
+        self.routing = DeviceRouting()
+        """With CPU and GPU instances: which device a batch goes to (``routing.py``)."""
         self._set_cap(max(1, policy.max_batch_size))
+        self.routing.learn(pool, self._batch_times, self._cap)
 
     @staticmethod
     def _default_step_cost(pool: InstancePool, policy: BatchPolicy) -> float:
@@ -112,6 +116,7 @@ class Batcher:
         model = self._batch_times.setdefault(instance, BatchTimeModel())
         for samples, ns in runs:
             model.record(samples, ns)
+        self.routing.learn(self.pool, self._batch_times, self._cap)
 
     def batch_time(self, instance: str) -> BatchTimeModel:
         """The batch-time model of one instance (statistics, tests)."""
@@ -120,14 +125,15 @@ class Batcher:
     def add_instance(self, instance: Instance, runs: list[tuple[int, int]]) -> None:
         """Hand ``instance`` batches from now on (instances changed on a live model); the
         (samples, ns) ``runs`` measured at its load start its batch-time model."""
-        self.seed_batch_times(instance.name, runs)
         self.pool.add(instance)
+        self.seed_batch_times(instance.name, runs)  # after joining: the crossover counts it
         self._dispatch()  # queued requests may go to it at once
 
     async def remove_instance(self, instance: Instance) -> None:
         """Hand ``instance`` no more batches; return once the batch it runs has finished."""
         await self.pool.retire(instance)
         self._batch_times.pop(instance.name, None)
+        self.routing.learn(self.pool, self._batch_times, self._cap)
 
     def set_max_batch_size(self, size: int) -> None:
         """The memory budget's cap once instances joined or left; a cap lowered after
@@ -191,6 +197,9 @@ class Batcher:
             if not queue:
                 break
             target = self._cap if timing is None or self._urgent else self._target(timing, now)
+            if target and self.routing.cpu_below:
+                head = self.queue.peek(now)
+                target = self.routing.limit(self.pool, target, head.batch_size if head else 0)
             if not target:
                 return
             batch = self._take(target, now)
@@ -334,8 +343,8 @@ class Batcher:
 
     # running them -------------------------------------------------------------------
     def _start(self, batch: list[WorkItem], now: int) -> None:
-        instance = self.pool.acquire()
         samples = sum(item.batch_size for item in batch)
+        instance = self.routing.acquire(self.pool, samples)
         for item in batch:
             item.dispatched_ns = now
             item.executed_batch_size = samples
@@ -378,12 +387,14 @@ class Batcher:
             return
         self._deliver(batch, outcomes)  # first, so that no bookkeeping can strand them
         self._learn(run, instance)
-        if self._objective_ns and len(run.executions) == 1:  # run whole: the batch's time
+        timed = self._objective_ns or self.routing.mixed
+        if timed and len(run.executions) == 1:  # run whole: the batch's time
             e = run.executions[0]
             measured = e.input_ns + e.infer_ns + e.output_ns
             self.batch_time(instance.name).record(e.samples, measured)
             if predicted_ns:
                 self.stats.record_batch_time(predicted_ns, measured)
+            self.routing.recorded(self.pool, self._batch_times, self._cap)
         if self._grouping and len(run.executions) == 1:  # run whole, not split after OOM
             e = run.executions[0]
             steps = max(item.sequence_length for item in batch)

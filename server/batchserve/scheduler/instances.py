@@ -67,6 +67,11 @@ class InstancePool:
     def acquire(self) -> Instance:
         return self._free.popleft()
 
+    def take(self, instance: Instance) -> Instance:
+        """Hand out ``instance``, which must be free (a choice by device: ``routing.py``)."""
+        self._free.remove(instance)
+        return instance
+
     def release(self, instance: Instance) -> None:
         leaving = self._leaving.pop(instance, None)
         if leaving is None:
