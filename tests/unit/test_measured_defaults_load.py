@@ -106,3 +106,21 @@ async def test_a_config_that_chose_or_a_single_core_is_not_measured(
     assert (tuning.chosen, tuning.trials) == (DEFAULT, ())
     assert len(one_core.get("fake").batcher.pool.instances) == 1
     await one_core.close()
+
+
+async def test_a_count_set_later_replaces_what_was_measured(
+    tmp_path: Path, log: list[tuple[str, int, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(measured_defaults, "MARGIN", 10.0)  # nothing beats the default
+    registry = _registry(tmp_path, log)
+    await registry.load("fake")
+    served = registry.get("fake")
+    assert served.tuning is not None
+    assert served.tuning.chosen == DEFAULT
+    await registry.load(
+        "fake", LoadOverride(config=fake_config("instance_group [{ count: 2 }]", max_batch_size=16))
+    )
+    assert registry.get("fake") is served, "only the instances changed"
+    assert served.tuning is None
+    assert len(served.batcher.pool.instances) == 2
+    await registry.close()

@@ -215,6 +215,9 @@ class ModelRegistry(ModelTable):
             entry.reason = exc.message
             raise
         entry.reason = ""
+        if not resolved.tunable:  # the config now chooses its instances: nothing measured holds
+            for served in entry.versions.values():
+                served.tuning = None
 
     async def _warmup_samples(self, resolved: ResolvedModel) -> tuple[WarmupSample, ...]:
         directory = resolved.directory or self.repository.root / resolved.name
