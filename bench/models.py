@@ -1,7 +1,9 @@
-"""A compute-bound CNN for the benchmark: ResNet-18's layout at 3x224x224, random weights.
+"""Compute-bound CNNs for the benchmark, with random weights: ResNet-18's layout at 3x224x224,
+and a VGG-like stack of 3x3 convolutions at 3x192x192.
 
-Exported with ``batchserve export bench.models:resnet18ish`` at the start of each run; random
-weights cost the same to run as trained ones, and keep the repository free of a 45 MB file.
+Exported with ``batchserve export bench.models:resnet18ish`` (or ``:vgg192ish``) during a run;
+random weights cost the same to run as trained ones, and keep the repository free of large
+files.
 """
 
 from __future__ import annotations
@@ -83,3 +85,51 @@ def resnet18ish(seed: int = 0) -> ResNet18ish:
     """The exporter's factory: the same random weights on every run."""
     torch.manual_seed(seed)
     return ResNet18ish().eval()
+
+
+VGG_IMAGE_SIZE = 192
+# Output channels of each VGG stage: two 3x3 convolutions with ReLU, then a 2x2 max pool.
+VGG_STAGES = (32, 64, 128, 256)
+VGG_HIDDEN = 256
+
+
+def vgg_stage(cin: int, cout: int) -> nn.Sequential:
+    """Two 3x3 convolutions with ReLU, then a 2x2 max pool halving the image."""
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, 3, 1, 1),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(cout, cout, 3, 1, 1),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(2),
+    )
+
+
+class VGG192ish(nn.Module):
+    """VGG's pattern, narrower: four conv stages (192 -> 12 pixels square), global average
+    pool, and a small two-layer classifier; no batch norm or residuals, so the convolutions
+    are nearly all of its cost."""
+
+    def __init__(self, classes: int = CLASSES) -> None:
+        super().__init__()
+        stages, cin = [], 3
+        for cout in VGG_STAGES:
+            stages.append(vgg_stage(cin, cout))
+            cin = cout
+        self.features = nn.Sequential(*stages)
+        self.head = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(cin, VGG_HIDDEN),
+            nn.ReLU(inplace=True),
+            nn.Linear(VGG_HIDDEN, classes),
+        )
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.head(self.features(image))
+        return out
+
+
+def vgg192ish(seed: int = 0) -> VGG192ish:
+    """The exporter's factory: the same random weights on every run."""
+    torch.manual_seed(seed)
+    return VGG192ish().eval()

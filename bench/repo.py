@@ -91,10 +91,16 @@ def write_identity(repo: Path) -> Path:
 
 
 def export_resnet(repo: Path, name: str = RESNET, image: Sequence[str] = FP32_IMAGE) -> Path:
-    """Export ``bench.models:resnet18ish`` with the real CLI (verified against PyTorch) as
-    ``name``; ``image`` declares its input (``--input`` and, for bytes, ``--normalize``)."""
+    """``bench.models:resnet18ish`` exported as ``name`` and served one instance per core;
+    ``image`` declares its input (``--input`` and, for bytes, ``--normalize``)."""
+    return one_instance_per_core(export(repo, f"bench.models:{RESNET}", name, image))
+
+
+def export(repo: Path, factory: str, name: str, image: Sequence[str]) -> Path:
+    """``repo/name``: ``factory`` exported with the real CLI (verified against PyTorch),
+    dynamic batching on, its config as the exporter writes it (no instances, no threads)."""
     argv = [
-        sys.executable, "-m", "batchserve.cli", "export", "bench.models:resnet18ish",
+        sys.executable, "-m", "batchserve.cli", "export", factory,
         "--name", name, *image, "--output", "logits",
         "--model-repository", str(repo), "--max-batch-size", str(MAX_BATCH),
         "--dynamic-batching", "--max-queue-delay-us", str(MAX_QUEUE_DELAY_US),
@@ -106,7 +112,7 @@ def export_resnet(repo: Path, name: str = RESNET, image: Sequence[str] = FP32_IM
     )
     if done.returncode != 0:
         raise RuntimeError(f"batchserve export {name} failed:\n{done.stdout}{done.stderr}")
-    return one_instance_per_core(repo / name)
+    return repo / name
 
 
 def one_instance_per_core(model_dir: Path) -> Path:

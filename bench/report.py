@@ -24,7 +24,7 @@ BUSY_CPU = 0.1
 def render(results: Results, verdicts: Sequence[Verdict]) -> str:
     parts = [
         _head(results),
-        _loads(results),
+        loads(results),
         _ceilings(results),
         _floors(results),
         _servers(results, BATCHSERVE, "## (c) batchserve over HTTP and gRPC"),
@@ -70,7 +70,7 @@ def _head(results: Results) -> str:
     return "\n".join(lines)
 
 
-def _loads(results: Results) -> str:
+def loads(results: Results) -> str:
     rows = [
         (s.name, f"{s.before:.2f}", f"{s.after:.2f}", f"{s.busy:.0%}", _warning(s))
         for s in results.sections

@@ -366,15 +366,16 @@ class Runner:
         compute_bound = targets.compute_bound(self.results, model)
         return targets.CEILING_C if compute_bound else targets.FLOOR_C
 
-    def ceiling_beside(self, s: Subject, protocol: str, round_: int) -> None:
+    def ceiling_beside(self, s: Subject, protocol: str, round_: int, served: str = "") -> None:
         """The in-process ceiling at its best batch size, right before the server's
-        ``protocol`` point of ``round_`` (the server is up but idle)."""
+        ``protocol`` point of ``round_`` (the server is up but idle); ``served``: the name
+        that point is served under, where it is not the model's own (a variant's config)."""
         best = self.results.best_ceiling(s.name)
         if best is None:
             return
         model_file, budget = repo.onnx_file(s.directory), self.plan.budget_s
         for point in ceiling.measure(model_file, s.inputs, (best.batch,), budget, rounds=1):
-            point = replace(point, beside=s.name, protocol=protocol, round=round_)
+            point = replace(point, beside=served or s.name, protocol=protocol, round=round_)
             self.results.ceilings.append(point)
             print(report.ceiling_line(point), flush=True)
 

@@ -85,12 +85,16 @@ def grpc_counts(port: int, model: str) -> Counts:
 
 
 @contextmanager
-def batchserve(repository: Path, model: str, source: Path | None = None) -> Iterator[Running]:
-    """`batchserve serve` with only ``model`` loaded, as it ships (logging, metrics on);
-    ``source``: a checkout whose ``server/`` is imported instead of the installed package."""
+def batchserve(
+    repository: Path, model: str, source: Path | None = None, also: Sequence[str] = ()
+) -> Iterator[Running]:
+    """`batchserve serve` with only ``model`` (and ``also``, after it, in turn) loaded, as it
+    ships (logging, metrics on); ``source``: a checkout whose ``server/`` is imported
+    instead of the installed package."""
+    loads = [word for name in (model, *also) for word in ("--load-model", name)]
     command = [sys.executable, "-m", "batchserve.cli", "serve", "--model-repository",
                str(repository), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
-               "--model-control-mode", "explicit", "--load-model", model]  # fmt: skip
+               "--model-control-mode", "explicit", *loads]  # fmt: skip
     env = None
     if source is not None:
         paths = [str(source / "server"), os.environ.get("PYTHONPATH", "")]

@@ -137,7 +137,7 @@ def _rounds(results: Results, model: str, protocol: str, concurrency: int) -> li
     return results.rounds(BATCHSERVE, model, protocol, concurrency, batching)
 
 
-def _paired(target: str, pairs: Sequence[Pair], share: float, reference_note: str = "") -> Verdict:
+def paired(target: str, pairs: Sequence[Pair], share: float, reference_note: str = "") -> Verdict:
     """The median round's figures, every round's ratio when there were several, the verdict."""
     middle = median_pair(pairs)
     measured = (
@@ -168,7 +168,7 @@ def _vs_ceiling(results: Results, model: str, protocol: str) -> Verdict:
     pairs, best = ceiling_pairs(results, model, protocol), results.best_ceiling(model)
     if not pairs or best is None:
         return Verdict(target, _missing(_shipped(results, model, protocol, CEILING_C)), None)
-    return _paired(target, pairs, CEILING_SHARE, f" (b={best.batch})")
+    return paired(target, pairs, CEILING_SHARE, f" (b={best.batch})")
 
 
 def _vs_floor(results: Results, model: str, protocol: str, server: str, prefix: str) -> Verdict:
@@ -179,7 +179,7 @@ def _vs_floor(results: Results, model: str, protocol: str, server: str, prefix: 
     pairs = floor_pairs(results, model, protocol, server)
     if not pairs:
         return Verdict(target, _missing(_shipped(results, model, protocol, FLOOR_C)), None)
-    return _paired(target, pairs, FLOOR_SHARE)
+    return paired(target, pairs, FLOOR_SHARE)
 
 
 def _vs_pytriton(results: Results, model: str, protocol: str) -> Verdict:
