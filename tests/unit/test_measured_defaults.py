@@ -217,6 +217,40 @@ def test_one_thread_per_core_wins_where_instances_scale(log: list[tuple[str, int
     assert all(len(t.rounds) >= 2 for t in tuning.trials), "rounds are interleaved"
 
 
+class RampBackend(CostedBackend):
+    """A ``CostedBackend`` whose first two runs cost ten times its later ones, as a CNN's
+    first runs on ONNX Runtime cost more while its memory is still growing."""
+
+    RAMP_RUNS, RAMP_COST = 2, 10
+
+    def __init__(self, row_s: float, log: list[tuple[str, int, str]]) -> None:
+        super().__init__(row_s, log, fail_graphs=False, gpu_run_s=0.0)
+        self.runs = 0
+
+    def infer(
+        self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        self.runs += 1
+        if self.runs <= self.RAMP_RUNS:
+            time.sleep(
+                (self.RAMP_COST - 1) * len(inputs["x"]) * self.row_s / math.sqrt(self.threads)
+            )
+        return super().infer(inputs, output_names)
+
+
+def test_no_candidate_is_timed_before_its_first_runs_are_over(
+    log: list[tuple[str, int, str]],
+) -> None:
+    costed = subject(0.001, log)
+    ramped = Subject(
+        costed.config, costed.model_file, CPU, lambda *_: RampBackend(0.001, log), costed.batch
+    )
+    tuning = tune(ramped, cores=2)
+    assert measured_defaults.WARM_RUNS > RampBackend.RAMP_RUNS
+    for trial in tuning.trials:
+        assert min(trial.rounds) > 0.5 * max(trial.rounds), trial
+
+
 def test_each_instance_loads_runs_and_unloads_on_its_own_thread(
     log: list[tuple[str, int, str]],
 ) -> None:

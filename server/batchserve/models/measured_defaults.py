@@ -55,6 +55,11 @@ ROUND_S = 0.25
 ROUNDS = 3
 TIME_LIMIT_S = 8.0
 """Most a load spends measuring (rounds stop once it is reached; the first always runs)."""
+WARM_RUNS = 3
+"""Untimed runs before a candidate's first timed round (none before later ones): on the 2-core
+reference machine a CNN's first two or three runs of 16 rows in a new session ran 15-70 %
+slower than later ones, and with one untimed run a round, a candidate's first round was
+timed on that ramp while the default, which had run more often by then, was past it."""
 MEASURED_ROWS = 16
 """Rows a candidate runs at once, split across its instances as the batcher splits a CPU
 batch: the batch a model sees from 16 concurrent clients."""
@@ -184,6 +189,8 @@ class _Candidate:
         self.rows = rows
         self.backends: list[Backend] = []
         self.threads: list[ThreadPoolExecutor] = []
+        self.warmed: set[int] = set()
+        """Rows per instance this candidate has run its ``WARM_RUNS`` with."""
 
     def load(
         self, factory: BackendFactory, config: ModelConfig, model: Path, device: Device
@@ -202,8 +209,10 @@ class _Candidate:
         rows_each = max(1, -(-(rows or self.rows) // len(self.backends)))
         inputs = batch(rows_each)
         start = threading.Barrier(len(self.backends))
+        warm = 0 if rows_each in self.warmed else WARM_RUNS
+        self.warmed.add(rows_each)
         runs = [
-            thread.submit(_run_for, backend, inputs, rows_each, seconds, start)
+            thread.submit(_run_for, backend, inputs, rows_each, seconds, start, warm)
             for thread, backend in zip(self.threads, self.backends, strict=True)
         ]
         spans = [run.result() for run in runs]
@@ -218,11 +227,17 @@ class _Candidate:
 
 
 def _run_for(
-    backend: Backend, inputs: Arrays, rows: int, seconds: float, start: threading.Barrier
+    backend: Backend,
+    inputs: Arrays,
+    rows: int,
+    seconds: float,
+    start: threading.Barrier,
+    warm: int,
 ) -> _Span:
-    """Run ``inputs`` (``rows`` rows) again and again until ``seconds`` have passed, once
-    every instance of the round is ready."""
-    backend.infer(inputs)  # untimed: a first run allocates
+    """Run ``inputs`` (``rows`` rows) ``warm`` times untimed (the first runs allocate), then
+    again and again until ``seconds`` have passed, once every instance of the round is ready."""
+    for _ in range(warm):
+        backend.infer(inputs)
     start.wait()
     began = time.perf_counter()
     deadline, done = began + seconds, 0
