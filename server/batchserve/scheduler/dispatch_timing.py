@@ -7,12 +7,21 @@ goes:
 - at once when, by the measured arrival gap (``timing.ArrivalGaps``), no other request can
   come before that delay is out, so that a lone client is never delayed once that is
   learned;
-- as soon as every client answered has asked again (closed-loop clients are then all
-  waiting, nobody else is coming);
+- as soon as every client answered has asked again, those overdue included (closed-loop
+  clients are then all waiting, nobody else is coming);
 - when no answered client is still expected, once arrivals have stopped for ``QUIET_GAPS``
   expected gaps: the burst that was filling the batch has ended.
 A request that waited and went alone teaches that company comes more rarely than
 expected (``ArrivalGaps.lonely``).
+
+Answered clients not back when a batch goes without them are no longer waited for, but
+not forgotten either (``overdue``): on a busy machine they are late, not gone (the server's
+loop, or theirs, was off the CPU), and when they come back they must not pass for the
+clients answered since. Forgotten, two answered would be "all back" as soon as any two
+requests came, whoever sent them, and so every batch size repeats itself: one stall held 32
+closed-loop clients in batches of one or two for seconds. Each batch that goes without them
+takes half of those still missing as gone, so clients that left stop counting within a few
+batches.
 """
 
 from __future__ import annotations
@@ -36,8 +45,13 @@ class DispatchTiming:
         clients about to ask again. While some are, a pause in arrivals is the server
         sending answers (gRPC sends them one per loop pass), not a sign that all clients
         are waiting; once the last is back, they all are."""
+        self.overdue = 0
+        """Answered clients not back when a batch went without them: not waited for, but
+        all are back only once they are too (or once halved away, one halving at each batch
+        that goes without them)."""
         self._all_back = False
-        """The last answered client has asked again; holds until the queue next empties."""
+        """The last answered client has asked again; holds until the queue next empties or
+        more are answered."""
         self._made_to_wait = False
         """The last decision was to wait: if the head then goes alone, nobody came."""
 
@@ -47,16 +61,23 @@ class DispatchTiming:
         together, so they count as one arrival for the gap, each as one returning client);
         ``clients``: the requests it carries (a worker's group carries several, and the
         clients of one answered batch may come back grouped differently)."""
-        if self.returning:
-            self.returning = max(0, self.returning - clients)
-            if not self.returning:
+        if self.returning or self.overdue:
+            back = min(self.returning, clients)  # the latest answered first: they are waited for
+            self.returning -= back
+            self.overdue = max(0, self.overdue - (clients - back))
+            if not self.returning and not self.overdue:
                 self._all_back = True
         if new_pass:
             self.gaps.arrival(now_ns, joined=joined)
+        elif joined:
+            self.gaps.together()
 
     def answered(self, requests: int) -> None:
-        """``requests`` were answered: their clients may ask again."""
+        """``requests`` were answered: their clients may ask again, so not all are back (a
+        batch running when the last came back would otherwise leave the next one behind
+        alone, and split the clients into two groups that each repeat themselves)."""
         self.returning += requests
+        self._all_back = False
 
     def went_ready(self) -> None:
         """A batch went because it reached a preferred size or could not grow: it was not
@@ -85,15 +106,14 @@ class DispatchTiming:
         gaps = self.gaps
         gap = gaps.expected_gap_ns()
         if now_ns + gap > due:  # the delay is out, or nobody is expected before it is
-            self.returning = 0  # answered clients not back by now are not coming
-            self._go(now_ns, oldest_ns, queued)
+            self._go_without_all(now_ns, oldest_ns, queued)
             return None
         last = gaps.last_ns
         assert last is not None  # a finite gap was measured between arrivals
         quiet = last + QUIET_GAPS * gap
         if now_ns >= quiet:
             if not self.returning:  # the burst that was filling the batch has ended
-                self._go(now_ns, oldest_ns, queued)
+                self._go_without_all(now_ns, oldest_ns, queued)
                 return None
             quiet = due  # answered clients are still to come: only they or the delay end it
         self._made_to_wait = True
@@ -104,3 +124,10 @@ class DispatchTiming:
         if self._made_to_wait and queued == 1:
             self.gaps.lonely(now_ns - oldest_ns)  # it waited, and nobody came
         self._made_to_wait = False
+
+    def _go_without_all(self, now_ns: int, oldest_ns: int, queued: int) -> None:
+        """The batch goes before every answered client is back: those not back by now are
+        no longer waited for, and half of those already overdue are taken as gone."""
+        self._go(now_ns, oldest_ns, queued)
+        self.overdue = self.overdue // 2 + self.returning
+        self.returning = 0

@@ -78,20 +78,47 @@ class ArrivalGaps:
     1.4 when the batcher waits two expected gaps). A larger factor forgets a busy spell
     sooner but also takes the last stragglers of a burst for a sign that load has gone.
     Until some company has been seen the expected gap is infinite.
+
+    A gap between arrivals counts for at most ``CLIP`` times the estimate: when the machine
+    is busy the server's loop can be off the CPU for hundreds of milliseconds, and the
+    arrivals it then finds waiting seem to have come after one long gap; taken whole, one
+    such gap made every batch go alone for seconds ("nobody is expected within the delay").
+    A real slow-down still raises the estimate by ~1.4 per arrival, and lonely requests
+    (the batcher's own waits, not clipped) teach it too.
+
+    Requests decoded in one event-loop pass are one arrival. When batches run on the loop
+    itself, each is answered before the next pass, so a second request in one pass may be
+    the only company ever seen: it shows that company comes within one pass gap (``together``).
     """
 
     WEIGHT = 0.125
     LONELY_FACTOR = 2
+    CLIP = 4
 
     def __init__(self) -> None:
         self.last_ns: int | None = None
+        self._previous_ns: int | None = None
+        self._pass_counted = False
         self._mean_ns = math.inf
 
     def arrival(self, now_ns: int, *, joined: bool) -> None:
-        """A request arrived; ``joined``: others were queued when it did."""
+        """A request arrived, the first of its pass; ``joined``: others were queued when it
+        did."""
         if joined and self.last_ns is not None:
-            self._observe(now_ns - self.last_ns)
-        self.last_ns = now_ns
+            self._observe(min(now_ns - self.last_ns, self.CLIP * self._mean_ns))
+        self._pass_counted = joined
+        self._previous_ns, self.last_ns = self.last_ns, now_ns
+
+    def together(self) -> None:
+        """Another request came in the pass of the last arrival, which found none queued:
+        company came at most one pass gap after the arrival before. Observed only when that
+        is sooner than expected, once per pass (the gap inside a pass is no gap)."""
+        if self._pass_counted or self.last_ns is None or self._previous_ns is None:
+            return
+        self._pass_counted = True
+        gap = self.last_ns - self._previous_ns
+        if gap < self._mean_ns:
+            self._observe(gap)
 
     def lonely(self, waited_ns: int) -> None:
         """A request waited ``waited_ns`` and nobody came."""

@@ -188,11 +188,21 @@ async def test_answered_clients_that_never_come_back_cost_one_delay_at_most() ->
     stayed = await _burst(batcher, clock, 1, 0)  # the other two answered clients left
     clock.advance(MS // 2)  # fifty gaps of silence
     assert len(batcher.queue) == 1
-    clock.advance(MS // 2)  # the delay is out: it goes, and they are no longer expected
+    clock.advance(MS // 2)  # the delay is out: it goes, and they are no longer waited for
     await answers(*stayed)
-    assert _timing(batcher).returning == 1  # only the client just answered is expected
+    assert _timing(batcher).returning == 1  # only the client just answered is waited for
+    assert _timing(batcher).overdue == 2  # the two others: late or gone, not yet known
+    for still_overdue in (1, 0):
+        back = await _burst(batcher, clock, 1, 0)
+        assert len(batcher.queue) == 1  # not every client is back: it waits for quiet
+        wake = clock.pending[0]
+        assert wake < back[0].enqueued_ns + MS  # quiet, not another delay
+        clock.advance(wake - clock())
+        assert not batcher.queue
+        await answers(*back)
+        assert _timing(batcher).overdue == still_overdue  # half those missing count as gone
     back = await _burst(batcher, clock, 1, 0)
-    assert not batcher.queue  # that client is back: nobody else is expected, it goes at once
+    assert not batcher.queue  # nobody else is counted now: that client back, it goes at once
     await answers(*back)
 
 

@@ -195,3 +195,100 @@ def test_a_batch_that_went_ready_or_with_company_teaches_nothing() -> None:
     clock.advance(20 * US)
     assert timing.wait_until(clock(), oldest, 2) is None  # it went with company
     assert timing.gaps.expected_gap_ns() == 10 * US
+
+
+def test_clients_given_up_on_at_a_stall_still_count_when_they_come_back() -> None:
+    """The busy-machine collapse, replayed from a traced run (32 gRPC clients, another process
+    on the cores): after a batch of 32 is answered the machine stalls; two clients come
+    back 37 ms and 53 ms later, and the batch goes at its 25 ms delay with thirty clients
+    not back. Were those forgotten, the two answered next would be "all back" as soon as
+    any two requests came, and every later batch would be two as well (the traced run went
+    on so for seconds)."""
+    clock = ManualClock()
+    timing = _busy(clock, 180 * US, 31, delay_ns=25_000 * US)
+    timing.answered(32)
+    clock.advance(37_000 * US)
+    oldest = _arrive(timing, clock, joined=False)
+    clock.advance(16_000 * US)
+    _arrive(timing, clock, joined=True)
+    assert timing.gaps.expected_gap_ns() < 300 * US  # a 16 ms gap counts as 4 expected ones
+    clock.advance(9_000 * US)
+    assert timing.wait_until(clock(), oldest, 2) is None  # the delay is out
+    timing.emptied()
+    timing.answered(2)
+    clock.advance(200 * US)
+    oldest = _arrive(timing, clock, joined=False)
+    clock.advance(200 * US)
+    _arrive(timing, clock, joined=True)
+    assert timing.wait_until(clock(), oldest, 2) is not None  # not everyone is back
+    for queued in range(3, 33):  # the thirty come back
+        clock.advance(200 * US)
+        _arrive(timing, clock, joined=True)
+        if queued < 32:
+            assert timing.wait_until(clock(), oldest, queued) is not None
+    assert timing.wait_until(clock(), oldest, 32) is None  # all back: the batch is whole
+
+
+def test_clients_that_left_stop_counting_within_a_few_batches() -> None:
+    """Half of those overdue count as gone at each batch that goes without them: when 24
+    of 32 clients leave for good, the 8 that stay are all back at once after five."""
+    clock = ManualClock()
+    timing = _busy(clock, 10 * US, 8)
+    timing.overdue = 24
+    sent_by_quiet = 0
+    for _ in range(8):
+        timing.answered(8)
+        clock.advance(100 * US)
+        oldest = _arrive(timing, clock, joined=False)
+        for _ in range(7):
+            clock.advance(5 * US)
+            _arrive(timing, clock, joined=True)
+        due = timing.wait_until(clock(), oldest, 8)
+        if due is not None:
+            sent_by_quiet += 1
+            clock.advance(due - clock() + 1)  # rounded down from a fractional quiet time
+            assert timing.wait_until(clock(), oldest, 8) is None
+        timing.emptied()
+    assert sent_by_quiet == 5  # 24 -> 12 -> 6 -> 3 -> 1 -> 0
+    assert timing.overdue == 0
+
+
+def test_two_requests_decoded_in_one_pass_are_company_when_none_was_ever_seen() -> None:
+    """The start of a 32-client run on a busy machine, replayed: each request ran on the event
+    loop before the next was decoded, so none ever found another queued and, company never
+    seen, nothing waited (batches of one for 5 s, the other clients' requests waiting in
+    the sockets). A pass that decodes two shows company within one pass gap, so the
+    clients answered next are waited for."""
+    clock = ManualClock()
+    timing = DispatchTiming(DELAY_NS)
+    for _ in range(10):  # one request a pass, each answered before the next pass
+        oldest = _arrive(timing, clock, joined=False)
+        assert timing.wait_until(clock(), oldest, 1) is None
+        timing.emptied()
+        timing.answered(1)
+        clock.advance(300 * US)
+    oldest = _arrive(timing, clock, joined=False)
+    timing.arrived(clock(), joined=True, new_pass=False)  # two in one pass
+    assert timing.gaps.expected_gap_ns() == 300 * US
+    assert timing.wait_until(clock(), oldest, 2) is None  # the one answered is back
+    timing.emptied()
+    timing.answered(2)
+    clock.advance(300 * US)
+    oldest = _arrive(timing, clock, joined=False)
+    assert timing.wait_until(clock(), oldest, 1) is not None  # the other is coming
+    clock.advance(300 * US)
+    _arrive(timing, clock, joined=True)
+    assert timing.wait_until(clock(), oldest, 2) is None
+
+
+def test_clients_answered_after_all_came_back_are_waited_for() -> None:
+    """Traced with two processes burning the cores: the last late client came back while a
+    batch of 29 ran; when that batch was answered, the one request queued went alone at once
+    ("all back"), and the 32 clients went on in two groups, of 29 and of 1, each repeating
+    its size."""
+    clock = ManualClock()
+    timing = _busy(clock, 100 * US, 4)
+    timing.answered(1)
+    oldest = _arrive(timing, clock, joined=False)  # all back, while a batch of 29 runs
+    timing.answered(29)
+    assert timing.wait_until(clock(), oldest, 1) is not None  # the 29 are coming back

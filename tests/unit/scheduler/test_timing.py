@@ -60,3 +60,28 @@ def test_after_firing_a_wake_up_can_be_set_again_and_cancelled() -> None:
     assert clock.pending == []
     clock.advance(1000)
     assert fired == [start + 100]
+
+
+def test_one_long_gap_between_arrivals_counts_as_a_few_expected_ones() -> None:
+    """A loop off the CPU for 260 ms finds its arrivals after one long gap: it must not make
+    the expected gap longer than a queue delay, after which nothing would wait at all."""
+    gaps = ArrivalGaps()
+    gaps.arrival(0, joined=False)
+    gaps.arrival(1000, joined=True)
+    gaps.arrival(1000 + 260_000_000, joined=True)
+    assert gaps.expected_gap_ns() == 1000 + (ArrivalGaps.CLIP * 1000 - 1000) / 8
+    gaps.lonely(1_000_000)  # the batcher's own wait is not clipped
+    assert gaps.expected_gap_ns() > 200_000
+
+
+def test_two_requests_in_one_pass_show_company_no_later_than_that_pass() -> None:
+    gaps = ArrivalGaps()
+    gaps.arrival(0, joined=False)
+    gaps.arrival(300_000, joined=False)
+    gaps.together()  # a second request in the pass at 300 us
+    assert gaps.expected_gap_ns() == 300_000
+    gaps.together()  # a third: the pass is counted once
+    assert gaps.expected_gap_ns() == 300_000
+    gaps.arrival(5_000_000, joined=False)
+    gaps.together()  # 4.7 ms after the pass before: later than expected, says nothing new
+    assert gaps.expected_gap_ns() == 300_000
