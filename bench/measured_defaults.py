@@ -86,9 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = shlex.join(["python", "-m", "bench.measured_defaults", *run.public_words(words)])
     results = Results(header=machine.describe(), command=command, quick=bool(args.quick))
     measured, started = Run(results, cores=repo.usable_cores()), time.monotonic()
+    taken = plan(args)
     try:
         with tempfile.TemporaryDirectory(prefix="bench-measured-defaults-") as tmp:
-            bench = Bench(run.Runner(plan(args), Path(tmp), results), measured)
+            bench = Bench(run.Runner(taken, Path(tmp), results), measured)
             for factory, name, image in CNNS:
                 bench.cnn(factory, name, image)
             for name in LIGHT:
@@ -98,9 +99,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     finally:
         results.duration_s = time.monotonic() - started
+        results.notes = method_notes(taken, results) + results.notes
         if results.points:  # something was measured: keep it, even from a run cut short
             write(args.out, measured)
     return 0
+
+
+def method_notes(taken: run.Plan, results: Results) -> list[str]:
+    """How the figures were taken: ``bench.run``'s ceiling and perf_analyzer, then here."""
+    return [
+        *run.measurement_notes(taken, results),
+        f"Rounds: {taken.rounds}. A CNN's three configs are served by one batchserve, the "
+        "measured one loaded first (its measuring runs with nothing else loaded); each "
+        "config's point follows the ceiling at the section's best batch size, taken with the "
+        "server up and idle. A light model's two configs share one server and take turns.",
+        "Server CPU ms/req: utime + stime of the server's process tree (/proc) over the whole "
+        "perf_analyzer run, over the inferences the server counted in that run; the server, "
+        "perf_analyzer and the in-process ceiling share the machine's cores.",
+    ]
 
 
 def plan(args: argparse.Namespace) -> run.Plan:

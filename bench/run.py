@@ -218,6 +218,19 @@ def subject(
 
 def method_notes(run_plan: Plan, results: Results) -> list[str]:
     """How the figures were taken, with the windows this run actually used."""
+    return [
+        *measurement_notes(run_plan, results),
+        "batchserve runs as it ships (`batchserve serve`, defaults, only the measured model "
+        "loaded); batching off is the completed config without dynamic_batching.",
+        "Server CPU µs/req: utime + stime of the server's process tree (/proc) over the whole "
+        "perf_analyzer run, over the inferences the server counted in that run.",
+        "perf_analyzer, the servers and the in-process ceiling share the machine's cores.",
+        *_rounds_note(run_plan),
+    ]
+
+
+def measurement_notes(run_plan: Plan, results: Results) -> list[str]:
+    """How the ceiling and each perf_analyzer point were taken, with this run's windows."""
     windows = {m: run_plan.settings(results, m).window_ms for m in results.shipped}
     heavy = [m for m, w in windows.items() if w > run_plan.window_ms]
     longer = f", {2 * run_plan.window_ms} ms for {', '.join(heavy)}" if heavy else ""
@@ -231,12 +244,6 @@ def method_notes(run_plan: Plan, results: Results) -> list[str]:
         f"perf_analyzer: `-b 1 --concurrency-range c:c --measurement-interval W "
         f"--stability-percentage 25 --max-trials 8`, binary tensors, the same sample in "
         f"--input-data; W = {run_plan.window_ms} ms{longer} (batch-1 call >= {HEAVY_MS:g} ms).",
-        "batchserve runs as it ships (`batchserve serve`, defaults, only the measured model "
-        "loaded); batching off is the completed config without dynamic_batching.",
-        "Server CPU µs/req: utime + stime of the server's process tree (/proc) over the whole "
-        "perf_analyzer run, over the inferences the server counted in that run.",
-        "perf_analyzer, the servers and the in-process ceiling share the machine's cores.",
-        *_rounds_note(run_plan),
     ]
 
 

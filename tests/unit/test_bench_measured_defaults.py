@@ -173,9 +173,9 @@ def _run() -> Run:
     for round_, (old, new) in enumerate([(1000.0, 990.0), (1000.0, 1010.0), (1000.0, 1000.0)]):
         results.points.append(_point("digits_old_default", "grpc", 16, old, round_))
         results.points.append(_point("digits", "grpc", 16, new, round_))
-    for round_, (old, new) in enumerate([(2000.0, 1900.0), (2000.0, 1900.0), (2000.0, None)]):
-        results.points.append(_point("digits_old_default", "http", 32, old, round_))
-        results.points.append(_point("digits", "http", 32, new, round_))
+    for round_, (before, after) in enumerate([(2000.0, 1900.0), (2000.0, 1900.0), (2000.0, None)]):
+        results.points.append(_point("digits_old_default", "http", 32, before, round_))
+        results.points.append(_point("digits", "http", 32, after, round_))
     choices = {"vgg": Choice.from_stats(STATS), "digits": None}
     return Run(results, ["vgg"], ["digits"], choices, cores=2)
 
@@ -229,3 +229,13 @@ def test_a_failed_point_names_its_own_error_not_another_configs() -> None:
     results.points.append(replace(_point("vgg", "grpc", 16, None, 0), error="no valid requests"))
     found = verdicts(Run(results, ["vgg"]))
     assert [v.measured for v in found] == ["point failed: no valid requests"]
+
+
+def test_the_notes_say_how_points_were_taken_with_this_runs_windows() -> None:
+    plan = run.Plan(False, (16, 32), (1, 8), 2.0, 3000, 60.0, 3)
+    results = Results(shipped={"vgg": "on", "digits": "on"})
+    results.ceilings.append(CeilingPoint("vgg", 1, 0.03, 5))  # 30 ms a call: longer windows
+    notes = measured_defaults.method_notes(plan, results)
+    assert notes[0].startswith("Ceiling: one ONNX Runtime session per model")
+    assert "W = 3000 ms, 6000 ms for vgg" in notes[1]
+    assert notes[2].startswith("Rounds: 3.")
