@@ -45,8 +45,8 @@ def _registry(root: Path, log: list[tuple[str, int, str]], cpus: int = 4) -> Mod
         FAKE_CONFIG.replace("max_batch_size: 8", "max_batch_size: 16")
     )
 
-    def backend(*_: Any) -> CostedBackend:  # 2 ms a row: far from light
-        return CostedBackend(0.002, log, fail_graphs=False, gpu_run_s=0.0)
+    def backend(*_: Any) -> CostedBackend:  # 4 ms a row: far from light
+        return CostedBackend(0.004, log, fail_graphs=False, gpu_run_s=0.0)
 
     budgets = MemoryBudgets(parse_budgets(None), device_total_bytes)
     return ModelRegistry(ModelRepository(root), 8, budgets, backend, cpus=cpus)
@@ -111,7 +111,7 @@ async def test_a_config_that_chose_or_a_single_core_is_not_measured(
 async def test_a_count_set_later_replaces_what_was_measured(
     tmp_path: Path, log: list[tuple[str, int, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(measured_defaults, "MARGIN", 10.0)  # nothing beats the default
+    monkeypatch.setattr(measured_defaults, "LIGHT_SAMPLE_NS", 10**12)  # light: the default
     registry = _registry(tmp_path, log)
     await registry.load("fake")
     served = registry.get("fake")
