@@ -398,7 +398,8 @@ class Batcher:
         if self._grouping and len(run.executions) == 1:  # run whole, not split after OOM
             e = run.executions[0]
             steps = max(item.sequence_length for item in batch)
-            self._step_cost.record(e.samples, steps, e.infer_ns)
+            whole = e.input_ns + e.infer_ns + e.output_ns  # the instance's run, copies included
+            self._step_cost.record(e.samples, steps, whole)
 
     def _deliver(self, batch: list[WorkItem], outcomes: list[Outcome]) -> None:
         if self._timing is not None:

@@ -49,6 +49,8 @@ NEGLIGIBLE = 0.01
 """Rows whose share of the measured time is below this cost nothing measurable."""
 DECAY = 0.99
 """Weight each older batch keeps per newer one: the fit follows a changing machine."""
+REFERENCE_NS = 1_000_000
+"""Scale of the fit's weights (a batch of this time weighs 1); any would do."""
 
 
 def closest_first(head: Item, window: Sequence[Item]) -> list[Item]:
@@ -125,12 +127,19 @@ class StepCost:
         return 0.0 if fit is None else fit[1]
 
     def record(self, rows: int, steps: int, ns: int) -> None:
-        """One batch of ``rows`` padded to ``steps`` took ``ns`` on the instance."""
-        if self._configured or steps <= 0 or rows <= 0:
+        """One batch of ``rows`` padded to ``steps`` took ``ns`` on the instance.
+
+        The fit weighs each batch by ``1 / ns**2`` (least relative error): on a busy machine a
+        long batch's time varies by milliseconds, which would otherwise swamp the short
+        batches that tell a step's own cost (unweighted, a 2-core machine shared with other
+        work read char_lstm's step as 0 rows, and the cut then ran nearly every request
+        alone, where a row-step costs twice what it does in a batch of 8)."""
+        if self._configured or steps <= 0 or rows <= 0 or ns <= 0:
             return
         x = np.array((1.0, steps, steps * rows))
-        self._gram = self._gram * DECAY + np.outer(x, x)
-        self._moment = self._moment * DECAY + x * ns
+        weight = (REFERENCE_NS / ns) ** 2
+        self._gram = self._gram * DECAY + weight * np.outer(x, x)
+        self._moment = self._moment * DECAY + weight * x * ns
         self._measured += 1
         self._stale = True
 
@@ -146,7 +155,7 @@ class StepCost:
         if np.linalg.cond(self._gram) > 1e12:  # too few sizes and lengths to tell apart
             return None
         per_batch, per_step, per_row_step = np.linalg.solve(self._gram, self._moment)
-        total = self._moment[0]  # decayed sum of measured times
+        total = self._moment[0]  # decayed, weighted sum of measured times
         explained_by_rows = per_row_step * self._gram[0, 2]
         if explained_by_rows <= NEGLIGIBLE * total:  # rows cost nothing measurable
             return WHOLE, 0.0

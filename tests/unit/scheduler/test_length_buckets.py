@@ -129,3 +129,19 @@ def test_a_batch_s_own_cost_makes_tiny_runs_dear() -> None:
     lengths = [Item(n) for n in (10, 12, 14, 16)]
     assert len(cheapest_cut(lengths, 4, 0.0)) == 4
     assert len(cheapest_cut(lengths, 4, 0.0, batch_cost=100.0)) == 1
+
+
+def test_the_fit_holds_when_long_batches_are_descheduled() -> None:
+    """On a busy machine a batch's time grows by up to a fifth, and now and then by
+    milliseconds (its thread off the CPU): the short batches still tell the costs."""
+    for seed in range(5):
+        rng = random.Random(seed)
+        cost = StepCost(configured=0.0, default=1.0)
+        for _ in range(200):
+            rows, steps = rng.randint(1, 12), rng.randint(8, 256)
+            ns = (200_000 + steps * (5_000 + 2_500 * rows)) * rng.uniform(1.0, 1.2)
+            if rng.random() < 0.2:
+                ns += rng.uniform(0, 4_000_000)
+            cost.record(rows, steps, int(ns))
+        assert abs(cost.rows - 2.0) < 0.6  # 5 us a step at 2.5 us a row: 2 rows
+        assert abs(cost.batch_row_steps - 80.0) < 20  # 200 us at 2.5 us a row-step
