@@ -13,6 +13,11 @@ so no length starves.
 ``step_cost_rows`` is the config's, or learned from the model's own batches (``StepCost``):
 about one row on a CPU, where a step's time grows with its rows, and many on a GPU, where
 a step costs about the same whatever its rows and batches should stay whole.
+
+A grouped batch takes only part of the queue: what it leaves is the company of the next
+runs. So once as many requests are queued as are still out (running, or answered and not yet
+back), it goes without waiting for the rest (``enough_company``): they would at most double
+the lengths the cut chooses from, while the instance sat idle.
 """
 
 from __future__ import annotations
@@ -51,6 +56,14 @@ DECAY = 0.99
 """Weight each older batch keeps per newer one: the fit follows a changing machine."""
 REFERENCE_NS = 1_000_000
 """Scale of the fit's weights (a batch of this time weighs 1); any would do."""
+
+
+def enough_company(queued: int, running: int, returning: int) -> bool:
+    """Whether a grouped batch goes without waiting for answered clients to come back:
+    ``queued`` samples are at least the ``running`` ones and the ``returning`` clients
+    (answered, not yet back). Only while some are returning: with none, the queue delay's
+    own rules decide (open-loop traffic, a first request)."""
+    return returning > 0 and queued >= running + returning
 
 
 def closest_first(head: Item, window: Sequence[Item]) -> list[Item]:
