@@ -25,8 +25,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
-import numpy as np
-
 
 class Lengthed(Protocol):
     """What the cut reads of a queued request."""
@@ -56,6 +54,9 @@ DECAY = 0.99
 """Weight each older batch keeps per newer one: the fit follows a changing machine."""
 REFERENCE_NS = 1_000_000
 """Scale of the fit's weights (a batch of this time weighs 1); any would do."""
+INDEPENDENT = 1e-9
+"""Least scaled determinant of the fit's normal equations for the sizes and lengths measured
+to tell a step's cost from a row's and the batch's own."""
 
 
 def enough_company(queued: int, running: int, returning: int) -> bool:
@@ -90,18 +91,21 @@ def cheapest_cut(
     found; ``batch_cost`` (row-steps) is added once per run. Runs are contiguous: in an
     optimal cut, no run's lengths interleave another's."""
     count = len(ordered)
-    best = [0.0] + [float("inf")] * count  # best[j]: cheapest cut of the first j items
+    sizes = [item.batch_size for item in ordered]  # a plain list: this runs on the event loop
+    best = [0.0] * (count + 1)  # best[j]: cheapest cut of the first j items
     start = [0] * (count + 1)
     for end in range(1, count + 1):
         length = ordered[end - 1].sequence_length  # the longest of any run ending here
-        rows = 0
-        for first in range(end, 0, -1):
-            rows += ordered[first - 1].batch_size
-            if rows > cap and first < end:
+        own = batch_cost + length * step_cost_rows
+        rows, cheapest, cheapest_start = 0, float("inf"), 0
+        for first in range(end - 1, -1, -1):  # the run is ordered[first:end]
+            rows += sizes[first]
+            if rows > cap and first < end - 1:
                 break
-            cost = best[first - 1] + batch_cost + length * (rows + step_cost_rows)
-            if cost < best[end]:
-                best[end], start[end] = cost, first - 1
+            cost = best[first] + own + length * rows
+            if cost < cheapest:
+                cheapest, cheapest_start = cost, first
+        best[end], start[end] = cheapest, cheapest_start
     runs = []
     end = count
     while end:
@@ -119,8 +123,8 @@ class StepCost:
     def __init__(self, configured: float, default: float) -> None:
         self._configured = configured
         self._default = default
-        self._gram = np.zeros((3, 3))  # decayed sums of x x^T, x = (1, L, L * R)
-        self._moment = np.zeros(3)  # decayed sums of x * ns
+        self._gram = [[0.0] * 3 for _ in range(3)]  # decayed sums of x x^T, x = (1, L, L * R)
+        self._moment = [0.0] * 3  # decayed sums of x * ns
         self._measured = 0
         self._fit: tuple[float, float] | None = None
         self._stale = False
@@ -146,13 +150,17 @@ class StepCost:
         long batch's time varies by milliseconds, which would otherwise swamp the short
         batches that tell a step's own cost (unweighted, a 2-core machine shared with other
         work read char_lstm's step as 0 rows, and the cut then ran nearly every request
-        alone, where a row-step costs twice what it does in a batch of 8)."""
+        alone, where a row-step costs twice what it does in a batch of 8). Plain floats, not
+        numpy: this runs on the event loop once a batch, where numpy's 3x3 solve and
+        condition number cost ~70 us (~15 us a request at char_lstm's batches of 4-5)."""
         if self._configured or steps <= 0 or rows <= 0 or ns <= 0:
             return
-        x = np.array((1.0, steps, steps * rows))
+        x = (1.0, float(steps), float(steps * rows))
         weight = (REFERENCE_NS / ns) ** 2
-        self._gram = self._gram * DECAY + weight * np.outer(x, x)
-        self._moment = self._moment * DECAY + weight * x * ns
+        for i, row in enumerate(self._gram):
+            for j in range(3):
+                row[j] = row[j] * DECAY + weight * x[i] * x[j]
+            self._moment[i] = self._moment[i] * DECAY + weight * x[i] * ns
         self._measured += 1
         self._stale = True
 
@@ -165,14 +173,38 @@ class StepCost:
         return self._fit
 
     def _solve(self) -> tuple[float, float] | None:
-        if np.linalg.cond(self._gram) > 1e12:  # too few sizes and lengths to tell apart
+        solved = solve_normal(self._gram, self._moment)
+        if solved is None:  # too few sizes and lengths to tell apart
             return None
-        per_batch, per_step, per_row_step = np.linalg.solve(self._gram, self._moment)
+        per_batch, per_step, per_row_step = solved
         total = self._moment[0]  # decayed, weighted sum of measured times
-        explained_by_rows = per_row_step * self._gram[0, 2]
+        explained_by_rows = per_row_step * self._gram[0][2]
         if explained_by_rows <= NEGLIGIBLE * total:  # rows cost nothing measurable
             return WHOLE, 0.0
         return (
-            min(WHOLE, max(0.0, float(per_step / per_row_step))),
-            max(0.0, float(per_batch / per_row_step)),
+            min(WHOLE, max(0.0, per_step / per_row_step)),
+            max(0.0, per_batch / per_row_step),
         )
+
+
+def solve_normal(gram: list[list[float]], moment: list[float]) -> tuple[float, ...] | None:
+    """The least-squares coefficients from 3x3 normal equations (Cramer's rule), or None
+    when the measured points cannot tell them apart: the determinant of the gram scaled to
+    a unit diagonal (1 for independent terms, 0 for dependent ones) is below
+    ``INDEPENDENT``."""
+    det = _det3(gram)
+    scale = gram[0][0] * gram[1][1] * gram[2][2]
+    if scale <= 0 or det / scale < INDEPENDENT:
+        return None
+    return tuple(
+        _det3([[moment[r] if c == k else gram[r][c] for c in range(3)] for r in range(3)]) / det
+        for k in range(3)
+    )
+
+
+def _det3(m: list[list[float]]) -> float:
+    return (
+        m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+        - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+        + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+    )

@@ -13,6 +13,7 @@ from batchserve.scheduler.length_buckets import (
     cheapest_cut,
     enough_company,
     head_run,
+    solve_normal,
 )
 
 
@@ -154,3 +155,17 @@ def test_a_grouped_batch_has_enough_company_once_half_the_clients_are_queued() -
     assert enough_company(queued=2, running=0, returning=2)
     # no answered client out: open-loop traffic or a first request, left to the delay's rules
     assert not enough_company(queued=9, running=0, returning=0)
+
+
+def test_the_normal_equations_are_solved_or_found_dependent() -> None:
+    points = [(1.0, float(steps), float(steps * rows)) for steps in (10, 90) for rows in (1, 5)]
+    truth = (300.0, 7.0, 2.0)
+    gram = [[sum(x[i] * x[j] for x in points) for j in range(3)] for i in range(3)]
+    moment = [sum(x[i] * sum(t * v for t, v in zip(truth, x, strict=True)) for x in points)
+              for i in range(3)]  # fmt: skip
+    solved = solve_normal(gram, moment)
+    assert solved is not None
+    assert all(abs(a - b) < 1e-6 for a, b in zip(solved, truth, strict=True))
+    one_size = [(1.0, float(steps), float(steps * 4)) for steps in (10, 50, 90)]
+    gram = [[sum(x[i] * x[j] for x in one_size) for j in range(3)] for i in range(3)]
+    assert solve_normal(gram, [1.0, 1.0, 1.0]) is None  # a step and a row: indistinguishable
