@@ -1,13 +1,15 @@
 """Length-bucketed batching against padding every batch to its longest request.
 
     python -m bench.length_buckets [--rounds 3] [--window-ms 5000] [--concurrency 32]
-                                   [--out bench/LENGTH_BUCKETS.md]
+                                   [--instances N --threads T] [--out bench/LENGTH_BUCKETS.md]
 
 One server holds char_lstm twice: as shipped (length buckets on) and with
 ``length_buckets { disabled: true }``. perf_analyzer sends both the same requests, whose
 lengths are uniform in 8..256, in alternating rounds; the share of padded input elements
 comes from the server's own counters (``batchserve_batch_padding_elements`` over
-``batchserve_batch_input_elements``) over each round.
+``batchserve_batch_input_elements``) over each round. char_lstm's config leaves instances
+and threads to the load's measurement, which may choose differently for the two: the report
+says what each got, and ``--instances``/``--threads`` set both alike.
 """
 
 from __future__ import annotations
@@ -60,8 +62,9 @@ def input_data(path: Path, seed: int = 0) -> Path:
     return path
 
 
-def padded_twin(repo: Path) -> None:
-    """char_lstm as shipped, and a copy that pads every batch to its longest request."""
+def padded_twin(repo: Path, instances: int = 0, threads: int = 0) -> None:
+    """char_lstm as shipped, and a copy that pads every batch to its longest request; with
+    ``instances``, both get that many CPU instances of ``threads`` threads each."""
     shutil.copytree(ROOT / "model_repo" / MODEL, repo / MODEL)
     shutil.copytree(ROOT / "model_repo" / MODEL, repo / PADDED)
     config = repo / PADDED / "config.pbtxt"
@@ -70,6 +73,29 @@ def padded_twin(repo: Path) -> None:
         raise SystemExit(f"{MODEL}'s config has no batchserve block to extend")
     text = text.replace("batchserve {", "batchserve {\n  length_buckets { disabled: true }", 1)
     config.write_text(text)
+    if instances:
+        for model in (MODEL, PADDED):
+            path = repo / model / "config.pbtxt"
+            path.write_text(path.read_text() + pinned(instances, threads))
+
+
+def pinned(instances: int, threads: int) -> str:
+    """Config text for ``instances`` CPU instances of ``threads`` threads (0: the runtime's)."""
+    text = f"instance_group [{{ count: {instances} kind: KIND_CPU }}]\n"
+    if threads:
+        text += (f'parameters {{ key: "intra_op_thread_count" '
+                 f'value: {{ string_value: "{threads}" }} }}\n')  # fmt: skip
+    return text
+
+
+def instance_setting(http_port: int, model: str) -> str:
+    """What the server runs ``model`` on, from its config: "2 x 1 thread(s)"."""
+    url = f"http://127.0.0.1:{http_port}/v2/models/{model}/config"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        config = json.load(response)
+    count = sum(int(group.get("count", 1)) for group in config.get("instance_group", []))
+    threads = config.get("parameters", {}).get("intra_op_thread_count", {}).get("string_value")
+    return f"{count or 1} x {threads + ' thread(s)' if threads else 'runtime threads'}"
 
 
 def padding_counters(metrics_port: int, model: str) -> tuple[float, float]:
@@ -86,15 +112,20 @@ def padding_counters(metrics_port: int, model: str) -> tuple[float, float]:
     return found["batchserve_batch_padding_elements"], found["batchserve_batch_input_elements"]
 
 
-def measure(rounds: int, concurrency: int, settings: PaSettings, work: Path) -> list[Round]:
+def measure(
+    rounds: int, concurrency: int, settings: PaSettings, work: Path, pin: tuple[int, int]
+) -> tuple[list[Round], dict[str, str]]:
+    """Alternating rounds of both models, and the instance setting each was served with."""
     repo = work / "repo"
     repo.mkdir()
-    padded_twin(repo)
+    padded_twin(repo, *pin)
     data = input_data(work / "lengths.json")
     process, ports = start_server(repo, ("--log-format", "json"))
     url = f"127.0.0.1:{ports['http_port']}"
     results = []
     try:
+        served = {model: instance_setting(ports["http_port"], model) for model in (MODEL, PADDED)}
+        print(served, flush=True)
         for index in range(rounds):
             order = (MODEL, PADDED) if index % 2 == 0 else (PADDED, MODEL)
             for model in order:
@@ -109,10 +140,12 @@ def measure(rounds: int, concurrency: int, settings: PaSettings, work: Path) -> 
                 print(results[-1], flush=True)
     finally:
         stop_server(process)
-    return results
+    return results, served
 
 
-def render(results: list[Round], concurrency: int, settings: PaSettings) -> str:
+def render(
+    results: list[Round], concurrency: int, settings: PaSettings, served: dict[str, str]
+) -> str:
     lines = ["# Length-bucketed batching (char_lstm, lengths uniform in 8..256)", ""]
     lines += [f"- {line}" for line in machine.describe()]
     lines += [
@@ -121,6 +154,7 @@ def render(results: list[Round], concurrency: int, settings: PaSettings) -> str:
         "the same for both; the two models take turns, one round each per row",
         "- padded share: the server's padded input elements over all the input elements "
         "the model received in that round",
+        f"- instances x threads: length buckets {served[MODEL]}, pad to longest {served[PADDED]}",
         "",
         "| round | length buckets (infer/s) | padded share | pad to longest (infer/s) | "
         "padded share | buckets / padded |",
@@ -152,12 +186,25 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window-ms", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument(
+        "--instances",
+        type=int,
+        default=0,
+        help="CPU instances for both models (default: the load's choice)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="with --instances: threads each (default: the runtime's)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "LENGTH_BUCKETS.md")
     args = parser.parse_args()
     settings = PaSettings(args.window_ms, stability=25, max_trials=6)
+    pin = (args.instances, args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-buckets-") as tmp:
-        results = measure(args.rounds, args.concurrency, settings, Path(tmp))
-    args.out.write_text(render(results, args.concurrency, settings))
+        results, served = measure(args.rounds, args.concurrency, settings, Path(tmp), pin)
+    args.out.write_text(render(results, args.concurrency, settings, served))
     print(f"wrote {args.out}")
     return 0
 
