@@ -1,0 +1,212 @@
+"""Objective-driven dispatch against fixed queue delays, under open-loop Poisson load.
+
+    python -m bench.objective [--quick] [--model digits_cnn] [--loads 0.5,0.8,0.95]
+        [--objectives 3,10] [--window-s 5] [--rounds 2] [--out bench/OBJECTIVE.md]
+
+One server (`batchserve serve`, only the model loaded). First its capacity (saturated
+throughput: perf_analyzer at 32 concurrent gRPC clients) and its batch-1 latency (p50 at one
+client), with the shipped config. Then, for each objective (a multiple of the batch-1
+latency) and each load (a share of the capacity), the same Poisson schedule
+(``open_loop.py``) is played to three configs of the model, each loaded in turn through the
+repository load API with a config override: the objective-driven dispatch (``batchserve {
+latency_objective_microseconds }``, the queue delay as shipped, ``refuse_late_requests``
+off) and fixed queue delays of 0 and of half the objective, without an objective. Of each
+run's three windows the first is a warm-up; over the other two, the share of requests
+answered within the objective and the goodput (requests per second answered within it).
+Rounds alternate the configs' order and are pooled. Writes the report and, beside it, its
+figures as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import urllib.request
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from batchserve.models.model_config import CONFIG_FILENAME, load_pbtxt
+from batchserve.proto.model_config_pb2 import ModelConfig
+from google.protobuf import json_format
+
+from bench import machine, open_loop, perf, servers
+from bench.common import ROOT
+from bench.objective_report import CONFIGS, DELAY_0, OBJECTIVE, SHIPPED, Cell, Report, dump, render
+from bench.open_loop import Figures
+from bench.records import PaRow
+
+CAPACITY_CLIENTS = 32
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run measures, and for how long."""
+
+    loads: tuple[float, ...] = (0.5, 0.8, 0.95)
+    objectives: tuple[int, ...] = (3, 10)
+    window_s: float = 5.0
+    rounds: int = 2
+    closed_s: float = 4.0  # each of perf_analyzer's windows at c=32 and c=1
+    quick: bool = False
+
+
+def override(shipped: ModelConfig, config: str, objective_us: int) -> str:
+    """The JSON config a load sends for one of ``CONFIGS`` (the shipped one changed), or for
+    ``SHIPPED`` (unchanged: the capacity's)."""
+    changed = ModelConfig()
+    changed.CopyFrom(shipped)
+    if config == OBJECTIVE:
+        changed.batchserve.latency_objective_microseconds = objective_us
+    elif config != SHIPPED:
+        if changed.HasField("batchserve"):
+            changed.batchserve.ClearField("latency_objective_microseconds")
+            changed.batchserve.ClearField("refuse_late_requests")
+        delay = 0 if config == DELAY_0 else objective_us // 2
+        changed.dynamic_batching.max_queue_delay_microseconds = delay
+    return json_format.MessageToJson(changed, preserving_proto_field_name=True)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The server under measurement, its model as shipped, and a scratch directory."""
+
+    running: servers.Running
+    model: str
+    shipped: ModelConfig
+    work: Path
+
+    def closed_loop(self, clients: int, seconds: float) -> PaRow:
+        """perf_analyzer's point at ``clients`` concurrent clients (gRPC, batch 1)."""
+        settings = perf.PaSettings(round(seconds * 1000), stability=100, max_trials=3)
+        url = self.running.url("grpc")
+        row, error = perf.run(self.model, "grpc", url, clients, settings, self.work)
+        if row is None:
+            raise RuntimeError(f"perf_analyzer failed at c={clients}: {error}")
+        return row
+
+    def reload(self, config: str, objective_us: int) -> None:
+        """Load the model again under one of ``CONFIGS``, through the repository load API."""
+        text = override(self.shipped, config, objective_us)
+        body = json.dumps({"parameters": {"config": text}}).encode()
+        port = self.running.ports["http"]
+        url = f"http://127.0.0.1:{port}/v2/repository/models/{self.model}/load"
+        request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=300) as response:
+            response.read()
+
+    def window(
+        self, rate: float, seed: int, objective_s: float, window_s: float
+    ) -> tuple[Figures, float, str]:
+        """Open-loop Poisson load at ``rate``: the figures of the windows after the first,
+        the mean batch over the whole run, and why it stopped early ("" when it did not)."""
+        span = open_loop.WINDOWS * window_s * 1.5 + 5  # perf_analyzer's ramp and slack
+        due = open_loop.poisson_schedule(rate, span, seed)
+        before = self.running.counts(self.model)
+        url = self.running.url("grpc")
+        try:
+            samples, bounds = open_loop.play(url, self.model, due, window_s, self.work)
+        except open_loop.Stopped as stopped:
+            judged = open_loop.unanswered(rate, (open_loop.WINDOWS - 1) * window_s)
+            errors = [line for line in str(stopped).splitlines() if "error" in line]
+            judged_note = (errors or ["perf_analyzer stopped"])[0].strip()
+        else:
+            judged = open_loop.judge(samples, objective_s, bounds[1], bounds[-1])
+            judged_note = ""
+        after = self.running.counts(self.model)
+        executions = after.executions - before.executions
+        batch = (after.inferences - before.inferences) / executions if executions else 0.0
+        return judged, batch, judged_note
+
+
+def _baseline(target: Target, report: Report, seconds: float) -> None:
+    """Capacity (32 closed-loop clients) and batch-1 latency (one client's p50), with the
+    shipped config."""
+    report.capacity = target.closed_loop(CAPACITY_CLIENTS, seconds).throughput
+    report.batch1_ms = target.closed_loop(1, seconds).p50_us / 1000
+    print(f"capacity {report.capacity:,.0f}/s, batch-1 p50 {report.batch1_ms:.2f} ms", flush=True)
+
+
+def _capacity_beside(target: Target, seconds: float) -> float:
+    """The capacity again, right before a cell: this machine's speed drifts within minutes
+    (other work on its cores), and a load is a share of the capacity of the moment."""
+    target.reload(SHIPPED, 0)
+    return target.closed_loop(CAPACITY_CLIENTS, seconds).throughput
+
+
+def _sweep(target: Target, report: Report, setup: Plan) -> None:
+    """Every objective, load and config, for each round (the configs' order alternating)."""
+    for round_ in range(setup.rounds):
+        order = CONFIGS if round_ % 2 == 0 else CONFIGS[::-1]
+        for x in setup.objectives:
+            objective_us = round(x * report.batch1_ms * 1000)
+            for load in setup.loads:
+                seed = 7919 * round_ + 104729 * x + int(1000 * load)
+                capacity = _capacity_beside(target, setup.closed_s)
+                for config in order:
+                    target.reload(config, objective_us)
+                    objective_s = objective_us / 1e6
+                    figures, batch, note = target.window(
+                        load * capacity, seed, objective_s, setup.window_s
+                    )
+                    cell = Cell(
+                        x, objective_us, load, config, round_, figures, batch, capacity, note
+                    )
+                    report.cells.append(cell)
+                    print(
+                        f"  {x}x {load:.0%} of {capacity:,.0f}/s {config}: "
+                        f"{figures.share:.2%} within, goodput {figures.goodput:,.0f}/s, "
+                        f"p99 {figures.p99_ms:.2f} ms, batch {batch:.1f} {note}",
+                        flush=True,
+                    )
+
+
+def measure(model_dir: Path, setup: Plan) -> Report:
+    model = model_dir.name
+    shipped = load_pbtxt(model_dir / CONFIG_FILENAME)
+    report = Report(
+        header=machine.describe(),
+        command=" ".join(sys.argv),
+        quick=setup.quick,
+        model=model,
+        window_s=setup.window_s,
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-objective-") as work,
+        servers.batchserve(model_dir.parent, model) as running,
+    ):
+        target = Target(running, model, shipped, Path(work))
+        _baseline(target, report, setup.closed_s)
+        _sweep(target, report, setup)
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="digits_cnn", help="a model of model_repo/")
+    parser.add_argument("--loads", default="0.5,0.8,0.95", help="shares of the capacity")
+    parser.add_argument("--objectives", default="3,10", help="multiples of batch-1 latency")
+    parser.add_argument("--window-s", type=float, default=Plan.window_s, help="per window")
+    parser.add_argument("--rounds", type=int, default=Plan.rounds)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: short windows")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "OBJECTIVE.md")
+    args = parser.parse_args()
+    setup = Plan(
+        loads=tuple(float(v) for v in args.loads.split(",")),
+        objectives=tuple(int(v) for v in args.objectives.split(",")),
+        window_s=args.window_s,
+        rounds=args.rounds,
+        quick=args.quick,
+    )
+    if args.quick:
+        setup = replace(setup, window_s=1.0, rounds=1, closed_s=2.0)
+    report = measure(ROOT / "model_repo" / args.model, setup)
+    args.out.write_text(render(report))
+    args.out.with_suffix(".json").write_text(dump(report))
+    print(f"wrote {args.out} and {args.out.with_suffix('.json').name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""bench.objective's figures, its report and its targets (plain values, no measuring)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from bench.open_loop import Figures
+
+OBJECTIVE, DELAY_0, HALF = "objective", "delay 0", "delay objective/2"
+CONFIGS = (OBJECTIVE, DELAY_0, HALF)
+SHIPPED = "shipped"  # the model's own config, for the capacity
+TARGET_LOAD, TARGET_SHARE = 0.8, 0.99
+GENERATOR = (
+    "a seeded Poisson schedule (bench/open_loop.py) played by perf_analyzer in asynchronous "
+    "mode from --request-intervals over gRPC, batch 1 per request, each request sent at its "
+    "time whether or not earlier ones have answered; latency from its send to its answer, as "
+    "perf_analyzer's --profile-export-file records them; send lag: how far a send was from "
+    "its schedule"
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One config's measured window at one objective and load, in one round."""
+
+    objective_x: int
+    objective_us: int
+    load: float
+    config: str
+    round: int
+    figures: Figures
+    mean_batch: float
+    capacity: float = 0.0
+    note: str = ""
+
+
+@dataclass
+class Report:
+    header: list[str] = field(default_factory=list)
+    command: str = ""
+    quick: bool = False
+    model: str = ""
+    capacity: float = 0.0
+    batch1_ms: float = 0.0
+    window_s: float = 0.0
+    generator: str = GENERATOR
+    cells: list[Cell] = field(default_factory=list)
+
+    def rounds(self, x: int, load: float, config: str) -> list[Cell]:
+        return [c for c in self.cells if (c.objective_x, c.load, c.config) == (x, load, config)]
+
+    def objectives(self) -> list[int]:
+        return list(dict.fromkeys(c.objective_x for c in self.cells))
+
+    def loads(self) -> list[float]:
+        return list(dict.fromkeys(c.load for c in self.cells))
+
+
+def pooled(cells: Sequence[Cell]) -> Figures:
+    """The rounds of one cell as one window: counts summed, the worst p99 and lag."""
+    figures = [c.figures for c in cells]
+    return Figures(
+        requests=sum(f.requests for f in figures),
+        within=sum(f.within for f in figures),
+        failed=sum(f.failed for f in figures),
+        seconds=sum(f.seconds for f in figures),
+        p50_ms=statistics.median(f.p50_ms for f in figures) if figures else math.nan,
+        p99_ms=max((f.p99_ms for f in figures), default=math.nan),
+        lag_p99_ms=max((f.lag_p99_ms for f in figures), default=math.nan),
+    )
+
+
+def targets(report: Report) -> list[tuple[str, bool]]:
+    """The issue's targets for the objective-driven dispatch, each with its verdict."""
+    found = []
+    for x in report.objectives():
+        at = pooled(report.rounds(x, TARGET_LOAD, OBJECTIVE))
+        if at.requests:
+            found.append(
+                (
+                    f"{x}x: >= {TARGET_SHARE:.0%} within the objective at "
+                    f"{TARGET_LOAD:.0%} load ({at.share:.2%})",
+                    at.share >= TARGET_SHARE,
+                )
+            )
+        for load in report.loads():
+            mine = pooled(report.rounds(x, load, OBJECTIVE)).goodput
+            best = max(pooled(report.rounds(x, load, c)).goodput for c in (DELAY_0, HALF))
+            found.append(
+                (
+                    f"{x}x, {load:.0%} load: goodput {mine:,.0f}/s >= the better fixed "
+                    f"delay's {best:,.0f}/s",
+                    mine >= best,
+                )
+            )
+    return found
+
+
+def render(report: Report) -> str:
+    lines = [
+        f"# Latency objective: objective-driven dispatch against fixed delays ({report.model})",
+        "",
+    ]
+    lines += [f"- {line}" for line in report.header]
+    lines += [
+        f"- command: `{report.command}`"
+        + (" (quick: a smoke run, not figures)" if report.quick else ""),
+        f"- load: {report.generator}",
+        f"- capacity {report.capacity:,.0f} requests/s (perf_analyzer, 32 concurrent clients, "
+        f"shipped config) and batch-1 latency {report.batch1_ms:.2f} ms (p50 at one client) at "
+        "the start; the capacity is measured again right before each load's three runs, and "
+        "that load is a share of it",
+        "- objective-driven: `batchserve { latency_objective_microseconds }`, the shipped "
+        "queue delay, refuse_late_requests off (perf_analyzer stops at a failed request); fixed "
+        "delays without an objective; the same schedule for the three; a run that stopped "
+        "(perf_analyzer stops at the first refusal: a full queue) counts as answering nothing "
+        "within the objective; two "
+        f"{report.window_s:g} s windows judged after one of warm-up; rounds pooled (share and "
+        "goodput over all their windows, the worst p99); mean batch over the whole run",
+        "- server and load generator share the machine's cores",
+        "",
+    ]
+    for x in report.objectives():
+        objective_ms = next(c.objective_us for c in report.cells if c.objective_x == x) / 1000
+        lines += [
+            f"## Objective {x}x batch-1: {objective_ms:.2f} ms",
+            "",
+            "| load | of capacity/s | config | offered/s | within | goodput/s | p50 ms | p99 ms "
+            "| mean batch | send lag p99 ms | stopped |",
+            "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for load in report.loads():
+            for config in CONFIGS:
+                cells = report.rounds(x, load, config)
+                f = pooled(cells)
+                batch = statistics.mean(c.mean_batch for c in cells) if cells else math.nan
+                capacity = statistics.mean(c.capacity for c in cells) if cells else math.nan
+                stopped = "; ".join(dict.fromkeys(c.note for c in cells if c.note))
+                lines.append(
+                    f"| {load:.0%} | {capacity:,.0f} | {config} | {f.offered:,.0f} | "
+                    f"{f.share:.2%} | {f.goodput:,.0f} | {f.p50_ms:.2f} | {f.p99_ms:.2f} | "
+                    f"{batch:.1f} | {f.lag_p99_ms:.2f} | {stopped} |"
+                )
+        lines.append("")
+    lines += ["## Targets", ""]
+    lines += [f"- {'PASS' if ok else 'FAIL'}: {text}" for text, ok in targets(report)]
+    return "\n".join(lines) + "\n"
+
+
+def dump(report: Report) -> str:
+    return json.dumps(asdict(report), indent=1, allow_nan=True)
+
+
+def load(text: str) -> Report:
+    """The inverse of ``dump``."""
+    raw: dict[str, Any] = json.loads(text)
+    cells = [Cell(**{**c, "figures": Figures(**c["figures"])}) for c in raw.pop("cells")]
+    return Report(**raw, cells=cells)

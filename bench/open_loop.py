@@ -1,0 +1,198 @@
+"""Open-loop load: requests sent at Poisson times whether or not earlier ones have answered,
+each one's latency kept; and the share and goodput within a latency objective.
+
+The schedule is drawn here (seeded, so every config gets the same one) and played by NVIDIA's
+perf_analyzer in asynchronous mode from ``--request-intervals`` (gRPC, batch 1 per request),
+its per-request send and answer times read back from ``--profile-export-file``. In its
+default synchronous mode perf_analyzer's request-rate load is not open-loop: each of its
+threads (4 by default) waits for its answer, and at 3,000 requests/s on the 2-core machine
+95 % of the requests left late. Asynchronously it kept to the schedule (2.6 % late at
+4,000/s, the schedule's offsets kept within a millisecond), where one Python process on
+grpc.aio fell hundreds of milliseconds behind: perf_analyzer's C++ costs the server's
+cores less. perf_analyzer stops at the first failed request, so every request must be
+answered (a model refusing late requests cannot be measured this way).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import perf_analyzer
+
+WINDOWS = 3
+"""perf_analyzer's measurement windows: the first is the warm-up, the others are judged."""
+
+
+class Stopped(RuntimeError):
+    """perf_analyzer stopped before the end: a request failed (a full queue refuses) or it
+    wrote no export; the message is its output's tail."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One request: when it was due and sent (s from the first send), how long its answer
+    took (s, from the send; NaN without one)."""
+
+    due_s: float
+    sent_s: float
+    latency_s: float
+
+    @property
+    def lag_s(self) -> float:
+        return self.sent_s - self.due_s
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The requests sent inside one measured span, judged against one objective.
+
+    Args:
+        requests: requests sent in the span (the offered load).
+        within: answered within the objective.
+        failed: not answered.
+        seconds: the span's length.
+    """
+
+    requests: int
+    within: int
+    failed: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    lag_p99_ms: float
+
+    @property
+    def share(self) -> float:
+        """Share of the offered requests answered within the objective."""
+        return self.within / self.requests if self.requests else math.nan
+
+    @property
+    def goodput(self) -> float:
+        """Requests per second answered within the objective."""
+        return self.within / self.seconds if self.seconds else math.nan
+
+    @property
+    def offered(self) -> float:
+        return self.requests / self.seconds if self.seconds else math.nan
+
+
+def poisson_schedule(rate: float, seconds: float, seed: int) -> list[float]:
+    """Send times (s from the start) of a Poisson process of ``rate`` per second, up to
+    ``seconds``: independent exponential gaps of mean 1/rate."""
+    rng = random.Random(seed)
+    times: list[float] = []
+    at = rng.expovariate(rate)
+    while at < seconds:
+        times.append(at)
+        at += rng.expovariate(rate)
+    return times
+
+
+def intervals_us(times: Sequence[float]) -> list[int]:
+    """perf_analyzer's ``--request-intervals``: microseconds from each send to the next (the
+    first from the start), at least 1."""
+    previous, found = 0, []
+    for at in times:
+        due = round(at * 1e6)
+        found.append(max(1, due - previous))
+        previous += found[-1]
+    return found
+
+
+def judge(samples: Sequence[Sample], objective_s: float, start_s: float, end_s: float) -> Figures:
+    """The figures of the samples sent in ``[start_s, end_s)``; a request without an answer
+    counts as offered and not within the objective (and is not in the percentiles)."""
+    sent = [s for s in samples if start_s <= s.sent_s < end_s]
+    answered = [s.latency_s for s in sent if not math.isnan(s.latency_s)]
+    return Figures(
+        requests=len(sent),
+        within=sum(1 for latency in answered if latency <= objective_s),
+        failed=len(sent) - len(answered),
+        seconds=end_s - start_s,
+        p50_ms=_percentile_ms(answered, 50),
+        p99_ms=_percentile_ms(answered, 99),
+        lag_p99_ms=_percentile_ms([s.lag_s for s in sent], 99),
+    )
+
+
+def unanswered(rate: float, seconds: float) -> Figures:
+    """The figures of a run that stopped: the requests due over ``seconds`` at ``rate``,
+    none of them counted as answered within the objective."""
+    due = round(rate * seconds)
+    nan = math.nan
+    return Figures(
+        requests=due, within=0, failed=due, seconds=seconds, p50_ms=nan, p99_ms=nan, lag_p99_ms=nan
+    )
+
+
+def _percentile_ms(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(values, q)) * 1000 if values else math.nan
+
+
+def samples_from_export(
+    export: dict[str, Any], due: Sequence[float]
+) -> tuple[list[Sample], list[float]]:
+    """Each request of perf_analyzer's profile export, in send order, the k-th sent taken as
+    the k-th due; and the window boundaries, in s from the first send."""
+    experiment = export["experiments"][0]
+    requests = sorted(experiment["requests"], key=lambda r: r["timestamp"])
+    if not requests:
+        return [], []
+    first = requests[0]["timestamp"]
+    samples = []
+    for k, request in enumerate(requests):
+        answers = request["response_timestamps"]
+        latency = (answers[0] - request["timestamp"]) / 1e9 if answers else math.nan
+        due_s = due[k] - due[0] if k < len(due) else math.nan
+        samples.append(Sample(due_s, (request["timestamp"] - first) / 1e9, latency))
+    bounds = [(b - first) / 1e9 for b in experiment["window_boundaries"]]
+    return samples, bounds
+
+
+def play(
+    url: str, model: str, due: Sequence[float], window_s: float, work: Path
+) -> tuple[list[Sample], list[float]]:
+    """Send one request at each time of ``due`` through perf_analyzer, for ``WINDOWS``
+    windows of ``window_s``; the samples and the window boundaries."""
+    schedule = work / "intervals.txt"
+    schedule.write_text("".join(f"{gap}\n" for gap in intervals_us(due)))
+    export = work / "export.json"
+    export.unlink(missing_ok=True)
+    argv = [
+        perf_analyzer(),
+        "-m",
+        model,
+        "-u",
+        url,
+        "-i",
+        "grpc",
+        "-b",
+        "1",
+        "-a",
+        "--request-intervals",
+        str(schedule),
+        "--measurement-interval",
+        str(round(window_s * 1000)),
+        "--stability-percentage",
+        "100",
+        "--max-trials",
+        str(WINDOWS),
+        "--profile-export-file",
+        str(export),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60 + 10 * window_s)
+    if done.returncode != 0 or not export.exists():
+        raise Stopped((done.stdout + done.stderr)[-1500:])
+    with export.open() as handle:
+        found = samples_from_export(json.load(handle), due)
+    export.unlink()
+    return found

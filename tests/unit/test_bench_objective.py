@@ -1,0 +1,162 @@
+"""bench.objective's pure parts: the Poisson schedule, the share and goodput of a window, the
+configs it loads, and the targets judged from its figures."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+from batchserve.models.model_config import CONFIG_FILENAME, load_pbtxt
+from batchserve.proto.model_config_pb2 import ModelConfig
+from google.protobuf import json_format
+
+from bench.objective import override
+from bench.objective_report import (
+    CONFIGS,
+    DELAY_0,
+    HALF,
+    OBJECTIVE,
+    SHIPPED,
+    Cell,
+    Report,
+    dump,
+    load,
+    pooled,
+    render,
+    targets,
+)
+from bench.open_loop import (
+    Figures,
+    Sample,
+    intervals_us,
+    judge,
+    poisson_schedule,
+    samples_from_export,
+    unanswered,
+)
+
+MODEL_REPO = Path(__file__).resolve().parents[2] / "model_repo"
+
+
+def test_the_schedule_is_poisson_at_the_rate_asked_and_the_same_for_a_seed() -> None:
+    times = poisson_schedule(2000.0, 20.0, seed=3)
+    assert times == poisson_schedule(2000.0, 20.0, seed=3)
+    assert times != poisson_schedule(2000.0, 20.0, seed=4)
+    assert all(0 < a < b < 20.0 for a, b in itertools.pairwise(times))
+    assert abs(len(times) / 20.0 - 2000) < 2000 * 0.02  # 40,000 arrivals: within 2 %
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    mean = sum(gaps) / len(gaps)
+    spread = math.sqrt(sum((g - mean) ** 2 for g in gaps) / len(gaps))
+    assert abs(spread / mean - 1) < 0.03  # exponential gaps: standard deviation = mean
+
+
+def test_perf_analyzer_plays_the_schedule_as_gaps_in_whole_microseconds() -> None:
+    times = [0.0000004, 0.001, 0.0010004, 0.0025]
+    gaps = intervals_us(times)
+    assert gaps == [1, 999, 1, 1499]  # never 0; rounding does not drift
+    assert sum(gaps) == 2500
+
+
+def test_share_and_goodput_count_the_requests_sent_in_the_window() -> None:
+    nan = math.nan
+    samples = [
+        Sample(0.5, 0.5, 0.001),  # before the window
+        Sample(1.0, 1.0, 0.002),  # within a 3 ms objective
+        Sample(1.5, 1.5004, 0.003),  # exactly at it: within
+        Sample(2.0, 2.0, 0.004),  # late
+        Sample(2.5, 2.5, nan),  # no answer: offered, not within
+        Sample(3.0, 3.0, 0.001),  # the window's end is outside it
+    ]
+    figures = judge(samples, 0.003, 1.0, 3.0)
+    assert (figures.requests, figures.within, figures.failed) == (4, 2, 1)
+    assert figures.share == 2 / 4
+    assert figures.goodput == 2 / 2.0  # per second of the window
+    assert figures.offered == 4 / 2.0
+    assert math.isclose(figures.p50_ms, 3.0)
+    assert math.isclose(figures.lag_p99_ms, 0.4, rel_tol=0.05)
+
+
+def test_the_export_gives_each_request_its_latency_and_its_lag_behind_the_schedule() -> None:
+    ms = 1_000_000
+    export = {
+        "experiments": [{
+            "requests": [  # perf_analyzer's threads write them out of order
+                {"timestamp": 1000 * ms + 5 * ms, "response_timestamps": []},
+                {"timestamp": 1000 * ms, "response_timestamps": [1000 * ms + 2 * ms]},
+                {"timestamp": 1000 * ms + 2 * ms, "response_timestamps": [1000 * ms + 3 * ms]},
+            ],
+            "window_boundaries": [1000 * ms, 1004 * ms, 1008 * ms],
+        }]
+    }  # fmt: skip
+    samples, bounds = samples_from_export(export, [0.010, 0.011, 0.014])
+    assert [s.sent_s for s in samples] == [0.0, 0.002, 0.005]
+    assert [s.latency_s for s in samples][:2] == [0.002, 0.001]
+    assert math.isnan(samples[2].latency_s)
+    assert [round(s.lag_s, 6) for s in samples] == [0.0, 0.001, 0.001]
+    assert bounds == [0.0, 0.004, 0.008]
+
+
+def _config(json_text: str) -> ModelConfig:
+    return json_format.Parse(json_text, ModelConfig())
+
+
+def test_the_three_configs_differ_only_in_objective_and_queue_delay() -> None:
+    shipped = load_pbtxt(MODEL_REPO / "digits_cnn" / CONFIG_FILENAME)
+    delay = shipped.dynamic_batching.max_queue_delay_microseconds
+    mine = _config(override(shipped, OBJECTIVE, 1500))
+    assert mine.batchserve.latency_objective_microseconds == 1500
+    assert not mine.batchserve.refuse_late_requests  # perf_analyzer stops at a refusal
+    assert mine.dynamic_batching.max_queue_delay_microseconds == delay  # as shipped
+    zero, half = (_config(override(shipped, c, 1500)) for c in (DELAY_0, HALF))
+    for fixed, wanted in ((zero, 0), (half, 750)):
+        expected = ModelConfig()
+        expected.CopyFrom(shipped)  # no objective: the shipped config has none
+        expected.dynamic_batching.max_queue_delay_microseconds = wanted
+        assert fixed == expected
+
+
+def _figures(within: int, requests: int = 100) -> Figures:
+    return Figures(requests, within, 0, 1.0, 1.0, 2.0, 0.1)
+
+
+def _report(within: dict[tuple[float, str], int]) -> Report:
+    cells = [
+        Cell(3, 1500, load, config, 0, _figures(count), 12.0)
+        for (load, config), count in within.items()
+    ]
+    return Report(model="m", cells=cells, capacity=1000.0, batch1_ms=0.5, window_s=1.0)
+
+
+def test_the_targets_are_the_share_at_80_percent_and_goodput_against_the_better_fixed_delay() -> (
+    None
+):
+    report = _report({
+        (0.5, OBJECTIVE): 100, (0.5, DELAY_0): 100, (0.5, HALF): 90,
+        (0.8, OBJECTIVE): 99, (0.8, DELAY_0): 60, (0.8, HALF): 98,
+        (0.95, OBJECTIVE): 70, (0.95, DELAY_0): 40, (0.95, HALF): 71,
+    })  # fmt: skip
+    verdicts = [ok for _, ok in targets(report)]
+    assert verdicts == [True, True, True, False]  # 99 % at 80 %; 70 < 71 at 95 %
+    report.cells[3] = Cell(3, 1500, 0.8, OBJECTIVE, 0, _figures(98), 12.0)
+    assert [ok for _, ok in targets(report)] == [False, True, True, False]
+
+
+def test_rounds_pool_into_one_window_and_the_report_survives_json() -> None:
+    report = _report({(0.8, c): 100 for c in CONFIGS})
+    report.cells.append(Cell(3, 1500, 0.8, OBJECTIVE, 1, _figures(50), 20.0))
+    both = pooled(report.rounds(3, 0.8, OBJECTIVE))
+    assert (both.requests, both.within, both.seconds) == (200, 150, 2.0)
+    assert both.share == 0.75
+    assert both.goodput == 75.0
+    again = load(dump(report))
+    assert again == report
+    assert "| 80% | 0 | objective | 100 | 75.00% | 75 |" in render(again)
+
+
+def test_a_run_that_stopped_counts_its_due_requests_as_none_within() -> None:
+    stopped = unanswered(1000.0, 4.0)
+    assert (stopped.requests, stopped.within, stopped.failed) == (4000, 0, 4000)
+    assert (stopped.share, stopped.goodput, stopped.offered) == (0.0, 0.0, 1000.0)
+    shipped = load_pbtxt(MODEL_REPO / "digits_cnn" / CONFIG_FILENAME)
+    assert _config(override(shipped, SHIPPED, 1500)) == shipped  # the capacity's config
