@@ -33,7 +33,17 @@ from google.protobuf import json_format
 
 from bench import machine, open_loop, perf, servers
 from bench.common import ROOT
-from bench.objective_report import CONFIGS, DELAY_0, OBJECTIVE, SHIPPED, Cell, Report, dump, render
+from bench.objective_report import (
+    CONFIGS,
+    DELAY_0,
+    OBJECTIVE,
+    SHIPPED,
+    Cell,
+    Report,
+    dump,
+    render,
+)
+from bench.objective_report import load as load_report
 from bench.open_loop import Figures
 from bench.records import PaRow
 
@@ -162,12 +172,20 @@ def _sweep(target: Target, report: Report, setup: Plan) -> None:
                     )
 
 
+def _async_note(line: str) -> str:
+    """machine.describe's perf_analyzer line, for a bench whose load is asynchronous."""
+    return line.replace(
+        "sync mode",
+        "sync mode for the capacity and batch-1 latency, asynchronous for the open-loop load",
+    )
+
+
 def measure(model_dir: Path, setup: Plan) -> Report:
     model = model_dir.name
     shipped = load_pbtxt(model_dir / CONFIG_FILENAME)
     report = Report(
-        header=machine.describe(),
-        command=" ".join(sys.argv),
+        header=[_async_note(line) for line in machine.describe()],
+        command=" ".join(["python -m bench.objective", *sys.argv[1:]]),
         quick=setup.quick,
         model=model,
         window_s=setup.window_s,
@@ -191,7 +209,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=Plan.rounds)
     parser.add_argument("--quick", action="store_true", help="a smoke run: short windows")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "OBJECTIVE.md")
+    parser.add_argument("--rerender", action="store_true", help="the report again from its JSON")
     args = parser.parse_args()
+    figures = args.out.with_suffix(".json")
+    if args.rerender:
+        args.out.write_text(render(load_report(figures.read_text())))
+        return 0
     setup = Plan(
         loads=tuple(float(v) for v in args.loads.split(",")),
         objectives=tuple(int(v) for v in args.objectives.split(",")),
@@ -203,8 +226,8 @@ def main() -> int:
         setup = replace(setup, window_s=1.0, rounds=1, closed_s=2.0)
     report = measure(ROOT / "model_repo" / args.model, setup)
     args.out.write_text(render(report))
-    args.out.with_suffix(".json").write_text(dump(report))
-    print(f"wrote {args.out} and {args.out.with_suffix('.json').name}")
+    figures.write_text(dump(report))
+    print(f"wrote {args.out} and {figures.name}")
     return 0
 
 

@@ -15,6 +15,8 @@ OBJECTIVE, DELAY_0, HALF = "objective", "delay 0", "delay objective/2"
 CONFIGS = (OBJECTIVE, DELAY_0, HALF)
 SHIPPED = "shipped"  # the model's own config, for the capacity
 TARGET_LOAD, TARGET_SHARE = 0.8, 0.99
+BEHIND = 0.9
+"""perf_analyzer sent less than this share of the schedule: it waited on an overloaded server."""
 GENERATOR = (
     "a seeded Poisson schedule (bench/open_loop.py) played by perf_analyzer in asynchronous "
     "mode from --request-intervals over gRPC, batch 1 per request, each request sent at its "
@@ -131,7 +133,7 @@ def render(report: Report) -> str:
             f"## Objective {x}x batch-1: {objective_ms:.2f} ms",
             "",
             "| load | of capacity/s | config | offered/s | within | goodput/s | p50 ms | p99 ms "
-            "| mean batch | send lag p99 ms | stopped |",
+            "| mean batch | send lag p99 ms | load not kept |",
             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for load in report.loads():
@@ -141,6 +143,10 @@ def render(report: Report) -> str:
                 batch = statistics.mean(c.mean_batch for c in cells) if cells else math.nan
                 capacity = statistics.mean(c.capacity for c in cells) if cells else math.nan
                 stopped = "; ".join(dict.fromkeys(c.note for c in cells if c.note))
+                if not stopped and f.offered < BEHIND * load * capacity:
+                    stopped = (
+                        f"fell behind: sent {f.offered / (load * capacity):.0%} of the schedule"
+                    )
                 lines.append(
                     f"| {load:.0%} | {capacity:,.0f} | {config} | {f.offered:,.0f} | "
                     f"{f.share:.2%} | {f.goodput:,.0f} | {f.p50_ms:.2f} | {f.p99_ms:.2f} | "
