@@ -167,9 +167,10 @@ class Batcher:
                 self._settle(gone, asyncio.CancelledError())
         timing = self._timing
         if timing is not None:
-            timing.arrived(
-                item.enqueued_ns, bool(self.queue), not self._dispatch_pending, item.clients
-            )
+            # when it reaches this queue, not when it was received: a sequence's step,
+            # held until the step before had run, arrives now
+            arrived_ns = self._clock()
+            timing.arrived(arrived_ns, bool(self.queue), not self._dispatch_pending, item.clients)
         self.queue.push(item)
         self._urgent += item.urgent
         if self._order is not None:

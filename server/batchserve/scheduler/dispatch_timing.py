@@ -116,8 +116,12 @@ class DispatchTiming:
                 self._go_without_all(now_ns, oldest_ns, queued)
                 return None
             quiet = due  # answered clients are still to come: only they or the delay end it
+        wake = min(due, int(quiet))
+        if wake <= now_ns:  # never a wake-up already past: it would fire again at once
+            self._go_without_all(now_ns, oldest_ns, queued)
+            return None
         self._made_to_wait = True
-        return min(due, int(quiet))
+        return wake
 
     def _go(self, now_ns: int, oldest_ns: int, queued: int) -> None:
         """The batch goes now; a request that was kept waiting and goes alone teaches."""

@@ -104,8 +104,11 @@ class ArrivalGaps:
     def arrival(self, now_ns: int, *, joined: bool) -> None:
         """A request arrived, the first of its pass; ``joined``: others were queued when it
         did."""
-        if joined and self.last_ns is not None:
-            self._observe(min(now_ns - self.last_ns, self.CLIP * self._mean_ns))
+        if self.last_ns is not None:
+            now_ns = max(now_ns, self.last_ns)  # a gap is never negative (a mean below 0
+            # would make every wait end before it began, and the batcher spin)
+            if joined:
+                self._observe(min(now_ns - self.last_ns, self.CLIP * self._mean_ns))
         self._pass_counted = joined
         self._previous_ns, self.last_ns = self.last_ns, now_ns
 

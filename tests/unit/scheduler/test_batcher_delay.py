@@ -344,3 +344,28 @@ async def test_an_urgent_item_takes_the_waiting_requests_with_it_at_once() -> No
     await answer(waiting)
     assert backend.batches[-1] == 3
     assert batcher._urgent == 0
+
+
+async def test_requests_received_long_before_they_queue_never_set_a_wake_up_in_the_past() -> None:
+    """A sequence's step reaches the queue only once the step before it has run, stamped
+    with when it was received, so stamps need not follow the order of arrival. Taken as
+    arrival gaps, such stamps once made the expected gap negative: every wait ended before
+    it began, the batcher set its wake-up in the past again and again and spun on the CPU,
+    and the queued steps never went."""
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _delayed(clock, backend, delay_us=1000)
+    first = await hold_first(batcher, backend, at=clock)
+    received = clock()
+    steps = []
+    for step in range(8):  # each queued 50 us after the last, each received 100 us earlier
+        clock.advance(50 * US)
+        steps.append(item(1, float(step), at=clock))
+        steps[-1].enqueued_ns = received - step * 100 * US
+        await submit(batcher, steps[-1])
+    assert _timing(batcher).gaps.expected_gap_ns() == 50 * US
+    backend.gate.set()
+    await answer(first)
+    assert all(when > clock() for when in clock.pending)
+    clock.advance(1 * MS)
+    await answers(*steps)
+    assert not batcher.queue

@@ -85,3 +85,14 @@ def test_two_requests_in_one_pass_show_company_no_later_than_that_pass() -> None
     gaps.arrival(5_000_000, joined=False)
     gaps.together()  # 4.7 ms after the pass before: later than expected, says nothing new
     assert gaps.expected_gap_ns() == 300_000
+
+
+def test_an_arrival_stamped_before_the_last_one_is_no_negative_gap() -> None:
+    """Arrival times that go back (stamped elsewhere) count as coming together: a negative
+    expected gap would end every wait before it began."""
+    gaps = ArrivalGaps()
+    gaps.arrival(0, joined=False)
+    gaps.arrival(400_000, joined=True)
+    gaps.arrival(100_000, joined=True)
+    assert gaps.expected_gap_ns() == 400_000 * 7 / 8
+    assert gaps.last_ns == 400_000
