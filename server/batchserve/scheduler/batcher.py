@@ -6,9 +6,7 @@ is formed from the head of the queue up to the batch cap and dispatched:
 - otherwise (Triton's rules) when the queue reaches a preferred size (the largest one it
   reaches), when the batch cannot grow without passing the cap or the largest preferred
   size, or when ``dispatch_timing.DispatchTiming`` says it has waited long enough for
-  company (at the latest once the oldest request has waited ``max_queue_delay``); a
-  length-bucketed batch also once as many requests are queued as are still out
-  (``length_buckets.enough_company``).
+  company (at the latest once the oldest request has waited ``max_queue_delay``).
 With a latency objective (``batchserve { latency_objective_microseconds }``) a batch that
 could still grow waits for company only while its oldest request can still finish within
 the objective, given the predicted time of the batch it would join (``batch_time.py``, per
@@ -44,7 +42,6 @@ from batchserve.scheduler.length_buckets import (
     LOOKAHEAD,
     StepCost,
     closest_first,
-    enough_company,
     head_run,
 )
 from batchserve.scheduler.ordering import InOrder
@@ -103,8 +100,6 @@ class Batcher:
         self._closed = False
         self._urgent = 0
         """Urgent items queued: while there are any, batches go without waiting."""
-        self._running_samples = 0
-        """Samples in batches running now."""
         self._batch_times = {instance.name: BatchTimeModel() for instance in pool.instances}
         self.routing = DeviceRouting()
         """With CPU and GPU instances: which device a batch goes to (``routing.py``)."""
@@ -235,11 +230,6 @@ class Batcher:
         if ready:
             timing.went_ready()
             return ready
-        if self._bucketed and enough_company(
-            self.queue.samples, self._running_samples, timing.returning + timing.overdue
-        ):
-            timing.went_ready()
-            return self._cap
         oldest = self.queue.oldest_enqueued_ns()
         assert oldest is not None
         due = timing.wait_until(now, oldest, len(self.queue), self._objective_due(oldest))
@@ -360,7 +350,6 @@ class Batcher:
     def _start(self, batch: list[WorkItem], now: int) -> None:
         samples = sum(item.batch_size for item in batch)
         instance = self.routing.acquire(self.pool, samples)
-        self._running_samples += samples
         for item in batch:
             item.dispatched_ns = now
             item.executed_batch_size = samples
@@ -398,7 +387,6 @@ class Batcher:
         predicted_ns: int = 0,
     ) -> None:
         self.pool.release(instance)
-        self._running_samples -= sum(item.batch_size for item in batch)
         if isinstance(outcomes, BaseException):
             self._deliver(batch, [outcomes] * len(batch))
             return

@@ -14,10 +14,11 @@ so no length starves.
 about one row on a CPU, where a step's time grows with its rows, and many on a GPU, where
 a step costs about the same whatever its rows and batches should stay whole.
 
-A grouped batch takes only part of the queue: what it leaves is the company of the next
-runs. So once as many requests are queued as are still out (running, or answered and not yet
-back), it goes without waiting for the rest (``enough_company``): they would at most double
-the lengths the cut chooses from, while the instance sat idle.
+A grouped batch waits for company under the queue delay's own rules, as any batch does:
+the more lengths are queued, the closer the lengths the cut can put together. (Letting it go
+once as many requests were queued as were still out bought no throughput measured on the
+real server, char_lstm at c=32 on 2 cores, and left 16 % of the computed elements padding
+rather than 12.5 %.)
 """
 
 from __future__ import annotations
@@ -57,14 +58,6 @@ REFERENCE_NS = 1_000_000
 INDEPENDENT = 1e-9
 """Least scaled determinant of the fit's normal equations for the sizes and lengths measured
 to tell a step's cost from a row's and the batch's own."""
-
-
-def enough_company(queued: int, running: int, returning: int) -> bool:
-    """Whether a grouped batch goes without waiting for answered clients to come back:
-    ``queued`` samples are at least the ``running`` ones and the ``returning`` clients
-    (answered, not yet back). Only while some are returning: with none, the queue delay's
-    own rules decide (open-loop traffic, a first request)."""
-    return returning > 0 and queued >= running + returning
 
 
 def closest_first(head: Item, window: Sequence[Item]) -> list[Item]:

@@ -1,5 +1,6 @@
 """Length-bucketed batches across instances and over time: a run of the cut is not split
-while other runs are queued, and it does not wait for every answered client to come back."""
+while other runs are queued, and, like any batch, it waits for every answered client to come
+back (the cut then chooses from more lengths)."""
 
 from __future__ import annotations
 
@@ -77,13 +78,9 @@ async def _three_queued_one_out(buckets: str) -> tuple[Batcher, FakeBackend, Wor
     return batcher, backend, first
 
 
-async def test_a_bucketed_batch_goes_once_as_many_are_queued_as_are_still_out() -> None:
-    batcher, _, _ = await _three_queued_one_out("")
-    assert not batcher.queue  # three queued, one answered client out: they went
-
-
-async def test_padding_to_the_longest_waits_for_every_answered_client() -> None:
-    batcher, backend, _ = await _three_queued_one_out("disabled: true")
+@pytest.mark.parametrize("buckets", ["", "disabled: true"], ids=["bucketed", "padded"])
+async def test_a_sequence_batch_waits_for_every_answered_client(buckets: str) -> None:
+    batcher, backend, _ = await _three_queued_one_out(buckets)
     assert len(batcher.queue) == 3
     again = _sequence(8)
     await submit(batcher, again)  # the first client is back: all four go

@@ -11,7 +11,6 @@ from batchserve.scheduler.length_buckets import (
     WHOLE,
     StepCost,
     cheapest_cut,
-    enough_company,
     head_run,
     solve_normal,
 )
@@ -147,14 +146,6 @@ def test_the_fit_holds_when_long_batches_are_descheduled() -> None:
             cost.record(rows, steps, int(ns))
         assert abs(cost.rows - 2.0) < 0.6  # 5 us a step at 2.5 us a row: 2 rows
         assert abs(cost.batch_row_steps - 80.0) < 20  # 200 us at 2.5 us a row-step
-
-
-def test_a_grouped_batch_has_enough_company_once_half_the_clients_are_queued() -> None:
-    assert enough_company(queued=4, running=2, returning=2)
-    assert not enough_company(queued=3, running=2, returning=2)
-    assert enough_company(queued=2, running=0, returning=2)
-    # no answered client out: open-loop traffic or a first request, left to the delay's rules
-    assert not enough_company(queued=9, running=0, returning=0)
 
 
 def test_the_normal_equations_are_solved_or_found_dependent() -> None:
