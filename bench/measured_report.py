@@ -19,7 +19,7 @@ from batchserve.models.measured_defaults import Setting
 
 from bench import records
 from bench.records import BATCHSERVE, Results, ServerPoint
-from bench.report import loads, ms, ratio, table
+from bench.report import heading, loads, ms, ratio, table
 from bench.targets import (
     CEILING_C,
     CEILING_SHARE,
@@ -171,7 +171,11 @@ def _missing(results: Results, names: Sequence[str], protocol: str, concurrency:
 
 def render(run: Run, found: Sequence[Verdict]) -> str:
     parts = [
-        _head(run),
+        heading(
+            "# Measured defaults: instances and threads chosen at load, against the old default",
+            run.results,
+            "rounds",
+        ),
         _choices(run),
         _cnns(run),
         _light(run),
@@ -185,19 +189,6 @@ def render(run: Run, found: Sequence[Verdict]) -> str:
 
 def _verdict_row(v: Verdict) -> tuple[str, str, str]:
     return (v.target, v.measured, f"**{v.label}**")
-
-
-def _head(run: Run) -> str:
-    results = run.results
-    lines = [
-        "# Measured defaults: instances and threads chosen at load, against the old default",
-        "",
-        *(f"- {line}" for line in results.header),
-        f"- Command: `{results.command}`; the run took {results.duration_s / 60:.1f} min.",
-    ]
-    if results.quick:
-        lines += ["", "**Quick run** (short windows, fewer rounds): a smoke test, not a result."]
-    return "\n".join(lines)
 
 
 def _choices(run: Run) -> str:

@@ -23,7 +23,11 @@ BUSY_CPU = 0.1
 
 def render(results: Results, verdicts: Sequence[Verdict]) -> str:
     parts = [
-        _head(results),
+        heading(
+            "# Benchmark: in-process ceiling, request floors and batchserve, in one run",
+            results,
+            "points",
+        ),
         loads(results),
         _ceilings(results),
         _floors(results),
@@ -58,15 +62,17 @@ def ms(microseconds: float) -> str:
     return f"{microseconds / 1000:.2f}"
 
 
-def _head(results: Results) -> str:
+def heading(title: str, results: Results, fewer: str) -> str:
+    """A report's title, the run's machine and versions, its command and duration; a quick
+    run (short windows, fewer ``fewer``) is marked as a smoke test."""
     lines = [
-        "# Benchmark: in-process ceiling, request floors and batchserve, in one run",
+        title,
         "",
         *(f"- {line}" for line in results.header),
         f"- Command: `{results.command}`; the run took {results.duration_s / 60:.1f} min.",
     ]
     if results.quick:
-        lines += ["", "**Quick run** (short windows, fewer points): a smoke test, not a result."]
+        lines += ["", f"**Quick run** (short windows, fewer {fewer}): a smoke test, not a result."]
     return "\n".join(lines)
 
 
