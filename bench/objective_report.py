@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench.open_loop import Figures
+from bench.report import table
 
 OBJECTIVE, DELAY_0, HALF = "objective", "delay 0", "delay objective/2"
 CONFIGS = (OBJECTIVE, DELAY_0, HALF)
@@ -17,6 +18,10 @@ SHIPPED = "shipped"  # the model's own config, for the capacity
 TARGET_LOAD, TARGET_SHARE = 0.8, 0.99
 BEHIND = 0.9
 """perf_analyzer sent less than this share of the schedule: it waited on an overloaded server."""
+COLUMNS = (
+    "load", "of capacity/s", "config", "offered/s", "within", "goodput/s", "p50 ms", "p99 ms",
+    "mean batch", "send lag p99 ms", "load not kept",
+)  # fmt: skip
 GENERATOR = (
     "a seeded Poisson schedule (bench/open_loop.py) played by perf_analyzer in asynchronous "
     "mode from --request-intervals over gRPC, batch 1 per request, each request sent at its "
@@ -129,13 +134,8 @@ def render(report: Report) -> str:
     ]
     for x in report.objectives():
         objective_ms = next(c.objective_us for c in report.cells if c.objective_x == x) / 1000
-        lines += [
-            f"## Objective {x}x batch-1: {objective_ms:.2f} ms",
-            "",
-            "| load | of capacity/s | config | offered/s | within | goodput/s | p50 ms | p99 ms "
-            "| mean batch | send lag p99 ms | load not kept |",
-            "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
-        ]
+        lines += [f"## Objective {x}x batch-1: {objective_ms:.2f} ms", ""]
+        rows = []
         for load in report.loads():
             for config in CONFIGS:
                 cells = report.rounds(x, load, config)
@@ -147,12 +147,12 @@ def render(report: Report) -> str:
                     stopped = (
                         f"fell behind: sent {f.offered / (load * capacity):.0%} of the schedule"
                     )
-                lines.append(
-                    f"| {load:.0%} | {capacity:,.0f} | {config} | {f.offered:,.0f} | "
-                    f"{f.share:.2%} | {f.goodput:,.0f} | {f.p50_ms:.2f} | {f.p99_ms:.2f} | "
-                    f"{batch:.1f} | {f.lag_p99_ms:.2f} | {stopped} |"
-                )
-        lines.append("")
+                rows.append((
+                    f"{load:.0%}", f"{capacity:,.0f}", config, f"{f.offered:,.0f}",
+                    f"{f.share:.2%}", f"{f.goodput:,.0f}", f"{f.p50_ms:.2f}", f"{f.p99_ms:.2f}",
+                    f"{batch:.1f}", f"{f.lag_p99_ms:.2f}", stopped,
+                ))  # fmt: skip
+        lines += [table(COLUMNS, rows, "rrlrrrrrrrl"), ""]
     lines += ["## Targets", ""]
     lines += [f"- {'PASS' if ok else 'FAIL'}: {text}" for text, ok in targets(report)]
     return "\n".join(lines) + "\n"
