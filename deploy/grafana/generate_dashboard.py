@@ -129,6 +129,23 @@ def latency() -> list[Panel]:
             "Time one model execution took.",
             *_quantiles("batchserve_compute_duration_seconds"),
         ),
+        _panel(
+            "Latency objective",
+            "percentunit",
+            "Models with a latency objective: share of answers within it, and the margin the "
+            "dispatch's plans keep for their recent overruns, as a share of the objective.",
+            _query(
+                _rate("batchserve_objective_requests_total", selector=f'{MODEL},outcome="met"')
+                + " / "
+                + _rate("batchserve_objective_requests_total"),
+                "{{model}} within",
+            ),
+            _query(
+                f"max by (model) (batchserve_objective_margin_seconds{{{MODEL}}}) / "
+                f"max by (model) (batchserve_model_latency_objective_seconds{{{MODEL}}})",
+                "{{model}} margin",
+            ),
+        ),
     ]
 
 

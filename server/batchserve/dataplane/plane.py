@@ -265,6 +265,7 @@ class DataPlane:
         served.stats.record_request(
             True, finished - started, item.dispatched_ns - started, protocol=protocol
         )
+        served.batcher.answered(item, finished)
 
     @staticmethod
     def record_failure(

@@ -44,8 +44,9 @@ class ModelStats:
     ``rejections`` the failed ones by reason, ``observed`` the Prometheus distributions,
     ``sequences_expired`` the sequences released after idling past their timeout; with a
     ``latency_objective_ns``, ``objective_met`` and ``objective_missed`` count the requests
-    answered within it and after it, and ``batch_time_predicted_ns`` /
-    ``batch_time_measured_ns`` sum the predicted and measured times of the batches run.
+    answered within it and after it, ``batch_time_predicted_ns`` /
+    ``batch_time_measured_ns`` sum the predicted and measured times of the batches run, and
+    ``objective_margin_ns`` is what the dispatch's plans keep free for their recent overruns.
     """
 
     success: Duration = field(default_factory=Duration)
@@ -68,6 +69,7 @@ class ModelStats:
     objective_missed: int = 0
     batch_time_predicted_ns: int = 0
     batch_time_measured_ns: int = 0
+    objective_margin_ns: int = 0
     outcomes: dict[tuple[str, bool], int] = field(default_factory=dict)  # (protocol, ok)
     rejections: dict[Rejection, int] = field(default_factory=dict)
     observed: Observations = field(default_factory=Observations)

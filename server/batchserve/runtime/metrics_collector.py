@@ -228,8 +228,9 @@ def _request_families(versions: list[ServedVersion]) -> Iterator[Metric]:
 
 
 def _objective_families(versions: list[ServedVersion]) -> Iterator[Metric]:
-    """Models with a latency objective only: requests answered within it and after it, and
-    the batch times the dispatch predicted against those measured."""
+    """Models with a latency objective only: requests answered within it and after it, the
+    batch times the dispatch predicted against those measured, and the margin its plans keep
+    for their overruns."""
     within = _counter(
         "batchserve_objective_requests",
         "Requests answered within the model's latency objective (met) or after it (missed).",
@@ -244,6 +245,11 @@ def _objective_families(versions: list[ServedVersion]) -> Iterator[Metric]:
         "Sum of the measured times of the same batches: against the predicted sum, the "
         "accuracy of the batch-time model.",
     )
+    margin = _gauge(
+        "batchserve_objective_margin_seconds",
+        "What the dispatch's plans keep free of the objective for their recent overruns (the "
+        "95th percentile of how late past its planned finish a request was answered).",
+    )
     for served in versions:
         stats, labels = served.stats, _labels(served)
         if not stats.latency_objective_ns:
@@ -252,7 +258,8 @@ def _objective_families(versions: list[ServedVersion]) -> Iterator[Metric]:
         within.add_metric([*labels, "missed"], stats.objective_missed)
         predicted.add_metric(labels, stats.batch_time_predicted_ns / 1e9)
         measured.add_metric(labels, stats.batch_time_measured_ns / 1e9)
-    yield from (within, predicted, measured)
+        margin.add_metric(labels, stats.objective_margin_ns / 1e9)
+    yield from (within, predicted, measured, margin)
 
 
 def _sequence_families(versions: list[ServedVersion]) -> Iterator[Metric]:

@@ -10,9 +10,9 @@ is formed from the head of the queue up to the batch cap and dispatched:
 With a latency objective (``batchserve { latency_objective_microseconds }``) a batch that
 could still grow waits for company only while its oldest request can still finish within
 the objective, given the predicted time of the batch it would join (``batch_time.py``, per
-instance): at the latest until then, or the queue delay if that comes first. A request that
-can no longer meet the objective is served late or, with ``refuse_late_requests``, refused
-at once.
+instance) and what such plans recently overran by (``objective_plan.py``): at the latest
+until then, or the queue delay if that comes first. A request that can no longer meet the
+objective is served late or, with ``refuse_late_requests``, refused at once.
 A submit does not dispatch at once but at the end of the event loop's current pass, so
 that the requests decoded in one pass share a batch.
 Requests whose deadline passed or whose client went away are dropped before they cost
@@ -35,15 +35,11 @@ from batchserve.observability.stats import ModelStats
 from batchserve.scheduler.batch_time import BatchTimeModel
 from batchserve.scheduler.dispatch_timing import DispatchTiming
 from batchserve.scheduler.execution import BatchRun
+from batchserve.scheduler.forming import BatchForming, split_evenly
 from batchserve.scheduler.inline import InlineRuns
 from batchserve.scheduler.instances import Instance, InstancePool
-from batchserve.scheduler.length_buckets import (
-    CANDIDATES,
-    LOOKAHEAD,
-    StepCost,
-    closest_first,
-    head_run,
-)
+from batchserve.scheduler.length_buckets import StepCost
+from batchserve.scheduler.objective_plan import ObjectivePlan
 from batchserve.scheduler.ordering import InOrder
 from batchserve.scheduler.padding import SequenceLayout
 from batchserve.scheduler.policy import BatchPolicy
@@ -53,10 +49,6 @@ from batchserve.scheduler.timing import Clock, LoopTimer, Timer, WakeUp
 from batchserve.scheduler.work import Outcome, WorkItem
 
 logger = logging.getLogger(__name__)
-
-OBJECTIVE_MARGIN = 0.1
-"""Share of a latency objective kept for what happens outside the batch: decoding before
-the queue, encoding and sending after the run."""
 
 
 class Batcher:
@@ -85,14 +77,23 @@ class Batcher:
         self._clock = clock
         self._wakeup = WakeUp(timer if timer is not None else LoopTimer(clock), self._dispatch)
         delay_ns = policy.max_queue_delay_ns if policy.merge_requests else 0
-        self._objective_ns = policy.latency_objective_ns
-        waits = delay_ns or (self._objective_ns and policy.merge_requests)
+        objective_ns = policy.latency_objective_ns
+        self._objective = ObjectivePlan(objective_ns, stats) if objective_ns else None
+        waits = delay_ns or (self._objective is not None and policy.merge_requests)
         self._timing = DispatchTiming(delay_ns) if waits else None
         """None: nothing waits (no delay, or closed), every free instance takes a batch."""
         self._layout = SequenceLayout(policy.sequence_inputs, policy.sequence_outputs)
         self._grouping = bool(self._layout) and policy.merge_requests
         self._bucketed = self._grouping and policy.length_buckets
         self._step_cost = StepCost(policy.step_cost_rows, self._default_step_cost(pool, policy))
+        self._forming = BatchForming(
+            self.queue,
+            self._settle,
+            merge=policy.merge_requests,
+            grouping=self._grouping,
+            bucketed=self._bucketed,
+            step_cost=self._step_cost,
+        )
         self._order = InOrder() if policy.preserve_ordering else None
         self._running: set[asyncio.Task[None]] = set()
         self._dispatch_pending = False
@@ -185,16 +186,15 @@ class Batcher:
 
     def _set_cap(self, cap: int) -> None:
         self._cap = cap
-        preferred = [size for size in self.policy.preferred_batch_sizes if size <= cap]
-        self._preferred = frozenset(preferred)
-        self._largest_preferred = max(preferred, default=cap)
-        self._smallest_preferred = min(preferred, default=cap)
+        self._forming.set_cap(cap, self.policy.preferred_batch_sizes)
 
     # forming batches ----------------------------------------------------------------
     def _dispatch(self) -> None:
         queue, timing = self.queue, self._timing
         while queue and self.pool.has_free():
             now = self._clock()
+            if self._objective is not None:
+                self._objective.forming()
             self._drop_dead_heads(now)
             if not queue:
                 break
@@ -204,9 +204,10 @@ class Batcher:
                 target = self.routing.limit(self.pool, target, head.batch_size if head else 0)
             if not target:
                 return
-            batch = self._take(target, now)
-            if self.policy.refuse_late:
-                batch = self._refuse_late(batch, now)
+            batch = self._forming.take(target, now)
+            if self.policy.refuse_late and self._objective is not None:
+                predicted = self._predict_ns(sum(item.batch_size for item in batch))
+                batch = self._objective.refuse_late(batch, now, predicted, self._settle)
             for part in self._spread(batch) if batch else ():
                 self._start(part, now)
         if not queue and timing is not None:
@@ -226,7 +227,7 @@ class Batcher:
 
     def _target(self, timing: DispatchTiming, now: int) -> int:
         """Samples to dispatch now, or 0 to wait (with a wake-up set)."""
-        ready = self._ready_size()
+        ready = self._forming.ready_size()
         if ready:
             timing.went_ready()
             return ready
@@ -241,89 +242,15 @@ class Batcher:
     def _objective_due(self, oldest_ns: int) -> int | None:
         """With a latency objective: the latest the batch may go for its oldest request to
         finish within it, were one more request to join; None without an objective."""
-        if not self._objective_ns:
+        if self._objective is None:
             return None
         samples = min(self._cap, self.queue.samples + 1)
-        allowed = int(self._objective_ns * (1 - OBJECTIVE_MARGIN))
-        return oldest_ns + allowed - self._predict_ns(samples)
+        return self._objective.due(oldest_ns, self._predict_ns(samples))
 
-    def _refuse_late(self, batch: list[WorkItem], now: int) -> list[WorkItem]:
-        """Refuse (503) the requests the batch cannot finish within their objective."""
-        finish = now + self._predict_ns(sum(item.batch_size for item in batch))
-        kept = []
-        for item in batch:
-            if finish > item.enqueued_ns + self._objective_ns:
-                self._settle(item, Unavailable(
-                    f"request cannot finish within the model's latency objective of "
-                    f"{self._objective_ns // 1000} us (refuse_late_requests): it waited "
-                    f"{(now - item.enqueued_ns) // 1000} us and its batch is predicted to take "
-                    f"{(finish - now) // 1000} us; retry, or send it to a less loaded replica"
-                ))  # fmt: skip
-            else:
-                kept.append(item)
-        return kept
-
-    def _ready_size(self) -> int:
-        """The largest preferred size the queue reaches, or what it holds once the batch
-        cannot grow past the cap (or the largest preferred size); 0 when neither holds."""
-        if self.queue.samples < self._smallest_preferred:
-            return 0  # common case, O(1): nothing to walk
-        limit, total, best = self._largest_preferred, 0, 0
-        for item in self.queue:
-            if item.abandoned():
-                continue
-            if total and total + item.batch_size > limit:
-                return best or total
-            total += item.batch_size
-            if total in self._preferred:
-                best = total
-            if total >= limit:
-                return best or total
-        return best
-
-    def _take(self, target: int, now: int) -> list[WorkItem]:
-        """The head (always) and then queued requests up to ``target`` samples."""
-        head = self.queue.pop(now)
-        if not self.policy.merge_requests:
-            return [head]
-        if self._grouping:
-            return self._take_grouped(head, target, now)
-        batch, size = [head], head.batch_size
-        while (item := self.queue.peek(now)) is not None and size + item.batch_size <= target:
-            if not item.abandoned() and not _same_shapes(head, item):
-                break  # Triton's rule: without a sequence layout, only equal shapes batch
-            self.queue.pop(now)
-            if item.abandoned():
-                self._settle(item, asyncio.CancelledError())
-            else:
-                batch.append(item)
-                size += item.batch_size
-        return batch
-
-    def _take_grouped(self, head: WorkItem, target: int, now: int) -> list[WorkItem]:
-        """Like ``_take``, but for a sequence model: the head's run of the cheapest cut by
-        length (``length_buckets.py``), or, with buckets off, queue order to ``target``."""
-        window = []
-        for item in self.queue.pop_many(LOOKAHEAD * self._cap, now):
-            if item.abandoned():
-                self._settle(item, asyncio.CancelledError())
-            else:
-                window.append(item)
-        keys = head.inputs.keys()  # requests sending other optional inputs never merge
-        fitting = [item for item in window if item.inputs.keys() == keys]
-        if self._bucketed:
-            candidates = closest_first(head, fitting)[: CANDIDATES - 1]
-            cost = self._step_cost
-            batch = head_run(head, candidates, target, cost.rows, cost.batch_row_steps)
-        else:
-            batch, size = [head], head.batch_size
-            for item in fitting:
-                if size + item.batch_size <= target:
-                    batch.append(item)
-                    size += item.batch_size
-        taken = {id(item) for item in batch}
-        self.queue.push_front(item for item in window if id(item) not in taken)
-        return batch
+    def answered(self, item: WorkItem, answered_ns: int) -> None:
+        """``item``'s response was ready at ``answered_ns`` (on the batcher's clock)."""
+        if self._objective is not None:
+            self._objective.answered(item, answered_ns)
 
     def _spread(self, batch: list[WorkItem]) -> list[list[WorkItem]]:
         """The batch, split evenly across the free instances when they are all on the CPU.
@@ -355,7 +282,10 @@ class Batcher:
             item.executed_batch_size = samples
             self._urgent -= item.urgent
         run = BatchRun(instance.backend, batch, self._pad_value, self._layout)
-        predicted = self.batch_time(instance.name).predict(samples) if self._objective_ns else 0
+        predicted = 0
+        if self._objective is not None:
+            predicted = self.batch_time(instance.name).predict(samples)
+            self._objective.started(batch, now, predicted)
         if instance.backend.device.kind == "cpu" and self._inline.inline(samples):
             try:
                 outcomes: list[Outcome] | BaseException = run()
@@ -392,7 +322,7 @@ class Batcher:
             return
         self._deliver(batch, outcomes)  # first, so that no bookkeeping can strand them
         self._learn(run, instance)
-        timed = self._objective_ns or self.routing.mixed
+        timed = self._objective is not None or self.routing.mixed
         if timed and len(run.executions) == 1:  # run whole: the batch's time
             e = run.executions[0]
             measured = e.input_ns + e.infer_ns + e.output_ns
@@ -457,23 +387,3 @@ class Batcher:
         self._wakeup.cancel()
         while self.queue:  # no instance at all to run them: answer rather than strand them
             self._settle(self.queue.pop(self._clock()), Unavailable("model was unloaded"))
-
-
-def split_evenly(batch: list[WorkItem], parts: int) -> list[list[WorkItem]]:
-    """At most ``parts`` runs of consecutive requests, each with about the same number of
-    samples (a request is never divided); consecutive, so length-grouped batches stay so."""
-    total = sum(item.batch_size for item in batch)
-    groups: list[list[WorkItem]] = [[] for _ in range(min(parts, len(batch)))]
-    start = 0
-    for item in batch:  # by where the request's middle row falls
-        groups[(2 * start + item.batch_size) * len(groups) // (2 * total)].append(item)
-        start += item.batch_size
-    return [group for group in groups if group]
-
-
-def _same_shapes(a: WorkItem, b: WorkItem) -> bool:
-    """Whether every input of ``b`` has ``a``'s shape past the batch axis. Padding them to one
-    shape is only safe for sequence models, whose outputs are cut back to each length."""
-    if a.inputs.keys() != b.inputs.keys():  # optional inputs sent by one and not the other
-        return False
-    return all(b.inputs[name].shape[1:] == array.shape[1:] for name, array in a.inputs.items())

@@ -30,6 +30,8 @@ class WorkItem:
         is_cancelled: True once the client has gone away.
         dispatched_ns: set by the batcher when its batch starts.
         executed_batch_size: set then too: the samples of the whole batch it ran in.
+        planned_finish_ns: set then too, with a latency objective: when its batch was planned
+            to finish (its due time plus the predicted batch time).
         ticket: set by the batcher: its place in submission order.
         sequence_length: set by the batcher for sequence models: its padded length.
         clients: the requests it answers: more than one for a group a worker handed over
@@ -49,6 +51,7 @@ class WorkItem:
     is_cancelled: Callable[[], bool] | None = None
     dispatched_ns: int = 0
     executed_batch_size: int = 0
+    planned_finish_ns: int = 0
     ticket: int = 0
     sequence_length: int = 0
     clients: int = 1

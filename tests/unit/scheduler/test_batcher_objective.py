@@ -13,8 +13,10 @@ import asyncio
 import pytest
 from batchserve.core.errors import Unavailable
 from batchserve.observability.stats import ModelStats
-from batchserve.scheduler.batcher import OBJECTIVE_MARGIN, Batcher
+from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.dispatch_timing import DispatchTiming
+from batchserve.scheduler.objective_plan import OBJECTIVE_MARGIN
+from batchserve.scheduler.overrun import REFRESH
 from batchserve.scheduler.policy import BatchPolicy
 from fakes import FakeBackend, ManualClock, fake_config
 from harness import answer, answers, hold_first, item, make_batcher, outcomes, submit
@@ -64,6 +66,71 @@ async def test_a_waiting_batch_goes_when_its_oldest_request_would_otherwise_be_l
     clock.advance(allowed - predicted)
     assert batcher.pool.busy_count() == 1
     assert (await answer(first))["y"][0, 0] == 3.0
+
+
+async def test_a_batch_woken_late_plans_its_finish_from_its_due_time() -> None:
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _objective(clock, backend)
+    batcher.seed_batch_times("fake-0", [(1, 1 * MS), (4, 2500 * US)])  # 0.5 ms + 0.5 ms/sample
+    _company(batcher, clock, 5 * MS)
+    first = item(1, 1.0, at=clock)
+    await submit(batcher, first)
+    (due,) = clock.pending
+    predicted = batcher.batch_time("fake-0").predict(1)
+    clock.advance(due - clock() + 300 * US)  # the wake-up fired 0.3 ms late (a busy loop)
+    assert first.dispatched_ns == due + 300 * US
+    assert first.planned_finish_ns == due + predicted  # so the lateness counts as overrun
+    await answer(first)
+
+
+async def test_overruns_teach_a_margin_that_waiting_batches_keep_free() -> None:
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _objective(clock, backend)
+    batcher.seed_batch_times("fake-0", [(1, 1 * MS), (4, 2500 * US)])
+    answered = item(1, 0.0, at=clock)
+    answered.planned_finish_ns = clock()
+    for _ in range(REFRESH - 1):
+        batcher.answered(answered, clock() + 1500 * US)
+    assert batcher.stats.objective_margin_ns == 0  # too few answers to tell yet
+    batcher.answered(answered, clock() + 1500 * US)
+    assert batcher.stats.objective_margin_ns == 1500 * US
+    _company(batcher, clock, 5 * MS)
+    waiting = item(1, 2.0, at=clock)
+    await submit(batcher, waiting)
+    allowed = int(OBJECTIVE * (1 - OBJECTIVE_MARGIN))
+    predicted = batcher.batch_time("fake-0").predict(2)
+    assert clock.pending == [waiting.enqueued_ns + allowed - 1500 * US - predicted]
+    clock.advance(clock.pending[0] - clock())
+    assert (await answer(waiting))["y"][0, 0] == 5.0
+
+
+async def test_the_margin_never_takes_more_than_half_the_time_a_batch_has_to_spare() -> None:
+    clock = ManualClock()
+    batcher = _objective(clock, FakeBackend())
+    batcher.seed_batch_times("fake-0", [(1, 1 * MS), (4, 2500 * US)])
+    allowed = int(OBJECTIVE * (1 - OBJECTIVE_MARGIN))
+    spare = allowed - batcher.batch_time("fake-0").predict(1)  # 8 ms, the queue empty
+    answered = item(1, 0.0, at=clock)
+    answered.planned_finish_ns = clock()
+    for overrun, kept in ((1 * MS, 1 * MS), (20 * MS, spare // 2)):
+        for _ in range(REFRESH):  # 20 ms: a loop far behind
+            batcher.answered(answered, clock() + overrun)
+        assert batcher.stats.objective_margin_ns == overrun
+        # far behind, a batch still waits for company half of what it could: shorter waits,
+        # smaller batches and more loop time a request would make the loop later still
+        assert batcher._objective_due(clock()) == clock() + spare - kept
+
+
+async def test_without_an_objective_no_finish_is_planned_and_no_margin_learned() -> None:
+    backend = FakeBackend()
+    batcher = make_batcher([backend], clock=ManualClock())
+    one = item(1, 1.0)
+    await submit(batcher, one)
+    await answer(one)
+    assert one.planned_finish_ns == 0
+    for _ in range(REFRESH):
+        batcher.answered(one, 10 * MS)
+    assert batcher.stats.objective_margin_ns == 0
 
 
 async def test_a_batch_goes_at_once_when_its_predicted_time_leaves_no_room() -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from batchserve.core.device import Device
-from batchserve.scheduler.batcher import Batcher, split_evenly
+from batchserve.scheduler.batcher import Batcher
+from batchserve.scheduler.forming import split_evenly
 from fakes import FakeBackend, fake_config
 from harness import answer, answers, entered, inline_batcher, item
 

@@ -1,0 +1,153 @@
+"""Which queued requests make up the next batch.
+
+The batcher (``batcher.py``) decides when a batch goes and how many samples it may take;
+this decides which requests those are:
+- the size it is ready at (the largest preferred size the queue reaches, or what it holds
+  once the batch cannot grow);
+- the head (always) and then queued requests in order, of equal shapes (Triton's rule); or,
+  for a sequence model, the head's run of the cheapest cut by length
+  (``length_buckets.py``), or queue order with buckets off;
+- a batch split evenly into consecutive runs for several free CPU instances.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from batchserve.scheduler.length_buckets import (
+    CANDIDATES,
+    LOOKAHEAD,
+    StepCost,
+    closest_first,
+    head_run,
+)
+from batchserve.scheduler.queue import PriorityQueue
+from batchserve.scheduler.work import Outcome, WorkItem
+
+Settle = Callable[[WorkItem, Outcome], None]
+"""Answers a request taken from the queue that will not run (its client went away)."""
+
+
+class BatchForming:
+    """The requests of one model version's next batch, from its queue.
+
+    Args:
+        queue: the model version's queue.
+        settle: answers requests found abandoned while taking.
+        merge: requests may share a batch at all (False: one request a batch).
+        grouping: a sequence model: requests of different lengths batch, padded.
+        bucketed: grouping cuts the queue by length (``length_buckets.py``).
+        step_cost: what a sequence step costs, for the cut.
+    """
+
+    def __init__(
+        self,
+        queue: PriorityQueue,
+        settle: Settle,
+        *,
+        merge: bool,
+        grouping: bool,
+        bucketed: bool,
+        step_cost: StepCost,
+    ) -> None:
+        self._queue = queue
+        self._settle = settle
+        self._merge = merge
+        self._grouping = grouping
+        self._bucketed = bucketed
+        self._step_cost = step_cost
+        self._cap = 1
+        self._preferred: frozenset[int] = frozenset()
+        self._largest_preferred = self._smallest_preferred = 1
+
+    def set_cap(self, cap: int, preferred: tuple[int, ...]) -> None:
+        """The batch cap now, and the configured preferred sizes (those above it are dropped)."""
+        fitting = [size for size in preferred if size <= cap]
+        self._cap = cap
+        self._preferred = frozenset(fitting)
+        self._largest_preferred = max(fitting, default=cap)
+        self._smallest_preferred = min(fitting, default=cap)
+
+    def ready_size(self) -> int:
+        """The largest preferred size the queue reaches, or what it holds once the batch
+        cannot grow past the cap (or the largest preferred size); 0 when neither holds."""
+        if self._queue.samples < self._smallest_preferred:
+            return 0  # common case, O(1): nothing to walk
+        limit, total, best = self._largest_preferred, 0, 0
+        for item in self._queue:
+            if item.abandoned():
+                continue
+            if total and total + item.batch_size > limit:
+                return best or total
+            total += item.batch_size
+            if total in self._preferred:
+                best = total
+            if total >= limit:
+                return best or total
+        return best
+
+    def take(self, target: int, now: int) -> list[WorkItem]:
+        """The head (always) and then queued requests up to ``target`` samples."""
+        queue = self._queue
+        head = queue.pop(now)
+        if not self._merge:
+            return [head]
+        if self._grouping:
+            return self._take_grouped(head, target, now)
+        batch, size = [head], head.batch_size
+        while (item := queue.peek(now)) is not None and size + item.batch_size <= target:
+            if not item.abandoned() and not same_shapes(head, item):
+                break  # Triton's rule: without a sequence layout, only equal shapes batch
+            queue.pop(now)
+            if item.abandoned():
+                self._settle(item, asyncio.CancelledError())
+            else:
+                batch.append(item)
+                size += item.batch_size
+        return batch
+
+    def _take_grouped(self, head: WorkItem, target: int, now: int) -> list[WorkItem]:
+        """Like ``take``, but for a sequence model: the head's run of the cheapest cut by
+        length (``length_buckets.py``), or, with buckets off, queue order to ``target``."""
+        window = []
+        for item in self._queue.pop_many(LOOKAHEAD * self._cap, now):
+            if item.abandoned():
+                self._settle(item, asyncio.CancelledError())
+            else:
+                window.append(item)
+        keys = head.inputs.keys()  # requests sending other optional inputs never merge
+        fitting = [item for item in window if item.inputs.keys() == keys]
+        if self._bucketed:
+            candidates = closest_first(head, fitting)[: CANDIDATES - 1]
+            cost = self._step_cost
+            batch = head_run(head, candidates, target, cost.rows, cost.batch_row_steps)
+        else:
+            batch, size = [head], head.batch_size
+            for item in fitting:
+                if size + item.batch_size <= target:
+                    batch.append(item)
+                    size += item.batch_size
+        taken = {id(item) for item in batch}
+        self._queue.push_front(item for item in window if id(item) not in taken)
+        return batch
+
+
+def split_evenly(batch: list[WorkItem], parts: int) -> list[list[WorkItem]]:
+    """At most ``parts`` runs of consecutive requests, each with about the same number of
+    samples (a request is never divided); consecutive, so length-grouped batches stay so."""
+    total = sum(item.batch_size for item in batch)
+    groups: list[list[WorkItem]] = [[] for _ in range(min(parts, len(batch)))]
+    start = 0
+    for item in batch:  # by where the request's middle row falls
+        groups[(2 * start + item.batch_size) * len(groups) // (2 * total)].append(item)
+        start += item.batch_size
+    return [group for group in groups if group]
+
+
+def same_shapes(a: WorkItem, b: WorkItem) -> bool:
+    """Whether every input of ``b`` has ``a``'s shape past the batch axis. Padding them to one
+    shape is only safe for sequence models, whose outputs are cut back to each length."""
+    if a.inputs.keys() != b.inputs.keys():  # optional inputs sent by one and not the other
+        return False
+    return all(b.inputs[name].shape[1:] == array.shape[1:] for name, array in a.inputs.items())
