@@ -18,6 +18,7 @@ from batchserve.scheduler.dispatch_timing import DispatchTiming
 from batchserve.scheduler.objective_plan import OBJECTIVE_MARGIN
 from batchserve.scheduler.overrun import REFRESH
 from batchserve.scheduler.policy import BatchPolicy
+from batchserve.scheduler.work import WorkItem
 from fakes import FakeBackend, ManualClock, fake_config
 from harness import answer, answers, hold_first, item, make_batcher, outcomes, submit
 
@@ -51,13 +52,20 @@ def _company(batcher: Batcher, clock: ManualClock, gap_ns: int) -> None:
         clock.advance(gap_ns)
 
 
-async def test_a_waiting_batch_goes_when_its_oldest_request_would_otherwise_be_late() -> None:
-    clock, backend = ManualClock(), FakeBackend()
-    batcher = _objective(clock, backend)
-    batcher.seed_batch_times("fake-0", [(1, 1 * MS), (4, 2500 * US)])  # 0.5 ms + 0.5 ms/sample
+async def _lone_request_waiting(clock: ManualClock) -> tuple[Batcher, WorkItem]:
+    """A request queued alone with company expected every 5 ms, batches predicted at 0.5 ms
+    plus 0.5 ms a sample."""
+    batcher = _objective(clock, FakeBackend())
+    batcher.seed_batch_times("fake-0", [(1, 1 * MS), (4, 2500 * US)])
     _company(batcher, clock, 5 * MS)
     first = item(1, 1.0, at=clock)
     await submit(batcher, first)
+    return batcher, first
+
+
+async def test_a_waiting_batch_goes_when_its_oldest_request_would_otherwise_be_late() -> None:
+    clock = ManualClock()
+    batcher, first = await _lone_request_waiting(clock)
     assert batcher.pool.busy_count() == 0  # company is expected before the objective is at risk
     predicted = batcher.batch_time("fake-0").predict(2)  # were one more to join
     assert predicted == pytest.approx(1500 * US, abs=1)
@@ -69,12 +77,8 @@ async def test_a_waiting_batch_goes_when_its_oldest_request_would_otherwise_be_l
 
 
 async def test_a_batch_woken_late_plans_its_finish_from_its_due_time() -> None:
-    clock, backend = ManualClock(), FakeBackend()
-    batcher = _objective(clock, backend)
-    batcher.seed_batch_times("fake-0", [(1, 1 * MS), (4, 2500 * US)])  # 0.5 ms + 0.5 ms/sample
-    _company(batcher, clock, 5 * MS)
-    first = item(1, 1.0, at=clock)
-    await submit(batcher, first)
+    clock = ManualClock()
+    batcher, first = await _lone_request_waiting(clock)
     (due,) = clock.pending
     predicted = batcher.batch_time("fake-0").predict(1)
     clock.advance(due - clock() + 300 * US)  # the wake-up fired 0.3 ms late (a busy loop)
