@@ -10,7 +10,8 @@ latency) and each load (a share of the capacity), the same Poisson schedule
 (``open_loop.py``) is played to three configs of the model, each loaded in turn through the
 repository load API with a config override: the objective-driven dispatch (``batchserve {
 latency_objective_microseconds }``, the queue delay as shipped, ``refuse_late_requests``
-off) and fixed queue delays of 0 and of half the objective, without an objective. Of each
+off) and fixed queue delays of 0 and of half the objective, without an objective. Each run
+starts once the server has settled from the one before (``settle``). Of each
 run's three windows the first is a warm-up; over the other two, the share of requests
 answered within the objective and the goodput (requests per second answered within it).
 Rounds alternate the configs' order and are pooled. Writes the report and, beside it, its
@@ -23,7 +24,9 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -48,6 +51,10 @@ from bench.open_loop import Figures
 from bench.records import PaRow
 
 CAPACITY_CLIENTS = 32
+QUIET_S = 0.5
+"""Time without a new inference after which the server counts as idle between runs."""
+SETTLE_LIMIT_S = 60.0
+"""The longest a run waits for the one before to settle."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +145,27 @@ def _baseline(target: Target, report: Report, seconds: float) -> None:
     print(f"capacity {report.capacity:,.0f}/s, batch-1 p50 {report.batch1_ms:.2f} ms", flush=True)
 
 
+def settle(
+    inferences: Callable[[], int],
+    quiet_s: float = QUIET_S,
+    limit_s: float = SETTLE_LIMIT_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float:
+    """Wait until the server has run no inference for ``quiet_s`` (at most ``limit_s``), and
+    return the seconds waited. A config that fell behind leaves seconds of requests queued
+    in the server when perf_analyzer stops (delay 0 at 80 % load: p99 2-5 s); the next config
+    would start under that backlog, which at 80 % load takes five times as long to clear."""
+    start = clock()
+    last, changed = inferences(), start
+    while clock() - changed < quiet_s and clock() - start < limit_s:
+        sleep(0.1)
+        now = inferences()
+        if now != last:
+            last, changed = now, clock()
+    return clock() - start
+
+
 def _capacity_beside(target: Target, seconds: float) -> float:
     """The capacity again, right before a cell: this machine's speed drifts within minutes
     (other work on its cores), and a load is a share of the capacity of the moment."""
@@ -155,6 +183,7 @@ def _sweep(target: Target, report: Report, setup: Plan) -> None:
                 seed = 7919 * round_ + 104729 * x + int(1000 * load)
                 capacity = _capacity_beside(target, setup.closed_s)
                 for config in order:
+                    waited = settle(lambda: target.running.counts(target.model).inferences)
                     target.reload(config, objective_us)
                     objective_s = objective_us / 1e6
                     figures, batch, note = target.window(
@@ -167,7 +196,8 @@ def _sweep(target: Target, report: Report, setup: Plan) -> None:
                     print(
                         f"  {x}x {load:.0%} of {capacity:,.0f}/s {config}: "
                         f"{figures.share:.2%} within, goodput {figures.goodput:,.0f}/s, "
-                        f"p99 {figures.p99_ms:.2f} ms, batch {batch:.1f} {note}",
+                        f"p99 {figures.p99_ms:.2f} ms, batch {batch:.1f} {note}"
+                        f"(settled {waited:.1f} s before)",
                         flush=True,
                     )
 

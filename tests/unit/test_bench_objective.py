@@ -11,7 +11,7 @@ from batchserve.models.model_config import CONFIG_FILENAME, load_pbtxt
 from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import json_format
 
-from bench.objective import override
+from bench.objective import override, settle
 from bench.objective_report import (
     CONFIGS,
     DELAY_0,
@@ -160,3 +160,37 @@ def test_a_run_that_stopped_counts_its_due_requests_as_none_within() -> None:
     assert (stopped.share, stopped.goodput, stopped.offered) == (0.0, 0.0, 1000.0)
     shipped = load_pbtxt(MODEL_REPO / "digits_cnn" / CONFIG_FILENAME)
     assert _config(override(shipped, SHIPPED, 1500)) == shipped  # the capacity's config
+
+
+class _Ticking:
+    """A clock that sleeping advances, and a server whose inference count grows until
+    ``busy_until``."""
+
+    def __init__(self, busy_until: float) -> None:
+        self.now = 0.0
+        self.busy_until = busy_until
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def inferences(self) -> int:
+        return round(min(self.now, self.busy_until) * 1000)
+
+
+def test_a_run_waits_until_the_server_has_cleared_what_the_one_before_left() -> None:
+    busy = _Ticking(busy_until=3.0)
+    waited = settle(busy.inferences, quiet_s=0.5, clock=busy.clock, sleep=busy.sleep)
+    assert 3.5 <= waited < 3.7  # the backlog's 3 s, then half a second without an inference
+    idle = _Ticking(busy_until=0.0)
+    assert settle(idle.inferences, quiet_s=0.5, clock=idle.clock, sleep=idle.sleep) < 0.7
+
+
+def test_settling_gives_up_at_its_limit() -> None:
+    stuck = _Ticking(busy_until=1e9)
+    waited = settle(
+        stuck.inferences, quiet_s=0.5, limit_s=2.0, clock=stuck.clock, sleep=stuck.sleep
+    )
+    assert 2.0 <= waited < 2.2
