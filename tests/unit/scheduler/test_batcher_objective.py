@@ -220,3 +220,19 @@ def test_the_policy_reads_the_objective_and_the_switch(batching: bool) -> None:
     assert (policy.latency_objective_ns, policy.refuse_late) == (2_500_000, True)
     plain = BatchPolicy.from_config(fake_config(batching=batching), 64)
     assert (plain.latency_objective_ns, plain.refuse_late) == (0, False)
+
+
+async def test_refusing_late_requests_without_an_objective_refuses_nothing() -> None:
+    # nothing can be late without an objective: before, a request that had waited at all was
+    # refused (its finish was checked against an objective of 0)
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = make_batcher(
+        [backend], clock=clock, extra="batchserve { refuse_late_requests: true }"
+    )
+    first = await hold_first(batcher, backend, at=clock)
+    waiting = item(1, 1.0, at=clock)
+    await submit(batcher, waiting)
+    clock.advance(1 * MS)  # it waited for the busy instance
+    backend.gate.set()
+    await answer(first)
+    assert (await answer(waiting))["y"][0, 0] == 3.0
