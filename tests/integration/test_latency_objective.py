@@ -55,9 +55,11 @@ def test_answers_are_counted_against_the_objective_and_predictions_measured(
 ) -> None:
     model = "digits_objective"
 
-    def one(_: int) -> None:
-        client = httpclient.InferenceServerClient(objective_server.http_url)
-        result = client.infer(model, [_input(httpclient)])
+    def one(index: int) -> None:  # half over HTTP, half over gRPC: both are counted and timed
+        module = httpclient if index % 2 else grpcclient
+        url = objective_server.http_url if index % 2 else objective_server.grpc_url
+        client = module.InferenceServerClient(url)  # type: ignore[attr-defined]
+        result = client.infer(model, [_input(module)])
         assert result.as_numpy("probabilities").shape == (1, 10)
 
     with ThreadPoolExecutor(8) as pool:
