@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     grpc_max_connection_age_ms: int | None = Field(None, gt=0, le=INT32_MAX)
     grpc_max_connection_age_grace_ms: int | None = Field(None, ge=0, le=INT32_MAX)
     grpc_max_concurrent_calls: int = Field(10_000, gt=0, le=INT32_MAX)
+    grpc_accept_pipelines: int = Field(16, ge=0, le=1024)
+    """Requests for the next inference call kept outstanding beyond grpc.aio's one
+    (``grpc/accepts.py``); 0: grpc.aio's own."""
     workers: str = Field("auto", pattern=r"^(auto|[1-9][0-9]{0,2})$")
     """Request-handling processes: ``auto`` (from ``cpus``) or a number; 1 serves everything
     in one process."""

@@ -167,7 +167,7 @@ class WorkerHandlers(grpc.GenericRpcHandler):  # type: ignore[type-arg]
     """Inference served here, every other method forwarded."""
 
     def __init__(self, servicer: WorkerServicer, forwarder: Forwarder) -> None:
-        self._local: dict[str, Handler] = {
+        self.local: dict[str, Handler] = {
             METHODS[0]: grpc.unary_unary_rpc_method_handler(
                 servicer.ModelInfer, request_deserializer=Head.FromString,
                 response_serializer=pb.ModelInferResponse.SerializeToString,
@@ -181,7 +181,7 @@ class WorkerHandlers(grpc.GenericRpcHandler):  # type: ignore[type-arg]
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> Handler | None:
         method = handler_call_details.method
-        local = self._local.get(method)
+        local = self.local.get(method)
         return local if local is not None else self._forwarder.handler(method)
 
 

@@ -5,6 +5,8 @@ worker, inference with every other call forwarded."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -13,14 +15,17 @@ from grpc_reflection.v1alpha import reflection
 from batchserve.core.settings import Settings
 from batchserve.dataplane.inference_path import KnownModels
 from batchserve.dataplane.plane import DataPlane
+from batchserve.grpc.accepts import ParallelAccepts
 from batchserve.grpc.call_limit import CallLimit
 from batchserve.grpc.connection_watch import HandshakeTimeoutWatch
 from batchserve.grpc.forward import (
     Forwarder,
+    Handler,
     InternalServicer,
     WorkerHandlers,
     WorkerServicer,
 )
+from batchserve.grpc.head import METHODS
 from batchserve.grpc.options import server_options
 from batchserve.grpc.servicer import ErrorInterceptor, InferenceServicer
 from batchserve.proto import grpc_service_pb2 as pb
@@ -29,16 +34,40 @@ from batchserve.proto import grpc_service_pb2_grpc as pb_grpc
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 
 
+class _Registrations:
+    """A grpc.aio server as generated code registers with it, remembering each registered
+    method's handler by its full name."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+        self.handlers: dict[str, Handler] = {}
+
+    def add_generic_rpc_handlers(
+        self, handlers: Iterable[grpc.GenericRpcHandler[Any, Any]]
+    ) -> None:
+        self._server.add_generic_rpc_handlers(tuple(handlers))
+
+    def add_registered_method_handlers(self, service: str, handlers: Mapping[str, Handler]) -> None:
+        # grpcio 1.85's method; grpc-stubs do not have it yet
+        cast(Any, self._server).add_registered_method_handlers(service, dict(handlers))
+        self.handlers.update({f"/{service}/{name}": h for name, h in handlers.items()})
+
+
 class _Listener:
-    """A grpc.aio server under the call limit, its handshake watch, its graceful stop."""
+    """A grpc.aio server under the call limit, its handshake watch, its graceful stop, and
+    more than one call accepted at a time (``accepts.py``)."""
 
     def __init__(self, settings: Settings, servicer: InferenceServicer, reuse_port: bool) -> None:
         self.calls = CallLimit(settings.grpc_max_concurrent_calls)
+        interceptors = [ErrorInterceptor(self.calls)]
         self.server = grpc.aio.server(
-            interceptors=[ErrorInterceptor(self.calls)],
-            options=server_options(settings, reuse_port),
+            interceptors=interceptors, options=server_options(settings, reuse_port)
         )
+        self.registrations = _Registrations(self.server)
         self.servicer = servicer
+        self._accept_pipelines = settings.grpc_accept_pipelines
+        self._interceptors = interceptors
+        self.accepts: ParallelAccepts | None = None
         self._watch = HandshakeTimeoutWatch(settings.grpc_handshake_timeout_ms / 1000)
         self._watching: asyncio.Task[None] | None = None
         self.port = 0
@@ -53,6 +82,12 @@ class _Listener:
 
     async def start(self) -> None:
         await self.server.start()
+        hot = METHODS[0]  # unary inference: a stream is accepted once for many requests
+        handlers = {hot: self.registrations.handlers[hot]}
+        self.accepts = ParallelAccepts(
+            self.server, handlers, self._interceptors, self._accept_pipelines
+        )
+        self.accepts.start()
         self._watching = asyncio.create_task(self._watch.run(), name="grpc-handshake-watch")
 
     async def stop(self, grace_seconds: float) -> None:
@@ -62,6 +97,8 @@ class _Listener:
         stop for the whole grace period."""
         self.servicer.streams.drain()
         await self.server.stop(grace_seconds)
+        if self.accepts is not None:
+            await self.accepts.stop()
         if self._watching is not None:
             self._watching.cancel()
 
@@ -76,7 +113,9 @@ class GrpcServer(_Listener):
         server's workers reach (plain text; the client's address is the one they name)."""
         servicer = InferenceServicer if internal_path is None else InternalServicer
         super().__init__(settings, servicer(dataplane), reuse_port=False)
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, self.server)
+        # the generated code calls only the two add_* methods of its server
+        registrations = cast(grpc.aio.Server, self.registrations)
+        pb_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, registrations)
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         names = (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME)
@@ -104,7 +143,11 @@ class WorkerGrpcServer(_Listener):
         self.forwarder = Forwarder(path)
         super().__init__(settings, WorkerServicer(plane, self.forwarder), reuse_port=True)
         assert isinstance(self.servicer, WorkerServicer)
-        self.server.add_generic_rpc_handlers([WorkerHandlers(self.servicer, self.forwarder)])
+        handlers = WorkerHandlers(self.servicer, self.forwarder)
+        # registered, so that inference calls can have more than one accept outstanding
+        local = {name.rsplit("/", 1)[1]: handlers.local[name] for name in METHODS}
+        self.registrations.add_registered_method_handlers(SERVICE_NAME, local)
+        self.server.add_generic_rpc_handlers([handlers])
         self.listen(settings, port)
 
     async def stop(self, grace_seconds: float) -> None:

@@ -173,6 +173,13 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "UNAVAILABLE (default 10000)",
     ),
     (
+        "--grpc-accept-pipelines",
+        "grpc_accept_pipelines",
+        int,
+        "inference calls grpc can hand the server in one event-loop pass beyond its own one "
+        "(default 16; 0: grpc.aio's one at a time)",
+    ),
+    (
         "--workers",
         "workers",
         str,
