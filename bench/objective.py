@@ -3,10 +3,12 @@
     python -m bench.objective [--quick] [--model digits_cnn] [--loads 0.5,0.8,0.95]
         [--objectives 3,10] [--window-s 5] [--rounds 2] [--out bench/OBJECTIVE.md]
 
-One server (`batchserve serve`, only the model loaded). First its capacity (saturated
-throughput: perf_analyzer at 32 concurrent gRPC clients) and its batch-1 latency (p50 at one
-client), with the shipped config. Then, for each objective (a multiple of the batch-1
-latency) and each load (a share of the capacity), the same Poisson schedule
+One server (`batchserve serve`, only the model loaded). First its capacity and its batch-1
+latency (p50 at one client), with the shipped config: the closed-loop capacity (saturated
+throughput: perf_analyzer at 32 concurrent gRPC clients), and the share of it that open-loop
+Poisson load keeps up with (``open_share``), which makes the capacity the loads are shares
+of. Then, for each objective (a multiple of the batch-1 latency) and each load, the same
+Poisson schedule
 (``open_loop.py``) is played to three configs of the model, each loaded in turn through the
 repository load API with a config override: the objective-driven dispatch (``batchserve {
 latency_objective_microseconds }``, the queue delay as shipped, ``refuse_late_requests``
@@ -37,8 +39,10 @@ from google.protobuf import json_format
 from bench import machine, open_loop, perf, servers
 from bench.common import ROOT
 from bench.objective_report import (
+    BEHIND,
     CONFIGS,
     DELAY_0,
+    KEPT_UP_P99_MS,
     OBJECTIVE,
     SHIPPED,
     Cell,
@@ -51,6 +55,8 @@ from bench.open_loop import Figures
 from bench.records import PaRow
 
 CAPACITY_CLIENTS = 32
+OPEN_STEPS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+"""Shares of the closed-loop capacity tried, in turn, for the open-loop capacity."""
 QUIET_S = 0.5
 """Time without a new inference after which the server counts as idle between runs."""
 SETTLE_LIMIT_S = 60.0
@@ -66,6 +72,7 @@ class Plan:
     window_s: float = 5.0
     rounds: int = 2
     closed_s: float = 4.0  # each of perf_analyzer's windows at c=32 and c=1
+    probe_window_s: float = 2.0  # each window of an open-loop capacity step
     quick: bool = False
 
 
@@ -137,12 +144,54 @@ class Target:
         return judged, batch, judged_note
 
 
-def _baseline(target: Target, report: Report, seconds: float) -> None:
-    """Capacity (32 closed-loop clients) and batch-1 latency (one client's p50), with the
-    shipped config."""
-    report.capacity = target.closed_loop(CAPACITY_CLIENTS, seconds).throughput
-    report.batch1_ms = target.closed_loop(1, seconds).p50_us / 1000
-    print(f"capacity {report.capacity:,.0f}/s, batch-1 p50 {report.batch1_ms:.2f} ms", flush=True)
+def kept_up(figures: Figures, rate: float) -> bool:
+    """The server kept up with a Poisson load of ``rate``: every request answered, the p99
+    bounded, and perf_analyzer able to send the schedule."""
+    return (
+        figures.failed == 0
+        and figures.p99_ms <= KEPT_UP_P99_MS
+        and figures.offered >= BEHIND * rate
+    )
+
+
+def open_share(
+    probe: Callable[[float], Figures], closed: float
+) -> tuple[float, list[tuple[float, float, float]]]:
+    """The open-loop capacity as a share of the closed-loop one (``closed``): the largest of
+    ``OPEN_STEPS`` whose Poisson rate the server keeps up with, tried in turn up to the
+    first it does not (the first step when none is kept up); and each step tried as (share,
+    p99 ms, offered/s).
+
+    Closed-loop clients pace their requests to the answers, so 32 of them measure what the
+    server does with batches the clients fill; Poisson arrivals come whether or not it is
+    ready, and the load generator's asynchronous sends cost the shared cores more."""
+    share, tried = OPEN_STEPS[0], []
+    for step in OPEN_STEPS:
+        figures = probe(step * closed)
+        tried.append((step, figures.p99_ms, figures.offered))
+        if not kept_up(figures, step * closed):
+            break
+        share = step
+    return share, tried
+
+
+def _baseline(target: Target, report: Report, setup: Plan) -> None:
+    """Capacity (32 closed-loop clients), batch-1 latency (one client's p50), and the share
+    of the capacity that open-loop load keeps up with, with the shipped config."""
+    report.capacity = target.closed_loop(CAPACITY_CLIENTS, setup.closed_s).throughput
+    report.batch1_ms = target.closed_loop(1, setup.closed_s).p50_us / 1000
+    objective_s = report.batch1_ms / 1000  # not judged here
+
+    def probe(rate: float) -> Figures:
+        settle(lambda: target.running.counts(target.model).inferences)
+        return target.window(rate, 1, objective_s, setup.probe_window_s)[0]
+
+    report.open_share, report.open_steps = open_share(probe, report.capacity)
+    print(
+        f"capacity {report.capacity:,.0f}/s, open loop kept up with {report.open_share:.0%} of "
+        f"it, batch-1 p50 {report.batch1_ms:.2f} ms",
+        flush=True,
+    )
 
 
 def settle(
@@ -167,11 +216,13 @@ def settle(
     return clock() - start
 
 
-def _capacity_beside(target: Target, seconds: float) -> float:
-    """The capacity again, right before a cell: this machine's speed drifts within minutes
-    (other work on its cores), and a load is a share of the capacity of the moment."""
+def _capacity_beside(target: Target, seconds: float, share: float) -> float:
+    """The open-loop capacity again, right before a cell: this machine's speed drifts within
+    minutes (other work on its cores), and a load is a share of the capacity of the moment.
+    The closed-loop capacity is measured again and scaled by the open-loop share measured
+    at the start (a search takes a minute; a closed-loop point four seconds)."""
     target.reload(SHIPPED, 0)
-    return target.closed_loop(CAPACITY_CLIENTS, seconds).throughput
+    return share * target.closed_loop(CAPACITY_CLIENTS, seconds).throughput
 
 
 def _sweep(target: Target, report: Report, setup: Plan) -> None:
@@ -182,7 +233,7 @@ def _sweep(target: Target, report: Report, setup: Plan) -> None:
             objective_us = round(x * report.batch1_ms * 1000)
             for load in setup.loads:
                 seed = 7919 * round_ + 104729 * x + int(1000 * load)
-                capacity = _capacity_beside(target, setup.closed_s)
+                capacity = _capacity_beside(target, setup.closed_s, report.open_share)
                 for config in order:
                     waited = settle(lambda: target.running.counts(target.model).inferences)
                     target.reload(config, objective_us)
@@ -226,7 +277,7 @@ def measure(model_dir: Path, setup: Plan) -> Report:
         servers.batchserve(model_dir.parent, model) as running,
     ):
         target = Target(running, model, shipped, Path(work))
-        _baseline(target, report, setup.closed_s)
+        _baseline(target, report, setup)
         _sweep(target, report, setup)
     return report
 
@@ -254,7 +305,7 @@ def main() -> int:
         quick=args.quick,
     )
     if args.quick:
-        setup = replace(setup, window_s=1.0, rounds=1, closed_s=2.0)
+        setup = replace(setup, window_s=1.0, rounds=1, closed_s=2.0, probe_window_s=1.0)
     report = measure(ROOT / "model_repo" / args.model, setup)
     args.out.write_text(render(report))
     figures.write_text(dump(report))

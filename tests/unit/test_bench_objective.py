@@ -7,11 +7,12 @@ import itertools
 import math
 from pathlib import Path
 
+import pytest
 from batchserve.models.model_config import CONFIG_FILENAME, load_pbtxt
 from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import json_format
 
-from bench.objective import override, settle
+from bench.objective import OPEN_STEPS, kept_up, open_share, override, settle
 from bench.objective_report import (
     CONFIGS,
     DELAY_0,
@@ -149,9 +150,12 @@ def test_rounds_pool_into_one_window_and_the_report_survives_json() -> None:
     assert (both.requests, both.within, both.seconds) == (200, 150, 2.0)
     assert both.share == 0.75
     assert both.goodput == 75.0
+    report.open_share, report.open_steps = 0.6, [(0.6, 40.0, 590.0), (0.7, 900.0, 700.0)]
     again = load(dump(report))
     assert again == report
     assert "| 80% | 0 | objective | 100 | 75.00% | 75 |" in render(again)
+    assert "kept up with 60% (" in render(again)
+    assert "70%: p99 900.0 ms at 700/s sent" in render(again)
 
 
 def test_a_run_that_stopped_counts_its_due_requests_as_none_within() -> None:
@@ -194,3 +198,40 @@ def test_settling_gives_up_at_its_limit() -> None:
         stuck.inferences, quiet_s=0.5, limit_s=2.0, clock=stuck.clock, sleep=stuck.sleep
     )
     assert 2.0 <= waited < 2.2
+
+
+class KeptUpBelow:
+    """A server that keeps up with Poisson load up to ``limit`` per second and falls behind
+    past it; the rates it was probed at are kept."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self.probed: list[float] = []
+
+    def __call__(self, rate: float) -> Figures:
+        self.probed.append(rate)
+        p99 = 30.0 if rate <= self.limit else 1500.0
+        return Figures(round(rate), round(rate), 0, 1.0, 5.0, p99, 0.5)
+
+
+def test_the_open_loop_capacity_is_the_last_share_kept_up_with() -> None:
+    probe = KeptUpBelow(650.0)
+    share, tried = open_share(probe, 1000.0)
+    assert share == 0.6
+    assert [step for step, _, _ in tried] == [0.3, 0.4, 0.5, 0.6, 0.7]  # stops at the first miss
+    assert probe.probed == pytest.approx([300.0, 400.0, 500.0, 600.0, 700.0])
+    assert tried[-1][1] == 1500.0
+
+
+def test_open_loop_capacity_falls_back_to_the_first_step_and_tops_out_at_the_closed_one() -> None:
+    assert open_share(KeptUpBelow(100.0), 1000.0)[0] == OPEN_STEPS[0]
+    share, tried = open_share(KeptUpBelow(5000.0), 1000.0)
+    assert share == 1.0
+    assert len(tried) == len(OPEN_STEPS)
+
+
+def test_keeping_up_needs_every_answer_a_bounded_p99_and_the_schedule_sent() -> None:
+    assert kept_up(Figures(1000, 990, 0, 1.0, 2.0, 40.0, 0.5), 1000.0)
+    assert not kept_up(Figures(1000, 990, 0, 1.0, 2.0, 400.0, 0.5), 1000.0)  # queue grew
+    assert not kept_up(Figures(1000, 990, 3, 1.0, 2.0, 40.0, 0.5), 1000.0)  # unanswered
+    assert not kept_up(Figures(800, 800, 0, 1.0, 2.0, 40.0, 0.5), 1000.0)  # sent 80 %
