@@ -111,7 +111,7 @@ class ParallelAccepts:
         core = getattr(self._server, "_server", None)
         reason = unusable(cygrpc, core)
         if reason is not None:
-            logger.info("gRPC calls are accepted one at a time per method: %s", reason)
+            logger.warning("gRPC calls are accepted one at a time per method: %s", reason)
             return
         resolver = cygrpc._MethodResolver([], self._handlers)
         for method in self._handlers:
@@ -135,12 +135,14 @@ class ParallelAccepts:
             self._calls.add(call)  # the loop keeps only a weak reference to a task
             call.add_done_callback(self._calls.discard)
 
-    async def stop(self) -> None:
-        """Wait for every pipeline to see the core's shutdown; cancel any that has not."""
+    async def stop(self) -> int:
+        """Wait for every pipeline to see the core's shutdown; cancel any that has not, and
+        return how many were (none, when the server's stop has begun)."""
         if not self._accepting:
-            return
+            return 0
         _, pending = await asyncio.wait(self._accepting, timeout=STOP_TIMEOUT_S)
         for task in pending:
             task.cancel()
         await asyncio.gather(*self._accepting, return_exceptions=True)
         self._accepting.clear()
+        return len(pending)

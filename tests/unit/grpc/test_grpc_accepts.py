@@ -71,7 +71,7 @@ async def echo_server(
         yield port, passes, counting, accepts
     finally:
         await server.stop(0)
-        await accepts.stop()
+        assert await accepts.stop() == 0  # each pipeline saw the core's shutdown itself
 
 
 def _call_all(
