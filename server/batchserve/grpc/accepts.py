@@ -7,8 +7,9 @@ ends a task, wakes the serving loop, which asks again in a new task. While a pas
 (a batch run on the loop, a batch's answers) calls wait in the core unseen, and the batcher
 forms its batches from the few that got through. On the 2-core machine, open-loop gRPC load
 at 80 % of the measured capacity held seconds of calls in the core while batches stayed at
-4; with 16 more requests outstanding the closed-loop capacity rose by a third and the same
-load kept up (bench/NOTES.md, seventeenth round).
+4; with 16 more requests outstanding, digits_cnn served 1.40x as many gRPC requests at 32
+clients, at 115-136 rather than 167-184 us of server CPU each (bench/NOTES.md, seventeenth
+round).
 
 ``ParallelAccepts`` keeps ``pipelines`` more requests outstanding for each method it is
 given, each handing its call to grpc.aio's own call handling (the method resolver, the
@@ -129,6 +130,9 @@ class ParallelAccepts:
                 state = await core._request_registered_call(wanted)
             except cygrpc._RequestCallError:
                 return  # the core refused the request: it is shutting down
+            except Exception:  # the rest of the server goes on with one pipeline fewer
+                logger.exception("a gRPC accept pipeline for %s failed", method)
+                return
             self.accepted += 1
             handling = cygrpc._handle_rpc(method, resolver, self._interceptors, state, loop, False)
             call = loop.create_task(cygrpc._schedule_rpc_coro(handling, state, loop, method))

@@ -5,6 +5,7 @@ and the pipelines end with the server."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -154,3 +155,33 @@ def test_changed_entry_points_are_named_and_the_pipelines_stand_aside() -> None:
 async def test_no_pipelines_adds_no_task() -> None:
     async with echo_server(pipelines=0) as (_, _, _, accepts):
         assert accepts.running == 0
+
+
+async def test_a_pipeline_that_fails_is_logged_and_the_server_serves_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Pipelines for a method grpc core does not know (never registered) fail at once."""
+    server = grpc.aio.server()
+    server.add_registered_method_handlers(  # type: ignore[attr-defined]
+        SERVICE, {"Say": grpc.unary_unary_rpc_method_handler(_echo)}
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        unknown = {f"/{SERVICE}/Unregistered": grpc.unary_unary_rpc_method_handler(_echo)}
+        broken = ParallelAccepts(server, unknown, [], 2)
+        with caplog.at_level(logging.ERROR, logger="batchserve.grpc.accepts"):
+            broken.start()
+            for _ in range(10):
+                await asyncio.sleep(0)
+        assert broken.running == 0
+        message = f"a gRPC accept pipeline for /{SERVICE}/Unregistered failed"
+        assert [r.getMessage() for r in caplog.records] == [message] * 2
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            assert await channel.unary_unary(METHOD)(b"still") == b"still"
+    finally:
+        await server.stop(0)
+
+
+async def _echo(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+    return request
