@@ -72,7 +72,9 @@ class Plan:
     window_s: float = 5.0
     rounds: int = 2
     closed_s: float = 4.0  # each of perf_analyzer's windows at c=32 and c=1
-    probe_window_s: float = 2.0  # each window of an open-loop capacity step
+    probe_window_s: float = 5.0  # each window of an open-loop capacity step (with 2 s, a
+    # backlog growing at 100 % of the closed-loop capacity stayed under the p99 bound, and
+    # every config then fell behind at 80 % of it)
     quick: bool = False
 
 
