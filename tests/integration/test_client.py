@@ -187,7 +187,7 @@ def test_async_clients_run_concurrent_calls(server: ServerProcess, scheme: str) 
             with pytest.raises(NotFound, match="nope"):
                 await c.model_config("nope")
             with pytest.raises(DeadlineExceeded):
-                await c.infer(LSTM, _tokens([1024] * 32), timeout=0.05)
+                await c.infer(LSTM, _tokens([1024] * 32), timeout=0.005)
             return await asyncio.gather(*(c.infer(DIGITS, {"image": x}) for x in batches))
 
     for result, images in zip(asyncio.run(main()), batches, strict=True):
