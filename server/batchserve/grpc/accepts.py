@@ -78,8 +78,6 @@ class ParallelAccepts:
         server: the grpc.aio server; ``start`` after its own start, ``stop`` after its stop
             has begun (a request still outstanding while the server runs would take a call
             that nothing then serves).
-        handlers: full method name to handler, for the methods registered with
-            ``add_registered_method_handlers`` that get pipelines.
         interceptors: the server's interceptors, applied to these calls as to the others.
         pipelines: outstanding requests per method beyond grpc.aio's one; 0 adds none.
     """
@@ -87,12 +85,10 @@ class ParallelAccepts:
     def __init__(
         self,
         server: grpc.aio.Server,
-        handlers: Mapping[str, grpc.RpcMethodHandler[Any, Any]],
         interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]],
         pipelines: int,
     ) -> None:
         self._server = server
-        self._handlers = dict(handlers)
         self._interceptors = tuple(interceptors)
         self._pipelines = pipelines
         self._accepting: set[asyncio.Task[None]] = set()
@@ -105,8 +101,10 @@ class ParallelAccepts:
         """Pipelines waiting for a call now."""
         return sum(not task.done() for task in self._accepting)
 
-    def start(self) -> None:
-        if not self._pipelines or not self._handlers:
+    def start(self, handlers: Mapping[str, grpc.RpcMethodHandler[Any, Any]]) -> None:
+        """Pipelines for ``handlers`` (full method name to handler): methods registered
+        with ``add_registered_method_handlers``."""
+        if not self._pipelines or not handlers:
             return
         cygrpc = cygrpc_module()
         core = getattr(self._server, "_server", None)
@@ -114,8 +112,8 @@ class ParallelAccepts:
         if reason is not None:
             logger.warning("gRPC calls are accepted one at a time per method: %s", reason)
             return
-        resolver = cygrpc._MethodResolver([], self._handlers)
-        for method in self._handlers:
+        resolver = cygrpc._MethodResolver([], dict(handlers))
+        for method in handlers:
             for _ in range(self._pipelines):
                 accepting = asyncio.create_task(
                     self._accept(cygrpc, core, resolver, method), name=f"grpc-accept {method}"

@@ -65,9 +65,7 @@ class _Listener:
         )
         self.registrations = _Registrations(self.server)
         self.servicer = servicer
-        self._accept_pipelines = settings.grpc_accept_pipelines
-        self._interceptors = interceptors
-        self.accepts: ParallelAccepts | None = None
+        self.accepts = ParallelAccepts(self.server, interceptors, settings.grpc_accept_pipelines)
         self._watch = HandshakeTimeoutWatch(settings.grpc_handshake_timeout_ms / 1000)
         self._watching: asyncio.Task[None] | None = None
         self.port = 0
@@ -83,11 +81,7 @@ class _Listener:
     async def start(self) -> None:
         await self.server.start()
         hot = METHODS[0]  # unary inference: a stream is accepted once for many requests
-        handlers = {hot: self.registrations.handlers[hot]}
-        self.accepts = ParallelAccepts(
-            self.server, handlers, self._interceptors, self._accept_pipelines
-        )
-        self.accepts.start()
+        self.accepts.start({hot: self.registrations.handlers[hot]})
         self._watching = asyncio.create_task(self._watch.run(), name="grpc-handshake-watch")
 
     async def stop(self, grace_seconds: float) -> None:
@@ -97,8 +91,7 @@ class _Listener:
         stop for the whole grace period."""
         self.servicer.streams.drain()
         await self.server.stop(grace_seconds)
-        if self.accepts is not None:
-            await self.accepts.stop()
+        await self.accepts.stop()
         if self._watching is not None:
             self._watching.cancel()
 

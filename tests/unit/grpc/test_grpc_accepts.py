@@ -65,8 +65,8 @@ async def echo_server(
     server.add_registered_method_handlers(SERVICE, handlers)  # type: ignore[attr-defined]
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    accepts = ParallelAccepts(server, {METHOD: handlers["Say"]}, [counting], pipelines)
-    accepts.start()
+    accepts = ParallelAccepts(server, [counting], pipelines)
+    accepts.start({METHOD: handlers["Say"]})
     asyncio.get_running_loop().call_soon(passes.tick)
     try:
         yield port, passes, counting, accepts
@@ -169,9 +169,9 @@ async def test_a_pipeline_that_fails_is_logged_and_the_server_serves_on(
     await server.start()
     try:
         unknown = {f"/{SERVICE}/Unregistered": grpc.unary_unary_rpc_method_handler(_echo)}
-        broken = ParallelAccepts(server, unknown, [], 2)
+        broken = ParallelAccepts(server, [], 2)
         with caplog.at_level(logging.ERROR, logger="batchserve.grpc.accepts"):
-            broken.start()
+            broken.start(unknown)
             for _ in range(10):
                 await asyncio.sleep(0)
         assert broken.running == 0
