@@ -6,6 +6,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from batchserve.core.device import CPU, Device
+from batchserve.core.errors import Overloaded
 from batchserve.dataplane.statistics import (
     InferBatchStatistics,
     InstanceMemory,
@@ -18,7 +19,7 @@ from batchserve.models.measured_defaults import Setting, Trial, Tuning
 from batchserve.models.memory_probe import MemoryProfile
 from batchserve.models.model_table import InstanceMemory as MeasuredMemory
 from batchserve.models.model_table import ServedVersion
-from batchserve.observability.stats import ModelStats
+from batchserve.observability.stats import Duration, ModelStats
 from batchserve.rest import responses
 
 MEMORY = (
@@ -75,6 +76,34 @@ def test_statistics_are_a_snapshot_of_the_counters() -> None:
     assert before.inference_count == 10
     assert before.inference_stats.success.count == 1
     assert [b.batch_size for b in before.batch_stats] == [2, 4]
+
+
+def test_a_group_recorded_once_counts_as_its_members_one_by_one() -> None:
+    """A worker's group of requests shares every timing: one call with ``count`` must leave
+    the counters, histograms and objective tallies as ``count`` calls would."""
+    one_by_one, grouped = ModelStats(), ModelStats()
+    for stats in (one_by_one, grouped):
+        stats.latency_objective_ns = 1500
+    for _ in range(3):
+        one_by_one.record_request(True, 1000, 100, protocol="grpc")
+        one_by_one.record_request(True, 2000, 300, protocol="grpc")
+        one_by_one.record_request(False, 500, 0, Overloaded("full"), "http")
+    grouped.record_request(True, 1000, 100, protocol="grpc", count=3)
+    grouped.record_request(True, 2000, 300, protocol="grpc", count=3)
+    grouped.record_request(False, 500, 0, Overloaded("full"), "http", count=3)
+    assert grouped.success == one_by_one.success == Duration(6, 9000)
+    assert grouped.queue == one_by_one.queue == Duration(6, 1200)
+    assert grouped.fail == one_by_one.fail == Duration(3, 1500)
+    assert grouped.outcomes == one_by_one.outcomes == {("grpc", True): 6, ("http", False): 3}
+    assert grouped.rejections == one_by_one.rejections
+    assert sum(grouped.rejections.values()) == 3
+    assert (grouped.objective_met, grouped.objective_missed) == (3, 3)
+    assert (one_by_one.objective_met, one_by_one.objective_missed) == (3, 3)
+    for name in ("request", "queue"):
+        mine, theirs = getattr(grouped.observed, name), getattr(one_by_one.observed, name)
+        assert mine.counts == theirs.counts
+        assert mine.total == theirs.total
+    assert grouped.observed.request.count == 6
 
 
 TUNING = Tuning(

@@ -260,18 +260,28 @@ class DataPlane:
         )
 
     @staticmethod
-    def record_success(served: ServedVersion, started: int, item: WorkItem, protocol: str) -> None:
+    def record_success(
+        served: ServedVersion, started: int, item: WorkItem, protocol: str, count: int = 1
+    ) -> None:
+        """``count`` requests answered by ``item`` (more than one: a worker's group, whose
+        members share every timing)."""
         finished = time.monotonic_ns()
         served.stats.record_request(
-            True, finished - started, item.dispatched_ns - started, protocol=protocol
-        )
+            True, finished - started, item.dispatched_ns - started, protocol=protocol,
+            count=count,
+        )  # fmt: skip
         served.batcher.answered(item, finished)
 
     @staticmethod
     def record_failure(
-        served: ServedVersion, started: int, error: BaseException, protocol: str, request_id: str
+        served: ServedVersion,
+        started: int,
+        error: BaseException,
+        protocol: str,
+        request_id: str,
+        count: int = 1,
     ) -> None:
-        served.stats.record_request(False, time.monotonic_ns() - started, 0, error, protocol)
+        served.stats.record_request(False, time.monotonic_ns() - started, 0, error, protocol, count)
         bind_request(served.name, request_id)
 
     def _response(

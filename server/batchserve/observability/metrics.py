@@ -42,9 +42,10 @@ class Buckets:
         self.counts = [0] * (len(bounds) + 1)
         self.total: float = 0
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
+    def observe(self, value: float, count: int = 1) -> None:
+        """``count`` observations of ``value``."""
+        self.counts[bisect_left(self.bounds, value)] += count
+        self.total += value * count
 
     @property
     def count(self) -> int:
@@ -73,9 +74,9 @@ class Observations:
         self.batch_size = Buckets(BATCH_SIZE_BUCKETS)
         self.occupancy = Buckets(OCCUPANCY_BUCKETS)
 
-    def on_request(self, total_ns: int, queue_ns: int) -> None:
-        self.request.observe(total_ns)
-        self.queue.observe(queue_ns)
+    def on_request(self, total_ns: int, queue_ns: int, count: int = 1) -> None:
+        self.request.observe(total_ns, count)
+        self.queue.observe(queue_ns, count)
 
     def on_batch(self, size: int, compute_ns: int, cap: int) -> None:
         self.compute.observe(compute_ns)

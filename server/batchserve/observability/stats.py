@@ -20,8 +20,9 @@ class Duration:
     ns: int = 0
 
     def add(self, ns: int, count: int = 1) -> None:
+        """``count`` events of ``ns`` each."""
         self.count += count
-        self.ns += ns
+        self.ns += ns * count
 
 
 @dataclass(slots=True)
@@ -114,20 +115,21 @@ class ModelStats:
         queue_ns: int,
         error: BaseException | None = None,
         protocol: str = "",
+        count: int = 1,
     ) -> None:
         """One request answered (or failed with ``error``) after ``total_ns``, ``queue_ns``
-        of it queued."""
-        (self.success if ok else self.fail).add(total_ns)
+        of it queued; ``count`` requests with these very timings (a worker's group)."""
+        (self.success if ok else self.fail).add(total_ns, count)
         key = (protocol, ok)
-        self.outcomes[key] = self.outcomes.get(key, 0) + 1
+        self.outcomes[key] = self.outcomes.get(key, 0) + count
         if ok:
-            self.queue.add(queue_ns)
-            self.observed.on_request(total_ns, queue_ns)
+            self.queue.add(queue_ns, count)
+            self.observed.on_request(total_ns, queue_ns, count)
             if self.latency_objective_ns:
                 if total_ns <= self.latency_objective_ns:
-                    self.objective_met += 1
+                    self.objective_met += count
                 else:
-                    self.objective_missed += 1
+                    self.objective_missed += count
         elif error is not None and (reason := rejection_of(error)) is not None:
-            self.rejections[reason] = self.rejections.get(reason, 0) + 1
+            self.rejections[reason] = self.rejections.get(reason, 0) + count
         self.last_inference_ms = time.time_ns() // 1_000_000

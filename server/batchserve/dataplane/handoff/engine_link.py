@@ -174,8 +174,7 @@ class EngineLink:
             item.clients = members
             served.batcher.submit(item)
         except BatchserveError as exc:
-            for _ in range(members):
-                DataPlane.record_failure(served, started, exc, protocol, request_id)
+            DataPlane.record_failure(served, started, exc, protocol, request_id, members)
             self._answer_error(rid, exc)
             return
         self._pending[rid] = item.future
@@ -191,13 +190,11 @@ class EngineLink:
             return  # the worker went away
         error = asyncio.CancelledError() if future.cancelled() else future.exception()
         if error is not None:
-            for _ in range(members):
-                DataPlane.record_failure(served, started, error, protocol, request_id)
+            DataPlane.record_failure(served, started, error, protocol, request_id, members)
             self._answer_error(rid, error)
             return
         arrays = future.result()
-        for _ in range(members):
-            DataPlane.record_success(served, started, item, protocol)
+        DataPlane.record_success(served, started, item, protocol, members)
         types = served.output_types
         names = item.output_names
         try:
