@@ -16,8 +16,10 @@ off) and fixed queue delays of 0 and of half the objective, without an objective
 starts once the server has settled from the one before (``settle``). Of each
 run's three windows the first is a warm-up; over the other two, the share of requests
 answered within the objective and the goodput (requests per second answered within it).
-Rounds alternate the configs' order and are pooled. Writes the report and, beside it, its
-figures as JSON.
+The configs take turns first, second and third from cell to cell and round to round (each
+takes each place equally often over three rounds: on this machine the run after a reload
+can fare better or worse for reasons of its own), and rounds are pooled. Writes the report
+and, beside it, its figures as JSON.
 """
 
 from __future__ import annotations
@@ -227,15 +229,25 @@ def _capacity_beside(target: Target, seconds: float, share: float) -> float:
     return share * target.closed_loop(CAPACITY_CLIENTS, seconds).throughput
 
 
+def config_order(round_: int, cell: int) -> tuple[str, ...]:
+    """The configs in the order a cell plays them: rotated by one place from each cell to
+    the next and from each round to the next, so that over ``len(CONFIGS)`` rounds each
+    config runs in each place of every cell once."""
+    shift = (round_ + cell) % len(CONFIGS)
+    return CONFIGS[shift:] + CONFIGS[:shift]
+
+
 def _sweep(target: Target, report: Report, setup: Plan) -> None:
-    """Every objective, load and config, for each round (the configs' order alternating)."""
+    """Every objective, load and config, for each round (the configs' order rotating)."""
     for round_ in range(setup.rounds):
-        order = CONFIGS if round_ % 2 == 0 else CONFIGS[::-1]
+        cells_before = 0
         for x in setup.objectives:
             objective_us = round(x * report.batch1_ms * 1000)
             for load in setup.loads:
                 seed = 7919 * round_ + 104729 * x + int(1000 * load)
                 capacity = _capacity_beside(target, setup.closed_s, report.open_share)
+                order = config_order(round_, cells_before)
+                cells_before += 1
                 for config in order:
                     waited = settle(lambda: target.running.counts(target.model).inferences)
                     target.reload(config, objective_us)

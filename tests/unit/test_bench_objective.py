@@ -12,7 +12,7 @@ from batchserve.models.model_config import CONFIG_FILENAME, load_pbtxt
 from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import json_format
 
-from bench.objective import OPEN_STEPS, kept_up, open_share, override, settle
+from bench.objective import OPEN_STEPS, config_order, kept_up, open_share, override, settle
 from bench.objective_report import (
     CONFIGS,
     DELAY_0,
@@ -235,3 +235,15 @@ def test_keeping_up_needs_every_answer_a_bounded_p99_and_the_schedule_sent() -> 
     assert not kept_up(Figures(1000, 990, 0, 1.0, 2.0, 400.0, 0.5), 1000.0)  # queue grew
     assert not kept_up(Figures(1000, 990, 3, 1.0, 2.0, 40.0, 0.5), 1000.0)  # unanswered
     assert not kept_up(Figures(800, 800, 0, 1.0, 2.0, 40.0, 0.5), 1000.0)  # sent 80 %
+
+
+def test_over_three_rounds_each_config_runs_in_each_place_of_every_cell_once() -> None:
+    cells = 6  # two objectives x three loads
+    for cell in range(cells):
+        orders = [config_order(round_, cell) for round_ in range(len(CONFIGS))]
+        for order in orders:
+            assert sorted(order) == sorted(CONFIGS)
+        for place in range(len(CONFIGS)):
+            assert sorted(order[place] for order in orders) == sorted(CONFIGS)
+    # and within one round the first place moves from cell to cell
+    assert len({config_order(0, cell)[0] for cell in range(len(CONFIGS))}) == len(CONFIGS)
