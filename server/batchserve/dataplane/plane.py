@@ -270,7 +270,7 @@ class DataPlane:
             True, finished - started, item.dispatched_ns - started, protocol=protocol,
             count=count,
         )  # fmt: skip
-        served.batcher.answered(item, finished)
+        served.batcher.answered(item, finished, count)
 
     @staticmethod
     def record_failure(

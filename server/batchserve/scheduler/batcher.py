@@ -167,6 +167,8 @@ class Batcher:
             # held until the step before had run, arrives now
             arrived_ns = self._clock()
             timing.arrived(arrived_ns, bool(self.queue), not self._dispatch_pending, item.clients)
+        if self._objective is not None:
+            self._objective.arrived(self._clock(), item.batch_size)
         self.queue.push(item)
         self._urgent += item.urgent
         if self._order is not None:
@@ -233,24 +235,30 @@ class Batcher:
             return ready
         oldest = self.queue.oldest_enqueued_ns()
         assert oldest is not None
-        due = timing.wait_until(now, oldest, len(self.queue), self._objective_due(oldest))
+        due = timing.wait_until(now, oldest, len(self.queue), self._objective_due(oldest, now))
         if due is None:
             return self._cap
         self._wakeup.at(due)
         return 0
 
-    def _objective_due(self, oldest_ns: int) -> int | None:
+    def _objective_due(self, oldest_ns: int, now_ns: int) -> int | None:
         """With a latency objective: the latest the batch may go for its oldest request to
-        finish within it, were one more request to join; None without an objective."""
+        finish within it, were one more request to join (now, when waiting would not pay);
+        None without an objective."""
         if self._objective is None:
             return None
-        samples = min(self._cap, self.queue.samples + 1)
+        queued = self.queue.samples
+        instances = len(self.pool.instances)
+        if not self._objective.waiting_pays(queued, self._predict_ns(queued), instances):
+            return now_ns
+        samples = min(self._cap, queued + 1)
         return self._objective.due(oldest_ns, self._predict_ns(samples))
 
-    def answered(self, item: WorkItem, answered_ns: int) -> None:
-        """``item``'s response was ready at ``answered_ns`` (on the batcher's clock)."""
+    def answered(self, item: WorkItem, answered_ns: int, count: int = 1) -> None:
+        """``item``'s response was ready at ``answered_ns`` (on the batcher's clock) for
+        ``count`` requests (a worker's group)."""
         if self._objective is not None:
-            self._objective.answered(item, answered_ns)
+            self._objective.answered(item, answered_ns, count)
 
     def _spread(self, batch: list[WorkItem]) -> list[list[WorkItem]]:
         """The batch, split evenly across the free instances when they are all on the CPU.

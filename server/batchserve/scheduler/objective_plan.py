@@ -8,6 +8,19 @@ the batch has to spare: past that, shorter waits shrink the batches, which costs
 loop more per request, which makes the overruns longer still. Uncapped, on two shared cores
 at 80 % load, batches fell to 2-5 requests and the share within the objective to 0-19 %,
 where half the objective as a fixed delay kept 43-94 % (``bench/NOTES.md``).
+
+Waiting must also pay. Company saves a batch's fixed cost, which matters only while the
+instances are short of time; otherwise the wait is latency for nothing. And a dispatch that
+goes at once forms batches by itself as the instances fill up: requests queue behind the
+batch that runs and go together in the next. So a batch waits only while, at the recent
+arrival rate, batches of its size would keep the instances busy more than
+``WAIT_WHEN_BUSIER_THAN`` of the time (by the batch-time model), near saturation; below that
+it goes at once, as with no queue delay. On two cores with digits_cnn (a batch of one in
+tens of microseconds) a queue delay of 0 had more goodput than the deferral at all three
+loads and both objectives (``bench/NOTES.md``, seventeenth round); at half the instances'
+time as the bar, the rate's swings crossed it at 80 and 95 % load, and the batches that then
+waited took the tail (eighteenth round). A GPU model whose fixed cost dominates still
+defers.
 """
 
 from __future__ import annotations
@@ -22,6 +35,35 @@ from batchserve.scheduler.work import Outcome, WorkItem
 OBJECTIVE_MARGIN = 0.1
 """Share of a latency objective kept for what happens outside the batch: decoding before
 the queue, encoding and sending after the run."""
+WAIT_WHEN_BUSIER_THAN = 0.8
+"""Share of the instances' time, at the arrival rate, above which batching pays a wait."""
+
+
+class ArrivalRate:
+    """Samples arriving per nanosecond: the smoothed gap per sample between arrivals
+    (weight 1/32: Poisson arrivals' gaps swing widely), once ``KNOWN_AFTER`` arrivals have
+    been seen."""
+
+    WEIGHT = 1 / 32
+    KNOWN_AFTER = 8
+
+    def __init__(self) -> None:
+        self._last_ns: int | None = None
+        self._gap_ns = 0.0
+        self._seen = 0
+
+    def arrival(self, now_ns: int, samples: int) -> None:
+        if self._last_ns is not None:
+            gap = max(0, now_ns - self._last_ns) / max(1, samples)
+            self._gap_ns += (gap - self._gap_ns) * (1.0 if self._seen == 1 else self.WEIGHT)
+        self._last_ns = now_ns
+        self._seen += 1
+
+    def per_ns(self) -> float | None:
+        """None until known; infinite while arrivals come together."""
+        if self._seen < self.KNOWN_AFTER:
+            return None
+        return 1 / self._gap_ns if self._gap_ns > 0 else float("inf")
 
 
 class ObjectivePlan:
@@ -33,9 +75,22 @@ class ObjectivePlan:
         self.objective_ns = objective_ns
         self._stats = stats
         self._overrun = Overrun()
+        self._rate = ArrivalRate()
         self._go_ns: int | None = None
         """When the plan had the batch being formed go, so that a wake-up that fired late
         counts as overrun; None while no plan was made for it."""
+
+    def arrived(self, now_ns: int, samples: int) -> None:
+        self._rate.arrival(now_ns, samples)
+
+    def waiting_pays(self, samples: int, predicted_ns: int, instances: int) -> bool:
+        """Whether batches of ``samples`` (predicted at ``predicted_ns``) would keep the
+        ``instances`` busier than ``WAIT_WHEN_BUSIER_THAN`` at the recent arrival rate; yes
+        while the rate is unknown."""
+        rate = self._rate.per_ns()
+        if rate is None:
+            return True
+        return rate * predicted_ns / max(1, samples) / max(1, instances) > WAIT_WHEN_BUSIER_THAN
 
     def forming(self) -> None:
         """A new batch is being formed: nothing is planned for it yet."""
@@ -56,11 +111,11 @@ class ObjectivePlan:
         for item in batch:
             item.planned_finish_ns = planned + predicted_ns
 
-    def answered(self, item: WorkItem, answered_ns: int) -> None:
-        """``item``'s response was ready at ``answered_ns``: how far past its batch's planned
-        finish teaches the margin."""
+    def answered(self, item: WorkItem, answered_ns: int, count: int = 1) -> None:
+        """``item``'s response was ready at ``answered_ns`` for ``count`` requests: how far
+        past its batch's planned finish teaches the margin."""
         if item.planned_finish_ns:
-            self._overrun.record(answered_ns - item.planned_finish_ns)
+            self._overrun.record(answered_ns - item.planned_finish_ns, count)
             self._stats.objective_margin_ns = self._overrun.margin_ns
 
     def refuse_late(

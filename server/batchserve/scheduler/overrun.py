@@ -36,10 +36,13 @@ class Overrun:
         ``REFRESH`` answers were measured)."""
         return self._margin_ns
 
-    def record(self, overrun_ns: int) -> None:
-        """A request was answered ``overrun_ns`` after its planned finish (negative: before)."""
-        self._recent[self._count % WINDOW] = overrun_ns
-        self._count += 1
-        if self._count % REFRESH == 0:
+    def record(self, overrun_ns: int, count: int = 1) -> None:
+        """``count`` requests (a worker's group: one timing) were answered ``overrun_ns``
+        after their planned finish (negative: before)."""
+        before = self._count
+        for index in range(before, before + min(count, WINDOW)):
+            self._recent[index % WINDOW] = overrun_ns
+        self._count += count
+        if self._count // REFRESH > before // REFRESH:
             measured = sorted(self._recent[: min(self._count, WINDOW)])
             self._margin_ns = max(0, measured[int(QUANTILE * (len(measured) - 1))])

@@ -15,7 +15,7 @@ from batchserve.core.errors import Unavailable
 from batchserve.observability.stats import ModelStats
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.dispatch_timing import DispatchTiming
-from batchserve.scheduler.objective_plan import OBJECTIVE_MARGIN
+from batchserve.scheduler.objective_plan import OBJECTIVE_MARGIN, ArrivalRate
 from batchserve.scheduler.overrun import REFRESH
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.work import WorkItem
@@ -122,7 +122,7 @@ async def test_the_margin_never_takes_more_than_half_the_time_a_batch_has_to_spa
         assert batcher.stats.objective_margin_ns == overrun
         # far behind, a batch still waits for company half of what it could: shorter waits,
         # smaller batches and more loop time a request would make the loop later still
-        assert batcher._objective_due(clock()) == clock() + spare - kept
+        assert batcher._objective_due(clock(), clock()) == clock() + spare - kept
 
 
 async def test_without_an_objective_no_finish_is_planned_and_no_margin_learned() -> None:
@@ -147,6 +147,52 @@ async def test_a_batch_goes_at_once_when_its_predicted_time_leaves_no_room() -> 
     assert batcher.pool.busy_count() == 1
     assert clock.pending == []
     await answer(lone)
+
+
+def _arrivals(batcher: Batcher, clock: ManualClock, gap_ns: int) -> None:
+    """Recent traffic: enough arrivals ``gap_ns`` apart for the plan to know its rate."""
+    assert batcher._objective is not None
+    for _ in range(ArrivalRate.KNOWN_AFTER):
+        batcher._objective.arrived(clock(), 1)
+        clock.advance(gap_ns)
+
+
+@pytest.mark.parametrize(
+    ("arrival_gap_ns", "waits"),
+    [
+        (10 * MS, False),  # ~95/s of 2 ms batches: the instance busy a fifth of the time
+        (1 * MS, True),  # ~560/s (the lone request, 26 ms on, counted): saturated, company pays
+    ],
+)
+async def test_a_batch_waits_for_company_only_while_its_instances_are_short_of_time(
+    arrival_gap_ns: int, waits: bool
+) -> None:
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _objective(clock, backend)
+    batcher.seed_batch_times("fake-0", [(1, 2 * MS), (4, 3500 * US)])
+    _arrivals(batcher, clock, arrival_gap_ns)
+    _company(batcher, clock, 5 * MS)  # company is expected before the objective is at risk
+    lone = item(1, 1.0, at=clock)
+    await submit(batcher, lone)
+    assert batcher.pool.busy_count() == (0 if waits else 1)
+    assert bool(clock.pending) is waits
+    if waits:
+        clock.advance(clock.pending[0] - clock())
+    await answer(lone)
+    assert backend.batches == [1]
+
+
+def test_the_arrival_rate_is_known_after_some_arrivals_and_counts_samples() -> None:
+    rate = ArrivalRate()
+    for k in range(ArrivalRate.KNOWN_AFTER - 1):
+        rate.arrival(k * MS, 2)
+        assert rate.per_ns() is None
+    rate.arrival((ArrivalRate.KNOWN_AFTER - 1) * MS, 2)
+    assert rate.per_ns() == pytest.approx(2 / MS)  # two samples a millisecond
+    together = ArrivalRate()
+    for _ in range(ArrivalRate.KNOWN_AFTER):
+        together.arrival(5 * MS, 1)
+    assert together.per_ns() == float("inf")
 
 
 async def test_a_preferred_batch_size_still_goes_at_once() -> None:

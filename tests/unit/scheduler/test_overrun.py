@@ -39,3 +39,28 @@ def test_answers_ahead_of_plan_ask_for_no_margin() -> None:
     for _ in range(REFRESH):
         overrun.record(-300_000)  # batches ran faster than predicted
     assert overrun.margin_ns == 0
+
+
+def test_a_group_counts_as_its_members_one_by_one() -> None:
+    """A worker's group is answered at one time: recorded once with its count, it must leave
+    the window and the margin as many single answers would (compared where both refresh:
+    groups here end on a multiple of ``REFRESH``; one larger than the window included)."""
+    sizes = [REFRESH, 2 * REFRESH, 1, REFRESH - 1, WINDOW + 2 * REFRESH, 3 * REFRESH]
+    grouped, single = Overrun(), Overrun()
+    margins = set()
+    for step, size in enumerate(sizes):
+        value = (step * 37 % 11 + 1) * 10_000
+        grouped.record(value, size)
+        for _ in range(size):
+            single.record(value)
+        assert grouped.margin_ns == single.margin_ns, (step, size)
+        margins.add(grouped.margin_ns)
+    assert len(margins) > 2  # the groups moved the margin
+
+
+def test_a_group_that_crosses_a_refresh_refreshes_the_margin() -> None:
+    overrun = Overrun()
+    overrun.record(9_000, REFRESH - 1)
+    assert overrun.margin_ns == 0  # not measured yet
+    overrun.record(9_000, 5)  # the 32nd answer is in this group
+    assert overrun.margin_ns == 9_000
