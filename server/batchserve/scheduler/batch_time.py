@@ -11,7 +11,7 @@ followed within tens of batches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 FORGET = 0.95
 """Weight kept by the past at each new execution: about the last 20 batches count."""
@@ -26,9 +26,12 @@ class BatchTimeModel:
     sum_y: float = 0.0
     sum_xx: float = 0.0
     sum_xy: float = 0.0
+    _line: tuple[float, float] | None = field(default=None, compare=False, repr=False)
+    """``line()`` since the last record: the dispatch asks for predictions on every pass."""
 
     def record(self, samples: int, ns: int) -> None:
         """One execution of ``samples`` samples that took ``ns`` (input, infer and output)."""
+        self._line = None
         self.weight = self.weight * FORGET + 1.0
         self.sum_x = self.sum_x * FORGET + samples
         self.sum_y = self.sum_y * FORGET + ns
@@ -44,6 +47,11 @@ class BatchTimeModel:
         """(fixed ns, ns per sample), both at least 0. With one batch size seen so far the
         time is taken as proportional to the samples: the cautious reading on a CPU, where
         a larger batch does cost more."""
+        if self._line is None:
+            self._line = self._fit()
+        return self._line
+
+    def _fit(self) -> tuple[float, float]:
         if not self.known:
             return 0.0, 0.0
         mean_x, mean_y = self.sum_x / self.weight, self.sum_y / self.weight

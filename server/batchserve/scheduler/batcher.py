@@ -147,7 +147,10 @@ class Batcher:
     def _predict_ns(self, samples: int) -> int:
         """Predicted time of a batch of ``samples`` on the instance that would run it now."""
         instances = self.pool.free() or self.pool.instances
-        return self.batch_time(instances[0].name).predict(samples) if instances else 0
+        if not instances:
+            return 0
+        model = self._batch_times.get(instances[0].name)
+        return model.predict(samples) if model is not None else 0
 
     @property
     def cap(self) -> int:
@@ -167,8 +170,8 @@ class Batcher:
             # held until the step before had run, arrives now
             arrived_ns = self._clock()
             timing.arrived(arrived_ns, bool(self.queue), not self._dispatch_pending, item.clients)
-        if self._objective is not None:
-            self._objective.arrived(self._clock(), item.batch_size)
+            if self._objective is not None:  # (its batches can wait only with timing)
+                self._objective.arrived(arrived_ns, item.batch_size)
         self.queue.push(item)
         self._urgent += item.urgent
         if self._order is not None:

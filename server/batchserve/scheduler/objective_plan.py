@@ -53,8 +53,9 @@ class ArrivalRate:
         self._seen = 0
 
     def arrival(self, now_ns: int, samples: int) -> None:
-        if self._last_ns is not None:
-            gap = max(0, now_ns - self._last_ns) / max(1, samples)
+        last = self._last_ns
+        if last is not None and now_ns >= last:
+            gap = (now_ns - last) / samples if samples > 1 else now_ns - last
             self._gap_ns += (gap - self._gap_ns) * (1.0 if self._seen == 1 else self.WEIGHT)
         self._last_ns = now_ns
         self._seen += 1

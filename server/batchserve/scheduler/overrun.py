@@ -40,8 +40,11 @@ class Overrun:
         """``count`` requests (a worker's group: one timing) were answered ``overrun_ns``
         after their planned finish (negative: before)."""
         before = self._count
-        for index in range(before, before + min(count, WINDOW)):
-            self._recent[index % WINDOW] = overrun_ns
+        if count == 1:  # one request (the common case, once an answer)
+            self._recent[before % WINDOW] = overrun_ns
+        else:
+            for index in range(before, before + min(count, WINDOW)):
+                self._recent[index % WINDOW] = overrun_ns
         self._count += count
         if self._count // REFRESH > before // REFRESH:
             measured = sorted(self._recent[: min(self._count, WINDOW)])

@@ -49,3 +49,15 @@ def test_a_slower_machine_is_followed_within_tens_of_batches() -> None:
         model.record(1, 2 * MS)
         model.record(8, 16 * MS)
     assert model.predict(8) == pytest.approx(16 * MS, rel=0.05)
+
+
+def test_a_prediction_follows_every_record_after_it() -> None:
+    """The fitted line is kept between records (the dispatch predicts on every pass), so a
+    record must drop it: the next prediction sees the new execution."""
+    model = BatchTimeModel()
+    model.record(1, 1 * MS)
+    model.record(8, 8 * MS)
+    before = model.predict(8)
+    assert model.predict(8) == before  # asked again: the same line
+    model.record(8, 30 * MS)
+    assert model.predict(8) > before
