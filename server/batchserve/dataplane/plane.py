@@ -270,7 +270,8 @@ class DataPlane:
             True, finished - started, item.dispatched_ns - started, protocol=protocol,
             count=count,
         )  # fmt: skip
-        served.batcher.answered(item, finished, count)
+        if item.planned_finish_ns:  # a plan was made for its batch: how late it came
+            served.batcher.answered(item, finished, count)
 
     @staticmethod
     def record_failure(

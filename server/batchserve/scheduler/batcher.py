@@ -82,6 +82,10 @@ class Batcher:
         waits = delay_ns or (self._objective is not None and policy.merge_requests)
         self._timing = DispatchTiming(delay_ns) if waits else None
         """None: nothing waits (no delay, or closed), every free instance takes a batch."""
+        self._timing_learns = True
+        """Whether the waiting rules are in force and learn from the traffic: always without
+        an objective; with one, only while waiting pays (otherwise batches go at once and
+        the loop is spared their bookkeeping; they learn afresh when waiting pays again)."""
         self._layout = SequenceLayout(policy.sequence_inputs, policy.sequence_outputs)
         self._grouping = bool(self._layout) and policy.merge_requests
         self._bucketed = self._grouping and policy.length_buckets
@@ -144,12 +148,15 @@ class Batcher:
         self.policy = replace(self.policy, max_batch_size=size)
         self._set_cap(min(size, self._cap) if lowered else size)
 
-    def _predict_ns(self, samples: int) -> int:
-        """Predicted time of a batch of ``samples`` on the instance that would run it now."""
-        instances = self.pool.free() or self.pool.instances
-        if not instances:
-            return 0
-        model = self._batch_times.get(instances[0].name)
+    def _predict_ns(self, samples: int, instance: Instance | None = None) -> int:
+        """Predicted time of a batch of ``samples`` on ``instance``, or on the instance that
+        would run it now."""
+        if instance is None:
+            instances = self.pool.free() or self.pool.instances
+            if not instances:
+                return 0
+            instance = instances[0]
+        model = self._batch_times.get(instance.name)
         return model.predict(samples) if model is not None else 0
 
     @property
@@ -166,12 +173,14 @@ class Batcher:
                 self._settle(gone, asyncio.CancelledError())
         timing = self._timing
         if timing is not None:
-            # when it reaches this queue, not when it was received: a sequence's step,
-            # held until the step before had run, arrives now
-            arrived_ns = self._clock()
-            timing.arrived(arrived_ns, bool(self.queue), not self._dispatch_pending, item.clients)
             if self._objective is not None:  # (its batches can wait only with timing)
-                self._objective.arrived(arrived_ns, item.batch_size)
+                self._objective.rate.samples += item.batch_size
+            if self._timing_learns:
+                # when it reaches this queue, not when it was received: a sequence's step,
+                # held until the step before had run, arrives now
+                timing.arrived(
+                    self._clock(), bool(self.queue), not self._dispatch_pending, item.clients
+                )
         self.queue.push(item)
         self._urgent += item.urgent
         if self._order is not None:
@@ -195,15 +204,13 @@ class Batcher:
 
     # forming batches ----------------------------------------------------------------
     def _dispatch(self) -> None:
-        queue, timing = self.queue, self._timing
+        queue = self.queue
         while queue and self.pool.has_free():
             now = self._clock()
-            if self._objective is not None:
-                self._objective.forming()
             self._drop_dead_heads(now)
             if not queue:
                 break
-            target = self._cap if timing is None or self._urgent else self._target(timing, now)
+            target = self._batch_target(now)
             if target and self.routing.cpu_below:
                 head = self.queue.peek(now)
                 target = self.routing.limit(self.pool, target, head.batch_size if head else 0)
@@ -215,8 +222,27 @@ class Batcher:
                 batch = self._objective.refuse_late(batch, now, predicted, self._settle)
             for part in self._spread(batch) if batch else ():
                 self._start(part, now)
+        timing = self._timing
         if not queue and timing is not None:
-            timing.emptied()
+            if self._timing_learns:
+                timing.emptied()
+            if self._objective is not None:
+                self._objective.forming()
+
+    def _batch_target(self, now: int) -> int:
+        """Samples to dispatch now (0: wait): all that fit, unless the waiting rules apply."""
+        timing = self._timing
+        if timing is None or self._urgent:
+            return self._cap
+        objective = self._objective
+        if objective is not None:
+            pays = self._waiting_pays(objective, now)
+            if pays and not self._timing_learns:  # what it learned before is out of date
+                self._timing = timing = DispatchTiming(timing.delay_ns)
+            self._timing_learns = pays
+            if not pays:
+                return self._cap  # as with no queue delay: no plan, no wake-up
+        return self._target(timing, now)
 
     def _drop_dead_heads(self, now: int) -> None:
         while (head := self.queue.peek(now)) is not None:
@@ -238,23 +264,28 @@ class Batcher:
             return ready
         oldest = self.queue.oldest_enqueued_ns()
         assert oldest is not None
-        due = timing.wait_until(now, oldest, len(self.queue), self._objective_due(oldest, now))
+        due = timing.wait_until(now, oldest, len(self.queue), self._objective_due(oldest))
         if due is None:
             return self._cap
         self._wakeup.at(due)
         return 0
 
-    def _objective_due(self, oldest_ns: int, now_ns: int) -> int | None:
+    def _waiting_pays(self, objective: ObjectivePlan, now_ns: int) -> bool:
+        """Whether the batch being formed may wait for company: only near saturation
+        (``objective_plan.py``)."""
+        instances = self.pool.instances
+        if not instances:
+            return True
+        queued = self.queue.samples
+        predicted = self._predict_ns(queued, instances[0])
+        return objective.waiting_pays(now_ns, queued, predicted, len(instances))
+
+    def _objective_due(self, oldest_ns: int) -> int | None:
         """With a latency objective: the latest the batch may go for its oldest request to
-        finish within it, were one more request to join (now, when waiting would not pay);
-        None without an objective."""
+        finish within it, were one more request to join; None without an objective."""
         if self._objective is None:
             return None
-        queued = self.queue.samples
-        instances = len(self.pool.instances)
-        if not self._objective.waiting_pays(queued, self._predict_ns(queued), instances):
-            return now_ns
-        samples = min(self._cap, queued + 1)
+        samples = min(self._cap, self.queue.samples + 1)
         return self._objective.due(oldest_ns, self._predict_ns(samples))
 
     def answered(self, item: WorkItem, answered_ns: int, count: int = 1) -> None:
@@ -348,7 +379,7 @@ class Batcher:
             self._step_cost.record(e.samples, steps, whole)
 
     def _deliver(self, batch: list[WorkItem], outcomes: list[Outcome]) -> None:
-        if self._timing is not None:
+        if self._timing is not None and self._timing_learns:
             self._timing.answered(sum(item.clients for item in batch))
         if self._order is None:
             for item, outcome in zip(batch, outcomes, strict=True):

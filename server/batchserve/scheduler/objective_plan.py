@@ -40,31 +40,32 @@ WAIT_WHEN_BUSIER_THAN = 0.8
 
 
 class ArrivalRate:
-    """Samples arriving per nanosecond: the smoothed gap per sample between arrivals
-    (weight 1/32: Poisson arrivals' gaps swing widely), once ``KNOWN_AFTER`` arrivals have
-    been seen."""
+    """Samples arriving per nanosecond: counted as they come (one addition a request, on a
+    loop that may be the bottleneck), turned into a rate once ``WINDOW_NS`` has passed, and
+    smoothed over windows (weight ``WEIGHT``: Poisson arrivals swing widely)."""
 
-    WEIGHT = 1 / 32
-    KNOWN_AFTER = 8
+    WINDOW_NS = 5_000_000
+    WEIGHT = 0.25
 
     def __init__(self) -> None:
-        self._last_ns: int | None = None
-        self._gap_ns = 0.0
-        self._seen = 0
+        self.samples = 0
+        """Samples counted since the window began."""
+        self._start_ns: int | None = None
+        self._per_ns: float | None = None
 
-    def arrival(self, now_ns: int, samples: int) -> None:
-        last = self._last_ns
-        if last is not None and now_ns >= last:
-            gap = (now_ns - last) / samples if samples > 1 else now_ns - last
-            self._gap_ns += (gap - self._gap_ns) * (1.0 if self._seen == 1 else self.WEIGHT)
-        self._last_ns = now_ns
-        self._seen += 1
-
-    def per_ns(self) -> float | None:
-        """None until known; infinite while arrivals come together."""
-        if self._seen < self.KNOWN_AFTER:
+    def per_ns(self, now_ns: int) -> float | None:
+        """The smoothed rate as of ``now_ns``; None until a first window has passed."""
+        start = self._start_ns
+        if start is None:  # the samples counted so far open the first window
+            self._start_ns = now_ns
             return None
-        return 1 / self._gap_ns if self._gap_ns > 0 else float("inf")
+        elapsed = now_ns - start
+        if elapsed >= self.WINDOW_NS:
+            rate = self.samples / elapsed
+            known = self._per_ns
+            self._per_ns = rate if known is None else known + (rate - known) * self.WEIGHT
+            self._start_ns, self.samples = now_ns, 0
+        return self._per_ns
 
 
 class ObjectivePlan:
@@ -76,25 +77,23 @@ class ObjectivePlan:
         self.objective_ns = objective_ns
         self._stats = stats
         self._overrun = Overrun()
-        self._rate = ArrivalRate()
+        self.rate = ArrivalRate()
+        """The batcher counts each request's samples in; ``waiting_pays`` reads it."""
         self._go_ns: int | None = None
         """When the plan had the batch being formed go, so that a wake-up that fired late
         counts as overrun; None while no plan was made for it."""
 
-    def arrived(self, now_ns: int, samples: int) -> None:
-        self._rate.arrival(now_ns, samples)
-
-    def waiting_pays(self, samples: int, predicted_ns: int, instances: int) -> bool:
+    def waiting_pays(self, now_ns: int, samples: int, predicted_ns: int, instances: int) -> bool:
         """Whether batches of ``samples`` (predicted at ``predicted_ns``) would keep the
         ``instances`` busier than ``WAIT_WHEN_BUSIER_THAN`` at the recent arrival rate; yes
         while the rate is unknown."""
-        rate = self._rate.per_ns()
+        rate = self.rate.per_ns(now_ns)
         if rate is None:
             return True
         return rate * predicted_ns / max(1, samples) / max(1, instances) > WAIT_WHEN_BUSIER_THAN
 
     def forming(self) -> None:
-        """A new batch is being formed: nothing is planned for it yet."""
+        """The queue ran empty: no batch is being formed, nothing is planned."""
         self._go_ns = None
 
     def due(self, oldest_ns: int, predicted_ns: int) -> int:
@@ -106,9 +105,14 @@ class ObjectivePlan:
         return self._go_ns
 
     def started(self, batch: list[WorkItem], now_ns: int, predicted_ns: int) -> None:
-        """``batch`` went at ``now_ns``: it should finish ``predicted_ns`` after it, or after
-        its due time when that was earlier (a late wake-up is the plan's overrun too)."""
-        planned = now_ns if self._go_ns is None else min(now_ns, self._go_ns)
+        """``batch`` went at ``now_ns``: if a plan was made for it, it should finish
+        ``predicted_ns`` after it, or after its due time when that was earlier (a late
+        wake-up is the plan's overrun too). A batch that went at once because waiting did
+        not pay had no plan and teaches no margin."""
+        if self._go_ns is None:
+            return
+        planned = min(now_ns, self._go_ns)
+        self._go_ns = None  # the next batch is planned afresh, if at all
         for item in batch:
             item.planned_finish_ns = planned + predicted_ns
 

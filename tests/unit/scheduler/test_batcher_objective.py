@@ -9,6 +9,7 @@ as the memory probe seeds it at load.
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 from batchserve.core.errors import Unavailable
@@ -122,7 +123,7 @@ async def test_the_margin_never_takes_more_than_half_the_time_a_batch_has_to_spa
         assert batcher.stats.objective_margin_ns == overrun
         # far behind, a batch still waits for company half of what it could: shorter waits,
         # smaller batches and more loop time a request would make the loop later still
-        assert batcher._objective_due(clock(), clock()) == clock() + spare - kept
+        assert batcher._objective_due(clock()) == clock() + spare - kept
 
 
 async def test_without_an_objective_no_finish_is_planned_and_no_margin_learned() -> None:
@@ -150,18 +151,20 @@ async def test_a_batch_goes_at_once_when_its_predicted_time_leaves_no_room() -> 
 
 
 def _arrivals(batcher: Batcher, clock: ManualClock, gap_ns: int) -> None:
-    """Recent traffic: enough arrivals ``gap_ns`` apart for the plan to know its rate."""
+    """Recent traffic: eight arrivals ``gap_ns`` apart, counted in a window of the rate."""
     assert batcher._objective is not None
-    for _ in range(ArrivalRate.KNOWN_AFTER):
-        batcher._objective.arrived(clock(), 1)
+    rate = batcher._objective.rate
+    rate.per_ns(clock())  # opens a window (closing the one before, if any)
+    for _ in range(8):
+        rate.samples += 1
         clock.advance(gap_ns)
 
 
 @pytest.mark.parametrize(
     ("arrival_gap_ns", "waits"),
     [
-        (10 * MS, False),  # ~95/s of 2 ms batches: the instance busy a fifth of the time
-        (1 * MS, True),  # ~560/s (the lone request, 26 ms on, counted): saturated, company pays
+        (10 * MS, False),  # ~110/s of 2 ms batches: the instance busy a fifth of the time
+        (1 * MS, True),  # ~1,100/s: saturated, company pays
     ],
 )
 async def test_a_batch_waits_for_company_only_while_its_instances_are_short_of_time(
@@ -170,8 +173,8 @@ async def test_a_batch_waits_for_company_only_while_its_instances_are_short_of_t
     clock, backend = ManualClock(), FakeBackend()
     batcher = _objective(clock, backend)
     batcher.seed_batch_times("fake-0", [(1, 2 * MS), (4, 3500 * US)])
-    _arrivals(batcher, clock, arrival_gap_ns)
     _company(batcher, clock, 5 * MS)  # company is expected before the objective is at risk
+    _arrivals(batcher, clock, arrival_gap_ns)
     lone = item(1, 1.0, at=clock)
     await submit(batcher, lone)
     assert batcher.pool.busy_count() == (0 if waits else 1)
@@ -180,19 +183,53 @@ async def test_a_batch_waits_for_company_only_while_its_instances_are_short_of_t
         clock.advance(clock.pending[0] - clock())
     await answer(lone)
     assert backend.batches == [1]
+    # a batch that waited had a plan, and its answer teaches the margin; one that went at
+    # once because waiting did not pay had none
+    assert bool(lone.planned_finish_ns) is waits
 
 
-def test_the_arrival_rate_is_known_after_some_arrivals_and_counts_samples() -> None:
-    rate = ArrivalRate()
-    for k in range(ArrivalRate.KNOWN_AFTER - 1):
-        rate.arrival(k * MS, 2)
-        assert rate.per_ns() is None
-    rate.arrival((ArrivalRate.KNOWN_AFTER - 1) * MS, 2)
-    assert rate.per_ns() == pytest.approx(2 / MS)  # two samples a millisecond
-    together = ArrivalRate()
-    for _ in range(ArrivalRate.KNOWN_AFTER):
-        together.arrival(5 * MS, 1)
-    assert together.per_ns() == float("inf")
+async def test_the_waiting_rules_learn_afresh_when_waiting_pays_again() -> None:
+    """While waiting does not pay, batches go at once and the dispatch timing is not fed
+    (the loop is spared its bookkeeping); when waiting pays again what it knew is out of
+    date, so it starts from nothing: no company expected until some is seen."""
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _objective(clock, backend)
+    batcher.seed_batch_times("fake-0", [(1, 2 * MS), (4, 3500 * US)])
+    _company(batcher, clock, 5 * MS)
+    learned = _timing(batcher)
+    _arrivals(batcher, clock, 10 * MS)  # light load: waiting does not pay
+    first = item(1, 1.0, at=clock)
+    await submit(batcher, first)
+    await answer(first)
+    assert _timing(batcher) is learned
+    before = learned.gaps.expected_gap_ns()
+    rate = batcher._objective.rate if batcher._objective is not None else None
+    assert rate is not None
+    for _ in range(3):  # a flood: waiting pays, once the smoothed rate has followed
+        rate.samples += 1000
+        clock.advance(ArrivalRate.WINDOW_NS)
+        rate.per_ns(clock())
+    second = item(1, 2.0, at=clock)
+    await submit(batcher, second)
+    assert learned.gaps.expected_gap_ns() == before  # not fed while batches went at once
+    fresh = _timing(batcher)
+    assert fresh is not learned
+    assert fresh.gaps.expected_gap_ns() == math.inf
+    assert batcher.pool.busy_count() == 1  # nobody expected yet: it went at once
+    await answer(second)
+
+
+def test_the_arrival_rate_counts_samples_over_windows_and_smooths_them() -> None:
+    rate, window = ArrivalRate(), ArrivalRate.WINDOW_NS
+    assert rate.per_ns(0) is None  # opens the first window
+    rate.samples += 10
+    assert rate.per_ns(window - 1) is None  # not over yet
+    assert rate.per_ns(window) == pytest.approx(10 / window)
+    assert rate.samples == 0  # the next window counts afresh
+    rate.samples += 30  # three times the rate
+    expected = 10 / window + (30 / window - 10 / window) * ArrivalRate.WEIGHT
+    assert rate.per_ns(2 * window) == pytest.approx(expected)
+    assert rate.per_ns(2 * window + 1) == pytest.approx(expected)  # kept within a window
 
 
 async def test_a_preferred_batch_size_still_goes_at_once() -> None:
