@@ -270,7 +270,7 @@ class DataPlane:
             True, finished - started, item.dispatched_ns - started, protocol=protocol,
             count=count,
         )  # fmt: skip
-        if item.planned_finish_ns:  # a plan was made for its batch: how late it came
+        if item.planned_finish_ns:  # (with an objective) how late past its batch's plan
             served.batcher.answered(item, finished, count)
 
     @staticmethod

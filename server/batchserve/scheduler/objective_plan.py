@@ -108,11 +108,13 @@ class ObjectivePlan:
         """``batch`` went at ``now_ns``: if a plan was made for it, it should finish
         ``predicted_ns`` after it, or after its due time when that was earlier (a late
         wake-up is the plan's overrun too). A batch that went at once because waiting did
-        not pay had no plan and teaches no margin."""
+        not pay had no plan and teaches no margin (its requests would cost the loop the
+        bookkeeping; the margin is learned again within ``overrun.REFRESH`` answers once waiting
+        pays)."""
         if self._go_ns is None:
             return
         planned = min(now_ns, self._go_ns)
-        self._go_ns = None  # the next batch is planned afresh, if at all
+        self._go_ns = None  # the next batch is planned afresh, if it waits
         for item in batch:
             item.planned_finish_ns = planned + predicted_ns
 
