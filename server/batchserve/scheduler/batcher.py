@@ -227,7 +227,7 @@ class Batcher:
             if self._timing_learns:
                 timing.emptied()
             if self._objective is not None:
-                self._objective.forming()
+                self._objective.queue_emptied()
 
     def _batch_target(self, now: int) -> int:
         """Samples to dispatch now (0: wait): all that fit, unless the waiting rules apply."""

@@ -92,7 +92,7 @@ class ObjectivePlan:
             return True
         return rate * predicted_ns / max(1, samples) / max(1, instances) > WAIT_WHEN_BUSIER_THAN
 
-    def forming(self) -> None:
+    def queue_emptied(self) -> None:
         """The queue ran empty: no batch is being formed, nothing is planned."""
         self._go_ns = None
 
