@@ -28,10 +28,15 @@ class Node:
 
 @pytest.fixture(autouse=True)
 def _collector_restored() -> Iterator[None]:
-    """Leave the test process's collector as it was: nothing frozen, the same thresholds."""
-    thresholds = gc.get_threshold()
+    """Leave the test process's collector as it was: the same thresholds, and frozen only
+    if it was (earlier tests that loaded models froze it, as the server does; unfrozen, a
+    grpc.aio server one of them left behind is finalized at interpreter exit, where its
+    finalizer fails: an empty "Error in sys.excepthook" after the summary)."""
+    thresholds, was_frozen = gc.get_threshold(), gc.get_freeze_count() > 0
     yield
     gc.unfreeze()
+    if was_frozen:
+        gc.freeze()
     gc.set_threshold(*thresholds)
 
 
