@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -34,6 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Before any command module imports grpc: this program starts its processes by fork
+    # and exec, never forks to run on, so grpc's fork handlers have nothing to protect;
+    # with them on, grpc core writes "skipping fork() handlers" to stderr, outside the
+    # structured logs, at every worker start.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
     return handler(args)
