@@ -130,3 +130,24 @@ def test_a_refused_setting_is_a_row_and_the_config_as_it_is_chosen_is_left_alone
     assert "is left as it is: it already holds the recommended setting" in result.stdout
     assert (model / "config.pbtxt").read_text() == config
     assert not list(model.glob("config.pbtxt.orig*"))
+
+
+def test_a_model_with_a_free_axis_and_token_ids_is_profiled_with_no_data_given(
+    tmp_path: Path,
+) -> None:
+    """char_lstm: perf_analyzer alone can drive it with neither a shape (tokens are [-1]) nor
+    its random 64-bit token ids (the embedding's lookup fails); profile generates both."""
+    shutil.copytree(MODEL_REPO / "char_lstm", tmp_path / "char_lstm")
+    argv = [str(BIN / "batchserve"), "profile", "char_lstm", "--model-repository", str(tmp_path),
+            "--quick", "--instance-counts", "1", "--max-batch-sizes", "8", "--queue-delays",
+            "0", "--concurrency", "4", "--latency-budget", "1000", "--dry-run"]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        "requests: values generated from the config (--input-data FILE sets them); free axes "
+        "of 'tokens' set to 32 (--shape NAME:DIMS sets them)\n"
+    ) in result.stdout
+    (row,) = table_rows(result.stdout)
+    assert row[:4] == ["1", "8", "0", "4"]
+    assert float(row[4]) > 0
+    assert row[-2:] == ["yes", "*"]

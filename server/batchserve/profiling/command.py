@@ -147,10 +147,15 @@ def _add_measurement_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME:DIMS",
-        help="perf_analyzer --shape for an input with free dims (repeatable)",
+        help="one request's dims of an input with free dims (repeatable; default 32 for "
+        "each free dim), as perf_analyzer's --shape",
     )
     measure.add_argument(
-        "--input-data", metavar="FILE", help="perf_analyzer --input-data: the requests' values"
+        "--input-data",
+        metavar="FILE",
+        help="perf_analyzer --input-data: the requests' values (default: generated from the "
+        "model's config: small integers, true lengths for its sequence-length input, N(0, 1) "
+        "floats)",
     )
     measure.add_argument(
         "--memory-budget",
@@ -218,7 +223,8 @@ def _request(args: argparse.Namespace) -> tuple[Request, Path, str]:
         protocol=args.protocol,
         window=window,
         perf_analyzer=perf_analyzer.find(args.perf_analyzer),
-        perf_args=_perf_args(args),
+        shapes=_shapes(args.shape),
+        input_data=args.input_data,
         serve_args=_serve_args(args),
     )
     return request, config_path, text
@@ -245,13 +251,13 @@ def _serve_args(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(extra)
 
 
-def _perf_args(args: argparse.Namespace) -> tuple[str, ...]:
-    extra: list[str] = []
-    for shape in args.shape:
-        extra += ["--shape", shape]
-    if args.input_data:
-        extra += ["--input-data", args.input_data]
-    return tuple(extra)
+def _shapes(given: list[str]) -> dict[str, tuple[int, ...]]:
+    from batchserve.profiling.sample_inputs import parse_shape
+
+    try:
+        return dict(parse_shape(text) for text in given)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
 
 
 def _int_list(text: str) -> list[int]:

@@ -19,6 +19,8 @@ def print_report(request: Request, report: Report, seconds: float) -> Outcome | 
         f"{request.protocol} in {seconds:.1f} s (perf_analyzer windows of "
         f"{request.window.interval_ms} ms)"
     )
+    if report.requests:
+        print(f"requests: {report.requests}")
     first = report.as_it_is
     print(
         f"the config as it is ({_describe(report.current)}), at {first.concurrency} clients: "

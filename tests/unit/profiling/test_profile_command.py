@@ -48,6 +48,7 @@ def test_a_perf_analyzer_that_is_not_a_program_exits_2(
     [
         (["--concurrency", "0,4"], "--concurrency: every value must be 1 or more"),
         (["--model-config-name", "../cpu"], "--model-config-name must name a file"),
+        (["--shape", "image:8x8"], "--shape 'image:8x8': expected NAME:D1[,D2...]"),
     ],
 )
 def test_bad_values_exit_2_before_any_server_starts(

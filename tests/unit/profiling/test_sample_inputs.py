@@ -1,0 +1,65 @@
+"""The request sample of load generators: one per input, for perf_analyzer and in-process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from batchserve.profiling.sample_inputs import DEFAULT_AXIS, parse_shape, plan
+from batchserve.proto.model_config_pb2 import ModelConfig
+from google.protobuf import text_format
+
+
+def config(text: str) -> ModelConfig:
+    return text_format.Parse(text, ModelConfig())
+
+
+SEQUENCE = config(
+    "max_batch_size: 8 "
+    'input { name: "ids" data_type: TYPE_INT32 dims: [-1] } '
+    'input { name: "n" data_type: TYPE_INT64 dims: [1] } '
+    'batchserve { sequence_length_input: "n" }'
+)
+
+
+def test_parse_shape() -> None:
+    assert parse_shape("tokens:32") == ("tokens", (32,))
+    assert parse_shape("ns:a:3,4") == ("ns:a", (3, 4))
+    for bad in ("tokens", "tokens:", "tokens:x", "tokens:0", ":3"):
+        with pytest.raises(ValueError, match="--shape"):
+            parse_shape(bad)
+
+
+def test_free_axis_from_shape_sets_the_length_input_too() -> None:
+    inputs = plan("other", SEQUENCE, {"ids": (50,)})
+    ids, n = (s.array for s in inputs.samples)
+    assert ids.shape == (50,)
+    assert ids.dtype == np.int32
+    assert 0 <= ids.min() <= ids.max() <= 9
+    assert n.tolist() == [50]
+    assert inputs.notes == ()
+
+
+def test_free_axis_defaults_and_is_noted() -> None:
+    inputs = plan("other", SEQUENCE, {})
+    assert inputs.samples[0].array.shape == (DEFAULT_AXIS,)
+    assert "free axes of 'ids'" in inputs.notes[0]
+
+
+def test_shape_that_does_not_fit_is_refused() -> None:
+    with pytest.raises(ValueError, match="does not fit"):
+        plan("other", SEQUENCE, {"ids": (5, 5)})
+
+
+def test_float_inputs_and_a_model_without_batch_axis() -> None:
+    fixed = config('input { name: "x" data_type: TYPE_FP16 dims: [2, 3] }')
+    inputs = plan("fixed", fixed, {})
+    assert not inputs.batched
+    assert inputs.feeds(16)["x"].shape == (2, 3)
+    assert inputs.feeds(16)["x"].dtype == np.float16
+    assert inputs.pa_data()["data"][0]["x"]["shape"] == [2, 3]
+
+
+def test_string_inputs_are_refused_by_name() -> None:
+    text = config('max_batch_size: 4 input { name: "s" data_type: TYPE_STRING dims: [1] }')
+    with pytest.raises(ValueError, match="input 's' is BYTES"):
+        plan("strings", text, {})
