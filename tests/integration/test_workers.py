@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
 import httpx
@@ -166,11 +167,18 @@ def _grpc_load(server: ServerProcess, stop: threading.Event, seen: Counter[str])
                 seen[error.code().name] += 1
 
 
+def _arenas_mapped(server: ServerProcess) -> int:
+    """The workers' arenas the model-owning process maps (two a worker)."""
+    maps = Path(f"/proc/{server.process.pid}/maps").read_text().splitlines()
+    return sum("memfd:batchserve-worker" in line for line in maps)
+
+
 def test_a_killed_worker_is_replaced_and_no_request_hangs() -> None:
     server = start_server(extra_args=WORKERS)
     try:
         pids = _worker_pids(server)
         assert len(pids) == 2
+        assert _arenas_mapped(server) == 4
         stop = threading.Event()
         seen: Counter[str] = Counter()
         threads = [threading.Thread(target=loop, args=(server, stop, seen))
@@ -194,6 +202,11 @@ def test_a_killed_worker_is_replaced_and_no_request_hangs() -> None:
         exited = [r for r in server.logs if r.get("message", "").startswith("worker exited")]
         assert exited
         assert exited[0]["exit_code"] == -signal.SIGKILL
+        # the dead worker's two 64 MiB arenas are unmapped, not left to the collector
+        deadline = time.monotonic() + 20
+        while _arenas_mapped(server) != 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _arenas_mapped(server) == 4
     finally:
         assert server.stop() == 0
     # a worker started while grpc's threads were busy: grpc core wrote a plain-text line
@@ -223,6 +236,11 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as stat:  # a zombie waiting for its reaper is gone too
         return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_sigterm_drains_every_accepted_request_and_exits_0() -> None:

@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 ARENA_BYTES = 64 << 20
 """Each arena's size: a request (or response) larger than what is free goes inline."""
+UNMAP_RETRY_S = 1.0
+"""Between tries to unmap a dead worker's arenas while a batch still reads its requests."""
+UNMAP_TRIES = 300
 RESTART_PAUSE_S = 1.0
 """Between a worker's death and its replacement: a worker that dies at start-up must not
 spin."""
@@ -64,6 +67,7 @@ class WorkerPool:
         self.stopping = False
         self._gone: dict[int, tuple[int, int]] = {}  # (requests, handoffs) of replaced workers
         self._watchers: list[asyncio.Task[None]] = []
+        self._unmapping: set[asyncio.Task[None]] = set()
         log_settings.follow(self._log_settings_changed)
         plane.control.trace.follow(self._trace_settings_changed)
 
@@ -112,6 +116,9 @@ class WorkerPool:
             requests, handoffs = self._gone.get(index, (0, 0))
             link = worker.link
             self._gone[index] = (requests + link.handed_over, handoffs + link.handoffs)
+            unmapping = asyncio.create_task(self._unmap(index, link))
+            self._unmapping.add(unmapping)
+            unmapping.add_done_callback(self._unmapping.discard)
             if self.stopping:
                 return
             logger.error(
@@ -123,6 +130,23 @@ class WorkerPool:
             if self.stopping:
                 return
             worker = await self._start(index)
+
+    @staticmethod
+    async def _unmap(index: int, link: EngineLink) -> None:
+        """Return a dead worker's arenas: a worker that keeps dying must not leave 128 MiB
+        of shared memory here each time (the objects holding them form cycles, and the
+        startup heap is frozen: the collector may never free them). Their pages go at
+        once; the mappings once no array of a batch still running views them."""
+        link.requests.release_memory()
+        link.responses.release_memory()
+        for _ in range(UNMAP_TRIES):
+            if all([link.requests.close(), link.responses.close()]):
+                return
+            await asyncio.sleep(UNMAP_RETRY_S)
+        logger.warning(
+            "a replaced worker's shared memory is still in use; left mapped",
+            extra={"worker": index, "seconds": UNMAP_TRIES * UNMAP_RETRY_S},
+        )
 
     def handed_over(self) -> dict[int, tuple[int, int]]:
         """(requests, hand-offs) of each worker slot, its replaced workers' included: a
@@ -161,6 +185,6 @@ class WorkerPool:
                 worker.process.kill()
                 code = await worker.process.wait()
             clean = clean and code == 0
-        for watcher in self._watchers:
+        for watcher in [*self._watchers, *self._unmapping]:
             watcher.cancel()
         return clean

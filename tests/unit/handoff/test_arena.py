@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -70,3 +71,31 @@ def test_a_leased_view_returns_its_block_when_the_last_view_of_it_goes(arena: Ar
     del derived
     gc.collect()
     assert released == [128]
+
+
+def test_close_unmaps_only_once_no_array_views_the_arena(arena: Arena) -> None:
+    (view,) = _placed(arena, [("a", "FP32", np.ones((4, 4), dtype=np.float32))])
+    assert not arena.close()  # a batch still reads it: left mapped, and still readable
+    assert not arena.map.closed
+    np.testing.assert_array_equal(view, np.ones((4, 4), dtype=np.float32))
+    del view
+    assert arena.close()
+    assert arena.map.closed
+
+
+def _shared_kib() -> int:
+    status = Path("/proc/self/status").read_text().splitlines()
+    (line,) = [line for line in status if line.startswith("RssShmem:")]
+    return int(line.split()[1])
+
+
+def test_released_memory_goes_back_and_a_view_reads_zeros_not_a_fault() -> None:
+    arena = Arena.create("test-arena", 32 << 20)
+    (view,) = _placed(arena, [("a", "FP32", np.ones((4 << 20,), dtype=np.float32))])
+    assert np.shares_memory(view, np.frombuffer(arena.map, dtype=np.uint8))
+    touched = _shared_kib()
+    arena.release_memory()
+    assert touched - _shared_kib() >= 15 << 10  # its 16 MiB of pages
+    assert not view.any()
+    del view
+    assert arena.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -28,6 +29,7 @@ class Arena:
         self.view = memoryview(self.map)
         self.ring = Ring(size)
         self._address = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
+        self._idle_references = sys.getrefcount(self.map)
 
     @classmethod
     def create(cls, name: str, size: int) -> Arena:
@@ -40,6 +42,25 @@ class Arena:
         """Close the memfd; the mapping lives on until the arena is dropped."""
         os.close(self.fd)
         self.fd = -1
+
+    def release_memory(self) -> None:
+        """Return the arena's pages (shared memory, in the pod's account) while it stays
+        mapped: an array still viewing it reads zeros from then on, never unmapped memory.
+        For a worker that is gone, whose answers nobody waits for."""
+        self.map.madvise(mmap.MADV_REMOVE)
+
+    def close(self) -> bool:
+        """Unmap the arena; False, and still mapped, while an array views it (retry later).
+        numpy keeps no buffer export of what it views, only a reference to the mapping
+        (its ``base``), so the references are what tell."""
+        if sys.getrefcount(self.map) > self._idle_references:
+            return False
+        try:
+            self.view.release()
+            self.map.close()
+        except BufferError:  # a memoryview of it is still held
+            return False
+        return True
 
     def write(self, offset: int, array: np.ndarray, datatype: DataType) -> int:
         """Copy ``array``'s wire bytes to ``offset``; the bytes written."""
