@@ -243,6 +243,27 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def test_busy_polling_keeps_the_model_owning_process_polling_too() -> None:
+    """``--busy-poll-us`` with workers: the process that runs the models reads the workers'
+    frames on its own loop, which must not sleep between them either."""
+    server = start_server(extra_args=[*WORKERS, "--busy-poll-us", "100000"])
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        image = httpclient.InferInput("image", [1, 1, 8, 8], "FP32")
+        image.set_data_from_numpy(_images(1, seed=5))
+        client.infer("digits_cnn", [image])
+        before, started = _cpu_seconds(server.process.pid), time.monotonic()
+        while time.monotonic() - started < 1.0:  # a request every 50 ms: polled through
+            client.infer("digits_cnn", [image])
+            time.sleep(0.05)
+        used = _cpu_seconds(server.process.pid) - before
+        elapsed = time.monotonic() - started
+        # without polling 20 requests cost it a few ms; polling, most of a core
+        assert used > 0.25 * elapsed, (used, elapsed)
+    finally:
+        assert server.stop() == 0
+
+
 def test_sigterm_drains_every_accepted_request_and_exits_0() -> None:
     server = start_server(extra_args=[*WORKERS, "--shutdown-delay", "0.5"])
     stop = threading.Event()

@@ -94,7 +94,10 @@ class EngineLink:
     def _acknowledge(self) -> None:
         """Tell the worker how many of its request frames this process has read, once per
         read: while some are unread it holds its next requests, which then travel together
-        (``groups.py``), so that this process's cost per request falls as its load rises."""
+        (``groups.py``), so that this process's cost per request falls as its load rises.
+        A read also keeps this loop polling (``--busy-poll-us``), as a request does the
+        worker's."""
+        self.plane.busy_poll.touch()
         if self._unacknowledged:
             self.send(("k", self._unacknowledged))
             self._unacknowledged = 0
@@ -194,6 +197,7 @@ class EngineLink:
             self._answer_error(rid, error)
             return
         arrays = future.result()
+        self.plane.busy_poll.touch()
         DataPlane.record_success(served, started, item, protocol, members)
         types = served.output_types
         names = item.output_names
