@@ -116,11 +116,11 @@ class WorkerPool:
             requests, handoffs = self._gone.get(index, (0, 0))
             link = worker.link
             self._gone[index] = (requests + link.handed_over, handoffs + link.handoffs)
+            if self.stopping:  # its memory goes with this process
+                return
             unmapping = asyncio.create_task(self._unmap(index, link))
             self._unmapping.add(unmapping)
             unmapping.add_done_callback(self._unmapping.discard)
-            if self.stopping:
-                return
             logger.error(
                 "worker exited; its connections' requests were answered with an error by the "
                 "closed connection and a new worker replaces it",
