@@ -4,10 +4,11 @@ the in-process ceiling, in one run; writes bench/MEASURED_DEFAULTS.md (and .json
     python -m bench.measured_defaults [--quick] [--rounds N] [--out FILE]
     python -m bench.measured_defaults --rerender [--out FILE]
 
-Compute-bound CNNs not shipped with the project (``bench.models``: resnet18ish, vgg192ish)
-are exported with the real ``batchserve export``; each is served from one batchserve under
-three configs (``measured_report``: the exporter's config, which the load measures; the old
-default; one instance per core x one thread), and at gRPC c=16 each config's point follows
+Compute-bound CNNs not shipped with the project (``bench.models``: resnet18ish, vgg192ish,
+mobilenetish) are exported with the real ``batchserve export``; each is served from one
+batchserve under three configs (``measured_report``: the exporter's config, which the load
+measures; the old default; one instance per core x one thread), and at gRPC c=16 each
+config's point follows
 the in-process ceiling at its best batch size, seconds apart, in paired rounds. Light models
 (digits_cnn, char_lstm) are served with their counts and threads removed beside the same
 config at ``count: 1``, the two taking turns at gRPC c=16 and HTTP c=32.
@@ -55,6 +56,7 @@ CNNS = (
     ("bench.models:resnet18ish", repo.RESNET, repo.FP32_IMAGE),
     ("bench.models:vgg192ish", "vgg192ish",
      ("--input", f"image:FP32:batch,3,{VGG_IMAGE_SIZE},{VGG_IMAGE_SIZE}")),
+    ("bench.models:mobilenetish", "mobilenetish", repo.FP32_IMAGE),
 )  # fmt: skip
 LIGHT = ("digits_cnn", "char_lstm")
 QUICK_WINDOW_MS = 2000

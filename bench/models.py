@@ -1,7 +1,9 @@
 """Compute-bound CNNs for the benchmark, with random weights: ResNet-18's layout at 3x224x224,
-and a VGG-like stack of 3x3 convolutions at 3x192x192.
+a VGG-like stack of 3x3 convolutions at 3x192x192, and MobileNet's depthwise-separable
+layout at 3x224x224 (less compute a byte of input, and a different best way to run).
 
-Exported with ``batchserve export bench.models:resnet18ish`` (or ``:vgg192ish``) during a run;
+Exported with ``batchserve export bench.models:resnet18ish`` (or ``:vgg192ish``,
+``:mobilenetish``) during a run;
 random weights cost the same to run as trained ones, and keep the repository free of large
 files.
 """
@@ -133,3 +135,52 @@ def vgg192ish(seed: int = 0) -> VGG192ish:
     """The exporter's factory: the same random weights on every run."""
     torch.manual_seed(seed)
     return VGG192ish().eval()
+
+
+# (output channels, stride) of each depthwise-separable block, as in MobileNet v1.
+MOBILE_BLOCKS = (
+    (64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2),
+    *((512, 1),) * 5, (1024, 2), (1024, 1),
+)  # fmt: skip
+MOBILE_STEM_WIDTH = 32
+
+
+def depthwise_separable(cin: int, cout: int, stride: int) -> nn.Sequential:
+    """A 3x3 convolution per channel, then a 1x1 across channels, each with batch norm."""
+    return nn.Sequential(
+        nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False),
+        nn.BatchNorm2d(cin),
+        nn.ReLU6(inplace=True),
+        nn.Conv2d(cin, cout, 1, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU6(inplace=True),
+    )
+
+
+class MobileNetish(nn.Module):
+    """MobileNet v1's layout: a strided 3x3 stem, thirteen depthwise-separable blocks, global
+    average pool and one linear layer."""
+
+    def __init__(self, classes: int = CLASSES) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [
+            nn.Conv2d(3, MOBILE_STEM_WIDTH, 3, 2, 1, bias=False),
+            nn.BatchNorm2d(MOBILE_STEM_WIDTH),
+            nn.ReLU6(inplace=True),
+        ]
+        cin = MOBILE_STEM_WIDTH
+        for cout, stride in MOBILE_BLOCKS:
+            layers.append(depthwise_separable(cin, cout, stride))
+            cin = cout
+        self.features = nn.Sequential(*layers)
+        self.head = classifier(cin, classes)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.head(self.features(image))
+        return out
+
+
+def mobilenetish(seed: int = 0) -> MobileNetish:
+    """The exporter's factory: the same random weights on every run."""
+    torch.manual_seed(seed)
+    return MobileNetish().eval()
