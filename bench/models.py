@@ -10,8 +10,12 @@ files.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from torch import nn
+
+M = TypeVar("M", bound=nn.Module)
 
 IMAGE_SIZE = 224
 CLASSES = 1000
@@ -83,10 +87,26 @@ class ResNet18ish(nn.Module):
         return out
 
 
+def seeded(model: type[M], seed: int) -> M:
+    """``model`` with the random weights ``seed`` gives, ready to export."""
+    torch.manual_seed(seed)
+    return model().eval()
+
+
 def resnet18ish(seed: int = 0) -> ResNet18ish:
     """The exporter's factory: the same random weights on every run."""
-    torch.manual_seed(seed)
-    return ResNet18ish().eval()
+    return seeded(ResNet18ish, seed)
+
+
+class FeaturesThenHead(nn.Module):
+    """A stack of feature layers, then a classifier head."""
+
+    features: nn.Module
+    head: nn.Module
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.head(self.features(image))
+        return out
 
 
 VGG_IMAGE_SIZE = 192
@@ -106,7 +126,7 @@ def vgg_stage(cin: int, cout: int) -> nn.Sequential:
     )
 
 
-class VGG192ish(nn.Module):
+class VGG192ish(FeaturesThenHead):
     """VGG's pattern, narrower: four conv stages (192 -> 12 pixels square), global average
     pool, and a small two-layer classifier; no batch norm or residuals, so the convolutions
     are nearly all of its cost."""
@@ -126,15 +146,10 @@ class VGG192ish(nn.Module):
             nn.Linear(VGG_HIDDEN, classes),
         )
 
-    def forward(self, image: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.head(self.features(image))
-        return out
-
 
 def vgg192ish(seed: int = 0) -> VGG192ish:
     """The exporter's factory: the same random weights on every run."""
-    torch.manual_seed(seed)
-    return VGG192ish().eval()
+    return seeded(VGG192ish, seed)
 
 
 # (output channels, stride) of each depthwise-separable block, as in MobileNet v1.
@@ -157,7 +172,7 @@ def depthwise_separable(cin: int, cout: int, stride: int) -> nn.Sequential:
     )
 
 
-class MobileNetish(nn.Module):
+class MobileNetish(FeaturesThenHead):
     """MobileNet v1's layout: a strided 3x3 stem, thirteen depthwise-separable blocks, global
     average pool and one linear layer."""
 
@@ -175,12 +190,7 @@ class MobileNetish(nn.Module):
         self.features = nn.Sequential(*layers)
         self.head = classifier(cin, classes)
 
-    def forward(self, image: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.head(self.features(image))
-        return out
-
 
 def mobilenetish(seed: int = 0) -> MobileNetish:
     """The exporter's factory: the same random weights on every run."""
-    torch.manual_seed(seed)
-    return MobileNetish().eval()
+    return seeded(MobileNetish, seed)
