@@ -98,9 +98,6 @@ def plan(
     ``--input-data`` holds them."""
     rng = np.random.default_rng(seed)
     known = known or {}
-    unknown = sorted(set(shapes) - {t.name for t in config.input})
-    if unknown:
-        raise ValueError(f"--shape {unknown[0]}: {model} has no input of that name")
     length_input = config.batchserve.sequence_length_input
     dims = {t.name: _dims(model, t, shapes) for t in config.input}
     seq = next((d[1] for n, d in dims.items() if d[1] and n != length_input), DEFAULT_AXIS)

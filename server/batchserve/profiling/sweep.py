@@ -111,6 +111,9 @@ def _perf_args(request: Request, config: ModelConfig, work: Path) -> tuple[tuple
     """perf_analyzer's ``--shape`` and ``--input-data`` flags, and what the requests hold:
     the data given, or values generated from ``config`` (perf_analyzer's own, with the
     shapes, where they cannot be: strings)."""
+    unknown = sorted(set(request.shapes) - {tensor.name for tensor in config.input})
+    if unknown:  # (a benchmark's shapes may name other models' inputs; one model's may not)
+        raise InvalidArgument(f"--shape {unknown[0]}: {request.model} has no input of that name")
     shapes = [f"{name}:{','.join(map(str, dims))}" for name, dims in request.shapes.items()]
     given = tuple(arg for shape in shapes for arg in ("--shape", shape))
     if request.input_data is not None:

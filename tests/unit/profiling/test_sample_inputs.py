@@ -63,3 +63,9 @@ def test_string_inputs_are_refused_by_name() -> None:
     text = config('max_batch_size: 4 input { name: "s" data_type: TYPE_STRING dims: [1] }')
     with pytest.raises(ValueError, match="input 's' is BYTES"):
         plan("strings", text, {})
+
+
+def test_shapes_of_other_models_inputs_are_ignored() -> None:
+    """A benchmark gives one set of shapes for every model it runs."""
+    inputs = plan("other", SEQUENCE, {"ids": (8,), "tokens": (32,)})
+    assert inputs.samples[0].array.shape == (8,)
