@@ -70,8 +70,13 @@ class ModelInputs:
         args = ["--input-data", str(data)]
         for s in self.samples:
             if s.free_axes:
-                args += ["--shape", f"{s.name}:{','.join(map(str, s.array.shape))}"]
+                args += ["--shape", shape_flag(s.name, s.array.shape)]
         return args
+
+
+def shape_flag(name: str, dims: tuple[int, ...]) -> str:
+    """``NAME:D1,D2``, as perf_analyzer's --shape takes it (``parse_shape`` reads it)."""
+    return f"{name}:{','.join(map(str, dims))}"
 
 
 def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:

@@ -22,7 +22,7 @@ from batchserve.profiling.errors import ProfileError, ServerRefused
 from batchserve.profiling.perf_analyzer import Measurement, Target, Window, measure
 from batchserve.profiling.plan import Axes, Setting, plan
 from batchserve.profiling.results import Outcome, default_budget
-from batchserve.profiling.sample_inputs import UnsupportedInput
+from batchserve.profiling.sample_inputs import UnsupportedInput, shape_flag
 from batchserve.profiling.sample_inputs import plan as plan_inputs
 from batchserve.profiling.server import ProfiledServer
 from batchserve.proto.model_config_pb2 import ModelConfig
@@ -114,8 +114,9 @@ def _perf_args(request: Request, config: ModelConfig, work: Path) -> tuple[tuple
     unknown = sorted(set(request.shapes) - {tensor.name for tensor in config.input})
     if unknown:  # (a benchmark's shapes may name other models' inputs; one model's may not)
         raise InvalidArgument(f"--shape {unknown[0]}: {request.model} has no input of that name")
-    shapes = [f"{name}:{','.join(map(str, dims))}" for name, dims in request.shapes.items()]
-    given = tuple(arg for shape in shapes for arg in ("--shape", shape))
+    given = tuple(
+        arg for name, dims in request.shapes.items() for arg in ("--shape", shape_flag(name, dims))
+    )
     if request.input_data is not None:
         return (*given, "--input-data", request.input_data), f"the values of {request.input_data}"
     try:

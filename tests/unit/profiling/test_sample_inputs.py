@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from batchserve.profiling.sample_inputs import DEFAULT_AXIS, parse_shape, plan
+from batchserve.profiling.sample_inputs import DEFAULT_AXIS, parse_shape, plan, shape_flag
 from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import text_format
 
@@ -24,6 +24,7 @@ SEQUENCE = config(
 def test_parse_shape() -> None:
     assert parse_shape("tokens:32") == ("tokens", (32,))
     assert parse_shape("ns:a:3,4") == ("ns:a", (3, 4))
+    assert parse_shape(shape_flag("ns:a", (3, 4))) == ("ns:a", (3, 4))
     for bad in ("tokens", "tokens:", "tokens:x", "tokens:0", ":3"):
         with pytest.raises(ValueError, match="--shape"):
             parse_shape(bad)
