@@ -151,3 +151,62 @@ def test_a_model_with_a_free_axis_and_token_ids_is_profiled_with_no_data_given(
     assert row[:4] == ["1", "8", "0", "4"]
     assert float(row[4]) > 0
     assert row[-2:] == ["yes", "*"]
+
+
+def test_a_sequence_model_is_swept_without_a_queue_delay_and_sent_whole_sequences(
+    tmp_path: Path,
+) -> None:
+    """char_lstm_step: perf_analyzer sends sequences of the 20 generated steps (valid token
+    ids, the state carried by the sequence batcher); only instances and max_batch_size are
+    swept, as Model Analyzer sweeps a sequence model, and its sequence batcher stays."""
+    model = tmp_path / "char_lstm_step"
+    shutil.copytree(MODEL_REPO / "char_lstm_step", model)
+    argv = [str(BIN / "batchserve"), "profile", "char_lstm_step", "--model-repository",
+            str(tmp_path), "--quick", "--instance-counts", "1", "--max-batch-sizes", "1,8",
+            "--concurrency", "8", "--latency-budget", "1000"]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "; sequences of 20 requests\n" in result.stdout
+    rows = table_rows(result.stdout)
+    assert [row[:4] for row in rows] == [["1", "1", "-", "8"], ["1", "8", "-", "8"]]
+    assert all(float(row[4]) > 0 for row in rows)
+    assert float(rows[0][8]) == 1.0  # batches of one sequence step at max_batch_size 1
+    assert float(rows[1][8]) > 1.0  # steps of several sequences batched together
+    (chosen,) = [row for row in rows if row[-1] == "*"]
+    after = text_format.Parse((model / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    assert after.max_batch_size == int(chosen[1])
+    assert not after.HasField("dynamic_batching")
+    before = (MODEL_REPO / "char_lstm_step" / "config.pbtxt").read_text()
+    original = text_format.Parse(before, model_config_pb2.ModelConfig())
+    assert after.sequence_batching == original.sequence_batching
+
+
+@pytest.mark.parametrize(
+    ("model", "step"),
+    [("square_int32", None), ("repeat_int32", None), ("char_lstm_generate", "char_lstm_step")],
+)
+def test_a_built_in_decoupled_model_is_measured_over_streams_and_kept(
+    tmp_path: Path, model: str, step: str | None
+) -> None:
+    """Their responses come from the server's event loop, so there is nothing to sweep; the
+    generation model needs its step model loaded, and perf_analyzer's random values would
+    ask square for billions of responses or repeat to wait for days."""
+    for name in (model, step):
+        if name is not None:
+            shutil.copytree(MODEL_REPO / name, tmp_path / name)
+    argv = [str(BIN / "batchserve"), "profile", model, "--model-repository", str(tmp_path),
+            "--quick", "--concurrency", "4"]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{model}: quick sweep of 1 setting at 4 clients over grpc in " in result.stdout
+    assert "over gRPC streams, latency to each request's last response\n" in result.stdout
+    assert "nothing to sweep: backend '" in result.stdout
+    assert (f"profile '{step}'" in result.stdout) == (step is not None)
+    (row,) = table_rows(result.stdout)
+    assert row[:4] == ["1", "0", "0", "4"]
+    assert float(row[4]) > 0
+    assert row[-2:] == ["yes", "*"]
+    assert "is left as it is: it already holds the recommended setting" in result.stdout
+    assert (tmp_path / model / "config.pbtxt").read_text() == (
+        MODEL_REPO / model / "config.pbtxt"
+    ).read_text()

@@ -61,6 +61,14 @@ def builtin_backend(config: ModelConfig) -> str | None:
     return config.backend if config.backend in BUILTIN_BACKENDS else None
 
 
+def step_model(config: ModelConfig) -> str | None:
+    """The model a ``generation`` model runs its steps on, which must be served for it to
+    answer; None for any other model."""
+    if config.backend != GENERATION:
+        return None
+    return config.parameters["step_model"].string_value or None
+
+
 def builtin_problems(config: ModelConfig) -> list[str]:
     """What a config for a built-in decoupled backend gets wrong, visible in it alone."""
     backend = config.backend

@@ -19,7 +19,7 @@ from batchserve.backends.selection import create_backend
 from batchserve.core.device import CPU
 from batchserve.core.errors import BatchserveError, ModelConfigError, Unavailable
 from batchserve.devices.placement import Placement, gpu_count, resolve_placements
-from batchserve.models.decoupled import build_responder, builtin_backend
+from batchserve.models.decoupled import build_responder, builtin_backend, step_model
 from batchserve.models.instance_change import change_instances, reload_reason
 from batchserve.models.instance_loader import BackendFactory as BackendFactory  # re-exported
 from batchserve.models.instance_loader import InstanceLoader, probe_length
@@ -324,7 +324,7 @@ class ModelRegistry(ModelTable):
     ) -> ServedVersion:
         """A decoupled model of a built-in backend: a responder, no instances of its own."""
         config = resolved.config
-        step_name = config.parameters["step_model"].string_value
+        step_name = step_model(config)
         step_config = None  # checked against the step model as the repository holds it
         if step_name:
             with contextlib.suppress(BatchserveError):

@@ -40,6 +40,12 @@ Sweeps: the full one is instances 1,2,4 x max_batch_size 1-128 (powers of 2) x q
 0, 1000, 10000 us, each also with the model's current value (so the current setting is one
 of the rows); --quick is instances 1,2 x max_batch_size 1, 8 x queue delay 0, each with the
 current value, in short windows (under two minutes on 2 cores for the example models).
+
+A sequence model is swept over instances x max_batch_size (its sequence batcher has no
+queue delay of the dynamic batcher's), perf_analyzer sending sequences of 20 requests; a
+decoupled model is driven over gRPC streams, timed to each request's last response. A model
+of a backend built into the server (generation, repeat, square) has nothing to sweep: the
+config as it is is measured and kept (a generation model's step model is loaded with it).
 """
 
 
@@ -127,8 +133,7 @@ def _add_measurement_arguments(parser: argparse.ArgumentParser) -> None:
     measure.add_argument(
         "--protocol",
         choices=("http", "grpc"),
-        default="http",
-        help="what perf_analyzer speaks (default http)",
+        help="what perf_analyzer speaks (default http; grpc streams for a decoupled model)",
     )
     measure.add_argument(
         "--perf-analyzer",

@@ -26,9 +26,12 @@ BACKUP_SUFFIX = ".orig"
 
 
 def current_setting(config: ModelConfig) -> Setting:
-    """What a completed config says now (a group's unset count means one instance)."""
+    """What a completed config says now (a group's unset count means one instance; a
+    sequence-batched model has no queue delay of the dynamic batcher's)."""
     instances = max((group.count or 1 for group in config.instance_group), default=1)
-    delay = config.dynamic_batching.max_queue_delay_microseconds
+    delay = None
+    if not config.HasField("sequence_batching"):
+        delay = config.dynamic_batching.max_queue_delay_microseconds
     return Setting(instances, config.max_batch_size, delay)
 
 
@@ -37,7 +40,7 @@ def apply(config: ModelConfig, setting: Setting) -> ModelConfig:
 
     Every instance group gets the count; a config without one gets a group only where the
     count is not the default single instance. A model that does not batch keeps its
-    scheduling as it is.
+    scheduling as it is, and so does a sequence-batched one (no queue delay to set).
     """
     done = ModelConfig()
     done.CopyFrom(config)
@@ -48,6 +51,7 @@ def apply(config: ModelConfig, setting: Setting) -> ModelConfig:
         done.instance_group.add(count=setting.instances)
     if setting.max_batch_size > 0:
         done.max_batch_size = setting.max_batch_size
+    if setting.max_batch_size > 0 and setting.queue_delay_us is not None:
         done.dynamic_batching.SetInParent()
         done.dynamic_batching.max_queue_delay_microseconds = setting.queue_delay_us
     return done

@@ -4,7 +4,9 @@ The grid follows Model Analyzer's automatic brute search (instance counts from 1
 in powers of 2 up to 128) with the queue delay as a third axis; ``--quick`` keeps the few
 points that tell most. The model's current values are always on their axes and its current
 setting is one of the points, so the table shows where the config stands now and keeping it
-is a possible recommendation. A model that does not batch is swept over instances only.
+is a possible recommendation. A model that does not batch is swept over instances only; a
+sequence-batched one over instances and ``max_batch_size`` (its sequence slots), as Model
+Analyzer sweeps it: the queue delay is the dynamic batcher's, which it does not use.
 Every setting faces the same clients, so that rows differ by the setting alone.
 """
 
@@ -23,19 +25,20 @@ class Setting:
     Args:
         instances: ``count`` of every ``instance_group``.
         max_batch_size: ``max_batch_size``; 0 for a model that does not batch.
-        queue_delay_us: ``dynamic_batching.max_queue_delay_microseconds``.
+        queue_delay_us: ``dynamic_batching.max_queue_delay_microseconds``; None for a
+            sequence-batched model, which has no dynamic batcher.
     """
 
     instances: int
     max_batch_size: int
-    queue_delay_us: int
+    queue_delay_us: int | None
 
     @property
     def label(self) -> str:
-        return (
-            f"instances {self.instances}, max_batch_size {self.max_batch_size}, "
-            f"queue delay {self.queue_delay_us} us"
-        )
+        text = f"instances {self.instances}, max_batch_size {self.max_batch_size}"
+        if self.queue_delay_us is None:
+            return text
+        return f"{text}, queue delay {self.queue_delay_us} us"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,20 +75,26 @@ def plan(current: Setting, *, quick: bool, given: Axes = Axes()) -> list[Setting
     """
     defaults = QUICK if quick else FULL
     batching = current.max_batch_size > 0
-    _check(given, batching)
+    delayed = current.queue_delay_us is not None
+    _check(given, batching, delayed)
     instances = _axis(given.instances, defaults.instances, current.instances)
     sizes = _axis(given.max_batch_sizes, defaults.max_batch_sizes, current.max_batch_size)
-    delays = _axis(given.queue_delays_us, defaults.queue_delays_us, current.queue_delay_us)
     if not batching:
-        sizes, delays = [0], [0]
+        sizes = [0]
+    delays: list[int | None] = [None]  # sequence batching: there is no queue delay to set
+    if current.queue_delay_us is not None:
+        delays = [0]
+        if batching:
+            delays = [*_axis(given.queue_delays_us, defaults.queue_delays_us,
+                             current.queue_delay_us)]  # fmt: skip
     settings = {
         Setting(count, size, delay)
         for count in instances
         for size in sizes
-        for delay in (delays if size > 1 else (0,))
+        for delay in (delays if size > 1 or not delayed else (0,))
     }
-    on_axes = (current.instances, current.max_batch_size, current.queue_delay_us)
-    if all(value in axis for value, axis in zip(on_axes, (instances, sizes, delays), strict=True)):
+    on_axes = current.instances in instances and current.max_batch_size in sizes
+    if on_axes and current.queue_delay_us in delays:
         settings.add(current)
     return sorted(settings)
 
@@ -96,7 +105,7 @@ def _axis(given: Sequence[int] | None, default: Sequence[int] | None, current: i
     return sorted({*(default or ()), current})
 
 
-def _check(given: Axes, batching: bool) -> None:
+def _check(given: Axes, batching: bool, delayed: bool) -> None:
     for flag, values, least in (
         ("--instance-counts", given.instances, 1),
         ("--max-batch-sizes", given.max_batch_sizes, 1),
@@ -108,4 +117,9 @@ def _check(given: Axes, batching: bool) -> None:
         raise InvalidArgument(
             "the model does not batch (max_batch_size 0: its first axis is not a batch axis), "
             "so --max-batch-sizes and --queue-delays do not apply"
+        )
+    if not delayed and given.queue_delays_us:
+        raise InvalidArgument(
+            "the model is sequence-batched (it has no dynamic batcher), so --queue-delays "
+            "does not apply"
         )

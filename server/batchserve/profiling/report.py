@@ -13,10 +13,11 @@ from batchserve.profiling.sweep import Report, Request
 def print_report(request: Request, report: Report, seconds: float) -> Outcome | None:
     """The header, the table and its notes, and the recommendation; returns the chosen row."""
     sweep = "quick sweep" if request.quick else "sweep"
-    settings = len({outcome.setting for outcome in report.outcomes})
+    count = len({outcome.setting for outcome in report.outcomes})
+    settings = f"{count} setting" + ("" if count == 1 else "s")
     print(
-        f"{request.model}: {sweep} of {settings} settings at {_clients(request)} clients over "
-        f"{request.protocol} in {seconds:.1f} s (perf_analyzer windows of "
+        f"{request.model}: {sweep} of {settings} at {_clients(request)} clients over "
+        f"{report.protocol} in {seconds:.1f} s (perf_analyzer windows of "
         f"{request.window.interval_ms} ms)"
     )
     if report.requests:
@@ -26,6 +27,8 @@ def print_report(request: Request, report: Report, seconds: float) -> Outcome | 
         f"the config as it is ({_describe(report.current)}), at {first.concurrency} clients: "
         f"{first.throughput:.1f} infer/sec, p50 {first.p50_ms:.2f} ms, p99 {first.p99_ms:.2f} ms"
     )
+    if report.fixed:
+        print(report.fixed)
     how = (
         "--latency-budget"
         if request.latency_budget_ms
@@ -99,7 +102,7 @@ def _describe(setting: Setting) -> str:
     text = f"instance_group count {setting.instances}"
     if setting.max_batch_size == 0:
         return f"{text}, max_batch_size 0 (the model does not batch)"
-    return (
-        f"{text}, max_batch_size {setting.max_batch_size}, "
-        f"max_queue_delay_microseconds {setting.queue_delay_us}"
-    )
+    text = f"{text}, max_batch_size {setting.max_batch_size}"
+    if setting.queue_delay_us is None:
+        return text
+    return f"{text}, max_queue_delay_microseconds {setting.queue_delay_us}"

@@ -96,7 +96,8 @@ def notes(outcomes: Sequence[Outcome]) -> list[str]:
 
 def _cells(outcome: Outcome, budget_ms: float, chosen: bool) -> list[str]:
     setting, measured = outcome.setting, outcome.measurement
-    head = [str(setting.instances), str(setting.max_batch_size), str(setting.queue_delay_us),
+    delay = "-" if setting.queue_delay_us is None else str(setting.queue_delay_us)
+    head = [str(setting.instances), str(setting.max_batch_size), delay,
             str(outcome.concurrency or "-")]  # fmt: skip
     if measured is None:
         verdict = "refused" if outcome.problem.startswith("refused") else "failed"

@@ -2,11 +2,14 @@
 and ``--shape``, and the same values fed to ONNX Runtime in-process.
 
 perf_analyzer's own random data cannot drive every model: an input with free axes needs a
-shape, and random 64-bit integers are no valid token ids. One sample per input is built from
-the model's (completed) config: the values given where the caller knows realistic ones, the
-true length for the ``batchserve { sequence_length_input }``, small integers (valid ids for
-any vocabulary of 10 or more) for other integer inputs, N(0, 1) for floats; free axes are
-the given shape or 32.
+shape, random 64-bit integers are no valid token ids (nor a count of responses or a delay
+anyone waits for), and random strings no prompt. One sample per input is built from the
+model's (completed) config: the values given where the caller knows realistic ones, the true
+length for the ``batchserve { sequence_length_input }``, small positive integers (valid ids
+for any vocabulary of 10 or more) for other integer inputs, N(0, 1) for floats, a short line
+of lowercase ASCII for strings; free axes are the given shape or 32. An optional input is left
+out unless the caller names it, as a client that does not set it would: the model's default
+holds. A sequence model's sample is sent as sequences of ``SEQUENCE_STEPS`` requests.
 """
 
 from __future__ import annotations
@@ -24,12 +27,16 @@ from batchserve.core.datatypes import DataType, from_config
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput
 
 DEFAULT_AXIS = 32
-INT_HIGH = 9
+INT_LOW, INT_HIGH = 1, 9
+STRING_LENGTH = 16
+STRING_LETTERS = "abcdefghijklmnopqrstuvwxyz "
+SEQUENCE_STEPS = 20
+"""Requests a sequence: perf_analyzer's own default sequence length."""
 
 
 class UnsupportedInput(ValueError):
-    """An input whose values cannot be generated (strings): the load generator's own data
-    must do."""
+    """An input whose values cannot be generated (BF16, which JSON cannot carry): the load
+    generator's own data must do."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,8 @@ class ModelInputs:
     batched: bool
     samples: tuple[Sample, ...]
     notes: tuple[str, ...] = ()
+    steps: int = 1
+    """Requests a stream holds: ``SEQUENCE_STEPS`` for a sequence model, else one."""
 
     def feeds(self, batch: int) -> dict[str, npt.NDArray[Any]]:
         """The sample repeated ``batch`` times, as ONNX Runtime takes it."""
@@ -56,12 +65,14 @@ class ModelInputs:
         return {s.name: np.repeat(s.array[None], batch, axis=0) for s in self.samples}
 
     def pa_data(self) -> dict[str, Any]:
-        """perf_analyzer's ``--input-data`` JSON: one step holding every input."""
+        """perf_analyzer's ``--input-data`` JSON: one step holding every input, or for a
+        sequence model one stream of ``steps`` such steps (perf_analyzer then sends sequences
+        of that length)."""
         step = {
             s.name: {"content": s.array.ravel().tolist(), "shape": list(s.array.shape)}
             for s in self.samples
         }
-        return {"data": [step]}
+        return {"data": [[step] * self.steps if self.steps > 1 else step]}
 
     def pa_args(self, work: Path) -> list[str]:
         """``--shape`` for free axes and ``--input-data`` (written into ``work``)."""
@@ -100,14 +111,20 @@ def plan(
 ) -> ModelInputs:
     """The sample of each input of ``model``; ``shapes`` sets free axes (else 32, noted);
     ``known`` gives realistic values by input name, as one step of perf_analyzer's
-    ``--input-data`` holds them."""
+    ``--input-data`` holds them. Optional inputs are sent only when ``shapes`` or ``known``
+    names them."""
     rng = np.random.default_rng(seed)
     known = known or {}
     length_input = config.batchserve.sequence_length_input
-    dims = {t.name: _dims(model, t, shapes) for t in config.input}
+    sent = [t for t in config.input if not t.optional or t.name in shapes or t.name in known]
+    dims = {t.name: _dims(model, t, shapes) for t in sent}
     seq = next((d[1] for n, d in dims.items() if d[1] and n != length_input), DEFAULT_AXIS)
     samples, notes = [], []
-    for tensor in config.input:
+    left_out = [t.name for t in config.input if t not in sent]
+    if left_out:
+        notes.append(f"{model}: optional inputs left out, the model's defaults hold: "
+                     f"{', '.join(left_out)}")  # fmt: skip
+    for tensor in sent:
         shape, free = dims[tensor.name]
         datatype = _datatype(model, tensor)
         if free and tensor.name not in shapes:
@@ -122,7 +139,8 @@ def plan(
         else:
             array = _random(rng, datatype, shape)
         samples.append(Sample(tensor.name, datatype, array, bool(free)))
-    return ModelInputs(model, config.max_batch_size > 0, tuple(samples), tuple(notes))
+    steps = SEQUENCE_STEPS if config.HasField("sequence_batching") else 1
+    return ModelInputs(model, config.max_batch_size > 0, tuple(samples), tuple(notes), steps)
 
 
 def _dims(
@@ -145,9 +163,9 @@ def _dims(
 
 def _datatype(model: str, tensor: ModelInput) -> DataType:
     datatype = from_config(tensor.data_type)
-    if datatype.wire in ("BYTES", "BF16"):
+    if datatype.wire == "BF16":
         raise UnsupportedInput(
-            f"{model}: input '{tensor.name}' is {datatype.wire}; numeric inputs only"
+            f"{model}: input '{tensor.name}' is BF16, which perf_analyzer's JSON cannot carry"
         )
     return datatype
 
@@ -161,9 +179,13 @@ def _known(entry: Any, datatype: DataType, shape: tuple[int, ...]) -> npt.NDArra
 def _random(
     rng: np.random.Generator, datatype: DataType, shape: tuple[int, ...]
 ) -> npt.NDArray[Any]:
+    if datatype.wire == "BYTES":
+        letters = rng.choice(list(STRING_LETTERS), (*shape, STRING_LENGTH))
+        return np.array(["".join(row) for row in letters.reshape(-1, STRING_LENGTH)],
+                        dtype=object).reshape(shape)  # fmt: skip
     kind = datatype.numpy.kind
     if kind == "f":
         return rng.standard_normal(shape).astype(datatype.numpy)
     if kind == "b":
         return rng.integers(0, 2, shape).astype(bool)
-    return rng.integers(0, INT_HIGH + 1, shape).astype(datatype.numpy)
+    return rng.integers(INT_LOW, INT_HIGH + 1, shape).astype(datatype.numpy)

@@ -2,11 +2,17 @@
 
 The requests' values are generated from the config the server completed, unless given
 (``sample_inputs.py``: perf_analyzer's own random data is no valid token id, and an input
-with free dims needs a shape). The first point (the config as it is, at the sweep's highest
-concurrency) sets the default latency budget and fails the whole profile early when
-perf_analyzer cannot drive the model at all. Every setting then faces the same clients, so rows
-differ by the setting alone. Each setting is unloaded before the next loads, so a setting has
-the whole memory budget to itself; one the server refuses is kept as a refused row.
+with free dims needs a shape). perf_analyzer finds a sequence model in that config and sends
+sequences itself; a decoupled model is driven over gRPC streams (``--streaming``), where
+perf_analyzer times each request to its last response (its banner says the first; its
+code takes the last). A model of a backend built into the server has nothing to sweep (it
+runs in the server's event loop, without instances or batching of its own): the config as
+it is is measured and kept. The first point (the config as it
+is, at the sweep's highest concurrency) sets the default latency budget and fails the whole
+profile early when perf_analyzer cannot drive the model at all. Every setting then faces the
+same clients, so rows differ by the setting alone. Each setting is unloaded before the next
+loads, so a setting has the whole memory budget to itself; one the server refuses is kept as
+a refused row.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from batchserve.core.errors import InvalidArgument, Unsupported
+from batchserve.core.errors import InvalidArgument
+from batchserve.models.decoupled import builtin_backend, step_model
 from batchserve.profiling.config_edit import apply, current_setting
 from batchserve.profiling.errors import ProfileError, ServerRefused
 from batchserve.profiling.perf_analyzer import Measurement, Target, Window, measure
@@ -36,6 +43,8 @@ class Request:
         base_config: the model's config.pbtxt as written (empty when it has none); each
             setting is loaded as this with the three swept fields changed.
         concurrencies: perf_analyzer's client counts, each a row of every setting.
+        protocol: what perf_analyzer speaks; None: gRPC for a decoupled model (it
+            answers over streams only), else HTTP.
         shapes: one request's dims of inputs with free dims, by input name.
         input_data: perf_analyzer's ``--input-data``; None: generated from the config.
         serve_args: further `serve` flags.
@@ -48,7 +57,7 @@ class Request:
     axes: Axes
     concurrencies: Sequence[int]
     latency_budget_ms: float | None
-    protocol: str
+    protocol: str | None
     window: Window
     perf_analyzer: Path
     shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
@@ -59,14 +68,17 @@ class Request:
 @dataclass(frozen=True, slots=True)
 class Report:
     """What the sweep found: the current setting and its first measurement, every setting's
-    rows, the budget used, and what the requests held."""
+    rows, the budget used, the protocol spoken and what the requests held."""
 
     current: Setting
     as_it_is: Measurement
     budget_ms: float
     outcomes: list[Outcome]
+    protocol: str
     requests: str = ""
-    """What the requests held (their values and free dims), for the report."""
+    """What the requests held (their values and free dims, sequences, streams)."""
+    fixed: str = ""
+    """Why nothing was swept, for a model whose settings the server does not use."""
 
 
 def sweep(request: Request, say: Callable[[str], None]) -> Report:
@@ -75,13 +87,21 @@ def sweep(request: Request, say: Callable[[str], None]) -> Report:
         ProfiledServer.start(request.repository, request.serve_args) as server,
         tempfile.TemporaryDirectory(prefix="batchserve-profile-") as work,
     ):
-        current, config = _load_as_it_is(server, request.model)
+        current, config = _load_as_it_is(server, request)
+        fixed = _nothing_to_sweep(config, request.axes)
         perf_args, requests = _perf_args(request, config, Path(work))
-        target = Target(request.perf_analyzer, request.model, request.protocol,
-                        server.url(request.protocol), perf_args)  # fmt: skip
+        protocol, streaming = _protocol(request, config)
+        if streaming:
+            perf_args += ("--streaming",)
+            requests += "; over gRPC streams, latency to each request's last response"
+        target = Target(request.perf_analyzer, request.model, protocol, server.url(protocol),
+                        perf_args)  # fmt: skip
         as_it_is = _measure_as_it_is(target, request)
         say(f"the config as it is, at {as_it_is.concurrency} clients: {_summary(as_it_is)}")
         budget = request.latency_budget_ms or default_budget(as_it_is)
+        if fixed:
+            only = [Outcome(current, as_it_is.concurrency, as_it_is)]
+            return Report(current, as_it_is, budget, only, protocol, requests, fixed)
         settings = plan(current, quick=request.quick, given=request.axes)
         outcomes: list[Outcome] = []
         for index, setting in enumerate(settings, 1):
@@ -89,22 +109,51 @@ def sweep(request: Request, say: Callable[[str], None]) -> Report:
             outcomes += done
             for outcome in done:
                 say(f"[{index}/{len(settings)}] {setting.label}: {_outcome_summary(outcome)}")
-    return Report(current, as_it_is, budget, outcomes, requests)
+    return Report(current, as_it_is, budget, outcomes, protocol, requests)
 
 
-def _load_as_it_is(server: ProfiledServer, model: str) -> tuple[Setting, ModelConfig]:
-    """Load the model from its own config; what the server completed is the current setting."""
+def _load_as_it_is(server: ProfiledServer, request: Request) -> tuple[Setting, ModelConfig]:
+    """Load the model from its own config, after the step model it runs on, if any; what
+    the server completed is the current setting."""
+    called = step_model(request.base_config)
     try:
-        server.load(model)
+        if called is not None:
+            server.load(called)
+        server.load(request.model)
     except ServerRefused as exc:
         raise ProfileError(f"the model does not load as it is: {exc.message}") from None
-    config = server.config(model)
-    if config.HasField("sequence_batching") or config.model_transaction_policy.decoupled:
-        raise Unsupported(
-            f"'{model}' is a sequence or decoupled model: profile sweeps dynamic batching, "
-            "which these models do not use"
-        )
+    config = server.config(request.model)
     return current_setting(config), config
+
+
+def _nothing_to_sweep(config: ModelConfig, axes: Axes) -> str:
+    """Why the model has no setting to sweep (a built-in backend's), else ""."""
+    backend = builtin_backend(config)
+    if backend is None:
+        return ""
+    why = (
+        f"nothing to sweep: backend '{backend}' runs in the server's event loop, without "
+        "instances or batching of its own"
+    )
+    called = step_model(config)
+    if called is not None:
+        why += f"; its throughput is that of its step model: profile '{called}'"
+    if axes != Axes():
+        raise InvalidArgument(f"{why} (so --instance-counts and the other axes do not apply)")
+    return why
+
+
+def _protocol(request: Request, config: ModelConfig) -> tuple[str, bool]:
+    """What perf_analyzer speaks, and whether over streams: a decoupled model answers
+    over gRPC streams only."""
+    if not config.model_transaction_policy.decoupled:
+        return request.protocol or "http", False
+    if request.protocol == "http":
+        raise InvalidArgument(
+            f"'{request.model}' is decoupled: it answers over gRPC streams only, which "
+            "perf_analyzer drives with --streaming (leave --protocol out, or set grpc)"
+        )
+    return "grpc", True
 
 
 def _perf_args(request: Request, config: ModelConfig, work: Path) -> tuple[tuple[str, ...], str]:
@@ -126,6 +175,8 @@ def _perf_args(request: Request, config: ModelConfig, work: Path) -> tuple[tuple
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
     generated = "values generated from the config (--input-data FILE sets them)"
+    if inputs.steps > 1:
+        generated += f"; sequences of {inputs.steps} requests"
     notes = "".join(f"; {note.removeprefix(f'{request.model}: ')}" for note in inputs.notes)
     return tuple(inputs.pa_args(work)), generated + notes
 

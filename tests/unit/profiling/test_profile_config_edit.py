@@ -8,23 +8,13 @@ from pathlib import Path
 import pytest
 from batchserve.models.model_config import parse_pbtxt
 from batchserve.profiling.config_edit import apply, current_setting, rewrite, write
-from batchserve.profiling.plan import Setting
+from batchserve.profiling.plan import Setting, plan
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelDynamicBatching, ModelInstanceGroup
 
 MODEL_REPO = Path(__file__).resolve().parents[3] / "model_repo"
 
 
-def _swept_by_profile(path: Path) -> bool:
-    config = parse_pbtxt(path.read_text())
-    return not (config.HasField("sequence_batching") or config.model_transaction_policy.decoupled)
-
-
-SHIPPED = [
-    path
-    for path in sorted(MODEL_REPO.glob("*/config.pbtxt")) + sorted(MODEL_REPO.glob("*/configs/*"))
-    if _swept_by_profile(path)
-]
-SETTINGS = [Setting(1, 1, 0), Setting(2, 8, 1000), Setting(4, 128, 0), Setting(1, 64, 25000)]
+SHIPPED = sorted(MODEL_REPO.glob("*/config.pbtxt")) + sorted(MODEL_REPO.glob("*/configs/*"))
 
 COMMENTED = """\
 # digits, tuned by hand
@@ -93,16 +83,31 @@ def assert_written(config: ModelConfig, setting: Setting) -> None:
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.relative_to(MODEL_REPO).as_posix())
-@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.label)
-def test_every_other_field_of_a_shipped_config_survives(path: Path, setting: Setting) -> None:
+def test_every_other_field_of_a_shipped_config_survives(path: Path) -> None:
+    """Every setting of the full sweep, sequence and decoupled models included."""
     text = path.read_text()
     before = parse_pbtxt(text)
-    written, layout_kept = rewrite(text, setting)
+    settings = plan(current_setting(before), quick=False)
+    assert len(settings) >= 3
+    for setting in settings:
+        written, layout_kept = rewrite(text, setting)
+        after = parse_pbtxt(written)
+        assert layout_kept, setting
+        assert after == apply(before, setting)
+        assert swept_cleared(after) == swept_cleared(before)
+        assert_written(after, setting)
+
+
+def test_a_sequence_model_keeps_its_batcher_and_has_no_queue_delay() -> None:
+    text = (MODEL_REPO / "char_lstm_step" / "config.pbtxt").read_text()
+    before = parse_pbtxt(text)
+    assert current_setting(before) == Setting(1, 64, None)
+    written, layout_kept = rewrite(text, Setting(2, 8, None))
     after = parse_pbtxt(written)
     assert layout_kept
-    assert after == apply(before, setting)
-    assert swept_cleared(after) == swept_cleared(before)
-    assert_written(after, setting)
+    assert not after.HasField("dynamic_batching")
+    assert after.sequence_batching == before.sequence_batching
+    assert (after.max_batch_size, after.instance_group[0].count) == (8, 2)
 
 
 def test_comments_and_layout_survive_and_nested_counts_are_left_alone() -> None:

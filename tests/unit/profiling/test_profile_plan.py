@@ -83,3 +83,13 @@ def test_the_current_setting_is_kept_even_with_a_delay_that_changes_nothing() ->
 def test_given_axes_without_the_current_values_leave_it_out() -> None:
     given = Axes(max_batch_sizes=[8])
     assert SHIPPED not in plan(SHIPPED, quick=True, given=given)
+
+
+def test_a_sequence_model_is_swept_over_instances_and_batch_sizes_without_a_delay() -> None:
+    """As Model Analyzer sweeps one: its batcher is the sequence batcher, not the dynamic."""
+    settings = plan(Setting(1, 64, None), quick=True)
+    assert settings == [Setting(n, size, None) for n in (1, 2) for size in (1, 8, 64)]
+    assert [s.label for s in settings[:1]] == ["instances 1, max_batch_size 1"]
+    with pytest.raises(InvalidArgument, match="sequence-batched"):
+        plan(Setting(1, 64, None), quick=True, given=Axes(queue_delays_us=[0]))
+    assert plan(Setting(2, 0, None), quick=True) == [Setting(1, 0, None), Setting(2, 0, None)]

@@ -39,7 +39,8 @@ OUTCOMES = [
 def test_the_report_names_the_load_the_budget_the_rows_and_the_recommendation(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    chosen = print_report(request(), Report(CURRENT, AS_IT_IS, BUDGET, OUTCOMES), seconds=20.5)
+    report = Report(CURRENT, AS_IT_IS, BUDGET, OUTCOMES, "http")
+    chosen = print_report(request(), report, seconds=20.5)
     assert chosen is OUTCOMES[1]
     out = capsys.readouterr().out
     head, rows, tail = out.split("\n\n")
@@ -63,7 +64,7 @@ def test_when_the_config_as_it_is_is_best_the_report_says_keep_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     outcomes = [*OUTCOMES[:1], measured(Setting(1, 8, 0), 4500.0, 5.0), OUTCOMES[2]]
-    chosen = print_report(request(), Report(CURRENT, AS_IT_IS, BUDGET, outcomes), 1.0)
+    chosen = print_report(request(), Report(CURRENT, AS_IT_IS, BUDGET, outcomes, "http"), 1.0)
     assert chosen is outcomes[2]
     tail = capsys.readouterr().out.split("\n\n")[-1]
     assert tail.splitlines() == [
@@ -76,10 +77,28 @@ def test_when_the_config_as_it_is_is_best_the_report_says_keep_it(
 def test_without_a_row_in_budget_nothing_is_recommended(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert print_report(request(0.1), Report(CURRENT, AS_IT_IS, 0.1, OUTCOMES), 1.0) is None
+    assert print_report(request(0.1), Report(CURRENT, AS_IT_IS, 0.1, OUTCOMES, "http"), 1.0) is None
     out = capsys.readouterr().out
     assert "p99 budget: 0.10 ms (--latency-budget)" in out
     assert "no setting met the p99 budget of 0.10 ms: nothing written" in out
+
+
+def test_a_sequence_model_is_reported_without_a_queue_delay_over_the_protocol_used(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    current = Setting(1, 64, None)
+    outcomes = [measured(Setting(1, 8, None), 5000.0, 2.0), measured(current, 4000.0, 3.0)]
+    report = Report(current, AS_IT_IS, BUDGET, outcomes, "grpc", "sequences of 20 requests")
+    assert print_report(request(), report, 1.0) is outcomes[0]
+    head, rows, tail = capsys.readouterr().out.split("\n\n")
+    assert " over grpc in " in head
+    assert "requests: sequences of 20 requests" in head
+    assert "the config as it is (instance_group count 1, max_batch_size 64), at 16" in head
+    assert [line.split()[:3] for line in rows.splitlines()[1:]] == [
+        ["1", "8", "-"],
+        ["1", "64", "-"],
+    ]
+    assert tail.splitlines()[0] == "recommended: instance_group count 1, max_batch_size 8"
 
 
 def test_the_recommendation_is_written_with_the_old_file_kept(

@@ -35,7 +35,7 @@ def test_free_axis_from_shape_sets_the_length_input_too() -> None:
     ids, n = (s.array for s in inputs.samples)
     assert ids.shape == (50,)
     assert ids.dtype == np.int32
-    assert 0 <= ids.min() <= ids.max() <= 9
+    assert 1 <= ids.min() <= ids.max() <= 9
     assert n.tolist() == [50]
     assert inputs.notes == ()
 
@@ -60,10 +60,16 @@ def test_float_inputs_and_a_model_without_batch_axis() -> None:
     assert inputs.pa_data()["data"][0]["x"]["shape"] == [2, 3]
 
 
-def test_string_inputs_are_refused_by_name() -> None:
-    text = config('max_batch_size: 4 input { name: "s" data_type: TYPE_STRING dims: [1] }')
-    with pytest.raises(ValueError, match="input 's' is BYTES"):
-        plan("strings", text, {})
+def test_strings_are_short_lowercase_lines_and_bf16_is_refused_by_name() -> None:
+    text = config('max_batch_size: 4 input { name: "s" data_type: TYPE_STRING dims: [2] }')
+    (sample,) = plan("strings", text, {}).samples
+    assert sample.array.shape == (2,)
+    assert all(len(line) == 16 and line.strip(" abcdefghijklmnopqrstuvwxyz") == ""
+               for line in sample.array)  # fmt: skip
+    assert sample.array[0] != sample.array[1]
+    brain = config('max_batch_size: 4 input { name: "b" data_type: TYPE_BF16 dims: [1] }')
+    with pytest.raises(ValueError, match="input 'b' is BF16"):
+        plan("brain", brain, {})
 
 
 def test_shapes_of_other_models_inputs_are_ignored() -> None:
