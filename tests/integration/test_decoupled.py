@@ -132,6 +132,30 @@ def test_square_sends_n_responses_per_request_as_the_square_client(stream: Strea
         stream.results.get(timeout=0.3)
 
 
+def test_each_answered_request_counts_as_one_execution_of_its_replies_time(
+    decoupled_server: ServerProcess, stream: Stream
+) -> None:
+    """As Triton's repeat backend reports a decoupled request (batch statistics of size 1,
+    the execution its compute): perf_analyzer's server-side figures and the dashboards'
+    execution rates read these, and they stayed 0."""
+    before = _statistics(decoupled_server, "repeat_int32")
+    stream.client.async_stream_infer("repeat_int32", _repeat_inputs([1, 2, 3], [20, 20, 20]))
+    assert [stream.next().as_numpy("OUT").tolist() for _ in range(3)] == [[1], [2], [3]]
+    deadline = time.monotonic() + 5
+    while (after := _statistics(decoupled_server, "repeat_int32"))["inference_count"] == before[
+        "inference_count"
+    ] and time.monotonic() < deadline:
+        time.sleep(0.02)  # the statistics follow the final reply
+    assert int(after["inference_count"]) - int(before["inference_count"]) == 1
+    assert int(after["execution_count"]) - int(before["execution_count"]) == 1
+    infer = after["inference_stats"]["compute_infer"]
+    earlier = before["inference_stats"]["compute_infer"]
+    assert int(infer["count"]) - int(earlier["count"]) == 1
+    assert int(infer["ns"]) - int(earlier["ns"]) >= 60_000_000  # three replies 20 ms apart
+    (size_one,) = after["batch_stats"]
+    assert size_one["batch_size"] == 1
+
+
 def test_one_response_calls_are_refused_in_triton_s_words(
     decoupled_server: ServerProcess,
 ) -> None:

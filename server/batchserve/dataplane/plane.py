@@ -240,6 +240,7 @@ class DataPlane:
                 request.inputs, request.outputs, served.schema, request.layout, request.verdict
             )
             replies = responder.replies(valid.inputs, request.is_cancelled, streaming)
+            began = time.monotonic_ns()
             async with contextlib.aclosing(replies):
                 async for reply in replies:
                     if not reply.outputs and not request.empty_final:
@@ -255,9 +256,11 @@ class DataPlane:
         except BaseException as exc:
             self.record_failure(served, started, exc, request.protocol, request.id)
             raise
-        served.stats.record_request(
-            True, time.monotonic_ns() - started, 0, protocol=request.protocol
-        )
+        finished = time.monotonic_ns()
+        # one execution of one request, its replies the compute, as Triton's repeat backend
+        # reports a decoupled request: without it the model's counts and compute stay 0
+        served.stats.record_batch(1, 0, finished - began, 0)
+        served.stats.record_request(True, finished - started, 0, protocol=request.protocol)
 
     @staticmethod
     def record_success(
