@@ -5,6 +5,7 @@ of statistics; a worker killed under load; the model-owning process killed; SIGT
 from __future__ import annotations
 
 import asyncio
+import http.client
 import os
 import signal
 import threading
@@ -112,6 +113,27 @@ def test_requests_over_many_connections_reach_both_workers_and_are_counted_once(
     shares = [metric(workers_server, "batchserve_worker_requests_total", worker=str(i))
               for i in range(2)]  # fmt: skip
     assert all(share > 0 for share in shares), shares
+
+
+def test_answers_forwarded_from_the_model_owning_process_carry_one_date(
+    workers_server: ServerProcess,
+) -> None:
+    """Health, metadata and generate_stream go to the model-owning process whole; its own
+    ``Date`` came back beside the worker's, two where RFC 9110 allows one."""
+    for method, path, body in [
+        ("GET", "/v2/health/ready", None),
+        ("GET", "/v2/models/digits_cnn", None),
+        ("POST", "/v2/models/square_int32/generate_stream", b'{"IN": 2}'),
+    ]:
+        connection = http.client.HTTPConnection(workers_server.http_url, timeout=30)
+        try:
+            connection.request(method, path, body=body)
+            response = connection.getresponse()
+            response.read()
+        finally:
+            connection.close()
+        assert response.status == 200, path
+        assert len(response.headers.get_all("date") or []) == 1, path
 
 
 def test_bad_requests_get_the_same_answers_and_are_counted(workers_server: ServerProcess) -> None:

@@ -36,6 +36,9 @@ _HOP_BY_HOP = frozenset(
     (b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade", b"trailer",
      b"proxy-connection", PEER_HEADER)
 )  # fmt: skip
+_SET_HERE = _HOP_BY_HOP | {b"date"}
+"""Headers of the model-owning process's answer left out: this worker's server writes its
+own ``date``, and a second one (RFC 9110 allows one) went to every forwarded answer."""
 
 
 class _Connection:
@@ -168,7 +171,7 @@ class HttpForwarder:
             event = await connection.next_event()
         if not isinstance(event, h11.Response):
             raise ConnectionError(f"unexpected answer from the model-owning process: {event}")
-        headers = [(k, v) for k, v in event.headers if k not in _HOP_BY_HOP]
+        headers = [(k, v) for k, v in event.headers if k not in _SET_HERE]
         await send({"type": "http.response.start", "status": event.status_code,
                     "headers": headers})  # fmt: skip
         while True:
