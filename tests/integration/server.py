@@ -94,6 +94,23 @@ PERF_ANALYZER = Path(sys.executable).parent / "perf_analyzer"
 """NVIDIA's perf_analyzer, from the tritonclient wheel in the environment running the tests."""
 
 
+def rss_mib(pid: int) -> int:
+    """A process's resident memory in MiB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    line = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
+    return int(line.split()[1]) // 1024
+
+
+def tree_rss_mib(pid: int) -> int:
+    """The resident memory of a process and all its descendants (a server's workers), MiB."""
+    children = [
+        int(child)
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        for child in (task / "children").read_text().split()
+    ]
+    return rss_mib(pid) + sum(tree_rss_mib(child) for child in children)
+
+
 def run_perf_analyzer(model: str, protocol: str, url: str, *extra: str) -> str:
     """A short perf_analyzer run against ``model`` (800 ms windows, any stability) that must
     end cleanly and report a throughput; returns its report."""

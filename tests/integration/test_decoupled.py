@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import queue
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,15 +20,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from batchserve.zoo.char_lstm import PAD, decode_id, encode
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.server import MODEL_REPO, ServerProcess, run_perf_analyzer, start_server
+from tests.integration.server import (
+    MODEL_REPO,
+    ServerProcess,
+    run_perf_analyzer,
+    start_server,
+    tree_rss_mib,
+)
 
 Result = tuple[Any, InferenceServerException | None]
 
@@ -154,6 +163,57 @@ def test_each_answered_request_counts_as_one_execution_of_its_replies_time(
     assert int(infer["ns"]) - int(earlier["ns"]) >= 60_000_000  # three replies 20 ms apart
     (size_one,) = after["batch_stats"]
     assert size_one["batch_size"] == 1
+
+
+def _square_request(count: int) -> Any:
+    request = service_pb2.ModelInferRequest(model_name="square_int32", id="slow")
+    request.inputs.add(name="IN", datatype="INT32", shape=[1])
+    request.raw_input_contents.append(np.array([count], dtype=np.int32).tobytes())
+    return request
+
+
+SLOW_READER_COUNT = 100_000_000
+MOST_GROWTH_MIB = 100
+"""Queued ahead of the client, square's responses grew one process by 2 GB in 15 s and two
+workers' server by 3.5 GB in 35 s; held back, the server stays within its noise."""
+
+
+def test_a_client_that_reads_slowly_holds_the_responder_not_the_servers_memory(
+    decoupled_server: ServerProcess,
+) -> None:
+    """One request for 100,000,000 responses on a stream whose client takes three, pauses
+    four seconds, then takes a hundred more: they come in order, and the server (workers
+    included) does not queue what the client has not asked for."""
+    channel = grpc.insecure_channel(decoupled_server.grpc_url)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    done = threading.Event()
+
+    def requests() -> Iterator[Any]:
+        yield _square_request(SLOW_READER_COUNT)
+        done.wait(60)  # the stream stays open while the client reads
+
+    responses = stub.ModelStreamInfer(requests())
+    try:
+        first = [next(responses) for _ in range(3)]
+        before = tree_rss_mib(decoupled_server.process.pid)
+        time.sleep(4)
+        grown = tree_rss_mib(decoupled_server.process.pid) - before
+        more = [next(responses) for _ in range(100)]
+    finally:
+        responses.cancel()
+        done.set()
+        channel.close()
+    for answer in first + more:
+        assert not answer.error_message
+        (out,) = answer.infer_response.raw_output_contents
+        assert np.frombuffer(out, dtype=np.int32).tolist() == [SLOW_READER_COUNT]
+    assert grown < MOST_GROWTH_MIB
+    stream = Stream(decoupled_server)  # the responder stopped with the client: others served
+    try:
+        stream.client.async_stream_infer("square_int32", [_tensor(grpcclient, "IN", [2], "INT32")])
+        assert [stream.next().as_numpy("OUT").tolist() for _ in range(2)] == [[2], [2]]
+    finally:
+        stream.close()
 
 
 def test_one_response_calls_are_refused_in_triton_s_words(

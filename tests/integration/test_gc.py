@@ -10,7 +10,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from tests.integration.server import ServerProcess, metric
+from tests.integration.server import ServerProcess, metric, rss_mib
 
 CLIENTS = 32
 REQUESTS_EACH = 60
@@ -57,12 +57,6 @@ MOST_GROWTH_MIB = 300
 took RSS up by ~850 MiB. Freed, what stays is the allocator's working set."""
 
 
-def _rss_mib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        line = next(line for line in status if line.startswith("VmRSS"))
-    return int(line.split()[1]) // 1024
-
-
 def test_failed_large_grpc_calls_do_not_keep_their_requests(server: ServerProcess) -> None:
     """An aborted call's exception held the frames that held its request; with the collector
     tuned to run rarely, every failed large ModelInfer stayed in memory."""
@@ -73,10 +67,10 @@ def test_failed_large_grpc_calls_do_not_keep_their_requests(server: ServerProces
     options = [("grpc.max_send_message_length", -1)]
     with grpc.insecure_channel(server.grpc_url, options=options) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        before = _rss_mib(server.process.pid)
+        before = rss_mib(server.process.pid)
         for _ in range(FAILED_CALLS):
             with pytest.raises(grpc.RpcError) as failed:
                 stub.ModelInfer(request, timeout=60)
             assert failed.value.code() is not grpc.StatusCode.OK
-        grown = _rss_mib(server.process.pid) - before
+        grown = rss_mib(server.process.pid) - before
     assert grown < MOST_GROWTH_MIB, f"RSS grew {grown} MiB over {FAILED_CALLS} failed calls"

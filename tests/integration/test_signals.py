@@ -20,7 +20,13 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from tests.integration.server import CONTROL_TOKEN, ServerProcess, metric, start_server
+from tests.integration.server import (
+    CONTROL_TOKEN,
+    ServerProcess,
+    metric,
+    rss_mib,
+    start_server,
+)
 from tests.integration.slow_model import write_slow_model
 from tests.integration.test_faults import (
     assert_slow_answer,
@@ -154,12 +160,6 @@ MAX_GROWTH_MB = 12
 set (``malloc_tuning``) the medians were 31 and 44 MB; after, 0-1 MB."""
 
 
-def _rss_mb(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    line = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
-    return int(line.split()[1]) // 1024
-
-
 def _race(server: ServerProcess, seed: int) -> list[int]:
     chooser = random.Random(seed)
     url = f"http://{server.http_url}/v2/repository/models/char_lstm"
@@ -177,7 +177,7 @@ def test_racing_loads_and_unloads_do_not_ratchet_up_memory(
     url = f"http://{explicit_server.http_url}/v2/repository/models/char_lstm"
     for action in ("load", "unload"):  # the first load's one-time set-up is not growth
         assert httpx.post(f"{url}/{action}", headers=CONTROL_HEADERS, timeout=60).is_success
-    start = _rss_mb(explicit_server.process.pid)
+    start = rss_mib(explicit_server.process.pid)
     growth = []
     with ThreadPoolExecutor(RACERS) as pool:
         for round_ in range(ROUNDS):
@@ -186,5 +186,5 @@ def test_racing_loads_and_unloads_do_not_ratchet_up_memory(
                      for code in codes]  # fmt: skip
             assert set(codes) == {200}, codes
             assert httpx.post(f"{url}/unload", headers=CONTROL_HEADERS, timeout=60).is_success
-            growth.append(_rss_mb(explicit_server.process.pid) - start)
+            growth.append(rss_mib(explicit_server.process.pid) - start)
     assert statistics.median(growth) < MAX_GROWTH_MB, growth

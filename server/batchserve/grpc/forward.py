@@ -5,7 +5,7 @@ the model-owning process's own listener (``InternalServicer``) believes."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, TypeAlias
 
 import grpc
@@ -153,7 +153,7 @@ class WorkerServicer(InferenceServicer):
 
     async def _responses(
         self, request: Request, peer: str | None
-    ) -> AsyncIterator[pb.ModelInferResponse]:
+    ) -> AsyncGenerator[pb.ModelInferResponse, None]:
         if await self._decodes_here(request):
             async for response in super()._responses(request, peer):
                 yield response

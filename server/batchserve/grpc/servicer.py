@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any, TypeAlias
 
@@ -154,7 +154,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _responses(
         self, request: Request, peer: str | None
-    ) -> AsyncIterator[pb.ModelInferResponse]:
+    ) -> AsyncGenerator[pb.ModelInferResponse, None]:
         """A stream request's responses, each flagged final or not, as Triton flags them."""
         async for response in self.inference.respond(self._decoded(request, peer)):
             encoded: pb.ModelInferResponse = codec.encode_infer_response(response)

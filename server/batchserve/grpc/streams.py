@@ -1,6 +1,12 @@
 """ModelStreamInfer calls: the requests of one stream run concurrently, each answer carries
 its request's id, and a drain ends every stream as soon as it owes no answer.
 
+A stream holds at most ``STREAM_WINDOW`` responses its client has not yet taken: past that,
+the requests' response iterators wait (a decoupled model's responder is not advanced) until
+grpc has written what is queued, which it does as fast as the client reads (HTTP/2 flow
+control). Unbounded, one request to square_int32 for 100,000,000 responses from a client that
+read none grew the server by gigabytes in seconds.
+
 grpc.aio's stop(grace) waits for every call to end, and a stream's call ends only when its
 client closes it: one idle stream held each shutdown for the whole grace period. So the
 streams are known here, and ``drain`` ends them: an idle one at once, a busy one once its
@@ -13,6 +19,7 @@ answered in the stream with that message, not run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from enum import Enum
 from typing import Any
@@ -25,9 +32,11 @@ from batchserve.grpc.head import Request
 from batchserve.observability.refusals import REFUSALS, Protocol
 from batchserve.proto import grpc_service_pb2 as pb
 
-Infer = Callable[[Request], AsyncIterator[pb.ModelInferResponse]]
+Infer = Callable[[Request], AsyncGenerator[pb.ModelInferResponse, None]]
 """A request's responses: one, or a decoupled model's any number."""
 SHUTTING_DOWN = "server is shutting down"
+STREAM_WINDOW = 32
+"""Responses a stream queues ahead of its client, over all its requests."""
 
 
 class _Signal(Enum):
@@ -39,8 +48,12 @@ class _Stream:
     """One call's queue of answers and its count of requests still running."""
 
     def __init__(self) -> None:
-        self.answers: asyncio.Queue[pb.ModelStreamInferResponse | _Signal | None]
+        self.answers: asyncio.Queue[tuple[pb.ModelStreamInferResponse, bool] | _Signal | None]
         self.answers = asyncio.Queue()
+        """Each answer, with whether it holds room (a response does, an error not)."""
+        self.room = asyncio.Semaphore(STREAM_WINDOW)
+        """Taken for each response queued, given back once it is written: errors and
+        signals go without it (one per request at most)."""
         self.running = 0
 
     def owes_nothing(self) -> bool:
@@ -76,7 +89,10 @@ class InferStreams:
         try:
             while (answer := await stream.answers.get()) is not None:
                 if answer is not _Signal.DRAIN:
-                    yield answer
+                    message, held = answer
+                    yield message
+                    if held:
+                        stream.room.release()
                 if self.draining and stream.owes_nothing():
                     _end_for_shutdown(context)
                     return
@@ -91,7 +107,7 @@ class InferStreams:
                 if self.draining:
                     refused = Unavailable(SHUTTING_DOWN)
                     REFUSALS.count_error(Protocol.GRPC, refused)
-                    stream.answers.put_nowait(_error_answer(refused))
+                    stream.answers.put_nowait((_error_answer(refused), False))
                     continue
                 stream.running += 1
                 task = asyncio.get_running_loop().create_task(_answer(request, infer, stream))
@@ -111,11 +127,14 @@ async def _answer(request: Request, infer: Infer, stream: _Stream) -> None:
     """Queue each response as it comes; the running count drops with the last one queued
     in the same step, so the stream never owes nothing early."""
     try:
-        async for response in infer(request):
-            stream.answers.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
+        async with contextlib.aclosing(infer(request)) as responses:  # closed if cancelled
+            async for response in responses:
+                await stream.room.acquire()
+                answer = pb.ModelStreamInferResponse(infer_response=response)
+                stream.answers.put_nowait((answer, True))
     except Exception as exc:
         report_failure(exc)
-        stream.answers.put_nowait(_error_answer(exc, request.id))
+        stream.answers.put_nowait((_error_answer(exc, request.id), False))
     finally:
         stream.running -= 1
 

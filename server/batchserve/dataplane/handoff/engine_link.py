@@ -29,7 +29,7 @@ from batchserve.core.validation import ValidRequest, validate_request
 from batchserve.dataplane.handoff import descriptors
 from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.errors import error_frame, error_from
-from batchserve.dataplane.handoff.frames import Frame, FrameProtocol, dispatch
+from batchserve.dataplane.handoff.frames import STREAM_CREDIT, Frame, FrameProtocol, dispatch
 from batchserve.dataplane.plane import DataPlane
 from batchserve.dataplane.shared_memory.parameters import placeholder
 from batchserve.models.model_table import ServedVersion
@@ -59,6 +59,9 @@ class EngineLink:
         self._unacknowledged = 0
         """Request frames read since the worker was last told (``_acknowledge``)."""
         self._pending: dict[int, asyncio.Future[Any]] = {}  # a task, or a queued item's
+        self._credit: dict[int, asyncio.Semaphore] = {}
+        """Responses each decoupled request may still send before its worker's client
+        takes some (``frames.STREAM_CREDIT``)."""
         loop = asyncio.get_running_loop()
         self.closed = loop.create_future()
         self.listening = loop.create_future()
@@ -72,6 +75,7 @@ class EngineLink:
             "q": self._query,
             "n": self._counted,
             "h": self._listening,
+            "a": self._credited,
         }
         self.protocol = FrameProtocol(
             dispatch(self._handlers, f"worker {index}"), self._lost, self._acknowledge
@@ -295,8 +299,20 @@ class EngineLink:
         task.add_done_callback(partial(self._relayed, rid))
 
     async def _relay(self, rid: int, request: InferRequest, streaming: bool) -> None:
-        async for response in self.plane.respond(request, streaming):
-            self.send(("p", rid, *self._placed(response), response.final))
+        credit = self._credit[rid] = asyncio.Semaphore(STREAM_CREDIT)
+        try:
+            async for response in self.plane.respond(request, streaming):
+                await credit.acquire()  # the responder waits while the client reads slowly
+                self.send(("p", rid, *self._placed(response), response.final))
+        finally:
+            del self._credit[rid]
+
+    def _credited(self, frame: Frame) -> None:
+        """The worker's client took ``frame[2]`` responses of request ``frame[1]``."""
+        credit = self._credit.get(frame[1])
+        if credit is not None:
+            for _ in range(frame[2]):
+                credit.release()
 
     def _relayed(self, rid: int, task: asyncio.Task[None]) -> None:
         if self._pending.pop(rid, None) is None:

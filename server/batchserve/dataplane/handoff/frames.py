@@ -19,6 +19,10 @@ logger = logging.getLogger(__name__)
 
 Frame = tuple[Any, ...]
 _LENGTH = struct.Struct("<I")
+STREAM_CREDIT = 32
+"""Responses to one decoupled request the model-owning process sends ahead of the worker's
+client: the worker gives credit back (an "a" frame) as its client takes them, so a client
+that reads slowly holds its model's responder instead of filling the worker's memory."""
 
 
 class FrameProtocol(asyncio.Protocol):

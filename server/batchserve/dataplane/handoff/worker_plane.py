@@ -30,7 +30,7 @@ from batchserve.dataplane.busy_poll import BusyPoll
 from batchserve.dataplane.handoff import descriptors
 from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.errors import error_frame, error_from
-from batchserve.dataplane.handoff.frames import Frame, FrameProtocol, dispatch
+from batchserve.dataplane.handoff.frames import STREAM_CREDIT, Frame, FrameProtocol, dispatch
 from batchserve.dataplane.handoff.groups import GroupKey, Member, OpenGroups, Share, split
 from batchserve.dataplane.raw_input import raw_request
 from batchserve.dataplane.shared_memory import tensors as shm
@@ -341,11 +341,16 @@ class WorkerPlane:
         self.protocol.send(("s", rid, request.model_name, request.model_version, request.id,
                             request.protocol, request.priority, request.timeout_us, peer, block,
                             inline, inputs, outputs, streaming, request.empty_final))  # fmt: skip
+        taken = 0
         try:
             while (frame := await streamed.frames.get())[0] == "p":
                 response = self._response(request, frame[:9])
                 response.final = frame[9]
-                yield response
+                yield response  # back here once the client's stream has room for more
+                taken += 1
+                if taken == STREAM_CREDIT // 2:
+                    self.protocol.send(("a", rid, taken))
+                    taken = 0
         finally:
             if rid in self._streams:  # the client left first: stop the work there
                 self.protocol.send(("c", rid))
