@@ -216,6 +216,43 @@ def test_a_client_that_reads_slowly_holds_the_responder_not_the_servers_memory(
         stream.close()
 
 
+PIPELINED = 60_000
+
+
+def test_requests_piped_down_a_stream_that_is_never_read_wait_in_the_clients_buffers(
+    decoupled_server: ServerProcess,
+) -> None:
+    """60,000 digits_cnn requests sent down one stream whose client reads nothing for a
+    while: each answered request held its response in the server (1.2 GB for 200,000)
+    until the stream stopped reading past ``STREAM_REQUESTS`` at once; then all are
+    answered, in full, once the client reads."""
+    channel = grpc.insecure_channel(decoupled_server.grpc_url)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    request = service_pb2.ModelInferRequest(model_name="digits_cnn")
+    request.inputs.add(name="image", datatype="FP32", shape=[1, 1, 8, 8])
+    request.raw_input_contents.append(np.zeros(64, dtype=np.float32).tobytes())
+    sent = threading.Event()
+
+    def requests() -> Iterator[Any]:
+        for _ in range(PIPELINED):
+            yield request
+        sent.set()
+
+    before = tree_rss_mib(decoupled_server.process.pid)
+    responses = stub.ModelStreamInfer(requests())
+    try:
+        time.sleep(6)
+        grown = tree_rss_mib(decoupled_server.process.pid) - before
+        answers = [next(responses) for _ in range(PIPELINED)]
+        assert sent.wait(30)
+    finally:
+        responses.cancel()
+        channel.close()
+    assert grown < MOST_GROWTH_MIB
+    assert not [answer.error_message for answer in answers if answer.error_message]
+    assert {len(answer.infer_response.raw_output_contents) for answer in answers} == {2}
+
+
 def test_one_response_calls_are_refused_in_triton_s_words(
     decoupled_server: ServerProcess,
 ) -> None:

@@ -5,7 +5,10 @@ A stream holds at most ``STREAM_WINDOW`` responses its client has not yet taken:
 the requests' response iterators wait (a decoupled model's responder is not advanced) until
 grpc has written what is queued, which it does as fast as the client reads (HTTP/2 flow
 control). Unbounded, one request to square_int32 for 100,000,000 responses from a client that
-read none grew the server by gigabytes in seconds.
+read none grew the server by gigabytes in seconds. And a stream runs at most
+``STREAM_REQUESTS`` requests at once: past that it reads no more until one is answered, and
+the client's sends wait in its own buffers. Unbounded, 200,000 requests sent down one stream
+whose client read nothing held 1.2 GB (each answered request waits with its response).
 
 grpc.aio's stop(grace) waits for every call to end, and a stream's call ends only when its
 client closes it: one idle stream held each shutdown for the whole grace period. So the
@@ -37,6 +40,9 @@ Infer = Callable[[Request], AsyncGenerator[pb.ModelInferResponse, None]]
 SHUTTING_DOWN = "server is shutting down"
 STREAM_WINDOW = 32
 """Responses a stream queues ahead of its client, over all its requests."""
+STREAM_REQUESTS = 256
+"""Requests a stream runs at once. Clients that pipeline on one stream (perf_analyzer's
+streaming mode, a sequence's steps) keep a few dozen in flight."""
 
 
 class _Signal(Enum):
@@ -54,6 +60,8 @@ class _Stream:
         self.room = asyncio.Semaphore(STREAM_WINDOW)
         """Taken for each response queued, given back once it is written: errors and
         signals go without it (one per request at most)."""
+        self.slots = asyncio.Semaphore(STREAM_REQUESTS)
+        """Taken for each request read, given back once it is answered."""
         self.running = 0
 
     def owes_nothing(self) -> bool:
@@ -109,6 +117,7 @@ class InferStreams:
                     REFUSALS.count_error(Protocol.GRPC, refused)
                     stream.answers.put_nowait((_error_answer(refused), False))
                     continue
+                await stream.slots.acquire()  # the next read waits for a request to end
                 stream.running += 1
                 task = asyncio.get_running_loop().create_task(_answer(request, infer, stream))
                 running.add(task)
@@ -137,6 +146,7 @@ async def _answer(request: Request, infer: Infer, stream: _Stream) -> None:
         stream.answers.put_nowait((_error_answer(exc, request.id), False))
     finally:
         stream.running -= 1
+        stream.slots.release()
 
 
 def _error_answer(error: BaseException, request_id: str = "") -> pb.ModelStreamInferResponse:
