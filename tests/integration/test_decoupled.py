@@ -449,6 +449,20 @@ def test_generate_refuses_a_model_that_answers_several_times_as_triton(
     assert [(e["OUT"], e["IDX"]) for e in events] == [(1, 0), (2, 1)]
 
 
+def test_generate_refuses_at_the_second_response_not_after_the_last(
+    decoupled_server: ServerProcess,
+) -> None:
+    """square_int32 asked for 100,000,000 responses: every one was collected before the
+    refusal (1.8 GB and no answer within 20 s); the model is stopped at the second."""
+    before = tree_rss_mib(decoupled_server.process.pid)
+    started = time.monotonic()
+    answer = _post(decoupled_server, "/v2/models/square_int32/generate", {"IN": SLOW_READER_COUNT})
+    assert answer.status == 400
+    assert answer.json()["error"].startswith("generate expects model to produce exactly 1 response")
+    assert time.monotonic() - started < 5
+    assert tree_rss_mib(decoupled_server.process.pid) - before < MOST_GROWTH_MIB
+
+
 def test_a_client_that_leaves_stops_its_generation_at_the_next_step(
     decoupled_server: ServerProcess,
 ) -> None:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Protocol
 
 from batchserve.core.types import InferRequest, InferResponse
@@ -32,7 +32,7 @@ class InferencePath(Protocol):
 
     def respond(
         self, request: InferRequest, streaming: bool = True
-    ) -> AsyncIterator[InferResponse]: ...
+    ) -> AsyncGenerator[InferResponse, None]: ...
 
 
 class KnownModels(InferencePath, Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from functools import partial
 
 from batchserve import __version__
@@ -220,7 +220,7 @@ class DataPlane:
 
     async def respond(
         self, request: InferRequest, streaming: bool = True
-    ) -> AsyncIterator[InferResponse]:
+    ) -> AsyncGenerator[InferResponse, None]:
         """Every response to a request: one from a model that answers once, any number from
         a decoupled model (``scheduler/responders.py``), the last marked final. A decoupled
         model's bare final flag is a response without outputs, sent only when the request

@@ -15,6 +15,7 @@ model that may answer many times asks it for one (``streaming=False``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import AsyncIterator
 from typing import Any
@@ -50,7 +51,12 @@ def add_generate_routes(app: FastAPI, dataplane: DataPlane, settings: Settings) 
         @app.post(f"{prefix}/generate", summary="Generate (one response)")
         async def generate(name: str, request: Request, version: str = "") -> Response:
             infer = await request_of(request, name, version)
-            answers = [r async for r in dataplane.respond(infer, streaming=False)]
+            answers: list[InferResponse] = []
+            async with contextlib.aclosing(dataplane.respond(infer, streaming=False)) as replies:
+                async for answer in replies:
+                    answers.append(answer)
+                    if len(answers) > 1:  # stop the model at once: it may have millions more
+                        break
             if len(answers) != 1:
                 raise InvalidArgument(ONE_RESPONSE)
             return Response(response_json(answers[0]), media_type="application/json")

@@ -9,7 +9,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -326,7 +326,7 @@ class WorkerPlane:
 
     async def respond(
         self, request: InferRequest, streaming: bool = True
-    ) -> AsyncIterator[InferResponse]:
+    ) -> AsyncGenerator[InferResponse, None]:
         """``DataPlane.respond``: a decoupled model's responses come one frame each."""
         known = self._models.get((request.model_name, request.model_version))
         if known is None or not known.config.model_transaction_policy.decoupled:
