@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from enum import Enum
 from typing import Any
@@ -50,22 +51,61 @@ class _Signal(Enum):
     """Put in every open stream's answers when the drain starts, to wake an idle one."""
 
 
+class _Bound:
+    """At most ``limit`` held at once, the next ones waiting in turn: a semaphore whose
+    free case, every response's on a stream read at pace, is a comparison rather than a
+    coroutine (``asyncio.Semaphore.acquire``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    def take(self) -> asyncio.Future[None] | None:
+        """Hold one now (None), or the turn to ``wait`` for while all are held."""
+        if self.held < self.limit:
+            self.held += 1
+            return None
+        turn = asyncio.get_running_loop().create_future()
+        self._waiting.append(turn)
+        return turn
+
+    async def wait(self, turn: asyncio.Future[None]) -> None:
+        """Hold one once ``turn`` comes."""
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.give()  # handed over as it was cancelled: pass it on
+            elif turn in self._waiting:  # (``give`` skips and drops cancelled turns)
+                self._waiting.remove(turn)
+            raise
+
+    def give(self) -> None:
+        """Free one: the longest waiting holds it now."""
+        while self._waiting:
+            turn = self._waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.held -= 1
+
+
 class _Stream:
-    """One call's queue of answers and its count of requests still running."""
+    """One call's queue of answers and its requests still running."""
 
     def __init__(self) -> None:
         self.answers: asyncio.Queue[tuple[pb.ModelStreamInferResponse, bool] | _Signal | None]
         self.answers = asyncio.Queue()
-        """Each answer, with whether it holds room (a response does, an error not)."""
-        self.room = asyncio.Semaphore(STREAM_WINDOW)
-        """Taken for each response queued, given back once it is written: errors and
-        signals go without it (one per request at most)."""
-        self.slots = asyncio.Semaphore(STREAM_REQUESTS)
-        """Taken for each request read, given back once it is answered."""
-        self.running = 0
+        """Each answer, with whether it is a response (it holds ``room``) or an error or
+        signal (one per request at most)."""
+        self.room = _Bound(STREAM_WINDOW)
+        """Responses queued or being written."""
+        self.running = _Bound(STREAM_REQUESTS)
+        """Requests read and not yet answered."""
 
     def owes_nothing(self) -> bool:
-        return self.running == 0 and self.answers.empty()
+        return self.running.held == 0 and self.answers.empty()
 
 
 class InferStreams:
@@ -100,7 +140,7 @@ class InferStreams:
                     message, held = answer
                     yield message
                     if held:
-                        stream.room.release()
+                        stream.room.give()
                 if self.draining and stream.owes_nothing():
                     _end_for_shutdown(context)
                     return
@@ -117,8 +157,8 @@ class InferStreams:
                     REFUSALS.count_error(Protocol.GRPC, refused)
                     stream.answers.put_nowait((_error_answer(refused), False))
                     continue
-                await stream.slots.acquire()  # the next read waits for a request to end
-                stream.running += 1
+                if (turn := stream.running.take()) is not None:  # read on once one ends
+                    await stream.running.wait(turn)
                 task = asyncio.get_running_loop().create_task(_answer(request, infer, stream))
                 running.add(task)
                 task.add_done_callback(running.discard)
@@ -138,15 +178,15 @@ async def _answer(request: Request, infer: Infer, stream: _Stream) -> None:
     try:
         async with contextlib.aclosing(infer(request)) as responses:  # closed if cancelled
             async for response in responses:
-                await stream.room.acquire()
+                if (turn := stream.room.take()) is not None:  # once the client takes one
+                    await stream.room.wait(turn)
                 answer = pb.ModelStreamInferResponse(infer_response=response)
                 stream.answers.put_nowait((answer, True))
     except Exception as exc:
         report_failure(exc)
         stream.answers.put_nowait((_error_answer(exc, request.id), False))
     finally:
-        stream.running -= 1
-        stream.slots.release()
+        stream.running.give()
 
 
 def _error_answer(error: BaseException, request_id: str = "") -> pb.ModelStreamInferResponse:

@@ -3,6 +3,7 @@ methods log it (an unexpected error at ERROR with its traceback, a client's erro
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 from batchserve.core.errors import InvalidArgument
 from batchserve.grpc.head import Request
-from batchserve.grpc.streams import InferStreams
+from batchserve.grpc.streams import STREAM_WINDOW, InferStreams, _Bound
 from batchserve.proto import grpc_service_pb2 as pb
 
 pytestmark = pytest.mark.anyio
@@ -55,3 +56,66 @@ async def test_a_clients_error_is_answered_but_not_logged_as_the_servers(
         answers = await _answers("bad", "ok")
     assert answers == {"bad": "the client's mistake", "ok": ""}
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+async def test_a_bound_hands_its_places_over_in_turn_and_passes_on_a_cancelled_turn() -> None:
+    """The stream's bounds (responses queued ahead of the client, requests running)."""
+    bound = _Bound(2)
+    assert bound.take() is None
+    assert bound.take() is None
+    turns = [bound.take() for _ in range(3)]
+    assert all(turn is not None for turn in turns)
+    waits = [asyncio.ensure_future(bound.wait(turn)) for turn in turns if turn is not None]
+    await asyncio.sleep(0)
+    waits[1].cancel()
+    bound.give()  # to the first in line
+    await asyncio.sleep(0)
+    assert waits[0].done()
+    assert waits[1].cancelled()
+    assert not waits[2].done()
+    bound.give()  # the cancelled turn is skipped
+    await asyncio.sleep(0)
+    assert waits[2].done()
+    assert bound.held == 2
+    late = bound.take()
+    after = bound.take()
+    assert late is not None
+    assert after is not None
+    late_wait = asyncio.ensure_future(bound.wait(late))
+    after_wait = asyncio.ensure_future(bound.wait(after))
+    await asyncio.sleep(0)
+    bound.give()  # handed to a turn cancelled in the same pass: it goes on to the next
+    late_wait.cancel()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert late_wait.cancelled()
+    assert after_wait.done()
+    assert bound.held == 2
+    bound.give()
+    bound.give()
+    assert bound.held == 0
+
+
+async def _many(request: Any) -> AsyncIterator[pb.ModelInferResponse]:
+    for index in range(100):
+        yield pb.ModelInferResponse(model_name="m", id=f"{request.id}-{index}")
+
+
+async def test_a_stream_queues_no_more_than_its_window_ahead_of_its_reader() -> None:
+    """A reader that stops after one answer: the request's responses stop being made."""
+    made = 0
+
+    async def counted(request: Any) -> AsyncIterator[pb.ModelInferResponse]:
+        nonlocal made
+        async for response in _many(request):
+            made += 1
+            yield response
+
+    answers = InferStreams().serve(_requests("r"), counted, SimpleNamespace())  # type: ignore[arg-type]
+    first = await anext(answers)
+    assert first.infer_response.id == "r-0"
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert made <= STREAM_WINDOW + 2  # the window, the one taken, the one waiting for room
+    rest = [answer.infer_response.id async for answer in answers]
+    assert rest == [f"r-{index}" for index in range(1, 100)]
