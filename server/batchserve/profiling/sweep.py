@@ -4,15 +4,14 @@ The requests' values are generated from the config the server completed, unless 
 (``sample_inputs.py``: perf_analyzer's own random data is no valid token id, and an input
 with free dims needs a shape). perf_analyzer finds a sequence model in that config and sends
 sequences itself; a decoupled model is driven over gRPC streams (``--streaming``), where
-perf_analyzer times each request to its last response (its banner says the first; its
-code takes the last). A model of a backend built into the server has nothing to sweep (it
-runs in the server's event loop, without instances or batching of its own): the config as
-it is is measured and kept. The first point (the config as it
-is, at the sweep's highest concurrency) sets the default latency budget and fails the whole
-profile early when perf_analyzer cannot drive the model at all. Every setting then faces the
-same clients, so rows differ by the setting alone. Each setting is unloaded before the next
-loads, so a setting has the whole memory budget to itself; one the server refuses is kept as
-a refused row.
+perf_analyzer times each request to its last response (its banner says the first; its code
+takes the last). A model of a backend built into the server has nothing to sweep (it runs in
+the server's event loop, without instances or batching of its own): the config as it is is
+measured and kept. The first point (the config as it is, at the sweep's highest concurrency)
+sets the default latency budget and fails the whole profile early when perf_analyzer cannot
+drive the model at all. Every setting then faces the same clients, so rows differ by the
+setting alone. Each setting is unloaded before the next loads, so a setting has the whole
+memory budget to itself; one the server refuses is kept as a refused row.
 """
 
 from __future__ import annotations
