@@ -165,11 +165,31 @@ def test_each_answered_request_counts_as_one_execution_of_its_replies_time(
     assert size_one["batch_size"] == 1
 
 
-def _square_request(count: int) -> Any:
-    request = service_pb2.ModelInferRequest(model_name="square_int32", id="slow")
-    request.inputs.add(name="IN", datatype="INT32", shape=[1])
-    request.raw_input_contents.append(np.array([count], dtype=np.int32).tobytes())
-    return request
+class HeldStream:
+    """A tritonclient stream whose callback stops after ``taken`` results until released: a
+    Triton user's slow callback, so tritonclient stops reading the stream."""
+
+    def __init__(self, server: ServerProcess, taken: int) -> None:
+        self.client = grpcclient.InferenceServerClient(server.grpc_url)
+        self.results: queue.Queue[Result] = queue.Queue()
+        self.released = threading.Event()
+        self._taken = taken
+        self.client.start_stream(callback=self._callback)
+
+    def _callback(self, result: Any, error: InferenceServerException | None) -> None:
+        self.results.put((result, error))
+        if self.results.qsize() >= self._taken:
+            self.released.wait(60)
+
+    def take(self, count: int) -> list[Any]:
+        taken = [self.results.get(timeout=60) for _ in range(count)]
+        assert not [error for _, error in taken if error is not None]
+        return [result for result, _ in taken]
+
+    def close(self) -> None:
+        self.released.set()
+        self.client.stop_stream(cancel_requests=True)
+        self.client.close()
 
 
 SLOW_READER_COUNT = 100_000_000
@@ -184,39 +204,58 @@ def test_a_client_that_reads_slowly_holds_the_responder_not_the_servers_memory(
     """One request for 100,000,000 responses on a stream whose client takes three, pauses
     four seconds, then takes a hundred more: they come in order, and the server (workers
     included) does not queue what the client has not asked for."""
-    channel = grpc.insecure_channel(decoupled_server.grpc_url)
-    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-    done = threading.Event()
-
-    def requests() -> Iterator[Any]:
-        yield _square_request(SLOW_READER_COUNT)
-        done.wait(60)  # the stream stays open while the client reads
-
-    responses = stub.ModelStreamInfer(requests())
+    stream = HeldStream(decoupled_server, taken=3)
     try:
-        first = [next(responses) for _ in range(3)]
+        stream.client.async_stream_infer(
+            "square_int32", [_tensor(grpcclient, "IN", [SLOW_READER_COUNT], "INT32")]
+        )
+        first = stream.take(3)
         before = tree_rss_mib(decoupled_server.process.pid)
         time.sleep(4)
         grown = tree_rss_mib(decoupled_server.process.pid) - before
-        more = [next(responses) for _ in range(100)]
-    finally:
-        responses.cancel()
-        done.set()
-        channel.close()
-    for answer in first + more:
-        assert not answer.error_message
-        (out,) = answer.infer_response.raw_output_contents
-        assert np.frombuffer(out, dtype=np.int32).tolist() == [SLOW_READER_COUNT]
-    assert grown < MOST_GROWTH_MIB
-    stream = Stream(decoupled_server)  # the responder stopped with the client: others served
-    try:
-        stream.client.async_stream_infer("square_int32", [_tensor(grpcclient, "IN", [2], "INT32")])
-        assert [stream.next().as_numpy("OUT").tolist() for _ in range(2)] == [[2], [2]]
+        stream.released.set()
+        more = stream.take(100)
     finally:
         stream.close()
+    for result in first + more:
+        assert result.as_numpy("OUT").tolist() == [SLOW_READER_COUNT]
+    assert grown < MOST_GROWTH_MIB
+    after = Stream(decoupled_server)  # the responder stopped with the client: others served
+    try:
+        after.client.async_stream_infer("square_int32", [_tensor(grpcclient, "IN", [2], "INT32")])
+        assert [after.next().as_numpy("OUT").tolist() for _ in range(2)] == [[2], [2]]
+    finally:
+        after.close()
 
 
 PIPELINED = 60_000
+
+
+def test_tritonclient_requests_piped_behind_a_held_callback_are_all_answered(
+    decoupled_server: ServerProcess,
+) -> None:
+    """60,000 digits_cnn requests sent down one tritonclient stream whose callback holds
+    the first answer for six seconds, as a Triton user's slow callback would: the stream's
+    bounds pace them without loss, and every one is answered in full once the callback lets
+    go. (tritonclient sends more slowly than a raw stub, so the growth a raw client caused
+    is the next test's; this one is the bounds as Triton's own client meets them.)"""
+    image = grpcclient.InferInput("image", [1, 1, 8, 8], "FP32")
+    image.set_data_from_numpy(np.zeros((1, 1, 8, 8), dtype=np.float32))
+    stream = HeldStream(decoupled_server, taken=1)
+    try:
+        before = tree_rss_mib(decoupled_server.process.pid)
+        for _ in range(PIPELINED):
+            stream.client.async_stream_infer("digits_cnn", [image])
+        time.sleep(6)
+        grown = tree_rss_mib(decoupled_server.process.pid) - before
+        stream.released.set()
+        answers = stream.take(PIPELINED)
+    finally:
+        stream.close()
+    assert grown < MOST_GROWTH_MIB
+    for answer in answers:
+        assert answer.as_numpy("logits").shape == (1, 10)
+        assert answer.as_numpy("probabilities").shape == (1, 10)
 
 
 def test_requests_piped_down_a_stream_that_is_never_read_wait_in_the_clients_buffers(
@@ -288,6 +327,16 @@ def test_perf_analyzer_drives_a_decoupled_model_over_a_stream(
     data.write_text(json.dumps({"data": [{"IN": [3]}]}))
     run_perf_analyzer("square_int32", "grpc", decoupled_server.grpc_url, "--streaming",
                       "--async", "--input-data", str(data), "--concurrency-range", "4")  # fmt: skip
+
+
+def test_perf_analyzer_streams_sequences_through_the_stream_bounds(
+    decoupled_server: ServerProcess,
+) -> None:
+    """perf_analyzer's streaming mode keeps many sequences' steps in flight on its streams;
+    the bounds on a stream (``grpc/streams.py``) must pace none of them into failure."""
+    report = run_perf_analyzer("simple_sequence", "grpc", decoupled_server.grpc_url,
+                               "--streaming", "--concurrency-range", "64")  # fmt: skip
+    assert "Sequence count:" in report
 
 
 # generation ---------------------------------------------------------------------------
