@@ -8,6 +8,7 @@ verdict is how many rounds B won and the median of the rounds' B/A throughput ra
 Both versions serve the working tree's model repository.
 
     python -m bench.ab --base REV [--point MODEL:PROTOCOL:C ...] [--rounds 4]
+                       [--server-flag=--workers --server-flag=2 ...]
 """
 
 from __future__ import annotations
@@ -115,8 +116,10 @@ def compare(
     repository: Path,
     settings: perf.PaSettings,
     work: Path,
+    flags: Sequence[str] = (),
 ) -> list[Comparison]:
-    """``rounds`` rounds of every point, each version on a fresh server of its own."""
+    """``rounds`` rounds of every point, each version on a fresh server of its own, both
+    started with ``flags`` added."""
     sources = {BASE: base, HEAD: ROOT}
     comparisons = [Comparison(point) for point in points]
     extras = {
@@ -127,7 +130,8 @@ def compare(
         for comparison in comparisons:
             point, extra = comparison.point, extras[comparison.point.model]
             for version in order(round_):
-                with servers.batchserve(repository, point.model, sources[version]) as running:
+                started = servers.batchserve(repository, point.model, sources[version], flags=flags)
+                with started as running:
                     measured = servers.measure(
                         running, point.model, point.protocol, point.concurrency, "on",
                         settings, work, extra,
@@ -144,6 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--window-ms", type=int, default=3000)
     parser.add_argument("--model-repository", type=Path, default=ROOT / "model_repo")
+    parser.add_argument(
+        "--server-flag", action="append", default=[],
+        help="a word added to both servers' command line (repeatable, in order)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
         points = [parse_point(p) for p in args.point or DEFAULT_POINTS]
@@ -152,8 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = perf.PaSettings(args.window_ms)
     with checkout(args.base) as base, tempfile.TemporaryDirectory() as work:
         comparisons = compare(
-            base, points, args.rounds, args.model_repository.resolve(), settings, Path(work)
-        )
+            base, points, args.rounds, args.model_repository.resolve(), settings, Path(work),
+            args.server_flag,
+        )  # fmt: skip
     for comparison in comparisons:
         print("\n".join(comparison.lines()))
     return 0

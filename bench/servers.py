@@ -86,15 +86,19 @@ def grpc_counts(port: int, model: str) -> Counts:
 
 @contextmanager
 def batchserve(
-    repository: Path, model: str, source: Path | None = None, also: Sequence[str] = ()
+    repository: Path,
+    model: str,
+    source: Path | None = None,
+    also: Sequence[str] = (),
+    flags: Sequence[str] = (),
 ) -> Iterator[Running]:
     """`batchserve serve` with only ``model`` (and ``also``, after it, in turn) loaded, as it
-    ships (logging, metrics on); ``source``: a checkout whose ``server/`` is imported
-    instead of the installed package."""
+    ships (logging, metrics on) but for ``flags``; ``source``: a checkout whose ``server/``
+    is imported instead of the installed package."""
     loads = [word for name in (model, *also) for word in ("--load-model", name)]
     command = [sys.executable, "-m", "batchserve.cli", "serve", "--model-repository",
                str(repository), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
-               "--model-control-mode", "explicit", *loads]  # fmt: skip
+               "--model-control-mode", "explicit", *loads, *flags]  # fmt: skip
     env = None
     if source is not None:
         paths = [str(source / "server"), os.environ.get("PYTHONPATH", "")]

@@ -286,6 +286,44 @@ def test_busy_polling_keeps_the_model_owning_process_polling_too() -> None:
         assert server.stop() == 0
 
 
+def _policies(pid: int) -> list[int]:
+    return [os.sched_getscheduler(int(task.name)) for task in Path(f"/proc/{pid}/task").iterdir()]
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+def test_every_thread_of_every_process_runs_under_sched_batch(
+    workers_server: ServerProcess,
+) -> None:
+    """The default ``--cpu-scheduling batch`` (``runtime/cpu_scheduling.py``) reaches the
+    threads grpc, uvicorn and ONNX Runtime started after it, in the model-owning process and
+    in each worker, once requests have run through both."""
+    client = grpcclient.InferenceServerClient(workers_server.grpc_url)
+    image = grpcclient.InferInput("image", [1, 1, 8, 8], "FP32")
+    image.set_data_from_numpy(_images(1, seed=11))
+    for _ in range(8):
+        client.infer("digits_cnn", [image])
+    pids = [workers_server.process.pid, *_worker_pids(workers_server).values()]
+    assert len(pids) == 3
+    for pid in pids:
+        policies = _policies(pid)
+        assert len(policies) > 3, pid  # grpc's threads at least
+        assert set(policies) == {os.SCHED_BATCH}, (pid, policies)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+def test_cpu_scheduling_normal_leaves_every_thread_under_the_normal_policy() -> None:
+    server = start_server(
+        extra_args=[*WORKERS, "--cpu-scheduling", "normal", "--model-control-mode", "explicit"]
+    )
+    try:
+        pids = [server.process.pid, *_worker_pids(server).values()]
+        assert len(pids) == 3
+        for pid in pids:
+            assert set(_policies(pid)) == {os.SCHED_OTHER}, pid
+    finally:
+        assert server.stop() == 0
+
+
 def test_sigterm_drains_every_accepted_request_and_exits_0() -> None:
     server = start_server(extra_args=[*WORKERS, "--shutdown-delay", "0.5"])
     stop = threading.Event()

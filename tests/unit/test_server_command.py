@@ -307,3 +307,14 @@ def test_workers_are_auto_or_a_count_and_cpus_a_positive_count(
             _settings("--workers", bad)
     with pytest.raises(ValidationError, match="cpus"):
         _settings("--cpus", "0")
+
+
+def test_cpu_scheduling_is_batch_unless_asked_for_normal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BATCHSERVE_CPU_SCHEDULING", raising=False)
+    assert _settings().cpu_scheduling == "batch"
+    assert _settings("--cpu-scheduling", "normal").cpu_scheduling == "normal"
+    monkeypatch.setenv("BATCHSERVE_CPU_SCHEDULING", "normal")
+    assert _settings().cpu_scheduling == "normal"
+    with pytest.raises(ValidationError) as refused:
+        _settings("--cpu-scheduling", "realtime")
+    assert settings_errors(refused.value) == ["cpu_scheduling: Input should be 'batch' or 'normal'"]

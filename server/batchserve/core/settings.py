@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -83,6 +83,8 @@ class Settings(BaseSettings):
         default=None, validate_default=True
     )
     busy_poll_us: int = Field(0, ge=0, le=100_000)
+    cpu_scheduling: Literal["batch", "normal"] = "batch"
+    """Linux scheduling policy of the server's threads (``runtime/cpu_scheduling.py``)."""
     shutdown_delay_seconds: float = Field(0.0, ge=0)
     shutdown_timeout_seconds: float = Field(30.0, gt=0)
     # As Apache mod_reqtimeout's header=20 body=20,MinRate=500.

@@ -31,7 +31,7 @@ from batchserve.observability.metrics import metrics_app
 from batchserve.observability.refusals import REFUSALS, Protocol
 from batchserve.rest.app import build_http_app
 from batchserve.rest.forward import trusting_peer_header
-from batchserve.runtime import gc_tuning, malloc_tuning
+from batchserve.runtime import cpu_scheduling, gc_tuning, malloc_tuning
 from batchserve.runtime.cpus import available_cpus, resolve_workers
 from batchserve.runtime.event_loop import BoundedHandshakeLoop
 from batchserve.runtime.http_listener import http_listener
@@ -222,6 +222,7 @@ def run(settings: Settings, backend_factory: BackendFactory = create_backend) ->
     """Blocking entry point used by the `batchserve serve` command (and bench's leaky
     server); the process's exit status."""
     malloc_tuning.limit_arenas()  # before any thread that loads a model starts
+    cpu_scheduling.apply(settings.cpu_scheduling)  # before the threads it should reach start
     handshake = settings.http_header_timeout_seconds
     drained: bool = uvloop.run(
         serve(settings, backend_factory), loop_factory=lambda: BoundedHandshakeLoop(handshake)

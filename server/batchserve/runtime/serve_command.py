@@ -55,6 +55,13 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "microseconds the event loop keeps polling after a request instead of sleeping "
         "(0 turns it off)",
     ),
+    (
+        "--cpu-scheduling",
+        "cpu_scheduling",
+        str,
+        "batch (default): the server's threads run under Linux's SCHED_BATCH policy and do not "
+        "preempt one another on busy cores; normal: the policy it was started with",
+    ),
     ("--shutdown-delay", "shutdown_delay_seconds", float, "seconds not-ready before draining"),
     ("--shutdown-timeout", "shutdown_timeout_seconds", float, "longest drain, in seconds"),
     (

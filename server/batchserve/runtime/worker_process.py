@@ -31,7 +31,7 @@ from batchserve.observability.logs import configure_logging
 from batchserve.observability.refusals import REFUSALS, Protocol
 from batchserve.rest.forward import HttpForwarder, WorkerInferEndpoint
 from batchserve.rest.infer import in_front_of
-from batchserve.runtime import gc_tuning
+from batchserve.runtime import cpu_scheduling, gc_tuning
 from batchserve.runtime.event_loop import BoundedHandshakeLoop
 from batchserve.runtime.http_listener import http_listener
 from batchserve.runtime.shared_ports import reuse_port_socket
@@ -123,6 +123,7 @@ def main(argv: list[str]) -> int:
     start = _Start(sock)
     settings = start.settings
     configure_logging(settings.log_level, settings.log_format)
+    cpu_scheduling.apply(settings.cpu_scheduling)  # inherited; again in case it was not
     gc_tuning.tune()
     handshake = settings.http_header_timeout_seconds
     code: int = uvloop.run(
