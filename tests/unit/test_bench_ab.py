@@ -7,7 +7,7 @@ interleaving and the arithmetic); the worktree is a real ``git worktree``.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -51,10 +51,14 @@ def test_each_round_serves_both_versions_from_their_own_sources(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     served: list[tuple[str, Path | None]] = []
+    flagged: list[tuple[str, ...]] = []
 
     @contextmanager
-    def batchserve(repository: Path, model: str, source: Path | None = None) -> Iterator[Any]:
+    def batchserve(
+        repository: Path, model: str, source: Path | None = None, flags: Sequence[str] = ()
+    ) -> Iterator[Any]:
         served.append((model, source))
+        flagged.append(tuple(flags))
         yield servers.Running(BATCHSERVE, cast(Any, None), {"http": 1, "grpc": 2})
 
     def measure(running: Any, model: str, protocol: str, c: int, *rest: Any) -> ServerPoint:
@@ -64,8 +68,11 @@ def test_each_round_serves_both_versions_from_their_own_sources(
     monkeypatch.setattr(servers, "measure", measure)
     base = tmp_path / "base"
     points = [ab.Point("digits_cnn", "http", 32), ab.Point("digits_cnn", "grpc", 4)]
-    comparisons = ab.compare(base, points, 2, ROOT / "model_repo", perf.PaSettings(1000), tmp_path)
+    comparisons = ab.compare(
+        base, points, 2, ROOT / "model_repo", perf.PaSettings(1000), tmp_path, ["--workers", "2"]
+    )
     assert [source for _, source in served] == [base, ROOT, base, ROOT, ROOT, base, ROOT, base]
+    assert set(flagged) == {("--workers", "2")}  # both versions, every round
     assert [len(c.windows["A"]) for c in comparisons] == [2, 2]
     # round 2 took B first: its window is the earlier one of that round
     assert comparisons[0].windows["B"][1].throughput < comparisons[0].windows["A"][1].throughput

@@ -3,18 +3,19 @@ preempting one another each time one of them wakes.
 
 A serving process is a handful of threads handing work to each other: the event loop,
 grpc's poller and event-engine threads, the executor that runs batches, ONNX Runtime's
-pool; with workers, one such set per process. Under the normal policy every wake-up
-preempts whichever thread is running, when a core is not idle. On the 2-core reference
-machine at gRPC concurrency 64 with two workers, each worker's event loop was preempted
-about 7,000 times a second, by its own grpc poller waking (which itself switched 8,000
-times a second). ``SCHED_BATCH`` keeps the same share of the cores (nice values still
-apply) but a thread that wakes waits for the running one to block or its slice to end;
-where a core is idle it runs at once, so a lightly loaded server is untouched.
+pool; with workers, one such set per process. Under the normal policy a thread that wakes
+on a busy core usually preempts the one running there. On the 2-core reference machine at
+gRPC concurrency 64 with two workers, each worker's event loop was switched out against its
+will about 7,000 times a second, while its grpc poller thread woke 8,000 times a second.
+``SCHED_BATCH`` keeps the same share of the cores (nice values still apply) but a thread
+that wakes waits for the running one to block or its slice to end; where a core is idle it
+runs at once, so a lightly loaded server is untouched.
 
-Measured there (``bench/NOTES.md``, twenty-third round), server CPU per request at the same
-points, batch against normal, fresh servers taking turns: gRPC c=64 with two workers
-129-160 µs against 165-178 µs and 8,100-10,900 infer/s against 6,900-8,200; gRPC c=16 in one
-process 108-125 µs against 118-138 µs; HTTP within noise; c=1 latency unchanged.
+Measured there (``bench/NOTES.md``, twenty-first round), fresh servers taking turns: gRPC
+at concurrency 64, 1.14x the throughput in the median round with two workers and 1.16x in
+one process, the server's CPU per request 112-169 µs against 153-232; with the load
+generator under the same policy the gain held, so it is the server's own. HTTP and gRPC at
+concurrency 16 with two workers were within the machine's noise; concurrency 1 unchanged.
 
 A process may move its own threads between the normal and batch policies without
 privileges; where it cannot (another OS, a seccomp profile that forbids the call) the
