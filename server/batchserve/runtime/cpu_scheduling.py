@@ -13,9 +13,10 @@ runs at once, so a lightly loaded server is untouched.
 
 Measured there (``bench/NOTES.md``, twenty-first round), fresh servers taking turns: gRPC
 at concurrency 64, 1.14x the throughput in the median round with two workers and 1.16x in
-one process, the server's CPU per request 112-169 µs against 153-232; with the load
-generator under the same policy the gain held, so it is the server's own. HTTP and gRPC at
-concurrency 16 with two workers were within the machine's noise; concurrency 1 unchanged.
+one process, the server's CPU per request 114-169 µs against 128-232 (lower in 7 of 8
+rounds); with the load generator under the same policy the gain held, so it is the
+server's own. HTTP and gRPC at concurrency 16 with two workers were within the machine's
+noise; concurrency 1 unchanged.
 
 A process may move its own threads between the normal and batch policies without
 privileges; where it cannot (another OS, a seccomp profile that forbids the call) the
