@@ -18,6 +18,8 @@ from batchserve.core.tls import TlsFiles
 from batchserve.core.trace_config import parse_trace_config
 
 MIB = 1024 * 1024
+CpuScheduling = Literal["batch", "normal"]
+"""Policies the server may put its threads under (``runtime/cpu_scheduling.py``)."""
 INT32_MAX = 2**31 - 1
 """grpc core reads its channel arguments as 32-bit integers."""
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -83,7 +85,7 @@ class Settings(BaseSettings):
         default=None, validate_default=True
     )
     busy_poll_us: int = Field(0, ge=0, le=100_000)
-    cpu_scheduling: Literal["batch", "normal"] = "batch"
+    cpu_scheduling: CpuScheduling = "batch"
     """Linux scheduling policy of the server's threads (``runtime/cpu_scheduling.py``)."""
     shutdown_delay_seconds: float = Field(0.0, ge=0)
     shutdown_timeout_seconds: float = Field(30.0, gt=0)

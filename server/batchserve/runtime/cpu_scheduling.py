@@ -29,14 +29,13 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Literal
+
+from batchserve.core.settings import CpuScheduling
 
 logger = logging.getLogger(__name__)
 
-Policy = Literal["batch", "normal"]
 
-
-def apply(policy: Policy) -> None:
+def apply(policy: CpuScheduling) -> None:
     """Put every thread of this process under ``policy``; ``normal`` leaves them as they are
     (the policy the process was started with, ``chrt`` included)."""
     if policy == "normal":
