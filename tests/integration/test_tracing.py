@@ -93,14 +93,15 @@ class Receiver:
         with self.lock:
             self.spans.extend(spans)
 
-    def traces(self, request_id: str, wait: float = 10.0) -> list[list[Span]]:
-        """The traces whose root carries ``request_id``, once the server exported them."""
+    def traces(self, request_id: str, wait: float = 10.0, spans: int = 6) -> list[list[Span]]:
+        """The traces whose root carries ``request_id``, once the server exported at least
+        ``spans`` spans of each (or ``wait`` seconds passed)."""
         deadline = time.monotonic() + wait
         while True:
             with self.lock:
                 roots = [s for s in self.spans if s.attributes.get("request_id") == request_id]
                 traces = [[s for s in self.spans if s.trace_id == r.trace_id] for r in roots]
-            complete = traces and all(len(t) >= 6 for t in traces)
+            complete = traces and all(len(t) >= spans for t in traces)
             if complete or time.monotonic() > deadline:
                 return traces
             time.sleep(0.05)
@@ -294,6 +295,7 @@ def test_workers_trace_their_requests_by_the_server_s_settings(
             spans = _named(trace)
             assert {"receive", "decode", "infer", "encode", "send"} <= set(spans)
             assert spans["InferRequest"].trace_id == CALLER_TRACE
-            assert receiver.traces(f"worker-grpc-{index}")
+            (trace,) = receiver.traces(f"worker-grpc-{index}", spans=4)
+            assert set(_named(trace)) == {"InferRequest", "decode", "infer", "encode"}
     finally:
         assert server.stop() == 0
