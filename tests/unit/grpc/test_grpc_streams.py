@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from batchserve.core.errors import InvalidArgument
 from batchserve.grpc.head import Request
-from batchserve.grpc.streams import STREAM_WINDOW, InferStreams, _Bound
+from batchserve.grpc.streams import STREAM_REQUESTS, STREAM_WINDOW, InferStreams, _Bound
 from batchserve.proto import grpc_service_pb2 as pb
 
 pytestmark = pytest.mark.anyio
@@ -119,3 +119,30 @@ async def test_a_stream_queues_no_more_than_its_window_ahead_of_its_reader() -> 
     assert made <= STREAM_WINDOW + 2  # the window, the one taken, the one waiting for room
     rest = [answer.infer_response.id async for answer in answers]
     assert rest == [f"r-{index}" for index in range(1, 100)]
+
+
+async def test_a_stream_reads_no_more_requests_than_it_runs_at_once() -> None:
+    """Requests piped down a stream whose model does not answer yet: the stream stops reading
+    at ``STREAM_REQUESTS`` (the rest wait in the client's buffers), then answers every one."""
+    sent = STREAM_REQUESTS * 3
+    read = 0
+    release = asyncio.Event()
+
+    async def piped() -> AsyncIterator[Request]:
+        nonlocal read
+        for index in range(sent):
+            read += 1
+            yield pb.ModelInferRequest(model_name="m", id=str(index))
+
+    async def held(request: Any) -> AsyncIterator[pb.ModelInferResponse]:
+        await release.wait()
+        yield pb.ModelInferResponse(model_name="m", id=request.id)
+
+    answers = InferStreams().serve(piped(), held, SimpleNamespace())  # type: ignore[arg-type]
+    first = asyncio.ensure_future(anext(answers))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert read <= STREAM_REQUESTS + 1  # those running, and the one waiting for a place
+    release.set()
+    ids = [(await first).infer_response.id] + [a.infer_response.id async for a in answers]
+    assert sorted(ids, key=int) == [str(index) for index in range(sent)]
