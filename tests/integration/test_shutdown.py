@@ -101,3 +101,7 @@ def test_sigterm_under_load_loses_no_accepted_request() -> None:
     refusals = ("http refused", "grpc UNAVAILABLE", "grpc CANCELLED")
     unexpected = {k: v for k, v in seen.items() if k not in ("http ok", "grpc ok", *refusals)}
     assert not unexpected, seen
+    draining = [r.get("message") for r in server.logs].index(
+        "shutting down: draining accepted requests"
+    )
+    assert "heap frozen" not in [r.get("message") for r in server.logs[draining:]]  # exiting
