@@ -228,7 +228,7 @@ def test_a_client_that_reads_slowly_holds_the_responder_not_the_servers_memory(
         after.close()
 
 
-PIPELINED = 20_000
+PIPELINED = 10_000
 """Requests piped down one stream. The server grew by 1-14 MiB with these, with both stream
 bounds on and (tried by hand) with both off, at 20,000 and at 60,000: on a server no faster
 than its client, reading paces itself. So these two check that piped requests are all
@@ -238,7 +238,7 @@ answered in full without growth; the bounds themselves are unit-tested."""
 def test_tritonclient_requests_piped_behind_a_held_callback_are_all_answered(
     decoupled_server: ServerProcess,
 ) -> None:
-    """20,000 digits_cnn requests sent down one tritonclient stream whose callback holds
+    """10,000 digits_cnn requests sent down one tritonclient stream whose callback holds
     the first answer for six seconds, as a Triton user's slow callback would: the stream's
     bounds pace them without loss, and every one is answered in full once the callback lets
     go. (tritonclient sends more slowly than a raw stub, so the growth a raw client caused
@@ -265,7 +265,7 @@ def test_tritonclient_requests_piped_behind_a_held_callback_are_all_answered(
 def test_requests_piped_down_a_stream_that_is_never_read_wait_in_the_clients_buffers(
     decoupled_server: ServerProcess,
 ) -> None:
-    """20,000 digits_cnn requests sent down one stream whose client reads nothing for a
+    """10,000 digits_cnn requests sent down one stream whose client reads nothing for a
     while: each answered request held its response in the server (1.2 GB for 200,000)
     until the stream stopped reading past ``STREAM_REQUESTS`` at once; then all are
     answered, in full, once the client reads."""

@@ -480,7 +480,7 @@ def test_connections_closed_at_the_handshake_deadline_are_counted() -> None:
     """grpc core closes a silent connection without telling the application; the count
     comes from watching channelz. A connection its client closes early, and one that made
     a call, are not refusals and are not counted."""
-    handshake_seconds = 5.0
+    handshake_seconds = 3.0
     server = start_server(
         extra_args=["--grpc-handshake-timeout", str(int(handshake_seconds * 1000))]
     )
