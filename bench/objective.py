@@ -124,14 +124,25 @@ class Target:
         with urllib.request.urlopen(request, timeout=300) as response:
             response.read()
 
+    def planned_batches(self) -> tuple[float, float]:
+        """The batches the objective has sent so far (planned, direct): none for a fixed
+        delay (the metric is the objective's only)."""
+        port, name = self.running.ports["metrics"], "batchserve_objective_batches_total"
+        return (
+            servers.metric_total(port, name, model=self.model, dispatch="planned"),
+            servers.metric_total(port, name, model=self.model, dispatch="direct"),
+        )
+
     def window(
         self, rate: float, seed: int, objective_s: float, window_s: float
-    ) -> tuple[Figures, float, str]:
+    ) -> tuple[Figures, float, float | None, str]:
         """Open-loop Poisson load at ``rate``: the figures of the windows after the first,
-        the mean batch over the whole run, and why it stopped early ("" when it did not)."""
+        the mean batch and the share of batches planned (None without an objective) over the
+        whole run, and why it stopped early ("" when it did not)."""
         span = open_loop.WINDOWS * window_s * 1.5 + 5  # perf_analyzer's ramp and slack
         due = open_loop.poisson_schedule(rate, span, seed)
         before = self.running.counts(self.model)
+        planned_before = self.planned_batches()
         url = self.running.url("grpc")
         try:
             samples, bounds = open_loop.play(url, self.model, due, window_s, self.work)
@@ -145,7 +156,11 @@ class Target:
         after = self.running.counts(self.model)
         executions = after.executions - before.executions
         batch = (after.inferences - before.inferences) / executions if executions else 0.0
-        return judged, batch, judged_note
+        planned, direct = (
+            a - b for a, b in zip(self.planned_batches(), planned_before, strict=True)
+        )
+        share = planned / (planned + direct) if planned + direct else None
+        return judged, batch, share, judged_note
 
 
 def kept_up(figures: Figures, rate: float) -> bool:
@@ -252,17 +267,17 @@ def _sweep(target: Target, report: Report, setup: Plan) -> None:
                     waited = settle(lambda: target.running.counts(target.model).inferences)
                     target.reload(config, objective_us)
                     objective_s = objective_us / 1e6
-                    figures, batch, note = target.window(
+                    figures, batch, planned, note = target.window(
                         load * capacity, seed, objective_s, setup.window_s
                     )
-                    cell = Cell(
-                        x, objective_us, load, config, round_, figures, batch, capacity, note
-                    )
+                    cell = Cell(x, objective_us, load, config, round_, figures, batch,
+                                capacity, note, planned)  # fmt: skip
                     report.cells.append(cell)
                     print(
                         f"  {x}x {load:.0%} of {capacity:,.0f}/s {config}: "
                         f"{figures.share:.2%} within, goodput {figures.goodput:,.0f}/s, "
-                        f"p99 {figures.p99_ms:.2f} ms, batch {batch:.1f} {note}"
+                        f"p99 {figures.p99_ms:.2f} ms, batch {batch:.1f}"
+                        f"{'' if planned is None else f', planned {planned:.0%}'} {note}"
                         f"(settled {waited:.1f} s before)",
                         flush=True,
                     )

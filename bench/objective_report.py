@@ -24,7 +24,7 @@ BEHIND = 0.9
 """perf_analyzer sent less than this share of the schedule: it waited on an overloaded server."""
 COLUMNS = (
     "load", "of capacity/s", "config", "offered/s", "within", "goodput/s", "p50 ms", "p99 ms",
-    "mean batch", "send lag p99 ms", "load not kept",
+    "mean batch", "planned", "send lag p99 ms", "load not kept",
 )  # fmt: skip
 GENERATOR = (
     "a seeded Poisson schedule (bench/open_loop.py) played by perf_analyzer in asynchronous "
@@ -48,6 +48,9 @@ class Cell:
     mean_batch: float
     capacity: float = 0.0
     note: str = ""
+    planned: float | None = None
+    """The objective's batches that went under a plan (they could wait for company) as a
+    share of all it ran; None for the fixed delays, and in runs from before it was counted."""
 
 
 @dataclass
@@ -139,7 +142,9 @@ def render(report: Report) -> str:
         "(perf_analyzer stops at the first refusal: a full queue) counts as answering nothing "
         "within the objective; two "
         f"{report.window_s:g} s windows judged after one of warm-up; rounds pooled (share and "
-        "goodput over all their windows, the worst p99); mean batch over the whole run",
+        "goodput over all their windows, the worst p99); mean batch over the whole run; planned: "
+        "the share of the objective's batches that went under a plan, able to wait for company "
+        "(the rest went at once: at the arrival rate, waiting did not pay)",
         "- server and load generator share the machine's cores",
         "",
     ]
@@ -152,6 +157,8 @@ def render(report: Report) -> str:
                 cells = report.rounds(x, load, config)
                 f = pooled(cells)
                 batch = statistics.mean(c.mean_batch for c in cells) if cells else math.nan
+                shares = [c.planned for c in cells if c.planned is not None]
+                planned = f"{statistics.mean(shares):.0%}" if shares else ""
                 capacity = statistics.mean(c.capacity for c in cells) if cells else math.nan
                 stopped = "; ".join(dict.fromkeys(c.note for c in cells if c.note))
                 if not stopped and f.offered < BEHIND * load * capacity:
@@ -161,9 +168,9 @@ def render(report: Report) -> str:
                 rows.append((
                     f"{load:.0%}", f"{capacity:,.0f}", config, f"{f.offered:,.0f}",
                     f"{f.share:.2%}", f"{f.goodput:,.0f}", f"{f.p50_ms:.2f}", f"{f.p99_ms:.2f}",
-                    f"{batch:.1f}", f"{f.lag_p99_ms:.2f}", stopped,
+                    f"{batch:.1f}", planned, f"{f.lag_p99_ms:.2f}", stopped,
                 ))  # fmt: skip
-        lines += [table(COLUMNS, rows, "rrlrrrrrrrl"), ""]
+        lines += [table(COLUMNS, rows, "rrlrrrrrrrrl"), ""]
     lines += ["## Targets", ""]
     lines += [f"- {'PASS' if ok else 'FAIL'}: {text}" for text, ok in targets(report)]
     return "\n".join(lines) + "\n"

@@ -23,6 +23,7 @@ from typing import IO, Any
 import grpc
 from batchserve.proto import grpc_service_pb2 as pb
 from batchserve.proto import grpc_service_pb2_grpc as pbg
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench import perf, procstat
 from bench.common import ROOT
@@ -47,7 +48,8 @@ class Counts:
 
 @dataclass(frozen=True)
 class Running:
-    """A server process and the ports it listens on ("http" and/or "grpc")."""
+    """A server process and the ports it listens on ("http" and/or "grpc", and "metrics"
+    for batchserve)."""
 
     label: str
     process: subprocess.Popen[str]
@@ -67,6 +69,18 @@ def http_counts(port: int, model: str) -> Counts:
     url = f"http://127.0.0.1:{port}/v2/models/{model}/stats"
     with urllib.request.urlopen(url, timeout=10) as response:
         return counts_from_stats(json.load(response))
+
+
+def metric_total(port: int, name: str, **labels: str) -> float:
+    """The sum of the samples of ``name`` on a metrics port whose labels include ``labels``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    )
 
 
 def counts_from_stats(body: dict[str, Any]) -> Counts:
@@ -125,7 +139,8 @@ def startup(
             record = json.loads(line) if line.startswith("{") else {}
             message = record.get("message")
             if message == "listening":
-                ports = {"http": int(record["http_port"]), "grpc": int(record["grpc_port"])}
+                ports = {"http": int(record["http_port"]), "grpc": int(record["grpc_port"]),
+                         "metrics": int(record["metrics_port"])}  # fmt: skip
             elif message == "model failed to load":
                 raise RuntimeError(f"batchserve could not load {model}: {record.get('reason')}")
             elif message == "server ready" and ports:

@@ -83,6 +83,16 @@ def test_answers_are_counted_against_the_objective_and_predictions_measured(
     # every batch went at once, without a plan whose overrun the margin would keep free
     margin = metric(objective_server, "batchserve_objective_margin_seconds", model=model)
     assert margin == 0
+    batches = {
+        dispatch: metric(
+            objective_server, "batchserve_objective_batches_total", model=model, dispatch=dispatch
+        )
+        for dispatch in ("planned", "direct")
+    }
+    statistics = httpclient.InferenceServerClient(objective_server.http_url)
+    (row,) = statistics.get_inference_statistics(model)["model_stats"]
+    assert sum(batches.values()) == int(row["execution_count"])
+    assert batches["direct"] > batches["planned"]  # planned only until the rate was known
     scraped = httpx.get(f"http://127.0.0.1:{objective_server.metrics_port}/metrics").text
     assert any(
         line.startswith("batchserve_objective_margin_seconds{") and f'model="{model}"' in line

@@ -4,6 +4,7 @@ configs it loads, and the targets judged from its figures."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from pathlib import Path
 
@@ -145,7 +146,7 @@ def test_the_targets_are_the_share_at_80_percent_and_goodput_against_the_better_
 
 def test_rounds_pool_into_one_window_and_the_report_survives_json() -> None:
     report = _report({(0.8, c): 100 for c in CONFIGS})
-    report.cells.append(Cell(3, 1500, 0.8, OBJECTIVE, 1, _figures(50), 20.0))
+    report.cells.append(Cell(3, 1500, 0.8, OBJECTIVE, 1, _figures(50), 20.0, planned=0.25))
     both = pooled(report.rounds(3, 0.8, OBJECTIVE))
     assert (both.requests, both.within, both.seconds) == (200, 150, 2.0)
     assert both.share == 0.75
@@ -154,6 +155,14 @@ def test_rounds_pool_into_one_window_and_the_report_survives_json() -> None:
     again = load(dump(report))
     assert again == report
     assert "| 80% | 0 | objective | 100 | 75.00% | 75 |" in render(again)
+    (objective_row,) = [r for r in render(again).splitlines() if "| objective |" in r]
+    assert "| 16.0 | 25% |" in objective_row  # mean batch, then the rounds that counted plans
+    (delay_row,) = [r for r in render(again).splitlines() if "| delay 0 |" in r]
+    assert "| 12.0 |  |" in delay_row  # a fixed delay plans nothing
+    older = json.loads(dump(again))
+    for cell in older["cells"]:
+        del cell["planned"]  # a report from before plans were counted
+    assert {c.planned for c in load(json.dumps(older)).cells} == {None}
     assert "kept up with 60% (" in render(again)
     assert "70%: p99 900.0 ms at 700/s sent" in render(again)
 

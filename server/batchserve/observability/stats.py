@@ -46,8 +46,10 @@ class ModelStats:
     ``sequences_expired`` the sequences released after idling past their timeout; with a
     ``latency_objective_ns``, ``objective_met`` and ``objective_missed`` count the requests
     answered within it and after it, ``batch_time_predicted_ns`` /
-    ``batch_time_measured_ns`` sum the predicted and measured times of the batches run, and
-    ``objective_margin_ns`` is what the dispatch's plans keep free for their recent overruns.
+    ``batch_time_measured_ns`` sum the predicted and measured times of the batches run,
+    ``objective_margin_ns`` is what the dispatch's plans keep free for their recent overruns,
+    and ``objective_planned`` / ``objective_direct`` count the batches that went under a plan
+    (waiting paid: they could wait for company) and those sent at once (it did not).
     """
 
     success: Duration = field(default_factory=Duration)
@@ -71,6 +73,8 @@ class ModelStats:
     batch_time_predicted_ns: int = 0
     batch_time_measured_ns: int = 0
     objective_margin_ns: int = 0
+    objective_planned: int = 0
+    objective_direct: int = 0
     outcomes: dict[tuple[str, bool], int] = field(default_factory=dict)  # (protocol, ok)
     rejections: dict[Rejection, int] = field(default_factory=dict)
     observed: Observations = field(default_factory=Observations)

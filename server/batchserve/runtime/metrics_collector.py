@@ -229,8 +229,8 @@ def _request_families(versions: list[ServedVersion]) -> Iterator[Metric]:
 
 def _objective_families(versions: list[ServedVersion]) -> Iterator[Metric]:
     """Models with a latency objective only: requests answered within it and after it, the
-    batch times the dispatch predicted against those measured, and the margin its plans keep
-    for their overruns."""
+    batch times the dispatch predicted against those measured, the batches it planned and
+    those it sent at once, and the margin its plans keep for their overruns."""
     within = _counter(
         "batchserve_objective_requests",
         "Requests answered within the model's latency objective (met) or after it (missed).",
@@ -244,6 +244,12 @@ def _objective_families(versions: list[ServedVersion]) -> Iterator[Metric]:
         "batchserve_batch_time_measured_seconds",
         "Sum of the measured times of the same batches: against the predicted sum, the "
         "accuracy of the batch-time model.",
+    )
+    dispatches = _counter(
+        "batchserve_objective_batches",
+        "Batches that went under a plan, waiting for company up to the objective's due time "
+        "(planned), or at once because at the arrival rate waiting did not pay (direct).",
+        ("dispatch",),
     )
     margin = _gauge(
         "batchserve_objective_margin_seconds",
@@ -259,7 +265,9 @@ def _objective_families(versions: list[ServedVersion]) -> Iterator[Metric]:
         predicted.add_metric(labels, stats.batch_time_predicted_ns / 1e9)
         measured.add_metric(labels, stats.batch_time_measured_ns / 1e9)
         margin.add_metric(labels, stats.objective_margin_ns / 1e9)
-    yield from (within, predicted, measured, margin)
+        dispatches.add_metric([*labels, "planned"], stats.objective_planned)
+        dispatches.add_metric([*labels, "direct"], stats.objective_direct)
+    yield from (within, predicted, measured, dispatches, margin)
 
 
 def _sequence_families(versions: list[ServedVersion]) -> Iterator[Metric]:

@@ -112,7 +112,9 @@ class ObjectivePlan:
         bookkeeping; the margin is learned again within ``overrun.REFRESH`` answers once waiting
         pays)."""
         if self._go_ns is None:
+            self._stats.objective_direct += 1
             return
+        self._stats.objective_planned += 1
         planned = min(now_ns, self._go_ns)
         self._go_ns = None  # the next batch is planned afresh, if it waits
         for item in batch:

@@ -186,6 +186,8 @@ async def test_a_batch_waits_for_company_only_while_its_instances_are_short_of_t
     # a batch that waited had a plan, and its answer teaches the margin; one that went at
     # once because waiting did not pay had none
     assert bool(lone.planned_finish_ns) is waits
+    stats = batcher.stats
+    assert (stats.objective_planned, stats.objective_direct) == ((1, 0) if waits else (0, 1))
 
 
 async def test_the_waiting_rules_learn_afresh_when_waiting_pays_again() -> None:
