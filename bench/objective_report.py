@@ -144,7 +144,8 @@ def render(report: Report) -> str:
         f"{report.window_s:g} s windows judged after one of warm-up; rounds pooled (share and "
         "goodput over all their windows, the worst p99); mean batch over the whole run; planned: "
         "the share of the objective's batches that went under a plan, able to wait for company "
-        "(the rest went at once: at the arrival rate, waiting did not pay)",
+        "(the rest went without one: waiting did not pay at the arrival rate, or the batch was "
+        "full)",
         "- server and load generator share the machine's cores",
         "",
     ]

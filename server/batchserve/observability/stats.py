@@ -49,7 +49,8 @@ class ModelStats:
     ``batch_time_measured_ns`` sum the predicted and measured times of the batches run,
     ``objective_margin_ns`` is what the dispatch's plans keep free for their recent overruns,
     and ``objective_planned`` / ``objective_direct`` count the batches that went under a plan
-    (waiting paid: they could wait for company) and those sent at once (it did not).
+    (they could wait for company) and those sent without one (waiting did not pay, or the
+    batch was already full).
     """
 
     success: Duration = field(default_factory=Duration)

@@ -247,8 +247,9 @@ def _objective_families(versions: list[ServedVersion]) -> Iterator[Metric]:
     )
     dispatches = _counter(
         "batchserve_objective_batches",
-        "Batches that went under a plan, waiting for company up to the objective's due time "
-        "(planned), or at once because at the arrival rate waiting did not pay (direct).",
+        "Batches that went under a plan, able to wait for company up to the objective's due "
+        "time (planned), or without one: waiting did not pay at the arrival rate, or the "
+        "batch was already full (direct).",
         ("dispatch",),
     )
     margin = _gauge(
