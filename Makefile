@@ -26,9 +26,12 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-# One stamp per set of extras, remade when pyproject.toml changes.
+# One stamp per set of extras, remade when pyproject.toml changes. pip byte-compiles what it
+# installs one file at a time (68 s of 129 s on 2 cores); compileall does it on every core.
+# It exits 1 on the files packages ship for newer Pythons, which pip passes over too.
 $(VENV)/.stamp-%: pyproject.toml clients/python/pyproject.toml | $(VENV)/bin/python
-	$(PIP) install --quiet -e ".[$(subst +,$(comma),$*)]" -e clients/python
+	$(PIP) install --quiet --no-compile -e ".[$(subst +,$(comma),$*)]" -e clients/python
+	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null 2>&1 || true
 	touch $@
 
 comma := ,

@@ -239,7 +239,7 @@ def test_tritonclient_requests_piped_behind_a_held_callback_are_all_answered(
     decoupled_server: ServerProcess,
 ) -> None:
     """10,000 digits_cnn requests sent down one tritonclient stream whose callback holds
-    the first answer for six seconds, as a Triton user's slow callback would: the stream's
+    the first answer for three seconds, as a Triton user's slow callback would: the stream's
     bounds pace them without loss, and every one is answered in full once the callback lets
     go. (tritonclient sends more slowly than a raw stub, so the growth a raw client caused
     is the next test's; this one is the bounds as Triton's own client meets them.)"""
@@ -250,7 +250,7 @@ def test_tritonclient_requests_piped_behind_a_held_callback_are_all_answered(
         before = tree_rss_mib(decoupled_server.process.pid)
         for _ in range(PIPELINED):
             stream.client.async_stream_infer("digits_cnn", [image])
-        time.sleep(6)
+        time.sleep(3)
         grown = tree_rss_mib(decoupled_server.process.pid) - before
         stream.released.set()
         answers = stream.take(PIPELINED)
@@ -284,7 +284,7 @@ def test_requests_piped_down_a_stream_that_is_never_read_wait_in_the_clients_buf
     before = tree_rss_mib(decoupled_server.process.pid)
     responses = stub.ModelStreamInfer(requests())
     try:
-        time.sleep(6)
+        time.sleep(3)
         grown = tree_rss_mib(decoupled_server.process.pid) - before
         answers = [next(responses) for _ in range(PIPELINED)]
         assert sent.wait(30)
