@@ -160,7 +160,9 @@ def test_each_answered_request_counts_as_one_execution_of_its_replies_time(
     infer = after["inference_stats"]["compute_infer"]
     earlier = before["inference_stats"]["compute_infer"]
     assert int(infer["count"]) - int(earlier["count"]) == 1
-    assert int(infer["ns"]) - int(earlier["ns"]) >= 60_000_000  # three replies 20 ms apart
+    # three replies 20 ms apart; libuv's timers count whole milliseconds from the loop's
+    # cached clock, so each sleep may end up to 1 ms early (one run measured 59.9995 ms)
+    assert int(infer["ns"]) - int(earlier["ns"]) >= 57_000_000
     (size_one,) = after["batch_stats"]
     assert size_one["batch_size"] == 1
 
