@@ -21,7 +21,8 @@ request allocates is freed before the next one starts."""
 
 
 def test_the_loaded_server_froze_what_it_started_with(server: ServerProcess) -> None:
-    """Once, after the last start-up load: a full collection a model cost ~80 ms each."""
+    """Once, after the last start-up load (settling after each load cost a full collection,
+    ~80 ms on 2 cores, per model)."""
     messages = [str(record.get("message")) for record in server.logs]
     start_up = messages[: messages.index("server ready")]
     assert start_up.count("model ready") == start_up.count("loading model") > 1
