@@ -14,7 +14,6 @@ import contextlib
 import logging
 import os
 import tempfile
-from enum import Enum
 
 import uvloop
 
@@ -79,7 +78,8 @@ class Server:
         self.signals = StopSignals()
         self.workers_drained = True
         self._started = False  # every model load tried: load balancers may have seen it ready
-        self._heap_settling = _HeapSettling.NOW
+        self._settle_deferred = False  # while loading at start, and once shutting down
+        self._heap_unsettled = False  # the models changed while settling was deferred
 
     def _serve_through_workers(self, workers: int) -> ServerCollector:
         """This process keeps the models and answers its workers on Unix sockets; the
@@ -105,10 +105,10 @@ class Server:
         """Workers learn of every change at once; the heap is settled after each change while
         serving, once after the start-up loads, and not at all on the way out (a settle is a
         full collection: ~80 ms on 2 cores, once per model for a repository loaded in turn)."""
-        if self._heap_settling is _HeapSettling.NOW:
+        if self._settle_deferred:
+            self._heap_unsettled = True
+        else:
             _settle_heap()
-        elif self._heap_settling is _HeapSettling.AFTER_START_UP:
-            self._heap_settling = _HeapSettling.AFTER_START_UP_CHANGED
         if self.pool is not None:
             self.pool.repository_changed()
 
@@ -151,7 +151,7 @@ class Server:
     async def _load_models(self) -> None:
         """Load the start-up models in turn, until done or asked to stop."""
         names = list(self.dataplane.expected_models)
-        self._heap_settling = _HeapSettling.AFTER_START_UP
+        self._settle_deferred = True
         try:
             for index, name in enumerate(names):
                 if self.signals.stopping.is_set() or not await self._load_unless_stopped(name):
@@ -159,9 +159,10 @@ class Server:
                                 extra={"models": names[index:]})  # fmt: skip
                     return
         finally:
-            if self._heap_settling is _HeapSettling.AFTER_START_UP_CHANGED:
+            self._settle_deferred = False
+            if self._heap_unsettled:
+                self._heap_unsettled = False
                 _settle_heap()
-            self._heap_settling = _HeapSettling.NOW
         self._started = True
         ready = self.dataplane.ready()
         await self.grpc.set_serving(ready)
@@ -209,7 +210,7 @@ class Server:
             self.workers_drained = await self.pool.stop(grace)
         self.http.should_exit = True
         await asyncio.gather(self.grpc.stop(self.settings.shutdown_timeout_seconds), http_task)
-        self._heap_settling = _HeapSettling.NEVER  # the process is about to exit
+        self._settle_deferred = True  # for good: the process is about to exit
         await self.registry.close()
         self.dataplane.shared_memory.close()  # CUDA IPC mappings before the GPUs go
         self.metrics.should_exit = True
@@ -226,15 +227,6 @@ async def serve(settings: Settings, backend_factory: BackendFactory = create_bac
     server.signals.install(asyncio.get_running_loop())
     await server.run()
     return server.workers_drained
-
-
-class _HeapSettling(Enum):
-    """When a change to the loaded models settles the heap (``Server._repository_changed``)."""
-
-    NOW = "now"
-    AFTER_START_UP = "after start-up"
-    AFTER_START_UP_CHANGED = "after start-up, which has changed the models"
-    NEVER = "never"
 
 
 def _settle_heap() -> None:
