@@ -13,6 +13,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from batchserve.runtime import memmove_tuning
+
 COMMAND_MODULES = (
     "batchserve.export.command",
     "batchserve.profiling.command",
@@ -40,6 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # with them on, grpc core writes "skipping fork() handlers" to stderr, outside the
     # structured logs, at every worker start.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    if argv is None and sys.argv[1:2] == ["serve"]:  # this process is the server: tune it
+        memmove_tuning.restart_tuned()  # before any thread or socket (``memmove_tuning.py``)
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
     return handler(args)

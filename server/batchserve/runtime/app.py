@@ -31,7 +31,7 @@ from batchserve.observability.metrics import metrics_app
 from batchserve.observability.refusals import REFUSALS, Protocol
 from batchserve.rest.app import build_http_app
 from batchserve.rest.forward import trusting_peer_header
-from batchserve.runtime import cpu_scheduling, gc_tuning, malloc_tuning
+from batchserve.runtime import cpu_scheduling, gc_tuning, malloc_tuning, memmove_tuning
 from batchserve.runtime.cpus import available_cpus, resolve_workers
 from batchserve.runtime.event_loop import BoundedHandshakeLoop
 from batchserve.runtime.http_listener import http_listener
@@ -142,7 +142,8 @@ class Server:
             extra={"host": self.settings.host, "http_port": http_port, "grpc_port": grpc_port,
                    "metrics_port": self.metrics.bound_port(), "http_tls": tls,
                    "grpc_tls": tls, "metrics_tls": TlsMode.OFF,
-                   "workers": 1 if self.pool is None else self.pool.count},
+                   "workers": 1 if self.pool is None else self.pool.count,
+                   "rep_movsb": "off" if memmove_tuning.rep_movsb_off() else "glibc default"},
         )  # fmt: skip
         await self._load_models()
         await self.signals.stopping.wait()
