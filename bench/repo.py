@@ -90,6 +90,32 @@ def write_identity(repo: Path) -> Path:
     return target
 
 
+IMAGE_MEAN = "image_mean"
+IMAGE_CHW = (3, 192, 192)
+
+
+def write_image_mean(repo: Path) -> Path:
+    """image_mean: one FP32 3x192x192 image in (the bench CNNs' input), its three channel
+    means out. The model's work is one pass over the image, so a request's cost is mostly
+    moving its 432 KiB."""
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["image"], ["means"], axes=[2, 3], keepdims=0)],
+        IMAGE_MEAN,
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", *IMAGE_CHW])],
+        [helper.make_tensor_value_info("means", TensorProto.FLOAT, ["batch", IMAGE_CHW[0]])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    target = repo / IMAGE_MEAN
+    (target / "1").mkdir(parents=True)
+    onnx.save(model, str(target / "1" / "model.onnx"))
+    (target / CONFIG_FILENAME).write_text(
+        f'name: "{IMAGE_MEAN}"\nmax_batch_size: 16\ndynamic_batching {{ }}\n'
+    )
+    return target
+
+
 def export_resnet(repo: Path, name: str = RESNET, image: Sequence[str] = FP32_IMAGE) -> Path:
     """``bench.models:resnet18ish`` exported as ``name`` and served one instance per core;
     ``image`` declares its input (``--input`` and, for bytes, ``--normalize``)."""

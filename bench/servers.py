@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,19 +105,20 @@ def batchserve(
     source: Path | None = None,
     also: Sequence[str] = (),
     flags: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[Running]:
     """`batchserve serve` with only ``model`` (and ``also``, after it, in turn) loaded, as it
     ships (logging, metrics on) but for ``flags``; ``source``: a checkout whose ``server/``
-    is imported instead of the installed package."""
+    is imported instead of the installed package; ``env``: variables set for the server."""
     loads = [word for name in (model, *also) for word in ("--load-model", name)]
     command = [sys.executable, "-m", "batchserve.cli", "serve", "--model-repository",
                str(repository), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
                "--model-control-mode", "explicit", *loads, *flags]  # fmt: skip
-    env = None
+    environ = {**os.environ, **(env or {})}
     if source is not None:
         paths = [str(source / "server"), os.environ.get("PYTHONPATH", "")]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+        environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=environ)
     try:
         ports = startup(process, model)
         yield Running(BATCHSERVE, process, ports)
