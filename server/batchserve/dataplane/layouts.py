@@ -40,7 +40,7 @@ class InputView:
     offset: int
     """Where the input starts in its buffer."""
 
-    def tensor(self, buffer: bytes) -> Tensor:
+    def tensor(self, buffer: bytes | memoryview) -> Tensor:
         """The input in ``buffer``, a read-only view as the full decoders give."""
         data = np.ndarray(self.shape, self.dtype, buffer, self.offset)
         return Tensor(self.name, self.datatype, self.shape, data, dict(self.parameters))
@@ -78,7 +78,7 @@ class DecodedLayout:
         )
         return cls(inputs, template)
 
-    def request(self, buffers: Sequence[bytes], request_id: str) -> InferRequest:
+    def request(self, buffers: Sequence[bytes | memoryview], request_id: str) -> InferRequest:
         """The request whose inputs are in ``buffers`` (one per input, in input order)."""
         template = self.template
         return InferRequest(

@@ -43,7 +43,14 @@ from batchserve.core.types import (
 )
 from batchserve.core.validation import SchemaLookup
 from batchserve.dataplane.shared_memory.parameters import REGION, placeholder, placement
-from batchserve.grpc.head import Head, InputHead, Request, contents_of, head_of
+from batchserve.grpc.head import (
+    Head,
+    InputHead,
+    Request,
+    contents_of,
+    head_of,
+    raw_contents_of,
+)
 from batchserve.proto.grpc_service_pb2 import InferParameter, ModelInferRequest, ModelInferResponse
 
 OutputTensor = ModelInferResponse.InferOutputTensor
@@ -65,12 +72,14 @@ _INT64: Final = range(-(2**63), 2**63)
 def decode_infer_request(
     message: Request,
     schema: SchemaLookup | None = None,
-    raw_contents: Sequence[bytes] | None = None,
+    raw_contents: Sequence[bytes | memoryview] | None = None,
 ) -> InferRequest:
     """A ModelInferRequest as an InferRequest; problems are InvalidArgument naming the field.
     With ``schema``, a request its model refuses is refused before any element is decoded.
     ``raw_contents`` stands for the message's raw_input_contents when the caller already
-    read them (each read copies every entry)."""
+    read them (each read of a message's copies every entry)."""
+    if raw_contents is None:
+        raw_contents = raw_contents_of(message)
     message = head_of(message)
     options = request_options(parameter_values(message.parameters))
     outputs = _decode_outputs(message.outputs)
@@ -135,12 +144,10 @@ def _class_count(output: ModelInferRequest.InferRequestedOutputTensor) -> int:
 
 
 def _decode_inputs(
-    message: Head, pending: PendingInputs, contents: Sequence[bytes] | None
+    message: Head, pending: PendingInputs, contents: Sequence[bytes | memoryview]
 ) -> list[Tensor]:
     count = len(message.inputs)  # none is for validation to judge: inputs may be optional
     check_count(count, what="input")
-    if contents is None:
-        contents = message.raw_input_contents
     raw_count = len(contents)
     if raw_count:
         mixed = next((t.name for t in message.inputs if t.HasField("contents")), None)
@@ -150,7 +157,7 @@ def _decode_inputs(
                 f"'{mixed}' for model '{message.model_name}' (batchserve: send every input's "
                 "data in one of them)"
             )
-    raw: list[bytes | None] = [None] * count
+    raw: list[bytes | memoryview | None] = [None] * count
     if raw_count == count:
         raw = list(contents)
     elif raw_count:
@@ -172,7 +179,7 @@ def _decode_inputs(
 
 
 def _decode_input(
-    tensor: InputHead, index: int, raw: bytes | None, pending: PendingInputs
+    tensor: InputHead, index: int, raw: bytes | memoryview | None, pending: PendingInputs
 ) -> Tensor:
     name = tensor.name
     if not name:

@@ -15,7 +15,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 from batchserve.core import errors
 from batchserve.core.errors import BatchserveError
 from batchserve.dataplane.inference_path import KnownModels
-from batchserve.grpc.head import METHODS, Head, Request
+from batchserve.grpc.head import METHODS, Request, read
 from batchserve.grpc.layout_cache import MessageLayouts
 from batchserve.grpc.servicer import FINAL_RESPONSE, Context, InferenceServicer
 from batchserve.grpc.streams import InferStreams
@@ -169,11 +169,11 @@ class WorkerHandlers(grpc.GenericRpcHandler):  # type: ignore[type-arg]
     def __init__(self, servicer: WorkerServicer, forwarder: Forwarder) -> None:
         self.local: dict[str, Handler] = {
             METHODS[0]: grpc.unary_unary_rpc_method_handler(
-                servicer.ModelInfer, request_deserializer=Head.FromString,
+                servicer.ModelInfer, request_deserializer=read,
                 response_serializer=pb.ModelInferResponse.SerializeToString,
             ),
             METHODS[1]: grpc.stream_stream_rpc_method_handler(
-                servicer.ModelStreamInfer, request_deserializer=Head.FromString,
+                servicer.ModelStreamInfer, request_deserializer=read,
                 response_serializer=pb.ModelStreamInferResponse.SerializeToString,
             ),
         }  # fmt: skip

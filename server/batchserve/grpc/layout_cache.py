@@ -13,7 +13,7 @@ from batchserve.core.types import InferRequest
 from batchserve.core.validation import SchemaLookup
 from batchserve.dataplane.layouts import ENTRIES, Layouts
 from batchserve.grpc.codec import decode_infer_request
-from batchserve.grpc.head import Request, head_of
+from batchserve.grpc.head import Request, head_of, raw_contents_of
 
 MAX_KEY_BYTES = 4096
 """Messages whose rest serializes longer are decoded every time (and never held)."""
@@ -32,20 +32,20 @@ class MessageLayouts:
         """Decode ``message``, which this may change (the server's own copy of the call). A
         repeated layout rebuilds views (nothing decoded, so ``schema`` is not needed); any
         other message takes the full decoder, which checks it against ``schema`` first."""
+        raw = raw_contents_of(message)  # views, for a request off the wire (``head.py``)
         message = head_of(message)  # the server's own already is one
-        raw = list(message.raw_input_contents)
         if not raw or len(raw) != len(message.inputs):
-            return decode_infer_request(message, schema)
+            return decode_infer_request(message, schema, raw)
         request_id = message.id
-        del message.raw_input_contents[:]  # serializing the rest costs less than its parts
+        del message.raw_input_contents[:]  # a head given as one still holds them
         message.id = ""
         key: MessageKey = (message.SerializeToString(), tuple(map(len, raw)))
+        message.id = request_id  # a stream's error answer names the request by it
         kept = len(key[0]) <= MAX_KEY_BYTES
         known = self._layouts.get(key) if kept else None
         if known is not None:
             return known.request(raw, request_id)
-        message.id = request_id  # the raw contents stay out: putting them back copies them
-        request = decode_infer_request(message, schema, raw)
+        request = decode_infer_request(message, schema, raw)  # the raw contents stay out
         if kept:
             self._layouts.remember(key, request, [0] * len(request.inputs))
         return request

@@ -20,7 +20,7 @@ from batchserve.dataplane.plane import DataPlane
 from batchserve.grpc import codec, messages
 from batchserve.grpc.call_limit import CallLimit
 from batchserve.grpc.failures import report_failure
-from batchserve.grpc.head import METHODS, Head, Request
+from batchserve.grpc.head import METHODS, Request, read
 from batchserve.grpc.layout_cache import MessageLayouts
 from batchserve.grpc.streams import InferStreams
 from batchserve.observability import tracing
@@ -343,7 +343,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
 
     def _wrap(self, method: str, handler: Handler) -> Handler:
         """The handler guarded; inference requests are read as heads (``head.py``)."""
-        reader = Head.FromString if method in METHODS else handler.request_deserializer
+        reader = read if method in METHODS else handler.request_deserializer
         codecs: dict[str, Any] = {
             "request_deserializer": reader,
             "response_serializer": handler.response_serializer,

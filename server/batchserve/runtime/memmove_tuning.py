@@ -1,16 +1,16 @@
 """glibc's ``memmove`` kept off REP MOVSB on AMD CPUs: ``serve`` re-executes itself once.
 
-Every request's tensor bytes are copied a few times before they reach a batch: grpc core
-joins the message into bytes, protobuf copies the raw contents, and the batch is assembled
-from the requests. On AMD CPUs glibc copies blocks from 2 KiB up to the size of the L2 cache
-with REP MOVSB, which AMD's Zen cores run about 10x slower for some placements of source and
-destination: here, a destination 8-24 bytes past the source modulo 4 KiB. On the AMD EPYC VM
-the benchmarks run on (Debian 12, glibc 2.36, 512 KiB of L2), a 432 KiB block took 19 us to
-copy, or 244 us when so placed, and a 64 KiB one 3 or 38 us. Which copies are so placed
-depends on where the allocator put each buffer, so some requests and some runs paid it and
-others did not. With REP MOVSB off, glibc copies with vector loops, at 17-20 us and 3 us for
-those blocks wherever they lie; a server whose requests carry such an image answered 1.16x
-as many over HTTP and 1.06x over gRPC (``bench/LARGE_INPUTS.md``).
+Every request's tensor bytes are copied on their way to a batch: grpc core joins the
+message into bytes (twice), and the batch is assembled from the requests. On AMD CPUs glibc
+copies blocks from 2 KiB up to the size of the L2 cache with REP MOVSB, which AMD's Zen cores
+run about 10x slower for some placements of source and destination: here, a destination
+8-24 bytes past the source modulo 4 KiB. On the AMD EPYC VM the benchmarks run on (Debian
+12, glibc 2.36, 512 KiB of L2), a 432 KiB block took 19 us to copy, or 244 us when so
+placed, and a 64 KiB one 3 or 38 us. Which copies are so placed depends on where the
+allocator put each buffer, so some requests and some runs paid it and others did not. With
+REP MOVSB off, glibc copies with vector loops, at 17-20 us and 3 us for those blocks wherever
+they lie; a server whose requests carry such an image answered 1.16x as many over HTTP and
+1.06x over gRPC (``bench/LARGE_INPUTS.md``).
 
 glibc reads its tunables once, at start, so ``serve`` sets ``GLIBC_TUNABLES`` and execs
 itself again before it has a thread or a socket; the processes it starts inherit the

@@ -2,8 +2,9 @@
 
 import pytest
 from batchserve.core.errors import InvalidArgument
-from batchserve.grpc.head import Head, contents_of, head_of
+from batchserve.grpc.head import VIEW_FROM, Head, contents_of, head_of, read
 from batchserve.proto.grpc_service_pb2 import InferParameter, InferTensorContents, ModelInferRequest
+from google.protobuf.message import DecodeError
 
 Input = ModelInferRequest.InferInputTensor
 Output = ModelInferRequest.InferRequestedOutputTensor
@@ -89,3 +90,91 @@ def test_contents_that_are_no_message_are_refused_naming_the_input() -> None:
     head = Head(inputs=[Head.InferInputTensor(name="x", contents=b"\xff\xff\xff")])
     with pytest.raises(InvalidArgument, match="tensor 'x': contents is not a valid"):
         contents_of(head.inputs[0])
+
+
+def _large_request(*entries: bytes) -> ModelInferRequest:
+    inputs = [Input(name=f"in{i}", datatype="UINT8", shape=[len(e)]) for i, e in enumerate(entries)]
+    outputs = [Output(name="y", parameters=PARAMETERS)]
+    return ModelInferRequest(
+        model_name="m", model_version="3", id="big", parameters=PARAMETERS, inputs=inputs,
+        outputs=outputs, raw_input_contents=list(entries),
+    )  # fmt: skip
+
+
+def _field(number: int, wire_type: int, payload: bytes) -> bytes:
+    """One field as it is written on the wire, for field numbers under 16 (one-byte tags);
+    ``payload`` carries its own length where the wire type has one."""
+    return bytes([number << 3 | wire_type]) + payload
+
+
+def test_large_raw_contents_are_views_of_the_bytes_that_arrived() -> None:
+    entries = (bytes(range(256)) * 200, b"\x07" * 70_000)
+    data = _large_request(*entries).SerializeToString()
+    assert len(data) >= VIEW_FROM
+    request = read(data)
+    assert all(isinstance(raw, memoryview) and raw.obj is data for raw in request.raw)
+    assert [bytes(raw) for raw in request.raw] == list(entries)
+    assert len(request.head.raw_input_contents) == 0
+    assert (request.model_name, request.model_version, request.id) == ("m", "3", "big")
+    assert head_of(request) is request.head
+    assert request.SerializeToString() is data  # forwarded as it came, not re-serialized
+    whole = Head.FromString(data)
+    del whole.raw_input_contents[:]
+    assert request.head == whole
+
+
+def test_raw_entries_anywhere_among_the_fields_and_unknown_fields_are_followed() -> None:
+    first, second = b"\x01" * 40_000, b"\x02" * 3
+    message = _large_request(first, second)
+    raw = list(message.raw_input_contents)
+    del message.raw_input_contents[:]
+    known = message.SerializeToString()
+    assert known[:3] == b"\x0a\x01m"  # model_name, a whole field
+    unknown = (
+        _field(10, 0, b"\x96\x01")  # varint
+        + _field(11, 1, bytes(8))  # fixed 64
+        + _field(12, 5, bytes(4))  # fixed 32
+        + _field(13, 2, b"\x03abc")  # length-delimited
+    )
+    # the raw entries first, between the other fields, and last
+    data = (
+        _field(7, 2, b"\xc0\xb8\x02" + raw[0]) + known[:3] + unknown + known[3:]
+        + _field(7, 2, b"\x03" + raw[1])
+    )  # fmt: skip
+    request = read(data)
+    assert [bytes(r) for r in request.raw] == [first, second]
+    assert request.head == Head.FromString(known[:3] + unknown + known[3:])
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        _field(7, 2, b"\xff\xff\x03"),  # an entry that runs past the end
+        _field(9, 3, b"") + _field(9, 4, b""),  # a group: a wire type proto3 never writes
+        _field(14, 0, b"\xff" * 11),  # a varint of more than 64 bits
+    ],
+    ids=["truncated", "group", "long-varint"],
+)
+def test_framing_the_scan_does_not_follow_is_left_to_protobuf(tail: bytes) -> None:
+    data = _large_request(b"\x05" * 40_000).SerializeToString() + tail
+    try:
+        expected: Head | None = Head.FromString(data)
+    except DecodeError:
+        expected = None
+    if expected is None:
+        with pytest.raises(DecodeError):
+            read(data)
+        return
+    request = read(data)  # parsed whole: the contents copied out of the head
+    assert [bytes(r) for r in request.raw] == list(expected.raw_input_contents)
+    del expected.raw_input_contents[:]
+    assert request.head == expected
+
+
+def test_small_messages_are_parsed_whole() -> None:
+    data = _raw_request().SerializeToString()
+    assert len(data) < VIEW_FROM
+    request = read(data)
+    assert request.raw == list(_raw_request().raw_input_contents)
+    assert all(isinstance(raw, bytes) for raw in request.raw)
+    assert len(request.head.raw_input_contents) == 0

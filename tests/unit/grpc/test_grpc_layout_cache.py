@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from batchserve.core.errors import InvalidArgument
 from batchserve.grpc import codec, layout_cache
+from batchserve.grpc.head import VIEW_FROM, read
 from batchserve.grpc.layout_cache import MAX_KEY_BYTES, MessageLayouts
 from batchserve.proto.grpc_service_pb2 import InferParameter, ModelInferRequest
 from decoding import assert_same_request, count_full_decodes
@@ -132,3 +133,27 @@ def test_layouts_kept_are_bounded(full_decodes: list[ModelInferRequest]) -> None
     for rows in range(1, 6):
         layouts.decode(_message(np.ones((rows, 3), np.float32), np.ones((rows, 1), np.int64)))
     assert len(layouts) == 2
+
+
+def _viewed(array: np.ndarray) -> object:
+    """What an array's memory belongs to, through the views over it."""
+    base: object = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return base.obj if isinstance(base, memoryview) else base
+
+
+def test_large_requests_off_the_wire_decode_to_views_of_the_bytes_that_arrived() -> None:
+    layouts = MessageLayouts()
+    rng = np.random.default_rng(1)
+    for index in range(2):  # the full decoder, then the layout's views
+        x = rng.random((64, 160), dtype=np.float32)  # 40 KiB: over head.VIEW_FROM
+        n = rng.integers(0, 9, (64, 1)).astype(np.int64)
+        data = _message(x, n, id=f"r{index}").SerializeToString()
+        assert len(data) >= VIEW_FROM
+        request = read(data)
+        got = layouts.decode(request)
+        assert_same_request(got, codec.decode_infer_request(_message(x, n, id=f"r{index}")))
+        assert got.layout is not None
+        assert all(_viewed(t.data) is data for t in got.inputs)  # not copied
+        assert request.id == f"r{index}"  # kept for a stream's error answer
