@@ -77,7 +77,8 @@ def decode_infer_request(
     """A ModelInferRequest as an InferRequest; problems are InvalidArgument naming the field.
     With ``schema``, a request its model refuses is refused before any element is decoded.
     ``raw_contents`` stands for the message's raw_input_contents when the caller already
-    read them (each read of a message's copies every entry)."""
+    read them (reading a protobuf message's copies every entry); by default, the
+    message's own (``head.raw_contents_of``)."""
     if raw_contents is None:
         raw_contents = raw_contents_of(message)
     message = head_of(message)
