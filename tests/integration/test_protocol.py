@@ -62,6 +62,10 @@ def test_health_on_both_protocols(
             assert client.is_model_ready(model)
             assert client.is_model_ready(model, "1")
             assert not client.is_model_ready(model, "2")
+    # A model the server has never heard of: not ready, and no error (gRPC: Triton answers
+    # ready=false with status OK, so tritonclient returns False instead of raising).
+    for client in (http, grpc):
+        assert client.is_model_ready("no_such_model") is False
 
 
 def test_server_metadata(

@@ -13,7 +13,7 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from batchserve.core.errors import public_message
+from batchserve.core.errors import NotFound, public_message
 from batchserve.core.types import InferRequest
 from batchserve.dataplane.inference_path import InferencePath
 from batchserve.dataplane.plane import DataPlane
@@ -79,9 +79,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelReady(
         self, request: pb.ModelReadyRequest, context: Context
     ) -> pb.ModelReadyResponse:
-        return pb.ModelReadyResponse(
-            ready=self.dataplane.model_ready(request.name, request.version)
-        )
+        """A model this server has never heard of is not ready, and no error: Triton's
+        answer, which its clients and KServe's read as ``False`` (HTTP answers 404)."""
+        try:
+            ready = self.dataplane.model_ready(request.name, request.version)
+        except NotFound:
+            ready = False
+        return pb.ModelReadyResponse(ready=ready)
 
     async def ServerMetadata(
         self, request: pb.ServerMetadataRequest, context: Context
