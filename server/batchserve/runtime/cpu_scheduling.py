@@ -2,7 +2,7 @@
 preempting one another each time one of them wakes.
 
 A serving process is a handful of threads handing work to each other: the event loop,
-grpc's poller and event-engine threads, the executor that runs batches, ONNX Runtime's
+grpc's poller and event-engine threads, the threads that run batches, ONNX Runtime's
 pool; with workers, one such set per process. Under the normal policy a thread that wakes
 on a busy core usually preempts the one running there. On the 2-core reference machine at
 gRPC concurrency 64 with two workers, each worker's event loop was switched out against its

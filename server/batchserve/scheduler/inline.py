@@ -2,7 +2,8 @@
 
 Handing a batch to a worker thread and taking the result back costs two thread wake-ups
 and two GIL hand-overs: measured on the 2-core reference machine, ~40-60 µs of CPU and
-~90-120 µs of wall time per round trip (bench/NOTES.md). A small CPU model answers a batch
+~90-120 µs of wall time per round trip through ``run_in_executor`` (bench/NOTES.md), about
+a third of that through ``instance_thread.py``'s queue. A small CPU model answers a batch
 of one in ~60 µs, so at low concurrency the hand-over costs more than the inference.
 
 Batches whose measured run time at their size is below ``INLINE_BELOW_NS`` therefore run

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from batchserve.backends.base import Backend
+from batchserve.scheduler.instance_thread import InstanceThread
 
 _R = TypeVar("_R")
 
@@ -26,19 +26,21 @@ class Instance:
 
     name: str
     backend: Backend
-    executor: ThreadPoolExecutor = field(init=False)
+    thread: InstanceThread = field(init=False)
 
     def __post_init__(self) -> None:
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name)
+        self.thread = InstanceThread(self.name)
 
     async def run(self, fn: Callable[[], _R]) -> _R:
         """Run ``fn`` on this instance's thread."""
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
+        return await self.thread.run(fn)
 
     def close(self) -> None:
         """Release the backend, then stop the thread once its current work is done."""
-        self.executor.submit(self.backend.unload).result()
-        self.executor.shutdown(wait=True)
+        try:
+            self.thread.call(self.backend.unload)
+        finally:
+            self.thread.stop()
 
 
 class InstancePool:
