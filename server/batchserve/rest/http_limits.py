@@ -17,6 +17,7 @@ from typing import Any
 from batchserve.observability.refusals import Protocol, Reason
 from batchserve.rest.disconnect import DisconnectNoticeProtocol
 from batchserve.rest.http_timeouts import ReadTimeoutProtocol, ReadTimeouts
+from batchserve.rest.request_body import UncopiedBodyProtocol
 from batchserve.rest.transport import CoalescingHttpToolsProtocol
 
 MAX_HEAD_BYTES = 32 * 1024
@@ -33,11 +34,12 @@ MALFORMED = "malformed HTTP request: its request line, headers or body framing d
 
 
 class LimitedHttpToolsProtocol(
-    ReadTimeoutProtocol, DisconnectNoticeProtocol, CoalescingHttpToolsProtocol
-):
+    ReadTimeoutProtocol, DisconnectNoticeProtocol, CoalescingHttpToolsProtocol,
+    UncopiedBodyProtocol,
+):  # fmt: skip
     """The server's httptools protocol: one write per response, a disconnect notice per
-    request, read timeouts, 431 ``{"error": ...}`` for oversized heads and 400 for
-    unparseable requests."""
+    request, read timeouts, request bodies without uvicorn's copies, 431 ``{"error": ...}``
+    for oversized heads and 400 for unparseable requests."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
