@@ -100,32 +100,23 @@ async def _rest_calls(base: str) -> dict[str, Any]:
             lambda: client.is_model_ready(base, "no_such_model")
         )
 
-        image = _digits(3, seed=1)
-        json_request = InferRequest(
-            DIGITS, [_numpy_input("image", image, "FP32", binary=False)], request_id="rest-json"
-        )
-        calls["digits_json"] = {"sent": _sent(image=image), **await _record(
-            lambda: _infer_rest(client, base, json_request))}  # fmt: skip
-
-        image = _digits(2, seed=2)
-        binary_request = InferRequest(
-            DIGITS,
-            [_numpy_input("image", image, "FP32", binary=True)],
-            request_id="rest-binary",
-            request_outputs=[RequestedOutput("probabilities", {"binary_data": True})],
-        )
-        calls["digits_binary"] = {"sent": _sent(image=image), **await _record(
-            lambda: _infer_rest(client, base, binary_request))}  # fmt: skip
-
-        image = _digits(2, seed=9)
-        all_binary = InferRequest(
-            DIGITS,
-            [_numpy_input("image", image, "FP32", binary=False)],
-            request_id="rest-binary-outputs",
-            parameters={"binary_data_output": True},
-        )
-        calls["digits_binary_outputs"] = {"sent": _sent(image=image), **await _record(
-            lambda: _infer_rest(client, base, all_binary))}  # fmt: skip
+        # JSON in and out; binary in, one output asked for as binary; JSON in, every
+        # output binary by the request's binary_data_output parameter
+        for name, batch, seed, binary, options in (
+            ("digits_json", 3, 1, False, {"request_id": "rest-json"}),
+            ("digits_binary", 2, 2, True, {
+                "request_id": "rest-binary",
+                "request_outputs": [RequestedOutput("probabilities", {"binary_data": True})]}),
+            ("digits_binary_outputs", 2, 9, False, {
+                "request_id": "rest-binary-outputs",
+                "parameters": {"binary_data_output": True}}),
+        ):  # fmt: skip
+            image = _digits(batch, seed)
+            request = InferRequest(
+                DIGITS, [_numpy_input("image", image, "FP32", binary=binary)], **options
+            )
+            calls[name] = {"sent": _sent(image=image), **await _record(
+                lambda request=request: _infer_rest(client, base, request))}  # fmt: skip
 
         a, b = _pair(seed=3)
         simple = InferRequest(
