@@ -171,7 +171,9 @@ def test_what_no_protocol_could_carry_is_refused_by_name(
 def test_a_remembered_layout_never_lets_another_shape_through(server: Server) -> None:
     """Validation's verdict is kept per layout: the key must tell shapes apart."""
     server.infer_sync("digits_cnn", {"image": _images(2)})
-    with pytest.raises(InvalidArgument, match=r"^input 'image': shape \[2, 1, 8, 7\]"):
+    with pytest.raises(
+        InvalidArgument, match=r"^unexpected shape for input 'image' .* got \[2,1,8,7\]"
+    ):
         server.infer_sync("digits_cnn", {"image": _images(2)[..., :7]})
     key = layout_key(infer_request("m", {"x": IMAGE}).inputs, None)
     assert key != layout_key(infer_request("m", {"x": IMAGE[:, :, :7]}).inputs, None)
@@ -231,7 +233,11 @@ def test_stream_errors_are_raised_by_the_iteration(server: Server) -> None:
         ("digits_cnn", {"image": IMAGE.astype(np.float64)}, {}, InvalidArgument,
          r"^input 'image': datatype FP64 does not match the model's FP32$"),
         ("digits_cnn", {"image": IMAGE[:, 0]}, {}, InvalidArgument,
-         r"^input 'image': shape \[1, 8, 8\] does not match the model's \[-1, 1, 8, 8\]"),
+         r"^unexpected shape for input 'image' for model 'digits_cnn'\. Expected "
+         r"\[-1,1,8,8\], got \[1,8,8\] \(batchserve: input 'image': shape \[1, 8, 8\]"),
+        ("digits_cnn", {"image": np.zeros((65, 1, 8, 8), np.float32)}, {}, InvalidArgument,
+         r"^inference request batch-size must be <= 64 for 'digits_cnn' \(batchserve: "
+         r"input 'image': batch size 65 is outside 1\.\.64"),
         ("digits_cnn", {}, {}, InvalidArgument,
          r"^expected 1 inputs but got 0 inputs for model 'digits_cnn'"),
         ("digits_cnn", {"image": IMAGE.astype(np.complex64)}, {}, InvalidArgument,

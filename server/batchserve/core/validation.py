@@ -44,6 +44,11 @@ def _dims_text(dims: Sequence[int]) -> str:
     return "[" + ", ".join(str(d) for d in dims) + "]"
 
 
+def _triton_dims(dims: Sequence[int]) -> str:
+    """As Triton's ``DimsListToString`` writes a shape: ``[-1,1,8,8]``."""
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
 @dataclass(frozen=True, slots=True)
 class InputRule:
     """One configured input, in plain Python: reading protobuf fields costs microseconds."""
@@ -98,7 +103,9 @@ class RequestSchema:
         )
 
 
-def _check_input(tensor: Tensor, rule: InputRule, max_batch: int) -> None:
+def _check_input(tensor: Tensor, rule: InputRule, schema: RequestSchema) -> None:
+    """Triton core's texts first (``InferenceRequest::Normalize``), which clients and tests
+    match, then batchserve's plainer one."""
     if tensor.datatype is not rule.datatype:
         raise InvalidArgument(
             f"input '{tensor.name}': datatype {tensor.datatype.wire} does not match the "
@@ -109,14 +116,23 @@ def _check_input(tensor: Tensor, rule: InputRule, max_batch: int) -> None:
         e != -1 and e != s for e, s in zip(expected, shape, strict=True)
     ):
         raise InvalidArgument(
-            f"input '{tensor.name}': shape {_dims_text(shape)} does not match the model's "
-            f"{_dims_text(expected)} (-1 is any size)"
+            f"unexpected shape for input '{tensor.name}' for model '{schema.model}'. Expected "
+            f"{_triton_dims(expected)}, got {_triton_dims(shape)} (batchserve: input "
+            f"'{tensor.name}': shape {_dims_text(shape)} does not match the model's "
+            f"{_dims_text(expected)}, where -1 is any size)"
         )
+    max_batch = schema.max_batch_size
     if max_batch > 0 and not 1 <= shape[0] <= max_batch:
-        raise InvalidArgument(
-            f"input '{tensor.name}': batch size {shape[0]} is outside 1..{max_batch} "
-            "(the model's max_batch_size)"
+        plain = (
+            f"input '{tensor.name}': batch size {shape[0]} is outside 1..{max_batch}, the "
+            "model's max_batch_size"
         )
+        if shape[0] > max_batch:
+            plain = (
+                f"inference request batch-size must be <= {max_batch} for '{schema.model}' "
+                f"(batchserve: {plain})"
+            )
+        raise InvalidArgument(plain)
 
 
 def _index_inputs(inputs: Sequence[Tensor], schema: RequestSchema) -> dict[str, Tensor]:
@@ -224,5 +240,5 @@ def _check(
     for rule in schema.inputs:
         tensor = by_name.get(rule.name)
         if tensor is not None:
-            _check_input(tensor, rule, schema.max_batch_size)
+            _check_input(tensor, rule, schema)
     return _batch_size(list(by_name.values()), schema), _output_names(outputs, schema)
