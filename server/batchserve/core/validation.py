@@ -104,8 +104,9 @@ class RequestSchema:
 
 
 def _check_input(tensor: Tensor, rule: InputRule, schema: RequestSchema) -> None:
-    """Triton core's texts first (``InferenceRequest::Normalize``), which clients and tests
-    match, then batchserve's plainer one."""
+    """A wrong shape and a batch over ``max_batch_size`` are told in Triton core's text first
+    (``InferenceRequest::Normalize``), which clients and tests match, then batchserve's
+    plainer one. Triton's datatype text has changed between releases; batchserve's stands."""
     if tensor.datatype is not rule.datatype:
         raise InvalidArgument(
             f"input '{tensor.name}': datatype {tensor.datatype.wire} does not match the "
