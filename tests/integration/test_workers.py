@@ -356,31 +356,46 @@ def test_sigterm_drains_every_accepted_request_and_exits_0() -> None:
     assert seen["ok"] > 0
 
 
-def test_a_grpc_stream_is_answered_through_a_worker(workers_server: ServerProcess) -> None:
-    """ModelStreamInfer: each request decoded in the worker, answered in order of arrival
-    by id, with the model's outputs."""
-    images = _images(6, seed=5)
-    expected = _reference(images)["probabilities"]
+def _streamed(
+    client: grpcclient.InferenceServerClient,
+    model: str,
+    requests: dict[str, list[grpcclient.InferInput]],
+    output: str,
+) -> dict[str, np.ndarray]:
+    """Each request sent down one ModelStreamInfer stream under its id; ``output`` of each
+    answer, by the id it came back with."""
     answers: dict[str, np.ndarray] = {}
     done = threading.Event()
 
     def on_answer(result: grpcclient.InferResult | None, error: Exception | None) -> None:
         assert error is None, error
         assert result is not None
-        answers[result.get_response().id] = result.as_numpy("probabilities")
-        if len(answers) == len(images):
+        answers[result.get_response().id] = result.as_numpy(output)
+        if len(answers) == len(requests):
             done.set()
 
-    client = grpcclient.InferenceServerClient(workers_server.grpc_url)
     client.start_stream(callback=on_answer)
     try:
-        for index in range(len(images)):
-            tensor = grpcclient.InferInput("image", [1, 1, 8, 8], "FP32")
-            tensor.set_data_from_numpy(images[index : index + 1])
-            client.async_stream_infer("digits_cnn", [tensor], request_id=str(index))
+        for request_id, inputs in requests.items():
+            client.async_stream_infer(model, inputs, request_id=request_id)
         assert done.wait(30)
     finally:
         client.stop_stream()
+    return answers
+
+
+def test_a_grpc_stream_is_answered_through_a_worker(workers_server: ServerProcess) -> None:
+    """ModelStreamInfer: each request decoded in the worker, answered in order of arrival
+    by id, with the model's outputs."""
+    images = _images(6, seed=5)
+    expected = _reference(images)["probabilities"]
+    sent = {}
+    for index in range(len(images)):
+        tensor = grpcclient.InferInput("image", [1, 1, 8, 8], "FP32")
+        tensor.set_data_from_numpy(images[index : index + 1])
+        sent[str(index)] = [tensor]
+    client = grpcclient.InferenceServerClient(workers_server.grpc_url)
+    answers = _streamed(client, "digits_cnn", sent, "probabilities")
     for index in range(len(images)):
         np.testing.assert_allclose(answers[str(index)][0], expected[index], rtol=1e-5, atol=1e-6)
 
@@ -472,22 +487,7 @@ def test_a_large_grpc_request_is_answered_through_a_worker_unary_and_on_a_stream
         np.testing.assert_allclose(
             result.as_numpy("next_char_logits"), expected, rtol=1e-4, atol=1e-5
         )
-    answers: dict[str, np.ndarray] = {}
-    done = threading.Event()
-
-    def on_answer(result: grpcclient.InferResult | None, error: Exception | None) -> None:
-        assert error is None, error
-        assert result is not None
-        answers[result.get_response().id] = result.as_numpy("next_char_logits")
-        if len(answers) == 3:
-            done.set()
-
-    client.start_stream(callback=on_answer)
-    try:
-        for index in range(3):
-            client.async_stream_infer("char_lstm", inputs(), request_id=f"large-{index}")
-        assert done.wait(30)
-    finally:
-        client.stop_stream()
+    sent = {f"large-{index}": inputs() for index in range(3)}
+    answers = _streamed(client, "char_lstm", sent, "next_char_logits")
     for index in range(3):
         np.testing.assert_allclose(answers[f"large-{index}"], expected, rtol=1e-4, atol=1e-5)

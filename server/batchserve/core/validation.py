@@ -128,12 +128,12 @@ def _check_input(tensor: Tensor, rule: InputRule, schema: RequestSchema) -> None
             f"input '{tensor.name}': batch size {shape[0]} is outside 1..{max_batch}, the "
             "model's max_batch_size"
         )
-        if shape[0] > max_batch:
-            plain = (
-                f"inference request batch-size must be <= {max_batch} for '{schema.model}' "
-                f"(batchserve: {plain})"
-            )
-        raise InvalidArgument(plain)
+        if shape[0] < 1:  # Triton has no text of its own for this one
+            raise InvalidArgument(plain)
+        raise InvalidArgument(
+            f"inference request batch-size must be <= {max_batch} for '{schema.model}' "
+            f"(batchserve: {plain})"
+        )
 
 
 def _index_inputs(inputs: Sequence[Tensor], schema: RequestSchema) -> dict[str, Tensor]:
