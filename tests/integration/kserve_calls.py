@@ -143,6 +143,10 @@ async def _rest_calls(base: str) -> dict[str, Any]:
             DIGITS, [_numpy_input("image", np.zeros((1, 1, 8, 7), np.float32), "FP32", True)]
         )
         calls["wrong_shape"] = await _record(lambda: _infer_rest(client, base, wrong))
+        typed = InferRequest(
+            DIGITS, [_numpy_input("image", np.zeros((1, 1, 8, 8), np.int32), "INT32", True)]
+        )
+        calls["wrong_datatype"] = await _record(lambda: _infer_rest(client, base, typed))
         unknown = InferRequest(
             "no_such_model", [_numpy_input("image", _digits(1, seed=4), "FP32", binary=True)]
         )
@@ -215,6 +219,10 @@ async def _grpc_calls(url: str) -> dict[str, Any]:
             DIGITS, [_numpy_input("image", np.zeros((1, 1, 8, 7), np.float32), "FP32", True)]
         )
         calls["wrong_shape"] = await _record(lambda: _infer_grpc(client, wrong))
+        typed = InferRequest(
+            DIGITS, [_numpy_input("image", np.zeros((1, 1, 8, 8), np.int32), "INT32", True)]
+        )
+        calls["wrong_datatype"] = await _record(lambda: _infer_grpc(client, typed))
         unknown = InferRequest(
             "no_such_model", [_numpy_input("image", _digits(1, seed=8), "FP32", binary=True)]
         )

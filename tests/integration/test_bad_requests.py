@@ -48,7 +48,7 @@ HTTP_CASES: list[tuple[str, str, object, dict[str, str], int, str]] = [
     ("name not a string", "/v2/models/digits_cnn/infer", _json_input(name=5), {}, 400, "name"),
     ("shape not a list", "/v2/models/digits_cnn/infer", _json_input(shape="1,1,8,8"), {}, 400, "shape"),
     ("unknown datatype", "/v2/models/digits_cnn/infer", _json_input(datatype="FP33"), {}, 400, "FP33"),
-    ("wrong datatype", "/v2/models/digits_cnn/infer", _json_input(datatype="INT64", data=[0] * 64), {}, 400, "image"),
+    ("wrong datatype", "/v2/models/digits_cnn/infer", _json_input(datatype="INT64", data=[0] * 64), {}, 400, "inference input 'image' data-type is 'INT64', but model 'digits_cnn' expects 'FP32'"),
     ("wrong dims", "/v2/models/digits_cnn/infer", _json_input(shape=[1, 1, 8, 7], data=[0.0] * 56), {}, 400, "image"),
     ("negative dim", "/v2/models/digits_cnn/infer", _json_input(shape=[1, -1, 8, 8]), {}, 400, "image"),
     ("boolean dim", "/v2/models/digits_cnn/infer", _json_input(shape=[True, 1, 8, 8]), {}, 400, "image"),
@@ -198,7 +198,7 @@ def _grpc_request(**overrides: object) -> service_pb2.ModelInferRequest:
 GRPC_CASES = [
     ("unknown model", {"model_name": "nope"}, grpc.StatusCode.NOT_FOUND, "nope"),
     ("unknown datatype", {"datatype": "FP33"}, grpc.StatusCode.INVALID_ARGUMENT, "FP33"),
-    ("wrong datatype", {"datatype": "INT32", "raw": [GOOD_IMAGE.astype(np.int32).tobytes()]}, grpc.StatusCode.INVALID_ARGUMENT, "image"),
+    ("wrong datatype", {"datatype": "INT32", "raw": [GOOD_IMAGE.astype(np.int32).tobytes()]}, grpc.StatusCode.INVALID_ARGUMENT, "inference input 'image' data-type is 'INT32', but model 'digits_cnn' expects 'FP32'"),
     ("byte size", {"raw": [GOOD_IMAGE.tobytes() + b"\0" * 4]}, grpc.StatusCode.INVALID_ARGUMENT, "image"),
     ("raw count", {"raw": [GOOD_IMAGE.tobytes()] * 2}, grpc.StatusCode.INVALID_ARGUMENT, "raw_input_contents"),
     ("no contents at all", {"raw": []}, grpc.StatusCode.INVALID_ARGUMENT, "image"),

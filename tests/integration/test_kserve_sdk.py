@@ -158,6 +158,17 @@ def test_wrong_shape_is_a_client_error_naming_the_tensor(calls: dict[str, Any]) 
         )
 
 
+def test_wrong_datatype_is_a_client_error_in_tritons_words(calls: dict[str, Any]) -> None:
+    rest = calls["rest"]["wrong_datatype"]["error"]
+    assert rest["status"] == 400
+    grpc = calls["grpc"]["wrong_datatype"]["error"]
+    assert grpc["status"] == "INVALID_ARGUMENT"
+    for message in (rest["message"], grpc["message"]):
+        assert message.startswith(
+            "inference input 'image' data-type is 'INT32', but model 'digits_cnn' expects 'FP32'"
+        )
+
+
 def test_unknown_model_is_refused(calls: dict[str, Any]) -> None:
     rest = calls["rest"]["unknown_model"]["error"]
     assert rest["status"] == 404

@@ -231,7 +231,9 @@ def test_stream_errors_are_raised_by_the_iteration(server: Server) -> None:
         ("digits_cnn", {"imag": IMAGE}, {}, InvalidArgument,
          r"^unexpected input 'imag': model 'digits_cnn' takes \['image'\]$"),
         ("digits_cnn", {"image": IMAGE.astype(np.float64)}, {}, InvalidArgument,
-         r"^input 'image': datatype FP64 does not match the model's FP32$"),
+         r"^inference input 'image' data-type is 'FP64', but model 'digits_cnn' expects "
+         r"'FP32' \(batchserve: input 'image': datatype FP64 does not match the model's "
+         r"FP32\)$"),
         ("digits_cnn", {"image": IMAGE[:, 0]}, {}, InvalidArgument,
          r"^unexpected shape for input 'image' for model 'digits_cnn'\. Expected "
          r"\[-1,1,8,8\], got \[1,8,8\] \(batchserve: input 'image': shape \[1, 8, 8\]"),

@@ -104,13 +104,16 @@ class RequestSchema:
 
 
 def _check_input(tensor: Tensor, rule: InputRule, schema: RequestSchema) -> None:
-    """A wrong shape and a batch over ``max_batch_size`` are told in Triton core's text first
-    (``InferenceRequest::Normalize``), which clients and tests match, then batchserve's
-    plainer one. Triton's datatype text has changed between releases; batchserve's stands."""
+    """A wrong datatype, a wrong shape and a batch over ``max_batch_size`` are told in Triton
+    core's text first (``InferenceRequest::Normalize``), which clients and tests match, then
+    batchserve's plainer one. The datatype text is the current release's, which names the
+    input; older ones said "inference input data-type is 'X', model expects 'Y' for 'M'"."""
     if tensor.datatype is not rule.datatype:
+        given, wanted = tensor.datatype.wire, rule.datatype.wire
         raise InvalidArgument(
-            f"input '{tensor.name}': datatype {tensor.datatype.wire} does not match the "
-            f"model's {rule.datatype.wire}"
+            f"inference input '{tensor.name}' data-type is '{given}', but model "
+            f"'{schema.model}' expects '{wanted}' (batchserve: input '{tensor.name}': "
+            f"datatype {given} does not match the model's {wanted})"
         )
     expected, shape = rule.dims, tensor.shape
     if len(shape) != len(expected) or any(
