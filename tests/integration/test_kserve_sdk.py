@@ -146,27 +146,25 @@ def test_bytes_tensors(calls: dict[str, Any], protocol: str, name: str) -> None:
         assert outputs[output]["data"] == [str(v) for v in expected.reshape(-1)]
 
 
-def test_wrong_shape_is_a_client_error_naming_the_tensor(calls: dict[str, Any]) -> None:
-    rest = calls["rest"]["wrong_shape"]["error"]
+@pytest.mark.parametrize(
+    ("call", "triton_text"),
+    [
+        ("wrong_shape",
+         "unexpected shape for input 'image' for model 'digits_cnn'. Expected [-1,1,8,8], "
+         "got [1,1,8,7]"),
+        ("wrong_datatype",
+         "inference input 'image' data-type is 'INT32', but model 'digits_cnn' expects 'FP32'"),
+    ],
+)  # fmt: skip
+def test_a_bad_tensor_is_a_client_error_in_tritons_words(
+    calls: dict[str, Any], call: str, triton_text: str
+) -> None:
+    rest = calls["rest"][call]["error"]
     assert rest["status"] == 400
-    grpc = calls["grpc"]["wrong_shape"]["error"]
+    grpc = calls["grpc"][call]["error"]
     assert grpc["status"] == "INVALID_ARGUMENT"
     for message in (rest["message"], grpc["message"]):  # Triton's text first
-        assert message.startswith(
-            "unexpected shape for input 'image' for model 'digits_cnn'. "
-            "Expected [-1,1,8,8], got [1,1,8,7]"
-        )
-
-
-def test_wrong_datatype_is_a_client_error_in_tritons_words(calls: dict[str, Any]) -> None:
-    rest = calls["rest"]["wrong_datatype"]["error"]
-    assert rest["status"] == 400
-    grpc = calls["grpc"]["wrong_datatype"]["error"]
-    assert grpc["status"] == "INVALID_ARGUMENT"
-    for message in (rest["message"], grpc["message"]):
-        assert message.startswith(
-            "inference input 'image' data-type is 'INT32', but model 'digits_cnn' expects 'FP32'"
-        )
+        assert message.startswith(triton_text)
 
 
 def test_unknown_model_is_refused(calls: dict[str, Any]) -> None:

@@ -40,13 +40,10 @@ SchemaLookup = Callable[[], "RequestSchema"]
 repeated layout never does); raises as the lookup of the model does (unknown, not ready)."""
 
 
-def _dims_text(dims: Sequence[int]) -> str:
-    return "[" + ", ".join(str(d) for d in dims) + "]"
-
-
-def _triton_dims(dims: Sequence[int]) -> str:
-    """As Triton's ``DimsListToString`` writes a shape: ``[-1,1,8,8]``."""
-    return "[" + ",".join(str(d) for d in dims) + "]"
+def _dims_text(dims: Sequence[int], separator: str = ", ") -> str:
+    """A shape as batchserve writes it, ``[-1, 1, 8, 8]``; with ``separator=","`` as Triton's
+    ``DimsListToString`` does, ``[-1,1,8,8]``."""
+    return "[" + separator.join(str(d) for d in dims) + "]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +118,7 @@ def _check_input(tensor: Tensor, rule: InputRule, schema: RequestSchema) -> None
     ):
         raise InvalidArgument(
             f"unexpected shape for input '{tensor.name}' for model '{schema.model}'. Expected "
-            f"{_triton_dims(expected)}, got {_triton_dims(shape)} (batchserve: input "
+            f"{_dims_text(expected, ',')}, got {_dims_text(shape, ',')} (batchserve: input "
             f"'{tensor.name}': shape {_dims_text(shape)} does not match the model's "
             f"{_dims_text(expected)}, where -1 is any size)"
         )
