@@ -186,6 +186,21 @@ async def test_the_batch_cap_follows_what_the_instances_reserved(
     await registry.close()
 
 
+async def test_a_load_shares_the_model_budget_evenly_across_its_instances(
+    tmp_path: Path, backends: list[FakeBackend]
+) -> None:
+    """Three instances loaded together under 2500 KiB: each takes its share of what is left
+    (833, 850, 900 KiB: caps 7, 7, 8), where taking what each could (the test above) would
+    give 8, 8, 6; the model batches at the smallest."""
+    budget = f"batchserve {{ memory_budget_bytes: {2500 * KIB} }}\n"
+    registry, _ = _registry(tmp_path, backends)
+    await registry.load("fake", _with_count(3, budget))
+    served = registry.get("fake")
+    assert [m.batch_cap for m in served.memory] == [7, 7, 8]
+    assert (served.batcher.cap, served.batcher.policy.max_batch_size) == (7, 7)
+    await registry.close()
+
+
 async def test_a_reload_that_fails_leaves_the_loaded_version_serving(
     tmp_path: Path, backends: list[FakeBackend]
 ) -> None:

@@ -87,23 +87,27 @@ class InstanceLoader:
         placement: Placement,
         reservations: ModelReservations,
         samples: tuple[WarmupSample, ...] = (),
+        sharing: int = 1,
     ) -> LoadedInstance:
         """Load, measure, reserve, then warm up (the config's ``model_warmup`` samples, as
-        Triton runs them, then a batch at the derived cap). A failure leaves nothing held."""
+        Triton runs them, then a batch at the derived cap). A failure leaves nothing held.
+        ``sharing``: this instance and those still to load after it, which share evenly
+        what the model's own budget has left."""
         backend = self.backend_factory(config, version.model_file)
         instance = Instance(name, backend)
         reservation = None
         free_dim = probe_length(config)
         first = samples[0].inputs if samples else None
         try:
-            allowance = reservations.allowance(self.budgets.for_device(placement.device))
+            allowance = reservations.allowance(self.budgets.for_device(placement.device), sharing)
             started = time.perf_counter()
             profile = await instance.run(
                 partial(probe_backend, backend, version.model_file, config, placement.device,
                         limit_bytes=allowance, free_dim=free_dim, sample=first)
             )  # fmt: skip
             _log_phase(name, "load and memory probe", started)
-            reservation = reservations.reserve(self.budgets.for_device(backend.device), profile)
+            budget = self.budgets.for_device(backend.device)
+            reservation = reservations.reserve(budget, profile, sharing)
             cap = reservation.batch_cap if config.max_batch_size > 0 else 1
             started = time.perf_counter()
             for sample in samples:

@@ -258,10 +258,14 @@ class ModelRegistry(ModelTable):
         reservations = ModelReservations.from_config(config)
         loaded: list[LoadedInstance] = []
         try:
-            for index, placement in enumerate(resolve_placements(config, gpu_count())):
+            placements = resolve_placements(config, gpu_count())
+            for index, placement in enumerate(placements):
                 name = f"{resolved.name}-{version.version}-{index}"
+                sharing = len(placements) - index
                 loaded.append(
-                    await self._loader.load(name, config, version, placement, reservations, samples)
+                    await self._loader.load(
+                        name, config, version, placement, reservations, samples, sharing
+                    )
                 )
         except BaseException:
             await asyncio.to_thread(InstancePool([i.instance for i in loaded]).close)

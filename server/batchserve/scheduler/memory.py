@@ -236,16 +236,22 @@ class ModelReservations:
         with self._lock:
             return tuple(self._held)
 
-    def allowance(self, budget: DeviceBudget) -> int:
-        """What the next instance may use on ``budget`` now (a probe's ``limit_bytes``)."""
+    def allowance(self, budget: DeviceBudget, sharing: int = 1) -> int:
+        """What the next instance may use on ``budget`` now (a probe's ``limit_bytes``), when
+        it and ``sharing - 1`` instances after it share what the model has left."""
         with self._lock:
-            left = self._left()
+            left = self._share(sharing)
         return budget.available() if left is None else min(left, budget.available())
 
-    def reserve(self, budget: DeviceBudget, profile: MemoryProfile) -> Reservation:
-        """Reserve one instance's memory on ``budget`` within what the model has left."""
+    def reserve(
+        self, budget: DeviceBudget, profile: MemoryProfile, sharing: int = 1
+    ) -> Reservation:
+        """Reserve one instance's memory on ``budget`` within its even share of what the model
+        has left: the model batches at its smallest instance's cap, so an instance that took
+        all of it would leave the next ones smaller caps, or none."""
         with self._lock:
-            reservation = budget.reserve(self.model, profile, self.max_batch_size, self._left())
+            limit = self._share(sharing)
+            reservation = budget.reserve(self.model, profile, self.max_batch_size, limit)
             self._held.append(reservation)
             return reservation
 
@@ -263,6 +269,10 @@ class ModelReservations:
         if self.limit_bytes is None:
             return None
         return self.limit_bytes - sum(r.nbytes for r in self._held)
+
+    def _share(self, sharing: int) -> int | None:
+        left = self._left()
+        return None if left is None else left // max(1, sharing)
 
     def release_one(self, reservation: Reservation) -> None:
         """Give back one instance's memory (an instance removed from a live model)."""

@@ -283,6 +283,32 @@ def test_model_reservations_share_the_config_budget_across_instances():
     assert model.reservations == ()
 
 
+def test_instances_loaded_together_share_the_model_budget_evenly():
+    """Taking all it could, the first of two instances would leave the second a cap of 56
+    (the test above), and the model batches at the smaller cap; shared, both get 60."""
+    config = ModelConfig(name="cnn", max_batch_size=64)
+    config.batchserve.memory_budget_bytes = 50 * MIB
+    model = ModelReservations.from_config(config)
+    budget = DeviceBudget(CPU, GIB)
+    profile = MemoryProfile(10 * MIB, 256 * KIB)
+    assert model.allowance(budget, sharing=2) == 25 * MIB
+    first = model.reserve(budget, profile, sharing=2)
+    assert model.allowance(budget, sharing=1) == 25 * MIB
+    second = model.reserve(budget, profile, sharing=1)
+    assert (first.batch_cap, second.batch_cap) == (60, 60)
+    with pytest.raises(ModelConfigError, match=r"leaves 0 B for this instance"):
+        model.reserve(budget, profile)
+
+
+def test_a_share_too_small_for_one_sample_names_the_share():
+    config = ModelConfig(name="cnn", max_batch_size=64)
+    config.batchserve.memory_budget_bytes = 15 * MIB
+    model = ModelReservations.from_config(config)
+    with pytest.raises(ModelConfigError, match=r"leaves 7\.5 MiB for this instance"):
+        model.reserve(DeviceBudget(CPU, GIB), MemoryProfile(10 * MIB, 256 * KIB), sharing=2)
+    assert model.reservations == ()
+
+
 def test_a_reload_may_hold_the_old_and_new_version_under_one_name():
     budget = DeviceBudget(CPU, 100 * MIB)
     config = ModelConfig(name="cnn", max_batch_size=0)  # no batch axis: one sample at a time
