@@ -61,8 +61,13 @@ format: $(VENV)/.stamp-$(DEV_EXTRAS)
 # Unit and integration suites run in separate processes: the integration tests
 # load tritonclient's generated protobuf modules, which define the same
 # `inference.*` message names as batchserve's own and cannot share a process.
+# Test processes run side by side (pytest-xdist), one module to a process at a time, so a
+# module's server starts once. Integration tests marked `alone` measure the machine or time a
+# deadline tightly: they run after the others, with the cores to themselves.
+TEST_PROCESSES ?= 2
+
 unit: $(VENV)/.stamp-$(DEV_EXTRAS)
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit -n $(TEST_PROCESSES) $(PYTEST_ARGS)
 
 # NVIDIA's perf_analyzer binary (tritonclient 2.50.0 wheel) for the protocol tests.
 $(VENV)/bin/perf_analyzer: | $(VENV)/.stamp-$(DEV_EXTRAS)
@@ -73,7 +78,8 @@ prometheus:
 	bash scripts/install_prometheus.sh
 
 integration: $(VENV)/.stamp-$(DEV_EXTRAS) $(VENV)/bin/perf_analyzer prometheus
-	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+	$(PY) -m pytest tests/integration -n $(TEST_PROCESSES) --dist loadscope -m "not alone" $(PYTEST_ARGS)
+	$(PY) -m pytest tests/integration -m alone $(PYTEST_ARGS)
 
 # The GPU code (ONNX Runtime providers, cuda-python, NVML, TensorRT 10 and 11) driven through
 # the real GPU packages, loaded over stub C libraries built from what those packages link, so

@@ -476,6 +476,7 @@ def _wait_for_metric(server: ServerProcess, want: float, seconds: float, **label
     return seen
 
 
+@pytest.mark.alone  # the early-closed connection must close between two looks of the watch
 def test_connections_closed_at_the_handshake_deadline_are_counted() -> None:
     """grpc core closes a silent connection without telling the application; the count
     comes from watching channelz. A connection its client closes early, and one that made

@@ -21,6 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tests.integration.server import MODEL_REPO, ServerProcess, start_server
 
+pytestmark = pytest.mark.alone  # the load measures the machine: light or heavy, and how fast
+
 LSTM, DIGITS, HEAVY = "char_lstm", "digits_cnn", "dense_stack"
 WIDTH, LAYERS = 1024, 256
 """The heavy model: 256 dense 1024x1024 layers, 0.5 GFLOP a sample (2-3 ms on two cores)."""

@@ -23,7 +23,7 @@ from tritonclient.grpc import model_config_pb2
 from tests.integration.server import MODEL_REPO
 from tests.integration.test_readme import BIN, COMMANDS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 # (instances, max_batch_size, queue delay): --quick's axes with digits_cnn's own 1, 64 and
 # 25000 us added; batches of one are measured at delay 0 only.

@@ -16,7 +16,7 @@ import pytest
 
 from tests.integration.server import REPO_ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 # 7-second windows on a shared CI machine make p99 too noisy to judge drift by (the unit
 # tests cover that check): here only a drift of 20x would fail.

@@ -266,6 +266,7 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.mark.alone  # it counts the CPU time a process gets
 def test_busy_polling_keeps_the_model_owning_process_polling_too() -> None:
     """``--busy-poll-us`` with workers: the process that runs the models reads the workers'
     frames on its own loop, which must not sleep between them either."""
