@@ -248,9 +248,11 @@ class ModelReservations:
     ) -> Reservation:
         """Reserve one instance's memory on ``budget`` within its even share of what the model
         has left: the model batches at its smallest instance's cap, so an instance that took
-        all of it would leave the next ones smaller caps, or none."""
+        all of it would leave the next ones smaller caps, or none. A share smaller than one
+        sample still takes one where what is left holds it: instances' needs differ (the
+        first a process loads pays its runtime's one-time costs)."""
         with self._lock:
-            limit = self._share(sharing)
+            limit = self._share(sharing, at_least=profile.predict(1))
             reservation = budget.reserve(self.model, profile, self.max_batch_size, limit)
             self._held.append(reservation)
             return reservation
@@ -270,9 +272,11 @@ class ModelReservations:
             return None
         return self.limit_bytes - sum(r.nbytes for r in self._held)
 
-    def _share(self, sharing: int) -> int | None:
+    def _share(self, sharing: int, at_least: int = 0) -> int | None:
+        """An even share of what the model has left among ``sharing`` instances, raised to
+        ``at_least`` where what is left holds that."""
         left = self._left()
-        return None if left is None else left // max(1, sharing)
+        return None if left is None else min(left, max(left // max(1, sharing), at_least))
 
     def release_one(self, reservation: Reservation) -> None:
         """Give back one instance's memory (an instance removed from a live model)."""

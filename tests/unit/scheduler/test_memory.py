@@ -300,13 +300,21 @@ def test_instances_loaded_together_share_the_model_budget_evenly():
         model.reserve(budget, profile)
 
 
-def test_a_share_too_small_for_one_sample_names_the_share():
+def test_a_share_smaller_than_one_sample_takes_one_where_what_is_left_holds_it():
+    """A first instance that measured its runtime's one-time costs (10 MiB) beside a second
+    that did not (1 MiB): even shares of 12 MiB would refuse the first; one sample each fits."""
     config = ModelConfig(name="cnn", max_batch_size=64)
-    config.batchserve.memory_budget_bytes = 15 * MIB
+    config.batchserve.memory_budget_bytes = 12 * MIB
     model = ModelReservations.from_config(config)
-    with pytest.raises(ModelConfigError, match=r"leaves 7\.5 MiB for this instance"):
-        model.reserve(DeviceBudget(CPU, GIB), MemoryProfile(10 * MIB, 256 * KIB), sharing=2)
-    assert model.reservations == ()
+    budget = DeviceBudget(CPU, GIB)
+    first = model.reserve(budget, MemoryProfile(10 * MIB, 256 * KIB), sharing=2)
+    second = model.reserve(budget, MemoryProfile(MIB, 256 * KIB), sharing=1)
+    assert (first.batch_cap, second.batch_cap) == (1, 3)
+    assert model.allowance(budget) == 0
+    config.batchserve.memory_budget_bytes = 9 * MIB  # under one sample: refused with the rest
+    small = ModelReservations.from_config(config)
+    with pytest.raises(ModelConfigError, match=r"leaves 9\.0 MiB for this instance"):
+        small.reserve(budget, MemoryProfile(10 * MIB, 256 * KIB), sharing=2)
 
 
 def test_a_reload_may_hold_the_old_and_new_version_under_one_name():
