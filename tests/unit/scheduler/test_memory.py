@@ -311,7 +311,7 @@ def test_a_share_smaller_than_one_sample_takes_one_where_what_is_left_holds_it()
     second = model.reserve(budget, MemoryProfile(MIB, 256 * KIB), sharing=1)
     assert (first.batch_cap, second.batch_cap) == (1, 3)
     assert model.allowance(budget) == 0
-    config.batchserve.memory_budget_bytes = 9 * MIB  # under one sample: refused with the rest
+    config.batchserve.memory_budget_bytes = 9 * MIB  # less than one sample: refused, naming it
     small = ModelReservations.from_config(config)
     with pytest.raises(ModelConfigError, match=r"leaves 9\.0 MiB for this instance"):
         small.reserve(budget, MemoryProfile(10 * MIB, 256 * KIB), sharing=2)
