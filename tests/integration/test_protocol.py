@@ -203,6 +203,26 @@ def test_errors_name_the_problem_and_the_server_keeps_answering(
     with pytest.raises(InferenceServerException, match="image") as gexc:
         grpc.infer(DIGITS, [g_in])
     assert gexc.value.status() == "StatusCode.INVALID_ARGUMENT"
+    for refused in (exc.value, gexc.value):  # Triton's words first, as its clients read them
+        assert str(refused.message()).startswith(
+            "inference input 'image' data-type is 'INT64', but model 'digits_cnn' expects 'FP32'"
+        )
+    narrow = np.zeros((1, 1, 8, 7), dtype=np.float32)
+    h_shape = httpclient.InferInput("image", [1, 1, 8, 7], "FP32")
+    h_shape.set_data_from_numpy(narrow)
+    with pytest.raises(InferenceServerException) as h_shape_exc:
+        http.infer(DIGITS, [h_shape])
+    assert h_shape_exc.value.status() == "400"
+    g_shape = grpcclient.InferInput("image", [1, 1, 8, 7], "FP32")
+    g_shape.set_data_from_numpy(narrow)
+    with pytest.raises(InferenceServerException) as g_shape_exc:
+        grpc.infer(DIGITS, [g_shape])
+    assert g_shape_exc.value.status() == "StatusCode.INVALID_ARGUMENT"
+    for refused in (h_shape_exc.value, g_shape_exc.value):
+        assert str(refused.message()).startswith(
+            "unexpected shape for input 'image' for model 'digits_cnn'. "
+            "Expected [-1,1,8,8], got [1,1,8,7]"
+        )
     with pytest.raises(InferenceServerException, match="nope") as missing:
         http.get_model_metadata("nope")
     assert missing.value.status() == "404"

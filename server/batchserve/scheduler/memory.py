@@ -240,8 +240,8 @@ class ModelReservations:
         """What the next instance may use on ``budget`` now (a probe's ``limit_bytes``), when
         it and ``sharing - 1`` instances after it share what the model has left."""
         with self._lock:
-            left = self._share(sharing)
-        return budget.available() if left is None else min(left, budget.available())
+            share = self._share(sharing)
+        return budget.available() if share is None else min(share, budget.available())
 
     def reserve(
         self, budget: DeviceBudget, profile: MemoryProfile, sharing: int = 1
