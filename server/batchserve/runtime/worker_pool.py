@@ -158,13 +158,20 @@ class WorkerPool:
         return totals
 
     def _log_settings_changed(self, settings: log_settings.Answer) -> None:
+        """The workers log by the settings a client set here, from its next request on
+        (written at once, as ``_trace_settings_changed`` says why)."""
         for worker in self.workers.values():
-            worker.link.send(("l", settings))
+            worker.link.send_now(("l", settings))
 
     def _trace_settings_changed(self, snapshot: Snapshot) -> None:
-        """The workers sample their own requests by the settings a client set here."""
+        """The workers sample their own requests by the settings a client set here.
+
+        Written at once, not with this loop pass's other frames: the client's answer leaves
+        on another socket as soon as the update returns, and its next request, through
+        either worker, must find the settings there. A worker's loop handles its sockets
+        in the order they became readable, so a frame written first is read first."""
         for worker in self.workers.values():
-            worker.link.send(("t", snapshot))
+            worker.link.send_now(("t", snapshot))
 
     def repository_changed(self) -> None:
         """Models were loaded or unloaded: the workers ask again before trusting theirs."""

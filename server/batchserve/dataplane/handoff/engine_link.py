@@ -95,6 +95,10 @@ class EngineLink:
         if self.protocol.connected:
             self.protocol.send(frame)
 
+    def send_now(self, frame: Frame) -> None:
+        if self.protocol.connected:
+            self.protocol.send_now(frame)
+
     def _acknowledge(self) -> None:
         """Tell the worker how many of its request frames this process has read, once per
         read: while some are unread it holds its next requests, which then travel together

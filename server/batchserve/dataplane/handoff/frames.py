@@ -62,6 +62,13 @@ class FrameProtocol(asyncio.Protocol):
         outgoing.append(_LENGTH.pack(len(data)))
         outgoing.append(data)
 
+    def send_now(self, frame: Frame) -> None:
+        """``send``, with the frames queued before it, written before this returns: for a
+        frame that must reach the other process ahead of an answer this one writes on
+        another socket as soon as it returns."""
+        self.send(frame)
+        self._flush()
+
     def _flush(self) -> None:
         transport = self._transport
         if transport is not None and self._outgoing:

@@ -1,0 +1,101 @@
+"""A settings change is on its way to every worker before the update that made it returns.
+
+The client's answer leaves on another socket (the worker's forwarded HTTP or gRPC call) as
+soon as the update returns. A frame queued for the end of this loop pass would be written
+after it, and a client's next request could reach a worker that has not read it: under
+load a request went untraced just after tracing was switched on. So the test reads the
+worker's end of a real socket with no loop pass in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+from batchserve.core.settings import Settings
+from batchserve.dataplane.handoff.arena import Arena
+from batchserve.dataplane.handoff.engine_link import EngineLink
+from batchserve.dataplane.handoff.frames import Frame, FrameProtocol
+from batchserve.dataplane.plane import DataPlane
+from batchserve.models.registry import ModelRegistry
+from batchserve.observability import log_settings
+from batchserve.observability.logs import configure_logging
+from batchserve.observability.refusals import REFUSALS
+from batchserve.runtime.worker_counts import WorkerCounts
+from batchserve.runtime.worker_pool import Endpoints, WorkerPool, _Worker
+from fakes import FakeBackend
+
+from tests.unit.rest.test_rest_app import _budgets, _repository
+
+TOKEN = "Bearer t0ken"
+
+
+@pytest.fixture(autouse=True)
+def _own_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Log settings live on the root logger and the module's followers: put back after."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level, list(log_settings._followers)
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    configure_logging("info", "json")
+    yield
+    root.handlers[:], level, log_settings._followers[:] = saved
+    root.setLevel(level)
+
+
+def _written(peer: socket.socket) -> list[Frame]:
+    """The frames already in the worker's end of the socket, without waiting."""
+    try:
+        data = peer.recv(1 << 16)
+    except BlockingIOError:
+        return []
+    frames: list[Frame] = []
+    FrameProtocol(frames.append, lambda: None).data_received(data)
+    return frames
+
+
+def test_trace_and_log_settings_are_written_to_every_worker_before_the_update_returns(
+    tmp_path: Path,
+) -> None:
+    async def run() -> tuple[list[list[Frame]], list[list[Frame]]]:
+        loop = asyncio.get_running_loop()
+        settings = Settings(model_repository=tmp_path, control_token="t0ken")
+        registry = ModelRegistry(
+            _repository(tmp_path), 8, _budgets(), lambda config, path: FakeBackend()
+        )
+        plane = DataPlane(settings, registry, [])
+        counts = WorkerCounts(REFUSALS)
+        pool = WorkerPool(settings, plane, 2, Endpoints(0, 0, "", ""), counts)
+        peers = []
+        for index in range(2):
+            ours, theirs = socket.socketpair()
+            theirs.setblocking(False)
+            link = EngineLink(
+                index, plane, Arena.create("r", 1 << 16), Arena.create("s", 1 << 16),
+                counts.update,
+            )  # fmt: skip
+            await loop.connect_accepted_socket(lambda link=link: link.protocol, ours)
+            pool.workers[index] = _Worker(cast(asyncio.subprocess.Process, None), link)
+            peers.append(theirs)
+        plane.control.trace_settings("", TOKEN, {"trace_level": ["TIMESTAMPS"]})
+        traced = [_written(peer) for peer in peers]  # no await since the update
+        plane.control.log_settings(TOKEN, {"log_verbose_level": 2})
+        logged = [_written(peer) for peer in peers]
+        for worker in pool.workers.values():
+            worker.link.protocol.close()
+        for peer in peers:
+            peer.close()
+        return traced, logged
+
+    traced, logged = asyncio.run(run())
+    for frames in traced:
+        assert [frame[0] for frame in frames] == ["t"]
+        assert frames[0][1][0]["trace_level"] == "TIMESTAMPS"
+    for frames in logged:
+        assert [frame[0] for frame in frames] == ["l"]
+        assert frames[0][1]["log_verbose_level"] == 2
