@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import os
+import shutil
 import signal
 import threading
 import time
@@ -14,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -24,8 +26,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from batchserve.zoo.char_lstm import VOCAB_SIZE
 from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
 
 from tests.integration.server import (
+    CONTROL_TOKEN,
     MODEL_REPO,
     ServerProcess,
     metric,
@@ -161,6 +165,43 @@ def test_bad_requests_get_the_same_answers_and_are_counted(workers_server: Serve
 def test_perf_analyzer_runs_cleanly_against_two_workers(workers_server: ServerProcess) -> None:
     for protocol, url in (("http", workers_server.http_url), ("grpc", workers_server.grpc_url)):
         run_perf_analyzer("digits_cnn", protocol, url, "--concurrency-range", "8")
+
+
+def test_a_request_sent_after_a_reload_is_judged_by_the_new_config(tmp_path: Path) -> None:
+    """Each worker keeps a copy of a model's config to validate with. A request sent after a
+    reload's answer, through either worker, must meet the new config, not be refused by the
+    old copy (a batch of 8 after the cap went from 4 back to 64)."""
+    shutil.copytree(MODEL_REPO / "digits_cnn", tmp_path / "digits_cnn")
+    server = start_server(
+        tmp_path, ["--model-control-mode", "explicit", "--load-model", "digits_cnn", *WORKERS],
+        extra_env={"BATCHSERVE_CONTROL_TOKEN": CONTROL_TOKEN},
+    )  # fmt: skip
+    headers = {"authorization": f"Bearer {CONTROL_TOKEN}"}
+    images = _images(8, seed=9)
+    expected = _reference(images)["probabilities"]
+
+    def infer(module: Any, url: str) -> np.ndarray:
+        client = module.InferenceServerClient(url)  # a new connection: either worker
+        tensor = module.InferInput("image", list(images.shape), "FP32")
+        tensor.set_data_from_numpy(images)
+        try:
+            return np.asarray(client.infer("digits_cnn", [tensor]).as_numpy("probabilities"))
+        finally:
+            client.close()
+
+    try:
+        control = httpclient.InferenceServerClient(server.http_url)
+        for module, url in [(httpclient, server.http_url), (grpcclient, server.grpc_url)] * 4:
+            infer(module, url)  # both workers hold the shipped config's copy
+        for _ in range(8):
+            control.load_model("digits_cnn", config='{"max_batch_size": 4}', headers=headers)
+            with pytest.raises(InferenceServerException, match="batch-size must be <= 4"):
+                infer(httpclient, server.http_url)
+            control.load_model("digits_cnn", headers=headers)
+            for module, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
+                np.testing.assert_allclose(infer(module, url), expected, rtol=1e-5, atol=1e-6)
+    finally:
+        assert server.stop() == 0
 
 
 def _http_load(server: ServerProcess, stop: threading.Event, seen: Counter[str]) -> None:

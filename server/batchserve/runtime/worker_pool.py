@@ -174,9 +174,11 @@ class WorkerPool:
             worker.link.send_now(("t", snapshot))
 
     def repository_changed(self) -> None:
-        """Models were loaded or unloaded: the workers ask again before trusting theirs."""
+        """Models were loaded or unloaded: the workers ask again before trusting theirs.
+        Written at once, ahead of the load's answer (``_trace_settings_changed``): a request
+        sent after a reload must not be refused by a worker's copy of the old config."""
         for worker in self.workers.values():
-            worker.link.send(("v",))
+            worker.link.send_now(("v",))
 
     async def stop(self, timeout: float) -> bool:
         """Drain every worker (they stop listening and answer what they accepted); True

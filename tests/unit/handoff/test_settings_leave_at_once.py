@@ -1,4 +1,5 @@
-"""A settings change is on its way to every worker before the update that made it returns.
+"""A settings or repository change is on its way to every worker before the call that made
+it returns.
 
 The client's answer leaves on another socket (the worker's forwarded HTTP or gRPC call) as
 soon as the update returns. A frame queued for the end of this loop pass would be written
@@ -59,10 +60,10 @@ def _written(peer: socket.socket) -> list[Frame]:
     return frames
 
 
-def test_trace_and_log_settings_are_written_to_every_worker_before_the_update_returns(
+def test_settings_and_repository_changes_are_written_to_every_worker_before_returning(
     tmp_path: Path,
 ) -> None:
-    async def run() -> tuple[list[list[Frame]], list[list[Frame]]]:
+    async def run() -> tuple[list[list[Frame]], list[list[Frame]], list[list[Frame]]]:
         loop = asyncio.get_running_loop()
         settings = Settings(model_repository=tmp_path, control_token="t0ken")
         registry = ModelRegistry(
@@ -86,16 +87,19 @@ def test_trace_and_log_settings_are_written_to_every_worker_before_the_update_re
         traced = [_written(peer) for peer in peers]  # no await since the update
         plane.control.log_settings(TOKEN, {"log_verbose_level": 2})
         logged = [_written(peer) for peer in peers]
+        pool.repository_changed()  # as a load calls it, before its answer
+        changed = [_written(peer) for peer in peers]
         for worker in pool.workers.values():
             worker.link.protocol.close()
         for peer in peers:
             peer.close()
-        return traced, logged
+        return traced, logged, changed
 
-    traced, logged = asyncio.run(run())
+    traced, logged, changed = asyncio.run(run())
     for frames in traced:
         assert [frame[0] for frame in frames] == ["t"]
         assert frames[0][1][0]["trace_level"] == "TIMESTAMPS"
     for frames in logged:
         assert [frame[0] for frame in frames] == ["l"]
         assert frames[0][1]["log_verbose_level"] == 2
+    assert changed == [[("v",)], [("v",)]]

@@ -1,6 +1,7 @@
 """A worker's stand-in for ``DataPlane`` on the inference path: requests are decoded and
-validated here, against a copy of the model's configuration fetched once, and run by the
-model-owning process; everything else a worker is asked goes there whole (``runtime``).
+validated here, against a copy of the model's configuration (fetched again after every
+repository change), and run by the model-owning process; everything else a worker is asked
+goes there whole (``runtime``).
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ RELEASE_DELAY_S = 0.002
 @dataclass(slots=True)
 class _Model:
     """A model version as the worker knows it. After any repository change it is asked for
-    again and used meanwhile: the generation tells the model-owning process whether the
-    worker's validation still holds."""
+    again: requests already being read go on with this copy (the generation tells the
+    model-owning process whether their validation still holds), new ones wait for the new
+    copy, so that a request sent after a reload's answer is judged by the new config."""
 
     config: ModelConfig
     schema: RequestSchema
@@ -90,6 +92,8 @@ class WorkerPlane:
         self.draining = asyncio.Event()
         self._models: dict[tuple[str, str], _Model] = {}
         self._asked: set[tuple[str, str]] = set()
+        self._stale: set[tuple[str, str]] = set()
+        """Models whose copy predates the last repository change, until the new one comes."""
         self._learning: dict[tuple[str, str], deque[asyncio.Future[None]]] = {}
         """Requests waiting for a model's configuration, in the order they came."""
         self._pending: dict[int, _Pending] = {}
@@ -170,6 +174,7 @@ class WorkerPlane:
         _, model, version, config_bytes, generation, cap = frame
         key = (model, version)
         self._asked.discard(key)
+        self._stale.discard(key)
         if config_bytes is None:
             self._models.pop(key, None)
         else:
@@ -180,6 +185,7 @@ class WorkerPlane:
 
     def _repository_changed(self, frame: Frame) -> None:
         for key in self._models:
+            self._stale.add(key)
             self._ask(key)
 
     def _log_settings(self, frame: Frame) -> None:
@@ -203,8 +209,7 @@ class WorkerPlane:
         key = (model, version)
         if key in self._learning:  # others wait for it: after them
             return False
-        known = self._models.get(key)
-        if known is None:
+        if key not in self._models or key in self._stale:
             self._ask(key)
             return False
         return True
