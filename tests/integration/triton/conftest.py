@@ -1,4 +1,6 @@
-"""Servers for the Triton-examples suite: one on the built repository, one in explicit mode."""
+"""Servers for the Triton-examples suite: one on the built repository, one in explicit mode;
+each as one process and as two request-handling workers (``--workers 2``), since NVIDIA's
+client programs must work against both alike."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from tests.integration.server import ServerProcess, start_server
 from tests.integration.triton.models import MODEL_NAMES, write_repository
 
 SETTLED = ("model ready", "model failed to load")
+HANDLING = {"one process": [], "two workers": ["--workers", "2"]}
+"""How requests are handled: ``serve``'s arguments for each."""
 
 
 @pytest.fixture(scope="session")
@@ -34,22 +38,37 @@ def _wait_settled(server: ServerProcess, timeout: float = 90.0) -> None:
     raise TimeoutError(f"models not settled within {timeout} s: {server.logs[-5:]}")
 
 
+@pytest.fixture(scope="session", params=list(HANDLING))
+def handling(request: pytest.FixtureRequest) -> list[str]:
+    """Every test of the suite runs against both: one process, then two workers."""
+    return HANDLING[request.param]
+
+
+def _check_workers(server: ServerProcess, handling: list[str]) -> None:
+    """The server runs as many workers as asked (none for one process)."""
+    server.drain_logs()
+    started = sum(record.get("message") == "worker started" for record in server.logs)
+    assert started == (int(handling[1]) if handling else 0), server.logs[-5:]
+
+
 @pytest.fixture(scope="session")
-def triton_server(triton_repo: Path) -> Iterator[ServerProcess]:
+def triton_server(triton_repo: Path, handling: list[str]) -> Iterator[ServerProcess]:
     """batchserve serving the whole repository, as ``tritonserver --model-repository`` would.
 
     Not waiting for readiness: a model another feature branch still has to make load
     (it is logged with its reason) fails the tests that use it, not the whole suite.
     """
-    server = start_server(triton_repo, wait_ready=False)
+    server = start_server(triton_repo, handling, wait_ready=False)
     _wait_settled(server)
+    _check_workers(server, handling)
     yield server
     assert server.stop() == 0
 
 
 @pytest.fixture(scope="module")
-def control_server(triton_repo: Path) -> Iterator[ServerProcess]:
+def control_server(triton_repo: Path, handling: list[str]) -> Iterator[ServerProcess]:
     """``--model-control-mode explicit`` with nothing loaded, for the model-control examples."""
-    server = start_server(triton_repo, ["--model-control-mode", "explicit"])
+    server = start_server(triton_repo, ["--model-control-mode", "explicit", *handling])
+    _check_workers(server, handling)
     yield server
     assert server.stop() == 0

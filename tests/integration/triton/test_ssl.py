@@ -26,9 +26,9 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 @pytest.fixture(scope="module")
-def tls_server(triton_repo: Path, pki: Pki) -> Iterator[ServerProcess]:
+def tls_server(triton_repo: Path, pki: Pki, handling: list[str]) -> Iterator[ServerProcess]:
     """TLS on HTTP and gRPC, only ``simple`` loaded: what the --ssl runs of the examples use."""
-    args = ["--model-control-mode", "explicit", "--load-model", "simple"]
+    args = ["--model-control-mode", "explicit", "--load-model", "simple", *handling]
     args += [
         "--tls-cert-file",
         str(pki.server.cert_file),
