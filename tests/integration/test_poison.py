@@ -1,9 +1,11 @@
 """A poisoned request inside a batch, from outside: only it fails, and its neighbours are
-answered exactly as the model answers them alone."""
+answered exactly as the model answers them alone; by one process, and by two workers, which
+send the requests they decode together as one group."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -13,7 +15,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.server import MODEL_REPO, ServerProcess
+from tests.integration.server import MODEL_REPO, ServerProcess, start_server
 
 MODEL = "char_lstm"
 LENGTH = 16
@@ -30,7 +32,18 @@ def _infer(client: httpclient.InferenceServerClient, tokens: np.ndarray) -> np.n
     return result
 
 
-def test_a_poisoned_request_in_a_batch_fails_alone(server: ServerProcess) -> None:
+@pytest.fixture(scope="module", params=["one-process", "two-workers"])
+def served(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    if request.param == "one-process":
+        yield request.getfixturevalue("server")
+        return
+    started = start_server(extra_args=["--workers", "2"])
+    yield started
+    assert started.stop() == 0
+
+
+def test_a_poisoned_request_in_a_batch_fails_alone(served: ServerProcess) -> None:
+    server = served
     session = ort.InferenceSession(str(MODEL_REPO / MODEL / "1" / "model.onnx"))
     rng = np.random.default_rng(7)
     requests = [rng.integers(3, 98, size=(1, LENGTH)).astype(np.int64) for _ in range(8)]
@@ -68,6 +81,8 @@ def test_a_poisoned_request_in_a_batch_fails_alone(server: ServerProcess) -> Non
         np.testing.assert_allclose(outcome, expected, rtol=1e-4, atol=1e-5)
     fails = after["inference_stats"]["fail"]["count"] - before["inference_stats"]["fail"]["count"]
     assert fails == 1
+    succeeded = after["inference_stats"]["success"]["count"]
+    assert succeeded - before["inference_stats"]["success"]["count"] == 7  # each counted once
     # a good request afterwards is still answered
     np.testing.assert_allclose(
         _infer(httpclient.InferenceServerClient(server.http_url), requests[0]),

@@ -76,10 +76,11 @@ class BatchRun:
             self._execute(parts, whole)
         except OutOfMemory as exc:
             self._out_of_memory(parts, exc)
-        except (BackendError, InvalidArgument) as exc:
-            self._bisect(parts, exc)
-        except Exception as exc:  # a runtime's untranslated failure: no request's own fault
-            self._fail(parts, exc)
+        except Exception as exc:
+            if pinned_on_requests(exc):
+                self._bisect(parts, exc)
+            else:  # e.g. a runtime's untranslated failure: no request's own fault
+                self._fail(parts, exc)
 
     def _execute(self, parts: list[Part], whole: bool) -> None:
         """Run ``parts`` once; ``whole``: they are the entire batch, every request whole."""
@@ -123,7 +124,7 @@ class BatchRun:
         for half in _halves(parts):
             self._attempt(half)
 
-    def _bisect(self, parts: list[Part], exc: BackendError | InvalidArgument) -> None:
+    def _bisect(self, parts: list[Part], exc: BaseException) -> None:
         if len(parts) == 1:  # one request, or rows of one: the failure is its own
             self._fail(parts, exc)
             return
@@ -176,6 +177,13 @@ def _halves(parts: list[Part]) -> tuple[list[Part], list[Part]]:
     index, start, stop = parts[0]
     middle = (start + stop) // 2
     return [(index, start, middle)], [(index, middle, stop)]
+
+
+def pinned_on_requests(error: BaseException) -> bool:
+    """Whether a failure is one ``BatchRun`` bisects, pinning it on the requests that fail
+    alone (a poisoned input), rather than one every request shares (out of memory, unload,
+    deadline): a work item made of several clients' requests is then tried client by client."""
+    return isinstance(error, (BackendError, InvalidArgument)) and not isinstance(error, OutOfMemory)
 
 
 def _alone_does_not_fit(exc: OutOfMemory) -> OutOfMemory:

@@ -33,6 +33,7 @@ from batchserve.dataplane.handoff.frames import STREAM_CREDIT, Frame, FrameProto
 from batchserve.dataplane.plane import DataPlane
 from batchserve.dataplane.shared_memory.parameters import placeholder
 from batchserve.models.model_table import ServedVersion
+from batchserve.scheduler.execution import pinned_on_requests
 from batchserve.scheduler.work import Arrays, WorkItem
 
 logger = logging.getLogger(__name__)
@@ -201,6 +202,12 @@ class EngineLink:
             return  # the worker went away
         error = asyncio.CancelledError() if future.cancelled() else future.exception()
         if error is not None:
+            if members > 1 and pinned_on_requests(error):
+                # a group failed alone, so one of its clients' requests may be poisoned: the
+                # worker sends each again on its own, to be counted and answered on its own
+                served.stats.received -= members
+                self.send(("u", rid))
+                return
             DataPlane.record_failure(served, started, error, protocol, request_id, members)
             self._answer_error(rid, error)
             return

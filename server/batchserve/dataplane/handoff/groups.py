@@ -11,7 +11,9 @@ per read). An idle server so sends each request at once, and a busy one (whose r
 would wait in the socket anyway) sends larger groups: its cost per request falls as its
 load rises, whatever the protocol spreads arrivals over passes. A group whose
 clients have all left is cancelled there, as a lone request is; one whose clients left in
-part still runs, and those answers are dropped.
+part still runs, and those answers are dropped. A group that fails alone in a way a request's
+own inputs can cause (a poisoned one) is sent again member by member, so that only the
+members that fail on their own get the error, as they would from one process.
 """
 
 from __future__ import annotations

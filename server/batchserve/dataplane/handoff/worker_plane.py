@@ -110,6 +110,7 @@ class WorkerPlane:
         self._handlers: dict[str, Callable[[Frame], None]] = {
             "o": self._answered,
             "e": self._answered,
+            "u": self._answered,
             "m": self._model,
             "v": self._repository_changed,
             "d": lambda frame: self.draining.set(),
@@ -416,13 +417,15 @@ class WorkerPlane:
         self._group_members[gid] = members
         future: asyncio.Future[Frame] = self._loop.create_future()
         self._pending[gid] = _Pending(future, block)
-        future.add_done_callback(partial(self._answer_group, gid, members))
+        future.add_done_callback(partial(self._answer_group, gid, key, members))
         self._unread += 1
         self.protocol.send(("g", gid, model, version, protocol, priority, timeout_us, block,
                             inline, described, (generation, total, list(names)),
                             len(members)))  # fmt: skip
 
-    def _answer_group(self, gid: int, members: list[Member], future: asyncio.Future[Frame]) -> None:
+    def _answer_group(
+        self, gid: int, key: GroupKey, members: list[Member], future: asyncio.Future[Frame]
+    ) -> None:
         del self._group_members[gid]
         error = future.exception()
         if error is not None:
@@ -431,6 +434,10 @@ class WorkerPlane:
                     member.future.set_exception(error)
             return
         frame = future.result()
+        if frame[0] == "u":  # the group failed alone: maybe through one member's inputs
+            for member in members:
+                self._send_group(key, [member])  # each on its own: only its own fault fails it
+            return
         outputs = self._outputs(frame) if frame[0] == "o" else {}
         split(frame, outputs, members)
 
