@@ -12,11 +12,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def server() -> Iterator[ServerProcess]:
+def shipped_server() -> Iterator[ServerProcess]:
     """One real server on loopback serving the shipped model repository."""
     process = start_server()
     yield process
     assert process.stop() == 0
+
+
+@pytest.fixture(scope="session")
+def server(shipped_server: ServerProcess) -> ServerProcess:
+    return shipped_server
+
+
+@pytest.fixture(scope="session")
+def shipped_server_with_workers() -> Iterator[ServerProcess]:
+    """The same, its requests handled by two workers."""
+    process = start_server(extra_args=["--workers", "2"])
+    yield process
+    assert process.stop() == 0
+
+
+@pytest.fixture(scope="session", params=["one-process", "two-workers"])
+def server_either_way(request: pytest.FixtureRequest) -> ServerProcess:
+    """The shipped repository served by one process, then by two workers: for the modules
+    whose promises (bad input, limits, the protocol) must hold alike for both."""
+    name = "shipped_server" if request.param == "one-process" else "shipped_server_with_workers"
+    served: ServerProcess = request.getfixturevalue(name)
+    return served
 
 
 @pytest.fixture(scope="module", params=["1", "2"], ids=["one-process", "two-workers"])

@@ -21,6 +21,13 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tests.integration.server import ServerProcess
 
+
+@pytest.fixture(scope="module")
+def server(server_either_way: ServerProcess) -> ServerProcess:
+    """Every test here against one process and against two workers."""
+    return server_either_way
+
+
 IMAGE = np.arange(64, dtype=np.float32).reshape(1, 1, 8, 8) % 17
 GOOD = {"name": "image", "datatype": "FP32", "shape": [1, 1, 8, 8], "data": IMAGE.ravel().tolist()}
 INFER = "/v2/models/digits_cnn/infer"

@@ -5,7 +5,6 @@ send the requests they decode together as one group."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -15,7 +14,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.server import MODEL_REPO, ServerProcess, start_server
+from tests.integration.server import MODEL_REPO, ServerProcess
 
 MODEL = "char_lstm"
 LENGTH = 16
@@ -32,18 +31,8 @@ def _infer(client: httpclient.InferenceServerClient, tokens: np.ndarray) -> np.n
     return result
 
 
-@pytest.fixture(scope="module", params=["one-process", "two-workers"])
-def served(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
-    if request.param == "one-process":
-        yield request.getfixturevalue("server")
-        return
-    started = start_server(extra_args=["--workers", "2"])
-    yield started
-    assert started.stop() == 0
-
-
-def test_a_poisoned_request_in_a_batch_fails_alone(served: ServerProcess) -> None:
-    server = served
+def test_a_poisoned_request_in_a_batch_fails_alone(server_either_way: ServerProcess) -> None:
+    server = server_either_way
     session = ort.InferenceSession(str(MODEL_REPO / MODEL / "1" / "model.onnx"))
     rng = np.random.default_rng(7)
     requests = [rng.integers(3, 98, size=(1, LENGTH)).astype(np.int64) for _ in range(8)]

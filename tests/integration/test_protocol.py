@@ -15,6 +15,13 @@ from tritonclient.utils import InferenceServerException
 
 from tests.integration.server import MODEL_REPO, ServerProcess
 
+
+@pytest.fixture(scope="module")
+def server(server_either_way: ServerProcess) -> ServerProcess:
+    """Every test here against one process and against two workers."""
+    return server_either_way
+
+
 DIGITS = "digits_cnn"
 LSTM = "char_lstm"
 
