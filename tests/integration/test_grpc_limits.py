@@ -443,11 +443,12 @@ def test_a_busy_stream_answers_its_requests_refuses_new_ones_then_ends(tmp_path:
     assert time.monotonic() - started < 20
 
 
-def test_messages_grpc_core_refuses_itself_are_counted_by_its_own_counters() -> None:
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "two-workers"])
+def test_messages_grpc_core_refuses_itself_are_counted_by_its_own_counters(workers: str) -> None:
     """A message over the size limit is refused by grpc core before any handler runs, so
     the server's refusal counter never sees it; core's call counters, exposed on the metrics
-    port, do."""
-    server = start_server(extra_args=["--max-binary-body-bytes", "100000"])
+    port, do (with workers, each worker's core: the scrape asks them first)."""
+    server = start_server(extra_args=["--max-binary-body-bytes", "100000", "--workers", workers])
     try:
         request = service_pb2.ModelInferRequest(model_name="digits_cnn")
         request.inputs.add(name="image", datatype="FP32", shape=[1, 1, 8, 8])

@@ -9,6 +9,7 @@ import http.client
 import os
 import shutil
 import signal
+import socket
 import threading
 import time
 from collections import Counter
@@ -165,6 +166,25 @@ def test_bad_requests_get_the_same_answers_and_are_counted(workers_server: Serve
 def test_perf_analyzer_runs_cleanly_against_two_workers(workers_server: ServerProcess) -> None:
     for protocol, url in (("http", workers_server.http_url), ("grpc", workers_server.grpc_url)):
         run_perf_analyzer("digits_cnn", protocol, url, "--concurrency-range", "8")
+
+
+def test_what_a_worker_refused_is_in_the_next_scrape(workers_server: ServerProcess) -> None:
+    """Each worker counts its own refusals; a scrape asks every worker for its counts first,
+    so that what a client has just been refused is counted there, as with one process (the
+    workers' periodic report alone lags by up to a second)."""
+    malformed = metric(workers_server, "batchserve_refusals_total", reason="malformed")
+    failed = metric(workers_server, "batchserve_grpc_core_calls_failed_total")
+    for _ in range(4):  # new connections: both workers
+        with socket.create_connection(("127.0.0.1", workers_server.http_port), 10) as sock:
+            sock.sendall(b"HELLO\x00 / HTTP/1.1\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 400")
+        with grpc.insecure_channel(workers_server.grpc_url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.ModelInfer(service_pb2.ModelInferRequest(model_name="nope"), timeout=10)
+            assert caught.value.code() != grpc.StatusCode.OK
+    assert metric(workers_server, "batchserve_refusals_total", reason="malformed") == malformed + 4
+    assert metric(workers_server, "batchserve_grpc_core_calls_failed_total") == failed + 4
 
 
 def test_a_request_sent_after_a_reload_is_judged_by_the_new_config(tmp_path: Path) -> None:

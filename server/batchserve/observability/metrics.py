@@ -113,15 +113,20 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def metrics_app(registry: CollectorRegistry) -> ASGIApp:
+def metrics_app(
+    registry: CollectorRegistry, before: Callable[[], Awaitable[None]] | None = None
+) -> ASGIApp:
     """``GET /metrics`` in Prometheus text, or OpenMetrics when the Accept header asks for it
-    (as Prometheus does); 404 on any other path."""
+    (as Prometheus does); 404 on any other path. ``before``: awaited before each scrape is
+    written (the request-handling workers' counts fetched)."""
     exposition: ASGIApp = make_asgi_app(registry)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         if scope["path"] == "/metrics":
+            if before is not None:
+                await before()
             await exposition(scope, receive, send)
             return
         headers = [(b"content-type", b"text/plain; charset=utf-8")]

@@ -73,8 +73,9 @@ class Server:
             collector = ServerCollector(self.registry, self.gpus, self.registry.load_seconds)
         else:
             collector = self._serve_through_workers(workers)
-        self.metrics = http_listener(metrics_app(metrics_registry(collector)), settings,
-                                     settings.metrics_port, Protocol.METRICS)  # fmt: skip
+        fresh_counts = self.pool.fresh_counts if self.pool is not None else None
+        self.metrics = http_listener(metrics_app(metrics_registry(collector), fresh_counts),
+                                     settings, settings.metrics_port, Protocol.METRICS)  # fmt: skip
         self.signals = StopSignals()
         self.workers_drained = True
         self._started = False  # every model load tried: load balancers may have seen it ready

@@ -1,8 +1,9 @@
 """The workers' counts, added to the model-owning process's for the one metrics port.
 
 Each worker sends what its own listeners refused and what grpc core counted of its calls
-about once a second (``worker_process``); a worker that exits keeps its last counts, so
-the totals only ever grow, as counters must.
+about once a second (``worker_process``), and at once when a scrape asks (``WorkerPool
+.fresh_counts``), so that a refusal a client has seen is in the next scrape; a worker that
+exits keeps its last counts, so the totals only ever grow, as counters must.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ class WorkerCounts(Refusals):
         self._own.count(protocol, reason)
 
     def update(self, worker: int, frame: Frame) -> None:
-        """A worker's ``("n", [(protocol, reason, count)...], (started, succeeded, failed))``."""
-        _, refusals, core = frame
+        """A worker's ``("n", [(protocol, reason, count)...], (started, succeeded, failed),
+        asked)``."""
+        _, refusals, core, _ = frame
         counts: Counter[RefusalKey] = Counter(
             {(Protocol(p), Reason(r)): int(n) for p, r, n in refusals}
         )
@@ -63,8 +65,9 @@ def _add(a: tuple[int, int, int], b: tuple[int, int, int]) -> tuple[int, int, in
     return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
 
 
-def counts_frame(refusals: Refusals, core: CoreCallCounts | None) -> Frame:
-    """What a worker sends: its refusals and its grpc core's counts so far."""
+def counts_frame(refusals: Refusals, core: CoreCallCounts | None, asked: int = -1) -> Frame:
+    """What a worker sends: its refusals and its grpc core's counts so far; ``asked``: the
+    model-owning process's question it answers (-1: the periodic report)."""
     rows = [(str(p), str(r), n) for (p, r), n in refusals.snapshot().items()]
     cells = (0, 0, 0) if core is None else (core.started, core.succeeded, core.failed)
-    return ("n", rows, cells)
+    return ("n", rows, cells, asked)

@@ -32,6 +32,9 @@ UNMAP_RETRY_S = 1.0
 """Between tries to unmap a dead worker's arenas while a batch still reads its requests."""
 UNMAP_TRIES = 300
 RESTART_PAUSE_S = 1.0
+COUNTS_WAIT_S = 0.5
+"""How long a scrape waits for the workers' counts; one that is late keeps its last report
+(at most a second old)."""
 """Between a worker's death and its replacement: a worker that dies at start-up must not
 spin."""
 WORKER_MODULE = "batchserve.runtime.worker_process"
@@ -147,6 +150,15 @@ class WorkerPool:
             "a replaced worker's shared memory is still in use; left mapped",
             extra={"worker": index, "seconds": UNMAP_TRIES * UNMAP_RETRY_S},
         )
+
+    async def fresh_counts(self) -> None:
+        """Every worker's counts as of now, before a scrape of the metrics: a refusal that a
+        client has seen is counted in the next scrape, as with one process."""
+        links = [worker.link for worker in self.workers.values()]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                asyncio.gather(*(link.fresh_counts() for link in links)), COUNTS_WAIT_S
+            )
 
     def handed_over(self) -> dict[int, tuple[int, int]]:
         """(requests, hand-offs) of each worker slot, its replaced workers' included: a

@@ -23,7 +23,7 @@ import uvloop
 
 from batchserve.core.settings import Settings
 from batchserve.dataplane.handoff.arena import Arena
-from batchserve.dataplane.handoff.frames import read_frame
+from batchserve.dataplane.handoff.frames import Frame, read_frame
 from batchserve.dataplane.handoff.worker_plane import WorkerPlane
 from batchserve.grpc.server import WorkerGrpcServer
 from batchserve.observability.grpc_core_counts import read_core_call_counts
@@ -76,7 +76,7 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
     loop = asyncio.get_running_loop()
     requests = Arena(start.requests_fd, start.arena_bytes)
     responses = Arena(start.responses_fd, start.arena_bytes)
-    plane = WorkerPlane(settings, requests, responses)
+    plane = WorkerPlane(settings, requests, responses, _counts)
     sock.setblocking(False)
     await loop.connect_accepted_socket(lambda: plane.protocol, sock)
     forwarder = HttpForwarder(start.http_path)
@@ -103,7 +103,7 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
     http.should_exit = True
     await asyncio.gather(grpc.stop(settings.shutdown_timeout_seconds), http_task)
     counting.cancel()
-    plane.protocol.send(counts_frame(REFUSALS, read_core_call_counts()))
+    plane.protocol.send(_counts())
     forwarder.close()
     plane.protocol.close()
     return 0
@@ -112,7 +112,11 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
 async def _send_counts(plane: WorkerPlane) -> None:
     while True:
         await asyncio.sleep(COUNTS_INTERVAL_S)
-        plane.protocol.send(counts_frame(REFUSALS, read_core_call_counts()))
+        plane.protocol.send(_counts())
+
+
+def _counts(asked: int = -1) -> Frame:
+    return counts_frame(REFUSALS, read_core_call_counts(), asked)
 
 
 def main(argv: list[str]) -> int:

@@ -5,6 +5,7 @@ the worker's other questions (a model's configuration, counts to record)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -61,6 +62,9 @@ class EngineLink:
         """Request frames read since the worker was last told (``_acknowledge``)."""
         self._pending: dict[int, asyncio.Future[Any]] = {}  # a task, or a queued item's
         self._credit: dict[int, asyncio.Semaphore] = {}
+        self._counts_asked: dict[int, asyncio.Future[None]] = {}
+        """Scrapes waiting for the worker's counts, by the number of their question."""
+        self._questions = itertools.count()
         """Responses each decoupled request may still send before its worker's client
         takes some (``frames.STREAM_CREDIT``)."""
         loop = asyncio.get_running_loop()
@@ -87,6 +91,9 @@ class EngineLink:
         for waiting in self._pending.values():
             waiting.cancel()
         self._pending.clear()
+        for asked in self._counts_asked.values():
+            if not asked.done():
+                asked.set_result(None)  # its last counts are all there will be
         if not self.closed.done():
             self.closed.set_result(None)
         if not self.listening.done():
@@ -367,3 +374,20 @@ class EngineLink:
 
     def _counted(self, frame: Frame) -> None:
         self._counts(self.index, frame)
+        asked = self._counts_asked.get(frame[3])
+        if asked is not None and not asked.done():
+            asked.set_result(None)
+
+    async def fresh_counts(self) -> None:
+        """Ask the worker for its counts now and wait until they are in: what it refused
+        before the question is in them."""
+        if not self.protocol.connected:
+            return
+        number = next(self._questions)
+        asked = asyncio.get_running_loop().create_future()
+        self._counts_asked[number] = asked
+        self.send(("n", number))
+        try:
+            await asked
+        finally:
+            del self._counts_asked[number]

@@ -81,8 +81,17 @@ class _Streamed:
 class WorkerPlane:
     """Decode, validate, hand off; the model-owning process's answers come back by frame."""
 
-    def __init__(self, settings: Settings, requests: Arena, responses: Arena) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        requests: Arena,
+        responses: Arena,
+        counts: Callable[[int], Frame] | None = None,
+    ) -> None:
+        """``counts``: this worker's counts frame, answering the question numbered by its
+        argument (the model-owning process asks before a scrape of its metrics)."""
         self.settings = settings
+        self._counts = counts
         self.requests = requests
         self.responses = responses
         self.busy_poll = BusyPoll(settings.busy_poll_us * 1000)
@@ -116,6 +125,7 @@ class WorkerPlane:
             "d": lambda frame: self.draining.set(),
             "l": self._log_settings,
             "t": lambda frame: self.tracing.settings.restore(frame[1]),
+            "n": self._counts_asked,
             "k": self._read,
             "p": self._streamed,
             "z": self._streamed,
@@ -188,6 +198,10 @@ class WorkerPlane:
         for key in self._models:
             self._stale.add(key)
             self._ask(key)
+
+    def _counts_asked(self, frame: Frame) -> None:
+        if self._counts is not None:
+            self.protocol.send(self._counts(frame[1]))
 
     def _log_settings(self, frame: Frame) -> None:
         """The model-owning process's log settings, as a client last set them."""
