@@ -11,10 +11,7 @@ worker's end of a real socket with no loop pass in between.
 from __future__ import annotations
 
 import asyncio
-import io
-import logging
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
@@ -25,8 +22,6 @@ from batchserve.dataplane.handoff.engine_link import EngineLink
 from batchserve.dataplane.handoff.frames import Frame, FrameProtocol
 from batchserve.dataplane.plane import DataPlane
 from batchserve.models.registry import ModelRegistry
-from batchserve.observability import log_settings
-from batchserve.observability.logs import configure_logging
 from batchserve.observability.refusals import REFUSALS
 from batchserve.runtime.worker_counts import WorkerCounts
 from batchserve.runtime.worker_pool import Endpoints, WorkerPool, _Worker
@@ -37,16 +32,7 @@ from tests.unit.rest.test_rest_app import _budgets, _repository
 TOKEN = "Bearer t0ken"
 
 
-@pytest.fixture(autouse=True)
-def _own_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Log settings live on the root logger and the module's followers: put back after."""
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level, list(log_settings._followers)
-    monkeypatch.setattr("sys.stderr", io.StringIO())
-    configure_logging("info", "json")
-    yield
-    root.handlers[:], level, log_settings._followers[:] = saved
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("own_logging")
 
 
 def _written(peer: socket.socket) -> list[Frame]:

@@ -4,9 +4,6 @@ update on, and a worker applies what it is sent."""
 from __future__ import annotations
 
 import asyncio
-import io
-import logging
-from collections.abc import Iterator
 
 import pytest
 from batchserve.core.settings import Settings
@@ -14,20 +11,8 @@ from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.frames import pack_frame
 from batchserve.dataplane.handoff.worker_plane import WorkerPlane
 from batchserve.observability import log_settings
-from batchserve.observability.logs import configure_logging
 
-
-@pytest.fixture(autouse=True)
-def _own_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The server's logging set up as ``serve`` does, on a buffer, and put back after: the
-    settings live on the root logger's handlers, which other tests capture with."""
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level, list(log_settings._followers)
-    monkeypatch.setattr("sys.stderr", io.StringIO())
-    configure_logging("info", "json")
-    yield
-    root.handlers[:], level, log_settings._followers[:] = saved
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("own_logging")
 
 
 def test_every_update_is_passed_to_the_followers() -> None:
