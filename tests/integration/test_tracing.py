@@ -274,6 +274,27 @@ def test_an_unreachable_receiver_does_not_slow_requests(tmp_path: Path) -> None:
         assert time.monotonic() - stopping < 15.0
 
 
+def test_workers_take_the_trace_count_together(tmp_path: Path, receiver: Receiver) -> None:
+    """``trace_count`` is the number of traces the server takes, whichever worker serves the
+    requests, and the count a client reads goes down to 0 as Triton's does."""
+    server = _traced_server(tmp_path, receiver.url, "--workers", "2")
+    try:
+        control = httpclient.InferenceServerClient(server.http_url)
+        _settings(control, trace_level=["TIMESTAMPS"], trace_rate="1", trace_count="3")
+        for index in range(8):
+            module = (httpclient, grpcclient)[index % 2]
+            url = (server.http_url, server.grpc_url)[index % 2]
+            client = module.InferenceServerClient(url)  # a new connection: either worker
+            _infer(client, f"together-{index}")
+            client.close()
+        assert _count(control) == "0"
+        time.sleep(0.5)  # ten batch delays: every trace taken has arrived
+        traced = [i for i in range(8) if receiver.traces(f"together-{i}", wait=0)]
+        assert traced == [0, 1, 2]
+    finally:
+        assert server.stop() == 0
+
+
 def test_workers_trace_their_requests_by_the_server_s_settings(
     tmp_path: Path, receiver: Receiver
 ) -> None:

@@ -110,6 +110,26 @@ def test_a_worker_s_copy_follows_the_server_s_settings() -> None:
     assert worker.get("m") == server.get("m")
 
 
+def test_workers_take_a_count_together_through_the_server() -> None:
+    """Each worker reports the traces it takes from a count; the server's count, the one a
+    client reads, goes down with every report, and reaching 0 stops every worker."""
+    server, first, second = TraceSettings(), TraceSettings(), TraceSettings()
+    for worker in (first, second):
+        server.follow(worker.restore)
+        worker.on_taken(server.taken)
+    server.update({"trace_level": ["TIMESTAMPS"], "trace_rate": ["1"], "trace_count": ["3"]})
+    server.update({"trace_count": ["1"]}, "own")
+    assert _traced(first, 2) == 2
+    assert server.get()["trace_count"] == "1"
+    assert _traced(second, 4) == 1  # the third: then the server's 0 reached both
+    assert server.get()["trace_count"] == "0"
+    assert first.get()["trace_count"] == second.get()["trace_count"] == "0"
+    assert _traced(first, 2) == 0
+    assert _traced(second, 3, "own") == 1  # a model's own count apart
+    assert server.get("own")["trace_count"] == "0"
+    assert server.get()["trace_count"] == "0"
+
+
 def test_trace_config_sets_the_settings_a_server_starts_with() -> None:
     config = parse_trace_config(
         ["level=TIMESTAMPS", "level=TENSORS", "rate=1", "count=5", "mode=opentelemetry",

@@ -51,6 +51,7 @@ class TraceSettings:
         self._models: dict[str, dict[str, str]] = {}
         self._seen: dict[str, int] = {}  # requests seen since each scope was last set
         self._followers: list[Callable[[Snapshot], None]] = []
+        self._on_taken: Callable[[str], None] | None = None
         self.enabled = self._global["trace_level"] != "OFF"
 
     def get(self, model: str = "") -> Answer:
@@ -112,7 +113,28 @@ class TraceSettings:
             return None
         if left > 0:
             counted["trace_count"] = str(left - 1)
+            if self._on_taken is not None:
+                self._on_taken(model if counted is own else "")
         return level
+
+    def on_taken(self, report: Callable[[str], None]) -> None:
+        """Call ``report`` with the scope (a model, or "" for the global settings) of each
+        trace taken from a count: a worker tells the model-owning process (``taken``)."""
+        self._on_taken = report
+
+    def taken(self, scope: str) -> None:
+        """A worker took a trace from ``scope``'s count. The count here is the one clients
+        read; once it reaches 0 every worker is told, so that together they take what was
+        asked for (each takes from its own copy meanwhile: at most the traces in flight
+        between the two processes more)."""
+        counted = self._models.get(scope) if scope else self._global
+        if counted is None or "trace_count" not in counted:
+            return  # the settings changed since: sampling started again
+        left = int(counted["trace_count"])
+        if left > 0:
+            counted["trace_count"] = str(left - 1)
+            if left == 1:
+                self._changed()
 
     def follow(self, follower: Callable[[Snapshot], None]) -> None:
         """Call ``follower`` with the settings after every change: the workers of a server

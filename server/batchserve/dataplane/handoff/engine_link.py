@@ -81,6 +81,7 @@ class EngineLink:
             "n": self._counted,
             "h": self._listening,
             "a": self._credited,
+            "t": lambda frame: self.plane.control.trace.taken(frame[1]),
         }
         self.protocol = FrameProtocol(
             dispatch(self._handlers, f"worker {index}"), self._lost, self._acknowledge

@@ -96,6 +96,7 @@ class WorkerPlane:
         self.responses = responses
         self.busy_poll = BusyPoll(settings.busy_poll_us * 1000)
         self.tracing = RequestTracer.configured(settings.trace_config)
+        self.tracing.settings.on_taken(lambda scope: self.protocol.send(("t", scope)))
         self._loop = asyncio.get_running_loop()
         self.lost = self._loop.create_future()
         self.draining = asyncio.Event()
