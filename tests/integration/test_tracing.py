@@ -299,7 +299,8 @@ def test_workers_trace_their_requests_by_the_server_s_settings(
     tmp_path: Path, receiver: Receiver
 ) -> None:
     """With --workers, a worker decodes and encodes, and the model-owning process runs the
-    batch: the worker's spans carry the caller's trace; its infer span is the hand-off."""
+    batch: the worker's spans carry the caller's trace; its infer span is the hand-off, with
+    the queue and compute spans of the batch there as its children, as in one process."""
     server = _traced_server(tmp_path, receiver.url, "--workers", "2")
     try:
         client = httpclient.InferenceServerClient(server.http_url)
@@ -312,11 +313,19 @@ def test_workers_trace_their_requests_by_the_server_s_settings(
             _infer(client, f"worker-http-{index}", {"traceparent": traceparent})
             _infer(grpc, f"worker-grpc-{index}")
         for index in range(4):
-            (trace,) = receiver.traces(f"worker-http-{index}")
+            (trace,) = receiver.traces(f"worker-http-{index}", spans=8)
             spans = _named(trace)
-            assert {"receive", "decode", "infer", "encode", "send"} <= set(spans)
+            assert {"receive", "decode", "infer", "queue", "compute", "encode", "send"} <= set(
+                spans
+            )
             assert spans["InferRequest"].trace_id == CALLER_TRACE
-            (trace,) = receiver.traces(f"worker-grpc-{index}", spans=4)
-            assert set(_named(trace)) == {"InferRequest", "decode", "infer", "encode"}
+            (trace,) = receiver.traces(f"worker-grpc-{index}")
+            spans = _named(trace)
+            assert set(spans) == {"InferRequest", "decode", "infer", "queue", "compute", "encode"}
+            infer = spans["infer"]
+            for child in (spans["queue"], spans["compute"]):
+                assert child.parent_id == infer.span_id
+                assert infer.start <= child.start <= child.end <= infer.end
+            assert spans["queue"].end <= spans["compute"].start + 1
     finally:
         assert server.stop() == 0

@@ -204,12 +204,14 @@ class RequestTrace:
         dispatch (or to now, when it never ran), compute from dispatch to now."""
         now = now or time.monotonic_ns()
         ok = not future.cancelled() and future.exception() is None
-        attributes = {
-            "request_batch_size": item.batch_size,
-            "batch_size": item.executed_batch_size,
-            "priority": item.priority,
-        }
-        self.batch = (item.enqueued_ns, item.dispatched_ns or now, now if ok else 0, attributes)
+        self.ran(*batch_times(item, now, ok))
+
+    def ran(
+        self, enqueued: int, dispatched: int, answered: int, attributes: dict[str, Any]
+    ) -> None:
+        """The batch times of ``executed``, as the model-owning process sends a worker them
+        (the monotonic clock is the machine's, the same in both processes)."""
+        self.batch = (enqueued, dispatched, answered, attributes)
 
     def finish(self) -> None:
         """Build and end every span; the request's trace stops being current."""
@@ -252,6 +254,18 @@ class RequestTrace:
         if not answered:
             compute.set_status(Status(StatusCode.ERROR, "the batch failed or never ran"))
         compute.end(end_time=(answered or dispatched) + wall)
+
+
+def batch_times(item: QueuedWork, now: int, ok: bool) -> tuple[int, int, int, dict[str, Any]]:
+    """What ``RequestTrace.ran`` takes of a work item answered ``now``: queued from its
+    enqueue time to its dispatch (or to now, when it never ran), computed from dispatch to
+    now (0: it failed), and the batch's attributes."""
+    attributes = {
+        "request_batch_size": item.batch_size,
+        "batch_size": item.executed_batch_size,
+        "priority": item.priority,
+    }
+    return item.enqueued_ns, item.dispatched_ns or now, now if ok else 0, attributes
 
 
 def _tensor_attributes(role: str, tensors: Iterable[Tensor]) -> dict[str, str]:

@@ -34,6 +34,7 @@ from batchserve.dataplane.handoff.frames import STREAM_CREDIT, Frame, FrameProto
 from batchserve.dataplane.plane import DataPlane
 from batchserve.dataplane.shared_memory.parameters import placeholder
 from batchserve.models.model_table import ServedVersion
+from batchserve.observability.tracing import batch_times
 from batchserve.scheduler.execution import pinned_on_requests
 from batchserve.scheduler.work import Arrays, WorkItem
 
@@ -122,7 +123,7 @@ class EngineLink:
     # requests ------------------------------------------------------------------------
     def _infer(self, frame: Frame) -> None:
         (_, rid, model, version, request_id, protocol, priority, timeout_us, peer, block,
-         inline, inputs, outputs, verdict, sequence) = frame  # fmt: skip
+         inline, inputs, outputs, verdict, sequence, _) = frame  # fmt: skip
         self.handed_over += 1
         self.handoffs += 1
         self._unacknowledged += 1
@@ -151,11 +152,11 @@ class EngineLink:
         """The common case without a coroutine: what ``DataPlane.infer`` does, for a request
         the worker validated against this very schema, with plain outputs."""
         (_, _, _, _, request_id, protocol, priority, timeout_us, _, block, inline, inputs, _,
-         (_, batch_size, names), _) = frame  # fmt: skip
+         (_, batch_size, names), _, timed) = frame  # fmt: skip
         read, requests = descriptors.read, self.requests
         arrays = {d[0]: read(requests, block, inline, d[:5]) for d in inputs}
         valid = ValidRequest(arrays, batch_size, tuple(names))
-        self._submit(rid, served, valid, priority, timeout_us, protocol, request_id, 1)
+        self._submit(rid, served, valid, priority, timeout_us, protocol, request_id, 1, timed)
 
     def _group(self, frame: Frame) -> None:
         """Requests one worker decoded in the same pass, for the same model version, layout
@@ -183,8 +184,9 @@ class EngineLink:
 
     def _submit(
         self, rid: int, served: ServedVersion, valid: ValidRequest, priority: int,
-        timeout_us: int, protocol: str, request_id: str, members: int,
+        timeout_us: int, protocol: str, request_id: str, members: int, timed: bool = False,
     ) -> None:  # fmt: skip
+        """``timed``: the worker traces the request; its answer carries the batcher's times."""
         started = time.monotonic_ns()
         served.stats.received += members
         try:
@@ -199,12 +201,12 @@ class EngineLink:
             return
         self._pending[rid] = item.future
         item.future.add_done_callback(
-            partial(self._finish, rid, served, item, started, protocol, request_id, members)
+            partial(self._finish, rid, served, item, started, protocol, request_id, members, timed)
         )
 
     def _finish(
         self, rid: int, served: ServedVersion, item: WorkItem, started: int, protocol: str,
-        request_id: str, members: int, future: asyncio.Future[Arrays],
+        request_id: str, members: int, timed: bool, future: asyncio.Future[Arrays],
     ) -> None:  # fmt: skip
         if self._pending.pop(rid, None) is None:
             return  # the worker went away
@@ -231,8 +233,9 @@ class EngineLink:
         except BatchserveError as exc:
             self._answer_error(rid, exc)
             return
+        timing = batch_times(item, time.monotonic_ns(), True) if timed else None
         self.send(("o", rid, served.name, str(served.version), block, inline, described, (),
-                   names))  # fmt: skip
+                   names, timing))  # fmt: skip
 
     def _request(
         self, model: str, version: str, request_id: str, protocol: str, priority: int,
@@ -276,7 +279,7 @@ class EngineLink:
             self._answer_error(rid, error)
             return
         try:
-            self.send(("o", rid, *self._placed(task.result())))
+            self.send(("o", rid, *self._placed(task.result()), None))
         except BatchserveError as exc:
             self._answer_error(rid, exc)
 

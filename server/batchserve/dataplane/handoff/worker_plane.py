@@ -37,7 +37,7 @@ from batchserve.dataplane.raw_input import raw_request
 from batchserve.dataplane.shared_memory import tensors as shm
 from batchserve.dataplane.shared_memory.parameters import REGION
 from batchserve.observability import log_settings
-from batchserve.observability.tracing import RequestTracer
+from batchserve.observability.tracing import RequestTracer, current
 from batchserve.proto.model_config_pb2 import ModelConfig
 
 logger = logging.getLogger(__name__)
@@ -295,6 +295,7 @@ class WorkerPlane:
         verdict = None
         in_shared_memory = shm.uses_shared_memory(request)
         sequence = None if request.sequence is None else request.sequence.as_tuple()
+        trace = current() if self.tracing.on else None
         if known is not None and not in_shared_memory and sequence is None:
             try:
                 valid = validate_request(request.inputs, request.outputs, known.schema,
@@ -303,7 +304,7 @@ class WorkerPlane:
                 self._malformed(model, version, request.protocol, exc)
                 raise
             if not any(o.classification or REGION in o.parameters for o in request.outputs or ()):
-                if known.groups and valid.batch_size <= known.cap:
+                if known.groups and valid.batch_size <= known.cap and trace is None:
                     return await self._grouped(request, known, valid)
                 verdict = (known.generation, valid.batch_size, list(valid.output_names))
         block, inline, inputs, outputs = self._placed(request)
@@ -314,7 +315,7 @@ class WorkerPlane:
         self._unread += 1
         self.protocol.send(("i", rid, model, version, request.id, request.protocol,
                             request.priority, request.timeout_us, peer, block, inline, inputs,
-                            outputs, verdict, sequence))  # fmt: skip
+                            outputs, verdict, sequence, trace is not None))  # fmt: skip
         try:
             frame = await future
         except asyncio.CancelledError:
@@ -324,6 +325,8 @@ class WorkerPlane:
         self.busy_poll.touch()
         if frame[0] == "e":
             raise error_from(frame[2], frame[3])
+        if trace is not None and frame[9] is not None:
+            trace.ran(*frame[9])  # its queue and compute spans, from the batcher's times
         return self._response(request, frame)
 
     def _placed(self, request: InferRequest) -> tuple[int, bytes, list[Any], list[Any] | None]:
@@ -365,7 +368,7 @@ class WorkerPlane:
         taken = 0
         try:
             while (frame := await streamed.frames.get())[0] == "p":
-                response = self._response(request, frame[:9])
+                response = self._response(request, frame)
                 response.final = frame[9]
                 yield response  # back here once the client's stream has room for more
                 taken += 1
@@ -479,7 +482,7 @@ class WorkerPlane:
         return arrays
 
     def _response(self, request: InferRequest, frame: Frame) -> InferResponse:
-        _, _, model_name, model_version, _, _, described, in_memory, order = frame
+        _, _, model_name, model_version, _, _, described, in_memory, order = frame[:9]
         arrays = self._outputs(frame)
         tensors = {
             name: Tensor(name, BY_WIRE[wire], tuple(shape), arrays[name])
