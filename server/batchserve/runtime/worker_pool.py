@@ -32,11 +32,11 @@ UNMAP_RETRY_S = 1.0
 """Between tries to unmap a dead worker's arenas while a batch still reads its requests."""
 UNMAP_TRIES = 300
 RESTART_PAUSE_S = 1.0
+"""Between a worker's death and its replacement: a worker that dies at start-up must not
+spin."""
 COUNTS_WAIT_S = 0.5
 """How long a scrape waits for the workers' counts; one that is late keeps its last report
 (at most a second old)."""
-"""Between a worker's death and its replacement: a worker that dies at start-up must not
-spin."""
 WORKER_MODULE = "batchserve.runtime.worker_process"
 
 

@@ -63,11 +63,11 @@ class EngineLink:
         """Request frames read since the worker was last told (``_acknowledge``)."""
         self._pending: dict[int, asyncio.Future[Any]] = {}  # a task, or a queued item's
         self._credit: dict[int, asyncio.Semaphore] = {}
+        """Responses each decoupled request may still send before its worker's client
+        takes some (``frames.STREAM_CREDIT``)."""
         self._counts_asked: dict[int, asyncio.Future[None]] = {}
         """Scrapes waiting for the worker's counts, by the number of their question."""
         self._questions = itertools.count()
-        """Responses each decoupled request may still send before its worker's client
-        takes some (``frames.STREAM_CREDIT``)."""
         loop = asyncio.get_running_loop()
         self.closed = loop.create_future()
         self.listening = loop.create_future()
