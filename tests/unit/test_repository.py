@@ -286,6 +286,51 @@ output { name: "logits" data_type: TYPE_FP32 dims: [10] }
 """
 
 
+# --- completion off: Triton's --disable-auto-complete-config ----------------------------------
+
+
+def test_with_completion_off_a_complete_config_is_served_as_written(tmp_path: Path) -> None:
+    add_model(tmp_path)
+    (tmp_path / "digits" / "config.pbtxt").write_text(COMPLETE_PLAN_CONFIG)
+    config = ModelRepository(tmp_path, auto_complete=False).resolve("digits").config
+    assert config.max_batch_size == 8
+    assert not config.HasField("dynamic_batching"), "no scheduler added when none is written"
+    assert [(t.name, list(t.dims)) for t in config.input] == [("image", [1, 8, 8])]
+    assert (config.platform, [g.count for g in config.instance_group]) == ("onnxruntime_onnx", [1])
+
+
+def test_with_completion_off_a_model_file_alone_is_refused_saying_what_to_write(
+    tmp_path: Path,
+) -> None:
+    add_model(tmp_path)
+    with pytest.raises(InvalidModel) as caught:
+        ModelRepository(tmp_path, auto_complete=False).resolve("digits")
+    assert caught.value.problems == (
+        *(
+            f"digits/config.pbtxt: it lists no {kind}s; with --disable-auto-complete-config (or "
+            "--strict-model-config true) nothing is filled in from the model file: the config "
+            "must list every input and output with data_type and dims"
+            for kind in ("input", "output")
+        ),
+        "digits/config.pbtxt: model input 'image' is missing from the config's inputs "
+        "(digits/1/model.onnx)",
+    )
+
+
+def test_with_completion_off_max_batch_size_0_is_no_batching_and_must_match_the_model(
+    tmp_path: Path,
+) -> None:
+    """Completion would make this batchable model's 0 a batch cap of 32; off, 0 stays 0, and
+    dims written without the batch axis no longer match the model's rank."""
+    add_model(tmp_path)
+    (tmp_path / "digits" / "config.pbtxt").write_text(COMPLETE_PLAN_CONFIG.replace("8\n", "0\n", 1))
+    with pytest.raises(InvalidModel) as caught:
+        ModelRepository(tmp_path, auto_complete=False).resolve("digits")
+    assert any("'image'" in problem for problem in caught.value.problems), caught.value.problems
+    completed = ModelRepository(tmp_path).resolve("digits").config
+    assert completed.max_batch_size == DEFAULT_MAX_BATCH_SIZE
+
+
 @no_gpu
 def test_plan_with_a_complete_config_is_accepted_as_written(tmp_path: Path) -> None:
     pytest.importorskip("batchserve.backends.tensorrt")

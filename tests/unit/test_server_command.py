@@ -318,3 +318,55 @@ def test_cpu_scheduling_is_batch_unless_asked_for_normal(monkeypatch: pytest.Mon
     with pytest.raises(ValidationError) as refused:
         _settings("--cpu-scheduling", "realtime")
     assert settings_errors(refused.value) == ["cpu_scheduling: Input should be 'batch' or 'normal'"]
+
+
+def test_model_analyzers_command_line_starts_the_server_as_tritonserver_would() -> None:
+    """The flags NVIDIA's Model Analyzer 1.58 gives the server it launches (local mode)."""
+    settings = _settings(
+        "--model-repository", "/models", "--model-control-mode", "explicit",
+        "--http-port", "8000", "--grpc-port", "8001", "--metrics-port", "8002",
+        "--metrics-interval-ms", "1000", "--strict-model-config", "false",
+    )  # fmt: skip
+    assert settings.model_control_mode is ModelControlMode.EXPLICIT
+    assert settings.metrics_interval_ms == 1000
+    assert settings.disable_auto_complete_config is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "disabled"),
+    [
+        ([], False),
+        (["--disable-auto-complete-config"], True),
+        (["--strict-model-config", "true"], True),
+        (["--strict-model-config=ON"], True),
+        (["--strict-model-config", "0"], False),
+        (["--strict-model-config", "false", "--disable-auto-complete-config"], True),
+    ],
+)
+def test_auto_completion_is_turned_off_by_either_of_tritons_flags(
+    argv: list[str], disabled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BATCHSERVE_DISABLE_AUTO_COMPLETE_CONFIG", raising=False)
+    assert _settings(*argv).disable_auto_complete_config is disabled
+
+
+def test_auto_completion_is_also_a_variable_and_the_flag_wins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BATCHSERVE_DISABLE_AUTO_COMPLETE_CONFIG", "true")
+    assert _settings().disable_auto_complete_config is True
+    assert _settings("--strict-model-config", "false").disable_auto_complete_config is False
+
+
+def test_a_strict_model_config_that_is_not_a_boolean_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--strict-model-config", "maybe"])
+    assert "must be true or false (1 or 0), not 'maybe'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-5", str(2**31)])
+def test_the_metrics_interval_is_a_positive_number_of_milliseconds(value: str) -> None:
+    with pytest.raises(ValidationError, match="metrics_interval_ms"):
+        _settings("--metrics-interval-ms", value)

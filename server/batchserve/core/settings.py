@@ -69,10 +69,19 @@ class Settings(BaseSettings):
     model_config_name: str | None = None
     """Triton's ``--model-config-name``: each model reads ``<model>/configs/<name>.pbtxt``
     where that file exists, else its ``config.pbtxt``."""
+    disable_auto_complete_config: bool = False
+    """Triton's ``--disable-auto-complete-config`` (``--strict-model-config true`` before it):
+    a config must then list every input and output with data_type and dims, and keeps
+    ``max_batch_size`` as written; nothing is filled in from the model file."""
     host: str = "127.0.0.1"
     http_port: int = Field(8000, ge=0, le=65535)
     grpc_port: int = Field(8001, ge=0, le=65535)
     metrics_port: int = Field(8002, ge=0, le=65535)
+    metrics_interval_ms: int = Field(1000, gt=0, le=INT32_MAX)
+    """Triton's ``--metrics-interval-ms``. Every series is read when scraped (and workers are
+    asked for theirs then), so no value is older than the scrape; this is how often each
+    worker also reports its counts unasked, which a scrape falls back on when a worker is
+    slow to answer."""
     model_control_mode: ModelControlMode = ModelControlMode.NONE
     load_model: tuple[str, ...] = ()
     control_token: str | None = None

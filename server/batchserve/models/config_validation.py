@@ -318,12 +318,23 @@ def _dims_agree(written: list[int], model: list[int]) -> bool:
     )
 
 
-def completeness_problems(config: ModelConfig, *, source: str, model_file: str) -> list[str]:
-    """Without a GPU a TensorRT plan cannot be read: the config must then say everything."""
-    need = (
+AUTO_COMPLETE_OFF = (
+    "with --disable-auto-complete-config (or --strict-model-config true) nothing is filled in "
+    "from the model file: the config must list every input and output with data_type and dims"
+)
+
+
+def without_gpu(model_file: str) -> str:
+    """Why a TensorRT plan's config must say everything: it cannot be read without a GPU."""
+    return (
         f"to validate {model_file} without a GPU, the config must list every input and "
         "output with data_type and dims"
     )
+
+
+def completeness_problems(config: ModelConfig, *, source: str, need: str) -> list[str]:
+    """Each tensor the config leaves for the model file to fill in, with ``need``, the reason
+    it may not (``without_gpu``, ``AUTO_COMPLETE_OFF``)."""
     problems: list[str] = []
     for kind, tensors in (("input", config.input), ("output", config.output)):
         if not tensors:

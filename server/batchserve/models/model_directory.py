@@ -29,9 +29,11 @@ from batchserve.backends.selection import (
 from batchserve.core.errors import DeviceUnavailable, ModelConfigError, NotFound
 from batchserve.core.signature import ModelSignature
 from batchserve.models.config_validation import (
+    AUTO_COMPLETE_OFF,
     completeness_problems,
     config_problems,
     model_problems,
+    without_gpu,
 )
 from batchserve.models.decoupled import builtin_backend, builtin_problems
 from batchserve.models.labels import LabelMap, read_labels
@@ -108,15 +110,22 @@ class InvalidModel(ModelConfigError):
 
 
 def resolve_model(
-    root: Path, name: str, config: ModelConfig | None = None, *, config_name: str | None = None
+    root: Path,
+    name: str,
+    config: ModelConfig | None = None,
+    *,
+    config_name: str | None = None,
+    auto_complete: bool = True,
 ) -> ResolvedModel:
     """The model ``name`` (a valid name) of the repository at ``root``, completed and validated.
 
     ``config_name``: read ``configs/<config_name>.pbtxt`` where it exists (``config`` given,
-    a load's override, wins over both). Raises NotFound when there is no such directory, and
-    InvalidModel listing every problem.
+    a load's override, wins over both). ``auto_complete`` False (Triton's
+    ``--disable-auto-complete-config``): nothing is filled in from the model file, so the
+    config must list every tensor with its type and dims. Raises NotFound when there is no
+    such directory, and InvalidModel listing every problem.
     """
-    return _ModelCheck(root, name, config, config_name).run()
+    return _ModelCheck(root, name, config, config_name, auto_complete).run()
 
 
 def _pt2_signature(model_file: Path) -> ModelSignature:
@@ -164,10 +173,12 @@ class _ModelCheck:
         name: str,
         config: ModelConfig | None = None,
         config_name: str | None = None,
+        auto_complete: bool = True,
     ) -> None:
         self.root = root
         self.override = config
         self.config_name = config_name
+        self.auto_complete = auto_complete
         self.name = name
         self.dir = root / name
         self.source = f"{name}/{CONFIG_FILENAME}"
@@ -377,10 +388,16 @@ class _ModelCheck:
         model_format: ModelFormat,
         signatures: list[tuple[ModelVersion, ModelSignature | None]],
     ) -> ModelConfig:
-        """Complete from the newest readable version, then check every version against it."""
+        """Complete from the newest readable version (unless completion is off), then check
+        every version against it."""
         newest = next((sig for _, sig in reversed(signatures) if sig is not None), None)
-        done = complete_config(config, name=self.name, model_format=model_format, signature=newest)
+        filled_from = newest if self.auto_complete else None
+        done = complete_config(
+            config, name=self.name, model_format=model_format, signature=filled_from
+        )
         self.problems += config_problems(done, source=self.source, directory=self.name)
+        if not self.auto_complete:
+            self.problems += completeness_problems(done, source=self.source, need=AUTO_COMPLETE_OFF)
         for version, signature in signatures:
             if signature is not None:
                 label = self.label(version.model_file)
@@ -389,5 +406,8 @@ class _ModelCheck:
                 )
         if self.without_gpu:
             label = self.label(self.without_gpu[-1].model_file)
-            self.problems += completeness_problems(done, source=self.source, model_file=label)
+            if self.auto_complete:  # else its problems are already listed
+                self.problems += completeness_problems(
+                    done, source=self.source, need=without_gpu(label)
+                )
         return done

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batchserve.core.errors import BatchserveError, NotFound
+from batchserve.core.settings import Settings
 from batchserve.models.model_directory import InvalidModel, ResolvedModel, resolve_model
 from batchserve.models.model_names import validate_model_name
 from batchserve.proto.model_config_pb2 import ModelConfig
@@ -31,12 +32,25 @@ class ModelProblem:
 class ModelRepository:
     """A directory of models; reading it never loads a runtime."""
 
-    def __init__(self, root: Path, config_name: str | None = None) -> None:
-        """``config_name``: Triton's ``--model-config-name``, for every model resolved."""
+    def __init__(
+        self, root: Path, config_name: str | None = None, *, auto_complete: bool = True
+    ) -> None:
+        """``config_name``: Triton's ``--model-config-name``, for every model resolved;
+        ``auto_complete`` False: Triton's ``--disable-auto-complete-config``."""
         if not root.is_dir():
             raise NotFound(f"model repository '{root}' is not a directory")
         self.root = root.resolve()
         self.config_name = config_name
+        self.auto_complete = auto_complete
+
+    @classmethod
+    def of(cls, settings: Settings) -> ModelRepository:
+        """The repository a server's settings name, read as they say."""
+        return cls(
+            settings.model_repository,
+            settings.model_config_name,
+            auto_complete=not settings.disable_auto_complete_config,
+        )
 
     def names(self) -> list[str]:
         """The model directories, sorted; hidden entries and plain files are skipped."""
@@ -57,7 +71,9 @@ class ModelRepository:
         problem found.
         """
         name = validate_model_name(name)
-        return resolve_model(self.root, name, config, config_name=self.config_name)
+        return resolve_model(
+            self.root, name, config, config_name=self.config_name, auto_complete=self.auto_complete
+        )
 
     def scan(self) -> tuple[list[ResolvedModel], list[ModelProblem]]:
         """Resolve every model; a broken entry is reported and never stops the others."""

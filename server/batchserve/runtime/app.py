@@ -55,7 +55,7 @@ class Server:
         self, settings: Settings, backend_factory: BackendFactory = create_backend
     ) -> None:
         self.settings = settings
-        repository = ModelRepository(settings.model_repository, settings.model_config_name)
+        repository = ModelRepository.of(settings)
         budgets = MemoryBudgets(settings.memory_budget, device_total_bytes)
         self.pool: WorkerPool | None = None
         cpus = available_cpus(settings.cpus)

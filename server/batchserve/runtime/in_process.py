@@ -103,9 +103,7 @@ class Server:
         if settings is not None and options:
             raise TypeError("give Server either settings or keyword options, not both")
         self.settings = settings if settings is not None else Settings(**options)
-        repository = ModelRepository(
-            self.settings.model_repository, self.settings.model_config_name
-        )
+        repository = ModelRepository.of(self.settings)
         budgets = MemoryBudgets(self.settings.memory_budget, device_total_bytes)
         self.registry = ModelRegistry(
             repository, self.settings.max_queue_size, budgets, backend_factory,

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from batchserve.core.settings import Settings
+from batchserve.core.settings import FALSE_WORDS, TRUE_WORDS, Settings
 
 # (flag, settings field, type, help); the environment variable is BATCHSERVE_<FIELD>.
 FLAGS: tuple[tuple[str, str, Any, str], ...] = (
@@ -25,6 +25,13 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--http-port", "http_port", int, "HTTP port (default 8000; 0 picks a free one)"),
     ("--grpc-port", "grpc_port", int, "gRPC port (default 8001)"),
     ("--metrics-port", "metrics_port", int, "Prometheus metrics port (default 8002)"),
+    (
+        "--metrics-interval-ms",
+        "metrics_interval_ms",
+        int,
+        "milliseconds between a worker's own reports of its counts; a scrape asks every "
+        "worker afresh, so no series is older than the scrape (default 1000; Triton's flag)",
+    ),
     ("--model-control-mode", "model_control_mode", str, "none (default) or explicit"),
     ("--max-queue-size", "max_queue_size", int, "requests queued per model before 503"),
     (
@@ -213,6 +220,18 @@ def register(subparsers: Any) -> None:
     for flag, field, kind, text in FLAGS:
         parser.add_argument(flag, dest=field, type=kind, default=None, help=text)
     parser.add_argument(
+        "--disable-auto-complete-config", dest="disable_auto_complete_config",
+        action="store_const", const=True, default=None,
+        help="fill nothing into a model's config from its model file: the config must list "
+        "every input and output with data_type and dims (Triton's flag)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--strict-model-config", dest="disable_auto_complete_config", type=_triton_bool,
+        metavar="BOOL", default=None,
+        help="true: as --disable-auto-complete-config; false: configs are completed from the "
+        "model file, the default (Triton's older flag, which NVIDIA's Model Analyzer passes)",
+    )  # fmt: skip
+    parser.add_argument(
         "--load-model", dest="load_model", action="append", default=None,
         help="with --model-control-mode explicit: a model to load at start (repeatable)",
     )  # fmt: skip
@@ -224,9 +243,18 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+def _triton_bool(text: str) -> bool:
+    """A boolean flag's value as Triton reads it: true, on or 1; false, off or 0."""
+    word = text.strip().lower()
+    if word in TRUE_WORDS or word in FALSE_WORDS:
+        return word in TRUE_WORDS
+    raise argparse.ArgumentTypeError(f"must be true or false (1 or 0), not {text[:32]!r}")
+
+
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Flags given on the command line win over BATCHSERVE_* variables, which win over defaults."""
     given = {field: getattr(args, field) for _, field, _, _ in FLAGS}
+    given["disable_auto_complete_config"] = args.disable_auto_complete_config
     if args.load_model is not None:
         given["load_model"] = tuple(args.load_model)
     if args.trace_config is not None:

@@ -39,7 +39,6 @@ from batchserve.runtime.worker_counts import counts_frame
 
 logger = logging.getLogger(__name__)
 
-COUNTS_INTERVAL_S = 1.0
 _PR_SET_PDEATHSIG = 1
 
 
@@ -92,7 +91,7 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
             return 1
         await asyncio.sleep(0.01)
     plane.protocol.send(("h",))
-    counting = asyncio.create_task(_send_counts(plane))
+    counting = asyncio.create_task(_send_counts(plane, settings.metrics_interval_ms / 1000))
     draining = asyncio.create_task(plane.draining.wait())
     await asyncio.wait((draining, plane.lost), return_when=asyncio.FIRST_COMPLETED)
     if not draining.done():
@@ -109,9 +108,9 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
     return 0
 
 
-async def _send_counts(plane: WorkerPlane) -> None:
+async def _send_counts(plane: WorkerPlane, interval_s: float) -> None:
     while True:
-        await asyncio.sleep(COUNTS_INTERVAL_S)
+        await asyncio.sleep(interval_s)
         plane.protocol.send(_counts())
 
 

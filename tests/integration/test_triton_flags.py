@@ -1,0 +1,106 @@
+"""Triton's own command line: the server started as NVIDIA's Model Analyzer starts
+``tritonserver``, and the config completion Triton's flags turn off."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+from tritonclient.utils import InferenceServerException
+
+from tests.integration.server import MODEL_REPO, start_server
+
+MODEL_ANALYZER_FLAGS = (
+    "--model-control-mode", "explicit", "--metrics-interval-ms", "1000",
+    "--strict-model-config", "false",
+)  # fmt: skip
+"""What Model Analyzer 1.58 passes besides the repository and ports (its local mode's command
+line, read from the server it launched)."""
+
+
+def _variant(max_batch_size: int, instances: int) -> str:
+    """A config override as Model Analyzer sends one: the repository's config.pbtxt read
+    with tritonclient's ModelConfig, as a dict with protobuf's field names, its sweep's
+    fields changed, as JSON."""
+    text = (MODEL_REPO / "digits_cnn" / "config.pbtxt").read_text()
+    parsed = text_format.Parse(text, model_config_pb2.ModelConfig())
+    config = json_format.MessageToDict(parsed, preserving_proto_field_name=True)
+    config["max_batch_size"] = max_batch_size
+    config["instance_group"] = [{"count": instances, "kind": "KIND_CPU"}]
+    return json.dumps(config)
+
+
+def _infer(client: httpclient.InferenceServerClient, batch: int) -> np.ndarray:
+    image = httpclient.InferInput("image", [batch, 1, 8, 8], "FP32")
+    image.set_data_from_numpy(np.ones((batch, 1, 8, 8), dtype=np.float32))
+    probabilities: np.ndarray = client.infer("digits_cnn", [image]).as_numpy("probabilities")
+    return probabilities
+
+
+def test_the_server_model_analyzer_launches_serves_each_config_it_loads() -> None:
+    server = start_server(extra_args=MODEL_ANALYZER_FLAGS)
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        for max_batch_size, instances in ((1, 1), (4, 2)):
+            client.load_model("digits_cnn", config=_variant(max_batch_size, instances))
+            config = client.get_model_config("digits_cnn")
+            assert config["max_batch_size"] == max_batch_size
+            assert [g["count"] for g in config["instance_group"]] == [instances]
+            assert _infer(client, max_batch_size).shape == (max_batch_size, 10)
+            with pytest.raises(InferenceServerException, match="batch-size must be <="):
+                _infer(client, max_batch_size + 1)
+            client.unload_model("digits_cnn")
+    finally:
+        assert server.stop() == 0
+
+
+@pytest.fixture
+def incomplete_repo(tmp_path: Path) -> Path:
+    """digits_cnn whose config.pbtxt leaves its tensors to the model file."""
+    shutil.copytree(MODEL_REPO / "digits_cnn", tmp_path / "digits_cnn")
+    (tmp_path / "digits_cnn" / "config.pbtxt").write_text("max_batch_size: 8\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "flags", [("--disable-auto-complete-config",), ("--strict-model-config", "true")]
+)
+def test_with_completion_off_a_config_must_list_its_tensors(
+    incomplete_repo: Path, flags: tuple[str, ...]
+) -> None:
+    server = start_server(incomplete_repo, extra_args=("--model-control-mode", "explicit", *flags))
+    try:
+        for client in (
+            httpclient.InferenceServerClient(server.http_url),
+            grpcclient.InferenceServerClient(server.grpc_url),
+        ):
+            with pytest.raises(InferenceServerException) as refused:
+                client.load_model("digits_cnn")
+            assert "digits_cnn/config.pbtxt: it lists no inputs; with " in str(refused.value)
+            assert "--disable-auto-complete-config" in str(refused.value)
+        complete = (MODEL_REPO / "digits_cnn" / "config.pbtxt").read_text()
+        (incomplete_repo / "digits_cnn" / "config.pbtxt").write_text(complete)
+        http = httpclient.InferenceServerClient(server.http_url)
+        http.load_model("digits_cnn")
+        assert _infer(http, 2).shape == (2, 10)
+    finally:
+        assert server.stop() == 0
+
+
+def test_with_completion_on_the_same_config_is_completed_from_the_model_file(
+    incomplete_repo: Path,
+) -> None:
+    server = start_server(incomplete_repo, extra_args=("--strict-model-config", "false"))
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        inputs = client.get_model_config("digits_cnn")["input"]
+        assert [(i["name"], i["dims"]) for i in inputs] == [("image", [1, 8, 8])]
+    finally:
+        assert server.stop() == 0
