@@ -59,6 +59,17 @@ def test_problems_are_listed_one_per_line_and_the_exit_code_is_1(
     assert out.endswith("2 models: 1 valid, 1 invalid\n")
 
 
+def test_with_completion_off_it_checks_as_such_a_server_serves(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The model files alone make valid models, until completion is turned off."""
+    assert main(["repo", "validate", "-q", str(repo), "--disable-auto-complete-config"]) == 1
+    out = capsys.readouterr().out
+    assert "alpha/config.pbtxt: it lists no inputs; with --disable-auto-complete-config" in out
+    assert "beta/config.pbtxt: it lists no outputs; with --disable-auto-complete-config" in out
+    assert main(["repo", "validate", "-q", str(repo)]) == 0
+
+
 def test_quiet_prints_only_the_problems(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["repo", "validate", "--quiet", str(repo)]) == 0
     assert capsys.readouterr().out == ""

@@ -2,9 +2,10 @@
 
 Prints each valid model's resolved configuration (a pbtxt a user can copy, headed by comment
 lines naming the config file read and the served versions and files) and each problem on its
-own line; the exit code is 0 only when every model is valid. ``--model-config-name`` checks
-what a server given that flag would serve. At a terminal, stderr also shows each model as it is
-checked and a closing summary (not with --quiet).
+own line; the exit code is 0 only when every model is valid. ``--model-config-name`` and
+``--disable-auto-complete-config`` check what a server given those flags would serve. At a
+terminal, stderr also shows each model as it is checked and a closing summary (not with
+--quiet).
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="check the configs a server with this --model-config-name serves: "
         "<model>/configs/NAME.pbtxt where it exists, else config.pbtxt",
     )
+    validate.add_argument(
+        "--disable-auto-complete-config",
+        action="store_true",
+        help="check as a server with this flag serves: nothing filled in from the model file",
+    )
     validate.set_defaults(handler=validate_command)
 
 
@@ -56,7 +62,9 @@ def validate_command(args: argparse.Namespace) -> int:
         config_name = args.model_config_name
         if config_name is not None:
             plain_config_name(config_name)
-        repository = _repository(args.directory, progress, config_name)
+        repository = _repository(
+            args.directory, progress, config_name, not args.disable_auto_complete_config
+        )
     except ValueError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
@@ -82,7 +90,10 @@ def validate_command(args: argparse.Namespace) -> int:
 
 
 def _repository(
-    directory: Path, progress: StageProgress, config_name: str | None = None
+    directory: Path,
+    progress: StageProgress,
+    config_name: str | None = None,
+    auto_complete: bool = True,
 ) -> ModelRepository:
     """The repository, telling ``progress`` of each model as the scan resolves it."""
     from batchserve.models.repository import ModelRepository
@@ -105,7 +116,7 @@ def _repository(
             self._names, self._done = self.names(), 0
             return super().scan()
 
-    return _Watched(directory, config_name)
+    return _Watched(directory, config_name, auto_complete=auto_complete)
 
 
 def _print_report(root: Path, resolved: list[ResolvedModel], problems: list[ModelProblem]) -> None:
