@@ -31,8 +31,11 @@ MEMORY = (
 def _served(name: str = "m", version: int = 2, tuning: Tuning | None = None) -> ServedVersion:
     stats = ModelStats()
     stats.record_batch(4, 10, 200, 30)
+    stats.record_compute(3, 10, 200, 30)  # the batch of 4 answered three requests
     stats.record_batch(2, 11, 210, 31)
+    stats.record_compute(1, 11, 210, 31)
     stats.record_batch(4, 12, 220, 32)
+    stats.record_compute(2, 12, 220, 32)
     stats.record_request(True, 1000, 100)
     stats.record_request(False, 500, 0)
     stats.last_inference_ms = 1_700_000_000_000
@@ -51,7 +54,11 @@ def test_statistics_are_the_counters_in_tritons_shape() -> None:
     stats = row.inference_stats
     assert (stats.success, stats.fail) == (StatisticDuration(1, 1000), StatisticDuration(1, 500))
     assert stats.queue == StatisticDuration(1, 100)
-    assert stats.compute_infer == StatisticDuration(3, 630)
+    # Triton's definition: per request answered, each adding the compute of its batch;
+    # per execution in batch_stats
+    assert stats.compute_infer == StatisticDuration(6, 3 * 200 + 210 + 2 * 220)
+    assert stats.compute_input == StatisticDuration(6, 3 * 10 + 11 + 2 * 12)
+    assert stats.compute_output == StatisticDuration(6, 3 * 30 + 31 + 2 * 32)
     assert row.batch_stats == (  # by batch size, as Triton lists them
         InferBatchStatistics(
             2, StatisticDuration(1, 11), StatisticDuration(1, 210), StatisticDuration(1, 31)

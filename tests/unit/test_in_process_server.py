@@ -320,6 +320,11 @@ async def test_32_concurrent_tasks_share_batches() -> None:
     assert stats.inference_count == 32
     assert stats.execution_count < 32
     assert max(_batch_sizes(stats)) > 1
+    # Triton's compute statistics count requests, each adding its batch's time (one sample
+    # a request here, so a batch of n answered n requests)
+    compute = stats.inference_stats.compute_infer
+    assert compute.count == stats.inference_stats.success.count == 32
+    assert compute.ns == sum(b.batch_size * b.compute_infer.ns for b in stats.batch_stats)
 
 
 # event loops and threads ---------------------------------------------------------------

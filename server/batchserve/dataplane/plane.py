@@ -260,6 +260,7 @@ class DataPlane:
         # one execution of one request, its replies the compute, as Triton's repeat backend
         # reports a decoupled request: without it the model's counts and compute stay 0
         served.stats.record_batch(1, 0, finished - began, 0)
+        served.stats.record_compute(1, 0, finished - began, 0)
         served.stats.record_request(True, finished - started, 0, protocol=request.protocol)
 
     @staticmethod

@@ -97,9 +97,6 @@ class ModelStats:
         self.inference_count += size
         self.padding_elements += padding
         self.input_elements += elements
-        self.compute_input.add(input_ns)
-        self.compute_infer.add(infer_ns)
-        self.compute_output.add(output_ns)
         per_size = self.batches.get(size)
         if per_size is None:
             per_size = self.batches[size] = BatchStats()
@@ -107,6 +104,18 @@ class ModelStats:
         per_size.compute_infer.add(infer_ns)
         per_size.compute_output.add(output_ns)
         self.observed.on_batch(size, input_ns + infer_ns + output_ns, cap)
+
+    def record_compute(self, requests: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """A batch run that answered ``requests`` requests, its executions' times summed.
+
+        Triton's definition: each request answered adds its batch's compute, so these counts
+        are requests and each mean is the compute of the batch a request ran in
+        (perf_analyzer divides each sum by its count; the ``nv_inference_compute_*`` series
+        are these sums). Per execution, the times are in ``batches``.
+        """
+        self.compute_input.add(input_ns, requests)
+        self.compute_infer.add(infer_ns, requests)
+        self.compute_output.add(output_ns, requests)
 
     def record_batch_time(self, predicted_ns: int, measured_ns: int) -> None:
         """A batch run whole, its time as predicted before it went and as measured."""

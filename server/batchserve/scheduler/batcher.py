@@ -364,6 +364,7 @@ class Batcher:
             return
         self._deliver(batch, outcomes)  # first, so that no bookkeeping can strand them
         self._learn(run, instance)
+        self._record_compute(batch, run, outcomes)
         timed = self._objective is not None or self.routing.mixed
         if timed and len(run.executions) == 1:  # run whole: the batch's time
             e = run.executions[0]
@@ -387,6 +388,23 @@ class Batcher:
         else:
             for item, outcome in zip(batch, outcomes, strict=True):
                 self._order.settle(item, outcome)
+
+    def _record_compute(
+        self, batch: list[WorkItem], run: BatchRun, outcomes: list[Outcome]
+    ) -> None:
+        answered = sum(
+            item.clients
+            for item, outcome in zip(batch, outcomes, strict=True)
+            if not isinstance(outcome, BaseException)
+        )
+        if answered and run.executions:
+            e = run.executions
+            self.stats.record_compute(
+                answered,
+                sum(x.input_ns for x in e),
+                sum(x.infer_ns for x in e),
+                sum(x.output_ns for x in e),
+            )
 
     def _learn(self, run: BatchRun, instance: Instance) -> None:
         """Record the run's executions; after running out of memory, lower the cap to the
