@@ -19,7 +19,8 @@ from tests.stubs.nvml import SONAME, pynvml_over
 
 STUBS_VARIABLE = "GPU_CONTRACT_STUBS"
 HOW_TO_RUN = "the GPU contract tests run in their own virtualenv: make gpu-contract"
-# Two boards as NVML reports them; the second has no power sensor.
+# Two boards as NVML reports them; the second has no power sensor (and no power limit or
+# energy count).
 TWO_GPUS = {
     "NVML_STUB_GPUS": "2",
     "NVML_STUB_NAMES": "NVIDIA A10G,Tesla T4",
@@ -31,6 +32,9 @@ TWO_GPUS = {
     "NVML_STUB_UTILIZATION": "37,5",
     "NVML_STUB_TEMPERATURE": "54,47",
     "NVML_STUB_POWER_MW": "61250,-",
+    "NVML_STUB_POWER_LIMIT_MW": "300000,-",
+    "NVML_STUB_ENERGY_MJ": "7000000,-",
+    "NVML_STUB_ENERGY_STEP_MJ": "1250",
 }
 
 

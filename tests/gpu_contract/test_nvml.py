@@ -21,12 +21,14 @@ from batchserve.models.memory_probe import device_total_bytes, gpu_total_bytes
 from batchserve.models.model_config import parse_pbtxt
 from batchserve.models.registry import ModelRegistry
 from batchserve.models.repository import ModelRepository
+from batchserve.observability.exposition import render
 from batchserve.runtime.metrics_collector import (
     GPU_METRICS,
     ServerCollector,
     gpu_families,
     metrics_registry,
 )
+from batchserve.runtime.triton_metrics import gpu_families as triton_gpu_families
 from batchserve.scheduler.memory import MemoryBudgets
 from cuda.bindings import runtime as cudart
 from prometheus_client import generate_latest
@@ -78,10 +80,13 @@ def test_every_gpu_is_read_in_base_units(monitor: GpuMonitor) -> None:
         utilization_ratio=0.37,
         temperature_celsius=54.0,
         power_watts=61.25,
+        power_limit_watts=300.0,
+        energy_joules=1.25,  # one reading of 1,250 mJ more since the monitor opened
     )
     assert type(first.temperature_celsius) is float
     assert (second.index, second.name, second.uuid) == (1, "Tesla T4", NVML_UUIDS[1])
     assert second.power_watts is None  # the board has no power sensor
+    assert (second.power_limit_watts, second.energy_joules) == (None, None)
     assert second.temperature_celsius == 47.0
 
 
@@ -147,6 +152,26 @@ def test_a_scrape_of_the_metrics_endpoint_carries_the_gpu_series(
     assert samples[("batchserve_gpu_memory_total_bytes", "gpu:0")] == 24 << 30
     assert samples[("batchserve_gpu_utilization_ratio", "gpu:1")] == 0.05
     assert samples[("batchserve_gpu_temperature_celsius", "gpu:1")] == 47.0
+
+
+def test_tritons_gpu_series_name_the_gpus_cuda_sees_by_uuid(
+    nvml_reports: Report, cuda_sees: Callable[[list[str]], HostCuda]
+) -> None:
+    """Model Analyzer refuses a server whose ``nv_gpu_utilization`` lists other GPUs than
+    the ones it profiles on (CUDA's visible ones): here CUDA sees the second board alone."""
+    nvml_reports(TWO_GPUS)
+    cuda_sees([NVML_UUIDS[1]])
+    monitor = GpuMonitor.open()
+    assert monitor is not None
+    try:
+        text = render(triton_gpu_families(monitor.read()))
+    finally:
+        monitor.close()
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    listed = [s.labels["gpu_uuid"] for s in families["nv_gpu_utilization"].samples]
+    assert listed == [NVML_UUIDS[1]]
+    assert f'nv_gpu_memory_total_bytes{{gpu_uuid="{NVML_UUIDS[1]}"}} {16 << 30}\n' in text
+    assert "nv_gpu_power_usage" not in families  # that board has no power sensor
 
 
 @pytest.mark.parametrize(

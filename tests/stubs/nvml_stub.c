@@ -14,6 +14,12 @@
  *   NVML_STUB_UTILIZATION   GPU utilisation, percent      (default 0)
  *   NVML_STUB_TEMPERATURE   core temperature, Celsius     (default 40)
  *   NVML_STUB_POWER_MW      board power, milliwatts; "-" = not supported (default 50000)
+ *   NVML_STUB_POWER_LIMIT_MW  power management limit, milliwatts; "-" = not supported
+ *                           (default 300000)
+ *   NVML_STUB_ENERGY_MJ     energy used since the driver loaded, millijoules, at nvmlInit;
+ *                           "-" = not supported (default 1000000)
+ *   NVML_STUB_ENERGY_STEP_MJ  millijoules each energy reading adds, as a working board's
+ *                           count grows (default 0)
  *   NVML_STUB_LOST          indices of GPUs that answer NVML_ERROR_GPU_IS_LOST (default none)
  *
  * Built with -DNVML_STUB_NO_TEMPERATURE_V it lacks nvmlDeviceGetTemperatureV, as drivers
@@ -47,6 +53,9 @@ typedef struct {
     unsigned utilization;
     int temperature;
     long power_mw; /* < 0: not supported */
+    long power_limit_mw; /* < 0: not supported */
+    long long energy_mj; /* < 0: not supported */
+    unsigned long long energy_step_mj;
     int lost;
 } Gpu;
 
@@ -117,6 +126,13 @@ static void configure(Gpu *gpu, unsigned i) {
     gpu->power_mw = (long)number("NVML_STUB_POWER_MW", i, 50000);
     if (field("NVML_STUB_POWER_MW", i, power, sizeof power) && strcmp(power, "-") == 0)
         gpu->power_mw = -1;
+    gpu->power_limit_mw = (long)number("NVML_STUB_POWER_LIMIT_MW", i, 300000);
+    if (field("NVML_STUB_POWER_LIMIT_MW", i, power, sizeof power) && strcmp(power, "-") == 0)
+        gpu->power_limit_mw = -1;
+    gpu->energy_mj = (long long)number("NVML_STUB_ENERGY_MJ", i, 1000000);
+    if (field("NVML_STUB_ENERGY_MJ", i, power, sizeof power) && strcmp(power, "-") == 0)
+        gpu->energy_mj = -1;
+    gpu->energy_step_mj = number("NVML_STUB_ENERGY_STEP_MJ", i, 0);
     gpu->lost = listed("NVML_STUB_LOST", i);
 }
 
@@ -267,5 +283,22 @@ int nvmlDeviceGetPowerUsage(Device device, unsigned *milliwatts) {
     if (status != SUCCESS) return status;
     if (device->power_mw < 0) return NOT_SUPPORTED;
     *milliwatts = (unsigned)device->power_mw;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetPowerManagementLimit(Device device, unsigned *milliwatts) {
+    int status = check(device, milliwatts);
+    if (status != SUCCESS) return status;
+    if (device->power_limit_mw < 0) return NOT_SUPPORTED;
+    *milliwatts = (unsigned)device->power_limit_mw;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetTotalEnergyConsumption(Device device, unsigned long long *millijoules) {
+    int status = check(device, millijoules);
+    if (status != SUCCESS) return status;
+    if (device->energy_mj < 0) return NOT_SUPPORTED;
+    device->energy_mj += (long long)device->energy_step_mj;
+    *millijoules = (unsigned long long)device->energy_mj;
     return SUCCESS;
 }

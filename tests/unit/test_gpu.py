@@ -7,15 +7,17 @@ monitor is tested against, for a current driver and for one without nvmlDeviceGe
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from batchserve.devices.nvml import GpuMonitor
+from batchserve.devices.nvml import SCRAPE_SECONDS, GpuMonitor
 from batchserve.devices.placement import gpu_count
 from batchserve.runtime.metrics_collector import GPU_METRICS, gpu_families
+from batchserve.runtime.triton_metrics import gpu_families as triton_gpu_families
 
 from tests.stubs.nvml import build_nvml_stub, pynvml_over
 
@@ -32,6 +34,9 @@ TWO_BOARDS = {
     "NVML_STUB_UTILIZATION": "37,12",
     "NVML_STUB_TEMPERATURE": "54,47",
     "NVML_STUB_POWER_MW": "61250,-",
+    "NVML_STUB_POWER_LIMIT_MW": "300000,-",
+    "NVML_STUB_ENERGY_MJ": "5000000,-",
+    "NVML_STUB_ENERGY_STEP_MJ": "2500",
 }
 
 
@@ -69,8 +74,11 @@ def old_nvml(
     yield from _nvml(nvml_libraries["old"], tmp_path, monkeypatch)
 
 
-def _monitor(nvml: ModuleType) -> GpuMonitor:
-    return GpuMonitor(nvml, [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(2)])
+def _monitor(nvml: ModuleType, clock: Callable[[], float] | None = None) -> GpuMonitor:
+    """A monitor of the two boards; by default each read is a second after the last (fresh)."""
+    ticks = itertools.count()
+    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(2)]
+    return GpuMonitor(nvml, handles, clock or (lambda: float(next(ticks))))
 
 
 def _reconfigure(nvml: ModuleType) -> None:
@@ -112,6 +120,46 @@ def test_readings_are_converted_to_base_units_and_unsupported_ones_left_out(
     assert ("batchserve_gpu_power_watts", "gpu:1") not in samples
     assert samples[("batchserve_gpu_memory_used_bytes", "gpu:1")] == 2 * 2**30
     assert {name for name, _ in samples} == set(GPU_METRICS)
+
+
+def test_power_limit_and_energy_since_the_monitor_opened(nvml: ModuleType) -> None:
+    monitor = _monitor(nvml)  # reads each board's energy once, as it opens
+    first, second = monitor.read()
+    assert first.power_limit_watts == 300
+    assert first.energy_joules == 2.5  # one reading of 2,500 mJ more since the monitor opened
+    assert (second.power_limit_watts, second.energy_joules) == (None, None)  # not supported
+    assert monitor.read()[0].energy_joules == 5
+
+
+def test_one_scrape_reads_each_board_once(nvml: ModuleType) -> None:
+    """batchserve's and Triton's GPU series are written from one reading per scrape: a second
+    read within SCRAPE_SECONDS is the first again (the energy count did not advance)."""
+    now = [100.0]
+    monitor = _monitor(nvml, lambda: now[0])
+    first = monitor.read()
+    now[0] += SCRAPE_SECONDS / 2
+    assert monitor.read() is first
+    now[0] += SCRAPE_SECONDS
+    assert monitor.read()[0].energy_joules == 5
+
+
+def test_tritons_gpu_families_label_each_board_with_its_uuid(nvml: ModuleType) -> None:
+    samples = {
+        (family.name, labels["gpu_uuid"]): value
+        for family in triton_gpu_families(_monitor(nvml).read())
+        for labels, value in family.samples
+    }
+    assert samples == {
+        ("nv_gpu_utilization", "GPU-0"): 0.37,
+        ("nv_gpu_utilization", "GPU-1"): 0.12,
+        ("nv_gpu_memory_total_bytes", "GPU-0"): 16 * 2**30,
+        ("nv_gpu_memory_total_bytes", "GPU-1"): 16 * 2**30,
+        ("nv_gpu_memory_used_bytes", "GPU-0"): 2**30,
+        ("nv_gpu_memory_used_bytes", "GPU-1"): 2 * 2**30,
+        ("nv_gpu_power_usage", "GPU-0"): 61.25,  # the second board reports no power
+        ("nv_gpu_power_limit", "GPU-0"): 300,
+        ("nv_energy_consumption", "GPU-0"): 2.5,
+    }
 
 
 def test_an_old_driver_without_temperature_v_is_read_with_the_older_call(

@@ -26,6 +26,7 @@ from batchserve.core.errors import (
 from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest, Tensor
 from batchserve.dataplane.plane import DataPlane
+from batchserve.devices.host import HostUsage
 from batchserve.models.memory_probe import device_total_bytes
 from batchserve.models.registry import ModelRegistry
 from batchserve.models.repository import ModelRepository
@@ -38,6 +39,7 @@ from batchserve.observability.metrics import (
 )
 from batchserve.rest.responses import statistics
 from batchserve.runtime.metrics_collector import ServerCollector, metrics_registry
+from batchserve.runtime.triton_metrics import TritonMetrics
 from batchserve.scheduler.memory import MemoryBudgets
 from fakes import FAKE_CONFIG, FP32, FakeBackend
 from onnx_models import FP32 as ONNX_FP32
@@ -46,8 +48,10 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.anyio
+NO_HOST = HostUsage(Path("/nonexistent"))
 
 CONFIG = FAKE_CONFIG + "batchserve { latency_objective_microseconds: 1000 }\n"
+REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
@@ -92,6 +96,15 @@ class Served:
             (s.name, frozenset(s.labels.items())): s.value
             for family in text_string_to_metric_families(text)
             for s in family.samples
+        }
+
+    def triton(self) -> Samples:
+        """Triton's families (``nv_*``) as the metrics port builds them, by exact name."""
+        families = TritonMetrics(self.registry, None, {"fake": 0.25}, NO_HOST).families()
+        return {
+            (family.name, frozenset(labels.items())): value
+            for family in families
+            for labels, value in family.samples
         }
 
 
@@ -199,6 +212,21 @@ async def test_counters_and_histograms_are_the_model_stats(served: Served) -> No
     assert _of(samples, "batchserve_batch_occupancy_ratio_sum", **FAKE) == pytest.approx(12 / 8)
     assert _of(samples, "batchserve_batch_occupancy_ratio_bucket", le="1.0", **FAKE) == 3
     assert _of(samples, "batchserve_inflight_requests", **FAKE) == 0
+    # Triton's names over the same counters: what its statistics report, durations in µs
+    nv = served.triton()
+    assert _of(nv, "nv_inference_request_success", **FAKE) == stats.success.count == 3
+    failures = {r: _of(nv, "nv_inference_request_failure", reason=r, **FAKE) for r in REASONS}
+    assert failures == {"REJECTED": 0, "CANCELED": 0, "BACKEND": 0, "OTHER": 1}  # the invalid one
+    assert _of(nv, "nv_inference_count", **FAKE) == 12
+    assert _of(nv, "nv_inference_exec_count", **FAKE) == 3
+    assert _of(nv, "nv_inference_request_duration_us", **FAKE) == stats.success.ns // 1000
+    assert _of(nv, "nv_inference_queue_duration_us", **FAKE) == stats.queue.ns // 1000
+    for part in ("input", "infer", "output"):
+        ns = getattr(stats, f"compute_{part}").ns
+        assert _of(nv, f"nv_inference_compute_{part}_duration_us", **FAKE) == ns // 1000
+    assert _of(nv, "nv_inference_pending_request_count", **FAKE) == 0
+    assert _of(nv, "nv_model_load_duration_secs", **FAKE) == 0.25
+    assert not [name for name, _ in nv if name.startswith(("nv_gpu", "nv_energy", "nv_cpu"))]
 
 
 async def test_stats_endpoint_shows_none_of_the_metrics_fields(served: Served) -> None:
@@ -234,6 +262,7 @@ async def test_queue_gauges_saturation_and_a_full_queue(tmp_path: Path) -> None:
     at_arrival = served.scrape()
     now[0] = oldest + 3_000_000  # scraped 3 ms after the queued request arrived
     samples = served.scrape()
+    nv = served.triton()
     served.backends[0].gate.set()
     await asyncio.gather(running, queued)
     await served.registry.close()
@@ -243,6 +272,9 @@ async def test_queue_gauges_saturation_and_a_full_queue(tmp_path: Path) -> None:
     assert _of(samples, "batchserve_instances", **FAKE) == 1
     assert _of(samples, "batchserve_batch_cap", **FAKE) == 8
     assert _of(samples, "batchserve_rejected_requests_total", reason="queue_full", **FAKE) == 1
+    # one request of 4 rows awaits a batch; the one refused for a full queue was rejected
+    assert _of(nv, "nv_inference_pending_request_count", **FAKE) == 1
+    assert _of(nv, "nv_inference_request_failure", reason="REJECTED", **FAKE) == 1
     # 4 samples queued for one instance with a cap of 8; then 3 ms of queue wait against the
     # 1 ms latency objective
     assert _of(at_arrival, "batchserve_saturation") == 0.5
@@ -273,10 +305,23 @@ async def test_timeouts_and_cancelled_requests_are_counted_by_reason(served: Ser
     samples = served.scrape()
     assert _of(samples, "batchserve_rejected_requests_total", reason="timeout", **FAKE) == 1
     assert _of(samples, "batchserve_rejected_requests_total", reason="cancelled", **FAKE) == 1
+    nv = served.triton()
+    failures = {r: _of(nv, "nv_inference_request_failure", reason=r, **FAKE) for r in REASONS}
+    assert failures == {"REJECTED": 1, "CANCELED": 1, "BACKEND": 0, "OTHER": 0}
     assert (
         _of(samples, "batchserve_requests_total", outcome="failure", protocol="http", **FAKE) == 2
     )
     assert _of(samples, "batchserve_inflight_requests", **FAKE) == 0
+
+
+async def test_a_model_error_is_a_backend_failure_in_tritons_reasons(served: Served) -> None:
+    served.backends[0].poison = 1.0  # the request's rows are ones
+    with pytest.raises(BackendError):
+        await served.dataplane.infer(_request(2))
+    nv = served.triton()
+    failures = {r: _of(nv, "nv_inference_request_failure", reason=r, **FAKE) for r in REASONS}
+    assert failures == {"REJECTED": 0, "CANCELED": 0, "BACKEND": 1, "OTHER": 0}
+    assert _of(nv, "nv_inference_request_success", **FAKE) == 0
 
 
 async def test_memory_series_are_the_reservations_and_budgets(served: Served) -> None:

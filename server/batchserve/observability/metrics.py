@@ -15,10 +15,12 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from enum import StrEnum
 from itertools import accumulate
 from typing import Any
+from urllib.parse import parse_qs
 
-from prometheus_client import CollectorRegistry, make_asgi_app
+from prometheus_client import CollectorRegistry
 
 from batchserve.core.errors import DeadlineExceeded, InvalidArgument, Overloaded
+from batchserve.observability.exposition import FamilySource, metrics_body
 
 NS = 1_000_000_000
 LATENCY_BUCKETS_NS: tuple[int, ...] = (
@@ -114,23 +116,42 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def metrics_app(
-    registry: CollectorRegistry, before: Callable[[], Awaitable[None]] | None = None
+    registry: CollectorRegistry,
+    before: Callable[[], Awaitable[None]] | None = None,
+    triton: FamilySource | None = None,
 ) -> ASGIApp:
     """``GET /metrics`` in Prometheus text, or OpenMetrics when the Accept header asks for it
     (as Prometheus does); 404 on any other path. ``before``: awaited before each scrape is
-    written (the request-handling workers' counts fetched)."""
-    exposition: ASGIApp = make_asgi_app(registry)
+    written (the request-handling workers' counts fetched); ``triton``: Triton's own
+    families, written after the registry's (``exposition``)."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        if scope["path"] == "/metrics":
-            if before is not None:
-                await before()
-            await exposition(scope, receive, send)
+        if scope["path"] != "/metrics":
+            plain = [(b"content-type", b"text/plain; charset=utf-8")]
+            await send({"type": "http.response.start", "status": 404, "headers": plain})
+            await send({"type": "http.response.body", "body": b"metrics are served at /metrics\n"})
             return
-        headers = [(b"content-type", b"text/plain; charset=utf-8")]
-        await send({"type": "http.response.start", "status": 404, "headers": headers})
-        await send({"type": "http.response.body", "body": b"metrics are served at /metrics\n"})
+        if before is not None:
+            await before()
+        asked = _headers(scope)
+        names = parse_qs(scope.get("query_string", b"").decode()).get("name[]")
+        body, headers = metrics_body(
+            registry, triton, asked.get("accept", ""), asked.get("accept-encoding", ""), names
+        )
+        await receive()  # the request's (empty) body
+        raw = [(name.lower().encode(), value.encode()) for name, value in headers]
+        await send({"type": "http.response.start", "status": 200, "headers": raw})
+        await send({"type": "http.response.body", "body": body})
 
     return app
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    """Request headers by lower-case name; a repeated header's values joined by commas."""
+    joined: dict[str, str] = {}
+    for name, value in scope.get("headers", ()):
+        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+        joined[key] = f"{joined[key]},{text}" if key in joined else text
+    return joined

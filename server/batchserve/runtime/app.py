@@ -38,6 +38,7 @@ from batchserve.runtime.http_listener import http_listener
 from batchserve.runtime.metrics_collector import ServerCollector, metrics_registry
 from batchserve.runtime.shared_ports import bound_port, reuse_port_socket
 from batchserve.runtime.stop_signals import StopSignals
+from batchserve.runtime.triton_metrics import TritonMetrics
 from batchserve.runtime.worker_counts import WorkerCounts
 from batchserve.runtime.worker_pool import Endpoints, WorkerPool
 from batchserve.scheduler.memory import MemoryBudgets
@@ -74,8 +75,9 @@ class Server:
         else:
             collector = self._serve_through_workers(workers)
         fresh_counts = self.pool.fresh_counts if self.pool is not None else None
-        self.metrics = http_listener(metrics_app(metrics_registry(collector), fresh_counts),
-                                     settings, settings.metrics_port, Protocol.METRICS)  # fmt: skip
+        triton = TritonMetrics(self.registry, self.gpus, self.registry.load_seconds)
+        app = metrics_app(metrics_registry(collector), fresh_counts, triton.families)
+        self.metrics = http_listener(app, settings, settings.metrics_port, Protocol.METRICS)
         self.signals = StopSignals()
         self.workers_drained = True
         self._started = False  # every model load tried: load balancers may have seen it ready

@@ -1,0 +1,180 @@
+"""Triton's metric families (``nv_*``), for the tools and dashboards written for Triton.
+
+Model Analyzer checks that the server's ``nv_gpu_utilization`` lists the GPUs it profiles on
+and reads its GPU columns from ``nv_gpu_*``; perf_analyzer's ``--collect-metrics`` reads the
+same four GPU series; Triton's dashboards and the autoscalers built for it read
+``nv_inference_*`` (``nv_inference_pending_request_count`` above all). Names, help texts,
+labels and units are Triton's (``metrics.cc`` in Triton's core); the values are the
+numbers the Triton statistics report, read at scrape time like every batchserve series, so
+the two views agree. batchserve's own series stay as they are, with more detail.
+
+Where Triton's meaning and batchserve's differ, the nearest is taken and said here:
+failures by Triton's reasons, REJECTED for a full queue or a queue timeout, CANCELED for a
+client gone, OTHER for an invalid request, BACKEND for the model's or the server's own
+error; a pending request is one queued and not yet in a batch (a worker's group counts
+each of its requests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from batchserve.devices.host import HostReading, HostUsage
+from batchserve.devices.nvml import GpuMonitor, GpuReading
+from batchserve.models.model_table import ServedVersion
+from batchserve.models.registry import ModelRegistry
+from batchserve.observability.exposition import Family
+from batchserve.observability.metrics import Rejection
+from batchserve.observability.stats import ModelStats
+
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+_REASON_OF = {
+    Rejection.QUEUE_FULL: "REJECTED",
+    Rejection.TIMEOUT: "REJECTED",
+    Rejection.CANCELLED: "CANCELED",
+    Rejection.INVALID: "OTHER",
+}
+_DurationOf = Callable[[ModelStats], int]
+_DURATIONS: tuple[tuple[str, str, _DurationOf], ...] = (
+    ("nv_inference_request_duration_us", "Cumulative inference request duration in "
+     "microseconds (includes cached requests)", lambda s: s.success.ns),
+    ("nv_inference_queue_duration_us", "Cumulative inference queuing duration in "
+     "microseconds (includes cached requests)", lambda s: s.queue.ns),
+    ("nv_inference_compute_input_duration_us", "Cumulative compute input duration in "
+     "microseconds (does not include cached requests)", lambda s: s.compute_input.ns),
+    ("nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in "
+     "microseconds (does not include cached requests)", lambda s: s.compute_infer.ns),
+    ("nv_inference_compute_output_duration_us", "Cumulative inference compute output "
+     "duration in microseconds (does not include cached requests)", lambda s: s.compute_output.ns),
+)  # fmt: skip
+
+
+class TritonMetrics:
+    """Builds Triton's families on each scrape from the registry, NVML and ``/proc``.
+
+    Args:
+        registry: the model registry (loaded versions, their stats and batchers).
+        gpus: the NVML monitor; None where there is no GPU (no GPU families then).
+        load_seconds: how long the latest load of each model took.
+        host: the machine's CPU and memory; None for no CPU families.
+    """
+
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        gpus: GpuMonitor | None,
+        load_seconds: Mapping[str, float],
+        host: HostUsage | None = None,
+    ) -> None:
+        self._registry = registry
+        self._gpus = gpus
+        self._load_seconds = load_seconds
+        self._host = host if host is not None else HostUsage()
+
+    def families(self) -> list[Family]:
+        versions = self._registry.loaded()
+        gpus = self._gpus.read() if self._gpus is not None else []
+        return [
+            *model_families(versions, self._load_seconds),
+            *gpu_families(gpus),
+            *host_families(self._host.read()),
+        ]
+
+
+def model_families(
+    versions: list[ServedVersion], load_seconds: Mapping[str, float]
+) -> Iterator[Family]:
+    """Per model version: counts, cumulative durations, pending requests, load time."""
+    success = Family(
+        "nv_inference_request_success",
+        "Number of successful inference requests, all batch sizes",
+        "counter",
+    )
+    failure = Family(
+        "nv_inference_request_failure",
+        "Number of failed inference requests, all batch sizes",
+        "counter",
+    )
+    count = Family(
+        "nv_inference_count",
+        "Number of inferences performed (does not include cached requests)",
+        "counter",
+    )
+    executions = Family(
+        "nv_inference_exec_count",
+        "Number of model executions performed (does not include cached requests)",
+        "counter",
+    )
+    durations = [(Family(name, doc, "counter"), of) for name, doc, of in _DURATIONS]
+    pending = Family(
+        "nv_inference_pending_request_count",
+        "Instantaneous number of pending requests awaiting execution per-model.",
+        "gauge",
+    )
+    load = Family("nv_model_load_duration_secs", "Model load time in seconds", "gauge")
+    for served in versions:
+        stats = served.stats
+        labels = {"model": served.name, "version": str(served.version)}
+        success.add(labels, stats.success.count)
+        for reason, n in failures(stats).items():
+            failure.add({**labels, "reason": reason}, n)
+        count.add(labels, stats.inference_count)
+        executions.add(labels, stats.execution_count)
+        for family, of in durations:
+            family.add(labels, of(stats) // 1000)
+        pending.add(labels, sum(item.clients for item in served.batcher.queue))
+        if served.name in load_seconds:
+            load.add(labels, load_seconds[served.name])
+    yield from (success, failure, count, executions)
+    yield from (family for family, _ in durations)
+    yield from (pending, load)
+
+
+def failures(stats: ModelStats) -> dict[str, int]:
+    """Failed requests by Triton's reasons; every reason is there, as Triton starts them."""
+    counts = dict.fromkeys(FAILURE_REASONS, 0)
+    for rejection, n in stats.rejections.items():
+        counts[_REASON_OF[rejection]] += n
+    counts["BACKEND"] = stats.fail.count - sum(stats.rejections.values())
+    return counts
+
+
+def gpu_families(readings: list[GpuReading]) -> Iterator[Family]:
+    """Per GPU, labelled with its UUID as Triton labels it; a figure the board does not
+    report is left out for that board."""
+    families = {
+        "utilization": Family("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", "gauge"),
+        "total": Family("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", "gauge"),
+        "used": Family("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", "gauge"),
+        "power": Family("nv_gpu_power_usage", "GPU power usage in watts", "gauge"),
+        "limit": Family("nv_gpu_power_limit", "GPU power management limit in watts", "gauge"),
+        "energy": Family("nv_energy_consumption", "GPU energy consumption in joules since "
+                         "the Triton Server started", "counter"),
+    }  # fmt: skip
+    for gpu in readings:
+        labels = {"gpu_uuid": gpu.uuid}
+        values = {
+            "utilization": gpu.utilization_ratio,
+            "total": gpu.memory_total_bytes,
+            "used": gpu.memory_used_bytes,
+            "power": gpu.power_watts,
+            "limit": gpu.power_limit_watts,
+            "energy": gpu.energy_joules,
+        }
+        for key, value in values.items():
+            if value is not None:
+                families[key].add(labels, value)
+    yield from families.values()
+
+
+def host_families(reading: HostReading | None) -> Iterator[Family]:
+    """The machine's CPU use since the previous scrape and its memory."""
+    if reading is None:
+        return
+    utilization = Family("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge")
+    total = Family("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge")
+    used = Family("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge")
+    utilization.add({}, reading.cpu_utilization_ratio)
+    total.add({}, reading.memory_total_bytes)
+    used.add({}, reading.memory_used_bytes)
+    yield from (utilization, total, used)
