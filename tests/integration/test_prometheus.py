@@ -362,6 +362,30 @@ def test_tritons_series_are_scraped_under_tritons_names(scraped: Scraped) -> Non
     assert prometheus.query("nv_inference_pending_request_count") != []
 
 
+# The queries of the Grafana dashboard Triton ships for Kubernetes (deploy/k8s-onprem in
+# Triton's repository), as it writes them; ``pod`` comes from Kubernetes' relabelling, absent
+# here, which leaves one group.
+TRITON_DASHBOARD = (
+    "count(count(nv_inference_count) by (instance))",
+    "sum by (pod) (rate(nv_inference_count[1m])) / ignoring(pod) group_left "
+    "sum (rate(nv_inference_count[1m]))",
+    "sum(nv_inference_request_success) by (pod)",
+    "sum(nv_inference_request_failure) by (pod)",
+    "sum(rate(nv_inference_compute_infer_duration_us[30s])) by (model) / 1000",
+    "avg(rate(nv_inference_queue_duration_us[30s])/(1+rate(nv_inference_request_success[30s]))) "
+    "by (pod)",
+)
+
+
+def test_tritons_own_dashboard_queries_find_data(scraped: Scraped) -> None:
+    for expr in TRITON_DASHBOARD:
+        assert scraped.prometheus.query(expr, at=scraped.load.ended), f"no data: {expr}"
+    (share,) = scraped.prometheus.query(TRITON_DASHBOARD[1], at=scraped.load.ended)
+    assert float(share["value"][1]) == pytest.approx(1.0)  # one server does all the work
+    by_model = scraped.prometheus.query(TRITON_DASHBOARD[4], at=scraped.load.ended)
+    assert {row["metric"]["model"] for row in by_model} >= {"digits_cnn", "char_lstm"}
+
+
 def test_promtool_checks_the_rules_and_runs_their_tests() -> None:
     checked = promtool("check", "rules", "rules.yml")
     assert checked.returncode == 0, checked.stdout + checked.stderr

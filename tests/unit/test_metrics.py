@@ -361,6 +361,28 @@ def _broken_backend(*_: object) -> FakeBackend:
     raise BackendError("cannot create a session: the model file is corrupt")
 
 
+async def test_the_endpoint_writes_tritons_families_and_nothing_to_a_client_gone(
+    served: Served,
+) -> None:
+    triton = TritonMetrics(served.registry, None, {"fake": 0.25}, NO_HOST)
+    app = metrics_app(metrics_registry(served.collector), None, triton.families)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://metrics") as client:
+        text = (await client.get("/metrics")).text
+    assert '\nnv_inference_request_success{model="fake",version="1"} 0\n' in text
+    sent: list[object] = []
+
+    async def gone() -> dict[str, object]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: object) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "path": "/metrics", "headers": [], "query_string": b""}
+    await app(scope, gone, send)
+    assert sent == []
+
+
 async def test_endpoint_speaks_openmetrics_when_asked_and_text_otherwise(served: Served) -> None:
     app = metrics_app(metrics_registry(served.collector))
     transport = httpx.ASGITransport(app=app)

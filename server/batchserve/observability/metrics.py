@@ -140,7 +140,8 @@ def metrics_app(
         body, headers = metrics_body(
             registry, triton, asked.get("accept", ""), asked.get("accept-encoding", ""), names
         )
-        await receive()  # the request's (empty) body
+        if (await receive()).get("type") != "http.request":
+            return  # the client left before its request was read
         raw = [(name.lower().encode(), value.encode()) for name, value in headers]
         await send({"type": "http.response.start", "status": 200, "headers": raw})
         await send({"type": "http.response.body", "body": body})
