@@ -166,7 +166,8 @@ def start_server(
         listening = server.wait_for("listening")
         server.http_port = int(str(listening["http_port"]))
         server.grpc_port = int(str(listening["grpc_port"]))
-        server.metrics_port = int(str(listening["metrics_port"]))
+        metrics = listening["metrics_port"]  # None: --allow-metrics false
+        server.metrics_port = 0 if metrics is None else int(str(metrics))
         if wait_ready:
             server.wait_for("server ready")
     except BaseException:

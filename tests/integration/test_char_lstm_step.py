@@ -54,14 +54,19 @@ def _token(module: object, token: int) -> object:
 def _sync(server: ServerProcess, module: object, sequence_id: int, text: str) -> np.ndarray:
     url = server.http_url if module is httpclient else server.grpc_url
     client = module.InferenceServerClient(url)  # type: ignore[attr-defined]
-    ids = char_lstm.encode(text)
-    rows = []
-    for index, token in enumerate(ids):
-        last = index == len(ids) - 1
-        result = client.infer(STEP, [_token(module, int(token))], sequence_id=sequence_id,
-                              sequence_start=index == 0, sequence_end=last)  # fmt: skip
-        rows.append(result.as_numpy("next_char_logits")[0])
-    return np.stack(rows)
+    try:
+        ids = char_lstm.encode(text)
+        rows = []
+        for index, token in enumerate(ids):
+            last = index == len(ids) - 1
+            result = client.infer(STEP, [_token(module, int(token))], sequence_id=sequence_id,
+                                  sequence_start=index == 0, sequence_end=last)  # fmt: skip
+            rows.append(result.as_numpy("next_char_logits")[0])
+        return np.stack(rows)
+    finally:
+        # closed on this thread: an HTTP client left to the garbage collector is finalised on
+        # whichever thread collects it, where its gevent pool has no hub to join on
+        client.close()
 
 
 def _streamed(server: ServerProcess, sequence_id: int, text: str) -> np.ndarray:
@@ -79,6 +84,7 @@ def _streamed(server: ServerProcess, sequence_id: int, text: str) -> np.ndarray:
         assert isinstance(answer, grpcclient.InferResult), answer
         rows[int(answer.get_response().id)] = answer.as_numpy("next_char_logits")[0]
     client.stop_stream()
+    client.close()
     return np.stack([rows[i] for i in range(len(ids))])
 
 

@@ -363,8 +363,8 @@ def test_tritons_series_are_scraped_under_tritons_names(scraped: Scraped) -> Non
 
 
 # The queries of the Grafana dashboard Triton ships for Kubernetes (deploy/k8s-onprem in
-# Triton's repository), as it writes them; ``pod`` comes from Kubernetes' relabelling, absent
-# here, which leaves one group.
+# Triton's repository), as it writes them, and of its autoscaling rule; ``pod`` comes from
+# Kubernetes' relabelling, absent here, which leaves one group.
 TRITON_DASHBOARD = (
     "count(count(nv_inference_count) by (instance))",
     "sum by (pod) (rate(nv_inference_count[1m])) / ignoring(pod) group_left "
@@ -374,6 +374,10 @@ TRITON_DASHBOARD = (
     "sum(rate(nv_inference_compute_infer_duration_us[30s])) by (model) / 1000",
     "avg(rate(nv_inference_queue_duration_us[30s])/(1+rate(nv_inference_request_success[30s]))) "
     "by (pod)",
+    # and the prometheus-adapter rule of its Helm chart, behind the autoscaler's
+    # avg_time_queue_us (label matchers and grouping filled in as the adapter fills them)
+    "avg(delta(nv_inference_queue_duration_us{}[30s])/(1+delta(nv_inference_request_success{}"
+    "[30s]))) by (job)",
 )
 
 

@@ -136,10 +136,8 @@ def test_tritons_series_are_the_statistics_tritonclient_reads(
     assert f'\nnv_inference_request_success{{model="{MODEL}",version="1"}} ' in text
 
 
-@pytest.fixture(scope="module")
-def stub_gpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def _start_on_stub_gpus(root: Path, *args: str) -> ServerProcess:
     """A server whose NVML reports two GPUs; digits_cnn on CPU instances (no device runs)."""
-    root = tmp_path_factory.mktemp("stub_gpus")
     build_nvml_stub(root / "lib")
     hidden = root / "no_cuda_python" / "cuda"
     hidden.mkdir(parents=True)
@@ -150,7 +148,12 @@ def stub_gpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
     config.write_text(config.read_text() + "instance_group { kind: KIND_CPU }\n")
     env = {**STUB_GPUS, "LD_LIBRARY_PATH": str(root / "lib"),
            "PYTHONPATH": str(hidden.parent)}  # fmt: skip
-    server = start_server(repo, extra_env=env)
+    return start_server(repo, list(args), extra_env=env)
+
+
+@pytest.fixture(scope="module")
+def stub_gpu_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    server = _start_on_stub_gpus(tmp_path_factory.mktemp("stub_gpus"))
     yield server
     assert server.stop() == 0
 
@@ -195,3 +198,32 @@ def test_the_gpus_are_listed_by_uuid_with_limit_and_energy(stub_gpu_server: Serv
     later = energy()
     # one NVML reading each scrape, batchserve's series and Triton's written from it
     assert [b - a for a, b in zip(earlier, later, strict=True)] == [2.0, 0.5]
+
+
+def test_tritons_switches_turn_the_gpu_and_host_series_off(tmp_path: Path) -> None:
+    server = _start_on_stub_gpus(tmp_path, "--allow-gpu-metrics=false", "--allow-cpu-metrics", "0")
+    try:
+        _, samples = _scrape(server)
+        server.drain_logs()
+        said = [str(record.get("message", "")) for record in server.logs]
+    finally:
+        assert server.stop() == 0
+    names = {name for name, _ in samples}
+    assert "nv_inference_request_success_total" in names
+    off = ("nv_gpu_", "nv_energy_", "nv_cpu_", "batchserve_gpu_")
+    assert sorted(name for name in names if name.startswith(off)) == []
+    assert "GPU metrics off: turned off (--allow-gpu-metrics false)" in said
+
+
+def test_with_metrics_off_no_port_serves_them_and_inference_goes_on(tmp_path: Path) -> None:
+    shutil.copytree(MODEL_REPO / MODEL, tmp_path / MODEL)
+    server = start_server(tmp_path, ["--allow-metrics", "false"])
+    try:
+        (listening,) = [record for record in server.logs if record.get("message") == "listening"]
+        with httpclient.InferenceServerClient(server.http_url) as client:
+            tensor = httpclient.InferInput("image", [2, 1, 8, 8], "FP32")
+            tensor.set_data_from_numpy(_images(2))
+            assert client.infer(MODEL, [tensor]).as_numpy("logits").shape == (2, 10)
+    finally:
+        assert server.stop() == 0  # drained and exited cleanly without a metrics listener
+    assert listening["metrics_port"] is None

@@ -99,6 +99,15 @@ def test_without_a_gpu_there_is_no_monitor_and_the_log_says_why_once(
     assert "NVML" in records[0].getMessage()
 
 
+def test_gpu_metrics_turned_off_open_no_monitor_and_say_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.INFO, logger="batchserve.devices.nvml"):
+        assert GpuMonitor.open(allowed=False) is None
+    said = [r.getMessage() for r in caplog.records if r.name == "batchserve.devices.nvml"]
+    assert said == ["GPU metrics off: turned off (--allow-gpu-metrics false)"]
+
+
 def test_readings_are_converted_to_base_units_and_unsupported_ones_left_out(
     nvml: ModuleType,
 ) -> None:

@@ -9,7 +9,12 @@ from batchserve.cli import build_parser
 from batchserve.core.budgets import DEFAULT_BUDGET, BudgetSpec
 from batchserve.core.settings import ClientShm, ModelControlMode, Settings
 from batchserve.grpc.options import server_options
-from batchserve.runtime.serve_command import FLAGS, settings_errors, settings_from_args
+from batchserve.runtime.serve_command import (
+    FLAGS,
+    SWITCHES,
+    settings_errors,
+    settings_from_args,
+)
 from pydantic import ValidationError
 
 GIB = 1 << 30
@@ -80,7 +85,8 @@ def test_body_limits_default_to_16_and_64_mib_and_are_flags(
 
 def test_every_flag_is_in_the_readme() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    missing = [flag for flag, *_ in FLAGS if f"`{flag}`" not in readme]
+    flags = [flag for flag, *_ in FLAGS] + [flag for flag, *_ in SWITCHES]
+    missing = [flag for flag in flags if not re.search(f"`{re.escape(flag)}[` =]", readme)]
     assert missing == []
 
 
@@ -370,3 +376,18 @@ def test_a_strict_model_config_that_is_not_a_boolean_is_refused(
 def test_the_metrics_interval_is_a_positive_number_of_milliseconds(value: str) -> None:
     with pytest.raises(ValidationError, match="metrics_interval_ms"):
         _settings("--metrics-interval-ms", value)
+
+
+@pytest.mark.parametrize("field", [field for _, field, _ in SWITCHES])
+def test_tritons_metrics_switches_are_on_unless_turned_off(
+    field: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(f"BATCHSERVE_{field.upper()}", raising=False)
+    flag = "--" + field.replace("_", "-")
+    assert getattr(_settings(), field) is True
+    assert getattr(_settings(f"{flag}=false"), field) is False
+    assert getattr(_settings(flag, "0"), field) is False
+    assert getattr(_settings(flag, "ON"), field) is True
+    monkeypatch.setenv(f"BATCHSERVE_{field.upper()}", "false")
+    assert getattr(_settings(), field) is False
+    assert getattr(_settings(flag, "true"), field) is True  # the flag wins

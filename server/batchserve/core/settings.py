@@ -82,6 +82,13 @@ class Settings(BaseSettings):
     asked for theirs then), so no value is older than the scrape; this is how often each
     worker also reports its counts unasked, which a scrape falls back on when a worker is
     slow to answer."""
+    allow_metrics: bool = True
+    """Triton's ``--allow-metrics``: false serves no metrics port at all."""
+    allow_gpu_metrics: bool = True
+    """Triton's ``--allow-gpu-metrics``: false reads no GPU through NVML for metrics (no GPU
+    series, batchserve's or Triton's); GPUs still run models."""
+    allow_cpu_metrics: bool = True
+    """Triton's ``--allow-cpu-metrics``: false leaves out the host's CPU and memory series."""
     model_control_mode: ModelControlMode = ModelControlMode.NONE
     load_model: tuple[str, ...] = ()
     control_token: str | None = None

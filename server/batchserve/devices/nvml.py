@@ -73,8 +73,12 @@ class GpuMonitor:
         self._last: tuple[float, list[GpuReading]] | None = None
 
     @classmethod
-    def open(cls) -> GpuMonitor | None:
-        """The monitor, or None (logged once, with the reason) where NVML or GPUs are missing."""
+    def open(cls, allowed: bool = True) -> GpuMonitor | None:
+        """The monitor, or None (logged once, with the reason) where NVML or GPUs are missing
+        or GPU metrics are not ``allowed``."""
+        if not allowed:
+            _log_absent("turned off (--allow-gpu-metrics false)")
+            return None
         try:
             import pynvml
         except ImportError:  # pragma: no cover - nvidia-ml-py is a base dependency

@@ -22,6 +22,7 @@ from batchserve.core.errors import BatchserveError
 from batchserve.core.settings import ModelControlMode, Settings
 from batchserve.core.tls import TlsMode
 from batchserve.dataplane.plane import DataPlane
+from batchserve.devices.host import HostUsage
 from batchserve.devices.nvml import GpuMonitor
 from batchserve.grpc.server import GrpcServer
 from batchserve.models.memory_probe import device_total_bytes
@@ -34,7 +35,7 @@ from batchserve.rest.forward import trusting_peer_header
 from batchserve.runtime import cpu_scheduling, gc_tuning, malloc_tuning, memmove_tuning
 from batchserve.runtime.cpus import available_cpus, resolve_workers
 from batchserve.runtime.event_loop import BoundedHandshakeLoop
-from batchserve.runtime.http_listener import http_listener
+from batchserve.runtime.http_listener import HttpListener, http_listener
 from batchserve.runtime.metrics_collector import ServerCollector, metrics_registry
 from batchserve.runtime.shared_ports import bound_port, reuse_port_socket
 from batchserve.runtime.stop_signals import StopSignals
@@ -65,7 +66,7 @@ class Server:
             after_change=self._repository_changed, cpus=cpus,
         )  # fmt: skip
         self.dataplane = DataPlane(settings, self.registry, self._models_to_load(repository))
-        self.gpus = GpuMonitor.open()
+        self.gpus = GpuMonitor.open(settings.allow_gpu_metrics)
         workers = resolve_workers(settings.workers, cpus)
         if workers == 1:
             self.http = http_listener(build_http_app(self.dataplane, settings), settings,
@@ -74,15 +75,20 @@ class Server:
             collector = ServerCollector(self.registry, self.gpus, self.registry.load_seconds)
         else:
             collector = self._serve_through_workers(workers)
-        fresh_counts = self.pool.fresh_counts if self.pool is not None else None
-        triton = TritonMetrics(self.registry, self.gpus, self.registry.load_seconds)
-        app = metrics_app(metrics_registry(collector), fresh_counts, triton.families)
-        self.metrics = http_listener(app, settings, settings.metrics_port, Protocol.METRICS)
+        self.metrics = self._metrics_listener(collector) if settings.allow_metrics else None
         self.signals = StopSignals()
         self.workers_drained = True
         self._started = False  # every model load tried: load balancers may have seen it ready
         self._settle_deferred = False  # while loading at start, and once shutting down
         self._heap_unsettled = False  # the models changed while settling was deferred
+
+    def _metrics_listener(self, collector: ServerCollector) -> HttpListener:
+        """The metrics port: batchserve's series, then Triton's (``nv_*``)."""
+        fresh_counts = self.pool.fresh_counts if self.pool is not None else None
+        host = HostUsage() if self.settings.allow_cpu_metrics else None
+        triton = TritonMetrics(self.registry, self.gpus, self.registry.load_seconds, host)
+        app = metrics_app(metrics_registry(collector), fresh_counts, triton.families)
+        return http_listener(app, self.settings, self.settings.metrics_port, Protocol.METRICS)
 
     def _serve_through_workers(self, workers: int) -> ServerCollector:
         """This process keeps the models and answers its workers on Unix sockets; the
@@ -126,12 +132,12 @@ class Server:
     async def run(self) -> None:
         """Listen, load the models, serve until asked to stop, then drain."""
         gc_tuning.tune()
-        http_task = asyncio.create_task(self.http.serve())
-        metrics_task = asyncio.create_task(self.metrics.serve())
+        listeners = [self.http] if self.metrics is None else [self.http, self.metrics]
+        tasks = [asyncio.create_task(listener.serve()) for listener in listeners]
         await self.grpc.start()
-        while not (self.http.started and self.metrics.started):
-            if http_task.done() or metrics_task.done():
-                await asyncio.gather(http_task, metrics_task)
+        while not all(listener.started for listener in listeners):
+            if any(task.done() for task in tasks):
+                await asyncio.gather(*tasks)
                 return
             await asyncio.sleep(0.01)
         if self.pool is not None:
@@ -143,14 +149,15 @@ class Server:
         logger.info(
             "listening",
             extra={"host": self.settings.host, "http_port": http_port, "grpc_port": grpc_port,
-                   "metrics_port": self.metrics.bound_port(), "http_tls": tls,
+                   "metrics_port": None if self.metrics is None else self.metrics.bound_port(),
+                   "http_tls": tls,
                    "grpc_tls": tls, "metrics_tls": TlsMode.OFF,
                    "workers": 1 if self.pool is None else self.pool.count,
                    "rep_movsb": "off" if memmove_tuning.rep_movsb_off() else "glibc default"},
         )  # fmt: skip
         await self._load_models()
         await self.signals.stopping.wait()
-        await self._drain(http_task, metrics_task)
+        await self._drain(*tasks)
 
     async def _load_models(self) -> None:
         """Load the start-up models in turn, until done or asked to stop."""
@@ -204,7 +211,9 @@ class Server:
             return
         await self.signals.delay(self.settings.shutdown_delay_seconds)
 
-    async def _drain(self, http_task: asyncio.Task[None], metrics_task: asyncio.Task[None]) -> None:
+    async def _drain(
+        self, http_task: asyncio.Task[None], metrics_task: asyncio.Task[None] | None = None
+    ) -> None:
         logger.info("shutting down: draining accepted requests")
         self.dataplane.draining = True
         await self.grpc.set_serving(False)
@@ -217,8 +226,9 @@ class Server:
         self._settle_deferred = True  # for good: the process is about to exit
         await self.registry.close()
         self.dataplane.shared_memory.close()  # CUDA IPC mappings before the GPUs go
-        self.metrics.should_exit = True
-        await metrics_task
+        if self.metrics is not None and metrics_task is not None:
+            self.metrics.should_exit = True
+            await metrics_task
         if self.gpus is not None:
             self.gpus.close()
         logger.info("stopped")

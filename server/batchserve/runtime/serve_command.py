@@ -211,6 +211,16 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
 )
 
 
+SWITCHES = (
+    ("--allow-metrics", "allow_metrics", "false: no metrics port at all"),
+    ("--allow-gpu-metrics", "allow_gpu_metrics",
+     "false: no GPU series (batchserve_gpu_*, nv_gpu_*, nv_energy_consumption)"),
+    ("--allow-cpu-metrics", "allow_cpu_metrics",
+     "false: no host CPU and memory series (nv_cpu_*)"),
+)  # fmt: skip
+"""Triton's metrics switches, BOOL each (default true)."""
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "serve",
@@ -231,6 +241,11 @@ def register(subparsers: Any) -> None:
         help="true: as --disable-auto-complete-config; false: configs are completed from the "
         "model file, the default (Triton's older flag, which NVIDIA's Model Analyzer passes)",
     )  # fmt: skip
+    for flag, field, text in SWITCHES:
+        parser.add_argument(
+            flag, dest=field, type=_triton_bool, metavar="BOOL", default=None,
+            help=f"{text} (Triton's flag)",
+        )  # fmt: skip
     parser.add_argument(
         "--load-model", dest="load_model", action="append", default=None,
         help="with --model-control-mode explicit: a model to load at start (repeatable)",
@@ -255,6 +270,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     """Flags given on the command line win over BATCHSERVE_* variables, which win over defaults."""
     given = {field: getattr(args, field) for _, field, _, _ in FLAGS}
     given["disable_auto_complete_config"] = args.disable_auto_complete_config
+    given.update({field: getattr(args, field) for _, field, _ in SWITCHES})
     if args.load_model is not None:
         given["load_model"] = tuple(args.load_model)
     if args.trace_config is not None:

@@ -56,7 +56,7 @@ class TritonMetrics:
         registry: the model registry (loaded versions, their stats and batchers).
         gpus: the NVML monitor; None where there is no GPU (no GPU families then).
         load_seconds: how long the latest load of each model took.
-        host: the machine's CPU and memory; None for no CPU families.
+        host: the machine's CPU and memory; None: no CPU families.
     """
 
     def __init__(
@@ -69,7 +69,7 @@ class TritonMetrics:
         self._registry = registry
         self._gpus = gpus
         self._load_seconds = load_seconds
-        self._host = host if host is not None else HostUsage()
+        self._host = host
 
     def families(self) -> list[Family]:
         versions = self._registry.loaded()
@@ -77,7 +77,7 @@ class TritonMetrics:
         return [
             *model_families(versions, self._load_seconds),
             *gpu_families(gpus),
-            *host_families(self._host.read()),
+            *host_families(self._host.read() if self._host is not None else None),
         ]
 
 
