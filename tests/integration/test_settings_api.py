@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -207,3 +208,17 @@ def test_the_openapi_document_lists_the_settings_routes(settings_server: ServerP
     paths = httpx.get(f"http://{settings_server.http_url}/openapi.json").json()["paths"]
     for route in ("/v2/logging", "/v2/trace/setting", "/v2/models/{name}/trace/setting"):
         assert set(paths[route]) == {"get", "post"}
+
+
+def test_tritons_log_flags_at_start_are_what_its_logging_api_reports(tmp_path: Path) -> None:
+    shutil.copytree(MODEL_REPO / "digits_cnn", tmp_path / "digits_cnn")
+    server = start_server(tmp_path, ["--log-verbose=1", "--log-warning", "false"])
+    try:
+        with httpclient.InferenceServerClient(server.http_url) as http:
+            answer = http.get_log_settings()
+        server.drain_logs()
+        levels = {str(record.get("level")) for record in server.logs}
+    finally:
+        assert server.stop() == 0
+    assert answer == {**LOG_DEFAULTS, "log_verbose_level": 1, "log_warning": False}
+    assert "DEBUG" in levels  # written from the start

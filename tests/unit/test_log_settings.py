@@ -39,6 +39,30 @@ def _emit(stream: io.StringIO) -> list[str]:
     return [json.loads(line)["message"] for line in stream.getvalue().splitlines()]
 
 
+def test_tritons_switches_given_at_start_override_the_level(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``serve --log-level warning --log-verbose 1 --log-error false``, as ``serve`` sets up."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    buffer = io.StringIO()
+    monkeypatch.setattr("sys.stderr", buffer)
+    try:
+        configure_logging("warning", "json", {"log_verbose_level": 1, "log_error": False})
+        answer = log_settings.get()
+        written = _emit(buffer)
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+    assert (answer["log_info"], answer["log_warning"], answer["log_error"]) == (
+        False,
+        True,
+        False,
+    )
+    assert answer["log_verbose_level"] == 1
+    assert written == ["d", "w"]
+
+
 def test_the_log_level_sets_triton_s_switches(stream: io.StringIO) -> None:
     assert log_settings.get() == {
         "log_file": "",

@@ -11,6 +11,7 @@ from batchserve.core.settings import ClientShm, ModelControlMode, Settings
 from batchserve.grpc.options import server_options
 from batchserve.runtime.serve_command import (
     FLAGS,
+    METRICS_SWITCHES,
     SWITCHES,
     settings_errors,
     settings_from_args,
@@ -378,7 +379,7 @@ def test_the_metrics_interval_is_a_positive_number_of_milliseconds(value: str) -
         _settings("--metrics-interval-ms", value)
 
 
-@pytest.mark.parametrize("field", [field for _, field, _ in SWITCHES])
+@pytest.mark.parametrize("field", [field for _, field, _ in METRICS_SWITCHES])
 def test_tritons_metrics_switches_are_on_unless_turned_off(
     field: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -391,3 +392,24 @@ def test_tritons_metrics_switches_are_on_unless_turned_off(
     monkeypatch.setenv(f"BATCHSERVE_{field.upper()}", "false")
     assert getattr(_settings(), field) is False
     assert getattr(_settings(flag, "true"), field) is True  # the flag wins
+
+
+def test_tritons_log_flags_become_the_switches_of_its_logging_api(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key in list(os.environ):
+        if key.startswith("BATCHSERVE_LOG_"):
+            monkeypatch.delenv(key)
+    assert _settings().log_switches() == {}  # --log-level alone decides
+    given = _settings("--log-verbose=1", "--log-info", "false", "--log-error=ON")
+    assert given.log_switches() == {"log_verbose_level": 1, "log_info": False, "log_error": True}
+    assert _settings("--log-verbose", "0").log_switches() == {"log_verbose_level": 0}
+    monkeypatch.setenv("BATCHSERVE_LOG_WARNING", "false")
+    assert _settings().log_switches() == {"log_warning": False}
+    with pytest.raises(ValidationError, match="log_verbose"):
+        _settings("--log-verbose", "-1")
+
+
+def test_the_model_store_is_tritons_older_name_for_the_repository() -> None:
+    assert _settings("--model-store", "/srv/models").model_repository == Path("/srv/models")
+    assert _settings("--model-store=/a", "--model-repository=/b").model_repository == Path("/b")

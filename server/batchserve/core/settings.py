@@ -111,6 +111,14 @@ class Settings(BaseSettings):
     http_body_min_rate: float = Field(500.0, gt=0)
     log_level: str = "info"
     log_format: str = Field("json", pattern="^(json|text|default|ISO8601)$")
+    log_verbose: int | None = Field(None, ge=0, le=2**32 - 1)
+    """Triton's ``--log-verbose``: above 0, debug messages are written too; 0, not. Unset,
+    ``log_level`` decides."""
+    log_info: bool | None = None
+    log_warning: bool | None = None
+    log_error: bool | None = None
+    """Triton's ``--log-info``, ``--log-warning`` and ``--log-error``: each level's messages
+    on or off, over what ``log_level`` says."""
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_ca_file: Path | None = None
@@ -154,6 +162,16 @@ class Settings(BaseSettings):
     @classmethod
     def _plain_config_name(cls, value: str | None) -> str | None:
         return None if value is None else plain_config_name(value)
+
+    def log_switches(self) -> dict[str, bool | int]:
+        """Triton's log switches given at start, by their names in Triton's logging API."""
+        given = {
+            "log_verbose_level": self.log_verbose,
+            "log_info": self.log_info,
+            "log_warning": self.log_warning,
+            "log_error": self.log_error,
+        }
+        return {key: value for key, value in given.items() if value is not None}
 
     @field_validator("log_level")
     @classmethod

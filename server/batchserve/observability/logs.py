@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Mapping
 from contextvars import ContextVar
 
 from pythonjsonlogger.core import RESERVED_ATTRS
@@ -80,9 +81,12 @@ def formatter(fmt: str) -> logging.Formatter:
     return logging.Formatter(TEXT_FORMAT)
 
 
-def configure_logging(level: str = "info", fmt: str = "json") -> None:
-    """Route every logger (uvicorn's and grpc's included) through one stderr handler."""
-    from batchserve.observability.log_settings import install  # it builds on this module
+def configure_logging(
+    level: str = "info", fmt: str = "json", switches: Mapping[str, bool | int] | None = None
+) -> None:
+    """Route every logger (uvicorn's and grpc's included) through one stderr handler;
+    ``switches``: Triton's log switches given at start, over what ``level`` says."""
+    from batchserve.observability.log_settings import install, update  # builds on this module
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter(fmt))
@@ -90,6 +94,8 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     install(handler, level, fmt)
+    if switches:
+        update(switches)
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True

@@ -14,6 +14,7 @@ from batchserve.core.settings import FALSE_WORDS, TRUE_WORDS, Settings
 # (flag, settings field, type, help); the environment variable is BATCHSERVE_<FIELD>.
 FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--model-repository", "model_repository", Path, "model repository directory"),
+    ("--model-store", "model_repository", Path, "as --model-repository (Triton's older flag)"),
     (
         "--model-config-name",
         "model_config_name",
@@ -93,6 +94,12 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ),
     ("--log-level", "log_level", str, "debug, info (default), warning, error"),
     ("--log-format", "log_format", str, "json (default), text, or Triton's default or ISO8601"),
+    (
+        "--log-verbose",
+        "log_verbose",
+        int,
+        "above 0: debug messages too; 0: none (Triton's flag; unset: --log-level decides)",
+    ),
     ("--tls-cert-file", "tls_cert_file", Path, "PEM certificate chain: HTTP and gRPC serve TLS"),
     ("--tls-key-file", "tls_key_file", Path, "PEM private key of --tls-cert-file (unencrypted)"),
     (
@@ -211,14 +218,19 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
 )
 
 
-SWITCHES = (
-    ("--allow-metrics", "allow_metrics", "false: no metrics port at all"),
+METRICS_SWITCHES = (
+    ("--allow-metrics", "allow_metrics", "false: no metrics port at all (default true)"),
     ("--allow-gpu-metrics", "allow_gpu_metrics",
-     "false: no GPU series (batchserve_gpu_*, nv_gpu_*, nv_energy_consumption)"),
+     "false: no GPU series (batchserve_gpu_*, nv_gpu_*, nv_energy_consumption; default true)"),
     ("--allow-cpu-metrics", "allow_cpu_metrics",
-     "false: no host CPU and memory series (nv_cpu_*)"),
+     "false: no host CPU and memory series (nv_cpu_*; default true)"),
 )  # fmt: skip
-"""Triton's metrics switches, BOOL each (default true)."""
+LOG_SWITCHES = tuple(
+    (f"--log-{level}", f"log_{level}", f"{level} messages on or off (unset: --log-level decides)")
+    for level in ("info", "warning", "error")
+)
+SWITCHES = METRICS_SWITCHES + LOG_SWITCHES
+"""Triton's on/off flags, BOOL each."""
 
 
 def register(subparsers: Any) -> None:
@@ -298,5 +310,5 @@ def run(args: argparse.Namespace) -> int:
         for line in settings_errors(error):
             print(f"batchserve serve: {line}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format, settings.log_switches())
     return run_server(settings)

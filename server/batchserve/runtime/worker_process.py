@@ -125,7 +125,7 @@ def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[1]))
     start = _Start(sock)
     settings = start.settings
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format, settings.log_switches())
     cpu_scheduling.apply(settings.cpu_scheduling)  # inherited; again in case it was not
     gc_tuning.tune()
     handshake = settings.http_header_timeout_seconds
