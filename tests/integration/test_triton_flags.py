@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -104,3 +105,46 @@ def test_with_completion_on_the_same_config_is_completed_from_the_model_file(
         assert [(i["name"], i["dims"]) for i in inputs] == [("image", [1, 8, 8])]
     finally:
         assert server.stop() == 0
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _grpc_live(address: str) -> bool:
+    client = grpcclient.InferenceServerClient(address)
+    try:
+        return bool(client.is_server_live(client_timeout=2))
+    except InferenceServerException:
+        return False
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "two-workers"])
+def test_each_listener_takes_its_own_address(tmp_path: Path, workers: str) -> None:
+    """Triton's --grpc-address and --metrics-address on loopback addresses of their own;
+    HTTP stays on --host. Each port answers on its address and on no other."""
+    shutil.copytree(MODEL_REPO / "digits_cnn", tmp_path / "digits_cnn")
+    args = ["--host", "127.0.0.1", "--grpc-address", "127.0.0.2",
+            "--metrics-address", "127.0.0.3", "--workers", workers]  # fmt: skip
+    server = start_server(tmp_path, args)
+    try:
+        (listening,) = [r for r in server.logs if r.get("message") == "listening"]
+        http, grpc, metrics = server.http_port, server.grpc_port, server.metrics_port
+        assert _answers(f"http://127.0.0.1:{http}/v2/health/live")
+        assert not _answers(f"http://127.0.0.2:{http}/v2/health/live")
+        assert _grpc_live(f"127.0.0.2:{grpc}")
+        assert not _grpc_live(f"127.0.0.1:{grpc}")
+        assert _answers(f"http://127.0.0.3:{metrics}/metrics")
+        assert not _answers(f"http://127.0.0.1:{metrics}/metrics")
+    finally:
+        assert server.stop() == 0
+    assert (listening["host"], listening["grpc_host"], listening["metrics_host"]) == (
+        "127.0.0.1",
+        "127.0.0.2",
+        "127.0.0.3",
+    )

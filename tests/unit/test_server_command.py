@@ -413,3 +413,16 @@ def test_tritons_log_flags_become_the_switches_of_its_logging_api(
 def test_the_model_store_is_tritons_older_name_for_the_repository() -> None:
     assert _settings("--model-store", "/srv/models").model_repository == Path("/srv/models")
     assert _settings("--model-store=/a", "--model-repository=/b").model_repository == Path("/b")
+
+
+def test_each_listener_takes_tritons_address_flag_else_the_host() -> None:
+    plain = _settings("--host", "0.0.0.0")
+    assert (plain.http_host(), plain.grpc_host(), plain.metrics_host()) == ("0.0.0.0",) * 3
+    apart = _settings("--http-address", "10.0.0.5", "--grpc-address=10.0.0.6")
+    # the metrics port follows the HTTP address unless given its own, as in Triton
+    assert (apart.http_host(), apart.grpc_host(), apart.metrics_host()) == (
+        "10.0.0.5",
+        "10.0.0.6",
+        "10.0.0.5",
+    )
+    assert _settings("--metrics-address", "127.0.0.3").metrics_host() == "127.0.0.3"

@@ -74,6 +74,12 @@ class Settings(BaseSettings):
     a config must then list every input and output with data_type and dims, and keeps
     ``max_batch_size`` as written; nothing is filled in from the model file."""
     host: str = "127.0.0.1"
+    http_address: str | None = None
+    grpc_address: str | None = None
+    metrics_address: str | None = None
+    """Triton's ``--http-address``, ``--grpc-address`` and ``--metrics-address``: where one
+    listener differs from ``host``; the metrics port follows the HTTP address unless given
+    its own, as in Triton."""
     http_port: int = Field(8000, ge=0, le=65535)
     grpc_port: int = Field(8001, ge=0, le=65535)
     metrics_port: int = Field(8002, ge=0, le=65535)
@@ -162,6 +168,15 @@ class Settings(BaseSettings):
     @classmethod
     def _plain_config_name(cls, value: str | None) -> str | None:
         return None if value is None else plain_config_name(value)
+
+    def http_host(self) -> str:
+        return self.http_address or self.host
+
+    def grpc_host(self) -> str:
+        return self.grpc_address or self.host
+
+    def metrics_host(self) -> str:
+        return self.metrics_address or self.http_host()
 
     def log_switches(self) -> dict[str, bool | int]:
         """Triton's log switches given at start, by their names in Triton's logging API."""

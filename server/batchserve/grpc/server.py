@@ -71,8 +71,9 @@ class _Listener:
         self.port = 0
 
     def listen(self, settings: Settings, port: int) -> None:
-        """Serve ``port`` on ``settings.host``, with TLS when configured."""
-        address = f"{settings.host}:{port}"
+        """Serve ``port`` on the gRPC address (``--grpc-address``, else ``--host``), with TLS
+        when configured."""
+        address = f"{settings.grpc_host()}:{port}"
         if settings.tls is None:
             self.port = self.server.add_insecure_port(address)
         else:

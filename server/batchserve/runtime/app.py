@@ -100,8 +100,9 @@ class Server:
         app = trusting_peer_header(build_http_app(self.dataplane, settings))
         self.http = http_listener(app, settings, 0, Protocol.HTTP, uds=http_path)
         self.grpc = GrpcServer(self.dataplane, settings, internal_path=grpc_path)
-        self._held = [reuse_port_socket(settings.host, port, listening=False)
-                      for port in (settings.http_port, settings.grpc_port)]  # fmt: skip
+        public = ((settings.http_host(), settings.http_port),
+                  (settings.grpc_host(), settings.grpc_port))  # fmt: skip
+        self._held = [reuse_port_socket(host, port, listening=False) for host, port in public]
         ports = [bound_port(sock) for sock in self._held]
         counts = WorkerCounts(REFUSALS)
         endpoints = Endpoints(ports[0], ports[1], http_path, grpc_path)
@@ -148,7 +149,9 @@ class Server:
         tls = self.settings.tls.mode if self.settings.tls is not None else TlsMode.OFF
         logger.info(
             "listening",
-            extra={"host": self.settings.host, "http_port": http_port, "grpc_port": grpc_port,
+            extra={"host": self.settings.http_host(), "grpc_host": self.settings.grpc_host(),
+                   "metrics_host": self.settings.metrics_host(),
+                   "http_port": http_port, "grpc_port": grpc_port,
                    "metrics_port": None if self.metrics is None else self.metrics.bound_port(),
                    "http_tls": tls,
                    "grpc_tls": tls, "metrics_tls": TlsMode.OFF,

@@ -46,7 +46,7 @@ def http_listener(
     )
     config = uvicorn.Config(
         app,
-        host=settings.host,
+        host=settings.metrics_host() if listener is Protocol.METRICS else settings.http_host(),
         port=port,
         uds=uds,
         loop="none",
