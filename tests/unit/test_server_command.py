@@ -25,10 +25,15 @@ def _settings(*argv: str) -> Settings:
     return settings_from_args(build_parser().parse_args(["serve", *argv]))
 
 
-def test_defaults_follow_triton_and_listen_on_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+def _clear_environment(monkeypatch: pytest.MonkeyPatch, prefix: str = "BATCHSERVE_") -> None:
+    """No variable starting with ``prefix`` for this test, whatever the shell set."""
     for key in list(os.environ):
-        if key.startswith("BATCHSERVE_"):
+        if key.startswith(prefix):
             monkeypatch.delenv(key)
+
+
+def test_defaults_follow_triton_and_listen_on_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    _clear_environment(monkeypatch)
     settings = _settings()
     assert (settings.http_port, settings.grpc_port, settings.metrics_port) == (8000, 8001, 8002)
     assert settings.host == "127.0.0.1"
@@ -94,9 +99,7 @@ def test_every_flag_is_in_the_readme() -> None:
 def test_every_default_a_flag_names_in_its_help_is_the_default(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for key in list(os.environ):
-        if key.startswith("BATCHSERVE_"):
-            monkeypatch.delenv(key)
+    _clear_environment(monkeypatch)
     defaults = Settings()
     named = {}
     for flag, field, kind, text in FLAGS:
@@ -155,9 +158,7 @@ TRITON_KEEPALIVE_FLAGS = [
 def test_each_triton_keepalive_flag_reaches_its_grpc_channel_argument(
     flag: str, argument: str, value: str, given: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for key in list(os.environ):
-        if key.startswith("BATCHSERVE_"):
-            monkeypatch.delenv(key)
+    _clear_environment(monkeypatch)
     default = dict(server_options(_settings())).get(argument)
     assert default != given, "the value must differ from the default to prove anything"
     assert dict(server_options(_settings(flag, value)))[argument] == given
@@ -175,9 +176,7 @@ def test_each_triton_keepalive_flag_is_also_a_batchserve_variable(
 def test_keepalive_defaults_are_grpc_cores_and_tritons(monkeypatch: pytest.MonkeyPatch) -> None:
     """Triton's help text names these defaults; grpc core's are the same, so a server that
     passes them behaves as one that passes nothing. No connection age: Triton's "undefined"."""
-    for key in list(os.environ):
-        if key.startswith("BATCHSERVE_"):
-            monkeypatch.delenv(key)
+    _clear_environment(monkeypatch)
     options = dict(server_options(_settings()))
     assert options["grpc.keepalive_permit_without_calls"] == 0
     assert options["grpc.http2.max_pings_without_data"] == 2
@@ -301,9 +300,7 @@ def test_the_memory_budget_is_parsed_once_into_a_budget_per_device_kind(
 def test_workers_are_auto_or_a_count_and_cpus_a_positive_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for key in list(os.environ):
-        if key.startswith("BATCHSERVE_"):
-            monkeypatch.delenv(key)
+    _clear_environment(monkeypatch)
     assert (_settings().workers, _settings().cpus) == ("auto", None)
     assert _settings("--workers", "4", "--cpus", "16").workers == "4"
     monkeypatch.setenv("BATCHSERVE_WORKERS", "2")
@@ -397,9 +394,7 @@ def test_tritons_metrics_switches_are_on_unless_turned_off(
 def test_tritons_log_flags_become_the_switches_of_its_logging_api(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for key in list(os.environ):
-        if key.startswith("BATCHSERVE_LOG_"):
-            monkeypatch.delenv(key)
+    _clear_environment(monkeypatch, "BATCHSERVE_LOG_")
     assert _settings().log_switches() == {}  # --log-level alone decides
     given = _settings("--log-verbose=1", "--log-info", "false", "--log-error=ON")
     assert given.log_switches() == {"log_verbose_level": 1, "log_info": False, "log_error": True}
