@@ -392,6 +392,8 @@ class Batcher:
     def _record_compute(
         self, batch: list[WorkItem], run: BatchRun, outcomes: list[Outcome]
     ) -> None:
+        """Triton's compute statistics: each request the run answered adds the run's compute
+        (a worker's group counts each member); a failed request adds none."""
         answered = sum(
             item.clients
             for item, outcome in zip(batch, outcomes, strict=True)
