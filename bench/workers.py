@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from batchserve.runtime.cpus import auto_workers
 from bench import machine, procstat
 from bench.common import ROOT, start_server, stop_server
 from bench.perf import PaSettings, run
+from bench.records import PaRow
 from bench.repo import write_identity
 
 MODELS = ("digits_cnn", "identity")
@@ -74,33 +76,52 @@ def _answered(port: int, model: str) -> int:
     return int(stats["success"]["count"])
 
 
-def measure(workers: int, repo: Path, settings: PaSettings, work: Path) -> list[Point]:
+Driver = Callable[..., tuple[PaRow | None, str]]
+"""What takes one point: ``bench.perf.run``'s signature (model, protocol, url, concurrency,
+settings, work, extra)."""
+
+
+def grid() -> list[tuple[str, str, int]]:
+    """This bench's points: each model over each protocol at each concurrency."""
+    return [(m, p, c) for m in MODELS for p in PROTOCOLS for c in CONCURRENCY]
+
+
+def measure(
+    workers: int,
+    repo: Path,
+    settings: PaSettings,
+    work: Path,
+    points: Sequence[tuple[str, str, int]] | None = None,
+    driver: Driver = run,
+    extra: Mapping[str, Sequence[str]] | None = None,
+) -> list[Point]:
+    """Each (model, protocol, concurrency) of ``points`` (default ``grid()``) against one
+    server with ``workers`` request-handling processes; ``driver`` takes each point, with
+    ``extra[model]`` as its further arguments."""
     process, ports = start_server(repo, ("--workers", str(workers), "--log-format", "json"))
-    points = []
+    found = []
     try:
         time.sleep(1.0)
         pids = [process.pid, *_worker_pids(process.pid)]
         assert len(pids) == (1 if workers == 1 else workers + 1), pids
         hz = os.sysconf("SC_CLK_TCK")
-        for model in MODELS:
-            for protocol in PROTOCOLS:
-                port = ports["http_port" if protocol == "http" else "grpc_port"]
-                for concurrency in CONCURRENCY:
-                    before = {pid: _ticks(pid) for pid in pids}
-                    answered = _answered(ports["http_port"], model)
-                    row, error = run(model, protocol, f"127.0.0.1:{port}", concurrency,
-                                     settings, work)  # fmt: skip
-                    if row is None:
-                        raise SystemExit(f"perf_analyzer failed: {error}")
-                    count = _answered(ports["http_port"], model) - answered
-                    us = [(_ticks(p) - before[p]) / hz * 1e6 / count for p in pids]
-                    point = Point(workers, model, protocol, concurrency, row.throughput,
-                                  us[0], tuple(us[1:]), row.stable)  # fmt: skip
-                    print(point, flush=True)
-                    points.append(point)
+        for model, protocol, concurrency in grid() if points is None else points:
+            port = ports["http_port" if protocol == "http" else "grpc_port"]
+            before = {pid: _ticks(pid) for pid in pids}
+            answered = _answered(ports["http_port"], model)
+            row, error = driver(model, protocol, f"127.0.0.1:{port}", concurrency, settings,
+                                work, (extra or {}).get(model, ()))  # fmt: skip
+            if row is None:
+                raise RuntimeError(f"{model} over {protocol} at c={concurrency}: {error}")
+            count = _answered(ports["http_port"], model) - answered
+            us = [(_ticks(p) - before[p]) / hz * 1e6 / count for p in pids]
+            point = Point(workers, model, protocol, concurrency, row.throughput,
+                          us[0], tuple(us[1:]), row.stable)  # fmt: skip
+            print(point, flush=True)
+            found.append(point)
     finally:
         stop_server(process)
-    return points
+    return found
 
 
 def projection(point: Point, cores: int) -> float:

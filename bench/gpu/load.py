@@ -110,11 +110,15 @@ def _status_and_length(head: bytes) -> tuple[int, int]:
 class _Grpc:
     """ModelInfer with the request serialised once; the answer is checked, not decoded."""
 
-    def __init__(self, url: str, payload: bytes) -> None:
+    def __init__(self, url: str, payload: bytes, own_connection: bool = False) -> None:
+        """``own_connection``: a connection of its own, not the one grpc shares between the
+        process's channels to the same address."""
         import grpc
 
-        unlimited = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
-        self.channel = grpc.aio.insecure_channel(url.partition("://")[2], options=unlimited)
+        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        if own_connection:
+            options.append(("grpc.use_local_subchannel_pool", 1))
+        self.channel = grpc.aio.insecure_channel(url.partition("://")[2], options=options)
         # No serializers: the payload goes out as it is, the answer comes back as bytes.
         self.call = self.channel.unary_unary(
             "/inference.GRPCInferenceService/ModelInfer", None, None
@@ -130,22 +134,33 @@ class _Grpc:
         await self.channel.close(None)
 
 
-def _senders(url: str, model: str, inputs: dict[str, Any], clients: int) -> list[Any]:
-    """One sender per client (HTTP: a connection each) or one shared channel (gRPC), with the
-    request encoded once by the project's client, as it would send it."""
+def _senders(
+    url: str, model: str, inputs: dict[str, Any], clients: int, grpc_each: bool = False
+) -> list[Any]:
+    """One sender per client (HTTP: a connection each) or one shared channel (gRPC; with
+    ``grpc_each``, a channel and connection per client), with the request encoded once by the
+    project's client, as it would send it."""
     from batchserve_client import _grpc, _http
     from batchserve_client._infer import build_request
 
     request = build_request(model, inputs)
     if url.startswith("grpc://"):
-        shared = _Grpc(url, _grpc.encode_infer(request).SerializeToString())
-        return [shared] * clients
+        payload = _grpc.encode_infer(request).SerializeToString()
+        if grpc_each:
+            return [_Grpc(url, payload, own_connection=True) for _ in range(clients)]
+        return [_Grpc(url, payload)] * clients
     body, headers = _http.encode_infer(request, binary=True)
     return [_Http(url, model, body, headers) for _ in range(clients)]
 
 
 async def _drive(
-    url: str, model: str, inputs: dict[str, Any], clients: int, start: float, end: float
+    url: str,
+    model: str,
+    inputs: dict[str, Any],
+    clients: int,
+    start: float,
+    end: float,
+    grpc_each: bool = False,
 ) -> dict[str, Any]:
     latencies: list[float] = []
     failed: list[str] = []
@@ -162,7 +177,7 @@ async def _drive(
             if start <= time.time() <= end:
                 latencies.append(time.perf_counter() - began)
 
-    senders = _senders(url, model, inputs, clients)
+    senders = _senders(url, model, inputs, clients, grpc_each)
     try:
         await asyncio.gather(*(client_loop(sender) for sender in senders))
     finally:
@@ -171,24 +186,26 @@ async def _drive(
     return {"latencies": latencies, "errors": len(failed), "error": failed[0] if failed else ""}
 
 
-def _worker(task: tuple[str, str, str, int, float, float]) -> dict[str, Any]:
-    url, model, path, clients, start, end = task
+def _worker(task: tuple[str, str, str, int, float, float, bool]) -> dict[str, Any]:
+    url, model, path, clients, start, end, grpc_each = task
     with np.load(path) as data:
         inputs = {name: data[name] for name in data.files}
+    driving = _drive(url, model, inputs, clients, start, end, grpc_each)
     try:
         import uvloop
 
-        return uvloop.run(_drive(url, model, inputs, clients, start, end))
+        return uvloop.run(driving)
     except ImportError:
-        return asyncio.run(_drive(url, model, inputs, clients, start, end))
+        return asyncio.run(driving)
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    procs = max(1, min(MAX_PROCS, (os.cpu_count() or 1) // 4))
+    procs = args.procs or max(1, min(MAX_PROCS, (os.cpu_count() or 1) // 4))
     start = time.time() + START_S + args.warmup_s
     end = start + args.window_s
     tasks = [
-        (args.url, args.model, args.inputs, n, start, end) for n in shares(args.concurrency, procs)
+        (args.url, args.model, args.inputs, n, start, end, args.grpc_connection_per_client)
+        for n in shares(args.concurrency, procs)
     ]
     with multiprocessing.get_context("fork").Pool(len(tasks)) as pool:
         pending = pool.map_async(_worker, tasks, chunksize=1)
@@ -207,6 +224,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, required=True)
     parser.add_argument("--window-s", type=float, default=2.0)
     parser.add_argument("--warmup-s", type=float, default=WARMUP_S)
+    parser.add_argument(
+        "--procs",
+        type=int,
+        default=0,
+        help=f"client processes (default: a quarter of the cores, at most {MAX_PROCS})",
+    )
+    parser.add_argument(
+        "--grpc-connection-per-client",
+        action="store_true",
+        help="a gRPC channel and connection per client (default: one per process)",
+    )
     args = parser.parse_args(argv)
     host = args.url.partition("://")[2].rpartition(":")[0]
     if host not in ("127.0.0.1", "localhost", "[::1]"):

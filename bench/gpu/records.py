@@ -113,6 +113,23 @@ class Served:
 
 
 @dataclass(frozen=True)
+class CoresPoint:
+    """One point of request handling across the machine's cores (``cores.py``).
+
+    Args:
+        owner_us: CPU per request in the model-owning process (the whole server at N = 1).
+        workers_us: CPU per request in all the workers together (0 at N = 1).
+    """
+
+    workers: int
+    protocol: str
+    concurrency: int
+    throughput: float
+    owner_us: float
+    workers_us: float
+
+
+@dataclass(frozen=True)
 class InstanceProbe:
     """What batchserve's memory probe measured for one instance, and the cap it chose."""
 
@@ -184,10 +201,15 @@ class GpuResults:
     engine: list[EnginePoint] = field(default_factory=list)
     served: list[Served] = field(default_factory=list)
     memory: list[MemoryReading] = field(default_factory=list)
+    cores: list[CoresPoint] = field(default_factory=list)
+    cores_note: str = ""
+    """Why request handling across cores was not measured, or stopped early."""
     phases: list[Phase] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    finished: bool = False
+    """False while the run is under way: the report written after each phase says so."""
 
     def engine_points(self, key: Key) -> list[EnginePoint]:
         return sorted((p for p in self.engine if p.key == key), key=lambda p: p.batch)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from bench.gpu import cores
 from bench.gpu.records import GpuResults, Key, MemoryReading, PytestRun, Served
 from bench.gpu.targets import engine_time_s
 from bench.records import ServerPoint
@@ -25,6 +26,7 @@ def render(results: GpuResults, verdicts: Sequence[Verdict]) -> str:
         _engine(results),
         _served(results),
         _memory(results),
+        _cores(results),
         _targets(verdicts, results.mode),
         _notes(results),
     ]
@@ -40,6 +42,10 @@ def _head(results: GpuResults) -> str:
     lines += [f"- {line}" for line in results.header]
     lines.append(f"- {results.load_tool}")
     lines.append(f"- Command: `{results.command}`; the run took {results.duration_s / 60:.1f} min.")
+    if not results.finished:
+        lines += ["", f"**Written while the run was under way**, {results.duration_s / 60:.1f} min "
+                  "in: the phases below are those it had finished. A run stopped from outside "
+                  "leaves this report as its last."]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -232,6 +238,29 @@ def _growth(after: int | None, before: int | None) -> int | None:
 
 def _mib(value: int | None, digits: int = 0) -> str:
     return "— (no NVML)" if value is None else f"{value / MIB:,.{digits}f}"
+
+
+def _cores(results: GpuResults) -> str:
+    title = (
+        f"## Request handling across the machine's cores (`--workers N`, {cores.MODEL})\n\n"
+        f"{cores.CLIENTS_PER_WORKER} clients per request-handling process, batch 1; CPU per "
+        "request from `/proc` over each point, divided by the requests the server counted. "
+        "Scaling: throughput ÷ (N x the one-process throughput over the same protocol)."
+    )
+    if not results.cores:
+        return f"{title}\n\nNot measured: {results.cores_note or 'not run in this check'}."
+    rows = []
+    for protocol in cores.PROTOCOLS:
+        for p, share in cores.scaling(results.cores, protocol):
+            rows.append([str(p.workers), NAMES[p.protocol], str(p.concurrency),
+                         f"{p.throughput:,.0f}", f"{share:.2f}", f"{p.owner_us:.1f}",
+                         f"{p.workers_us:.1f}" if p.workers > 1 else "(one process)"])  # fmt: skip
+    header = ("workers", "protocol", "concurrency", "throughput (infer/s)", "scaling",
+              "model-owning process µs CPU/request", "workers µs CPU/request")  # fmt: skip
+    text = f"{title}\n\n" + table(header, rows, "llrrrrr")
+    if results.cores_note:
+        text += f"\n\nStopped early: {results.cores_note}."
+    return text
 
 
 def _targets(verdicts: Sequence[Verdict], mode: str) -> str:

@@ -10,9 +10,12 @@
 5. each export in-process: accuracy against the FP32 eager module, then the engine's time
    per batch at batch 1, 2, 4, ... max;
 6. the served cases, each on a fresh server, with the memory probe's figures and NVML's;
-7. GPU_RESULTS.md (and .json beside it) with the targets judged, written even when a phase
-   failed part-way. Exit status 1 when a GPU test failed or errored, else 0: the targets
-   are judged and written, not enforced.
+7. request handling across the machine's cores, where it has 8 or more (``cores.py``);
+8. GPU_RESULTS.md (and .json beside it) with the targets judged, written after every phase
+   and served case (marked as written while the run was under way, until the last), so that
+   a run stopped from outside or failing part-way leaves what it measured. Exit status 1
+   when a GPU test failed or errored, else 0: the targets are judged and written, not
+   enforced.
 
 ``--cpu`` is the dry run: the same harness on the CPU runtimes with a tiny grid, written to
 build/gpu-check/ unless --out says otherwise.
@@ -31,13 +34,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bench.common import ROOT
-from bench.gpu import discover, engine, exports, load, nvml, plan, report, serve, targets
+from bench.gpu import cores, discover, engine, exports, load, nvml, plan, report, serve, targets
 from bench.gpu import tests as gpu_tests
 from bench.gpu.records import ExportResult, GpuResults, Phase, dump
 from bench.gpu.runtimes import BY_KEY, RuntimeSpec, for_mode
 from bench.gpu.versions import cuda_line, header
 from bench.inputs import plan as plan_inputs
 
+CORES_PHASE = "request handling across cores"
 GPU_OUT = ROOT / "bench" / "GPU_RESULTS.md"
 CPU_OUT = ROOT / "build" / "gpu-check" / "GPU_RESULTS.md"
 NO_GPU = (
@@ -66,7 +70,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     add("--skip-tests", action="store_true", help="leave out the GPU-marked tests")
     add("--runtimes", help="comma-separated subset of the mode's runtimes")
-    add("--budget-s", type=float, help="the run's time limit (default 1200; --cpu 600)")
+    add(
+        "--budget-s",
+        type=float,
+        help=f"the run's time limit (default {plan.GPU_BUDGET_S:.0f}; --cpu 600)",
+    )
     add("--exports-parallel", type=int, default=3, help="exports run at once")
     return parser.parse_args(argv)
 
@@ -78,10 +86,18 @@ class Check:
     grid: plan.Grid
     results: GpuResults
     work: Path
+    out: Path | None = None
+    """Where the report is written after every phase and served case, so that a run stopped
+    from outside (a machine lent for a fixed time) leaves what it had measured."""
     started: float = field(default_factory=time.monotonic)
 
     def left_s(self) -> float:
         return self.grid.budget_s - (time.monotonic() - self.started)
+
+    def save(self) -> None:
+        if self.out is not None:
+            self.results.duration_s = time.monotonic() - self.started
+            write(self.out, self.results, quiet=True)
 
     @contextmanager
     def phase(self, name: str, planned_s: float) -> Iterator[None]:
@@ -91,6 +107,7 @@ class Check:
             yield
         finally:
             self.results.phases.append(Phase(name, planned_s, time.monotonic() - began))
+            self.save()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = GpuResults("cpu" if args.cpu else "gpu", header(gpu), _command(words))
     out = args.out or (CPU_OUT if args.cpu else GPU_OUT)
     with tempfile.TemporaryDirectory(prefix="batchserve-gpu-check-") as tmp:
-        check = Check(grid, results, Path(tmp))
+        check = Check(grid, results, Path(tmp), out)
         try:
             run(check, args)
         except (Exception, KeyboardInterrupt) as exc:
@@ -113,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         finally:
             results.duration_s = time.monotonic() - check.started
+            results.finished = True
             write(out, results)
     return 1 if any(t.failed or t.errors or t.note for t in results.tests) else 0
 
@@ -156,7 +174,7 @@ def _phases(
     results, planned = check.results, dict(budget.phases)
     if not args.skip_tests:
         with check.phase("GPU tests", planned["GPU tests"]):
-            results.tests = gpu_tests.run(check.work)
+            results.tests = gpu_tests.run(check.work, planned["GPU tests"] * plan.TESTS_LIMIT)
     with check.phase("exports", planned["exports"]):
         results.exports = _exports(check, present, args.exports_parallel)
     with check.phase("in-process", planned["in-process"]):
@@ -164,6 +182,23 @@ def _phases(
     served_name = next(name for name in planned if name.startswith("served"))
     with check.phase("served", planned[served_name]):
         _serve_all(check, budget.kept, tool)
+    taken = cores.counts(cores.cores(), check.grid.cpu)
+    if not taken:
+        results.cores_note = (
+            f"{cores.cores()} cores here; it needs {cores.MIN_CORES} or more, so that the "
+            "workers and the load generator each have their own"
+        )
+        return
+    if not planned[CORES_PHASE]:
+        results.cores_note = (
+            f"it did not fit the time budget beside the judged case ({check.grid.budget_s:.0f}"
+            " s; --budget-s gives it the time)"
+        )
+        return
+    with check.phase(CORES_PHASE, planned[CORES_PHASE]):
+        results.cores, results.cores_note = cores.measure(
+            taken, tool, check.grid.window_s, check.work
+        )
 
 
 def _specs(args: argparse.Namespace, cpu: bool) -> list[RuntimeSpec]:
@@ -184,13 +219,19 @@ def _budget(
     keys = plan.keys([s.key for s in present])
     kinds = {s.key: s.filename.rpartition(".")[2] for s in present}
     exporting = sum(plan.export_s(k, kinds[k.runtime], grid) for k in keys)
+    point_s = tool.point_s(grid.window_s)
     fixed = [
         ("GPU tests", 0.0 if args.skip_tests else plan.TESTS_S[grid.cpu]),
         ("exports", exporting / max(1, args.exports_parallel)),
         ("in-process", len(keys) * plan.engine_s(grid)),
     ]
     candidates = plan.cases([s.key for s in present], grid)
-    return plan.fit(fixed, candidates, grid, tool.point_s(grid.window_s))
+    # Request handling across cores comes after the judged case: where both do not fit, it
+    # is dropped (planned at 0 s, and the report says why).
+    across = cores.planned_s(cores.counts(cores.cores(), grid.cpu), point_s)
+    before = sum(seconds for _, seconds in fixed) + plan.judged_s(candidates, grid, point_s)
+    fixed.append((CORES_PHASE, across if before + across <= grid.budget_s else 0.0))
+    return plan.fit(fixed, candidates, grid, point_s)
 
 
 def _exports(check: Check, present: Sequence[RuntimeSpec], parallel: int) -> list[ExportResult]:
@@ -233,10 +274,11 @@ def _serve_all(check: Check, kept: Sequence[plan.Case], tool: load.LoadTool) -> 
         if case.key not in exported:
             results.notes.append(f"Not served ({case.label}): its export failed.")
             continue
-        if plan.case_s(case, grid, point_s) > check.left_s():
+        if case.priority and plan.case_s(case, grid, point_s) > check.left_s():
             results.dropped.append(f"{case.label} (the time left ran out)")
             continue
         _serve_one(check, case, exported[case.key], setup)
+        check.save()
 
 
 def _serve_one(check: Check, case: plan.Case, model_dir: Path, setup: serve.Setup) -> None:
@@ -252,11 +294,14 @@ def _serve_one(check: Check, case: plan.Case, model_dir: Path, setup: serve.Setu
         check.results.notes.append(f"Served {case.label}: {error}")
 
 
-def write(out: Path, results: GpuResults) -> None:
+def write(out: Path, results: GpuResults, quiet: bool = False) -> None:
+    """The report and its JSON; ``quiet``: a report in progress, the verdicts not printed."""
     verdicts = targets.evaluate(results)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(report.render(results, verdicts))
     out.with_suffix(".json").write_text(dump(results))
+    if quiet:
+        return
     for verdict in verdicts:
         print(f"{verdict.label:>12}  {verdict.target}: {verdict.measured}")
     print(f"wrote {out}")

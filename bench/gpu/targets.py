@@ -6,6 +6,8 @@
    batch interpolated between the batch sizes it was timed at.
 2. Latency at concurrency 1: HTTP p50 no more than the engine's batch-1 time + 0.3 ms, for
    each network in FP16 as served in the judged configuration.
+3. Request handling across cores, where the machine has the cores (``cores.py``): N
+   request-handling processes serve at least 0.7 x N x one process's throughput.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import itertools
 import math
 from collections.abc import Sequence
 
+from bench.gpu import cores
 from bench.gpu.plan import JUDGED
 from bench.gpu.records import MODELS, RESNET, EnginePoint, GpuResults, Key, Served
 from bench.targets import Verdict, last_line, rate
@@ -44,6 +47,8 @@ def evaluate(results: GpuResults) -> list[Verdict]:
     for runtime in results.present():
         verdicts.append(throughput(results, Key(RESNET, runtime, PRECISION)))
         verdicts += [latency(results, Key(m, runtime, PRECISION)) for m in MODELS]
+    if results.cores:
+        verdicts += cores.verdicts(results.cores)
     return verdicts
 
 

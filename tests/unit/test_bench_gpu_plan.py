@@ -17,13 +17,16 @@ def test_the_gpu_grid_spans_the_issue() -> None:
     assert GPU.concurrency == (1, 4, 16, 64, 256)
     assert GPU.batches == (1, 2, 4, 8, 16, 32, 64)
     assert GPU.image_size == 224
-    assert GPU.budget_s == 1200
+
+
+def test_a_gpu_run_fits_a_ten_minute_command_with_its_set_up() -> None:
+    assert GPU.budget_s == plan.GPU_BUDGET_S <= 8 * 60
 
 
 def test_the_dry_run_is_tiny() -> None:
     assert CPU.concurrency == (1, 4)
     assert CPU.batches == (1, 2, 4, 8)
-    assert CPU.budget_s < GPU.budget_s
+    assert CPU.image_size < GPU.image_size
 
 
 def test_batch_sizes_are_powers_of_two_and_the_maximum() -> None:
@@ -87,6 +90,14 @@ def test_a_tight_budget_drops_the_lowest_priorities_on_every_runtime_alike() -> 
     assert budget.total_s <= 100.0 + room
 
 
+def test_the_judged_level_is_kept_even_past_the_budget() -> None:
+    candidates = plan.cases(["ort-cuda", "pt2"], GPU)
+    budget = plan.fit([("exports", 100.0)], candidates, replace(GPU, budget_s=50.0), 5.0)
+    assert [c.priority for c in budget.kept] == [0, 0]
+    assert budget.total_s == 100.0 + plan.judged_s(candidates, GPU, 5.0)
+    assert len(budget.dropped) == len(candidates) - 2
+
+
 def test_a_case_s_cost_is_its_start_and_its_points() -> None:
     case = plan.Case(Key(RESNET, "tensorrt", "fp16"), plan.JUDGED, (1, 16), 0)
     assert case.points == 4
@@ -104,7 +115,7 @@ def test_the_budget_is_printed_with_its_limit_and_what_was_dropped() -> None:
     budget = plan.fit([("GPU tests", 300.0)], candidates, replace(GPU, budget_s=320.0), 5.0)
     lines = plan.budget_lines(budget, GPU)
     assert lines[0].split() == ["GPU", "tests", "300", "s"]
-    assert any("total (limit 1200 s)" in line for line in lines)
+    assert any(f"total (limit {GPU.budget_s:.0f} s)" in line for line in lines)
     assert any(
         line.strip().startswith("dropped to fit: resnet50ish ort-cuda fp16") for line in lines
     )

@@ -1,0 +1,105 @@
+"""Request handling across the machine's cores: the same model served with N = 1, 2, 4 and 8
+request-handling processes (``--workers N``), as far as the cores allow, each point's
+throughput beside N times the one-process throughput.
+
+Only a machine with at least ``MIN_CORES`` cores measures it (the dry run takes N = 1 and 2
+on tiny windows, to prove the phase): on fewer, the load generator and the workers would
+share cores and the figures would say nothing about scaling. The model is the project's
+digits CNN as shipped (a light model: request handling, not compute, is what is measured),
+the clients ``CLIENTS_PER_WORKER`` per process so that each one is kept busy, and the CPU
+of the model-owning process and of the workers is read from ``/proc`` (``bench.workers``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench import workers as workers_bench
+from bench.common import ROOT
+from bench.gpu import engine
+from bench.gpu.load import LoadTool
+from bench.gpu.records import CoresPoint
+from bench.inputs import plan as plan_inputs
+from bench.targets import Verdict
+
+MODEL = "digits_cnn"
+COUNTS = (1, 2, 4, 8)
+MIN_CORES = 8
+CLIENTS_PER_WORKER = 32
+PROTOCOLS = ("http", "grpc")
+SCALING = 0.7
+"""The target: N processes serve at least this share of N times one process's throughput."""
+START_S = 6.0  # a server with its workers, and the model loaded
+
+
+def cores() -> int:
+    """The cores this process may run on (cgroup and affinity limits included)."""
+    return len(os.sched_getaffinity(0))
+
+
+def counts(available: int, dry_run: bool) -> tuple[int, ...]:
+    """The process counts to measure: none below ``MIN_CORES`` (but the dry run's 1 and 2),
+    and at most half the cores, the rest left to the load generator."""
+    if dry_run:
+        return (1, 2)
+    if available < MIN_CORES:
+        return ()
+    return tuple(n for n in COUNTS if n <= available // 2)
+
+
+def planned_s(taken: Sequence[int], point_s: float) -> float:
+    return sum(START_S + len(PROTOCOLS) * point_s for _ in taken)
+
+
+def measure(
+    taken: Sequence[int], tool: LoadTool, window_s: float, work: Path
+) -> tuple[list[CoresPoint], str]:
+    """Every count's points, and why the phase stopped early ("" when it did not)."""
+    repo = work / "cores-repo"
+    shutil.copytree(ROOT / "model_repo" / MODEL, repo / MODEL, dirs_exist_ok=True)
+    inputs = plan_inputs(MODEL, engine.config_of(repo / MODEL), {})
+    extra = {MODEL: tool.extra(inputs, work)}
+    if tool.own:
+        # The workers take at most half the cores: the load may have the rest. A connection
+        # per client, as a node's many clients open: the kernel spreads connections, not
+        # requests, over the workers (SO_REUSEPORT), so a few would measure their spread.
+        extra[MODEL] += ["--procs", str(max(1, cores() // 2)), "--grpc-connection-per-client"]
+    settings = tool.settings(window_s)
+    found: list[CoresPoint] = []
+    for n in taken:
+        points = [(MODEL, protocol, CLIENTS_PER_WORKER * n) for protocol in PROTOCOLS]
+        try:
+            measured = workers_bench.measure(n, repo, settings, work, points, tool.driver(), extra)
+        except (RuntimeError, AssertionError, SystemExit) as exc:
+            return found, f"{n} worker(s): {exc}"
+        for p in measured:
+            found.append(CoresPoint(p.workers, p.protocol, p.concurrency, p.throughput,
+                                    p.engine_us, sum(p.worker_us)))  # fmt: skip
+    return found, ""
+
+
+def scaling(points: Sequence[CoresPoint], protocol: str) -> list[tuple[CoresPoint, float]]:
+    """Each point over ``protocol`` with its throughput / (N x the one-process throughput)."""
+    mine = sorted((p for p in points if p.protocol == protocol), key=lambda p: p.workers)
+    one = next((p for p in mine if p.workers == 1), None)
+    if one is None or not one.throughput:
+        return []
+    return [(p, p.throughput / (p.workers * one.throughput)) for p in mine]
+
+
+def verdicts(points: Sequence[CoresPoint]) -> list[Verdict]:
+    """Per protocol: every count measured keeps ``SCALING`` of N x one process."""
+    found = []
+    for protocol in PROTOCOLS:
+        rows = [(p, share) for p, share in scaling(points, protocol) if p.workers > 1]
+        target = f"{MODEL} {protocol}: N workers >= {SCALING} x N x one process, up to N = 8"
+        if not rows:
+            found.append(Verdict(target, "not measured", None))
+            continue
+        worst = min(share for _, share in rows)
+        measured = ", ".join(f"N={p.workers}: {share:.2f}" for p, share in rows)
+        found.append(Verdict(target, measured, worst >= SCALING, worst))
+    return found

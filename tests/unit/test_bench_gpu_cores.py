@@ -1,0 +1,145 @@
+"""The GPU check's request handling across cores, its time budget and its reports in
+progress: which worker counts a machine measures, how scaling is judged and shown, and that
+a run stopped from outside leaves what it had measured."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from bench.gpu import cores, plan, report, run, targets
+from bench.gpu import tests as gpu_tests
+from bench.gpu.load import LoadTool
+from bench.gpu.records import CoresPoint, GpuResults, PytestRun
+from bench.gpu.runtimes import BY_KEY
+
+PERF_ANALYZER = LoadTool("perf_analyzer", "perf_analyzer")
+OWN = LoadTool("bench.gpu.load", "own load")
+
+
+def point(workers: int, protocol: str, throughput: float) -> CoresPoint:
+    return CoresPoint(workers, protocol, 32 * workers, throughput, 20.0, 60.0 * (workers > 1))
+
+
+@pytest.mark.parametrize(
+    ("available", "expected"),
+    [(2, ()), (4, ()), (7, ()), (8, (1, 2, 4)), (16, (1, 2, 4, 8)), (64, (1, 2, 4, 8))],
+)
+def test_worker_counts_leave_half_the_cores_to_the_load(
+    available: int, expected: tuple[int, ...]
+) -> None:
+    assert cores.counts(available, dry_run=False) == expected
+
+
+def test_the_dry_run_measures_one_and_two_workers_on_any_machine() -> None:
+    assert cores.counts(2, dry_run=True) == (1, 2)
+
+
+def test_scaling_is_throughput_over_n_times_one_process_per_protocol() -> None:
+    found = [point(1, "grpc", 10_000), point(2, "grpc", 15_000), point(1, "http", 8_000),
+             point(4, "grpc", 30_000), point(2, "http", 16_000)]  # fmt: skip
+    grpc = [(p.workers, round(share, 3)) for p, share in cores.scaling(found, "grpc")]
+    assert grpc == [(1, 1.0), (2, 0.75), (4, 0.75)]
+    assert [round(share, 3) for _, share in cores.scaling(found, "http")] == [1.0, 1.0]
+
+
+def test_the_worst_count_decides_the_verdict() -> None:
+    found = [point(1, "grpc", 10_000), point(2, "grpc", 15_000), point(8, "grpc", 50_000)]
+    found += [point(1, "http", 10_000), point(2, "http", 19_000), point(8, "http", 60_000)]
+    http, grpc = cores.verdicts(found)
+    assert grpc.passed is False
+    assert grpc.figure == pytest.approx(0.625)
+    assert "N=8: 0.62" in grpc.measured
+    assert http.passed is True
+    assert http.figure == pytest.approx(0.75)
+
+
+def test_without_one_process_s_figure_nothing_is_judged() -> None:
+    verdicts = cores.verdicts([point(2, "grpc", 15_000)])
+    assert [v.passed for v in verdicts] == [None, None]
+
+
+def test_the_targets_include_scaling_only_where_it_was_measured() -> None:
+    results = GpuResults()
+    assert not any("workers" in v.target for v in targets.evaluate(results))
+    results.cores = [point(1, "grpc", 10_000), point(2, "grpc", 16_000)]
+    judged = [v for v in targets.evaluate(results) if "workers" in v.target]
+    assert [v.passed for v in judged] == [None, True]  # HTTP, then gRPC
+
+
+def test_the_report_shows_each_count_or_why_none_was_measured() -> None:
+    results = GpuResults()
+    results.cores_note = "2 cores here; it needs 8 or more"
+    text = report.render(results, targets.evaluate(results))
+    assert "Not measured: 2 cores here; it needs 8 or more." in text
+    results.cores = [point(1, "grpc", 10_000), point(2, "grpc", 15_000)]
+    results.cores_note = "4 worker(s): the server did not start"
+    text = report.render(results, targets.evaluate(results))
+    assert "| 2 | gRPC | 64 | 15,000 | 0.75 | 20.0 | 60.0 |" in text
+    assert "| 1 | gRPC | 32 | 10,000 | 1.00 | 20.0 | (one process) |" in text
+    assert "Stopped early: 4 worker(s): the server did not start." in text
+
+
+@pytest.mark.parametrize("tool", [PERF_ANALYZER, OWN], ids=["perf_analyzer", "own load"])
+def test_a_pytorch_only_gpu_machine_with_16_cores_runs_the_judged_case_and_the_cores(
+    tool: LoadTool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """As on a machine with CUDA PyTorch but neither onnxruntime-gpu nor TensorRT."""
+    monkeypatch.setattr(cores, "cores", lambda: 16)
+    check = run.Check(plan.Grid.for_mode(cpu=False), GpuResults(), tmp_path)
+    args = argparse.Namespace(skip_tests=False, exports_parallel=3)
+    budget = run._budget(check, [BY_KEY["pt2"]], tool, args)
+    phases = dict(budget.phases)
+    assert phases[run.CORES_PHASE] == cores.planned_s((1, 2, 4, 8), tool.point_s(2.0))
+    assert any(c.priority == 0 for c in budget.kept)
+    assert budget.total_s <= check.grid.budget_s
+
+
+def test_with_every_runtime_the_judged_case_runs_past_the_budget_and_the_cores_give_way(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(cores, "cores", lambda: 16)
+    check = run.Check(plan.Grid.for_mode(cpu=False), GpuResults(), tmp_path)
+    args = argparse.Namespace(skip_tests=False, exports_parallel=3)
+    present = [BY_KEY[key] for key in ("ort-cuda", "tensorrt", "pt2")]
+    budget = run._budget(check, present, PERF_ANALYZER, args)
+    assert dict(budget.phases)[run.CORES_PHASE] == 0.0
+    judged = [c for c in budget.kept if c.priority == 0]
+    assert sorted(c.key.runtime for c in judged) == ["ort-cuda", "pt2", "tensorrt"]
+    assert all(c.priority == 0 for c in budget.kept)
+    assert budget.total_s > check.grid.budget_s
+
+
+def test_the_tests_stop_starting_groups_once_their_time_is_spent(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    given: list[float] = []
+
+    def fake_group(group: str, files: list[str], work: Path, timeout_s: float) -> PytestRun:
+        given.append(timeout_s)
+        return PytestRun(group, passed=1)
+
+    monkeypatch.setattr(gpu_tests, "run_group", fake_group)
+    ran = gpu_tests.run(tmp_path, limit_s=100.0)
+    assert ran
+    assert all(r.passed == 1 for r in ran)
+    assert all(0 < t <= 100.0 for t in given)
+    skipped = gpu_tests.run(tmp_path, limit_s=0.0)
+    assert [r.group for r in skipped] == [r.group for r in ran]
+    assert all(r.note == "not run: the tests' 0 s were spent" for r in skipped)
+
+
+def test_a_report_written_during_the_run_says_so_and_the_last_does_not(tmp_path: Path) -> None:
+    out = tmp_path / "GPU_RESULTS.md"
+    check = run.Check(plan.Grid.for_mode(cpu=True), GpuResults("cpu"), tmp_path, out)
+    with check.phase("exports", 10.0):
+        pass
+    first = out.read_text()
+    assert "Written while the run was under way" in first
+    assert "| exports | 10 |" in first
+    assert out.with_suffix(".json").exists()
+    check.results.finished = True
+    run.write(out, check.results)
+    assert "Written while the run was under way" not in out.read_text()
