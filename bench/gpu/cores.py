@@ -95,7 +95,8 @@ def verdicts(points: Sequence[CoresPoint]) -> list[Verdict]:
     found = []
     for protocol in PROTOCOLS:
         rows = [(p, share) for p, share in scaling(points, protocol) if p.workers > 1]
-        target = f"{MODEL} {protocol}: N workers >= {SCALING} x N x one process, up to N = 8"
+        most = max((p.workers for p, _ in rows), default=max(COUNTS))
+        target = f"{MODEL} {protocol}: N workers >= {SCALING} x N x one process, N = 2..{most}"
         if not rows:
             found.append(Verdict(target, "not measured", None))
             continue

@@ -52,13 +52,15 @@ def test_the_worst_count_decides_the_verdict() -> None:
     assert grpc.passed is False
     assert grpc.figure == pytest.approx(0.625)
     assert "N=8: 0.62" in grpc.measured
+    assert grpc.target.endswith("N = 2..8")
     assert http.passed is True
     assert http.figure == pytest.approx(0.75)
 
 
 def test_without_one_process_s_figure_nothing_is_judged() -> None:
-    verdicts = cores.verdicts([point(2, "grpc", 15_000)])
+    verdicts = cores.verdicts([point(2, "grpc", 15_000), point(4, "grpc", 30_000)])
     assert [v.passed for v in verdicts] == [None, None]
+    assert [v.measured for v in verdicts] == ["not measured", "not measured"]
 
 
 def test_the_targets_include_scaling_only_where_it_was_measured() -> None:
