@@ -12,6 +12,7 @@ of the model-owning process and of the workers is read from ``/proc`` (``bench.w
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from collections.abc import Sequence
@@ -57,7 +58,10 @@ def planned_s(taken: Sequence[int], point_s: float) -> float:
 def measure(
     taken: Sequence[int], tool: LoadTool, window_s: float, work: Path
 ) -> tuple[list[CoresPoint], str]:
-    """Every count's points, and why the phase stopped early ("" when it did not)."""
+    """Every count's points, and why the phase stopped early ("" when it did not): a server
+    or a point that fails is a finding, not the end of the check."""
+    if importlib.util.find_spec("onnxruntime") is None:
+        return [], f"{MODEL} is an ONNX model and this Python has no onnxruntime"
     repo = work / "cores-repo"
     shutil.copytree(ROOT / "model_repo" / MODEL, repo / MODEL, dirs_exist_ok=True)
     inputs = plan_inputs(MODEL, engine.config_of(repo / MODEL), {})
@@ -73,8 +77,8 @@ def measure(
         points = [(MODEL, protocol, CLIENTS_PER_WORKER * n) for protocol in PROTOCOLS]
         try:
             measured = workers_bench.measure(n, repo, settings, work, points, tool.driver(), extra)
-        except (RuntimeError, AssertionError, SystemExit) as exc:
-            return found, f"{n} worker(s): {exc}"
+        except (Exception, SystemExit) as exc:  # SystemExit: a server that did not start
+            return found, f"{n} worker(s): {type(exc).__name__}: {exc}"
         for p in measured:
             found.append(CoresPoint(p.workers, p.protocol, p.concurrency, p.throughput,
                                     p.engine_us, sum(p.worker_us)))  # fmt: skip

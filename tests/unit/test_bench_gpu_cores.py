@@ -5,10 +5,12 @@ a run stopped from outside leaves what it had measured."""
 from __future__ import annotations
 
 import argparse
+import urllib.error
 from pathlib import Path
 
 import pytest
 
+from bench import workers as workers_bench
 from bench.gpu import cores, plan, report, run, targets
 from bench.gpu import tests as gpu_tests
 from bench.gpu.load import LoadTool
@@ -112,6 +114,21 @@ def test_with_every_runtime_the_judged_case_runs_past_the_budget_and_the_cores_g
     assert sorted(c.key.runtime for c in judged) == ["ort-cuda", "pt2", "tensorrt"]
     assert all(c.priority == 0 for c in budget.kept)
     assert budget.total_s > check.grid.budget_s
+
+
+def test_a_server_that_fails_ends_the_phase_with_the_reason_not_the_check(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def refused(workers: int, *args: object) -> list[workers_bench.Point]:
+        if workers == 1:
+            return [workers_bench.Point(1, "digits_cnn", "http", 32, 9_000.0, 90.0, (), True)]
+        raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+
+    monkeypatch.setattr(workers_bench, "measure", refused)
+    found, why = cores.measure((1, 2), PERF_ANALYZER, 1.0, tmp_path)
+    assert [(p.workers, p.throughput) for p in found] == [(1, 9_000.0)]
+    assert why.startswith("2 worker(s): URLError:")
+    assert "Connection refused" in why
 
 
 def test_the_tests_stop_starting_groups_once_their_time_is_spent(
