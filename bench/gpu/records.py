@@ -127,6 +127,8 @@ class CoresPoint:
     throughput: float
     owner_us: float
     workers_us: float
+    stable: bool = True
+    """False where perf_analyzer did not reach its stability criterion (shown as such)."""
 
 
 @dataclass(frozen=True)

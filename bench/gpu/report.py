@@ -253,7 +253,8 @@ def _cores(results: GpuResults) -> str:
     for protocol in cores.PROTOCOLS:
         for p, share in cores.scaling(results.cores, protocol):
             rows.append([str(p.workers), NAMES[p.protocol], str(p.concurrency),
-                         f"{p.throughput:,.0f}", f"{share:.2f}", f"{p.owner_us:.1f}",
+                         f"{p.throughput:,.0f}" + ("" if p.stable else " (unstable)"),
+                         f"{share:.2f}", f"{p.owner_us:.1f}",
                          f"{p.workers_us:.1f}" if p.workers > 1 else "(one process)"])  # fmt: skip
     header = ("workers", "protocol", "concurrency", "throughput (infer/s)", "scaling",
               "model-owning process µs CPU/request", "workers µs CPU/request")  # fmt: skip

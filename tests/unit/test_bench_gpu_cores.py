@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import urllib.error
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,9 @@ def test_the_report_shows_each_count_or_why_none_was_measured() -> None:
     assert "| 2 | gRPC | 64 | 15,000 | 0.75 | 20.0 | 60.0 |" in text
     assert "| 1 | gRPC | 32 | 10,000 | 1.00 | 20.0 | (one process) |" in text
     assert "Stopped early: 4 worker(s): the server did not start." in text
+    results.cores[1] = replace(results.cores[1], stable=False)
+    text = report.render(results, targets.evaluate(results))
+    assert "| 2 | gRPC | 64 | 15,000 (unstable) | 0.75 |" in text
 
 
 @pytest.mark.parametrize("tool", [PERF_ANALYZER, OWN], ids=["perf_analyzer", "own load"])
