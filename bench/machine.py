@@ -8,7 +8,7 @@ import re
 import time
 from importlib import metadata
 
-from bench import procstat
+from bench import host_speed, procstat
 from bench.common import ROOT
 
 PACKAGES = ("onnxruntime", "numpy", "torch", "grpcio", "uvicorn", "uvloop", "httptools",
@@ -17,12 +17,13 @@ INSTALLER = ROOT / "scripts" / "install_perf_analyzer.sh"
 
 
 def describe(gpu: str = "no GPU used", packages: tuple[str, ...] = PACKAGES) -> list[str]:
-    """One line each: machine, OS, Python, packages, perf_analyzer, date."""
+    """One line each: machine, OS, host speed, Python, packages, perf_analyzer, date."""
     cpu = procstat.cpu_model(_read("/proc/cpuinfo"))
     memory = procstat.mem_total_bytes(_read("/proc/meminfo")) / 2**30
     return [
         f"Machine: {cpu}, {os.cpu_count()} CPUs, {memory:.1f} GiB memory, {gpu}",
         f"OS: {_os_name()}, kernel {platform.release()} ({platform.machine()})",
+        str(host_speed.measure()),
         f"Python {platform.python_version()}; " + ", ".join(versions(packages)),
         f"perf_analyzer: {perf_analyzer_origin()}",
         f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
