@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 LOOP_STEPS = 10_000_000
-"""The loop ``bench/NOTES.md`` has always timed: 0.4-1.4 s."""
+"""The loop ``bench/NOTES.md`` has always timed: 0.2-1.4 s on the reference VM."""
 ROUND_TRIPS = 400
 """Wakes timed in a batch: 0.1 s where one costs 200 µs, as on that host when idle."""
 BATCHES = 5
