@@ -15,6 +15,7 @@ from batchserve.dataplane.handoff import descriptors
 from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.frames import Frame, FrameProtocol
 from batchserve.dataplane.handoff.groups import GroupKey, Member, OpenGroups, split
+from batchserve.dataplane.handoff.read_mark import READ, ReadMark
 from batchserve.dataplane.handoff.worker_plane import WorkerPlane, _Model
 from batchserve.proto.model_config_pb2 import ModelConfig
 
@@ -193,7 +194,8 @@ def test_requests_wait_in_the_worker_while_its_last_frame_is_unread_there() -> N
             calls.append(_call(plane, known))
             await asyncio.sleep(0.005)  # each in passes of their own
         assert len(await engine.wait_for(1)) == 1, "held: the engine has not read the first"
-        engine.protocol.send(("k", 1))
+        assert ReadMark(plane.requests).advance(1), "the worker holds requests: it is owed a k"
+        engine.protocol.send(("k",))
         frames = await engine.wait_for(2)
         for call in calls:
             call.cancel()
@@ -222,3 +224,47 @@ def test_held_requests_fail_when_the_model_owning_process_is_gone() -> None:
     error = asyncio.run(run())
     assert isinstance(error, Unavailable)
     assert "model-owning process is gone" in str(error)
+
+
+def test_a_worker_that_holds_nothing_is_owed_no_frame_and_sends_at_once() -> None:
+    """Reads are counted in the request arena; a worker with nothing held is not told of
+    them (no frame wakes it), and its next request still goes at once."""
+
+    async def run() -> list[Frame]:
+        plane, engine, known = await _linked()
+        first = _call(plane, known)
+        await engine.wait_for(1)
+        assert not ReadMark(plane.requests).advance(1), "nothing held: no k is owed"
+        second = _call(plane, known)
+        frames = await engine.wait_for(2)
+        for call in (first, second):
+            call.cancel()
+        _close(plane, engine)
+        return frames
+
+    assert [(f[0], f[-1]) for f in asyncio.run(run())] == [("g", 1), ("g", 1)]
+
+
+def test_held_requests_go_with_the_next_frame_from_the_model_owning_process() -> None:
+    """Should the count be read before the worker's flag was seen (no "k" then), the worker
+    looks again at every frame from the model-owning process; the answer to its unread frame
+    is one that always comes."""
+
+    async def run() -> list[Frame]:
+        plane, engine, known = await _linked()
+        first = _call(plane, known)
+        (group,) = await engine.wait_for(1)
+        held = _call(plane, known)
+        await asyncio.sleep(0.005)
+        assert len(engine.frames) == 1, "held: the first frame is unread"
+        plane.requests.control[READ] = 1  # counted, the flag left unseen
+        await asyncio.sleep(0.005)
+        assert len(engine.frames) == 1, "nothing told the worker yet"
+        engine.protocol.send(("e", group[1], "Unavailable", "gone"))
+        frames = await engine.wait_for(2)
+        held.cancel()
+        _close(plane, engine)
+        assert isinstance(first.exception(), Unavailable)
+        return frames
+
+    assert [(f[0], f[-1]) for f in asyncio.run(run())] == [("g", 1), ("g", 1)]

@@ -17,6 +17,9 @@ from batchserve.core.tensors import LITTLE_ENDIAN, array_from_bytes, array_to_by
 from batchserve.dataplane.handoff.ring import Ring
 
 Release = Callable[[int], None]
+CONTROL_BYTES = 64
+"""The arena's last cache line, kept out of its ring: words both processes read and write
+in place, without a frame (``read_mark``)."""
 
 
 class Arena:
@@ -27,7 +30,9 @@ class Arena:
         self.size = size
         self.map = mmap.mmap(fd, size)
         self.view = memoryview(self.map)
-        self.ring = Ring(size)
+        self.ring = Ring(size - CONTROL_BYTES)
+        self.control = self.view[size - CONTROL_BYTES :].cast("Q")
+        """The control line as eight unsigned 64-bit words, zero in a new arena."""
         self._address = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
         self._idle_references = sys.getrefcount(self.map)
 
@@ -56,6 +61,7 @@ class Arena:
         if sys.getrefcount(self.map) > self._idle_references:
             return False
         try:
+            self.control.release()
             self.view.release()
             self.map.close()
         except BufferError:  # a memoryview of it is still held

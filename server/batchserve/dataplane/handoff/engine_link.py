@@ -31,6 +31,7 @@ from batchserve.dataplane.handoff import descriptors
 from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.errors import error_frame, error_from
 from batchserve.dataplane.handoff.frames import STREAM_CREDIT, Frame, FrameProtocol, dispatch
+from batchserve.dataplane.handoff.read_mark import ReadMark
 from batchserve.dataplane.plane import DataPlane
 from batchserve.dataplane.shared_memory.parameters import placeholder
 from batchserve.models.model_table import ServedVersion
@@ -56,11 +57,12 @@ class EngineLink:
         self.responses = responses  # allocated here; the worker says when to free
         self._counts = counts
         self.handed_over = 0
+        """Inference requests the worker handed over, for its share on the metrics port."""
         self.handoffs = 0
         """Frames that carried them: a group of requests is one."""
-        """Inference requests the worker handed over, for its share on the metrics port."""
         self._unacknowledged = 0
-        """Request frames read since the worker was last told (``_acknowledge``)."""
+        """Request frames read since the last count in ``_read_mark`` (``_acknowledge``)."""
+        self._read_mark = ReadMark(requests)
         self._pending: dict[int, asyncio.Future[Any]] = {}  # a task, or a queued item's
         self._credit: dict[int, asyncio.Semaphore] = {}
         """Responses each decoupled request may still send before its worker's client
@@ -110,15 +112,18 @@ class EngineLink:
             self.protocol.send_now(frame)
 
     def _acknowledge(self) -> None:
-        """Tell the worker how many of its request frames this process has read, once per
-        read: while some are unread it holds its next requests, which then travel together
+        """Count the worker's request frames this process has read, once per read: while
+        some are unread the worker holds its next requests, which then travel together
         (``groups.py``), so that this process's cost per request falls as its load rises.
-        A read also keeps this loop polling (``--busy-poll-us``), as a request does the
-        worker's."""
+        A worker that holds some is told ("k"); one that holds none is left asleep
+        (``read_mark``). A read also keeps this loop polling (``--busy-poll-us``), as a
+        request does the worker's."""
         self.plane.busy_poll.touch()
         if self._unacknowledged:
-            self.send(("k", self._unacknowledged))
+            owed = self._read_mark.advance(self._unacknowledged)
             self._unacknowledged = 0
+            if owed:
+                self.send(("k",))
 
     # requests ------------------------------------------------------------------------
     def _infer(self, frame: Frame) -> None:

@@ -6,14 +6,15 @@ sent as one: their inputs written back to back in the arena, one frame, one work
 there. That process's cost is then paid per group, not per request, while every request
 is still counted on its own. A group closes at the end of the pass, or when the next
 request would take it past the model's batch cap; except that while that process has not
-yet read the worker's last request frame, groups stay open until it has (it says so once
-per read). An idle server so sends each request at once, and a busy one (whose requests
-would wait in the socket anyway) sends larger groups: its cost per request falls as its
-load rises, whatever the protocol spreads arrivals over passes. A group whose
-clients have all left is cancelled there, as a lone request is; one whose clients left in
-part still runs, and those answers are dropped. A group that fails alone in a way a request's
-own inputs can cause (a poisoned one) is sent again member by member, so that only the
-members that fail on their own get the error, as they would from one process.
+yet read the worker's last request frame, groups stay open until it has (it counts its
+reads where the worker can see them, ``read_mark``). An idle server so sends each request
+at once, and a busy one (whose requests would wait in the socket anyway) sends larger
+groups: its cost per request falls as its load rises, whatever the protocol spreads
+arrivals over passes. A group whose clients have all left is cancelled there, as a lone
+request is; one whose clients left in part still runs, and those answers are dropped. A
+group that fails alone in a way a request's own inputs can cause (a poisoned one) is sent
+again member by member, so that only the members that fail on their own get the error, as
+they would from one process.
 """
 
 from __future__ import annotations

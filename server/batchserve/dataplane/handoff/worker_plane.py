@@ -33,6 +33,7 @@ from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.errors import error_frame, error_from
 from batchserve.dataplane.handoff.frames import STREAM_CREDIT, Frame, FrameProtocol, dispatch
 from batchserve.dataplane.handoff.groups import GroupKey, Member, OpenGroups, Share, split
+from batchserve.dataplane.handoff.read_mark import ReadMark
 from batchserve.dataplane.raw_input import raw_request
 from batchserve.dataplane.shared_memory import tensors as shm
 from batchserve.dataplane.shared_memory.parameters import REGION
@@ -113,9 +114,11 @@ class WorkerPlane:
         self._leases: dict[int, int] = {}  # response block -> arrays still using it
         self._released: list[int] = []
         self._releasing = False
-        self._unread = 0
-        """Request frames sent that the model-owning process has not said it read."""
-        self._groups = OpenGroups(self._send_group, self._loop, lambda: self._unread > 0)
+        self._sent = 0
+        """Request frames sent; the model-owning process counts those it read in
+        ``_read_mark``, and groups are held while the two differ."""
+        self._read_mark = ReadMark(requests)
+        self._groups = OpenGroups(self._send_group, self._loop, self._held)
         self._group_members: dict[int, list[Member]] = {}  # sent groups not yet answered
         self._handlers: dict[str, Callable[[Frame], None]] = {
             "o": self._answered,
@@ -127,11 +130,13 @@ class WorkerPlane:
             "l": self._log_settings,
             "t": lambda frame: self.tracing.settings.restore(frame[1]),
             "n": self._counts_asked,
-            "k": self._read,
+            "k": lambda frame: self._groups.release(),
             "p": self._streamed,
             "z": self._streamed,
         }
-        self.protocol = FrameProtocol(dispatch(self._handlers, "model-owning process"), self._lost)
+        self.protocol = FrameProtocol(
+            dispatch(self._handlers, "model-owning process"), self._lost, self._groups.release
+        )
 
     # the model-owning process's frames ----------------------------------------------
     def _lost(self) -> None:
@@ -141,7 +146,6 @@ class WorkerPlane:
         for streamed in self._streams.values():
             streamed.frames.put_nowait(("e", 0, *error_frame(Unavailable(GONE))))
         self._streams.clear()
-        self._unread = 0
         self._groups.close_all()  # held groups fail in _send_group
         self._asked.clear()
         for key in list(self._learning):
@@ -176,11 +180,11 @@ class WorkerPlane:
                 self.requests.ring.free(streamed.block)
         streamed.frames.put_nowait(frame)
 
-    def _read(self, frame: Frame) -> None:
-        """The model-owning process read ``frame[1]`` more request frames."""
-        self._unread = max(0, self._unread - frame[1])
-        if not self._unread:
-            self._groups.release()
+    def _held(self) -> bool:
+        """Whether open groups wait for the model-owning process to read this worker's last
+        request frame. It says so by a "k" frame, sent only while the groups wait; they are
+        looked at again whenever a frame from it arrives (``read_mark``)."""
+        return self.protocol.connected and self._read_mark.hold(self._sent)
 
     def _model(self, frame: Frame) -> None:
         _, model, version, config_bytes, generation, cap = frame
@@ -312,7 +316,7 @@ class WorkerPlane:
         future = self._loop.create_future()
         self._pending[rid] = _Pending(future, block)
         peer = request.peer if in_shared_memory else None
-        self._unread += 1
+        self._sent += 1
         self.protocol.send(("i", rid, model, version, request.id, request.protocol,
                             request.priority, request.timeout_us, peer, block, inline, inputs,
                             outputs, verdict, sequence, trace is not None))  # fmt: skip
@@ -361,7 +365,7 @@ class WorkerPlane:
         rid = next(self._ids)
         streamed = self._streams[rid] = _Streamed(asyncio.Queue(), block)
         peer = request.peer if shm.uses_shared_memory(request) else None
-        self._unread += 1
+        self._sent += 1
         self.protocol.send(("s", rid, request.model_name, request.model_version, request.id,
                             request.protocol, request.priority, request.timeout_us, peer, block,
                             inline, inputs, outputs, streaming, request.empty_final))  # fmt: skip
@@ -436,7 +440,7 @@ class WorkerPlane:
         future: asyncio.Future[Frame] = self._loop.create_future()
         self._pending[gid] = _Pending(future, block)
         future.add_done_callback(partial(self._answer_group, gid, key, members))
-        self._unread += 1
+        self._sent += 1
         self.protocol.send(("g", gid, model, version, protocol, priority, timeout_us, block,
                             inline, described, (generation, total, list(names)),
                             len(members)))  # fmt: skip
