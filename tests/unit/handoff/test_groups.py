@@ -16,7 +16,7 @@ from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.frames import Frame, FrameProtocol
 from batchserve.dataplane.handoff.groups import GroupKey, Member, OpenGroups, split
 from batchserve.dataplane.handoff.read_mark import READ, ReadMark
-from batchserve.dataplane.handoff.worker_plane import WorkerPlane, _Model
+from batchserve.dataplane.handoff.worker_plane import RELEASE_DELAY_S, WorkerPlane, _Model
 from batchserve.proto.model_config_pb2 import ModelConfig
 
 KEY = GroupKey("m", "", 1, "http", 0, 0, ("y",), (("x", "FP32", (2,)),))
@@ -268,3 +268,39 @@ def test_held_requests_go_with_the_next_frame_from_the_model_owning_process() ->
         return frames
 
     assert [(f[0], f[-1]) for f in asyncio.run(run())] == [("g", 1), ("g", 1)]
+
+
+def test_freed_response_blocks_ride_with_the_next_request_frame() -> None:
+    """Blocks a worker's clients are done with go back in the write of its next request,
+    not in a write of their own that could wake the model-owning process for nothing."""
+
+    async def run() -> list[Frame]:
+        plane, engine, known = await _linked()
+        plane._release(128)
+        plane._release(256)
+        call = _call(plane, known)
+        await engine.wait_for(1)
+        await asyncio.sleep(RELEASE_DELAY_S * 2)  # the fallback finds nothing left to send
+        call.cancel()
+        _close(plane, engine)
+        return engine.frames
+
+    frames = asyncio.run(run())
+    assert [f[0] for f in frames if f[0] in "rg"] == ["r", "g"]
+    assert frames[0] == ("r", [128, 256])
+
+
+def test_freed_response_blocks_go_on_their_own_when_no_request_follows() -> None:
+    async def run() -> list[Frame]:
+        plane, engine, _ = await _linked()
+        plane._release(64)
+        await asyncio.sleep(RELEASE_DELAY_S / 2)
+        assert engine.frames == [], "they wait a while for a request frame to carry them"
+        for _ in range(100):
+            if engine.frames:
+                break
+            await asyncio.sleep(RELEASE_DELAY_S / 4)
+        _close(plane, engine)
+        return engine.frames
+
+    assert asyncio.run(run()) == [("r", [64])]

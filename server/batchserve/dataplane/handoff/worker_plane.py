@@ -44,8 +44,9 @@ from batchserve.proto.model_config_pb2 import ModelConfig
 logger = logging.getLogger(__name__)
 
 GONE = "the model-owning process is gone"
-RELEASE_DELAY_S = 0.002
-"""How long freed response blocks wait to be returned together."""
+RELEASE_DELAY_S = 0.02
+"""How long freed response blocks wait for a request frame to carry them back before they
+go on their own (a write that may wake the model-owning process for nothing else)."""
 
 
 @dataclass(slots=True)
@@ -316,8 +317,7 @@ class WorkerPlane:
         future = self._loop.create_future()
         self._pending[rid] = _Pending(future, block)
         peer = request.peer if in_shared_memory else None
-        self._sent += 1
-        self.protocol.send(("i", rid, model, version, request.id, request.protocol,
+        self._send_request(("i", rid, model, version, request.id, request.protocol,
                             request.priority, request.timeout_us, peer, block, inline, inputs,
                             outputs, verdict, sequence, trace is not None))  # fmt: skip
         try:
@@ -365,8 +365,7 @@ class WorkerPlane:
         rid = next(self._ids)
         streamed = self._streams[rid] = _Streamed(asyncio.Queue(), block)
         peer = request.peer if shm.uses_shared_memory(request) else None
-        self._sent += 1
-        self.protocol.send(("s", rid, request.model_name, request.model_version, request.id,
+        self._send_request(("s", rid, request.model_name, request.model_version, request.id,
                             request.protocol, request.priority, request.timeout_us, peer, block,
                             inline, inputs, outputs, streaming, request.empty_final))  # fmt: skip
         taken = 0
@@ -440,8 +439,7 @@ class WorkerPlane:
         future: asyncio.Future[Frame] = self._loop.create_future()
         self._pending[gid] = _Pending(future, block)
         future.add_done_callback(partial(self._answer_group, gid, key, members))
-        self._sent += 1
-        self.protocol.send(("g", gid, model, version, protocol, priority, timeout_us, block,
+        self._send_request(("g", gid, model, version, protocol, priority, timeout_us, block,
                             inline, described, (generation, total, list(names)),
                             len(members)))  # fmt: skip
 
@@ -520,3 +518,12 @@ class WorkerPlane:
         if self._released:
             self.protocol.send(("r", self._released))
             self._released = []
+
+    def _send_request(self, frame: Frame) -> None:
+        """A request frame ("i", "s", "g"): counted (``read_mark``), and sent with the
+        response blocks freed since the last one, in the same write."""
+        self._sent += 1
+        if self._released:
+            self.protocol.send(("r", self._released))
+            self._released = []
+        self.protocol.send(frame)
