@@ -127,11 +127,11 @@ class EngineLink:
 
     # requests ------------------------------------------------------------------------
     def _infer(self, frame: Frame) -> None:
+        self._unacknowledged += 1  # first: a frame not understood is still read (read_mark)
         (_, rid, model, version, request_id, protocol, priority, timeout_us, peer, block,
          inline, inputs, outputs, verdict, sequence, _) = frame  # fmt: skip
         self.handed_over += 1
         self.handoffs += 1
-        self._unacknowledged += 1
         if verdict is not None:  # validated by the worker; plain inputs and outputs
             served = self.plane.served_or_none(model, version)
             if served is not None and served.schema.generation == verdict[0]:
@@ -166,11 +166,11 @@ class EngineLink:
     def _group(self, frame: Frame) -> None:
         """Requests one worker decoded in the same pass, for the same model version, layout
         and options, sent as one: one work item, each request counted in the statistics."""
+        self._unacknowledged += 1
         (_, gid, model, version, protocol, priority, timeout_us, block, inline, inputs,
          (generation, total, names), members) = frame  # fmt: skip
         self.handed_over += members
         self.handoffs += 1
-        self._unacknowledged += 1
         try:
             served = self.plane.served(model, version)
             read, requests = descriptors.read, self.requests
@@ -307,11 +307,11 @@ class EngineLink:
     def _stream(self, frame: Frame) -> None:
         """A request whose responses go back one frame each ("p", the last marked final),
         then "z" (or "e"): a decoupled model's."""
+        self._unacknowledged += 1
         (_, rid, model, version, request_id, protocol, priority, timeout_us, peer, block,
          inline, inputs, outputs, streaming, empty_final) = frame  # fmt: skip
         self.handed_over += 1
         self.handoffs += 1
-        self._unacknowledged += 1
         try:
             request = self._request(model, version, request_id, protocol, priority, timeout_us,
                                     block, inline, inputs, outputs)  # fmt: skip
