@@ -4,19 +4,19 @@ For each example model the server runs twice: with the shipped config (dynamic b
 and with `dynamic_batching` removed (each request runs alone). perf_analyzer drives it at
 one concurrency over HTTP and gRPC; the server's own statistics give the mean batch size.
 
-    python bench/batching.py --out bench/BATCHING.md [--concurrency 32] [--window-ms 3000]
+    python -m bench.batching --out bench/BATCHING.md [--concurrency 32] [--window-ms 3000]
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchserve.models.model_config import parse_pbtxt, to_pbtxt
-from common import ROOT, Point, machine_line, model_stats, run_point, start_server, stop_server
+from bench import machine
+from bench.common import ROOT, Point, model_stats, run_point, start_server, stop_server
+from bench.repo import without_batching
 
 
 @dataclass(frozen=True)
@@ -25,17 +25,6 @@ class Row:
     batching: bool
     mean_batch: float
     max_batch: int
-
-
-def without_batching(source: Path, work: Path, model: str) -> Path:
-    """A copy of one model whose config has no dynamic_batching block."""
-    repo = work / "unbatched"
-    shutil.copytree(source / model, repo / model)
-    config_file = repo / model / "config.pbtxt"
-    config = parse_pbtxt(config_file.read_text())
-    config.ClearField("dynamic_batching")
-    config_file.write_text(to_pbtxt(config))
-    return repo
 
 
 def measure(
@@ -62,11 +51,10 @@ def render(rows: list[Row], concurrency: int, stability: float) -> str:
     lines = [
         "# Dynamic batching on and off",
         "",
-        machine_line(),
-        f"perf_analyzer 2.50.0 at concurrency {concurrency} (stability {stability:g} %), "
-        "batch 1 per request, binary "
-        "tensors; client and server share the machine. Mean batch size = samples / batches "
-        "from the server's statistics over the whole run.",
+        *(f"- {line}" for line in machine.describe()),
+        f"- at concurrency {concurrency} (stability {stability:g} %); client and server share "
+        "the machine. Mean batch size = samples / batches from the server's statistics over "
+        "the whole run.",
         "",
         "| model | protocol | batching | infer/s | p50 ms | p99 ms | mean batch | max batch "
         "| on / off |",
@@ -98,7 +86,8 @@ def main() -> int:
         work = Path(tmp)
         for model in args.models.split(","):
             rows += measure(args.model_repository, model, True, args, work)
-            unbatched = without_batching(args.model_repository, work / model, model)
+            unbatched = work / f"{model}-unbatched"
+            without_batching(args.model_repository / model, unbatched)
             rows += measure(unbatched, model, False, args, work)
     args.out.write_text(render(rows, args.concurrency, args.stability))
     print(args.out.read_text())

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import platform
 import shutil
 import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,15 +113,3 @@ def model_stats(http_port: int, model: str) -> dict[str, Any]:
     url = f"http://127.0.0.1:{http_port}/v2/models/{model}/stats"
     with urllib.request.urlopen(url, timeout=10) as response:
         return dict(json.load(response)["model_stats"][0])
-
-
-def machine_line() -> str:
-    """Machine, versions and load, for the head of every results file."""
-    import onnxruntime
-
-    return (
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; "
-        f"Python {platform.python_version()}, onnxruntime {onnxruntime.__version__}; "
-        f"load average at start {os.getloadavg()[0]:.2f}; "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."
-    )
