@@ -2,12 +2,12 @@
 worker's request arena, where the worker looks it up without a frame.
 
 While some of its request frames are unread there, a worker holds its next requests, which
-then travel together (``groups.py``). It used to learn of every read by a frame ("k"), and
-each such frame woke a worker that was asleep, whether or not it held anything: on hosts
-where waking a sleeping process costs 60-230 µs of CPU (``bench/NOTES.md``, thirty-fourth
-round) that was half of what the model-owning process spent writing to its workers. Now the
-count lives here, the worker raises a flag when it starts holding requests, and the frame is
-sent only while the flag is up: the one wake left is the one that sends held requests on.
+then travel together (``groups.py``). It used to learn of every read by a frame ("k"): half
+of the model-owning process's writes to its workers, each waking a worker that was asleep
+whether or not it held anything, on hosts where a byte to another thread and back takes
+60-230 µs (``bench/NOTES.md``, thirty-third and thirty-fourth rounds). Now the count lives
+here, the worker raises a flag when it starts holding requests, and the frame is sent only
+while the flag is up: the one wake left is the one that sends held requests on.
 
 Both sides store, then load what the other stores (the worker its flag and then the count,
 the model-owning process the count and then the flag). ``_fence`` keeps each store ahead of
