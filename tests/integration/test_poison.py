@@ -40,17 +40,17 @@ def test_a_poisoned_request_in_a_batch_fails_alone(server_either_way: ServerProc
     requests[3][0, 5] = POISON
     stats_url = f"http://{server.http_url}/v2/models/{MODEL}/stats"
     before = httpx.get(stats_url).json()["model_stats"][0]
-    clients = threading.local()
     barrier = threading.Barrier(len(requests))
 
     def send(tokens: np.ndarray) -> np.ndarray | Exception:
-        if not hasattr(clients, "client"):
-            clients.client = httpclient.InferenceServerClient(server.http_url)
-        barrier.wait()  # all eight at once, so that they share batches
-        try:
-            return _infer(clients.client, tokens)
-        except InferenceServerException as exc:
-            return exc
+        # closed by the thread that made it: a client left to the garbage collector after
+        # its thread ended closes itself without that thread's gevent hub, and fails
+        with httpclient.InferenceServerClient(server.http_url) as client:
+            barrier.wait()  # all eight at once, so that they share batches
+            try:
+                return _infer(client, tokens)
+            except InferenceServerException as exc:
+                return exc
 
     with ThreadPoolExecutor(max_workers=len(requests)) as pool:
         outcomes = list(pool.map(send, requests))
@@ -73,11 +73,8 @@ def test_a_poisoned_request_in_a_batch_fails_alone(server_either_way: ServerProc
     succeeded = after["inference_stats"]["success"]["count"]
     assert succeeded - before["inference_stats"]["success"]["count"] == 7  # each counted once
     # a good request afterwards is still answered
-    np.testing.assert_allclose(
-        _infer(httpclient.InferenceServerClient(server.http_url), requests[0]),
-        outcomes[0],
-        rtol=1e-5,
-    )
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        np.testing.assert_allclose(_infer(client, requests[0]), outcomes[0], rtol=1e-5)
     batched = after["inference_count"] - before["inference_count"]
     runs = after["execution_count"] - before["execution_count"]
     if runs >= batched:
