@@ -26,8 +26,9 @@ READ = 0
 """Word of the request arena's control line: request frames read, by the model-owning
 process, which alone writes it."""
 HOLDING = 1
-"""Word set to 1 by the worker while it holds requests for the count to catch up; the
-model-owning process clears it when it says that it has."""
+"""Word set to 1 by the worker while it holds requests for the count to catch up; cleared by
+the model-owning process as it writes "k", or by the worker when the count caught up
+meanwhile."""
 
 
 def _fence() -> None:

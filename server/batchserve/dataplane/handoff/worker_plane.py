@@ -515,6 +515,9 @@ class WorkerPlane:
 
     def _send_released(self) -> None:
         self._releasing = False
+        self._return_released()
+
+    def _return_released(self) -> None:
         if self._released:
             self.protocol.send(("r", self._released))
             self._released = []
@@ -523,7 +526,5 @@ class WorkerPlane:
         """A request frame ("i", "s", "g"): counted (``read_mark``), and sent with the
         response blocks freed since the last one, in the same write."""
         self._sent += 1
-        if self._released:
-            self.protocol.send(("r", self._released))
-            self._released = []
+        self._return_released()
         self.protocol.send(frame)
