@@ -220,6 +220,41 @@ def test_a_light_model_keeps_the_default_after_one_round(log: list[tuple[str, in
     assert len([e for e in log if e[0] == "load"]) == 1, "no other candidate was loaded"
 
 
+class StallBackend(CostedBackend):
+    """A light ``CostedBackend`` whose first timed run stalls, as a run does while the host
+    stalls or another model loads beside it."""
+
+    STALL_S = 0.08
+
+    def __init__(self, log: list[tuple[str, int, str]]) -> None:
+        super().__init__(0.0, log, fail_graphs=False, gpu_run_s=0.0)
+        self.runs = 0
+
+    def infer(
+        self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        self.runs += 1
+        if self.runs == measured_defaults.WARM_RUNS + 1:
+            time.sleep(self.STALL_S)
+        return super().infer(inputs, output_names)
+
+
+def test_a_light_model_is_known_despite_a_stall_in_its_first_round(
+    log: list[tuple[str, int, str]],
+) -> None:
+    light = subject(0.0, log)
+    stalled = Subject(
+        light.config, light.model_file, CPU, lambda *_: StallBackend(log), light.batch
+    )
+    tuning = tune(stalled, cores=2)
+    assert 16 / StallBackend.STALL_S * measured_defaults.LIGHT_SAMPLE_NS < 1e9, "it looks heavy"
+    assert tuning.chosen == DEFAULT
+    assert "request handling dominates" in tuning.reason
+    assert [t.setting for t in tuning.trials] == [DEFAULT]
+    assert tuning.trials[0].samples_per_s * measured_defaults.LIGHT_SAMPLE_NS > 1e9
+    assert len([e for e in log if e[0] == "load"]) == 1, "no other candidate was loaded"
+
+
 def test_one_thread_per_core_wins_where_instances_scale(log: list[tuple[str, int, str]]) -> None:
     # 16 rows: the default (4 threads) takes 8 row-times, four one-thread instances 4 each
     # side by side, two two-thread instances 8 rows / 1.41 = 5.7 each.

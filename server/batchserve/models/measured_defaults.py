@@ -8,7 +8,8 @@ requests costs more than running it, and each batch split across instances pays 
 hand-over twice. So the load measures instead of guessing:
 
 - the default (one instance, the runtime's threads) runs first; a model whose sample costs
-  less than ``LIGHT_SAMPLE_NS`` keeps it, after a fraction of a second;
+  less than ``LIGHT_SAMPLE_NS`` in one of its first short rounds keeps it, after a fraction
+  of a second;
 - otherwise each candidate (``candidates``: on a CPU one instance per core with one thread,
   and splits between; on a GPU two instances, and CUDA graphs) runs the same rows
   concurrently on all its instances, in interleaved rounds so that a machine whose speed
@@ -61,6 +62,11 @@ answered 72-81/s where the prior answered 82-96/s."""
 FIRST_ROUND_S = 0.05
 """The default's first round, which tells a light model (most models a test suite loads)
 and ends its measuring."""
+FIRST_ROUNDS = 3
+"""Short rounds, at most, of which the fastest tells a light model: one round ran several
+times slower while the host stalled or another model loaded beside it, and char_lstm, whose
+sample cost 0.6-0.9 ms on a host that runs ONNX Runtime slowly, was then measured as a
+compute-bound model (seen once in CI). A model none of them finds light pays 0.1 s more."""
 ROUND_S = 0.25
 """Each candidate's share of one round."""
 ROUNDS = 3
@@ -290,8 +296,9 @@ def tune(subject: Subject, cores: int, *, graphs_possible: bool = False) -> Tuni
     with MEASURING, ExitStack() as stack:
         default = stack.enter_context(_loaded(subject, DEFAULT, rows))
         first = default.run_round(subject.batch, FIRST_ROUND_S)
-        if subject.device.kind == "cpu" and first * LIGHT_SAMPLE_NS > 1e9:
-            trial = Trial(DEFAULT, (first,))
+        light = subject.device.kind == "cpu" and _light(default, subject.batch, first)
+        if light:
+            trial = Trial(DEFAULT, (light,))
             reason = (
                 f"a sample costs under {LIGHT_SAMPLE_NS // 1000} us: request handling dominates"
             )
@@ -328,6 +335,17 @@ def _cpu_beside(subject: Subject, gpu: _Candidate) -> tuple[int, str]:
     if on_cpu > on_gpu:
         return 1, f"{figures}: a CPU instance takes the batches under the crossover"
     return 0, f"{figures}: every batch runs on the GPU"
+
+
+def _light(default: _Candidate, batch: Batch, first: float) -> float:
+    """The samples a second of the first of the default's short rounds that found a sample
+    cheaper than ``LIGHT_SAMPLE_NS``, trying up to ``FIRST_ROUNDS``; 0.0 when none did."""
+    fastest = first
+    for _ in range(FIRST_ROUNDS - 1):
+        if fastest * LIGHT_SAMPLE_NS > 1e9:
+            break
+        fastest = max(fastest, default.run_round(batch, FIRST_ROUND_S))
+    return fastest if fastest * LIGHT_SAMPLE_NS > 1e9 else 0.0
 
 
 def _rows(config: ModelConfig, device: Device) -> int:
