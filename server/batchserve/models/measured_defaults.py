@@ -63,10 +63,10 @@ FIRST_ROUND_S = 0.05
 """The default's first round, which tells a light model (most models a test suite loads)
 and ends its measuring."""
 FIRST_ROUNDS = 3
-"""Short rounds, at most, of which the fastest tells a light model: one round ran several
-times slower while the host stalled or another model loaded beside it, and char_lstm, whose
-sample cost 0.6-0.9 ms on a host that runs ONNX Runtime slowly, was then measured as a
-compute-bound model (seen once in CI). A model none of them finds light pays 0.1 s more."""
+"""Short rounds, at most, of which the fastest tells a light model: one round can run
+several times slower while the host stalls, and char_lstm, whose sample cost 0.5-0.9 ms on a
+host that runs ONNX Runtime slowly, was then measured as a compute-bound model (seen once in
+CI). A model none of them finds light pays 0.1 s more."""
 ROUND_S = 0.25
 """Each candidate's share of one round."""
 ROUNDS = 3
@@ -296,7 +296,7 @@ def tune(subject: Subject, cores: int, *, graphs_possible: bool = False) -> Tuni
     with MEASURING, ExitStack() as stack:
         default = stack.enter_context(_loaded(subject, DEFAULT, rows))
         first = default.run_round(subject.batch, FIRST_ROUND_S)
-        light = subject.device.kind == "cpu" and _light(default, subject.batch, first)
+        light = _light(default, subject.batch, first) if subject.device.kind == "cpu" else 0.0
         if light:
             trial = Trial(DEFAULT, (light,))
             reason = (
