@@ -13,6 +13,7 @@ import math
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -220,32 +221,37 @@ def test_a_light_model_keeps_the_default_after_one_round(log: list[tuple[str, in
     assert len([e for e in log if e[0] == "load"]) == 1, "no other candidate was loaded"
 
 
-class StallBackend(CostedBackend):
-    """A light ``CostedBackend`` whose first timed run stalls, as a run does while the host
-    stalls or another model loads beside it."""
+class SlowRunsBackend(CostedBackend):
+    """A ``CostedBackend`` whose runs, counted from 1, may each take ``extra_s`` longer."""
 
-    STALL_S = 0.08
-
-    def __init__(self, log: list[tuple[str, int, str]]) -> None:
-        super().__init__(0.0, log, fail_graphs=False, gpu_run_s=0.0)
+    def __init__(self, row_s: float, log: list[tuple[str, int, str]]) -> None:
+        super().__init__(row_s, log, fail_graphs=False, gpu_run_s=0.0)
         self.runs = 0
+
+    def extra_s(self, run: int, rows: int) -> float:
+        raise NotImplementedError
 
     def infer(
         self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
     ) -> dict[str, np.ndarray]:
         self.runs += 1
-        if self.runs == measured_defaults.WARM_RUNS + 1:
-            time.sleep(self.STALL_S)
+        time.sleep(self.extra_s(self.runs, len(inputs["x"])))
         return super().infer(inputs, output_names)
+
+
+class StallBackend(SlowRunsBackend):
+    """A light backend whose first timed run stalls, as a run does while the host stalls."""
+
+    STALL_S = 0.08
+
+    def extra_s(self, run: int, rows: int) -> float:
+        return self.STALL_S if run == measured_defaults.WARM_RUNS + 1 else 0.0
 
 
 def test_a_light_model_is_known_despite_a_stall_in_its_first_round(
     log: list[tuple[str, int, str]],
 ) -> None:
-    light = subject(0.0, log)
-    stalled = Subject(
-        light.config, light.model_file, CPU, lambda *_: StallBackend(log), light.batch
-    )
+    stalled = replace(subject(0.0, log), factory=lambda *_: StallBackend(0.0, log))
     tuning = tune(stalled, cores=2)
     assert 16 / StallBackend.STALL_S * measured_defaults.LIGHT_SAMPLE_NS < 1e9, "it looks heavy"
     assert tuning.chosen == DEFAULT
@@ -267,34 +273,22 @@ def test_one_thread_per_core_wins_where_instances_scale(log: list[tuple[str, int
     assert all(len(t.rounds) >= 2 for t in tuning.trials), "rounds are interleaved"
 
 
-class RampBackend(CostedBackend):
+class RampBackend(SlowRunsBackend):
     """A ``CostedBackend`` whose first two runs cost ten times its later ones, as a CNN's
     first runs on ONNX Runtime cost more while its memory is still growing."""
 
     RAMP_RUNS, RAMP_COST = 2, 10
 
-    def __init__(self, row_s: float, log: list[tuple[str, int, str]]) -> None:
-        super().__init__(row_s, log, fail_graphs=False, gpu_run_s=0.0)
-        self.runs = 0
-
-    def infer(
-        self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
-    ) -> dict[str, np.ndarray]:
-        self.runs += 1
-        if self.runs <= self.RAMP_RUNS:
-            time.sleep(
-                (self.RAMP_COST - 1) * len(inputs["x"]) * self.row_s / math.sqrt(self.threads)
-            )
-        return super().infer(inputs, output_names)
+    def extra_s(self, run: int, rows: int) -> float:
+        if run > self.RAMP_RUNS:
+            return 0.0
+        return (self.RAMP_COST - 1) * rows * self.row_s / math.sqrt(self.threads)
 
 
 def test_no_candidate_is_timed_before_its_first_runs_are_over(
     log: list[tuple[str, int, str]],
 ) -> None:
-    costed = subject(0.004, log)
-    ramped = Subject(
-        costed.config, costed.model_file, CPU, lambda *_: RampBackend(0.004, log), costed.batch
-    )
+    ramped = replace(subject(0.004, log), factory=lambda *_: RampBackend(0.004, log))
     tuning = tune(ramped, cores=2)
     assert measured_defaults.WARM_RUNS > RampBackend.RAMP_RUNS
     for trial in tuning.trials:
