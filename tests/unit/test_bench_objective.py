@@ -167,6 +167,21 @@ def test_rounds_pool_into_one_window_and_the_report_survives_json() -> None:
     assert "70%: p99 900.0 ms at 700/s sent" in render(again)
 
 
+def test_the_batch_1_latency_says_how_it_was_measured_and_older_runs_keep_theirs() -> None:
+    report = _report({(0.8, c): 100 for c in CONFIGS})
+    assert "batch-1 latency 0.50 ms (p50 at one closed-loop client)" in render(report)
+    report.batch1_batch, report.batch1_closed_ms = 1.02, 0.31
+    again = load(dump(report))
+    assert (again.batch1_batch, again.batch1_closed_ms) == (1.02, 0.31)
+    text = render(again)
+    assert "batch-1 latency 0.50 ms: the p50 of lone requests" in text
+    assert "mean batch 1.02" in text
+    assert "one closed-loop client's p50 0.31 ms" in text
+    older = json.loads(dump(again))
+    del older["batch1_batch"], older["batch1_closed_ms"]  # a report from before
+    assert "(p50 at one closed-loop client)" in render(load(json.dumps(older)))
+
+
 def test_a_run_that_stopped_counts_its_due_requests_as_none_within() -> None:
     stopped = unanswered(1000.0, 4.0)
     assert (stopped.requests, stopped.within, stopped.failed) == (4000, 0, 4000)
