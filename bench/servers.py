@@ -44,6 +44,10 @@ class Counts:
     inferences: int
     executions: int
     cap: int = 0
+    succeeded: int = 0
+    """Requests answered successfully, and the nanoseconds they took the server in all
+    (Triton's ``inference_stats.success``)."""
+    succeeded_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,11 @@ def counts_from_stats(body: dict[str, Any]) -> Counts:
     """Counts from a v2 statistics body; batchserve adds its batch cap under "batchserve"."""
     stats = body["model_stats"][0]
     cap = int(stats.get("batchserve", {}).get("batch_cap", 0))
-    return Counts(int(stats["inference_count"]), int(stats["execution_count"]), cap)
+    success = stats.get("inference_stats", {}).get("success", {})
+    return Counts(
+        int(stats["inference_count"]), int(stats["execution_count"]), cap,
+        int(success.get("count", 0)), int(success.get("ns", 0)),
+    )  # fmt: skip
 
 
 def grpc_counts(port: int, model: str) -> Counts:
@@ -95,7 +103,10 @@ def grpc_counts(port: int, model: str) -> Counts:
         stub = pbg.GRPCInferenceServiceStub(channel)
         reply = stub.ModelStatistics(pb.ModelStatisticsRequest(name=model), timeout=10)
     stats = reply.model_stats[0]
-    return Counts(int(stats.inference_count), int(stats.execution_count))
+    success = stats.inference_stats.success
+    return Counts(
+        int(stats.inference_count), int(stats.execution_count), 0, success.count, success.ns
+    )
 
 
 @contextmanager

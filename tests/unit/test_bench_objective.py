@@ -37,6 +37,7 @@ from bench.open_loop import (
     samples_from_export,
     unanswered,
 )
+from bench.servers import Counts, counts_from_stats
 
 MODEL_REPO = Path(__file__).resolve().parents[2] / "model_repo"
 
@@ -177,9 +178,30 @@ def test_the_batch_1_latency_says_how_it_was_measured_and_older_runs_keep_theirs
     assert "batch-1 latency 0.50 ms: the p50 of lone requests" in text
     assert "mean batch 1.02" in text
     assert "one closed-loop client's p50 0.31 ms" in text
+    assert report.server_objective_us(1500) == 1500  # the server's own time not measured
+    report.batch1_server_ms = 0.2
+    again = load(dump(report))
+    assert again.client_share_us() == 300  # 0.50 ms at the client, 0.20 in the server
+    assert again.server_objective_us(1500) == 1200
+    assert again.server_objective_us(250) == 1  # never 0, which would mean no objective
+    text = render(again)
+    assert "the client and the network add 0.30 ms" in text
+    assert "## Objective 3x batch-1: 1.50 ms (the objective-driven config's server is given " \
+        "1.20 ms)" in text  # fmt: skip
     older = json.loads(dump(again))
-    del older["batch1_batch"], older["batch1_closed_ms"]  # a report from before
+    del older["batch1_batch"], older["batch1_closed_ms"], older["batch1_server_ms"]
     assert "(p50 at one closed-loop client)" in render(load(json.dumps(older)))
+    assert "## Objective 3x batch-1: 1.50 ms\n" in render(load(json.dumps(older)))
+
+
+def test_statistics_give_the_successes_and_the_time_they_took_the_server() -> None:
+    body = {"model_stats": [{
+        "inference_count": 12, "execution_count": 5, "batchserve": {"batch_cap": 32},
+        "inference_stats": {"success": {"count": 10, "ns": 2_500_000}},
+    }]}  # fmt: skip
+    assert counts_from_stats(body) == Counts(12, 5, 32, 10, 2_500_000)
+    del body["model_stats"][0]["inference_stats"]  # a server that does not count them
+    assert counts_from_stats(body) == Counts(12, 5, 32)
 
 
 def test_a_run_that_stopped_counts_its_due_requests_as_none_within() -> None:
