@@ -219,7 +219,7 @@ def _baseline(target: Target, report: Report, setup: Plan) -> None:
     lone, batch, _, stopped = target.window(LONE_RATE, 1, 1.0, setup.window_s)  # 1 s: unjudged
     after = target.running.counts(target.model)
     if stopped or after.succeeded == before.succeeded:
-        raise RuntimeError(f"the lone requests' load stopped: {stopped}")
+        raise RuntimeError(f"the lone requests' load: {stopped or 'no request succeeded'}")
     report.batch1_ms, report.batch1_batch = lone.p50_ms, batch
     served_ns = (after.succeeded_ns - before.succeeded_ns) / (after.succeeded - before.succeeded)
     report.batch1_server_ms = served_ns / 1e6
