@@ -149,7 +149,12 @@ def start_server(
     wait_ready: bool = True,
     extra_env: Mapping[str, str] | None = None,
 ) -> ServerProcess:
-    """Launch the console script and wait until it listens (and, by default, is ready)."""
+    """Launch the console script and wait until it listens (and, by default, is ready).
+
+    One process unless ``extra_args`` or ``extra_env`` ask for workers: the default
+    (``auto``) would start workers on a machine with more than two cores, and the suite's
+    figures and log checks would then depend on the machine it runs on.
+    """
     command = [
         sys.executable, "-m", "batchserve.cli", "serve",
         "--model-repository", str(model_repository),
@@ -157,6 +162,7 @@ def start_server(
         "--log-format", "json", *extra_args,
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSERVE_")}
+    env["BATCHSERVE_WORKERS"] = "1"
     env.update(extra_env or {})
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
     server = ServerProcess(process)

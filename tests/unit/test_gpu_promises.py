@@ -245,7 +245,8 @@ from pathlib import Path
 from batchserve.core.errors import BatchserveError
 from batchserve.models.registry import ModelRegistry
 from batchserve.models.repository import ModelRepository
-from batchserve.scheduler.memory import MemoryBudgets, parse_budgets
+from batchserve.core.budgets import parse_budgets
+from batchserve.scheduler.memory import MemoryBudgets
 from batchserve.models.memory_probe import device_total_bytes
 
 async def main() -> dict:
@@ -271,9 +272,9 @@ def _load_elsewhere(repository: Path, **environment: str) -> dict[str, Any]:
         capture_output=True,
         text=True,
         env=env,
-        check=True,
         timeout=300,
     )
+    assert done.returncode == 0, f"the load script exited {done.returncode}: {done.stderr[-3000:]}"
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -294,6 +295,16 @@ def test_e_with_cuda_hidden_a_gpu_model_runs_on_the_cpu_only_when_allowed(
 ) -> None:
     if runtime == "tensorrt":
         pytest.skip("tensorrt: an engine cannot run on the CPU, so there is nothing to fall to")
+    _check_fallback_in_a_fresh_process(runtime, tmp_path)
+
+
+def test_e_the_fresh_process_check_runs_where_the_suite_runs(tmp_path: Path) -> None:
+    """test_e's own check, on this machine with CUDA hidden (or no GPU at all), so that the
+    script it runs on a GPU machine cannot rot where no GPU ever runs it."""
+    _check_fallback_in_a_fresh_process("onnxruntime", tmp_path)
+
+
+def _check_fallback_in_a_fresh_process(runtime: str, tmp_path: Path) -> None:
     strict, lenient = _fallback_cases(runtime, tmp_path)
     refused = _load_elsewhere(strict, CUDA_VISIBLE_DEVICES="")
     assert refused["error"] == "DeviceUnavailable", refused

@@ -97,6 +97,32 @@ def runtime_name(config: ModelConfig, model_file: Path) -> str:
     return chosen.backend
 
 
+def gpu_unusable(config: ModelConfig, model_file: Path) -> str:
+    """Why the runtime serving ``model_file`` cannot run on a GPU in this process ("" when
+    it can): ``KIND_AUTO`` then places the model on the CPU instead of failing its load, as
+    Triton does for a backend built without GPU support (a CUDA host whose onnxruntime is the
+    CPU wheel serves its ONNX models on the CPU, its PyTorch programs on the GPU)."""
+    runtime = runtime_name(config, model_file)
+    if runtime == TENSORRT.backend:
+        return ""  # a GPU-only runtime: without TensorRT the load says so itself
+    if runtime == PT2.backend:
+        from batchserve.backends.torch_archive import import_torch
+
+        torch = import_torch(model_file)
+        if torch.version.cuda is None:
+            return f"torch {torch.__version__} is a CPU-only build"
+        return "" if torch.cuda.is_available() else "torch sees no CUDA device"
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return ""  # the load says what is missing
+    from batchserve.backends.onnx_options import CUDA_EP
+
+    if CUDA_EP in ort.get_available_providers():
+        return ""
+    return f"onnxruntime {ort.__version__} has no {CUDA_EP} (onnxruntime-gpu brings it)"
+
+
 def create_backend(
     config: ModelConfig, model_file: Path, *, memory_limit_bytes: int | None = None
 ) -> Backend:

@@ -23,6 +23,7 @@ import importlib
 import io
 import json
 import re
+import warnings
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,9 @@ from batchserve.core.errors import ModelConfigError
 SCHEMA_MAJOR = 8  # torch.export's serialisation schema (torch 2.11 and 2.13 both write 8.x)
 MODEL_JSON = "models/model.json"
 INSTALL_HINT = "pip install 'batchserve[export]' (or a CUDA build of torch on a GPU machine)"
+
+NOT_WRITABLE = "The given buffer is not writable"
+"""The start of the warning torch 2.11 gives for an archive's weights (``load_program``)."""
 
 _FIXED_ENTRIES = frozenset({"archive_format", "archive_version", "byteorder"})
 _RAW_WEIGHT = re.compile(r"data/weights/weight_\d+")
@@ -86,7 +90,11 @@ def load_program(model_file: Path) -> Any:
     torch = import_torch(model_file)
     checked = checked_archive(model_file, torch_sympy_names())
     try:
-        return torch.export.load(checked)
+        with warnings.catch_warnings():
+            # torch 2.11 maps the archive's weights from its read-only bytes and warns that
+            # they are not writable; an inference program never writes its weights.
+            warnings.filterwarnings("ignore", NOT_WRITABLE, UserWarning)
+            return torch.export.load(checked)
     except Exception as exc:
         message = " ".join(str(exc).split())[:500]
         raise ModelConfigError(

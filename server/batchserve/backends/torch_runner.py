@@ -176,7 +176,7 @@ class CudaRunner:
         fetched: dict[str, tuple[Any, bool]] = {}
         for name, value in outputs.items():
             pinned = self._pinned.get(name)
-            if pinned is not None and tuple(value.shape) == (rows, *pinned.shape[1:]):
+            if pinned is not None and fits_buffer(tuple(value.shape), tuple(pinned.shape), rows):
                 pinned[:rows].copy_(value, non_blocking=True)
                 fetched[name] = (pinned[:rows], True)
             else:
@@ -206,8 +206,20 @@ class CudaRunner:
         self.stream.synchronize()
 
 
+def fits_buffer(shape: tuple[int, ...], buffer: tuple[int, ...], rows: int) -> bool:
+    """Whether an output of ``shape`` goes through a fixed buffer of shape ``buffer``: its
+    ``rows`` rows and the buffer's other dimensions, in no more rows than the buffer has (a
+    batch over ``max_batch_size`` runs without the fixed buffers)."""
+    return rows <= buffer[0] and shape == (rows, *buffer[1:])
+
+
 def start_meter(torch: Any, index: int) -> int:
-    """Bytes torch holds on the device now, with its peak reset: call before loading weights."""
+    """Bytes torch holds on the device now, with its peak reset: call before loading weights.
+
+    CUDA is initialised first: in a process that has not touched the GPU yet, the caching
+    allocator has no devices, and resetting its peak raises "Invalid device argument".
+    """
+    torch.cuda.init()
     allocated = int(torch.cuda.memory_allocated(index))
     torch.cuda.reset_peak_memory_stats(index)
     return allocated

@@ -97,15 +97,23 @@ class Placement:
     group: bytes
 
 
-def resolve_devices(config: ModelConfig, available_gpus: int) -> list[Device]:
+def resolve_devices(
+    config: ModelConfig, available_gpus: int, *, auto_gpu: bool = True
+) -> list[Device]:
     """One Device per model instance, placed from ``instance_group`` as Triton places them.
 
     No instance_group means one instance per GPU present, or one on the CPU without GPUs.
+    ``auto_gpu`` False (the model's runtime cannot use a GPU in this process: onnxruntime
+    without its CUDA provider, a CPU-only torch) places ``KIND_AUTO`` groups on the CPU, as
+    Triton does for a backend that prefers the CPU; ``KIND_GPU`` still asks for a GPU.
     """
-    return [placement.device for placement in resolve_placements(config, available_gpus)]
+    placements = resolve_placements(config, available_gpus, auto_gpu=auto_gpu)
+    return [placement.device for placement in placements]
 
 
-def resolve_placements(config: ModelConfig, available_gpus: int) -> list[Placement]:
+def resolve_placements(
+    config: ModelConfig, available_gpus: int, *, auto_gpu: bool = True
+) -> list[Placement]:
     """``resolve_devices``, with each instance's group signature."""
     groups = list(config.instance_group) or [ModelInstanceGroup(kind=ModelInstanceGroup.KIND_AUTO)]
     placements: list[Placement] = []
@@ -115,13 +123,24 @@ def resolve_placements(config: ModelConfig, available_gpus: int) -> list[Placeme
         signature.ClearField("name")
         signature.ClearField("count")
         key = signature.SerializeToString(deterministic=True)
-        devices = _group_devices(config, group, position, available_gpus)
+        devices = _group_devices(config, group, position, available_gpus, auto_gpu)
         placements.extend(Placement(device, key) for device in devices)
     return placements
 
 
+def places_auto(config: ModelConfig) -> bool:
+    """Whether the server chooses the device of some of ``config``'s instances (KIND_AUTO,
+    named or implied by no instance_group at all)."""
+    groups = list(config.instance_group)
+    return not groups or any(g.kind == ModelInstanceGroup.KIND_AUTO for g in groups)
+
+
 def _group_devices(
-    config: ModelConfig, group: ModelInstanceGroup, position: int, available_gpus: int
+    config: ModelConfig,
+    group: ModelInstanceGroup,
+    position: int,
+    available_gpus: int,
+    auto_gpu: bool,
 ) -> list[Device]:
     label = f"model '{config.name}' instance_group '{group.name or position}'"
     if group.count < 0:
@@ -131,7 +150,8 @@ def _group_devices(
         raise ModelConfigError(f"{label}: gpus {list(group.gpus)} lists a negative index")
     kind = group.kind
     if kind == ModelInstanceGroup.KIND_AUTO:
-        if available_gpus == 0 or any(index >= available_gpus for index in group.gpus):
+        unusable = not auto_gpu or available_gpus == 0
+        if unusable or any(index >= available_gpus for index in group.gpus):
             return [CPU] * count
         kind = ModelInstanceGroup.KIND_GPU
     if kind == ModelInstanceGroup.KIND_GPU:

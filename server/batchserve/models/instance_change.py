@@ -20,9 +20,10 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from batchserve.devices.placement import Placement, gpu_count, resolve_placements
+from batchserve.devices.placement import Placement
 from batchserve.models.model_directory import ResolvedModel
 from batchserve.models.model_table import LoadedInstance, ServedVersion
+from batchserve.models.placing import placements as place
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.sequences import SequenceBatcher
 
@@ -131,7 +132,8 @@ class InstanceChange:
     ) -> InstanceChange:
         """Load what ``config`` places beyond the instances ``served`` has (raises, with
         nothing left loaded, when an instance cannot be placed, loaded or reserved)."""
-        plan = plan_instances(served.instances, resolve_placements(config, gpu_count()))
+        source = served.source.model_file if served.source is not None else None
+        plan = plan_instances(served.instances, place(config, source))
         added: list[LoadedInstance] = []
         try:
             for name, placement in zip(_new_names(served, len(plan.add)), plan.add, strict=True):

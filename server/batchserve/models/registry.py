@@ -18,7 +18,7 @@ from dataclasses import replace
 from batchserve.backends.selection import create_backend
 from batchserve.core.device import CPU
 from batchserve.core.errors import BatchserveError, ModelConfigError, Unavailable
-from batchserve.devices.placement import Placement, gpu_count, resolve_placements
+from batchserve.devices.placement import Placement
 from batchserve.models.decoupled import build_responder, builtin_backend, step_model
 from batchserve.models.instance_change import change_instances, reload_reason
 from batchserve.models.instance_loader import BackendFactory as BackendFactory  # re-exported
@@ -33,6 +33,7 @@ from batchserve.models.model_table import (
     ModelTable,
     ServedVersion,
 )
+from batchserve.models.placing import placements as place
 from batchserve.models.repository import ModelRepository
 from batchserve.models.warmup import synthetic_batch
 from batchserve.models.warmup_samples import WarmupSample, read_warmup_samples
@@ -258,7 +259,7 @@ class ModelRegistry(ModelTable):
         reservations = ModelReservations.from_config(config)
         loaded: list[LoadedInstance] = []
         try:
-            placements = resolve_placements(config, gpu_count())
+            placements = place(config, version.model_file)
             for index, placement in enumerate(placements):
                 name = f"{resolved.name}-{version.version}-{index}"
                 sharing = len(placements) - index
@@ -311,7 +312,7 @@ class ModelRegistry(ModelTable):
         config = resolved.config
         if not resolved.tunable:
             return config, None
-        device = resolve_placements(config, gpu_count())[0].device
+        device = place(config, version.model_file)[0].device
         first = samples[0].inputs if samples else None
         free_dim = probe_length(config)
         subject = Subject(

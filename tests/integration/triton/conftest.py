@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,9 @@ from tests.integration.server import ServerProcess, start_server
 from tests.integration.triton.models import MODEL_NAMES, write_repository
 
 SETTLED = ("model ready", "model failed to load")
-HANDLING = {"one process": [], "two workers": ["--workers", "2"]}
-"""How requests are handled: ``serve``'s arguments for each."""
+HANDLING = {"one process": ["--workers", "1"], "two workers": ["--workers", "2"]}
+"""How requests are handled: ``serve``'s arguments for each. One process is asked for by
+name: the default (``auto``) starts workers on a machine with more than two cores."""
 
 
 @pytest.fixture(scope="session")
@@ -44,11 +46,23 @@ def handling(request: pytest.FixtureRequest) -> list[str]:
     return HANDLING[request.param]
 
 
+@contextmanager
+def _stopped_on_failure(server: ServerProcess) -> Iterator[None]:
+    """A fixture's checks that fail leave no server running behind them."""
+    try:
+        yield
+    except BaseException:
+        server.process.kill()
+        server.stop()
+        raise
+
+
 def _check_workers(server: ServerProcess, handling: list[str]) -> None:
     """The server runs as many workers as asked (none for one process)."""
     server.drain_logs()
     started = sum(record.get("message") == "worker started" for record in server.logs)
-    assert started == (int(handling[1]) if handling else 0), server.logs[-5:]
+    asked = int(handling[handling.index("--workers") + 1])
+    assert started == (asked if asked > 1 else 0), server.logs[-5:]
 
 
 @pytest.fixture(scope="session")
@@ -59,8 +73,9 @@ def triton_server(triton_repo: Path, handling: list[str]) -> Iterator[ServerProc
     (it is logged with its reason) fails the tests that use it, not the whole suite.
     """
     server = start_server(triton_repo, handling, wait_ready=False)
-    _wait_settled(server)
-    _check_workers(server, handling)
+    with _stopped_on_failure(server):
+        _wait_settled(server)
+        _check_workers(server, handling)
     yield server
     assert server.stop() == 0
 
@@ -69,6 +84,7 @@ def triton_server(triton_repo: Path, handling: list[str]) -> Iterator[ServerProc
 def control_server(triton_repo: Path, handling: list[str]) -> Iterator[ServerProcess]:
     """``--model-control-mode explicit`` with nothing loaded, for the model-control examples."""
     server = start_server(triton_repo, ["--model-control-mode", "explicit", *handling])
-    _check_workers(server, handling)
+    with _stopped_on_failure(server):
+        _check_workers(server, handling)
     yield server
     assert server.stop() == 0

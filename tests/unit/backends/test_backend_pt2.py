@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 from batchserve.backends.selection import create_backend, runtime_name  # noqa: E402
 from batchserve.backends.torch_program import read_pt2_signature  # noqa: E402
 from batchserve.backends.torch_pt2 import TorchBackend  # noqa: E402
+from batchserve.backends.torch_runner import fits_buffer  # noqa: E402
 from batchserve.core.device import CPU, Device  # noqa: E402
 from batchserve.core.errors import (  # noqa: E402
     BackendError,
@@ -213,6 +214,22 @@ def test_on_a_gpu_the_program_runs_on_its_own_stream_and_matches_the_cpu(tmp_pat
     assert memory >= 32 * ROW * 4  # at least the input buffer
     gpu.unload()
     assert gpu.memory_bytes() is None
+
+
+@pytest.mark.parametrize(
+    ("shape", "rows", "fits"),
+    [
+        ((7, 4), 7, True),
+        ((32, 4), 32, True),
+        ((33, 4), 33, False),  # over max_batch_size: its rows would not fit (seen on a GPU)
+        ((7, 5), 7, False),
+        ((6, 4), 7, False),
+    ],
+)
+def test_an_output_goes_through_its_fixed_buffer_only_where_it_fits(
+    shape: tuple[int, ...], rows: int, fits: bool
+) -> None:
+    assert fits_buffer(shape, (32, 4), rows) is fits
 
 
 @pytest.mark.gpu

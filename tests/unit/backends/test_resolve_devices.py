@@ -105,3 +105,21 @@ def test_groups_are_concatenated_in_order():
 def test_invalid_groups_are_config_errors(group: str, match: str):
     with pytest.raises(ModelConfigError, match=f"model 'm' instance_group '0': .*{match}"):
         resolve_devices(config(f"instance_group {{ {group} }}"), 1)
+
+
+@pytest.mark.parametrize(
+    ("groups", "expected"),
+    [
+        ("", [CPU]),
+        ("instance_group { kind: KIND_AUTO count: 2 }", [CPU, CPU]),
+        ("instance_group { kind: KIND_GPU gpus: [1] }", gpus(1)),
+        (
+            "instance_group { kind: KIND_AUTO } instance_group { kind: KIND_GPU gpus: [0] }",
+            [CPU, Device("gpu", 0)],
+        ),
+    ],
+)
+def test_a_runtime_without_gpu_support_leaves_only_the_servers_choice_to_the_cpu(
+    groups: str, expected: list[Device]
+):
+    assert resolve_devices(config(groups), 2, auto_gpu=False) == expected

@@ -1,0 +1,29 @@
+"""Where a model version's instances run: ``instance_group`` as Triton reads it, with the
+server's choice (``KIND_AUTO``) left to the CPU where the version's runtime cannot use this
+machine's GPUs."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from batchserve.backends.selection import gpu_unusable
+from batchserve.devices.placement import Placement, gpu_count, places_auto, resolve_placements
+from batchserve.proto.model_config_pb2 import ModelConfig
+
+_log = logging.getLogger(__name__)
+
+
+def placements(config: ModelConfig, model_file: Path | None) -> list[Placement]:
+    """Each instance's device and group; ``model_file`` None (a version with no file of its
+    own) places as the config says."""
+    gpus = gpu_count()
+    unusable = gpu_unusable(config, model_file) if gpus and model_file is not None else ""
+    if unusable and places_auto(config):
+        _log.warning(
+            "model '%s': its instances are placed on the CPU although this machine has %d "
+            "GPU(s): %s. Set instance_group { kind: KIND_CPU } to say so, or install the "
+            "runtime's GPU build",
+            config.name, gpus, unusable,
+        )  # fmt: skip
+    return resolve_placements(config, gpus, auto_gpu=not unusable)
