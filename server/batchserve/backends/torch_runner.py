@@ -51,6 +51,23 @@ def host_tensor(torch: Any, array: np.ndarray) -> Any:
     return torch.from_numpy(contiguous)
 
 
+def stage(torch: Any, staged: Any, array: np.ndarray) -> None:
+    """Copy a batch into its pinned host buffer on this thread alone.
+
+    torch copies a large CPU tensor on its OpenMP pool, whose threads then spin-wait for
+    more work (libgomp's default). On an H200 host a served GPU model's server used 5-10 of
+    16 cores whatever the load, cores its request handling needed; a copy like this one at
+    75 batches a second kept 0.78 of 2 cores busy on a CPU, against 0.16 with numpy's
+    (``bench/NOTES.md``). A dtype numpy cannot view (bfloat16) is still copied by torch.
+    """
+    try:
+        view = staged.numpy()
+    except TypeError:
+        staged.copy_(host_tensor(torch, array))
+        return
+    np.copyto(view, array)
+
+
 class CpuRunner:
     """The program on the CPU: numpy in, numpy out, no copies beyond torch's own."""
 
@@ -158,7 +175,7 @@ class CudaRunner:
         torch = self._call.torch
         for name, array in inputs.items():
             staged = self._pinned[name][:rows]
-            staged.copy_(host_tensor(torch, array))
+            stage(torch, staged, array)
             self._device[name][:rows].copy_(staged, non_blocking=True)
 
     def _device_inputs(self, inputs: Arrays, rows: int, fixed: bool) -> dict[str, Any]:

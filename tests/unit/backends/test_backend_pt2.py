@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from batchserve.backends.selection import create_backend, runtime_name  # noqa: E402
 from batchserve.backends.torch_program import read_pt2_signature  # noqa: E402
 from batchserve.backends.torch_pt2 import TorchBackend  # noqa: E402
-from batchserve.backends.torch_runner import fits_buffer  # noqa: E402
+from batchserve.backends.torch_runner import fits_buffer, stage  # noqa: E402
 from batchserve.core.device import CPU, Device  # noqa: E402
 from batchserve.core.errors import (  # noqa: E402
     BackendError,
@@ -230,6 +230,21 @@ def test_an_output_goes_through_its_fixed_buffer_only_where_it_fits(
     shape: tuple[int, ...], rows: int, fits: bool
 ) -> None:
     assert fits_buffer(shape, (32, 4), rows) is fits
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.uint8])
+def test_a_batch_is_staged_into_the_head_of_its_buffer(dtype: type) -> None:
+    buffer = torch.full((8, 3), 7).to(getattr(torch, np.dtype(dtype).name))
+    batch = np.arange(30).reshape(5, 6).astype(dtype)[:, ::2]  # a strided view, as requests can be
+    stage(torch, buffer[:5], batch)
+    np.testing.assert_array_equal(buffer[:5].numpy(), batch)
+    assert (buffer[5:].numpy() == 7).all()
+
+
+def test_a_dtype_numpy_cannot_view_is_staged_by_torch() -> None:
+    buffer = torch.zeros((4, 2), dtype=torch.bfloat16)
+    stage(torch, buffer[:2], np.ones((2, 2), np.float32))
+    assert buffer.float().sum().item() == 4.0
 
 
 @pytest.mark.gpu
