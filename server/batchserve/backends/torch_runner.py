@@ -57,7 +57,7 @@ def stage(torch: Any, staged: Any, array: np.ndarray) -> None:
     torch copies a large CPU tensor on its OpenMP pool, whose threads then spin-wait for
     more work (libgomp's default). On an H200 host a served GPU model's server used 5-10 of
     16 cores whatever the load, cores its request handling needed; a copy like this one at
-    75 batches a second kept 0.78 of 2 cores busy on a CPU, against 0.16 with numpy's
+    about 70 batches a second kept 0.78 of 2 cores busy on a CPU, against 0.16 with numpy's
     (``bench/NOTES.md``). A dtype numpy cannot view (bfloat16) is still copied by torch.
     """
     try:

@@ -42,7 +42,9 @@ def auto_workers(cpus: int) -> int:
     get one. The count stops at 8: measured on two cores, the model-owning process spent
     17-45 µs a request over HTTP at c=64 and a worker 67-150 µs, so a handful of workers
     keep it busy and more would only wait on it (over gRPC both cost more: 130-180 and
-    210-450 µs). Not yet measured on more than two cores.
+    210-450 µs). On a 16-core host (digits_cnn, 32 clients a worker, ``bench/GPU_RESULTS.md``)
+    eight workers served the most of 1, 2, 4 and 8: 2.6x one process over HTTP and 4.2x over
+    gRPC, against 2.2x and 2.9x with four.
     """
     if cpus <= 2:
         return 1
