@@ -12,7 +12,9 @@
 # 3. the project and its client installed from this checkout with --no-deps, then whatever of
 #    their dependencies the machine lacks, from WHEELHOUSE only (scripts/gpu_wheelhouse.sh
 #    builds one): pip never reaches an index (PIP_NO_INDEX=1);
-# 4. python -m bench.gpu ARGS: discovery, the time budget, the tests, the benchmark, the report.
+# 4. from the wheelhouse's extras, NVIDIA's client where this Python lacks it, and its
+#    perf_analyzer on the PATH;
+# 5. python -m bench.gpu ARGS: discovery, the time budget, the tests, the benchmark, the report.
 #
 # The dry run (GPU_CHECK_CPU=1) skips the GPU preflight and runs the same harness on the CPU
 # runtimes with a tiny grid, writing build/gpu-check/GPU_RESULTS.md; it uses .venv, the
@@ -76,6 +78,23 @@ if [ -n "$unmet" ]; then
   mapfile -t wanted <<<"$listed"
   say "installing them from $WHEELHOUSE (no index; what is already here is kept)"
   "$PY" -m pip install --quiet "${FIND[@]}" "${wanted[@]}"
+fi
+
+# The wheelhouse's extras (scripts/gpu_wheelhouse.sh): NVIDIA's client for the GPU tests,
+# only the wheels this Python lacks and without resolving, so that nothing the machine has is
+# replaced (a client that does not install fails only the tests that import it); and
+# perf_analyzer, which then drives the served points.
+if [ -n "${WHEELHOUSE:-}" ] && [ -d "$WHEELHOUSE/clients" ]; then
+  mapfile -t missing < <("$PY" -m bench.gpu.requirements --missing-wheels "$WHEELHOUSE/clients")
+  if [ -n "${missing[*]}" ]; then
+    say "installing the GPU tests' clients: ${#missing[@]} wheels, without resolving"
+    "$PY" -m pip install --quiet --no-deps "${missing[@]}" ||
+      say "the clients did not install: the tests that import them will say so"
+  fi
+fi
+if [ -n "${WHEELHOUSE:-}" ] && [ -x "$WHEELHOUSE/perf_analyzer/bin/perf_analyzer" ]; then
+  PATH="$(cd "$WHEELHOUSE/perf_analyzer/bin" && pwd):$PATH"
+  export PATH
 fi
 
 exec "$PY" -m bench.gpu "${ARGS[@]}"

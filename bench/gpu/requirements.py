@@ -31,6 +31,13 @@ CHECK_EXTRAS = ("pytest>=8", "httpx>=0.27")
 dependencies (the load generator uses the project's client, which brings httpx and grpcio)."""
 
 
+CLIENTS = ("tritonclient[http,grpc]>=2.50",)
+"""What the GPU-marked integration tests import beside the project: NVIDIA's own client, whose
+CUDA shared-memory examples they run. Installed from the wheelhouse's ``clients/`` folder,
+only what the machine lacks, without resolving (``missing_wheels``): its pin of ml-dtypes
+must not replace the machine's own, and a client that cannot install fails only those tests."""
+
+
 def _pyproject(directory: Path) -> dict[str, object]:
     with (directory / "pyproject.toml").open("rb") as handle:
         return tomllib.load(handle)
@@ -94,12 +101,26 @@ def installed_versions() -> dict[str, str]:
     return found
 
 
+def missing_wheels(wheels: Iterable[Path], installed: Mapping[str, str]) -> list[Path]:
+    """The wheels whose distribution is not installed at all (a wheel's file name begins
+    with its distribution's name, then ``-`` and the version)."""
+    return [w for w in sorted(wheels) if canonicalize_name(w.name.split("-")[0]) not in installed]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.gpu.requirements")
     parser.add_argument("--build", action="store_true", help="the build backend's requirements")
+    parser.add_argument("--clients", action="store_true", help="the GPU tests' clients")
     parser.add_argument("--unmet", action="store_true", help="only those not satisfied here")
+    parser.add_argument(
+        "--missing-wheels", type=Path, metavar="DIR", help="the wheels in DIR not installed here"
+    )
     args = parser.parse_args(argv)
-    wanted = build() if args.build else runtime()
+    if args.missing_wheels is not None:
+        found = missing_wheels(args.missing_wheels.glob("*.whl"), installed_versions())
+        print("\n".join(str(path) for path in found))
+        return 0
+    wanted = build() if args.build else list(CLIENTS) if args.clients else runtime()
     if not args.unmet:
         print("\n".join(wanted))
         return 0

@@ -43,6 +43,22 @@ def test_unmet_names_what_is_missing_or_too_old() -> None:
     ]
 
 
+def test_only_the_client_wheels_a_machine_lacks_are_installed() -> None:
+    """By distribution, whatever version the machine has: nothing it has is replaced."""
+    wheels = [Path(f"clients/{name}") for name in (
+        "tritonclient-2.73.0-py3-none-any.whl",
+        "python_rapidjson-1.25-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "zope_interface-8.7-cp312-cp312-manylinux1_x86_64.whl",
+        "aiohttp-3.14.5-cp312-cp312-manylinux2014_x86_64.whl",
+    )]  # fmt: skip
+    installed = {"aiohttp": "3.9.0", "zope-interface": "6.0", "numpy": "2.5.2"}
+    assert [w.name.split("-")[0] for w in requirements.missing_wheels(wheels, installed)] == [
+        "python_rapidjson",
+        "tritonclient",
+    ]
+    assert any(text.startswith("tritonclient[http,grpc]") for text in requirements.CLIENTS)
+
+
 def test_a_nested_environment_sees_its_parent_s_packages_only_when_it_has_one() -> None:
     assert venv.parent_site_dirs("/usr", "/usr", ["/usr/lib/site"]) == []
     assert venv.parent_site_dirs("/env", "/usr", ["/env/lib/site"]) == ["/env/lib/site"]
