@@ -13,12 +13,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from batchserve.backends.selection import gpu_unusable
 from batchserve.core.budgets import parse_budgets
 from batchserve.core.device import CPU
 from batchserve.devices.nvml import GpuMonitor, GpuReading
 from batchserve.devices.placement import gpu_count, resolve_devices
 from batchserve.models.memory_probe import device_total_bytes, gpu_total_bytes
 from batchserve.models.model_config import parse_pbtxt
+from batchserve.models.placing import placements
 from batchserve.models.registry import ModelRegistry
 from batchserve.models.repository import ModelRepository
 from batchserve.observability.exposition import render
@@ -201,3 +203,19 @@ def test_placement_counts_the_gpus_cuda_sees(
     nvml_reports(TWO_GPUS)
     cuda_sees(NVML_UUIDS)
     assert gpu_count() == 2
+
+
+def test_an_onnx_model_left_to_the_server_goes_to_the_gpus_onnxruntime_gpu_can_use(
+    nvml_reports: Report,
+    cuda_sees: Callable[[list[str]], HostCuda],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The real onnxruntime-gpu lists its CUDA provider, so KIND_AUTO keeps the GPUs CUDA
+    sees (the CPU build, which lists none, sends the model to the CPU: ``test_placing``)."""
+    nvml_reports(TWO_GPUS)
+    cuda_sees(NVML_UUIDS)
+    assert gpu_unusable(parse_pbtxt(CONFIG), Path("model.onnx")) == ""
+    with caplog.at_level(logging.WARNING, logger="batchserve.models.placing"):
+        found = placements(parse_pbtxt(CONFIG), Path("model.onnx"))
+    assert [str(p.device) for p in found] == ["gpu:0", "gpu:1"]
+    assert caplog.text == ""

@@ -107,11 +107,9 @@ def gpu_unusable(config: ModelConfig, model_file: Path) -> str:
         return ""  # a GPU-only runtime: without TensorRT the load says so itself
     if runtime == PT2.backend:
         from batchserve.backends.torch_archive import import_torch
+        from batchserve.backends.torch_pt2 import gpu_problem
 
-        torch = import_torch(model_file)
-        if torch.version.cuda is None:
-            return f"torch {torch.__version__} is a CPU-only build"
-        return "" if torch.cuda.is_available() else "torch sees no CUDA device"
+        return gpu_problem(import_torch(model_file), 0)
     try:
         import onnxruntime as ort
     except ImportError:

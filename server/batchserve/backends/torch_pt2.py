@@ -162,9 +162,10 @@ def _placement(torch: Any, device: Device, config: ModelConfig, model_file: Path
     """The device to run on: the GPU asked for, or the CPU when allowed and no GPU is usable."""
     if device.kind == "cpu":
         return device
-    problem = _gpu_problem(torch, device)
+    problem = gpu_problem(torch, device.index)
     if not problem:
         return device
+    problem = f"the instance is placed on {device}, but {problem}"
     if config.batchserve.allow_cpu_fallback:
         _log.warning("%s: %s; running on the CPU (allow_cpu_fallback)", model_file, problem)
         return CPU
@@ -174,19 +175,15 @@ def _placement(torch: Any, device: Device, config: ModelConfig, model_file: Path
     )
 
 
-def _gpu_problem(torch: Any, device: Device) -> str:
+def gpu_problem(torch: Any, index: int) -> str:
+    """Why ``torch`` cannot run on CUDA device ``index`` ("" when it can)."""
     if torch.version.cuda is None:
-        return (
-            f"the instance is placed on {device}, but torch {torch.__version__} is a CPU-only build"
-        )
+        return f"torch {torch.__version__} is a CPU-only build"
     if not torch.cuda.is_available():
-        return (
-            f"the instance is placed on {device}, but torch sees no CUDA device (no driver, "
-            "or CUDA_VISIBLE_DEVICES hides the GPUs)"
-        )
+        return "torch sees no CUDA device (no driver, or CUDA_VISIBLE_DEVICES hides the GPUs)"
     count = int(torch.cuda.device_count())
-    if device.index >= count:
-        return f"the instance is placed on {device}, but torch sees {count} GPU(s)"
+    if index >= count:
+        return f"torch sees {count} GPU(s)"
     return ""
 
 

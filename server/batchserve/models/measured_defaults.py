@@ -39,6 +39,7 @@ from pathlib import Path
 from batchserve.backends.base import Arrays, Backend
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import BatchserveError
+from batchserve.devices.placement import places_auto
 from batchserve.models.memory_probe import MEASURING
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
@@ -313,15 +314,10 @@ def tune(subject: Subject, cores: int, *, graphs_possible: bool = False) -> Tuni
         measured[0] = (first, *measured[0])
         trials = [Trial(c.setting, r) for c, r in zip(loaded, measured, strict=True)] + failed
         chosen, reason = decide(trials, prior(subject.device, cores))
-        if subject.device.kind == "gpu" and _placed_by_kind_auto(subject.config):
+        if subject.device.kind == "gpu" and places_auto(subject.config):
             cpu_instances, found = _cpu_beside(subject, default)
             chosen, reason = replace(chosen, cpu_instances=cpu_instances), f"{reason}; {found}"
     return Tuning(chosen, reason, tuple(trials), time.perf_counter() - started)
-
-
-def _placed_by_kind_auto(config: ModelConfig) -> bool:
-    groups = config.instance_group
-    return not groups or groups[0].kind == ModelInstanceGroup.KIND_AUTO
 
 
 def _cpu_beside(subject: Subject, gpu: _Candidate) -> tuple[int, str]:
