@@ -33,6 +33,8 @@ class Execution(NamedTuple):
     output_ns: int
     padding: int
     elements: int
+    cpu_ns: int = 0
+    """CPU time of the thread that ran it, over the same span; 0 when not taken."""
 
 
 Part = tuple[int, int, int]
@@ -43,9 +45,18 @@ class BatchRun:
     """Runs a batch to one outcome per request; called once, on the instance's thread."""
 
     def __init__(
-        self, backend: Backend, batch: Sequence[WorkItem], pad_value: float, layout: SequenceLayout
+        self,
+        backend: Backend,
+        batch: Sequence[WorkItem],
+        pad_value: float,
+        layout: SequenceLayout,
+        *,
+        cpu_clock: bool = False,
     ) -> None:
         self._backend = backend
+        self._cpu_clock = cpu_clock
+        """Take the thread's CPU time too (``Execution.cpu_ns``): a system call each way,
+        paid only where the batcher uses it."""
         self._batch = batch
         self._pad_value = pad_value
         self._layout = layout if layout else None
@@ -84,6 +95,7 @@ class BatchRun:
 
     def _execute(self, parts: list[Part], whole: bool) -> None:
         """Run ``parts`` once; ``whole``: they are the entire batch, every request whole."""
+        c0 = time.thread_time_ns() if self._cpu_clock else 0
         t0 = time.monotonic_ns()
         items = [self._batch[index] for index, _, _ in parts]
         arrays = [item.inputs for item in items] if whole else _inputs(items, parts)
@@ -97,8 +109,9 @@ class BatchRun:
         samples = sum(rows)
         self.largest_ok = max(self.largest_ok, samples)
         t3 = time.monotonic_ns()
+        cpu = time.thread_time_ns() - c0 if self._cpu_clock else 0
         self.executions.append(
-            Execution(samples, t1 - t0, t2 - t1, t3 - t2, merged.padding, merged.elements)
+            Execution(samples, t1 - t0, t2 - t1, t3 - t2, merged.padding, merged.elements, cpu)
         )
 
     def _distribute(self, parts: list[Part], items: list[WorkItem], pieces: list[Arrays]) -> None:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
+from collections.abc import Mapping, Sequence
 
+import numpy as np
 import pytest
 from batchserve.core.errors import Unavailable
 from batchserve.observability.stats import ModelStats
@@ -188,6 +191,61 @@ async def test_a_batch_waits_for_company_only_while_its_instances_are_short_of_t
     assert bool(lone.planned_finish_ns) is waits
     stats = batcher.stats
     assert (stats.objective_planned, stats.objective_direct) == ((1, 0) if waits else (0, 1))
+
+
+class _TimedBackend(FakeBackend):
+    """A CPU model whose run takes 2 ms of wall time: computed, or slept (as a thread
+    preempted by the event loop or a client on shared cores would spend it)."""
+
+    RUN_NS = 2 * MS
+
+    def __init__(self, *, computes: bool) -> None:
+        super().__init__()
+        self.computes = computes
+
+    def infer(
+        self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        if self.computes:
+            end = time.thread_time_ns() + self.RUN_NS
+            while time.thread_time_ns() < end:
+                pass
+        else:
+            time.sleep(self.RUN_NS / 1e9)
+        return super().infer(inputs, output_names)
+
+
+@pytest.mark.parametrize("computes", [True, False])
+async def test_waiting_is_judged_by_the_cpu_time_of_a_cpu_model_not_its_wall_time(
+    computes: bool,
+) -> None:
+    """Batches of two requests taking 2 ms each, at one arrival a millisecond, keep an
+    instance saturated only if the 2 ms are its own work; time its thread spent preempted is
+    not the model's, and waiting to save the model's fixed cost pays nothing then
+    (``Batcher._busy_times``)."""
+    clock, backend = ManualClock(), _TimedBackend(computes=computes)
+    batcher = _objective(clock, backend)
+    batcher.seed_batch_times("fake-0", [(2, _TimedBackend.RUN_NS)])
+    for value in range(60):  # the seed mostly forgotten
+        pair = item(1, float(value)), item(1, float(value))
+        for one in pair:  # in one pass: one batch, and two clients to come back
+            batcher.submit(one)
+        await asyncio.sleep(0)
+        await answers(*pair)
+        clock.advance(_TimedBackend.RUN_NS)  # a request a millisecond, as below
+    assert backend.batches[-1] == 2
+    # by wall time both run as the seed said: 2 ms a batch of two
+    assert batcher.batch_time("fake-0").predict(2) >= _TimedBackend.RUN_NS
+    _company(batcher, clock, 2 * MS)  # before a batch of two (4 ms) would make it late
+    _arrivals(batcher, clock, 1 * MS)
+    lone = item(1, 1.0, at=clock)
+    await submit(batcher, lone)
+    assert bool(clock.pending) is computes
+    while clock.pending:  # until its company or its objective's due time
+        clock.advance(clock.pending[0] - clock())
+    await answer(lone)
+    assert backend.batches[-1] == 1
+    assert bool(lone.planned_finish_ns) is computes
 
 
 async def test_the_waiting_rules_learn_afresh_when_waiting_pays_again() -> None:
