@@ -14,13 +14,16 @@ instances are short of time; otherwise the wait is latency for nothing. And a di
 goes at once forms batches by itself as the instances fill up: requests queue behind the
 batch that runs and go together in the next. So a batch waits only while, at the recent
 arrival rate, batches of its size would keep the instances busy more than
-``WAIT_WHEN_BUSIER_THAN`` of the time (by the batch-time model), near saturation; below that
-it goes at once, as with no queue delay. On two cores with digits_cnn (a batch of one in
-tens of microseconds) a queue delay of 0 had more goodput than the deferral at all three
-loads and both objectives (``bench/NOTES.md``, seventeenth round); at half the instances'
-time as the bar, the rate's swings crossed it at 80 and 95 % load, and the batches that then
-waited took the tail (eighteenth round). A GPU model whose fixed cost dominates still
-defers.
+``WAIT_WHEN_BUSIER_THAN`` of the time, near saturation; below that it goes at once, as with
+no queue delay. Busy is judged by the CPU time of the thread that ran a CPU model's batches
+(``Batcher._busy_times``): their wall time also counts the event loop and the client that
+preempted that thread, and at 10x and 95 % load on two shared cores that made 3-9 % of the
+batches wait where the model's own work kept its instance 12 % busy (``bench/NOTES.md``,
+thirty-fifth round). On two cores with digits_cnn (a batch of one in tens of microseconds)
+a queue delay of 0 had more goodput than the deferral at all three loads and both
+objectives (seventeenth round); at half the instances' time as the bar, the rate's swings
+crossed it at 80 and 95 % load, and the batches that then waited took the tail (eighteenth
+round). A GPU model whose fixed cost dominates still defers.
 """
 
 from __future__ import annotations
