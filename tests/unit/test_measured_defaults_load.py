@@ -3,12 +3,14 @@ load measured; a reload of the same config keeps it, a changed config is measure
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 from batchserve.core.budgets import parse_budgets
-from batchserve.models import instance_loader, measured_defaults
+from batchserve.core.device import CPU
+from batchserve.models import instance_loader, measured_defaults, placing
 from batchserve.models.load_override import LoadOverride
 from batchserve.models.measured_defaults import DEFAULT, Setting
 from batchserve.models.memory_probe import device_total_bytes
@@ -70,6 +72,27 @@ async def test_the_measured_setting_is_what_serves(
     assert len(served.batcher.pool.instances) == 4
     loaded_with = [threads for kind, _, threads in log if kind == "load"][-4:]
     assert loaded_with == ["1"] * 4, "the serving instances run one thread each"
+    await registry.close()
+
+
+async def test_a_model_left_on_the_cpu_of_a_gpu_machine_says_so_once(
+    tmp_path: Path,
+    log: list[tuple[str, int, str]],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The CPU build of onnxruntime cannot use the machine's GPUs: the measurement and the
+    load both place the model on the CPU, and the user is told once, not once for each."""
+    monkeypatch.setattr(placing, "gpu_count", lambda: 2)
+    registry = _registry(tmp_path, log)
+    with caplog.at_level(logging.WARNING, logger=placing.__name__):
+        await registry.load("fake")
+    served = registry.get("fake")
+    assert served.tuning is not None  # measured: placed twice
+    assert {i.backend.device for i in served.batcher.pool.instances} == {CPU}
+    said = [r for r in caplog.records if r.name == placing.__name__]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert "CUDAExecutionProvider" in said[0].getMessage()
     await registry.close()
 
 

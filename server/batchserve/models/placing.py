@@ -14,12 +14,16 @@ from batchserve.proto.model_config_pb2 import ModelConfig
 _log = logging.getLogger(__name__)
 
 
-def placements(config: ModelConfig, model_file: Path | None) -> list[Placement]:
+def placements(
+    config: ModelConfig, model_file: Path | None, *, warn: bool = True
+) -> list[Placement]:
     """Each instance's device and group; ``model_file`` None (a version with no file of its
-    own) places as the config says."""
+    own) places as the config says. ``warn``: say when the server's choice goes to the CPU
+    on a GPU machine (off where the same version is placed again right after, so that one
+    load says it once)."""
     gpus = gpu_count()
     unusable = gpu_unusable(config, model_file) if gpus and model_file is not None else ""
-    if unusable and places_auto(config):
+    if warn and unusable and places_auto(config):
         _log.warning(
             "model '%s': its instances are placed on the CPU although this machine has %d "
             "GPU(s): %s. Set instance_group { kind: KIND_CPU } to say so, or install the "

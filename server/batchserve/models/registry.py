@@ -312,7 +312,7 @@ class ModelRegistry(ModelTable):
         config = resolved.config
         if not resolved.tunable:
             return config, None
-        device = place(config, version.model_file)[0].device
+        device = place(config, version.model_file, warn=False)[0].device  # the load says it
         first = samples[0].inputs if samples else None
         free_dim = probe_length(config)
         subject = Subject(
