@@ -3,29 +3,34 @@
     python -m bench.objective [--quick] [--model digits_cnn] [--loads 0.5,0.8,0.95]
         [--objectives 3,10] [--window-s 5] [--rounds 2] [--out bench/OBJECTIVE.md]
 
-One server (`batchserve serve`, only the model loaded). First its capacity and its batch-1
-latency (p50 at one client), with the shipped config: the closed-loop capacity (saturated
-throughput: perf_analyzer at 32 concurrent gRPC clients), and the share of it that open-loop
-Poisson load keeps up with (``open_share``), which makes the capacity the loads are shares
-of. Then, for each objective (a multiple of the batch-1 latency) and each load, the same
-Poisson schedule
-(``open_loop.py``) is played to three configs of the model, each loaded in turn through the
-repository load API with a config override: the objective-driven dispatch (``batchserve {
-latency_objective_microseconds }``, the queue delay as shipped, ``refuse_late_requests``
-off) and fixed queue delays of 0 and of half the objective, without an objective. Each run
-starts once the server has settled from the one before (``settle``). Of each
+One server (`batchserve serve`) over a scratch repository that holds the model four times:
+as shipped, and once for each of the three configs compared (``CONFIGS``): the
+objective-driven dispatch (``batchserve { latency_objective_microseconds }``, the queue delay
+as shipped, ``refuse_late_requests`` off) and fixed queue delays of 0 and of half the
+objective, without an objective. First, with the shipped copy, the capacity and the batch-1
+latency (p50 of lone requests): the closed-loop capacity (saturated throughput:
+perf_analyzer at 32 concurrent gRPC clients), and the share of it that open-loop Poisson load
+keeps up with (``open_share``), which makes the capacity the loads are shares of. Then, for
+each objective (a multiple of the batch-1 latency), the objective's two copies are loaded
+with it (repository load API, config override), and for each load the same Poisson schedule
+(``open_loop.py``) is played to the three copies in turn, round after round before the next
+load: the three stay loaded and warm, and the runs compared are minutes apart, not a sweep
+apart. Served side by side so, the objective's tail was the shorter in 13 of 14 pairs where
+reloading one model config by config had it lose 5 of 6 rounds of the same cell
+(``bench/NOTES.md``, thirty-seventh round): a slow spell of the host then fell on one config's
+runs. Each run starts once the server has settled from the one before (``settle``). Of each
 run's three windows the first is a warm-up; over the other two, the share of requests
-answered within the objective and the goodput (requests per second answered within it).
-The configs take turns first, second and third from cell to cell and round to round (each
-takes each place equally often over three rounds: on this machine the run after a reload
-can fare better or worse for reasons of its own), and rounds are pooled. Writes the report
-and, beside it, its figures as JSON.
+answered within the objective and the goodput (requests per second answered within it). The
+configs take turns first, second and third from round to round and load to load (each takes
+each place equally often over three rounds), and rounds are pooled. Writes the report and,
+beside it, its figures as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -36,7 +41,7 @@ from pathlib import Path
 
 from batchserve.models.model_config import CONFIG_FILENAME, load_pbtxt
 from batchserve.proto.model_config_pb2 import ModelConfig
-from google.protobuf import json_format
+from google.protobuf import json_format, text_format
 
 from bench import machine, open_loop, perf, servers
 from bench.common import ROOT
@@ -44,9 +49,11 @@ from bench.objective_report import (
     BEHIND,
     CONFIGS,
     DELAY_0,
+    HALF,
     KEPT_UP_P99_MS,
     OBJECTIVE,
     SHIPPED,
+    SIDE_BY_SIDE,
     Cell,
     Report,
     dump,
@@ -84,11 +91,21 @@ class Plan:
     quick: bool = False
 
 
+COPY_SUFFIXES = {OBJECTIVE: "objective", DELAY_0: "delay0", HALF: "half"}
+"""The model's copy serving each of ``CONFIGS``: its name is the model's and this."""
+
+
+def copy_name(model: str, config: str) -> str:
+    """The name of ``model``'s copy serving ``config`` (``model`` itself for ``SHIPPED``)."""
+    return model if config == SHIPPED else f"{model}_{COPY_SUFFIXES[config]}"
+
+
 def override(shipped: ModelConfig, config: str, objective_us: int) -> str:
-    """The JSON config a load sends for one of ``CONFIGS`` (the shipped one changed), or for
-    ``SHIPPED`` (unchanged: the capacity's)."""
+    """The JSON config a load sends for the copy serving one of ``CONFIGS`` (the shipped one
+    changed, under the copy's name), or for ``SHIPPED`` (unchanged: the capacity's)."""
     changed = ModelConfig()
     changed.CopyFrom(shipped)
+    changed.name = copy_name(shipped.name, config)
     if config == OBJECTIVE:
         changed.batchserve.latency_objective_microseconds = objective_us
     elif config != SHIPPED:
@@ -100,6 +117,20 @@ def override(shipped: ModelConfig, config: str, objective_us: int) -> str:
     return json_format.MessageToJson(changed, preserving_proto_field_name=True)
 
 
+def scratch_repository(model_dir: Path, root: Path) -> Path:
+    """A repository under ``root`` holding ``model_dir`` as it ships and a copy of it for
+    each of ``CONFIGS`` (its files; the copy's config is given when it is loaded)."""
+    repository = root / "repository"
+    shutil.copytree(model_dir, repository / model_dir.name)
+    for config in CONFIGS:
+        copy = repository / copy_name(model_dir.name, config)
+        shutil.copytree(model_dir, copy)
+        renamed = load_pbtxt(copy / CONFIG_FILENAME)
+        renamed.name = copy.name
+        (copy / CONFIG_FILENAME).write_text(text_format.MessageToString(renamed))
+    return repository
+
+
 @dataclass(frozen=True)
 class Target:
     """The server under measurement, its model as shipped, and a scratch directory."""
@@ -109,8 +140,14 @@ class Target:
     shipped: ModelConfig
     work: Path
 
+    def inferences(self) -> int:
+        """Inferences run so far by the shipped model and every config's copy."""
+        names = [copy_name(self.model, config) for config in (SHIPPED, *CONFIGS)]
+        return sum(self.running.counts(name).inferences for name in names)
+
     def closed_loop(self, clients: int, seconds: float) -> PaRow:
-        """perf_analyzer's point at ``clients`` concurrent clients (gRPC, batch 1)."""
+        """perf_analyzer's point at ``clients`` concurrent clients (gRPC, batch 1), on the
+        shipped model."""
         settings = perf.PaSettings(round(seconds * 1000), stability=100, max_trials=3)
         url = self.running.url("grpc")
         row, error = perf.run(self.model, "grpc", url, clients, settings, self.work)
@@ -119,37 +156,40 @@ class Target:
         return row
 
     def reload(self, config: str, objective_us: int) -> None:
-        """Load the model again under one of ``CONFIGS``, through the repository load API."""
+        """Load the copy serving one of ``CONFIGS`` (or the shipped model, for ``SHIPPED``)
+        again, with its config for ``objective_us``, through the repository load API."""
         text = override(self.shipped, config, objective_us)
         body = json.dumps({"parameters": {"config": text}}).encode()
-        port = self.running.ports["http"]
-        url = f"http://127.0.0.1:{port}/v2/repository/models/{self.model}/load"
+        port, name = self.running.ports["http"], copy_name(self.model, config)
+        url = f"http://127.0.0.1:{port}/v2/repository/models/{name}/load"
         request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=300) as response:
             response.read()
 
-    def planned_batches(self) -> tuple[float, float]:
-        """The batches the objective has sent so far (planned, direct): none for a fixed
-        delay (the metric is the objective's only)."""
-        port, name = self.running.ports["metrics"], "batchserve_objective_batches_total"
+    def planned_batches(self, name: str) -> tuple[float, float]:
+        """The batches model ``name``'s objective has sent so far (planned, direct): none
+        for a fixed delay (the metric is the objective's only)."""
+        port, metric = self.running.ports["metrics"], "batchserve_objective_batches_total"
         return (
-            servers.metric_total(port, name, model=self.model, dispatch="planned"),
-            servers.metric_total(port, name, model=self.model, dispatch="direct"),
+            servers.metric_total(port, metric, model=name, dispatch="planned"),
+            servers.metric_total(port, metric, model=name, dispatch="direct"),
         )
 
     def window(
-        self, rate: float, seed: int, objective_s: float, window_s: float
+        self, config: str, rate: float, seed: int, objective_s: float, window_s: float
     ) -> tuple[Figures, float, float | None, str]:
-        """Open-loop Poisson load at ``rate``: the figures of the windows after the first,
-        the mean batch and the share of batches planned (None without an objective) over the
-        whole run, and why it stopped early ("" when it did not)."""
+        """Open-loop Poisson load at ``rate`` on the copy serving ``config``: the figures of
+        the windows after the first, the mean batch and the share of batches planned (None
+        without an objective) over the whole run, and why it stopped early ("" when it did
+        not)."""
+        name = copy_name(self.model, config)
         span = open_loop.WINDOWS * window_s * 1.5 + 5  # perf_analyzer's ramp and slack
         due = open_loop.poisson_schedule(rate, span, seed)
-        before = self.running.counts(self.model)
-        planned_before = self.planned_batches()
+        before = self.running.counts(name)
+        planned_before = self.planned_batches(name)
         url = self.running.url("grpc")
         try:
-            samples, bounds = open_loop.play(url, self.model, due, window_s, self.work)
+            samples, bounds = open_loop.play(url, name, due, window_s, self.work)
         except open_loop.Stopped as stopped:
             judged = open_loop.unanswered(rate, (open_loop.WINDOWS - 1) * window_s)
             errors = [line for line in str(stopped).splitlines() if "error" in line]
@@ -157,11 +197,11 @@ class Target:
         else:
             judged = open_loop.judge(samples, objective_s, bounds[1], bounds[-1])
             judged_note = ""
-        after = self.running.counts(self.model)
+        after = self.running.counts(name)
         executions = after.executions - before.executions
         batch = (after.inferences - before.inferences) / executions if executions else 0.0
         planned, direct = (
-            a - b for a, b in zip(self.planned_batches(), planned_before, strict=True)
+            a - b for a, b in zip(self.planned_batches(name), planned_before, strict=True)
         )
         share = planned / (planned + direct) if planned + direct else None
         return judged, batch, share, judged_note
@@ -213,22 +253,22 @@ def _baseline(target: Target, report: Report, setup: Plan) -> None:
     server is not given (``Report.server_objective_us``)."""
     report.capacity = target.closed_loop(CAPACITY_CLIENTS, setup.closed_s).throughput
     report.batch1_closed_ms = target.closed_loop(1, setup.closed_s).p50_us / 1000
-    target.reload(DELAY_0, 0)
-    settle(lambda: target.running.counts(target.model).inferences)
-    before = target.running.counts(target.model)
-    lone, batch, _, stopped = target.window(LONE_RATE, 1, 1.0, setup.window_s)  # 1 s: unjudged
-    after = target.running.counts(target.model)
+    target.reload(DELAY_0, 0)  # and so it stays: delay 0 is the same for every objective
+    settle(target.inferences)
+    lone_model = copy_name(target.model, DELAY_0)
+    before = target.running.counts(lone_model)
+    lone, batch, _, stopped = target.window(DELAY_0, LONE_RATE, 1, 1.0, setup.window_s)
+    after = target.running.counts(lone_model)  # the 1 s objective above is not judged
     if stopped or after.succeeded == before.succeeded:
         raise RuntimeError(f"the lone requests' load: {stopped or 'no request succeeded'}")
     report.batch1_ms, report.batch1_batch = lone.p50_ms, batch
     served_ns = (after.succeeded_ns - before.succeeded_ns) / (after.succeeded - before.succeeded)
     report.batch1_server_ms = served_ns / 1e6
-    target.reload(SHIPPED, 0)
     objective_s = report.batch1_ms / 1000  # not judged here
 
     def probe(rate: float) -> Figures:
-        settle(lambda: target.running.counts(target.model).inferences)
-        return target.window(rate, 1, objective_s, setup.probe_window_s)[0]
+        settle(target.inferences)
+        return target.window(SHIPPED, rate, 1, objective_s, setup.probe_window_s)[0]
 
     report.open_share, report.open_steps = open_share(probe, report.capacity)
     print(
@@ -263,56 +303,51 @@ def settle(
 
 
 def _capacity_beside(target: Target, seconds: float, share: float) -> float:
-    """The open-loop capacity again, right before a cell: this machine's speed drifts within
-    minutes (other work on its cores), and a load is a share of the capacity of the moment.
-    The closed-loop capacity is measured again and scaled by the open-loop share measured
-    at the start (a search takes a minute; a closed-loop point four seconds)."""
-    target.reload(SHIPPED, 0)
+    """The open-loop capacity again, right before a round of a load: this machine's speed
+    drifts within minutes (other work on its cores), and a load is a share of the capacity of
+    the moment. The closed-loop capacity is measured again and scaled by the open-loop share
+    measured at the start (a search takes a minute; a closed-loop point four seconds)."""
+    settle(target.inferences)
     return share * target.closed_loop(CAPACITY_CLIENTS, seconds).throughput
 
 
 def config_order(round_: int, cell: int) -> tuple[str, ...]:
-    """The configs in the order a cell plays them: rotated by one place from each cell to
-    the next and from each round to the next, so that over ``len(CONFIGS)`` rounds each
-    config runs in each place of every cell once."""
+    """The configs in the order a round of a cell plays them: rotated by one place from each
+    round to the next and from each cell to the next, so that over ``len(CONFIGS)`` rounds
+    each config runs in each place of every cell once."""
     shift = (round_ + cell) % len(CONFIGS)
     return CONFIGS[shift:] + CONFIGS[:shift]
 
 
 def _sweep(target: Target, report: Report, setup: Plan) -> None:
-    """Every objective, load and config, for each round (the configs' order rotating)."""
-    for round_ in range(setup.rounds):
-        cells_before = 0
-        for x in setup.objectives:
-            objective_us = round(x * report.batch1_ms * 1000)
-            for load in setup.loads:
-                seed = 7919 * round_ + 104729 * x + int(1000 * load)
-                capacity = _capacity_beside(target, setup.closed_s, report.open_share)
-                order = config_order(round_, cells_before)
-                cells_before += 1
-                for config in order:
-                    waited = settle(lambda: target.running.counts(target.model).inferences)
-                    loaded_us = (
-                        report.server_objective_us(objective_us)
-                        if config == OBJECTIVE
-                        else objective_us
-                    )
-                    target.reload(config, loaded_us)
-                    objective_s = objective_us / 1e6
-                    figures, batch, planned, note = target.window(
-                        load * capacity, seed, objective_s, setup.window_s
-                    )
-                    cell = Cell(x, objective_us, load, config, round_, figures, batch,
-                                capacity, note, planned)  # fmt: skip
-                    report.cells.append(cell)
-                    print(
-                        f"  {x}x {load:.0%} of {capacity:,.0f}/s {config}: "
-                        f"{figures.share:.2%} within, goodput {figures.goodput:,.0f}/s, "
-                        f"p99 {figures.p99_ms:.2f} ms, batch {batch:.1f}"
-                        f"{'' if planned is None else f', planned {planned:.0%}'} {note}"
-                        f"(settled {waited:.1f} s before)",
-                        flush=True,
-                    )
+    """Every objective and load, with its rounds played back to back (the configs' order
+    rotating) before the next load; the objective's two copies loaded with it first."""
+    for cell_index, (x, load) in enumerate(
+        (x, load) for x in setup.objectives for load in setup.loads
+    ):
+        objective_us = round(x * report.batch1_ms * 1000)
+        if load == setup.loads[0]:
+            target.reload(OBJECTIVE, report.server_objective_us(objective_us))
+            target.reload(HALF, objective_us)
+        for round_ in range(setup.rounds):
+            seed = 7919 * round_ + 104729 * x + int(1000 * load)
+            capacity = _capacity_beside(target, setup.closed_s, report.open_share)
+            for config in config_order(round_, cell_index):
+                waited = settle(target.inferences)
+                figures, batch, planned, note = target.window(
+                    config, load * capacity, seed, objective_us / 1e6, setup.window_s
+                )
+                cell = Cell(x, objective_us, load, config, round_, figures, batch,
+                            capacity, note, planned)  # fmt: skip
+                report.cells.append(cell)
+                print(
+                    f"  {x}x {load:.0%} of {capacity:,.0f}/s {config}: "
+                    f"{figures.share:.2%} within, goodput {figures.goodput:,.0f}/s, "
+                    f"p99 {figures.p99_ms:.2f} ms, batch {batch:.1f}"
+                    f"{'' if planned is None else f', planned {planned:.0%}'} {note}"
+                    f"(settled {waited:.1f} s before)",
+                    flush=True,
+                )
 
 
 def _async_note(line: str) -> str:
@@ -333,14 +368,15 @@ def measure(model_dir: Path, setup: Plan) -> Report:
         quick=setup.quick,
         model=model,
         window_s=setup.window_s,
+        served=SIDE_BY_SIDE,
     )
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-objective-") as work,
-        servers.batchserve(model_dir.parent, model) as running,
-    ):
-        target = Target(running, model, shipped, Path(work))
-        _baseline(target, report, setup)
-        _sweep(target, report, setup)
+    with tempfile.TemporaryDirectory(prefix="bench-objective-") as work:
+        repository = scratch_repository(model_dir, Path(work))
+        copies = [copy_name(model, config) for config in CONFIGS]
+        with servers.batchserve(repository, model, also=copies) as running:
+            target = Target(running, model, shipped, Path(work))
+            _baseline(target, report, setup)
+            _sweep(target, report, setup)
     return report
 
 

@@ -33,6 +33,15 @@ GENERATOR = (
     "perf_analyzer's --profile-export-file records them; send lag: how far a send was from "
     "its schedule"
 )
+SIDE_BY_SIDE = (
+    "each config served by its own copy of the model, the three loaded together on one "
+    "server and kept warm; a load's rounds played back to back, the configs' order rotating"
+)
+RELOADED = (
+    "one copy of the model, loaded again with each config before its run; every round "
+    "covering each objective and load before the next round"
+)
+"""How the configs were served: ``SIDE_BY_SIDE`` now, ``RELOADED`` in runs from before."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,7 @@ class Report:
     a request to its answer); None in runs from before it was measured."""
     window_s: float = 0.0
     generator: str = GENERATOR
+    served: str = RELOADED
     cells: list[Cell] = field(default_factory=list)
 
     def client_share_us(self) -> int:
@@ -157,11 +167,13 @@ def render(report: Report) -> str:
         f"concurrent clients, shipped config) at the start, of which open-loop Poisson load at "
         f"the shipped config kept up with {report.open_share:.0%} ({_steps(report)}); the "
         f"capacity a load is a share of is {report.open_share:.0%} of the closed-loop one "
-        "measured again right before that load's three runs; "
-        f"batch-1 latency {_batch1(report)}",
+        "measured again right before "
+        + ("each round of a load; " if report.served == SIDE_BY_SIDE else "that load's runs; ")
+        + f"batch-1 latency {_batch1(report)}",
         "- objective-driven: `batchserve { latency_objective_microseconds }`, the shipped "
         "queue delay, refuse_late_requests off (perf_analyzer stops at a failed request); fixed "
-        "delays without an objective; the same schedule for the three; a run that stopped "
+        f"delays without an objective; {report.served}; the same schedule for the three; "
+        "a run that stopped "
         "(perf_analyzer stops at the first refusal: a full queue) counts as answering nothing "
         "within the objective; two "
         f"{report.window_s:g} s windows judged after one of warm-up; rounds pooled (share and "

@@ -10,10 +10,20 @@ from pathlib import Path
 
 import pytest
 from batchserve.models.model_config import CONFIG_FILENAME, load_pbtxt
+from batchserve.models.repository import ModelRepository
 from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import json_format
 
-from bench.objective import OPEN_STEPS, config_order, kept_up, open_share, override, settle
+from bench.objective import (
+    OPEN_STEPS,
+    config_order,
+    copy_name,
+    kept_up,
+    open_share,
+    override,
+    scratch_repository,
+    settle,
+)
 from bench.objective_report import (
     CONFIGS,
     DELAY_0,
@@ -108,6 +118,7 @@ def test_the_three_configs_differ_only_in_objective_and_queue_delay() -> None:
     shipped = load_pbtxt(MODEL_REPO / "digits_cnn" / CONFIG_FILENAME)
     delay = shipped.dynamic_batching.max_queue_delay_microseconds
     mine = _config(override(shipped, OBJECTIVE, 1500))
+    assert mine.name == "digits_cnn_objective"  # the copy that serves it
     assert mine.batchserve.latency_objective_microseconds == 1500
     assert not mine.batchserve.refuse_late_requests  # perf_analyzer stops at a refusal
     assert mine.dynamic_batching.max_queue_delay_microseconds == delay  # as shipped
@@ -116,7 +127,29 @@ def test_the_three_configs_differ_only_in_objective_and_queue_delay() -> None:
         expected = ModelConfig()
         expected.CopyFrom(shipped)  # no objective: the shipped config has none
         expected.dynamic_batching.max_queue_delay_microseconds = wanted
+        expected.name = fixed.name
         assert fixed == expected
+    assert (zero.name, half.name) == ("digits_cnn_delay0", "digits_cnn_half")
+    assert _config(override(shipped, SHIPPED, 1500)) == shipped  # the capacity's, unchanged
+
+
+def test_the_scratch_repository_holds_the_model_and_a_named_copy_for_each_config(
+    tmp_path: Path,
+) -> None:
+    source = MODEL_REPO / "digits_cnn"
+    repository = scratch_repository(source, tmp_path)
+    names = sorted(path.name for path in repository.iterdir())
+    assert names == sorted(["digits_cnn", *(copy_name("digits_cnn", c) for c in CONFIGS)])
+    shipped = load_pbtxt(source / CONFIG_FILENAME)
+    for name in names:
+        config = load_pbtxt(repository / name / CONFIG_FILENAME)
+        assert config.name == name
+        config.name = shipped.name
+        assert config == shipped  # only the name differs until a config is loaded into it
+        model = repository / name / "1" / "model.onnx"
+        assert model.read_bytes() == (source / "1" / "model.onnx").read_bytes()
+    resolved = ModelRepository(repository).resolve(copy_name("digits_cnn", HALF))
+    assert resolved.config.name == "digits_cnn_half"  # the server accepts the copy as named
 
 
 def _figures(within: int, requests: int = 100) -> Figures:
