@@ -7,23 +7,22 @@ One server (`batchserve serve`) over a scratch repository that holds the model f
 as shipped, and once for each of the three configs compared (``CONFIGS``): the
 objective-driven dispatch (``batchserve { latency_objective_microseconds }``, the queue delay
 as shipped, ``refuse_late_requests`` off) and fixed queue delays of 0 and of half the
-objective, without an objective. First, with the shipped copy, the capacity and the batch-1
-latency (p50 of lone requests): the closed-loop capacity (saturated throughput:
-perf_analyzer at 32 concurrent gRPC clients), and the share of it that open-loop Poisson load
-keeps up with (``open_share``), which makes the capacity the loads are shares of. Then, for
-each objective (a multiple of the batch-1 latency), the objective's two copies are loaded
-with it (repository load API, config override), and for each load the same Poisson schedule
-(``open_loop.py``) is played to the three copies in turn, round after round before the next
-load: the three stay loaded and warm, and the runs compared are minutes apart, not a sweep
-apart. Served side by side so, the objective's tail was the shorter in 13 of 14 pairs where
-reloading one model config by config had it lose 5 of 6 rounds of the same cell
-(``bench/NOTES.md``, thirty-seventh round): a slow spell of the host then fell on one config's
-runs. Each run starts once the server has settled from the one before (``settle``). Of each
-run's three windows the first is a warm-up; over the other two, the share of requests
-answered within the objective and the goodput (requests per second answered within it). The
-configs take turns first, second and third from round to round and load to load (each takes
-each place equally often over three rounds), and rounds are pooled. Writes the report and,
-beside it, its figures as JSON.
+objective, without an objective. First the closed-loop capacity of the shipped copy
+(saturated throughput: perf_analyzer at 32 concurrent gRPC clients), the share of it that
+open-loop Poisson load keeps up with (``open_share``), which makes the capacity the loads
+are shares of, and the batch-1 latency (the p50 of lone requests, on the delay-0 copy).
+Then, for each objective (a multiple of the batch-1 latency), the objective's two copies
+are loaded with it (repository load API, config override), and for each load the same
+Poisson schedule (``open_loop.py``) is played to the three copies in turn, round after
+round before the next load: the three stay loaded and warm, and the runs compared are about
+a minute apart, not a sweep apart (``bench/NOTES.md``, thirty-eighth round: no reloads,
+though the host's swings within a minute still decide single runs). Each run starts once
+the server has settled from the one before (``settle``). Of each run's three windows the
+first is a warm-up; over the other two, the share of requests answered within the objective
+and the goodput (requests per second answered within it). The configs take turns first,
+second and third from round to round and load to load (each takes each place equally often
+over three rounds), and rounds are pooled. Writes the report and, beside it, its figures as
+JSON.
 """
 
 from __future__ import annotations

@@ -143,14 +143,28 @@ def targets(report: Report) -> list[tuple[str, bool]]:
         for load in report.loads():
             mine = pooled(report.rounds(x, load, OBJECTIVE)).goodput
             best = max(pooled(report.rounds(x, load, c)).goodput for c in (DELAY_0, HALF))
+            won, played = rounds_won(report, x, load)
             found.append(
                 (
                     f"{x}x, {load:.0%} load: goodput {mine:,.0f}/s >= the better fixed "
-                    f"delay's {best:,.0f}/s",
+                    f"delay's {best:,.0f}/s (round by round: {won} of {played})",
                     mine >= best,
                 )
             )
     return found
+
+
+def rounds_won(report: Report, x: int, load: float) -> tuple[int, int]:
+    """In how many rounds of one cell the objective's goodput was at least the better fixed
+    delay's in the same round, of the rounds all three configs played: beside the pooled
+    verdict, which one disastrous round (a stall of the host) can decide."""
+    by_round: dict[int, dict[str, float]] = {}
+    for config in CONFIGS:
+        for cell in report.rounds(x, load, config):
+            by_round.setdefault(cell.round, {})[config] = cell.figures.goodput
+    complete = [goodput for goodput in by_round.values() if len(goodput) == len(CONFIGS)]
+    won = sum(g[OBJECTIVE] >= max(g[DELAY_0], g[HALF]) for g in complete)
+    return won, len(complete)
 
 
 def render(report: Report) -> str:

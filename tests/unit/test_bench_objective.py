@@ -36,6 +36,7 @@ from bench.objective_report import (
     load,
     pooled,
     render,
+    rounds_won,
     targets,
 )
 from bench.open_loop import (
@@ -176,6 +177,23 @@ def test_the_targets_are_the_share_at_80_percent_and_goodput_against_the_better_
     assert verdicts == [True, True, True, False]  # 99 % at 80 %; 70 < 71 at 95 %
     report.cells[3] = Cell(3, 1500, 0.8, OBJECTIVE, 0, _figures(98), 12.0)
     assert [ok for _, ok in targets(report)] == [False, True, True, False]
+
+
+def test_rounds_won_compare_the_configs_within_each_round_the_pooled_verdict_over_all() -> None:
+    report = Report(model="m", capacity=1000.0, batch1_ms=0.5, window_s=1.0)
+    played = {  # round: within of 100, per config
+        0: {OBJECTIVE: 90, DELAY_0: 80, HALF: 85},  # won
+        1: {OBJECTIVE: 70, DELAY_0: 70, HALF: 60},  # a tie counts as won
+        2: {OBJECTIVE: 10, DELAY_0: 95, HALF: 20},  # one bad round
+        3: {OBJECTIVE: 50, DELAY_0: 60},  # HALF never ran: not compared
+    }
+    for round_, shares in played.items():
+        for config, within in shares.items():
+            report.cells.append(Cell(3, 1500, 0.8, config, round_, _figures(within), 4.0))
+    assert rounds_won(report, 3, 0.8) == (2, 3)
+    text, ok = targets(report)[1]
+    assert "round by round: 2 of 3" in text
+    assert not ok  # pooled, the bad round decides: 220 within in 4 s against 305
 
 
 def test_rounds_pool_into_one_window_and_the_report_survives_json() -> None:
