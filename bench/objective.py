@@ -321,32 +321,48 @@ def config_order(round_: int, cell: int) -> tuple[str, ...]:
 def _sweep(target: Target, report: Report, setup: Plan) -> None:
     """Every objective and load, with its rounds played back to back (the configs' order
     rotating) before the next load; the objective's two copies loaded with it first."""
-    for cell_index, (x, load) in enumerate(
-        (x, load) for x in setup.objectives for load in setup.loads
-    ):
+    cells_before = 0
+    for x in setup.objectives:
         objective_us = round(x * report.batch1_ms * 1000)
-        if load == setup.loads[0]:
-            target.reload(OBJECTIVE, report.server_objective_us(objective_us))
-            target.reload(HALF, objective_us)
-        for round_ in range(setup.rounds):
-            seed = 7919 * round_ + 104729 * x + int(1000 * load)
-            capacity = _capacity_beside(target, setup.closed_s, report.open_share)
-            for config in config_order(round_, cell_index):
-                waited = settle(target.inferences)
-                figures, batch, planned, note = target.window(
-                    config, load * capacity, seed, objective_us / 1e6, setup.window_s
-                )
-                cell = Cell(x, objective_us, load, config, round_, figures, batch,
-                            capacity, note, planned)  # fmt: skip
-                report.cells.append(cell)
-                print(
-                    f"  {x}x {load:.0%} of {capacity:,.0f}/s {config}: "
-                    f"{figures.share:.2%} within, goodput {figures.goodput:,.0f}/s, "
-                    f"p99 {figures.p99_ms:.2f} ms, batch {batch:.1f}"
-                    f"{'' if planned is None else f', planned {planned:.0%}'} {note}"
-                    f"(settled {waited:.1f} s before)",
-                    flush=True,
-                )
+        target.reload(OBJECTIVE, report.server_objective_us(objective_us))
+        target.reload(HALF, objective_us)
+        for load in setup.loads:
+            for round_ in range(setup.rounds):
+                order = config_order(round_, cells_before)
+                _play_round(target, report, setup, x, objective_us, load, round_, order)
+            cells_before += 1
+
+
+def _play_round(
+    target: Target,
+    report: Report,
+    setup: Plan,
+    x: int,
+    objective_us: int,
+    load: float,
+    round_: int,
+    order: tuple[str, ...],
+) -> None:
+    """One round of one objective and load: the capacity of the moment, then the same
+    Poisson schedule played to each config's copy in ``order``."""
+    seed = 7919 * round_ + 104729 * x + int(1000 * load)
+    capacity = _capacity_beside(target, setup.closed_s, report.open_share)
+    for config in order:
+        waited = settle(target.inferences)
+        figures, batch, planned, note = target.window(
+            config, load * capacity, seed, objective_us / 1e6, setup.window_s
+        )
+        cell = Cell(x, objective_us, load, config, round_, figures, batch,
+                    capacity, note, planned)  # fmt: skip
+        report.cells.append(cell)
+        print(
+            f"  {x}x {load:.0%} of {capacity:,.0f}/s {config}: "
+            f"{figures.share:.2%} within, goodput {figures.goodput:,.0f}/s, "
+            f"p99 {figures.p99_ms:.2f} ms, batch {batch:.1f}"
+            f"{'' if planned is None else f', planned {planned:.0%}'} {note}"
+            f"(settled {waited:.1f} s before)",
+            flush=True,
+        )
 
 
 def _async_note(line: str) -> str:
