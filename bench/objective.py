@@ -21,8 +21,11 @@ the server has settled from the one before (``settle``). Of each run's three win
 first is a warm-up; over the other two, the share of requests answered within the objective
 and the goodput (requests per second answered within it). The configs take turns first,
 second and third from round to round and load to load (each takes each place equally often
-over three rounds), and rounds are pooled. Writes the report and, beside it, its figures as
-JSON.
+over three rounds), and rounds are pooled. After them, each round plays the same schedule to
+a reference in its own process: the grpc.aio echo floor (``bench/floors/grpc_aio.py``: the
+protocol stack alone, no model, no batching), which says what share within the objective the
+stack itself reaches at that rate on the same cores. Writes the report and, beside it, its
+figures as JSON.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from bench.objective_report import (
     BEHIND,
     CONFIGS,
     DELAY_0,
+    ECHO,
     HALF,
     KEPT_UP_P99_MS,
     OBJECTIVE,
@@ -69,6 +73,7 @@ every 50 ms on average, some 20 times the latency of a batch of one here, so tha
 every request runs as a batch of one on a server that has gone idle since the last."""
 OPEN_STEPS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 """Shares of the closed-loop capacity tried, in turn, for the open-loop capacity."""
+ECHO_MODULE, ECHO_MODEL = "bench.floors.grpc_aio", "identity"
 QUIET_S = 0.5
 """Time without a new inference after which the server counts as idle between runs."""
 SETTLE_LIMIT_S = 60.0
@@ -138,11 +143,21 @@ class Target:
     model: str
     shipped: ModelConfig
     work: Path
+    echo: servers.Running
+    """The reference (``ECHO``), a process of its own beside the server."""
 
     def inferences(self) -> int:
-        """Inferences run so far by the shipped model and every config's copy."""
+        """Inferences run so far by the shipped model, every config's copy and the echo."""
         names = [copy_name(self.model, config) for config in (SHIPPED, *CONFIGS)]
-        return sum(self.running.counts(name).inferences for name in names)
+        served = sum(self.running.counts(name).inferences for name in names)
+        return served + self.echo.counts(ECHO_MODEL).inferences
+
+    def served_by(self, config: str) -> tuple[servers.Running, str]:
+        """The server and the model name that one of ``CONFIGS``, ``SHIPPED`` or ``ECHO``
+        is played to."""
+        if config == ECHO:
+            return self.echo, ECHO_MODEL
+        return self.running, copy_name(self.model, config)
 
     def closed_loop(self, clients: int, seconds: float) -> PaRow:
         """perf_analyzer's point at ``clients`` concurrent clients (gRPC, batch 1), on the
@@ -165,9 +180,12 @@ class Target:
         with urllib.request.urlopen(request, timeout=300) as response:
             response.read()
 
-    def planned_batches(self, name: str) -> tuple[float, float]:
-        """The batches model ``name``'s objective has sent so far (planned, direct): none
-        for a fixed delay (the metric is the objective's only)."""
+    def planned_batches(self, config: str) -> tuple[float, float]:
+        """The batches ``config``'s objective has sent so far (planned, direct): none for a
+        fixed delay (the metric is the objective's only) or the echo."""
+        if config == ECHO:
+            return 0.0, 0.0
+        name = copy_name(self.model, config)
         port, metric = self.running.ports["metrics"], "batchserve_objective_batches_total"
         return (
             servers.metric_total(port, metric, model=name, dispatch="planned"),
@@ -177,16 +195,16 @@ class Target:
     def window(
         self, config: str, rate: float, seed: int, objective_s: float, window_s: float
     ) -> tuple[Figures, float, float | None, str]:
-        """Open-loop Poisson load at ``rate`` on the copy serving ``config``: the figures of
-        the windows after the first, the mean batch and the share of batches planned (None
-        without an objective) over the whole run, and why it stopped early ("" when it did
-        not)."""
-        name = copy_name(self.model, config)
+        """Open-loop Poisson load at ``rate`` on the copy serving ``config`` (or the echo):
+        the figures of the windows after the first, the mean batch and the share of batches
+        planned (None without an objective) over the whole run, and why it stopped early (""
+        when it did not)."""
+        running, name = self.served_by(config)
         span = open_loop.WINDOWS * window_s * 1.5 + 5  # perf_analyzer's ramp and slack
         due = open_loop.poisson_schedule(rate, span, seed)
-        before = self.running.counts(name)
-        planned_before = self.planned_batches(name)
-        url = self.running.url("grpc")
+        before = running.counts(name)
+        planned_before = self.planned_batches(config)
+        url = running.url("grpc")
         try:
             samples, bounds = open_loop.play(url, name, due, window_s, self.work)
         except open_loop.Stopped as stopped:
@@ -196,11 +214,11 @@ class Target:
         else:
             judged = open_loop.judge(samples, objective_s, bounds[1], bounds[-1])
             judged_note = ""
-        after = self.running.counts(name)
+        after = running.counts(name)
         executions = after.executions - before.executions
         batch = (after.inferences - before.inferences) / executions if executions else 0.0
         planned, direct = (
-            a - b for a, b in zip(self.planned_batches(name), planned_before, strict=True)
+            a - b for a, b in zip(self.planned_batches(config), planned_before, strict=True)
         )
         share = planned / (planned + direct) if planned + direct else None
         return judged, batch, share, judged_note
@@ -344,10 +362,10 @@ def _play_round(
     order: tuple[str, ...],
 ) -> None:
     """One round of one objective and load: the capacity of the moment, then the same
-    Poisson schedule played to each config's copy in ``order``."""
+    Poisson schedule played to each config's copy in ``order``, and last to the echo."""
     seed = 7919 * round_ + 104729 * x + int(1000 * load)
     capacity = _capacity_beside(target, setup.closed_s, report.open_share)
-    for config in order:
+    for config in (*order, ECHO):
         waited = settle(target.inferences)
         figures, batch, planned, note = target.window(
             config, load * capacity, seed, objective_us / 1e6, setup.window_s
@@ -388,8 +406,11 @@ def measure(model_dir: Path, setup: Plan) -> Report:
     with tempfile.TemporaryDirectory(prefix="bench-objective-") as work:
         repository = scratch_repository(model_dir, Path(work))
         copies = [copy_name(model, config) for config in CONFIGS]
-        with servers.batchserve(repository, model, also=copies) as running:
-            target = Target(running, model, shipped, Path(work))
+        with (
+            servers.batchserve(repository, model, also=copies) as running,
+            servers.floor(ECHO_MODULE, ECHO, "grpc") as echo,
+        ):
+            target = Target(running, model, shipped, Path(work), echo)
             _baseline(target, report, setup)
             _sweep(target, report, setup)
     return report

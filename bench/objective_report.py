@@ -14,6 +14,10 @@ from bench.report import table
 
 OBJECTIVE, DELAY_0, HALF = "objective", "delay 0", "delay objective/2"
 CONFIGS = (OBJECTIVE, DELAY_0, HALF)
+ECHO = "grpc.aio echo"
+"""The reference played after the configs in each round: the protocol stack alone (no model,
+no batching, one answer a request), given the same schedule, so that a share within the
+objective can be read against what the stack itself reaches on the same cores."""
 SHIPPED = "shipped"  # the model's own config, for the capacity
 TARGET_LOAD, TARGET_SHARE = 0.8, 0.99
 KEPT_UP_P99_MS = 100.0
@@ -106,6 +110,10 @@ class Report:
     def rounds(self, x: int, load: float, config: str) -> list[Cell]:
         return [c for c in self.cells if (c.objective_x, c.load, c.config) == (x, load, config)]
 
+    def played(self) -> tuple[str, ...]:
+        """The configs, and the reference where this run played it (runs from before did not)."""
+        return (*CONFIGS, ECHO) if any(c.config == ECHO for c in self.cells) else CONFIGS
+
     def objectives(self) -> list[int]:
         return list(dict.fromkeys(c.objective_x for c in self.cells))
 
@@ -133,10 +141,16 @@ def targets(report: Report) -> list[tuple[str, bool]]:
     for x in report.objectives():
         at = pooled(report.rounds(x, TARGET_LOAD, OBJECTIVE))
         if at.requests:
+            echo = pooled(report.rounds(x, TARGET_LOAD, ECHO))
+            reference = (
+                f"; the {ECHO}, no model, at the same schedules: {echo.share:.2%}"
+                if echo.requests
+                else ""
+            )
             found.append(
                 (
                     f"{x}x: >= {TARGET_SHARE:.0%} within the objective at "
-                    f"{TARGET_LOAD:.0%} load ({at.share:.2%})",
+                    f"{TARGET_LOAD:.0%} load ({at.share:.2%}{reference})",
                     at.share >= TARGET_SHARE,
                 )
             )
@@ -196,8 +210,15 @@ def render(report: Report) -> str:
         "(the rest went without one: waiting did not pay at the arrival rate, or the batch was "
         "full)",
         "- server and load generator share the machine's cores",
-        "",
     ]
+    if ECHO in report.played():
+        lines.append(
+            f"- reference: the {ECHO} floor (bench/floors/grpc_aio.py: grpc.aio on uvloop, "
+            "answering each request with its own input; no model, no batching), its own "
+            "process beside the server, given each round's schedule after the three configs "
+            "and judged the same way"
+        )
+    lines.append("")
     for x in report.objectives():
         objective_us = next(c.objective_us for c in report.cells if c.objective_x == x)
         server = (
@@ -207,29 +228,33 @@ def render(report: Report) -> str:
             else ""
         )
         lines += [f"## Objective {x}x batch-1: {objective_us / 1000:.2f} ms{server}", ""]
-        rows = []
-        for load in report.loads():
-            for config in CONFIGS:
-                cells = report.rounds(x, load, config)
-                f = pooled(cells)
-                batch = statistics.mean(c.mean_batch for c in cells) if cells else math.nan
-                shares = [c.planned for c in cells if c.planned is not None]
-                planned = f"{statistics.mean(shares):.0%}" if shares else ""
-                capacity = statistics.mean(c.capacity for c in cells) if cells else math.nan
-                stopped = "; ".join(dict.fromkeys(c.note for c in cells if c.note))
-                if not stopped and f.offered < BEHIND * load * capacity:
-                    stopped = (
-                        f"fell behind: sent {f.offered / (load * capacity):.0%} of the schedule"
-                    )
-                rows.append((
-                    f"{load:.0%}", f"{capacity:,.0f}", config, f"{f.offered:,.0f}",
-                    f"{f.share:.2%}", f"{f.goodput:,.0f}", f"{f.p50_ms:.2f}", f"{f.p99_ms:.2f}",
-                    f"{batch:.1f}", planned, f"{f.lag_p99_ms:.2f}", stopped,
-                ))  # fmt: skip
+        rows = [
+            _row(load, config, report.rounds(x, load, config))
+            for load in report.loads()
+            for config in report.played()
+        ]
         lines += [table(COLUMNS, rows, "rrlrrrrrrrrl"), ""]
     lines += ["## Targets", ""]
     lines += [f"- {'PASS' if ok else 'FAIL'}: {text}" for text, ok in targets(report)]
     return "\n".join(lines) + "\n"
+
+
+def _row(load: float, config: str, cells: Sequence[Cell]) -> tuple[str, ...]:
+    """One config's row at one load: its rounds pooled."""
+    f = pooled(cells)
+    batch = statistics.mean(c.mean_batch for c in cells) if cells else math.nan
+    shares = [c.planned for c in cells if c.planned is not None]
+    planned = f"{statistics.mean(shares):.0%}" if shares else ""
+    capacity = statistics.mean(c.capacity for c in cells) if cells else math.nan
+    stopped = "; ".join(dict.fromkeys(c.note for c in cells if c.note))
+    if not stopped and f.offered < BEHIND * load * capacity:
+        stopped = f"fell behind: sent {f.offered / (load * capacity):.0%} of the schedule"
+    label = f"{config} (reference)" if config == ECHO else config
+    return (
+        f"{load:.0%}", f"{capacity:,.0f}", label, f"{f.offered:,.0f}",
+        f"{f.share:.2%}", f"{f.goodput:,.0f}", f"{f.p50_ms:.2f}", f"{f.p99_ms:.2f}",
+        f"{batch:.1f}", planned, f"{f.lag_p99_ms:.2f}", stopped,
+    )  # fmt: skip
 
 
 def _batch1(report: Report) -> str:

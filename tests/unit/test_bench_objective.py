@@ -27,6 +27,7 @@ from bench.objective import (
 from bench.objective_report import (
     CONFIGS,
     DELAY_0,
+    ECHO,
     HALF,
     OBJECTIVE,
     SHIPPED,
@@ -217,6 +218,28 @@ def test_rounds_pool_into_one_window_and_the_report_survives_json() -> None:
     assert {c.planned for c in load(json.dumps(older)).cells} == {None}
     assert "kept up with 60% (" in render(again)
     assert "70%: p99 900.0 ms at 700/s sent" in render(again)
+
+
+def test_the_echo_is_a_reference_row_beside_the_configs_and_never_a_config_judged() -> None:
+    report = _report({
+        (0.8, OBJECTIVE): 90, (0.8, DELAY_0): 95, (0.8, HALF): 80, (0.8, ECHO): 97,
+    })  # fmt: skip
+    assert rounds_won(report, 3, 0.8) == (0, 1)  # against the fixed delays, not the echo
+    share, goodput = targets(report)[:2]
+    assert share == (
+        "3x: >= 99% within the objective at 80% load (90.00%; the grpc.aio echo, no model, "
+        "at the same schedules: 97.00%)", False,
+    )  # fmt: skip
+    assert "better fixed delay's 95/s" in goodput[0]  # the echo's 97/s is not a fixed delay
+    text = render(load(dump(report)))
+    (echo_row,) = [r for r in text.splitlines() if "| grpc.aio echo (reference) |" in r]
+    assert "| 97.00% | 97 |" in echo_row
+    rows = [r for r in text.splitlines() if r.startswith("| 80% |")]
+    assert "(reference)" in rows[-1]  # after the three configs
+    assert "- reference: the grpc.aio echo floor" in text
+    without = _report({(0.8, c): 90 for c in CONFIGS})  # a run from before the reference
+    assert "echo" not in render(without)
+    assert "echo" not in targets(without)[0][0]
 
 
 def test_the_batch_1_latency_says_how_it_was_measured_and_older_runs_keep_theirs() -> None:
