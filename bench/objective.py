@@ -180,13 +180,13 @@ class Target:
         with urllib.request.urlopen(request, timeout=300) as response:
             response.read()
 
-    def planned_batches(self, config: str) -> tuple[float, float]:
-        """The batches ``config``'s objective has sent so far (planned, direct): none for a
-        fixed delay (the metric is the objective's only) or the echo."""
-        if config == ECHO:
+    @staticmethod
+    def planned_batches(running: servers.Running, name: str) -> tuple[float, float]:
+        """The batches model ``name``'s objective has sent so far (planned, direct): none for
+        a fixed delay (the metric is the objective's only) or a server without metrics."""
+        if "metrics" not in running.ports:
             return 0.0, 0.0
-        name = copy_name(self.model, config)
-        port, metric = self.running.ports["metrics"], "batchserve_objective_batches_total"
+        port, metric = running.ports["metrics"], "batchserve_objective_batches_total"
         return (
             servers.metric_total(port, metric, model=name, dispatch="planned"),
             servers.metric_total(port, metric, model=name, dispatch="direct"),
@@ -203,7 +203,7 @@ class Target:
         span = open_loop.WINDOWS * window_s * 1.5 + 5  # perf_analyzer's ramp and slack
         due = open_loop.poisson_schedule(rate, span, seed)
         before = running.counts(name)
-        planned_before = self.planned_batches(config)
+        planned_before = self.planned_batches(running, name)
         url = running.url("grpc")
         try:
             samples, bounds = open_loop.play(url, name, due, window_s, self.work)
@@ -218,7 +218,7 @@ class Target:
         executions = after.executions - before.executions
         batch = (after.inferences - before.inferences) / executions if executions else 0.0
         planned, direct = (
-            a - b for a, b in zip(self.planned_batches(config), planned_before, strict=True)
+            a - b for a, b in zip(self.planned_batches(running, name), planned_before, strict=True)
         )
         share = planned / (planned + direct) if planned + direct else None
         return judged, batch, share, judged_note
