@@ -17,9 +17,10 @@ Poisson schedule (``open_loop.py``) is played to the three copies in turn, round
 round before the next load: the three stay loaded and warm, and the runs compared are about
 a minute apart, not a sweep apart (``bench/NOTES.md``, thirty-eighth round: no reloads,
 though the host's swings within a minute still decide single runs). Each run starts once
-the server has settled from the one before (``settle``). Of each run's three windows the
-first is a warm-up; over the other two, the share of requests answered within the objective
-and the goodput (requests per second answered within it). The configs take turns first,
+the server has settled from the one before (``settle``). A run's first window is a
+warm-up; over the requests the schedule has due in the two after it (the same requests for
+every config, ``open_loop.judged_span``), the share answered within the objective and the
+goodput (requests per second answered within it). The configs take turns first,
 second and third from round to round and load to load (each takes each place equally often
 over three rounds), and rounds are pooled. After them, each round plays the same schedule to
 a reference in its own process: the grpc.aio echo floor (``bench/floors/grpc_aio.py``: the
@@ -49,6 +50,7 @@ from bench import machine, open_loop, perf, servers
 from bench.common import ROOT
 from bench.objective_report import (
     BEHIND,
+    BY_DUE,
     CONFIGS,
     DELAY_0,
     ECHO,
@@ -205,14 +207,15 @@ class Target:
         before = running.counts(name)
         planned_before = self.planned_batches(running, name)
         url = running.url("grpc")
+        start_s, end_s = open_loop.judged_span(window_s)
         try:
-            samples, bounds = open_loop.play(url, name, due, window_s, self.work)
+            samples = open_loop.play(url, name, due, window_s, self.work)
         except open_loop.Stopped as stopped:
-            judged = open_loop.unanswered(rate, (open_loop.WINDOWS - 1) * window_s)
+            judged = open_loop.unanswered(due, start_s, end_s)
             errors = [line for line in str(stopped).splitlines() if "error" in line]
             judged_note = (errors or ["perf_analyzer stopped"])[0].strip()
         else:
-            judged = open_loop.judge(samples, objective_s, bounds[1], bounds[-1])
+            judged = open_loop.judge(samples, objective_s, start_s, end_s)
             judged_note = ""
         after = running.counts(name)
         executions = after.executions - before.executions
@@ -230,7 +233,7 @@ def kept_up(figures: Figures, rate: float) -> bool:
     return (
         figures.failed == 0
         and figures.p99_ms <= KEPT_UP_P99_MS
-        and figures.offered >= BEHIND * rate
+        and figures.sent_rate >= BEHIND * rate
     )
 
 
@@ -240,7 +243,7 @@ def open_share(
     """The open-loop capacity as a share of the closed-loop one (``closed``): the largest of
     ``OPEN_STEPS`` whose Poisson rate the server keeps up with, tried in turn up to the
     first it does not (the first step when none is kept up); and each step tried as (share,
-    p99 ms, offered/s).
+    p99 ms, sent/s).
 
     Closed-loop clients pace their requests to the answers, so 32 of them measure what the
     server does with batches the clients fill; Poisson arrivals come whether or not it is
@@ -248,7 +251,7 @@ def open_share(
     share, tried = OPEN_STEPS[0], []
     for step in OPEN_STEPS:
         figures = probe(step * closed)
-        tried.append((step, figures.p99_ms, figures.offered))
+        tried.append((step, figures.p99_ms, figures.sent_rate))
         if not kept_up(figures, step * closed):
             break
         share = step
@@ -402,6 +405,7 @@ def measure(model_dir: Path, setup: Plan) -> Report:
         model=model,
         window_s=setup.window_s,
         served=SIDE_BY_SIDE,
+        judged=BY_DUE,
     )
     with tempfile.TemporaryDirectory(prefix="bench-objective-") as work:
         repository = scratch_repository(model_dir, Path(work))

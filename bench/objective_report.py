@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bench.open_loop import Figures
+from bench.open_loop import WINDOWS, Figures
 from bench.report import table
 
 OBJECTIVE, DELAY_0, HALF = "objective", "delay 0", "delay objective/2"
@@ -46,6 +46,13 @@ RELOADED = (
     "covering each objective and load before the next round"
 )
 """How the configs were served: ``SIDE_BY_SIDE`` now, ``RELOADED`` in runs from before."""
+BY_DUE = (
+    "the requests the schedule has due from {w:g} s to {end:g} s judged, after {w:g} s of "
+    "warm-up: the same requests for every config"
+)
+BY_WINDOWS = "two {w:g} s windows judged after one of warm-up"
+"""Which requests were judged: ``BY_DUE`` now; ``BY_WINDOWS`` (those sent inside
+perf_analyzer's own windows, a few more or fewer from run to run) in runs from before."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,7 @@ class Report:
     window_s: float = 0.0
     generator: str = GENERATOR
     served: str = RELOADED
+    judged: str = BY_WINDOWS
     cells: list[Cell] = field(default_factory=list)
 
     def client_share_us(self) -> int:
@@ -203,9 +211,10 @@ def render(report: Report) -> str:
         f"delays without an objective; {report.served}; the same schedule for the three; "
         "a run that stopped "
         "(perf_analyzer stops at the first refusal: a full queue) counts as answering nothing "
-        "within the objective; two "
-        f"{report.window_s:g} s windows judged after one of warm-up; rounds pooled (share and "
-        "goodput over all their windows, the worst p99); mean batch over the whole run; planned: "
+        "within the objective; "
+        + report.judged.format(w=report.window_s, end=WINDOWS * report.window_s)
+        + "; rounds pooled (share and "
+        "goodput over all their runs, the worst p99); mean batch over the whole run; planned: "
         "the share of the objective's batches that went under a plan, able to wait for company "
         "(the rest went without one: waiting did not pay at the arrival rate, or the batch was "
         "full)",
@@ -247,8 +256,8 @@ def _row(load: float, config: str, cells: Sequence[Cell]) -> tuple[str, ...]:
     planned = f"{statistics.mean(shares):.0%}" if shares else ""
     capacity = statistics.mean(c.capacity for c in cells) if cells else math.nan
     stopped = "; ".join(dict.fromkeys(c.note for c in cells if c.note))
-    if not stopped and f.offered < BEHIND * load * capacity:
-        stopped = f"fell behind: sent {f.offered / (load * capacity):.0%} of the schedule"
+    if not stopped and f.sent_rate < BEHIND * load * capacity:
+        stopped = f"fell behind: sent {f.sent_rate / (load * capacity):.0%} of the schedule"
     label = f"{config} (reference)" if config == ECHO else config
     return (
         f"{load:.0%}", f"{capacity:,.0f}", label, f"{f.offered:,.0f}",

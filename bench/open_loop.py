@@ -29,7 +29,8 @@ import numpy as np
 from bench.common import perf_analyzer
 
 WINDOWS = 3
-"""perf_analyzer's measurement windows: the first is the warm-up, the others are judged."""
+"""perf_analyzer's measurement windows, run for as long as they last: the schedule's first
+window's length is the warm-up, the rest is judged (``judged_span``)."""
 
 
 class Stopped(RuntimeError):
@@ -56,10 +57,12 @@ class Figures:
     """The requests sent inside one measured span, judged against one objective.
 
     Args:
-        requests: requests sent in the span (the offered load).
+        requests: requests due in the span (the offered load).
         within: answered within the objective.
-        failed: not answered.
+        failed: not answered (or never sent).
         seconds: the span's length.
+        sent: of the requests, those perf_analyzer sent before the span ended (None in runs
+            judged before: those counted were the ones sent in it).
     """
 
     requests: int
@@ -69,6 +72,7 @@ class Figures:
     p50_ms: float
     p99_ms: float
     lag_p99_ms: float
+    sent: int | None = None
 
     @property
     def share(self) -> float:
@@ -83,6 +87,13 @@ class Figures:
     @property
     def offered(self) -> float:
         return self.requests / self.seconds if self.seconds else math.nan
+
+    @property
+    def sent_rate(self) -> float:
+        """Requests per second perf_analyzer sent of those due: below ``offered`` when it
+        fell behind the schedule (an overloaded server holds its sends back)."""
+        sent = self.requests if self.sent is None else self.sent
+        return sent / self.seconds if self.seconds else math.nan
 
 
 def poisson_schedule(rate: float, seconds: float, seed: int) -> list[float]:
@@ -108,61 +119,74 @@ def intervals_us(times: Sequence[float]) -> list[int]:
     return found
 
 
+def judged_span(window_s: float) -> tuple[float, float]:
+    """The span of the schedule judged (s from its first request): the requests due after
+    one window of warm-up, up to ``WINDOWS`` windows. Judged by when they were due, every
+    config given a schedule is judged on the very same requests; perf_analyzer's own windows
+    run a little longer than asked, by a different amount each run (2.400-2.406 s for 2 s),
+    so the requests sent inside them differed by a few, and two configs that answered all
+    of them within the objective could differ in goodput."""
+    return window_s, WINDOWS * window_s
+
+
 def judge(samples: Sequence[Sample], objective_s: float, start_s: float, end_s: float) -> Figures:
-    """The figures of the samples sent in ``[start_s, end_s)``; a request without an answer
-    counts as offered and not within the objective (and is not in the percentiles)."""
-    sent = [s for s in samples if start_s <= s.sent_s < end_s]
-    answered = [s.latency_s for s in sent if not math.isnan(s.latency_s)]
+    """The figures of the requests due in ``[start_s, end_s)``; one without an answer (or
+    never sent) counts as offered and not within the objective, and is not in the
+    percentiles."""
+    due = [s for s in samples if start_s <= s.due_s < end_s]
+    answered = [s.latency_s for s in due if not math.isnan(s.latency_s)]
+    lags = [s.lag_s for s in due if not math.isnan(s.sent_s)]
     return Figures(
-        requests=len(sent),
+        requests=len(due),
         within=sum(1 for latency in answered if latency <= objective_s),
-        failed=len(sent) - len(answered),
+        failed=len(due) - len(answered),
         seconds=end_s - start_s,
         p50_ms=_percentile_ms(answered, 50),
         p99_ms=_percentile_ms(answered, 99),
-        lag_p99_ms=_percentile_ms([s.lag_s for s in sent], 99),
+        lag_p99_ms=_percentile_ms(lags, 99),
+        sent=sum(1 for s in due if s.sent_s < end_s),  # NaN, never sent: False
     )
 
 
-def unanswered(rate: float, seconds: float) -> Figures:
-    """The figures of a run that stopped: the requests due over ``seconds`` at ``rate``,
-    none of them counted as answered within the objective."""
-    due = round(rate * seconds)
+def unanswered(due: Sequence[float], start_s: float, end_s: float) -> Figures:
+    """The figures of a run that stopped: every request the schedule ``due`` has in
+    ``[start_s, end_s)`` (s from its first) offered, none answered."""
+    first = due[0] if due else 0.0
+    count = sum(1 for at in due if start_s <= at - first < end_s)
     nan = math.nan
     return Figures(
-        requests=due, within=0, failed=due, seconds=seconds, p50_ms=nan, p99_ms=nan, lag_p99_ms=nan
-    )
+        requests=count, within=0, failed=count, seconds=end_s - start_s,
+        p50_ms=nan, p99_ms=nan, lag_p99_ms=nan, sent=0,
+    )  # fmt: skip
 
 
 def _percentile_ms(values: Sequence[float], q: float) -> float:
     return float(np.percentile(values, q)) * 1000 if values else math.nan
 
 
-def samples_from_export(
-    export: dict[str, Any], due: Sequence[float]
-) -> tuple[list[Sample], list[float]]:
+def samples_from_export(export: dict[str, Any], due: Sequence[float]) -> list[Sample]:
     """Each request of perf_analyzer's profile export, in send order, the k-th sent taken as
-    the k-th due; and the window boundaries, in s from the first send."""
+    the k-th due (times in s from the first send and the first due); then each request due
+    that was never sent (the run ended first), with no send time and no answer."""
     experiment = export["experiments"][0]
     requests = sorted(experiment["requests"], key=lambda r: r["timestamp"])
+    nan = math.nan
     if not requests:
-        return [], []
+        return [Sample(at - due[0], nan, nan) for at in due]
     first = requests[0]["timestamp"]
     samples = []
     for k, request in enumerate(requests):
         answers = request["response_timestamps"]
-        latency = (answers[0] - request["timestamp"]) / 1e9 if answers else math.nan
-        due_s = due[k] - due[0] if k < len(due) else math.nan
+        latency = (answers[0] - request["timestamp"]) / 1e9 if answers else nan
+        due_s = due[k] - due[0] if k < len(due) else nan  # past the schedule: played again
         samples.append(Sample(due_s, (request["timestamp"] - first) / 1e9, latency))
-    bounds = [(b - first) / 1e9 for b in experiment["window_boundaries"]]
-    return samples, bounds
+    samples.extend(Sample(at - due[0], nan, nan) for at in due[len(requests) :])
+    return samples
 
 
-def play(
-    url: str, model: str, due: Sequence[float], window_s: float, work: Path
-) -> tuple[list[Sample], list[float]]:
+def play(url: str, model: str, due: Sequence[float], window_s: float, work: Path) -> list[Sample]:
     """Send one request at each time of ``due`` through perf_analyzer, for ``WINDOWS``
-    windows of ``window_s``; the samples and the window boundaries."""
+    windows of ``window_s``; a sample for each request."""
     schedule = work / "intervals.txt"
     schedule.write_text("".join(f"{gap}\n" for gap in intervals_us(due)))
     export = work / "export.json"

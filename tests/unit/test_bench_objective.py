@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from bench.objective import (
     settle,
 )
 from bench.objective_report import (
+    BY_DUE,
     CONFIGS,
     DELAY_0,
     ECHO,
@@ -45,6 +47,7 @@ from bench.open_loop import (
     Sample,
     intervals_us,
     judge,
+    judged_span,
     poisson_schedule,
     samples_from_export,
     unanswered,
@@ -73,23 +76,42 @@ def test_perf_analyzer_plays_the_schedule_as_gaps_in_whole_microseconds() -> Non
     assert sum(gaps) == 2500
 
 
-def test_share_and_goodput_count_the_requests_sent_in_the_window() -> None:
+def test_share_and_goodput_count_the_requests_due_in_the_span() -> None:
     nan = math.nan
     samples = [
-        Sample(0.5, 0.5, 0.001),  # before the window
+        Sample(0.5, 0.5, 0.001),  # due before the span
         Sample(1.0, 1.0, 0.002),  # within a 3 ms objective
         Sample(1.5, 1.5004, 0.003),  # exactly at it: within
         Sample(2.0, 2.0, 0.004),  # late
         Sample(2.5, 2.5, nan),  # no answer: offered, not within
-        Sample(3.0, 3.0, 0.001),  # the window's end is outside it
+        Sample(2.9, 3.2, 0.001),  # sent after the span ended: still its request
+        Sample(3.0, 3.0, 0.001),  # the span's end is outside it
     ]
     figures = judge(samples, 0.003, 1.0, 3.0)
-    assert (figures.requests, figures.within, figures.failed) == (4, 2, 1)
-    assert figures.share == 2 / 4
-    assert figures.goodput == 2 / 2.0  # per second of the window
-    assert figures.offered == 4 / 2.0
-    assert math.isclose(figures.p50_ms, 3.0)
-    assert math.isclose(figures.lag_p99_ms, 0.4, rel_tol=0.05)
+    assert (figures.requests, figures.within, figures.failed) == (5, 3, 1)
+    assert figures.share == 3 / 5
+    assert figures.goodput == 3 / 2.0  # per second of the span
+    assert figures.offered == 5 / 2.0
+    assert figures.sent == 4
+    assert figures.sent_rate == 4 / 2.0
+    assert math.isclose(figures.p50_ms, 2.5)
+    assert math.isclose(figures.lag_p99_ms, 288.0, rel_tol=0.01)  # the 300 ms late send
+
+
+def test_two_runs_of_one_schedule_are_judged_on_the_same_requests() -> None:
+    """perf_analyzer's windows run a little longer than asked, by a different amount each
+    run: judged by when they were sent, two runs that answered every request in time would
+    count a few more or fewer, and so differ in goodput."""
+    due = poisson_schedule(1000.0, 20.0, seed=5)
+    start_s, end_s = judged_span(5.0)
+    assert (start_s, end_s) == (5.0, 15.0)  # one window of warm-up, then two
+    ran = []
+    for late_s in (0.0, 0.004):  # the second run's sends a few ms behind, all in time
+        samples = [Sample(at - due[0], at - due[0] + late_s, 0.001) for at in due]
+        ran.append(judge(samples, 0.002, start_s, end_s))
+    assert ran[0].requests == ran[1].requests == sum(1 for at in due if 5 <= at - due[0] < 15)
+    assert ran[0].goodput == ran[1].goodput
+    assert ran[0].share == 1.0
 
 
 def test_the_export_gives_each_request_its_latency_and_its_lag_behind_the_schedule() -> None:
@@ -104,12 +126,17 @@ def test_the_export_gives_each_request_its_latency_and_its_lag_behind_the_schedu
             "window_boundaries": [1000 * ms, 1004 * ms, 1008 * ms],
         }]
     }  # fmt: skip
-    samples, bounds = samples_from_export(export, [0.010, 0.011, 0.014])
-    assert [s.sent_s for s in samples] == [0.0, 0.002, 0.005]
+    samples = samples_from_export(export, [0.010, 0.011, 0.014, 0.020])
+    assert [s.sent_s for s in samples][:3] == [0.0, 0.002, 0.005]
     assert [s.latency_s for s in samples][:2] == [0.002, 0.001]
     assert math.isnan(samples[2].latency_s)
-    assert [round(s.lag_s, 6) for s in samples] == [0.0, 0.001, 0.001]
-    assert bounds == [0.0, 0.004, 0.008]
+    assert [round(s.lag_s, 6) for s in samples][:3] == [0.0, 0.001, 0.001]
+    never = samples[3]  # due, but the run ended before it was sent
+    assert round(never.due_s, 6) == 0.010
+    assert math.isnan(never.sent_s)
+    assert math.isnan(never.latency_s)
+    figures = judge(samples, 0.003, 0.0, 0.015)
+    assert (figures.requests, figures.within, figures.failed, figures.sent) == (4, 2, 2, 3)
 
 
 def _config(json_text: str) -> ModelConfig:
@@ -218,6 +245,9 @@ def test_rounds_pool_into_one_window_and_the_report_survives_json() -> None:
     assert {c.planned for c in load(json.dumps(older)).cells} == {None}
     assert "kept up with 60% (" in render(again)
     assert "70%: p99 900.0 ms at 700/s sent" in render(again)
+    assert "two 1 s windows judged after one of warm-up" in render(again)  # runs from before
+    by_due = load(dump(replace(again, judged=BY_DUE)))
+    assert "the requests the schedule has due from 1 s to 3 s judged" in render(by_due)
 
 
 def test_the_echo_is_a_reference_row_beside_the_configs_and_never_a_config_judged() -> None:
@@ -279,9 +309,11 @@ def test_statistics_give_the_successes_and_the_time_they_took_the_server() -> No
 
 
 def test_a_run_that_stopped_counts_its_due_requests_as_none_within() -> None:
-    stopped = unanswered(1000.0, 4.0)
+    due = [0.5 + k / 1000 for k in range(6000)]  # 1,000/s for 6 s, the first at 0.5 s
+    stopped = unanswered(due, 1.0, 5.0)
     assert (stopped.requests, stopped.within, stopped.failed) == (4000, 0, 4000)
     assert (stopped.share, stopped.goodput, stopped.offered) == (0.0, 0.0, 1000.0)
+    assert stopped.sent_rate == 0.0
     shipped = load_pbtxt(MODEL_REPO / "digits_cnn" / CONFIG_FILENAME)
     assert _config(override(shipped, SHIPPED, 1500)) == shipped  # the capacity's config
 
@@ -354,7 +386,10 @@ def test_keeping_up_needs_every_answer_a_bounded_p99_and_the_schedule_sent() -> 
     assert kept_up(Figures(1000, 990, 0, 1.0, 2.0, 40.0, 0.5), 1000.0)
     assert not kept_up(Figures(1000, 990, 0, 1.0, 2.0, 400.0, 0.5), 1000.0)  # queue grew
     assert not kept_up(Figures(1000, 990, 3, 1.0, 2.0, 40.0, 0.5), 1000.0)  # unanswered
-    assert not kept_up(Figures(800, 800, 0, 1.0, 2.0, 40.0, 0.5), 1000.0)  # sent 80 %
+    assert not kept_up(Figures(800, 800, 0, 1.0, 2.0, 40.0, 0.5), 1000.0)  # offered 80 %
+    behind = Figures(1000, 990, 0, 1.0, 2.0, 40.0, 0.5, sent=800)  # the rest sent too late
+    assert not kept_up(behind, 1000.0)
+    assert kept_up(replace(behind, sent=950), 1000.0)
 
 
 def test_over_three_rounds_each_config_runs_in_each_place_of_every_cell_once() -> None:
