@@ -8,7 +8,9 @@ promise is one test, marked ``gpu`` (``make gpu-check`` runs them with ``pytest 
 (b) a real out-of-memory on the GPU is split and retried, and every request is answered;
 (c) two instances on one GPU overlap;
 (d) instances spread over every GPU;
-(e) a GPU model falls back to the CPU only when ``allow_cpu_fallback`` says so.
+(e) a GPU model falls back to the CPU only when ``allow_cpu_fallback`` says so;
+(f) a model left to the server (``KIND_AUTO``, no count) is timed on the CPU and on the GPU,
+    and a CPU instance joins the GPU ones exactly where the CPU measured faster.
 
 The first half of (e) needs no GPU, so it also runs here without the marker.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -41,6 +44,7 @@ from batchserve.models.model_config import load_pbtxt
 from batchserve.models.model_table import ServedVersion
 from batchserve.models.registry import ModelRegistry
 from batchserve.models.repository import ModelRepository
+from batchserve.scheduler.batch_time import crossover
 from batchserve.scheduler.execution import BatchRun
 from batchserve.scheduler.memory import MemoryBudgets, derive_cap
 from batchserve.scheduler.padding import SequenceLayout
@@ -332,3 +336,55 @@ async def test_e_without_a_gpu_a_gpu_model_fails_unless_fallback_is_allowed(
     await served.close()
     assert [str(m.device) for m in served.memory] == ["cpu"]
     np.testing.assert_allclose(got, chain_reference(x), rtol=1e-3, atol=1e-4)
+
+
+# (f) ---------------------------------------------------------------------------------------
+
+MEASURED_BOTH = re.compile(r"one sample at a time the CPU ran (\d+)/s, the GPU (\d+)/s")
+
+
+@pytest.mark.gpu
+@pytest.mark.anyio
+async def test_f_left_to_the_server_a_model_is_timed_on_both_devices_and_split_by_it(
+    runtime: str, tmp_path: Path
+) -> None:
+    """The load times one sample at a time on the CPU and on the GPU (transfers included).
+    Where the CPU was the faster, one CPU instance joins the GPU ones and takes the batches
+    under the crossover of the two instances' timed probe batches; either way every
+    instance answers as the model computes."""
+    if runtime == "tensorrt":
+        pytest.skip("tensorrt: an engine runs on the GPU only, so there is no CPU to time")
+    auto = "instance_group [{ kind: KIND_AUTO }]\ndynamic_batching { }\n"
+    write_model(runtime, tmp_path, "chain", "chain", auto, 8)
+    registry = _registry(tmp_path)
+    await registry.load("chain")
+    served = registry.get("chain")
+    tuning, batcher = served.tuning, served.batcher
+    assert tuning is not None, "no count and no threads: the load measures"
+    timed = MEASURED_BOTH.search(tuning.reason)
+    assert timed is not None, tuning.reason
+    cpu_faster = int(timed[1]) > int(timed[2])
+    instances = batcher.pool.instances
+    on_cpu = [i for i in instances if i.backend.device.kind == "cpu"]
+    on_gpu = [i for i in instances if i.backend.device.kind == "gpu"]
+    assert len(on_gpu) == tuning.chosen.instances * gpu_count()  # a count is per GPU
+    assert len(on_cpu) == tuning.chosen.cpu_instances == int(cpu_faster), tuning.reason
+    x = np.random.default_rng(3).standard_normal((4, CHAIN_WIDTH)).astype(np.float32)
+    answers = [(await i.run(partial(i.backend.infer, {"x": x})))["y"] for i in instances]
+    routing = batcher.routing
+    if cpu_faster:
+        cpu_times = batcher.batch_time(on_cpu[0].name)
+        gpu_times = batcher.batch_time(on_gpu[0].name)
+        assert cpu_times.known, "seeded by the probe's timed batches"
+        assert gpu_times.known
+        found = crossover(cpu_times, gpu_times, batcher.cap)
+        assert routing.cpu_below == (found if found > 1 else 0)
+        if routing.cpu_below:
+            lone = routing.acquire(batcher.pool, 1)
+            batcher.pool.release(lone)
+            assert lone is on_cpu[0], "a batch of one goes to the CPU instance"
+    else:
+        assert routing.cpu_below == 0
+    await registry.close()
+    for got in answers:
+        np.testing.assert_allclose(got, chain_reference(x), rtol=1e-2, atol=1e-2)
