@@ -3,6 +3,7 @@ configs it loads, and the targets judged from its figures."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import math
@@ -402,3 +403,20 @@ def test_over_three_rounds_each_config_runs_in_each_place_of_every_cell_once() -
             assert sorted(order[place] for order in orders) == sorted(CONFIGS)
     # and within one round the first place moves from cell to cell
     assert len({config_order(0, cell)[0] for cell in range(len(CONFIGS))}) == len(CONFIGS)
+
+
+def _followers(orders: list[tuple[str, ...]]) -> collections.Counter[tuple[str, str]]:
+    return collections.Counter(pair for order in orders for pair in itertools.pairwise(order))
+
+
+def test_each_config_follows_each_other_config_equally_often() -> None:
+    """What one run leaves to the next (a warm or a slow host, a backlog) must not fall on one
+    config: a rotation in one direction always had the same config play before another."""
+    n = len(CONFIGS)
+    wanted = {(a, b) for a in CONFIGS for b in CONFIGS if a != b}
+    two_cells = [config_order(r, c) for c in (0, 1) for r in range(n)]  # --rounds 3
+    assert set(_followers(two_cells)) == wanted
+    assert set(_followers(two_cells).values()) == {2}
+    six_rounds = [config_order(r, 0) for r in range(2 * n)]  # --rounds 6: within one cell
+    assert set(_followers(six_rounds).values()) == {2}
+    assert len(_followers(six_rounds)) == len(wanted)
