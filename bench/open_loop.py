@@ -54,7 +54,7 @@ class Sample:
 
 @dataclass(frozen=True)
 class Figures:
-    """The requests sent inside one measured span, judged against one objective.
+    """The requests due in one measured span, judged against one objective.
 
     Args:
         requests: requests due in the span (the offered load).
