@@ -150,14 +150,13 @@ def judge(samples: Sequence[Sample], objective_s: float, start_s: float, end_s: 
 
 def unanswered(due: Sequence[float], start_s: float, end_s: float) -> Figures:
     """The figures of a run that stopped: every request the schedule ``due`` has in
-    ``[start_s, end_s)`` (s from its first) offered, none answered."""
-    first = due[0] if due else 0.0
-    count = sum(1 for at in due if start_s <= at - first < end_s)
-    nan = math.nan
-    return Figures(
-        requests=count, within=0, failed=count, seconds=end_s - start_s,
-        p50_ms=nan, p99_ms=nan, lag_p99_ms=nan, sent=0,
-    )  # fmt: skip
+    ``[start_s, end_s)`` (s from its first) offered, none sent or answered."""
+    return judge(_never_sent(due), math.inf, start_s, end_s)
+
+
+def _never_sent(due: Sequence[float]) -> list[Sample]:
+    """A sample for each time of ``due`` (s from its first), with no send and no answer."""
+    return [Sample(at - due[0], math.nan, math.nan) for at in due]
 
 
 def _percentile_ms(values: Sequence[float], q: float) -> float:
@@ -172,7 +171,7 @@ def samples_from_export(export: dict[str, Any], due: Sequence[float]) -> list[Sa
     requests = sorted(experiment["requests"], key=lambda r: r["timestamp"])
     nan = math.nan
     if not requests:
-        return [Sample(at - due[0], nan, nan) for at in due]
+        return _never_sent(due)
     first = requests[0]["timestamp"]
     samples = []
     for k, request in enumerate(requests):
@@ -180,7 +179,7 @@ def samples_from_export(export: dict[str, Any], due: Sequence[float]) -> list[Sa
         latency = (answers[0] - request["timestamp"]) / 1e9 if answers else nan
         due_s = due[k] - due[0] if k < len(due) else nan  # past the schedule: played again
         samples.append(Sample(due_s, (request["timestamp"] - first) / 1e9, latency))
-    samples.extend(Sample(at - due[0], nan, nan) for at in due[len(requests) :])
+    samples.extend(_never_sent(due)[len(requests) :])  # due, but the run ended first
     return samples
 
 
