@@ -156,7 +156,7 @@ def _round(
     before = padding_counters(metrics_port, model)
     row, error = run(model, "http", url, concurrency, settings, work, extra=extra)
     if row is None:
-        loose = PaSettings(settings.window_ms, ANY_STABILITY, settings.max_trials)
+        loose = replace(settings, stability=ANY_STABILITY)
         row, error = run(model, "http", url, concurrency, loose, work, extra=extra)
         row = None if row is None else replace(row, stable=False)
     after = padding_counters(metrics_port, model)

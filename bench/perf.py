@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.common import perf_analyzer
@@ -16,6 +17,9 @@ UNSTABLE = "Failed to obtain stable measurement"
 # A noisy shared machine may never settle within 25 %; the point is then taken at 100 % and
 # marked unstable rather than lost.
 LOOSE_STABILITY = 100
+# perf_analyzer's gRPC clients share a connection, up to this many per connection (6 unless
+# set; the C++ client library reads it).
+CHANNEL_SHARE = "TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT"
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,16 @@ class PaSettings:
     window_ms: int
     stability: int = 25
     max_trials: int = 8
+    grpc_connection_per_client: bool = False
+    """Each concurrent client on a gRPC connection of its own, as independent clients are;
+    by default perf_analyzer's share one connection six at a time, and a server whose
+    processes split connections (``--workers``) then sees a few, unevenly spread."""
+
+    def environment(self) -> dict[str, str] | None:
+        """perf_analyzer's environment (None: this process's)."""
+        if not self.grpc_connection_per_client:
+            return None
+        return {**os.environ, CHANNEL_SHARE: "1"}
 
     @property
     def timeout_s(self) -> float:
@@ -81,7 +95,7 @@ def run(
     """
     row, error = _attempt(model, protocol, url, concurrency, settings, work, extra)
     if row is None and UNSTABLE in error:
-        loose = PaSettings(settings.window_ms, LOOSE_STABILITY, settings.max_trials)
+        loose = replace(settings, stability=LOOSE_STABILITY)
         row, error = _attempt(model, protocol, url, concurrency, loose, work, extra)
         if row is not None:
             row = PaRow(row.throughput, row.p50_us, row.p99_us, row.queue_us, row.compute_us, False)
@@ -101,7 +115,8 @@ def _attempt(
     out.unlink(missing_ok=True)
     argv = [*command(model, protocol, url, concurrency, settings, out), *extra]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=settings.timeout_s)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=settings.timeout_s,
+                              env=settings.environment())  # fmt: skip
     except subprocess.TimeoutExpired:
         return None, f"perf_analyzer did not finish within {settings.timeout_s:.0f} s"
     if done.returncode != 0 or not out.exists():

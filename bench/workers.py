@@ -2,11 +2,15 @@
 process and in each worker, throughput with N workers, and what these project for larger
 nodes.
 
-    python -m bench.workers [--workers 1,2] [--window-ms 4000] [--out bench/WORKERS.md]
+    python -m bench.workers [--workers 1,2] [--window-ms 4000] [--grpc-shared-connections]
+                            [--out bench/WORKERS.md]
 
 Every point is perf_analyzer (batch 1 per request, binary tensors) against a real server on
 loopback; CPU is read from /proc before and after each point and divided by the requests
-the server's own statistics counted in between. perf_analyzer shares the machine.
+the server's own statistics counted in between. perf_analyzer shares the machine. Its gRPC
+clients each open a connection of their own, as a node's independent clients do: the kernel
+spreads connections, not requests, over the workers, and perf_analyzer's default of one
+connection per six clients measures that spread more than the workers.
 """
 
 from __future__ import annotations
@@ -143,6 +147,12 @@ def render(points: list[Point], settings: PaSettings) -> str:
     lines += [
         f"- perf_analyzer: {settings.window_ms} ms windows, stability {settings.stability} %; "
         "CPU from /proc over each point, divided by the requests the server counted",
+        "- gRPC connections: "
+        + (
+            "one per client (`TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1`)"
+            if settings.grpc_connection_per_client
+            else "perf_analyzer's default, one per six clients"
+        ),
         "",
         "| workers | model | protocol | concurrency | throughput (infer/s) | model-owning "
         "process µs CPU/request | each worker µs CPU/request |",
@@ -186,9 +196,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--window-ms", type=int, default=4000)
+    parser.add_argument(
+        "--grpc-shared-connections",
+        action="store_true",
+        help="perf_analyzer's default: six gRPC clients to a connection",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "WORKERS.md")
     args = parser.parse_args()
-    settings = PaSettings(args.window_ms, stability=25, max_trials=6)
+    settings = PaSettings(
+        args.window_ms,
+        stability=25,
+        max_trials=6,
+        grpc_connection_per_client=not args.grpc_shared_connections,
+    )
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp:
         repo = Path(tmp) / "repo"
         repo.mkdir()

@@ -16,6 +16,7 @@ import importlib.util
 import os
 import shutil
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from bench import workers as workers_bench
@@ -66,12 +67,12 @@ def measure(
     shutil.copytree(ROOT / "model_repo" / MODEL, repo / MODEL, dirs_exist_ok=True)
     inputs = plan_inputs(MODEL, engine.config_of(repo / MODEL), {})
     extra = {MODEL: tool.extra(inputs, work)}
+    # A connection per client, as a node's many clients open: the kernel spreads connections,
+    # not requests, over the workers (SO_REUSEPORT), so a few would measure their spread.
+    settings = replace(tool.settings(window_s), grpc_connection_per_client=True)
     if tool.own:
-        # The workers take at most half the cores: the load may have the rest. A connection
-        # per client, as a node's many clients open: the kernel spreads connections, not
-        # requests, over the workers (SO_REUSEPORT), so a few would measure their spread.
+        # The workers take at most half the cores: the load may have the rest.
         extra[MODEL] += ["--procs", str(max(1, cores() // 2)), "--grpc-connection-per-client"]
-    settings = tool.settings(window_s)
     found: list[CoresPoint] = []
     for n in taken:
         points = [(MODEL, protocol, CLIENTS_PER_WORKER * n) for protocol in PROTOCOLS]

@@ -243,9 +243,10 @@ def _mib(value: int | None, digits: int = 0) -> str:
 def _cores(results: GpuResults) -> str:
     title = (
         f"## Request handling across the machine's cores (`--workers N`, {cores.MODEL})\n\n"
-        f"{cores.CLIENTS_PER_WORKER} clients per request-handling process, batch 1; CPU per "
-        "request from `/proc` over each point, divided by the requests the server counted. "
-        "Scaling: throughput ÷ (N x the one-process throughput over the same protocol)."
+        f"{cores.CLIENTS_PER_WORKER} clients per request-handling process, batch 1, each gRPC "
+        "client on a connection of its own; CPU per request from `/proc` over each point, "
+        "divided by the requests the server counted. Scaling: throughput ÷ (N x the "
+        "one-process throughput over the same protocol)."
     )
     if not results.cores:
         return f"{title}\n\nNot measured: {results.cores_note or 'not run in this check'}."

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from bench.perf import PaSettings, command, parse_csv
+from bench import perf
+from bench.perf import CHANNEL_SHARE, LOOSE_STABILITY, UNSTABLE, PaSettings, command, parse_csv
+from bench.records import PaRow
 
 HEADER = (
     "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,"
@@ -45,3 +48,33 @@ def test_command_uses_the_peers_flags(tmp_path: Path) -> None:
 def test_timeout_covers_every_trial() -> None:
     settings = PaSettings(6000)
     assert settings.timeout_s > settings.max_trials * settings.window_ms / 1000
+
+
+def test_a_connection_per_client_is_asked_of_perf_analyzer_through_its_environment() -> None:
+    assert PaSettings(1000).environment() is None
+    environment = PaSettings(1000, grpc_connection_per_client=True).environment()
+    assert environment is not None
+    assert environment[CHANNEL_SHARE] == "1"
+    assert environment["PATH"] == os.environ["PATH"]
+
+
+def test_the_loose_retry_keeps_the_connections_asked_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    tried: list[PaSettings] = []
+
+    def attempt(*args: object) -> tuple[PaRow | None, str]:
+        settings = args[4]
+        assert isinstance(settings, PaSettings)
+        tried.append(settings)
+        if len(tried) == 1:
+            return None, UNSTABLE
+        return PaRow(10.0, 1.0, 2.0, 0.0, 0.0), ""
+
+    monkeypatch.setattr(perf, "_attempt", attempt)
+    settings = PaSettings(1000, grpc_connection_per_client=True)
+    row, _ = perf.run("m", "grpc", "127.0.0.1:1", 8, settings, tmp_path)
+    assert row is not None
+    assert not row.stable
+    assert [s.stability for s in tried] == [25, LOOSE_STABILITY]
+    assert all(s.grpc_connection_per_client for s in tried)
