@@ -12,7 +12,7 @@ import threading
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 # Realistic inputs where random ones would be meaningless (token ids, true lengths).
@@ -63,7 +63,7 @@ def start_server(
             break
     if not ports:
         raise SystemExit(f"server did not start (exit {process.poll()})")
-    threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe flowing
+    threading.Thread(target=_drain, args=(process.stderr,), daemon=True).start()
     return process, ports
 
 
@@ -101,6 +101,13 @@ def run_point(
         float(row["p50 latency"]), float(row["p99 latency"]),
         float(row["Server Queue"]), float(row["Server Compute Infer"]),
     )  # fmt: skip
+
+
+def _drain(stream: IO[str]) -> None:
+    """Keep the server's log pipe flowing, and close it once the server has gone."""
+    with stream:
+        for _ in stream:
+            pass
 
 
 def stop_server(process: subprocess.Popen[str]) -> None:

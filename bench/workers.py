@@ -53,6 +53,9 @@ class Point:
     worker_us: tuple[float, ...]
     """CPU per request in each worker: its CPU over every request the server answered."""
     stable: bool
+    machine_busy: float = 0.0
+    """Share of the machine's CPU time busy over the point (0..1): server, load generator
+    and anything else; near 1 the host, not the server, set the throughput."""
 
 
 def _worker_pids(engine: int) -> list[int]:
@@ -71,6 +74,10 @@ def _worker_pids(engine: int) -> list[int]:
 
 def _ticks(pid: int) -> int:
     return procstat.parse_stat(Path(f"/proc/{pid}/stat").read_text())[1]
+
+
+def _machine_ticks() -> tuple[int, int]:
+    return procstat.cpu_ticks(Path("/proc/stat").read_text())
 
 
 def _answered(port: int, model: str) -> int:
@@ -113,14 +120,17 @@ def measure(
             port = ports["http_port" if protocol == "http" else "grpc_port"]
             before = {pid: _ticks(pid) for pid in pids}
             answered = _answered(ports["http_port"], model)
+            machine_before = _machine_ticks()
             row, error = driver(model, protocol, f"127.0.0.1:{port}", concurrency, settings,
                                 work, (extra or {}).get(model, ()))  # fmt: skip
             if row is None:
                 raise RuntimeError(f"{model} over {protocol} at c={concurrency}: {error}")
+            (busy_now, total_now), (busy_then, total_then) = _machine_ticks(), machine_before
             count = _answered(ports["http_port"], model) - answered
             us = [(_ticks(p) - before[p]) / hz * 1e6 / count for p in pids]
             point = Point(workers, model, protocol, concurrency, row.throughput,
-                          us[0], tuple(us[1:]), row.stable)  # fmt: skip
+                          us[0], tuple(us[1:]), row.stable,
+                          (busy_now - busy_then) / max(1, total_now - total_then))  # fmt: skip
             print(point, flush=True)
             found.append(point)
     finally:
@@ -146,7 +156,9 @@ def render(points: list[Point], settings: PaSettings) -> str:
     lines += [f"- {line}" for line in machine.describe()]
     lines += [
         f"- perf_analyzer: {settings.window_ms} ms windows, stability {settings.stability} %; "
-        "CPU from /proc over each point, divided by the requests the server counted",
+        "CPU from /proc over each point, divided by the requests the server counted; machine "
+        "busy: the share of all the cores' time that was busy over the point (the server, "
+        "perf_analyzer and the rest)",
         "- gRPC connections: "
         + (
             "one per client (`TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1`)"
@@ -155,14 +167,15 @@ def render(points: list[Point], settings: PaSettings) -> str:
         ),
         "",
         "| workers | model | protocol | concurrency | throughput (infer/s) | model-owning "
-        "process µs CPU/request | each worker µs CPU/request |",
-        "|---|---|---|---|---|---|---|",
+        "process µs CPU/request | each worker µs CPU/request | machine busy |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for p in points:
         each = ", ".join(f"{us:.0f}" for us in p.worker_us) or "(one process)"
         flag = "" if p.stable else " (unstable)"
         lines.append(f"| {p.workers} | {p.model} | {p.protocol} | {p.concurrency} | "
-                     f"{p.throughput:,.0f}{flag} | {p.engine_us:.1f} | {each} |")  # fmt: skip
+                     f"{p.throughput:,.0f}{flag} | {p.engine_us:.1f} | {each} | "
+                     f"{p.machine_busy:.0%} |")  # fmt: skip
     lines += ["", "## Ratio N workers / one process (same model, protocol, concurrency)", "",
               "| workers | model | protocol | concurrency | throughput ratio |",
               "|---|---|---|---|---|"]  # fmt: skip

@@ -82,7 +82,8 @@ def measure(
             return found, f"{n} worker(s): {type(exc).__name__}: {exc}"
         for p in measured:
             found.append(CoresPoint(p.workers, p.protocol, p.concurrency, p.throughput,
-                                    p.engine_us, sum(p.worker_us), p.stable))  # fmt: skip
+                                    p.engine_us, sum(p.worker_us), p.stable,
+                                    p.machine_busy))  # fmt: skip
     return found, ""
 
 

@@ -129,6 +129,8 @@ class CoresPoint:
     workers_us: float
     stable: bool = True
     """False where perf_analyzer did not reach its stability criterion (shown as such)."""
+    machine_busy: float = 0.0
+    """Share of every core's time busy over the point (0..1), the load generator's included."""
 
 
 @dataclass(frozen=True)

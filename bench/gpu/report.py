@@ -245,8 +245,10 @@ def _cores(results: GpuResults) -> str:
         f"## Request handling across the machine's cores (`--workers N`, {cores.MODEL})\n\n"
         f"{cores.CLIENTS_PER_WORKER} clients per request-handling process, batch 1, each gRPC "
         "client on a connection of its own; CPU per request from `/proc` over each point, "
-        "divided by the requests the server counted. Scaling: throughput ÷ (N x the "
-        "one-process throughput over the same protocol)."
+        "divided by the requests the server counted; machine busy: the share of all the cores' "
+        "time busy over the point, the load generator's included (near 100 % the host, not the "
+        "server, sets the throughput). Scaling: throughput ÷ (N x the one-process throughput "
+        "over the same protocol)."
     )
     if not results.cores:
         return f"{title}\n\nNot measured: {results.cores_note or 'not run in this check'}."
@@ -256,10 +258,12 @@ def _cores(results: GpuResults) -> str:
             rows.append([str(p.workers), NAMES[p.protocol], str(p.concurrency),
                          f"{p.throughput:,.0f}" + ("" if p.stable else " (unstable)"),
                          f"{share:.2f}", f"{p.owner_us:.1f}",
-                         f"{p.workers_us:.1f}" if p.workers > 1 else "(one process)"])  # fmt: skip
+                         f"{p.workers_us:.1f}" if p.workers > 1 else "(one process)",
+                         f"{p.machine_busy:.0%}"])  # fmt: skip
     header = ("workers", "protocol", "concurrency", "throughput (infer/s)", "scaling",
-              "model-owning process µs CPU/request", "workers µs CPU/request")  # fmt: skip
-    text = f"{title}\n\n" + table(header, rows, "llrrrrr")
+              "model-owning process µs CPU/request", "workers µs CPU/request",
+              "machine busy")  # fmt: skip
+    text = f"{title}\n\n" + table(header, rows, "llrrrrrr")
     if results.cores_note:
         text += f"\n\nStopped early: {results.cores_note}."
     return text

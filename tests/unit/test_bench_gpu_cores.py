@@ -17,6 +17,8 @@ from bench.gpu import tests as gpu_tests
 from bench.gpu.load import LoadTool
 from bench.gpu.records import CoresPoint, GpuResults, PytestRun
 from bench.gpu.runtimes import BY_KEY
+from bench.perf import PaSettings
+from bench.workers import Point
 
 PERF_ANALYZER = LoadTool("perf_analyzer", "perf_analyzer")
 OWN = LoadTool("bench.gpu.load", "own load")
@@ -166,3 +168,29 @@ def test_a_report_written_during_the_run_says_so_and_the_last_does_not(tmp_path:
     check.results.finished = True
     run.write(out, check.results)
     assert "Written while the run was under way" not in out.read_text()
+
+
+def test_the_phase_asks_for_a_connection_per_client_and_keeps_how_busy_the_machine_was(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    asked: list[PaSettings] = []
+
+    def measured(workers: int, repo: Path, settings: PaSettings, *args: object) -> list[Point]:
+        asked.append(settings)
+        return [Point(workers, "digits_cnn", p, 32, 9_000.0, 90.0, (50.0,) * (workers > 1),
+                      True, 0.25 * workers) for p in cores.PROTOCOLS]  # fmt: skip
+
+    monkeypatch.setattr(workers_bench, "measure", measured)
+    found, why = cores.measure((1, 2), PERF_ANALYZER, 1.0, tmp_path)
+    assert why == ""
+    assert all(settings.grpc_connection_per_client for settings in asked)
+    assert [(p.workers, p.machine_busy) for p in found] == [
+        (1, 0.25),
+        (1, 0.25),
+        (2, 0.5),
+        (2, 0.5),
+    ]
+    text = report._cores(GpuResults(cores=found))
+    assert "| machine busy |" in text
+    assert "| 50% |" in text
+    assert "each gRPC client on a connection of its own" in text

@@ -1,0 +1,24 @@
+"""The workers bench against a real server with two workers and the real perf_analyzer: the
+figures each point records come from the processes and the machine, not from the driver."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from bench import workers
+from bench.perf import PaSettings, run
+from tests.integration.server import REPO_ROOT
+
+
+def test_a_point_records_each_process_and_how_busy_the_machine_was(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO_ROOT / "model_repo" / "digits_cnn", repo / "digits_cnn")
+    settings = PaSettings(800, stability=1000, max_trials=3, grpc_connection_per_client=True)
+    (point,) = workers.measure(2, repo, settings, tmp_path, [("digits_cnn", "grpc", 16)], run)
+    assert point.throughput > 0
+    assert len(point.worker_us) == 2
+    assert point.engine_us > 0
+    assert sum(point.worker_us) > 0
+    # perf_analyzer's 16 clients and three server processes keep a good part of the cores busy
+    assert 0.1 < point.machine_busy <= 1.0
