@@ -2,15 +2,18 @@
 process and in each worker, throughput with N workers, and what these project for larger
 nodes.
 
-    python -m bench.workers [--workers 1,2] [--window-ms 4000] [--grpc-shared-connections]
-                            [--out bench/WORKERS.md]
+    python -m bench.workers [--workers 1,2] [--rounds 3] [--window-ms 4000]
+                            [--grpc-shared-connections] [--out bench/WORKERS.md]
 
 Every point is perf_analyzer (batch 1 per request, binary tensors) against a real server on
 loopback; CPU is read from /proc before and after each point and divided by the requests
 the server's own statistics counted in between. perf_analyzer shares the machine. Its gRPC
 clients each open a connection of their own, as a node's independent clients do: the kernel
 spreads connections, not requests, over the workers, and perf_analyzer's default of one
-connection per six clients measures that spread more than the workers.
+connection per six clients measures that spread more than the workers. A server of each
+worker count runs throughout, and each round takes every point on each back to back, the
+order reversing from round to round: on a host whose speed drifts by more than the workers
+change, N workers against one process is judged round by round.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +61,8 @@ class Point:
     machine_busy: float = 0.0
     """Share of the machine's CPU time busy over the point (0..1): server, load generator
     and anything else; near 1 the host, not the server, set the throughput."""
+    round_index: int = 1
+    """Which round of a paired run (``paired``) took it."""
 
 
 def _worker_pids(engine: int) -> list[int]:
@@ -97,6 +104,58 @@ def grid() -> list[tuple[str, str, int]]:
     return [(m, p, c) for m in MODELS for p in PROTOCOLS for c in CONCURRENCY]
 
 
+@dataclass(frozen=True)
+class Serving:
+    """A running server: its ports and the pids of the model-owning process and workers."""
+
+    workers: int
+    ports: Mapping[str, int]
+    pids: tuple[int, ...]
+
+
+@contextmanager
+def serving(workers: int, repo: Path) -> Iterator[Serving]:
+    """A server with ``workers`` request-handling processes, stopped on leaving."""
+    process, ports = start_server(repo, ("--workers", str(workers), "--log-format", "json"))
+    try:
+        time.sleep(1.0)
+        pids = (process.pid, *_worker_pids(process.pid))
+        assert len(pids) == (1 if workers == 1 else workers + 1), pids
+        yield Serving(workers, ports, pids)
+    finally:
+        stop_server(process)
+
+
+def take(
+    server: Serving,
+    point: tuple[str, str, int],
+    settings: PaSettings,
+    work: Path,
+    driver: Driver = run,
+    extra: Sequence[str] = (),
+    round_index: int = 1,
+) -> Point:
+    """One (model, protocol, concurrency) point against a running server; CPU from /proc
+    over it, divided by the requests the server counted."""
+    model, protocol, concurrency = point
+    ports, pids, hz = server.ports, server.pids, os.sysconf("SC_CLK_TCK")
+    port = ports["http_port" if protocol == "http" else "grpc_port"]
+    before = {pid: _ticks(pid) for pid in pids}
+    answered = _answered(ports["http_port"], model)
+    machine_before = _machine_ticks()
+    row, error = driver(model, protocol, f"127.0.0.1:{port}", concurrency, settings, work, extra)
+    if row is None:
+        raise RuntimeError(f"{model} over {protocol} at c={concurrency}: {error}")
+    (busy_now, total_now), (busy_then, total_then) = _machine_ticks(), machine_before
+    count = _answered(ports["http_port"], model) - answered
+    us = [(_ticks(p) - before[p]) / hz * 1e6 / count for p in pids]
+    taken = Point(server.workers, model, protocol, concurrency, row.throughput, us[0],
+                  tuple(us[1:]), row.stable,
+                  (busy_now - busy_then) / max(1, total_now - total_then), round_index)  # fmt: skip
+    print(taken, flush=True)
+    return taken
+
+
 def measure(
     workers: int,
     repo: Path,
@@ -109,33 +168,31 @@ def measure(
     """Each (model, protocol, concurrency) of ``points`` (default ``grid()``) against one
     server with ``workers`` request-handling processes; ``driver`` takes each point, with
     ``extra[model]`` as its further arguments."""
-    process, ports = start_server(repo, ("--workers", str(workers), "--log-format", "json"))
-    found = []
-    try:
-        time.sleep(1.0)
-        pids = [process.pid, *_worker_pids(process.pid)]
-        assert len(pids) == (1 if workers == 1 else workers + 1), pids
-        hz = os.sysconf("SC_CLK_TCK")
-        for model, protocol, concurrency in grid() if points is None else points:
-            port = ports["http_port" if protocol == "http" else "grpc_port"]
-            before = {pid: _ticks(pid) for pid in pids}
-            answered = _answered(ports["http_port"], model)
-            machine_before = _machine_ticks()
-            row, error = driver(model, protocol, f"127.0.0.1:{port}", concurrency, settings,
-                                work, (extra or {}).get(model, ()))  # fmt: skip
-            if row is None:
-                raise RuntimeError(f"{model} over {protocol} at c={concurrency}: {error}")
-            (busy_now, total_now), (busy_then, total_then) = _machine_ticks(), machine_before
-            count = _answered(ports["http_port"], model) - answered
-            us = [(_ticks(p) - before[p]) / hz * 1e6 / count for p in pids]
-            point = Point(workers, model, protocol, concurrency, row.throughput,
-                          us[0], tuple(us[1:]), row.stable,
-                          (busy_now - busy_then) / max(1, total_now - total_then))  # fmt: skip
-            print(point, flush=True)
-            found.append(point)
-    finally:
-        stop_server(process)
-    return found
+    with serving(workers, repo) as server:
+        return [take(server, point, settings, work, driver, (extra or {}).get(point[0], ()))
+                for point in (grid() if points is None else points)]  # fmt: skip
+
+
+def paired(
+    counts: Sequence[int],
+    repo: Path,
+    settings: PaSettings,
+    work: Path,
+    rounds: int,
+    points: Sequence[tuple[str, str, int]] | None = None,
+    driver: Driver = run,
+) -> list[Point]:
+    """``rounds`` rounds of every point on a server of each count, all serving at once: within
+    a round each point is taken on every count back to back, the order reversing from round
+    to round, so that a drift of the host's speed between them favours none."""
+    with ExitStack() as stack:
+        servers = [stack.enter_context(serving(n, repo)) for n in counts]
+        taken = []
+        for round_index in range(1, rounds + 1):
+            for point in grid() if points is None else points:
+                for server in servers if round_index % 2 else servers[::-1]:
+                    taken.append(take(server, point, settings, work, driver, (), round_index))
+    return taken
 
 
 def projection(point: Point, cores: int) -> float:
@@ -151,7 +208,35 @@ def projection(point: Point, cores: int) -> float:
     )
 
 
+TARGET_RATIO = 0.9
+"""Issue 23's bar for two workers against one process on two cores."""
+
+
+def ratios(points: Sequence[Point]) -> dict[tuple[int, str, str, int], list[float]]:
+    """Each multi-worker point's throughput over the one-process point of the same model,
+    protocol, concurrency and round, by (workers, model, protocol, concurrency), in round
+    order."""
+    one = {(p.model, p.protocol, p.concurrency, p.round_index): p
+           for p in points if p.workers == 1}  # fmt: skip
+    found: dict[tuple[int, str, str, int], list[float]] = {}
+    for p in sorted(points, key=lambda p: p.round_index):
+        base = one.get((p.model, p.protocol, p.concurrency, p.round_index))
+        if p.workers > 1 and base is not None:
+            key = (p.workers, p.model, p.protocol, p.concurrency)
+            found.setdefault(key, []).append(p.throughput / base.throughput)
+    return found
+
+
+def median_points(points: Sequence[Point]) -> list[Point]:
+    """Of each (workers, model, protocol, concurrency), the round of median throughput."""
+    groups: dict[tuple[int, str, str, int], list[Point]] = {}
+    for p in points:
+        groups.setdefault((p.workers, p.model, p.protocol, p.concurrency), []).append(p)
+    return [sorted(g, key=lambda p: p.throughput)[(len(g) - 1) // 2] for g in groups.values()]
+
+
 def render(points: list[Point], settings: PaSettings) -> str:
+    rounds = max((p.round_index for p in points), default=1)
     lines = ["# Request handling across processes (`--workers`)", ""]
     lines += [f"- {line}" for line in machine.describe()]
     lines += [
@@ -165,28 +250,43 @@ def render(points: list[Point], settings: PaSettings) -> str:
             if settings.grpc_connection_per_client
             else "perf_analyzer's default, one per six clients"
         ),
-        "",
-        "| workers | model | protocol | concurrency | throughput (infer/s) | model-owning "
-        "process µs CPU/request | each worker µs CPU/request | machine busy |",
-        "|---|---|---|---|---|---|---|---|",
     ]
-    for p in points:
+    if rounds > 1:
+        lines.append(
+            f"- {rounds} paired rounds: a server of each worker count running throughout; "
+            "within a round each point is taken on every count back to back, the order "
+            "reversing from round to round"
+        )
+    lines += [
+        "",
+        "| workers | model | protocol | concurrency | round | throughput (infer/s) | "
+        "model-owning process µs CPU/request | each worker µs CPU/request | machine busy |",
+        "|---|---|---|---|---:|---|---|---|---:|",
+    ]
+    for p in sorted(points, key=lambda p: (p.workers, p.model, p.protocol, p.concurrency,
+                                           p.round_index)):  # fmt: skip
         each = ", ".join(f"{us:.0f}" for us in p.worker_us) or "(one process)"
         flag = "" if p.stable else " (unstable)"
         lines.append(f"| {p.workers} | {p.model} | {p.protocol} | {p.concurrency} | "
-                     f"{p.throughput:,.0f}{flag} | {p.engine_us:.1f} | {each} | "
-                     f"{p.machine_busy:.0%} |")  # fmt: skip
-    lines += ["", "## Ratio N workers / one process (same model, protocol, concurrency)", "",
-              "| workers | model | protocol | concurrency | throughput ratio |",
-              "|---|---|---|---|---|"]  # fmt: skip
-    base = {(p.model, p.protocol, p.concurrency): p for p in points if p.workers == 1}
-    for p in points:
-        one = base.get((p.model, p.protocol, p.concurrency))
-        if p.workers > 1 and one is not None:
-            lines.append(f"| {p.workers} | {p.model} | {p.protocol} | {p.concurrency} | "
-                         f"{p.throughput / one.throughput:.2f} |")  # fmt: skip
+                     f"{p.round_index} | {p.throughput:,.0f}{flag} | {p.engine_us:.1f} | "
+                     f"{each} | {p.machine_busy:.0%} |")  # fmt: skip
+    found = ratios(points)
+    lines += ["", "## Ratio N workers / one process (same model, protocol, concurrency, round)",
+              "", "| workers | model | protocol | concurrency | by round | median | "
+              f"rounds >= {TARGET_RATIO} |", "|---|---|---|---|---|---:|---:|"]  # fmt: skip
+    met = 0
+    for (workers, model, protocol, concurrency), by_round in found.items():
+        median = statistics.median(by_round)
+        met += median >= TARGET_RATIO
+        lines.append(f"| {workers} | {model} | {protocol} | {concurrency} | "
+                     + ", ".join(f"{r:.2f}" for r in by_round)
+                     + f" | {median:.2f} | {sum(r >= TARGET_RATIO for r in by_round)} of "
+                     f"{len(by_round)} |")  # fmt: skip
+    if found:
+        lines += ["", f"Median ratio >= {TARGET_RATIO} at {met} of {len(found)} points."]
     lines += ["", "## Projection (not measured): node throughput from the CPU costs above", "",
-              "Each figure is the least of three bounds, from the measured CPU per request: the "
+              "Each figure is the least of three bounds, from the measured CPU per request "
+              "(the round of median throughput): the "
               "model-owning process on one core, the `auto` workers, and every core of the node "
               "busy. It assumes the costs stay what they were here; a GPU node's faster cores "
               "and the model's own compute change them. The first bound is pessimistic: the "
@@ -196,7 +296,7 @@ def render(points: list[Point], settings: PaSettings) -> str:
               "| from | model | protocol | concurrency | "
               + " | ".join(f"{c} cores (projected)" for c in PROJECTED_CORES) + " |",
               "|---|---|---|---|" + "---|" * len(PROJECTED_CORES)]  # fmt: skip
-    for p in points:
+    for p in median_points(points):
         if not p.worker_us:
             continue
         projected = " | ".join(f"{projection(p, c):,.0f}" for c in PROJECTED_CORES)
@@ -209,6 +309,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--window-ms", type=int, default=4000)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--grpc-shared-connections",
         action="store_true",
@@ -227,9 +328,8 @@ def main() -> int:
         repo.mkdir()
         shutil.copytree(ROOT / "model_repo" / "digits_cnn", repo / "digits_cnn")
         write_identity(repo)
-        points = []
-        for workers in (int(n) for n in args.workers.split(",")):
-            points += measure(workers, repo, settings, Path(tmp))
+        counts = [int(n) for n in args.workers.split(",")]
+        points = paired(counts, repo, settings, Path(tmp), args.rounds)
     args.out.write_text(render(points, settings))
     print(f"wrote {args.out}")
     return 0
