@@ -38,7 +38,6 @@ from bench import machine, procstat
 from bench.common import ROOT, start_server, stop_server
 from bench.perf import PaSettings, run
 from bench.records import PaRow
-from bench.repo import write_identity
 
 MODELS = ("digits_cnn", "identity")
 PROTOCOLS = ("http", "grpc")
@@ -317,6 +316,10 @@ def main() -> int:
     )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "WORKERS.md")
     args = parser.parse_args()
+    # here, not at the top: the server's model_config.proto would clash with tritonclient's
+    # in a process that imports both (the integration tests import this module)
+    from bench import repo as repo_bench
+
     settings = PaSettings(
         args.window_ms,
         stability=25,
@@ -327,7 +330,7 @@ def main() -> int:
         repo = Path(tmp) / "repo"
         repo.mkdir()
         shutil.copytree(ROOT / "model_repo" / "digits_cnn", repo / "digits_cnn")
-        write_identity(repo)
+        repo_bench.write_identity(repo)
         counts = [int(n) for n in args.workers.split(",")]
         points = paired(counts, repo, settings, Path(tmp), args.rounds)
     args.out.write_text(render(points, settings))
