@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -62,6 +63,8 @@ class Point:
     and anything else; near 1 the host, not the server, set the throughput."""
     round_index: int = 1
     """Which round of a paired run (``paired``) took it."""
+    load_us: float = 0.0
+    """CPU per request in the load generator (perf_analyzer and its children)."""
 
 
 def _worker_pids(engine: int) -> list[int]:
@@ -84,6 +87,13 @@ def _ticks(pid: int) -> int:
 
 def _machine_ticks() -> tuple[int, int]:
     return procstat.cpu_ticks(Path("/proc/stat").read_text())
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's children that have ended: the load generator's runs
+    (the server, still running, is not among them)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _answered(port: int, model: str) -> int:
@@ -141,16 +151,18 @@ def take(
     port = ports["http_port" if protocol == "http" else "grpc_port"]
     before = {pid: _ticks(pid) for pid in pids}
     answered = _answered(ports["http_port"], model)
-    machine_before = _machine_ticks()
+    machine_before, load_before = _machine_ticks(), _children_cpu_s()
     row, error = driver(model, protocol, f"127.0.0.1:{port}", concurrency, settings, work, extra)
     if row is None:
         raise RuntimeError(f"{model} over {protocol} at c={concurrency}: {error}")
     (busy_now, total_now), (busy_then, total_then) = _machine_ticks(), machine_before
+    load_s = _children_cpu_s() - load_before
     count = _answered(ports["http_port"], model) - answered
     us = [(_ticks(p) - before[p]) / hz * 1e6 / count for p in pids]
     taken = Point(server.workers, model, protocol, concurrency, row.throughput, us[0],
                   tuple(us[1:]), row.stable,
-                  (busy_now - busy_then) / max(1, total_now - total_then), round_index)  # fmt: skip
+                  (busy_now - busy_then) / max(1, total_now - total_then), round_index,
+                  load_s * 1e6 / count)  # fmt: skip
     print(taken, flush=True)
     return taken
 
@@ -240,9 +252,9 @@ def render(points: list[Point], settings: PaSettings) -> str:
     lines += [f"- {line}" for line in machine.describe()]
     lines += [
         f"- perf_analyzer: {settings.window_ms} ms windows, stability {settings.stability} %; "
-        "CPU from /proc over each point, divided by the requests the server counted; machine "
-        "busy: the share of all the cores' time that was busy over the point (the server, "
-        "perf_analyzer and the rest)",
+        "CPU from /proc over each point (perf_analyzer's from its resource usage), divided by "
+        "the requests the server counted; machine busy: the share of all the cores' time that "
+        "was busy over the point (the server, perf_analyzer and the rest)",
         "- gRPC connections: "
         + (
             "one per client (`TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1`)"
@@ -259,8 +271,9 @@ def render(points: list[Point], settings: PaSettings) -> str:
     lines += [
         "",
         "| workers | model | protocol | concurrency | round | throughput (infer/s) | "
-        "model-owning process µs CPU/request | each worker µs CPU/request | machine busy |",
-        "|---|---|---|---|---:|---|---|---|---:|",
+        "model-owning process µs CPU/request | each worker µs CPU/request | perf_analyzer µs "
+        "CPU/request | machine busy |",
+        "|---|---|---|---|---:|---|---|---|---:|---:|",
     ]
     for p in sorted(points, key=lambda p: (p.workers, p.model, p.protocol, p.concurrency,
                                            p.round_index)):  # fmt: skip
@@ -268,7 +281,7 @@ def render(points: list[Point], settings: PaSettings) -> str:
         flag = "" if p.stable else " (unstable)"
         lines.append(f"| {p.workers} | {p.model} | {p.protocol} | {p.concurrency} | "
                      f"{p.round_index} | {p.throughput:,.0f}{flag} | {p.engine_us:.1f} | "
-                     f"{each} | {p.machine_busy:.0%} |")  # fmt: skip
+                     f"{each} | {p.load_us:.0f} | {p.machine_busy:.0%} |")  # fmt: skip
     found = ratios(points)
     lines += ["", "## Ratio N workers / one process (same model, protocol, concurrency, round)",
               "", "| workers | model | protocol | concurrency | by round | median | "

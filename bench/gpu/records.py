@@ -131,6 +131,8 @@ class CoresPoint:
     """False where perf_analyzer did not reach its stability criterion (shown as such)."""
     machine_busy: float = 0.0
     """Share of every core's time busy over the point (0..1), the load generator's included."""
+    load_us: float = 0.0
+    """CPU per request in the load generator."""
 
 
 @dataclass(frozen=True)

@@ -244,8 +244,9 @@ def _cores(results: GpuResults) -> str:
     title = (
         f"## Request handling across the machine's cores (`--workers N`, {cores.MODEL})\n\n"
         f"{cores.CLIENTS_PER_WORKER} clients per request-handling process, batch 1, each gRPC "
-        "client on a connection of its own; CPU per request from `/proc` over each point, "
-        "divided by the requests the server counted; machine busy: the share of all the cores' "
+        "client on a connection of its own; CPU per request from `/proc` over each point (the "
+        "load generator's from its resource usage), divided by the requests the server "
+        "counted; machine busy: the share of all the cores' "
         "time busy over the point, the load generator's included (near 100 % the host, not the "
         "server, sets the throughput). Scaling: throughput ÷ (N x the one-process throughput "
         "over the same protocol)."
@@ -259,11 +260,11 @@ def _cores(results: GpuResults) -> str:
                          f"{p.throughput:,.0f}" + ("" if p.stable else " (unstable)"),
                          f"{share:.2f}", f"{p.owner_us:.1f}",
                          f"{p.workers_us:.1f}" if p.workers > 1 else "(one process)",
-                         f"{p.machine_busy:.0%}"])  # fmt: skip
+                         f"{p.load_us:.0f}", f"{p.machine_busy:.0%}"])  # fmt: skip
     header = ("workers", "protocol", "concurrency", "throughput (infer/s)", "scaling",
               "model-owning process µs CPU/request", "workers µs CPU/request",
-              "machine busy")  # fmt: skip
-    text = f"{title}\n\n" + table(header, rows, "llrrrrrr")
+              "load generator µs CPU/request", "machine busy")  # fmt: skip
+    text = f"{title}\n\n" + table(header, rows, "llrrrrrrr")
     if results.cores_note:
         text += f"\n\nStopped early: {results.cores_note}."
     return text
