@@ -72,7 +72,7 @@ def measure(
     settings = replace(tool.settings(window_s), grpc_connection_per_client=True)
     if tool.own:
         # The workers take at most half the cores: the load may have the rest.
-        extra[MODEL] += ["--procs", str(max(1, cores() // 2)), "--grpc-connection-per-client"]
+        extra[MODEL] += ["--procs", str(max(1, cores() // 2))]
     found: list[CoresPoint] = []
     for n in taken:
         points = [(MODEL, protocol, CLIENTS_PER_WORKER * n) for protocol in PROTOCOLS]

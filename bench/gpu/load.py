@@ -254,6 +254,22 @@ def write_inputs(inputs: ModelInputs, work: Path) -> list[str]:
     return ["--inputs", str(path)]
 
 
+def command(
+    model: str,
+    protocol: str,
+    url: str,
+    concurrency: int,
+    settings: PaSettings,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """This module's command line for one point, asked what ``settings`` asks of
+    perf_analyzer where it applies (a gRPC connection per client)."""
+    own = ["--grpc-connection-per-client"] if settings.grpc_connection_per_client else []
+    return [sys.executable, "-m", "bench.gpu.load", "--url", f"{SCHEMES[protocol]}://{url}",
+            "--model", model, "--concurrency", str(concurrency),
+            "--window-s", f"{settings.window_ms / 1000:g}", *own, *extra]  # fmt: skip
+
+
 def run(
     model: str,
     protocol: str,
@@ -264,11 +280,8 @@ def run(
     extra: Sequence[str] = (),
 ) -> tuple[PaRow | None, str]:
     """One point: the row, or None and why."""
-    window_s = settings.window_ms / 1000
-    argv = [sys.executable, "-m", "bench.gpu.load", "--url", f"{SCHEMES[protocol]}://{url}",
-            "--model", model, "--concurrency", str(concurrency), "--window-s", f"{window_s:g}",
-            *extra]  # fmt: skip
-    limit = START_S + WARMUP_S + window_s + DRAIN_S + 30
+    argv = command(model, protocol, url, concurrency, settings, extra)
+    limit = START_S + WARMUP_S + settings.window_ms / 1000 + DRAIN_S + 30
     try:
         done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:

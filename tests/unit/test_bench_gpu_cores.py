@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import workers as workers_bench
-from bench.gpu import cores, plan, report, run, targets
+from bench.gpu import cores, load, plan, report, run, targets
 from bench.gpu import tests as gpu_tests
 from bench.gpu.load import LoadTool
 from bench.gpu.records import CoresPoint, GpuResults, PytestRun
@@ -196,3 +196,14 @@ def test_the_phase_asks_for_a_connection_per_client_and_keeps_the_machine_and_lo
     assert "| 140 | 50% |" in text
     assert "load generator µs CPU/request" in text
     assert "each gRPC client on a connection of its own" in text
+
+
+def test_the_own_load_tool_opens_a_connection_per_client_when_the_settings_ask() -> None:
+    asked = load.command(
+        "m", "grpc", "127.0.0.1:1", 8, PaSettings(2000, grpc_connection_per_client=True)
+    )
+    assert "--grpc-connection-per-client" in asked
+    assert asked[asked.index("--window-s") + 1] == "2"
+    assert "--grpc-connection-per-client" not in load.command(
+        "m", "grpc", "127.0.0.1:1", 8, PaSettings(2000)
+    )
