@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 ROOT = Path(__file__).resolve().parent.parent
 # Realistic inputs where random ones would be meaningless (token ids, true lengths).
 INPUT_DATA = {
@@ -120,3 +122,15 @@ def model_stats(http_port: int, model: str) -> dict[str, Any]:
     url = f"http://127.0.0.1:{http_port}/v2/models/{model}/stats"
     with urllib.request.urlopen(url, timeout=10) as response:
         return dict(json.load(response)["model_stats"][0])
+
+
+def metric_total(port: int, name: str, **labels: str) -> float:
+    """The sum of the samples of ``name`` on a metrics port whose labels include ``labels``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    )

@@ -47,7 +47,7 @@ from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import json_format, text_format
 
 from bench import machine, open_loop, perf, servers
-from bench.common import ROOT
+from bench.common import ROOT, metric_total
 from bench.objective_report import (
     BEHIND,
     BY_DUE,
@@ -190,8 +190,8 @@ class Target:
             return 0.0, 0.0
         port, metric = running.ports["metrics"], "batchserve_objective_batches_total"
         return (
-            servers.metric_total(port, metric, model=name, dispatch="planned"),
-            servers.metric_total(port, metric, model=name, dispatch="direct"),
+            metric_total(port, metric, model=name, dispatch="planned"),
+            metric_total(port, metric, model=name, dispatch="direct"),
         )
 
     def window(

@@ -23,7 +23,6 @@ from typing import IO, Any
 import grpc
 from batchserve.proto import grpc_service_pb2 as pb
 from batchserve.proto import grpc_service_pb2_grpc as pbg
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench import perf, procstat
 from bench.common import ROOT
@@ -73,18 +72,6 @@ def http_counts(port: int, model: str) -> Counts:
     url = f"http://127.0.0.1:{port}/v2/models/{model}/stats"
     with urllib.request.urlopen(url, timeout=10) as response:
         return counts_from_stats(json.load(response))
-
-
-def metric_total(port: int, name: str, **labels: str) -> float:
-    """The sum of the samples of ``name`` on a metrics port whose labels include ``labels``."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name and labels.items() <= sample.labels.items()
-    )
 
 
 def counts_from_stats(body: dict[str, Any]) -> Counts:

@@ -36,7 +36,7 @@ from pathlib import Path
 from batchserve.runtime.cpus import auto_workers
 
 from bench import machine, procstat
-from bench.common import ROOT, start_server, stop_server
+from bench.common import ROOT, metric_total, start_server, stop_server
 from bench.perf import PaSettings, run
 from bench.records import PaRow
 
@@ -65,6 +65,10 @@ class Point:
     """Which round of a paired run (``paired``) took it."""
     load_us: float = 0.0
     """CPU per request in the load generator (perf_analyzer and its children)."""
+    per_frame: float = 0.0
+    """Requests per frame from the workers to the model-owning process (the mean group,
+    from the metrics port; 0 with one process): that process pays most of its CPU per frame,
+    so its cost per request falls as this rises."""
 
 
 def _worker_pids(engine: int) -> list[int]:
@@ -94,6 +98,12 @@ def _children_cpu_s() -> float:
     (the server, still running, is not among them)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def _handed_over(metrics_port: int) -> tuple[float, float]:
+    """Requests the workers handed over so far, and the frames they travelled in."""
+    return (metric_total(metrics_port, "batchserve_worker_requests_total"),
+            metric_total(metrics_port, "batchserve_worker_handoffs_total"))  # fmt: skip
 
 
 def _answered(port: int, model: str) -> int:
@@ -151,6 +161,7 @@ def take(
     port = ports["http_port" if protocol == "http" else "grpc_port"]
     before = {pid: _ticks(pid) for pid in pids}
     answered = _answered(ports["http_port"], model)
+    handed = _handed_over(ports["metrics_port"]) if server.workers > 1 else (0.0, 0.0)
     machine_before, load_before = _machine_ticks(), _children_cpu_s()
     row, error = driver(model, protocol, f"127.0.0.1:{port}", concurrency, settings, work, extra)
     if row is None:
@@ -159,10 +170,14 @@ def take(
     load_s = _children_cpu_s() - load_before
     count = _answered(ports["http_port"], model) - answered
     us = [(_ticks(p) - before[p]) / hz * 1e6 / count for p in pids]
+    per_frame = 0.0
+    if server.workers > 1:
+        requests, frames = _handed_over(ports["metrics_port"])
+        per_frame = (requests - handed[0]) / max(1.0, frames - handed[1])
     taken = Point(server.workers, model, protocol, concurrency, row.throughput, us[0],
                   tuple(us[1:]), row.stable,
                   (busy_now - busy_then) / max(1, total_now - total_then), round_index,
-                  load_s * 1e6 / count)  # fmt: skip
+                  load_s * 1e6 / count, per_frame)  # fmt: skip
     print(taken, flush=True)
     return taken
 
@@ -254,7 +269,9 @@ def render(points: list[Point], settings: PaSettings) -> str:
         f"- perf_analyzer: {settings.window_ms} ms windows, stability {settings.stability} %; "
         "CPU from /proc over each point (perf_analyzer's from its resource usage), divided by "
         "the requests the server counted; machine busy: the share of all the cores' time that "
-        "was busy over the point (the server, perf_analyzer and the rest)",
+        "was busy over the point (the server, perf_analyzer and the rest); requests per "
+        "frame: the requests the workers handed to the model-owning process over the point "
+        "divided by the frames they travelled in (`batchserve_worker_handoffs`)",
         "- gRPC connections: "
         + (
             "one per client (`TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1`)"
@@ -272,8 +289,8 @@ def render(points: list[Point], settings: PaSettings) -> str:
         "",
         "| workers | model | protocol | concurrency | round | throughput (infer/s) | "
         "model-owning process µs CPU/request | each worker µs CPU/request | perf_analyzer µs "
-        "CPU/request | machine busy |",
-        "|---|---|---|---|---:|---|---|---|---:|---:|",
+        "CPU/request | machine busy | requests per frame |",
+        "|---|---|---|---|---:|---|---|---|---:|---:|---:|",
     ]
     for p in sorted(points, key=lambda p: (p.workers, p.model, p.protocol, p.concurrency,
                                            p.round_index)):  # fmt: skip
@@ -281,7 +298,8 @@ def render(points: list[Point], settings: PaSettings) -> str:
         flag = "" if p.stable else " (unstable)"
         lines.append(f"| {p.workers} | {p.model} | {p.protocol} | {p.concurrency} | "
                      f"{p.round_index} | {p.throughput:,.0f}{flag} | {p.engine_us:.1f} | "
-                     f"{each} | {p.load_us:.0f} | {p.machine_busy:.0%} |")  # fmt: skip
+                     f"{each} | {p.load_us:.0f} | {p.machine_busy:.0%} | "
+                     f"{f'{p.per_frame:.1f}' if p.worker_us else '—'} |")  # fmt: skip
     found = ratios(points)
     lines += ["", "## Ratio N workers / one process (same model, protocol, concurrency, round)",
               "", "| workers | model | protocol | concurrency | by round | median | "

@@ -83,7 +83,7 @@ def measure(
         for p in measured:
             found.append(CoresPoint(p.workers, p.protocol, p.concurrency, p.throughput,
                                     p.engine_us, sum(p.worker_us), p.stable,
-                                    p.machine_busy, p.load_us))  # fmt: skip
+                                    p.machine_busy, p.load_us, p.per_frame))  # fmt: skip
     return found, ""
 
 

@@ -133,6 +133,8 @@ class CoresPoint:
     """Share of every core's time busy over the point (0..1), the load generator's included."""
     load_us: float = 0.0
     """CPU per request in the load generator."""
+    per_frame: float = 0.0
+    """Requests per frame from the workers to the model-owning process (0 at N = 1)."""
 
 
 @dataclass(frozen=True)

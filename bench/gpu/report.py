@@ -248,8 +248,9 @@ def _cores(results: GpuResults) -> str:
         "load generator's from its resource usage), divided by the requests the server "
         "counted; machine busy: the share of all the cores' "
         "time busy over the point, the load generator's included (near 100 % the host, not the "
-        "server, sets the throughput). Scaling: throughput ÷ (N x the one-process throughput "
-        "over the same protocol)."
+        "server, sets the throughput); requests per frame: the mean group the workers handed "
+        "to the model-owning process, whose CPU goes mostly per frame. Scaling: throughput ÷ "
+        "(N x the one-process throughput over the same protocol)."
     )
     if not results.cores:
         return f"{title}\n\nNot measured: {results.cores_note or 'not run in this check'}."
@@ -260,11 +261,12 @@ def _cores(results: GpuResults) -> str:
                          f"{p.throughput:,.0f}" + ("" if p.stable else " (unstable)"),
                          f"{share:.2f}", f"{p.owner_us:.1f}",
                          f"{p.workers_us:.1f}" if p.workers > 1 else "(one process)",
-                         f"{p.load_us:.0f}", f"{p.machine_busy:.0%}"])  # fmt: skip
+                         f"{p.load_us:.0f}", f"{p.machine_busy:.0%}",
+                         f"{p.per_frame:.1f}" if p.workers > 1 else "—"])  # fmt: skip
     header = ("workers", "protocol", "concurrency", "throughput (infer/s)", "scaling",
               "model-owning process µs CPU/request", "workers µs CPU/request",
-              "load generator µs CPU/request", "machine busy")  # fmt: skip
-    text = f"{title}\n\n" + table(header, rows, "llrrrrrrr")
+              "load generator µs CPU/request", "machine busy", "requests per frame")  # fmt: skip
+    text = f"{title}\n\n" + table(header, rows, "llrrrrrrrr")
     if results.cores_note:
         text += f"\n\nStopped early: {results.cores_note}."
     return text

@@ -21,5 +21,7 @@ def test_a_point_records_each_process_and_how_busy_the_machine_was(tmp_path: Pat
     assert point.engine_us > 0
     assert sum(point.worker_us) > 0
     assert point.load_us > 0  # perf_analyzer's own CPU, read once it has ended
+    # from the metrics port: every request travelled in some frame, some perhaps together
+    assert 1.0 <= point.per_frame <= 16
     # perf_analyzer's 16 clients and three server processes keep a good part of the cores busy
     assert 0.1 < point.machine_busy <= 1.0

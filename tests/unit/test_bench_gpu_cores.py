@@ -170,7 +170,7 @@ def test_a_report_written_during_the_run_says_so_and_the_last_does_not(tmp_path:
     assert "Written while the run was under way" not in out.read_text()
 
 
-def test_the_phase_asks_for_a_connection_per_client_and_keeps_the_machine_and_load_cpu(
+def test_the_phase_asks_for_a_connection_per_client_and_keeps_machine_load_and_frames(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     asked: list[PaSettings] = []
@@ -178,22 +178,23 @@ def test_the_phase_asks_for_a_connection_per_client_and_keeps_the_machine_and_lo
     def measured(workers: int, repo: Path, settings: PaSettings, *args: object) -> list[Point]:
         asked.append(settings)
         return [Point(workers, "digits_cnn", p, 32, 9_000.0, 90.0, (50.0,) * (workers > 1),
-                      True, 0.25 * workers, 1, 70.0 * workers)
+                      True, 0.25 * workers, 1, 70.0 * workers, 6.5 * (workers > 1))
                 for p in cores.PROTOCOLS]  # fmt: skip
 
     monkeypatch.setattr(workers_bench, "measure", measured)
     found, why = cores.measure((1, 2), PERF_ANALYZER, 1.0, tmp_path)
     assert why == ""
     assert all(settings.grpc_connection_per_client for settings in asked)
-    assert [(p.workers, p.machine_busy, p.load_us) for p in found] == [
-        (1, 0.25, 70.0),
-        (1, 0.25, 70.0),
-        (2, 0.5, 140.0),
-        (2, 0.5, 140.0),
+    assert [(p.workers, p.machine_busy, p.load_us, p.per_frame) for p in found] == [
+        (1, 0.25, 70.0, 0.0),
+        (1, 0.25, 70.0, 0.0),
+        (2, 0.5, 140.0, 6.5),
+        (2, 0.5, 140.0, 6.5),
     ]
     text = report._cores(GpuResults(cores=found))
-    assert "| machine busy |" in text
-    assert "| 140 | 50% |" in text
+    assert "| machine busy | requests per frame |" in text
+    assert "| 140 | 50% | 6.5 |" in text
+    assert "| 70 | 25% | — |" in text
     assert "load generator µs CPU/request" in text
     assert "each gRPC client on a connection of its own" in text
 

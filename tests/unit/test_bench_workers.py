@@ -16,7 +16,10 @@ from bench.workers import Point, Serving
 
 def point(n: int, throughput: float, round_index: int, model: str = "identity") -> Point:
     worker_us = (40.0,) * n if n > 1 else ()
-    return Point(n, model, "grpc", 32, throughput, 30.0, worker_us, True, 0.9, round_index, 55.0)
+    per_frame = 7.5 if n > 1 else 0.0
+    return Point(
+        n, model, "grpc", 32, throughput, 30.0, worker_us, True, 0.9, round_index, 55.0, per_frame
+    )
 
 
 def test_each_round_takes_every_point_on_every_count_the_order_reversing(
@@ -69,4 +72,5 @@ def test_the_report_judges_the_median_of_the_rounds(monkeypatch: pytest.MonkeyPa
     assert "Median ratio >= 0.9 at 1 of 2 points." in text
     assert "3 paired rounds" in text
     assert "one per client" in text
-    assert "| 2 | identity | grpc | 32 | 3 | 92 | 30.0 | 40, 40 | 55 | 90% |" in text
+    assert "| 2 | identity | grpc | 32 | 3 | 92 | 30.0 | 40, 40 | 55 | 90% | 7.5 |" in text
+    assert "| 1 | identity | grpc | 32 | 3 | 100 | 30.0 | (one process) | 55 | 90% | — |" in text
