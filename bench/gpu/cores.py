@@ -4,10 +4,14 @@ throughput beside N times the one-process throughput.
 
 Only a machine with at least ``MIN_CORES`` cores measures it (the dry run takes N = 1 and 2
 on tiny windows, to prove the phase): on fewer, the load generator and the workers would
-share cores and the figures would say nothing about scaling. The model is the project's
-digits CNN as shipped (a light model: request handling, not compute, is what is measured),
-the clients ``CLIENTS_PER_WORKER`` per process so that each one is kept busy, and the CPU
-of the model-owning process and of the workers is read from ``/proc`` (``bench.workers``).
+share cores and the figures would say nothing about scaling. The model is the digits CNN, a
+light one (request handling, not compute, is what is measured), as the check exported it for
+the first of the mode's runtimes that has it at FP32 (``served_model``): on a GPU host it
+then runs on the GPU, as on the node the workers are there to feed, and its compute leaves
+the cores the request handling shares. Where no such export succeeded it is the model as
+shipped, on the CPU. The clients are ``CLIENTS_PER_WORKER`` per process so that each one is
+kept busy, and the CPU of the model-owning process and of the workers is read from
+``/proc`` (``bench.workers``).
 """
 
 from __future__ import annotations
@@ -16,18 +20,19 @@ import importlib.util
 import os
 import shutil
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench import workers as workers_bench
 from bench.common import ROOT
-from bench.gpu import engine
+from bench.gpu import engine, variants
 from bench.gpu.load import LoadTool
-from bench.gpu.records import CoresPoint
+from bench.gpu.records import DIGITS, CoresPoint, ExportResult, Key, Variant
+from bench.gpu.runtimes import for_mode
 from bench.inputs import plan as plan_inputs
 from bench.targets import Verdict
 
-MODEL = "digits_cnn"
+MODEL = DIGITS
 COUNTS = (1, 2, 4, 8)
 MIN_CORES = 8
 CLIENTS_PER_WORKER = 32
@@ -56,26 +61,65 @@ def planned_s(taken: Sequence[int], point_s: float) -> float:
     return sum(START_S + len(PROTOCOLS) * point_s for _ in taken)
 
 
+@dataclass(frozen=True)
+class ServedModel:
+    """What the phase serves: a repository, the model's name in it, and what the report
+    calls it."""
+
+    repository: Path
+    name: str
+    description: str
+
+
+def served_model(exports: Sequence[ExportResult], cpu: bool, work: Path) -> ServedModel:
+    """The digits CNN as exported for the first of the mode's runtimes (GPU ones on a GPU
+    host, CPU ones in the dry run) whose FP32 export succeeded, batched, one instance on the
+    runtime's device; else the model as shipped (ONNX Runtime on the CPU)."""
+    done = {e.key: Path(e.model_dir) for e in exports if e.ok}
+    for spec in for_mode(cpu):
+        model_dir = done.get(Key(MODEL, spec.key, "fp32"))
+        if model_dir is not None:
+            repository = variants.build(model_dir, work / "cores", Variant(), spec.device)
+            return ServedModel(repository, spec.served_name(MODEL),
+                               f"{MODEL} as exported for {spec.label}, FP32, on the "
+                               f"{spec.device.upper()}")  # fmt: skip
+    return shipped(work)
+
+
+def shipped(work: Path) -> ServedModel:
+    """The digits CNN as ``model_repo`` ships it: ONNX Runtime on the CPU."""
+    repository = work / "cores-repo"
+    shutil.copytree(ROOT / "model_repo" / MODEL, repository / MODEL, dirs_exist_ok=True)
+    return ServedModel(repository, MODEL, f"{MODEL} as shipped (ONNX Runtime, on the CPU)")
+
+
 def measure(
-    taken: Sequence[int], tool: LoadTool, window_s: float, work: Path
+    taken: Sequence[int],
+    tool: LoadTool,
+    window_s: float,
+    work: Path,
+    model: ServedModel | None = None,
 ) -> tuple[list[CoresPoint], str]:
-    """Every count's points, and why the phase stopped early ("" when it did not): a server
-    or a point that fails is a finding, not the end of the check."""
-    if importlib.util.find_spec("onnxruntime") is None:
-        return [], f"{MODEL} is an ONNX model and this Python has no onnxruntime"
-    repo = work / "cores-repo"
-    shutil.copytree(ROOT / "model_repo" / MODEL, repo / MODEL, dirs_exist_ok=True)
-    inputs = plan_inputs(MODEL, engine.config_of(repo / MODEL), {})
-    extra = {MODEL: tool.extra(inputs, work)}
+    """Every count's points on ``model`` (default: as shipped), and why the phase stopped
+    early ("" when it did not): a server or a point that fails is a finding, not the end of
+    the check."""
+    model = model or shipped(work)
+    repo, name = model.repository, model.name
+    config = engine.config_of(repo / name)
+    onnx = config.platform == "onnxruntime_onnx" or config.backend == "onnxruntime"
+    if onnx and importlib.util.find_spec("onnxruntime") is None:
+        return [], f"{name} is an ONNX model and this Python has no onnxruntime"
+    inputs = plan_inputs(name, config, {})
+    extra = {name: tool.extra(inputs, work)}
     # A connection per client, as a node's many clients open: the kernel spreads connections,
     # not requests, over the workers (SO_REUSEPORT), so a few would measure their spread.
     settings = replace(tool.settings(window_s), grpc_connection_per_client=True)
     if tool.own:
         # The workers take at most half the cores: the load may have the rest.
-        extra[MODEL] += ["--procs", str(max(1, cores() // 2))]
+        extra[name] += ["--procs", str(max(1, cores() // 2))]
     found: list[CoresPoint] = []
     for n in taken:
-        points = [(MODEL, protocol, CLIENTS_PER_WORKER * n) for protocol in PROTOCOLS]
+        points = [(name, protocol, CLIENTS_PER_WORKER * n) for protocol in PROTOCOLS]
         try:
             measured = workers_bench.measure(n, repo, settings, work, points, tool.driver(), extra)
         except (Exception, SystemExit) as exc:  # SystemExit: a server that did not start

@@ -212,6 +212,8 @@ class GpuResults:
     cores: list[CoresPoint] = field(default_factory=list)
     cores_note: str = ""
     """Why request handling across cores was not measured, or stopped early."""
+    cores_model: str = ""
+    """The model request handling across cores was measured on, and where it ran."""
     phases: list[Phase] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

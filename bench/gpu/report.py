@@ -243,6 +243,7 @@ def _mib(value: int | None, digits: int = 0) -> str:
 def _cores(results: GpuResults) -> str:
     title = (
         f"## Request handling across the machine's cores (`--workers N`, {cores.MODEL})\n\n"
+        f"Model: {results.cores_model or cores.MODEL}. "
         f"{cores.CLIENTS_PER_WORKER} clients per request-handling process, batch 1, each gRPC "
         "client on a connection of its own; CPU per request from `/proc` over each point (the "
         "load generator's from its resource usage), divided by the requests the server "

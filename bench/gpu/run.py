@@ -196,8 +196,10 @@ def _phases(
         )
         return
     with check.phase(CORES_PHASE, planned[CORES_PHASE]):
+        model = cores.served_model(results.exports, check.grid.cpu, check.work)
+        results.cores_model = model.description
         results.cores, results.cores_note = cores.measure(
-            taken, tool, check.grid.window_s, check.work
+            taken, tool, check.grid.window_s, check.work, model
         )
 
 

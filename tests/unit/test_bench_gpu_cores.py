@@ -10,12 +10,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from batchserve.models.model_config import CONFIG_FILENAME, load_pbtxt
+from batchserve.proto.model_config_pb2 import ModelInstanceGroup
 
 from bench import workers as workers_bench
 from bench.gpu import cores, load, plan, report, run, targets
 from bench.gpu import tests as gpu_tests
 from bench.gpu.load import LoadTool
-from bench.gpu.records import CoresPoint, GpuResults, PytestRun
+from bench.gpu.records import CoresPoint, ExportResult, GpuResults, Key, PytestRun
 from bench.gpu.runtimes import BY_KEY
 from bench.perf import PaSettings
 from bench.workers import Point
@@ -83,7 +85,9 @@ def test_the_report_shows_each_count_or_why_none_was_measured() -> None:
     assert "Not measured: 2 cores here; it needs 8 or more." in text
     results.cores = [point(1, "grpc", 10_000), point(2, "grpc", 15_000)]
     results.cores_note = "4 worker(s): the server did not start"
+    results.cores_model = "digits_cnn as exported for PyTorch pt2 program, CUDA, FP32, on the GPU"
     text = report.render(results, targets.evaluate(results))
+    assert "Model: digits_cnn as exported for PyTorch pt2 program, CUDA, FP32, on the GPU." in text
     assert "| 2 | gRPC | 64 | 15,000 | 0.75 | 20.0 | 60.0 |" in text
     assert "| 1 | gRPC | 32 | 10,000 | 1.00 | 20.0 | (one process) |" in text
     assert "Stopped early: 4 worker(s): the server did not start." in text
@@ -120,6 +124,50 @@ def test_with_every_runtime_the_judged_case_runs_past_the_budget_and_the_cores_g
     assert sorted(c.key.runtime for c in judged) == ["ort-cuda", "pt2", "tensorrt"]
     assert all(c.priority == 0 for c in budget.kept)
     assert budget.total_s > check.grid.budget_s
+
+
+def exported(root: Path, runtime: str, precision: str, ok: bool = True) -> ExportResult:
+    """An export's result, with a model directory the way ``batchserve export`` leaves one."""
+    name = BY_KEY[runtime].served_name("digits_cnn")
+    model_dir = root / f"{runtime}-{precision}" / name
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "1" / BY_KEY[runtime].filename).write_bytes(b"model")
+    (model_dir / CONFIG_FILENAME).write_text(
+        f'name: "{name}"\nmax_batch_size: 64\ndynamic_batching {{ }}\n'
+    )
+    return ExportResult(Key("digits_cnn", runtime, precision), ok, 1.0, str(model_dir))
+
+
+def test_on_a_gpu_host_the_phase_serves_the_first_gpu_runtime_s_fp32_export_on_the_gpu(
+    tmp_path: Path,
+) -> None:
+    exports = [exported(tmp_path, "ort-cuda", "fp32", ok=False),
+               exported(tmp_path, "tensorrt", "fp16"),
+               exported(tmp_path, "tensorrt", "fp32"),
+               exported(tmp_path, "pt2", "fp32")]  # fmt: skip
+    model = cores.served_model(exports, False, tmp_path / "work")
+    assert model.name == "digits_cnn_trt"
+    assert model.description == "digits_cnn as exported for TensorRT engine, FP32, on the GPU"
+    config = load_pbtxt(model.repository / model.name / CONFIG_FILENAME)
+    assert [g.kind for g in config.instance_group] == [ModelInstanceGroup.KIND_GPU]
+    assert config.HasField("dynamic_batching")
+    assert (model.repository / model.name / "1" / "model.plan").read_bytes() == b"model"
+
+
+def test_the_dry_run_serves_a_cpu_export_and_without_one_the_model_as_shipped(
+    tmp_path: Path,
+) -> None:
+    pt2 = cores.served_model([exported(tmp_path, "pt2-cpu", "fp32")], True, tmp_path / "a")
+    assert pt2.name == "digits_cnn"
+    assert pt2.description.endswith("PyTorch pt2 program, CPU, FP32, on the CPU")
+    config = load_pbtxt(pt2.repository / "digits_cnn" / CONFIG_FILENAME)
+    assert [g.kind for g in config.instance_group] == [ModelInstanceGroup.KIND_CPU]
+    # a GPU export is no use to the dry run, nor an FP16 one to either
+    others = [exported(tmp_path / "b", "pt2", "fp32"), exported(tmp_path / "b", "ort-cpu", "fp16")]
+    fallback = cores.served_model(others, True, tmp_path / "c")
+    assert fallback.description == "digits_cnn as shipped (ONNX Runtime, on the CPU)"
+    shipped_config = load_pbtxt(fallback.repository / "digits_cnn" / CONFIG_FILENAME)
+    assert shipped_config.platform == "onnxruntime_onnx"
 
 
 def test_a_server_that_fails_ends_the_phase_with_the_reason_not_the_check(
