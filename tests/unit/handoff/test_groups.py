@@ -27,7 +27,7 @@ def _member(loop: asyncio.AbstractEventLoop, rows: int, value: float) -> Member:
     return Member({"x": np.full((rows, 2), value, np.float32)}, rows, loop.create_future())
 
 
-def test_a_pass_sends_one_group_per_key_when_it_ends() -> None:
+def test_a_group_takes_this_pass_and_the_next_and_goes_at_the_end_of_that() -> None:
     async def run() -> list[tuple[GroupKey, list[int]]]:
         loop = asyncio.get_running_loop()
         sent: list[tuple[GroupKey, list[int]]] = []
@@ -36,13 +36,20 @@ def test_a_pass_sends_one_group_per_key_when_it_ends() -> None:
             loop,
             held=lambda: False,
         )
-        for rows, key in ((1, KEY), (2, KEY), (1, OTHER), (3, KEY)):
+        for rows, key in ((1, KEY), (2, KEY), (1, OTHER)):
             groups.add(key, _member(loop, rows, 0.0), cap=64)
         assert sent == [], "nothing goes before the pass ends"
         await asyncio.sleep(0)
-        return sent
+        assert sent == [], "nor at the end of the first: the loop polls its sockets once more"
+        groups.add(KEY, _member(loop, 3, 0.0), cap=64)  # arrived in the next pass: joins
+        await asyncio.sleep(0)
+        assert sent == [(KEY, [1, 2, 3]), (OTHER, [1])], "gone at the end of the second pass"
+        groups.add(KEY, _member(loop, 4, 0.0), cap=64)  # a new pair of passes
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return list(sent)
 
-    assert asyncio.run(run()) == [(KEY, [1, 2, 3]), (OTHER, [1])]
+    assert asyncio.run(run()) == [(KEY, [1, 2, 3]), (OTHER, [1]), (KEY, [4])]
 
 
 def test_a_group_that_would_pass_the_cap_goes_at_once() -> None:
@@ -56,7 +63,8 @@ def test_a_group_that_would_pass_the_cap_goes_at_once() -> None:
             groups.add(KEY, _member(loop, rows, 0.0), cap=8)
         assert sent == [[3, 4]]
         await asyncio.sleep(0)
-        return sent
+        await asyncio.sleep(0)
+        return list(sent)
 
     assert asyncio.run(run()) == [[3, 4], [2, 5]]
 

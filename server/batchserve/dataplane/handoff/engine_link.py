@@ -164,8 +164,9 @@ class EngineLink:
         self._submit(rid, served, valid, priority, timeout_us, protocol, request_id, 1, timed)
 
     def _group(self, frame: Frame) -> None:
-        """Requests one worker decoded in the same pass, for the same model version, layout
-        and options, sent as one: one work item, each request counted in the statistics."""
+        """Requests one worker decoded in two passes of its loop, for the same model version,
+        layout and options, sent as one: one work item, each request counted in the
+        statistics (``groups.py``)."""
         self._unacknowledged += 1
         (_, gid, model, version, protocol, priority, timeout_us, block, inline, inputs,
          (generation, total, names), members) = frame  # fmt: skip

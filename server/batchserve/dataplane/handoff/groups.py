@@ -1,20 +1,24 @@
 """Requests that travel to the model-owning process together.
 
-Requests a worker decodes in one pass of its event loop, for the same model version, with
-the same input layout but for the batch axis, the same outputs and the same options, are
-sent as one: their inputs written back to back in the arena, one frame, one work item
-there. That process's cost is then paid per group, not per request, while every request
-is still counted on its own. A group closes at the end of the pass, or when the next
-request would take it past the model's batch cap; except that while that process has not
-yet read the worker's last request frame, groups stay open until it has (it counts its
-reads where the worker can see them, ``read_mark``). An idle server so sends each request
-at once, and a busy one (whose requests would wait in the socket anyway) sends larger
-groups: its cost per request falls as its load rises, whatever the protocol spreads
-arrivals over passes. A group whose clients have all left is cancelled there, as a lone
-request is; one whose clients left in part still runs, and those answers are dropped. A
-group that fails alone in a way a request's own inputs can cause (a poisoned one) is sent
-again member by member, so that only the members that fail on their own get the error, as
-they would from one process.
+Requests a worker decodes in one pass of its event loop or the next, for the same model
+version, with the same input layout but for the batch axis, the same outputs and the same
+options, are sent as one: their inputs written back to back in the arena, one frame, one
+work item there. That process's cost is then paid per group, not per request, while every
+request is still counted on its own. A group closes at the end of the pass after the one
+that opened it, or when the next request would take it past the model's batch cap. The pass
+between lets the loop poll its sockets once more (without waiting: callbacks are ready), so
+requests already there join the group: over HTTP a burst of requests reaches the groups
+over two passes or more, and groups half as large again cost the model-owning process less
+a request (``bench/NOTES.md``, forty-second round). Nothing waits for a request that has
+not arrived. And while that process has not yet read the worker's last request frame,
+groups stay open until it has (it counts its reads where the worker can see them,
+``read_mark``). An idle server so sends each request at once, and a busy one (whose
+requests would wait in the socket anyway) sends larger groups: its cost per request falls
+as its load rises, whatever the protocol spreads arrivals over passes. A group whose
+clients have all left is cancelled there, as a lone request is; one whose clients left in
+part still runs, and those answers are dropped. A group that fails alone in a way a
+request's own inputs can cause (a poisoned one) is sent again member by member, so that only
+the members that fail on their own get the error, as they would from one process.
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ class OpenGroups:
         self._held = held
         self._open: dict[GroupKey, tuple[list[Member], int]] = {}
         self._closing = False
+        """A close is scheduled: for the end of the next pass (``_next_pass``) or of this one
+        (``release``)."""
 
     def add(self, key: GroupKey, member: Member, cap: int) -> None:
         members, samples = self._open.get(key, ([], 0))
@@ -90,11 +96,15 @@ class OpenGroups:
         self._open[key] = (members, samples + member.batch_size)
         if not self._closing:
             self._closing = True
-            self._loop.call_soon(self.close_all)
+            self._loop.call_soon(self._next_pass)
+
+    def _next_pass(self) -> None:
+        """Let the loop poll its sockets once more before the groups close."""
+        self._loop.call_soon(self.close_all)
 
     def close_all(self) -> None:
-        """Send every open group (at the end of the pass that filled them), unless held:
-        then ``release`` sends them."""
+        """Send every open group (at the end of the pass after the one that opened them),
+        unless held: then ``release`` sends them."""
         self._closing = False
         if self._held():
             return

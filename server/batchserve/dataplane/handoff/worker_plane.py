@@ -387,7 +387,8 @@ class WorkerPlane:
     async def _grouped(
         self, request: InferRequest, known: _Model, valid: ValidRequest
     ) -> InferResponse:
-        """Travel with the other requests of this pass that can (``groups.py``)."""
+        """Travel with the other requests of this pass and the next that can
+        (``groups.py``)."""
         layout = tuple(sorted((t.name, t.datatype.wire, t.shape[1:]) for t in request.inputs))
         key = GroupKey(request.model_name, request.model_version, known.generation,
                        request.protocol, request.priority, request.timeout_us,
