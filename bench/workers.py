@@ -159,9 +159,10 @@ def take(
     model, protocol, concurrency = point
     ports, pids, hz = server.ports, server.pids, os.sysconf("SC_CLK_TCK")
     port = ports["http_port" if protocol == "http" else "grpc_port"]
+    # before the CPU is read: a scrape asks every worker for its counts
+    handed = _handed_over(ports["metrics_port"])
     before = {pid: _ticks(pid) for pid in pids}
     answered = _answered(ports["http_port"], model)
-    handed = _handed_over(ports["metrics_port"]) if server.workers > 1 else (0.0, 0.0)
     machine_before, load_before = _machine_ticks(), _children_cpu_s()
     row, error = driver(model, protocol, f"127.0.0.1:{port}", concurrency, settings, work, extra)
     if row is None:
@@ -170,10 +171,8 @@ def take(
     load_s = _children_cpu_s() - load_before
     count = _answered(ports["http_port"], model) - answered
     us = [(_ticks(p) - before[p]) / hz * 1e6 / count for p in pids]
-    per_frame = 0.0
-    if server.workers > 1:
-        requests, frames = _handed_over(ports["metrics_port"])
-        per_frame = (requests - handed[0]) / max(1.0, frames - handed[1])
+    requests, frames = _handed_over(ports["metrics_port"])  # none in one process
+    per_frame = (requests - handed[0]) / max(1.0, frames - handed[1])
     taken = Point(server.workers, model, protocol, concurrency, row.throughput, us[0],
                   tuple(us[1:]), row.stable,
                   (busy_now - busy_then) / max(1, total_now - total_then), round_index,
