@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import urllib.request
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -47,14 +50,33 @@ def perf_analyzer() -> str:
     return found
 
 
+@contextmanager
+def running_on(cpus: Collection[int]) -> Iterator[None]:
+    """Processes this thread starts inside run on ``cpus`` (empty: wherever this thread may):
+    the thread's own affinity is set for the while, and restored after. A child inherits the
+    affinity of the thread that starts it, so no ``preexec_fn`` (unsafe once threads run) and
+    no ``taskset`` binary are needed."""
+    if not cpus:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, set(cpus))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def start_server(
-    repository: Path, extra_args: tuple[str, ...] = ()
+    repository: Path, extra_args: tuple[str, ...] = (), cpus: Collection[int] = ()
 ) -> tuple[subprocess.Popen[str], dict[str, int]]:
-    """`batchserve serve` on free loopback ports; returns once every model has loaded."""
+    """`batchserve serve` on free loopback ports, on ``cpus`` (empty: any this process may
+    use), its workers too; returns once every model has loaded."""
     command = [sys.executable, "-m", "batchserve.cli", "serve", "--model-repository",
                str(repository), "--http-port", "0", "--grpc-port", "0",
                "--metrics-port", "0", *extra_args]  # fmt: skip
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    with running_on(cpus):
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     assert process.stderr is not None
     ports: dict[str, int] = {}
     for line in process.stderr:

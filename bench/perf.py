@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench.common import perf_analyzer
+from bench.common import perf_analyzer, running_on
 from bench.records import PaRow
 
 UNSTABLE = "Failed to obtain stable measurement"
@@ -33,6 +33,8 @@ class PaSettings:
     """Each concurrent client on a gRPC connection of its own, as independent clients are;
     by default perf_analyzer's share one connection six at a time, and a server whose
     processes split connections (``--workers``) then sees a few, unevenly spread."""
+    cpus: tuple[int, ...] = ()
+    """The CPUs perf_analyzer runs on (``bench.cpu_split``); empty: any this process may use."""
 
     def environment(self) -> dict[str, str] | None:
         """perf_analyzer's environment (None: this process's)."""
@@ -115,8 +117,11 @@ def _attempt(
     out.unlink(missing_ok=True)
     argv = [*command(model, protocol, url, concurrency, settings, out), *extra]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=settings.timeout_s,
-                              env=settings.environment())  # fmt: skip
+        with running_on(settings.cpus):
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=settings.timeout_s,
+                env=settings.environment(),
+            )  # fmt: skip
     except subprocess.TimeoutExpired:
         return None, f"perf_analyzer did not finish within {settings.timeout_s:.0f} s"
     if done.returncode != 0 or not out.exists():

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from batchserve.runtime.cpus import auto_workers
 
-from bench import machine, procstat
+from bench import cpu_split, machine, procstat
 from bench.common import ROOT, metric_total, start_server, stop_server
 from bench.perf import PaSettings, run
 from bench.records import PaRow
@@ -69,6 +69,11 @@ class Point:
     """Requests per frame from the workers to the model-owning process (the mean group,
     from the metrics port; 0 with one process): that process pays most of its CPU per frame,
     so its cost per request falls as this rises."""
+    server_busy: float | None = None
+    """Share of the server's CPUs' time busy over the point, where the server and the load
+    generator had CPUs of their own (``bench.cpu_split``; else None)."""
+    load_busy: float | None = None
+    """The same share of the load generator's CPUs."""
 
 
 def _worker_pids(engine: int) -> list[int]:
@@ -91,6 +96,23 @@ def _ticks(pid: int) -> int:
 
 def _machine_ticks() -> tuple[int, int]:
     return procstat.cpu_ticks(Path("/proc/stat").read_text())
+
+
+def _sides_ticks(sides: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
+    """(busy, total) ticks of each group of CPUs in ``sides`` (none: nothing to read)."""
+    return cpu_split.busy_shares(Path("/proc/stat").read_text(), sides) if sides else []
+
+
+def _shares(
+    before: Sequence[tuple[int, int]], after: Sequence[tuple[int, int]]
+) -> tuple[float | None, float | None]:
+    """The server's and the load generator's busy shares between two readings (None, None
+    where their CPUs were not split)."""
+    if len(before) != 2:
+        return None, None
+    (s0, s_total0), (l0, l_total0) = before
+    (s1, s_total1), (l1, l_total1) = after
+    return (s1 - s0) / max(1, s_total1 - s_total0), (l1 - l0) / max(1, l_total1 - l_total0)
 
 
 def _children_cpu_s() -> float:
@@ -130,17 +152,21 @@ class Serving:
     workers: int
     ports: Mapping[str, int]
     pids: tuple[int, ...]
+    cpus: tuple[int, ...] = ()
+    """The CPUs it runs on (empty: any)."""
 
 
 @contextmanager
-def serving(workers: int, repo: Path) -> Iterator[Serving]:
-    """A server with ``workers`` request-handling processes, stopped on leaving."""
-    process, ports = start_server(repo, ("--workers", str(workers), "--log-format", "json"))
+def serving(workers: int, repo: Path, cpus: Sequence[int] = ()) -> Iterator[Serving]:
+    """A server with ``workers`` request-handling processes, on ``cpus`` (empty: any),
+    stopped on leaving."""
+    flags = ("--workers", str(workers), "--log-format", "json")
+    process, ports = start_server(repo, flags, cpus)
     try:
         time.sleep(1.0)
         pids = (process.pid, *_worker_pids(process.pid))
         assert len(pids) == (1 if workers == 1 else workers + 1), pids
-        yield Serving(workers, ports, pids)
+        yield Serving(workers, ports, pids, tuple(cpus))
     finally:
         stop_server(process)
 
@@ -163,11 +189,14 @@ def take(
     handed = _handed_over(ports["metrics_port"])
     before = {pid: _ticks(pid) for pid in pids}
     answered = _answered(ports["http_port"], model)
+    sides = (server.cpus, settings.cpus) if server.cpus and settings.cpus else ()
     machine_before, load_before = _machine_ticks(), _children_cpu_s()
+    sides_before = _sides_ticks(sides)
     row, error = driver(model, protocol, f"127.0.0.1:{port}", concurrency, settings, work, extra)
     if row is None:
         raise RuntimeError(f"{model} over {protocol} at c={concurrency}: {error}")
     (busy_now, total_now), (busy_then, total_then) = _machine_ticks(), machine_before
+    server_busy, load_busy = _shares(sides_before, _sides_ticks(sides))
     load_s = _children_cpu_s() - load_before
     count = _answered(ports["http_port"], model) - answered
     us = [(_ticks(p) - before[p]) / hz * 1e6 / count for p in pids]
@@ -176,7 +205,7 @@ def take(
     taken = Point(server.workers, model, protocol, concurrency, row.throughput, us[0],
                   tuple(us[1:]), row.stable,
                   (busy_now - busy_then) / max(1, total_now - total_then), round_index,
-                  load_s * 1e6 / count, per_frame)  # fmt: skip
+                  load_s * 1e6 / count, per_frame, server_busy, load_busy)  # fmt: skip
     print(taken, flush=True)
     return taken
 
@@ -189,11 +218,12 @@ def measure(
     points: Sequence[tuple[str, str, int]] | None = None,
     driver: Driver = run,
     extra: Mapping[str, Sequence[str]] | None = None,
+    cpus: Sequence[int] = (),
 ) -> list[Point]:
     """Each (model, protocol, concurrency) of ``points`` (default ``grid()``) against one
-    server with ``workers`` request-handling processes; ``driver`` takes each point, with
-    ``extra[model]`` as its further arguments."""
-    with serving(workers, repo) as server:
+    server with ``workers`` request-handling processes, on ``cpus`` (empty: any); ``driver``
+    takes each point, with ``extra[model]`` as its further arguments."""
+    with serving(workers, repo, cpus) as server:
         return [take(server, point, settings, work, driver, (extra or {}).get(point[0], ()))
                 for point in (grid() if points is None else points)]  # fmt: skip
 

@@ -4,14 +4,17 @@ throughput beside N times the one-process throughput.
 
 Only a machine with at least ``MIN_CORES`` cores measures it (the dry run takes N = 1 and 2
 on tiny windows, to prove the phase): on fewer, the load generator and the workers would
-share cores and the figures would say nothing about scaling. The model is the digits CNN, a
-light one (request handling, not compute, is what is measured), as the check exported it for
-the first of the mode's runtimes that has it at FP32 (``served_model``): on a GPU host it
-then runs on the GPU, as on the node the workers are there to feed, and its compute leaves
-the cores the request handling shares. Where no such export succeeded it is the model as
-shipped, on the CPU. The clients are ``CLIENTS_PER_WORKER`` per process so that each one is
-kept busy, and the CPU of the model-owning process and of the workers is read from
-``/proc`` (``bench.workers``).
+share cores and the figures would say nothing about scaling. The server and the load
+generator run on CPUs of their own, split by physical core (``bench.cpu_split``), so that
+the figures are the server's, as on a node whose clients are elsewhere, and each point says
+how busy each side's CPUs were: near 100 % on the load generator's, it set the throughput.
+The model is the digits CNN, a light one (request handling, not compute, is what is
+measured), as the check exported it for the first of the mode's runtimes that has it at
+FP32 (``served_model``): on a GPU host it then runs on the GPU, as on the node the workers
+are there to feed, and its compute leaves the cores the request handling shares. Where no
+such export succeeded it is the model as shipped, on the CPU. The clients are
+``CLIENTS_PER_WORKER`` per process so that each one is kept busy, and the CPU of the
+model-owning process and of the workers is read from ``/proc`` (``bench.workers``).
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bench import cpu_split
 from bench import workers as workers_bench
 from bench.common import ROOT
+from bench.cpu_split import CpuSplit
 from bench.gpu import engine, variants
 from bench.gpu.load import LoadTool
 from bench.gpu.records import DIGITS, CoresPoint, ExportResult, Key, Variant
@@ -47,14 +52,26 @@ def cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def counts(available: int, dry_run: bool) -> tuple[int, ...]:
-    """The process counts to measure: none below ``MIN_CORES`` (but the dry run's 1 and 2),
-    and at most half the cores, the rest left to the load generator."""
+def counts(available: int, dry_run: bool, server_cpus: int | None = None) -> tuple[int, ...]:
+    """The process counts to measure: none below ``MIN_CORES`` (but the dry run's 1 and 2);
+    with ``server_cpus`` of the server's own, as many workers as leave one of them to the
+    model-owning process, else at most half the cores, the rest left to the load generator."""
     if dry_run:
         return (1, 2)
     if available < MIN_CORES:
         return ()
-    return tuple(n for n in COUNTS if n <= available // 2)
+    most = available // 2 if server_cpus is None else server_cpus - 1
+    return tuple(n for n in COUNTS if n <= most)
+
+
+def placement() -> CpuSplit | None:
+    """The server's CPUs and the load generator's (None: fewer than two physical cores)."""
+    return cpu_split.machine_split()
+
+
+def counts_here(dry_run: bool, cpus: CpuSplit | None) -> tuple[int, ...]:
+    """``counts`` for this machine, the server on ``cpus.server`` where given."""
+    return counts(cores(), dry_run, None if cpus is None else len(cpus.server))
 
 
 def planned_s(taken: Sequence[int], point_s: float) -> float:
@@ -99,10 +116,11 @@ def measure(
     window_s: float,
     work: Path,
     model: ServedModel | None = None,
+    cpus: CpuSplit | None = None,
 ) -> tuple[list[CoresPoint], str]:
-    """Every count's points on ``model`` (default: as shipped), and why the phase stopped
-    early ("" when it did not): a server or a point that fails is a finding, not the end of
-    the check."""
+    """Every count's points on ``model`` (default: as shipped), the server and the load
+    generator on ``cpus`` (None: both on any), and why the phase stopped early ("" when it
+    did not): a server or a point that fails is a finding, not the end of the check."""
     model = model or shipped(work)
     repo, name = model.repository, model.name
     config = engine.config_of(repo / name)
@@ -113,21 +131,26 @@ def measure(
     extra = {name: tool.extra(inputs, work)}
     # A connection per client, as a node's many clients open: the kernel spreads connections,
     # not requests, over the workers (SO_REUSEPORT), so a few would measure their spread.
-    settings = replace(tool.settings(window_s), grpc_connection_per_client=True)
+    load_cpus = cpus.load if cpus is not None else ()
+    settings = replace(tool.settings(window_s), grpc_connection_per_client=True, cpus=load_cpus)
     if tool.own:
-        # The workers take at most half the cores: the load may have the rest.
-        extra[name] += ["--procs", str(max(1, cores() // 2))]
+        # The load may have the CPUs the workers do not: its own, or half of them.
+        extra[name] += ["--procs", str(max(1, len(load_cpus) or cores() // 2))]
+    server_cpus = cpus.server if cpus is not None else ()
     found: list[CoresPoint] = []
     for n in taken:
         points = [(name, protocol, CLIENTS_PER_WORKER * n) for protocol in PROTOCOLS]
         try:
-            measured = workers_bench.measure(n, repo, settings, work, points, tool.driver(), extra)
+            measured = workers_bench.measure(
+                n, repo, settings, work, points, tool.driver(), extra, server_cpus
+            )
         except (Exception, SystemExit) as exc:  # SystemExit: a server that did not start
             return found, f"{n} worker(s): {type(exc).__name__}: {exc}"
         for p in measured:
             found.append(CoresPoint(p.workers, p.protocol, p.concurrency, p.throughput,
                                     p.engine_us, sum(p.worker_us), p.stable,
-                                    p.machine_busy, p.load_us, p.per_frame))  # fmt: skip
+                                    p.machine_busy, p.load_us, p.per_frame,
+                                    p.server_busy, p.load_busy))  # fmt: skip
     return found, ""
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import ROOT
+from bench.common import ROOT, running_on
 from bench.inputs import ModelInputs
 from bench.perf import PaSettings
 from bench.records import PaRow
@@ -283,7 +283,8 @@ def run(
     argv = command(model, protocol, url, concurrency, settings, extra)
     limit = START_S + WARMUP_S + settings.window_ms / 1000 + DRAIN_S + 30
     try:
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=limit)
+        with running_on(settings.cpus):
+            done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
         return None, f"the load generator did not finish within {limit:.0f} s"
     lines = done.stdout.strip().splitlines()

@@ -135,6 +135,11 @@ class CoresPoint:
     """CPU per request in the load generator."""
     per_frame: float = 0.0
     """Requests per frame from the workers to the model-owning process (0 at N = 1)."""
+    server_busy: float | None = None
+    """Share of the server's own CPUs' time busy over the point, where the server and the
+    load generator had CPUs of their own (else None)."""
+    load_busy: float | None = None
+    """The same share of the load generator's CPUs."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,8 @@ class GpuResults:
     """Why request handling across cores was not measured, or stopped early."""
     cores_model: str = ""
     """The model request handling across cores was measured on, and where it ran."""
+    cores_cpus: str = ""
+    """Which CPUs the server and the load generator ran on ("": both on any)."""
     phases: list[Phase] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -251,7 +251,14 @@ def _cores(results: GpuResults) -> str:
         "time busy over the point, the load generator's included (near 100 % the host, not the "
         "server, sets the throughput); requests per frame: the mean group the workers handed "
         "to the model-owning process, whose CPU goes mostly per frame. Scaling: throughput ÷ "
-        "(N x the one-process throughput over the same protocol)."
+        "(N x the one-process throughput over the same protocol). "
+        + (
+            f"CPUs: {results.cores_cpus}; server / load busy: the share of each side's CPUs' "
+            "time busy over the point (near 100 % on the load generator's, it set the "
+            "throughput)."
+            if results.cores_cpus
+            else "CPUs: the server and the load generator shared every CPU."
+        )
     )
     if not results.cores:
         return f"{title}\n\nNot measured: {results.cores_note or 'not run in this check'}."
@@ -263,14 +270,23 @@ def _cores(results: GpuResults) -> str:
                          f"{share:.2f}", f"{p.owner_us:.1f}",
                          f"{p.workers_us:.1f}" if p.workers > 1 else "(one process)",
                          f"{p.load_us:.0f}", f"{p.machine_busy:.0%}",
-                         f"{p.per_frame:.1f}" if p.workers > 1 else "—"])  # fmt: skip
+                         f"{p.per_frame:.1f}" if p.workers > 1 else "—",
+                         _sides(p.server_busy, p.load_busy)])  # fmt: skip
     header = ("workers", "protocol", "concurrency", "throughput (infer/s)", "scaling",
               "model-owning process µs CPU/request", "workers µs CPU/request",
-              "load generator µs CPU/request", "machine busy", "requests per frame")  # fmt: skip
-    text = f"{title}\n\n" + table(header, rows, "llrrrrrrrr")
+              "load generator µs CPU/request", "machine busy", "requests per frame",
+              "server / load busy")  # fmt: skip
+    text = f"{title}\n\n" + table(header, rows, "llrrrrrrrrr")
     if results.cores_note:
         text += f"\n\nStopped early: {results.cores_note}."
     return text
+
+
+def _sides(server: float | None, load: float | None) -> str:
+    """Each side's busy share, where each had CPUs of its own."""
+    if server is None or load is None:
+        return "—"
+    return f"{server:.0%} / {load:.0%}"
 
 
 def _targets(verdicts: Sequence[Verdict], mode: str) -> str:

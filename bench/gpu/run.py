@@ -182,7 +182,8 @@ def _phases(
     served_name = next(name for name in planned if name.startswith("served"))
     with check.phase("served", planned[served_name]):
         _serve_all(check, budget.kept, tool)
-    taken = cores.counts(cores.cores(), check.grid.cpu)
+    split = cores.placement()
+    taken = cores.counts_here(check.grid.cpu, split)
     if not taken:
         results.cores_note = (
             f"{cores.cores()} cores here; it needs {cores.MIN_CORES} or more, so that the "
@@ -198,8 +199,9 @@ def _phases(
     with check.phase(CORES_PHASE, planned[CORES_PHASE]):
         model = cores.served_model(results.exports, check.grid.cpu, check.work)
         results.cores_model = model.description
+        results.cores_cpus = split.describe() if split is not None else ""
         results.cores, results.cores_note = cores.measure(
-            taken, tool, check.grid.window_s, check.work, model
+            taken, tool, check.grid.window_s, check.work, model, split
         )
 
 
@@ -230,7 +232,7 @@ def _budget(
     candidates = plan.cases([s.key for s in present], grid)
     # Request handling across cores comes after the judged case: where both do not fit, it
     # is dropped (planned at 0 s, and the report says why).
-    across = cores.planned_s(cores.counts(cores.cores(), grid.cpu), point_s)
+    across = cores.planned_s(cores.counts_here(grid.cpu, cores.placement()), point_s)
     before = sum(seconds for _, seconds in fixed) + plan.judged_s(candidates, grid, point_s)
     fixed.append((CORES_PHASE, across if before + across <= grid.budget_s else 0.0))
     return plan.fit(fixed, candidates, grid, point_s)

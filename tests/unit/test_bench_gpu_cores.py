@@ -13,6 +13,7 @@ import pytest
 from batchserve.models.model_config import CONFIG_FILENAME, load_pbtxt
 from batchserve.proto.model_config_pb2 import ModelInstanceGroup
 
+from bench import cpu_split
 from bench import workers as workers_bench
 from bench.gpu import cores, load, plan, report, run, targets
 from bench.gpu import tests as gpu_tests
@@ -24,6 +25,8 @@ from bench.workers import Point
 
 PERF_ANALYZER = LoadTool("perf_analyzer", "perf_analyzer")
 OWN = LoadTool("bench.gpu.load", "own load")
+SIXTEEN_CPUS = cpu_split.split([(cpu, cpu + 8) for cpu in range(8)])
+"""A 16-CPU host of 8 hyper-threaded cores, split: the server on 10 CPUs, the load on 6."""
 
 
 def point(workers: int, protocol: str, throughput: float) -> CoresPoint:
@@ -42,6 +45,16 @@ def test_worker_counts_leave_half_the_cores_to_the_load(
 
 def test_the_dry_run_measures_one_and_two_workers_on_any_machine() -> None:
     assert cores.counts(2, dry_run=True) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("server_cpus", "expected"),
+    [(10, (1, 2, 4, 8)), (9, (1, 2, 4, 8)), (8, (1, 2, 4)), (3, (1, 2))],
+)
+def test_with_cpus_of_its_own_the_server_takes_as_many_workers_as_leave_one_to_the_owner(
+    server_cpus: int, expected: tuple[int, ...]
+) -> None:
+    assert cores.counts(16, dry_run=False, server_cpus=server_cpus) == expected
 
 
 def test_scaling_is_throughput_over_n_times_one_process_per_protocol() -> None:
@@ -102,6 +115,7 @@ def test_a_pytorch_only_gpu_machine_with_16_cores_runs_the_judged_case_and_the_c
 ) -> None:
     """As on a machine with CUDA PyTorch but neither onnxruntime-gpu nor TensorRT."""
     monkeypatch.setattr(cores, "cores", lambda: 16)
+    monkeypatch.setattr(cores, "placement", lambda: SIXTEEN_CPUS)
     check = run.Check(plan.Grid.for_mode(cpu=False), GpuResults(), tmp_path)
     args = argparse.Namespace(skip_tests=False, exports_parallel=3)
     budget = run._budget(check, [BY_KEY["pt2"]], tool, args)
@@ -115,6 +129,7 @@ def test_with_every_runtime_the_judged_case_runs_past_the_budget_and_the_cores_g
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(cores, "cores", lambda: 16)
+    monkeypatch.setattr(cores, "placement", lambda: SIXTEEN_CPUS)
     check = run.Check(plan.Grid.for_mode(cpu=False), GpuResults(), tmp_path)
     args = argparse.Namespace(skip_tests=False, exports_parallel=3)
     present = [BY_KEY[key] for key in ("ort-cuda", "tensorrt", "pt2")]
@@ -256,3 +271,54 @@ def test_the_own_load_tool_opens_a_connection_per_client_when_the_settings_ask()
     assert "--grpc-connection-per-client" not in load.command(
         "m", "grpc", "127.0.0.1:1", 8, PaSettings(2000)
     )
+
+
+def test_the_server_and_the_load_run_on_their_own_cpus_and_the_report_says_how_busy_each_was(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    asked: list[tuple[PaSettings, tuple[int, ...]]] = []
+
+    def measured(
+        workers: int, repo: Path, settings: PaSettings, work: Path, points: object,
+        driver: object, extra: object, cpus: tuple[int, ...] = (),
+    ) -> list[Point]:  # fmt: skip
+        asked.append((settings, tuple(cpus)))
+        return [Point(workers, "digits_cnn", p, 32, 9_000.0, 90.0, (50.0,) * (workers > 1),
+                      True, 0.5, 1, 70.0, 0.0, 0.95, 0.4)
+                for p in cores.PROTOCOLS]  # fmt: skip
+
+    monkeypatch.setattr(workers_bench, "measure", measured)
+    assert SIXTEEN_CPUS is not None
+    found, why = cores.measure((1, 2), PERF_ANALYZER, 1.0, tmp_path, cpus=SIXTEEN_CPUS)
+    assert why == ""
+    assert [(s.cpus, cpus) for s, cpus in asked] == [(SIXTEEN_CPUS.load, SIXTEEN_CPUS.server)] * 2
+    assert {(p.server_busy, p.load_busy) for p in found} == {(0.95, 0.4)}
+    text = report._cores(GpuResults(cores=found, cores_cpus=SIXTEEN_CPUS.describe()))
+    assert "CPUs: the server on CPUs 0-4,8-12 (5 physical cores), the load generator" in text
+    assert "| requests per frame | server / load busy |" in text
+    assert text.count("| 95% / 40% |") == 4
+    shared = report._cores(GpuResults(cores=found))
+    assert "CPUs: the server and the load generator shared every CPU." in shared
+
+
+def test_without_cpus_of_its_own_the_load_runs_anywhere_and_the_own_tool_takes_half(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    asked: list[tuple[PaSettings, tuple[int, ...], list[str]]] = []
+
+    def measured(
+        workers: int, repo: Path, settings: PaSettings, work: Path, points: object,
+        driver: object, extra: dict[str, list[str]], cpus: tuple[int, ...] = (),
+    ) -> list[Point]:  # fmt: skip
+        asked.append((settings, tuple(cpus), extra["digits_cnn"]))
+        return []
+
+    monkeypatch.setattr(workers_bench, "measure", measured)
+    monkeypatch.setattr(cores, "cores", lambda: 16)
+    cores.measure((1,), OWN, 1.0, tmp_path)
+    assert SIXTEEN_CPUS is not None
+    cores.measure((1,), OWN, 1.0, tmp_path, cpus=SIXTEEN_CPUS)
+    (anywhere, _, shared_extra), (pinned, server, own_extra) = asked
+    assert (anywhere.cpus, pinned.cpus, server) == ((), SIXTEEN_CPUS.load, SIXTEEN_CPUS.server)
+    assert shared_extra[-2:] == ["--procs", "8"]
+    assert own_extra[-2:] == ["--procs", "6"]
