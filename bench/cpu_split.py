@@ -18,24 +18,13 @@ import math
 import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-SYSFS_CPUS = Path("/sys/devices/system/cpu")
+from batchserve.core.cpu_budget import physical_cores
+
 LOAD_SHARE = 1 / 3
 """The share of the physical cores the load generator gets: perf_analyzer spent 130-170 µs
 of CPU a request on the 2-core machine, about what a worker spends, but a worker's requests
 go through the model-owning process as well, which needs a core of its own."""
-
-
-def parse_cpu_list(text: str) -> set[int]:
-    """The CPUs of a kernel CPU list ("0-3,8,10-11")."""
-    found: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        first, _, last = part.partition("-")
-        found.update(range(int(first), int(last or first) + 1))
-    return found
 
 
 def format_cpu_list(cpus: Collection[int]) -> str:
@@ -47,21 +36,6 @@ def format_cpu_list(cpus: Collection[int]) -> str:
         else:
             runs.append([cpu, cpu])
     return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
-
-
-def physical_cores(allowed: Collection[int], root: Path = SYSFS_CPUS) -> list[tuple[int, ...]]:
-    """The ``allowed`` CPUs grouped by the physical core they share (their hyper-threads),
-    in order of their first CPU. A CPU whose topology the kernel does not show is a core of
-    its own."""
-    cores: dict[tuple[int, ...], None] = {}
-    for cpu in sorted(allowed):
-        siblings_file = root / f"cpu{cpu}" / "topology" / "thread_siblings_list"
-        try:
-            siblings = parse_cpu_list(siblings_file.read_text())
-        except (OSError, ValueError):
-            siblings = {cpu}
-        cores[tuple(sorted((siblings & set(allowed)) | {cpu}))] = None
-    return sorted(cores, key=lambda core: core[0])
 
 
 @dataclass(frozen=True)
@@ -97,7 +71,8 @@ def split(cores: Sequence[tuple[int, ...]], load_share: float = LOAD_SHARE) -> C
 
 
 def machine_split(load_share: float = LOAD_SHARE) -> CpuSplit | None:
-    """``split`` of the physical cores this process may run on."""
+    """``split`` of the physical cores this process may run on (``core/cpu_budget.py``
+    groups them)."""
     return split(physical_cores(os.sched_getaffinity(0)), load_share)
 
 

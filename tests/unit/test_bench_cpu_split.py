@@ -1,6 +1,6 @@
-"""The split of a machine's CPUs between a server and its load generator: physical cores read
-from the kernel's topology files, the split, the affinity children start with, and each
-side's busy share from /proc/stat."""
+"""The split of a machine's CPUs between a server and its load generator: the split by
+physical core, the affinity children start with, and each side's busy share from
+/proc/stat."""
 
 from __future__ import annotations
 
@@ -10,56 +10,34 @@ import sys
 from pathlib import Path
 
 import pytest
+from batchserve.core.cpu_budget import parse_cpu_list, physical_cores
 
 from bench import cpu_split
 from bench.common import running_on
 
 
-def fake_sysfs(root: Path, siblings: dict[int, str]) -> Path:
-    """A /sys/devices/system/cpu tree: each CPU's thread_siblings_list, as the kernel writes
-    it (a CPU absent from ``siblings`` has no topology directory)."""
-    for cpu, text in siblings.items():
-        topology = root / f"cpu{cpu}" / "topology"
+def hyperthreaded_root(root: Path, cores: int) -> Path:
+    """A filesystem root whose kernel topology shows ``cores`` physical cores of two threads
+    each, numbered as Linux does on x86: CPU i and CPU i + cores share a core."""
+    for cpu in range(2 * cores):
+        topology = root / "sys/devices/system/cpu" / f"cpu{cpu}" / "topology"
         topology.mkdir(parents=True)
-        (topology / "thread_siblings_list").write_text(text + "\n")
+        (topology / "thread_siblings_list").write_text(f"{cpu % cores},{cpu % cores + cores}\n")
     return root
 
 
-def hyperthreaded(cores: int) -> dict[int, str]:
-    """``cores`` physical cores of two threads each, numbered as Linux does on x86: CPU i
-    and CPU i + cores share a core."""
-    return {cpu: f"{cpu % cores},{cpu % cores + cores}" for cpu in range(2 * cores)}
-
-
 @pytest.mark.parametrize(
-    ("text", "cpus", "again"),
-    [("0-3,8,10-11", {0, 1, 2, 3, 8, 10, 11}, "0-3,8,10-11"), ("5", {5}, "5"),
-     ("0,1,2", {0, 1, 2}, "0-2"), ("", set(), "")],
-)  # fmt: skip
-def test_kernel_cpu_lists_are_read_and_written(text: str, cpus: set[int], again: str) -> None:
-    assert cpu_split.parse_cpu_list(text) == cpus
-    assert cpu_split.format_cpu_list(cpus) == again
-
-
-def test_hyper_threads_of_one_core_are_grouped_and_only_allowed_cpus_count(
-    tmp_path: Path,
-) -> None:
-    root = fake_sysfs(tmp_path, hyperthreaded(4))
-    assert cpu_split.physical_cores(range(8), root) == [(0, 4), (1, 5), (2, 6), (3, 7)]
-    # a cpuset that holds one thread of core 1: that thread alone is the core
-    assert cpu_split.physical_cores({0, 4, 5}, root) == [(0, 4), (5,)]
-
-
-def test_a_cpu_without_topology_is_a_core_of_its_own(tmp_path: Path) -> None:
-    root = fake_sysfs(tmp_path, {0: "0", 1: "1"})
-    assert cpu_split.physical_cores({0, 1, 2}, root) == [(0,), (1,), (2,)]
+    ("cpus", "text"), [({0, 1, 2, 3, 8, 10, 11}, "0-3,8,10-11"), ({5}, "5"), (set(), "")]
+)
+def test_cpu_lists_are_written_as_the_kernel_writes_them(cpus: set[int], text: str) -> None:
+    assert cpu_split.format_cpu_list(cpus) == text
 
 
 def test_a_16_cpu_host_of_8_hyperthreaded_cores_gives_the_load_3_whole_cores(
     tmp_path: Path,
 ) -> None:
-    root = fake_sysfs(tmp_path, hyperthreaded(8))
-    split = cpu_split.split(cpu_split.physical_cores(range(16), root))
+    root = hyperthreaded_root(tmp_path, 8)
+    split = cpu_split.split(physical_cores(range(16), root))
     assert split is not None
     assert (split.server_cores, split.load_cores) == (5, 3)
     assert sorted(split.server) == [0, 1, 2, 3, 4, 8, 9, 10, 11, 12]
@@ -95,7 +73,7 @@ def _allowed_in_child() -> set[int]:
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     line = next(line for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
-    return cpu_split.parse_cpu_list(line.split(":", 1)[1])
+    return parse_cpu_list(line.split(":", 1)[1])
 
 
 def test_a_process_started_inside_running_on_runs_there_and_this_thread_is_restored() -> None:

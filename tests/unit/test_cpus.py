@@ -7,12 +7,14 @@ import os
 from pathlib import Path
 
 import pytest
-from batchserve.runtime.cpus import (
-    auto_workers,
+from batchserve.core.cpu_budget import (
     available_cpus,
     cgroup_cpu_limit,
-    resolve_workers,
+    parse_cpu_list,
+    physical_cores,
+    runtime_threads,
 )
+from batchserve.runtime.cpus import auto_workers, resolve_workers
 
 POD = "/kubepods/burstable/pod1/container1"
 V2 = "sys/fs/cgroup"
@@ -207,3 +209,42 @@ def test_resolve_workers_refuses_anything_but_auto_or_a_positive_number(
 ) -> None:
     with pytest.raises(ValueError, match="positive number"):
         resolve_workers(setting, cpus=4)
+
+
+def _topology(root: Path, siblings: dict[int, str]) -> Path:
+    """A root whose kernel topology gives each CPU's thread_siblings_list as written."""
+    return _tree(
+        root,
+        {f"sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list": f"{text}\n"
+         for cpu, text in siblings.items()},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [("0-3,8,10-11", {0, 1, 2, 3, 8, 10, 11}), ("5", {5}), ("", set()), ("x-1", set())],
+)
+def test_kernel_cpu_lists_are_read(text: str, cpus: set[int]) -> None:
+    assert parse_cpu_list(text) == cpus
+
+
+def test_hyper_threads_of_one_core_group_and_only_allowed_cpus_count(tmp_path: Path) -> None:
+    root = _topology(tmp_path, {cpu: f"{cpu % 4},{cpu % 4 + 4}" for cpu in range(8)})
+    assert physical_cores(range(8), root) == [(0, 4), (1, 5), (2, 6), (3, 7)]
+    # a cpuset holding one thread of core 1: that thread alone is the core
+    assert physical_cores({0, 4, 5}, root) == [(0, 4), (5,)]
+    # a CPU whose topology the kernel does not show is a core of its own
+    assert physical_cores({9}, root) == [(9,)]
+
+
+def test_runtime_threads_are_one_per_physical_core_allowed_within_the_quota(
+    tmp_path: Path,
+) -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    no_topology = tmp_path / "plain"
+    no_topology.mkdir()
+    assert runtime_threads(no_topology) == len(allowed)
+    assert runtime_threads(_v2(tmp_path / "quota", "100000 100000")) == 1
+    # every allowed CPU a hyper-thread of one core: one thread, as ORT would count them
+    together = ",".join(map(str, allowed))
+    assert runtime_threads(_topology(tmp_path / "smt", dict.fromkeys(allowed, together))) == 1

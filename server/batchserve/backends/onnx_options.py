@@ -14,6 +14,7 @@ from typing import Any
 
 import onnxruntime as ort
 
+from batchserve.core.cpu_budget import runtime_threads
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import DeviceUnavailable, ModelConfigError
 from batchserve.proto.model_config_pb2 import ModelConfig
@@ -317,8 +318,13 @@ def session_options(config: ModelConfig, model_file: Path) -> Any:
     options = ort.SessionOptions()
     options.logid = config.name or model_file.stem
     options.graph_optimization_level = _GRAPH_LEVELS[level]
-    options.intra_op_num_threads = _count_param(params, "intra_op_thread_count", model_file)
-    options.inter_op_num_threads = _count_param(params, "inter_op_thread_count", model_file)
+    # Left to itself ORT sizes and pins its pools by the host's cores, not by the CPUs this
+    # process may use (``core/cpu_budget.runtime_threads``): a count it is given pins nothing.
+    threads = runtime_threads()
+    intra = _count_param(params, "intra_op_thread_count", model_file)
+    inter = _count_param(params, "inter_op_thread_count", model_file)
+    options.intra_op_num_threads = intra or threads
+    options.inter_op_num_threads = inter or threads
     if _flag_param(params, "execution_mode", False, model_file):
         options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     options.enable_mem_pattern = _flag_param(params, "enable_mem_pattern", True, model_file)

@@ -152,7 +152,7 @@ class Settings(BaseSettings):
     in one process."""
     cpus: int | None = Field(None, ge=1, le=4096)
     """Cores the server may use; None: the process's CPU affinity bounded by its cgroup
-    quota (``runtime/cpus.py``)."""
+    quota (``core/cpu_budget.py``)."""
     trace_config: tuple[str, ...] = ()
     """Triton's ``--trace-config`` entries (``core/trace_config.py``): the trace settings
     at start and where OpenTelemetry spans go."""

@@ -18,6 +18,7 @@ import tempfile
 import uvloop
 
 from batchserve.backends.selection import create_backend
+from batchserve.core.cpu_budget import available_cpus
 from batchserve.core.errors import BatchserveError
 from batchserve.core.settings import ModelControlMode, Settings
 from batchserve.core.tls import TlsMode
@@ -33,7 +34,7 @@ from batchserve.observability.refusals import REFUSALS, Protocol
 from batchserve.rest.app import build_http_app
 from batchserve.rest.forward import trusting_peer_header
 from batchserve.runtime import cpu_scheduling, gc_tuning, malloc_tuning, memmove_tuning
-from batchserve.runtime.cpus import available_cpus, resolve_workers
+from batchserve.runtime.cpus import resolve_workers
 from batchserve.runtime.event_loop import BoundedHandshakeLoop
 from batchserve.runtime.http_listener import HttpListener, http_listener
 from batchserve.runtime.metrics_collector import ServerCollector, metrics_registry

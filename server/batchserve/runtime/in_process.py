@@ -46,6 +46,7 @@ from typing import Any, Final, Self, TypeVar, Unpack
 import uvloop
 
 from batchserve.backends.selection import create_backend
+from batchserve.core.cpu_budget import available_cpus
 from batchserve.core.errors import BatchserveError, Unavailable, Unsupported
 from batchserve.core.settings import ModelControlMode, Settings
 from batchserve.core.types import InferRequest, ModelMetadata, ServerMetadata
@@ -56,7 +57,6 @@ from batchserve.models.memory_probe import device_total_bytes
 from batchserve.models.registry import BackendFactory, ModelRegistry
 from batchserve.models.repository import ModelRepository
 from batchserve.proto.model_config_pb2 import ModelConfig
-from batchserve.runtime.cpus import available_cpus
 from batchserve.runtime.in_process_requests import (
     InferOptions,
     Outputs,

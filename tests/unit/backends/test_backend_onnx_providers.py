@@ -1,3 +1,6 @@
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import onnxruntime as ort
@@ -10,10 +13,13 @@ from batchserve.backends.onnx_options import (
     default_engine_cache,
     session_options,
 )
+from batchserve.core.cpu_budget import runtime_threads
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import DeviceUnavailable, ModelConfigError
 from batchserve.proto.model_config_pb2 import ModelConfig
 from google.protobuf import text_format
+
+from bench.common import running_on
 
 MODEL = Path("repo/m/1/model.onnx")
 CPU_ONLY = ["AzureExecutionProvider", CPU_EP]
@@ -208,9 +214,10 @@ def test_parameters_set_threads_mode_and_memory_pattern():
     assert options.enable_cpu_mem_arena is True
 
 
-def test_defaults_leave_ort_choosing():
+def test_threads_left_to_the_runtime_are_one_per_core_this_process_may_use():
     options = session_options(ModelConfig(name="m"), MODEL)
-    assert options.intra_op_num_threads == 0
+    assert options.intra_op_num_threads == runtime_threads()
+    assert options.inter_op_num_threads == runtime_threads()
     assert options.execution_mode == ort.ExecutionMode.ORT_SEQUENTIAL
     assert options.enable_mem_pattern is True
     assert options.logid == "m"
@@ -246,3 +253,35 @@ def test_tritons_boolean_spellings_reach_the_tensorrt_provider_as_it_spells_them
     assert trt["trt_timing_cache_enable"] == "True"
     assert trt["trt_force_sequential_engine_build"] == "False"
     assert trt["trt_builder_optimization_level"] == "1"  # a number, left alone
+
+
+THREADS_OF_A_SESSION = """
+import os, sys
+from pathlib import Path
+import numpy as np
+import onnxruntime as ort
+from batchserve.backends.onnx_options import session_options
+from batchserve.proto.model_config_pb2 import ModelConfig
+model = Path(sys.argv[1])
+session = ort.InferenceSession(str(model), session_options(ModelConfig(name="m"), model),
+                               providers=["CPUExecutionProvider"])
+session.run(None, {"image": np.zeros((8, 1, 8, 8), np.float32)})
+for task in Path("/proc/self/task").iterdir():
+    print(os.sched_getaffinity(int(task.name)))
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a CPU to leave out")
+def test_a_session_under_a_one_cpu_affinity_keeps_every_thread_on_that_cpu(tmp_path: Path):
+    """Left to choose, ONNX Runtime (1.32) sized its pool by the host's cores and pinned a
+    thread to the CPU this process was not given; the count the server sets pins nothing."""
+    model = Path(__file__).resolve().parents[3] / "model_repo" / "digits_cnn" / "1" / "model.onnx"
+    chosen = {min(os.sched_getaffinity(0))}
+    with running_on(chosen):
+        found = subprocess.run(
+            [sys.executable, "-c", THREADS_OF_A_SESSION, str(model)],
+            capture_output=True, text=True, check=True, timeout=120,
+        ).stdout.split("\n")  # fmt: skip
+    affinities = [line for line in found if line]
+    assert affinities
+    assert set(affinities) == {str(chosen)}

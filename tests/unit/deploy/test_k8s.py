@@ -13,10 +13,11 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from batchserve.core.cpu_budget import available_cpus
 from batchserve.core.settings import Settings
 from batchserve.models.repository import ModelRepository
 from batchserve.proto.model_config_pb2 import ModelInstanceGroup
-from batchserve.runtime.cpus import available_cpus, resolve_workers
+from batchserve.runtime.cpus import resolve_workers
 from deploy_support import (
     COMPONENTS,
     DEPLOY,

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from batchserve.core.cpu_budget import available_cpus
 from batchserve.core.settings import Settings
-from batchserve.runtime.cpus import available_cpus, resolve_workers
+from batchserve.runtime.cpus import resolve_workers
 from deploy_support import (
     DEPLOY,
     KUBERNETES_VERSIONS,
