@@ -80,7 +80,7 @@ def _affinity_set() -> set[int]:
     """The CPUs the scheduler may run this process on (empty where the platform cannot say)."""
     try:
         return set(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
+    except (AttributeError, OSError):  # not on macOS or Windows
         return set()
 
 
@@ -110,10 +110,7 @@ def cgroup_cpu_limit(root: Path = FILESYSTEM_ROOT) -> int | None:
 def _affinity_cpus() -> int:
     """Cores the scheduler may run this process on (all of the host's where the platform
     cannot say)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on macOS or Windows
-        return os.cpu_count() or 1
+    return len(_affinity_set()) or os.cpu_count() or 1
 
 
 def _own_cgroups(proc_cgroup: Path) -> tuple[str, str]:
