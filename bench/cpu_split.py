@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from batchserve.core.cpu_budget import physical_cores
 
+from bench import procstat
+
 LOAD_SHARE = 1 / 3
 """The share of the physical cores the load generator gets: perf_analyzer spent 130-170 µs
 of CPU a request on the 2-core machine, about what a worker spends, but a worker's requests
@@ -85,9 +87,7 @@ def busy_shares(stat: str, groups: Sequence[Collection[int]]) -> list[tuple[int,
         if not name.startswith("cpu") or name == "cpu":
             continue
         cpu = int(name[3:])
-        fields = [int(v) for v in values[:8]]
-        total = sum(fields)
-        busy = total - fields[3] - fields[4]
+        busy, total = procstat.line_ticks(values)
         for index, group in enumerate(groups):
             if cpu in group:
                 ticks[index] = (ticks[index][0] + busy, ticks[index][1] + total)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -67,8 +68,14 @@ def load1() -> float:
 
 def cpu_ticks(stat: str) -> tuple[int, int]:
     """(busy, total) ticks of all CPUs from /proc/stat text; idle and iowait are not busy."""
-    fields = [int(v) for v in stat.splitlines()[0].split()[1:]]
-    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest is in user)
+    return line_ticks(stat.splitlines()[0].split()[1:])
+
+
+def line_ticks(values: Sequence[str]) -> tuple[int, int]:
+    """(busy, total) ticks of one /proc/stat ``cpu`` line's values; idle and iowait are not
+    busy."""
+    fields = [int(v) for v in values[:8]]
+    total = sum(fields)  # user nice system idle iowait irq softirq steal (guest is in user)
     return total - fields[3] - fields[4], total
 
 
