@@ -141,6 +141,8 @@ def test_a_config_that_sets_nothing_is_measured() -> None:
         "instance_group [{ kind: KIND_CPU }, { kind: KIND_GPU }]",
         'parameters { key: "intra_op_thread_count" value { string_value: "2" } }',
         'parameters { key: "inter_op_thread_count" value { string_value: "1" } }',
+        'parameters { key: "INTRA_OP_THREAD_COUNT" value { string_value: "2" } }',
+        'parameters { key: "INTER_OP_THREAD_COUNT" value { string_value: "1" } }',
         "model_transaction_policy { decoupled: true }",
     ],
 )

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 from batchserve.core.budgets import parse_budgets  # noqa: E402
 from batchserve.core.settings import Settings  # noqa: E402
 from batchserve.dataplane.plane import DataPlane  # noqa: E402
+from batchserve.models.measured_defaults import ONE_POOL  # noqa: E402
 from batchserve.models.memory_probe import device_total_bytes  # noqa: E402
 from batchserve.models.registry import ModelRegistry  # noqa: E402
 from batchserve.models.repository import ModelRepository  # noqa: E402
@@ -79,3 +80,15 @@ async def test_a_wrong_shape_is_a_400_naming_the_input(client: httpx.AsyncClient
     response = await client.post("/v2/models/mlp/infer", json=_request(np.ones((1, 3), "f4")))
     assert response.status_code == 400
     assert "'x'" in response.json()["error"]
+
+
+async def test_on_a_cpu_its_instances_are_not_measured_as_torch_has_one_thread_pool(
+    client: httpx.AsyncClient,
+) -> None:
+    (model,) = (await client.get("/v2/models/mlp/stats")).json()["model_stats"]
+    measured = model["batchserve"]["measured_defaults"]
+    assert measured["reason"] == ONE_POOL
+    assert measured["measured"] == []
+    assert (measured["chosen"]["instances"], measured["chosen"]["threads"]) == (1, 0)
+    config = (await client.get("/v2/models/mlp/config")).json()
+    assert "intra_op_thread_count" not in config.get("parameters", {})

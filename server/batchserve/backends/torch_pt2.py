@@ -2,7 +2,8 @@
 
 The archive is read through ``torch_archive`` (nothing in it is unpickled or executed), its
 signature through ``torch_program``, and batches run through ``torch_runner`` (on a GPU: the
-instance's own stream, pinned staging buffers, CUDA graphs when the config asks). torch is
+instance's own stream, pinned staging buffers, CUDA graphs when the config asks); torch's
+thread pools are sized once per process (``torch_threads``). torch is
 imported only when such a model loads; torch's exceptions become batchserve's in one place,
 ``map_torch_errors``.
 """
@@ -25,6 +26,7 @@ from batchserve.backends.onnx_io import IoLayout
 from batchserve.backends.torch_archive import import_torch, load_program
 from batchserve.backends.torch_program import ProgramLayout, describe
 from batchserve.backends.torch_runner import CpuRunner, CudaRunner, ProgramCall, start_meter
+from batchserve.backends.torch_threads import fix_thread_counts
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import (
     BackendError,
@@ -96,6 +98,7 @@ class TorchBackend:
     def load(self, model_file: Path, config: ModelConfig, device: Device) -> None:
         torch = import_torch(model_file)
         self._name = config.name or model_file.stem
+        fix_thread_counts(torch, config, model_file)
         placed = _placement(torch, device, config, model_file)
         sizes = graph_batch_sizes(config, model_file)
         with map_torch_errors(str(model_file), loading=True):

@@ -21,7 +21,9 @@ hand-over twice. So the load measures instead of guessing:
   served benchmarks found best instead of whichever won the last round.
 
 The choice and every figure are logged and shown in the model's statistics. A config opts
-out by setting an instance ``count`` or a thread parameter.
+out by setting an instance ``count`` or a thread parameter. A PyTorch program on a CPU keeps
+the default unmeasured: torch has one pool of threads per process, so its instances cannot
+have threads of their own (``ONE_POOL``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from batchserve.backends.base import Arrays, Backend
+from batchserve.backends.selection import PT2, runtime_name
+from batchserve.backends.torch_threads import PARAMETERS as TORCH_THREAD_PARAMETERS
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import BatchserveError
 from batchserve.devices.placement import places_auto
@@ -45,8 +49,15 @@ from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 logger = logging.getLogger(__name__)
 
-THREAD_PARAMETERS = ("intra_op_thread_count", "inter_op_thread_count")
-"""Config parameters that set a runtime's threads: a config with one has chosen."""
+THREAD_PARAMETERS = ("intra_op_thread_count", "inter_op_thread_count", *TORCH_THREAD_PARAMETERS)
+"""Config parameters that set a runtime's threads, by Triton's names (ONNX Runtime's per
+instance, torch's per process): a config with one has chosen."""
+ONE_POOL = (
+    "torch's CPU threads are one pool per process (INTRA_OP_THREAD_COUNT), not one per "
+    "instance: one instance on that pool"
+)
+"""Why a PyTorch program on a CPU is not measured: the settings worth measuring there give
+each instance threads of its own (``backends/torch_threads.py``)."""
 LIGHT_SAMPLE_NS = 1_000_000
 """A sample cheaper than this (1 ms) is not compute-bound in a server: receiving, batching and
 answering its request cost 0.1-0.3 ms of the same cores (67-180 µs of request handling on
@@ -291,6 +302,11 @@ def tune(subject: Subject, cores: int, *, graphs_possible: bool = False) -> Tuni
     """Measure the candidates for ``subject`` and choose (see the module docstring)."""
     started = time.perf_counter()
     settings = candidates(subject.device, cores, graphs_possible)
+    if (
+        subject.device.kind == "cpu"
+        and runtime_name(subject.config, subject.model_file) == PT2.backend
+    ):
+        return Tuning(DEFAULT, ONE_POOL, (), 0.0)
     if len(settings) == 1:
         return Tuning(DEFAULT, "one core: nothing else to measure", (), 0.0)
     rows = _rows(subject.config, subject.device)
