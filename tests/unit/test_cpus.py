@@ -10,6 +10,7 @@ import pytest
 from batchserve.core.cpu_budget import (
     available_cpus,
     cgroup_cpu_limit,
+    declare_cpus,
     parse_cpu_list,
     physical_cores,
     runtime_threads,
@@ -248,3 +249,18 @@ def test_runtime_threads_are_one_per_physical_core_allowed_within_the_quota(
     # every allowed CPU a hyper-thread of one core: one thread, as ORT would count them
     together = ",".join(map(str, allowed))
     assert runtime_threads(_topology(tmp_path / "smt", dict.fromkeys(allowed, together))) == 1
+
+
+def test_the_servers_declared_cpus_bound_the_runtime_pools(tmp_path: Path) -> None:
+    """``--cpus`` (a pod's CPU request, where no limit sets a quota) sizes the pools as it
+    sizes the workers; without it the process's own CPUs do."""
+    no_topology = tmp_path / "plain"
+    no_topology.mkdir()
+    try:
+        declare_cpus(1)
+        assert runtime_threads(no_topology) == 1
+        declare_cpus(64)  # more than it may run on: the CPUs it has still bound it
+        assert runtime_threads(no_topology) == len(os.sched_getaffinity(0))
+    finally:
+        declare_cpus(None)
+    assert runtime_threads(no_topology) == len(os.sched_getaffinity(0))

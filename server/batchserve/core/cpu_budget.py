@@ -36,9 +36,22 @@ def available_cpus(override: int | None = None, root: Path = FILESYSTEM_ROOT) ->
     return cpus if limit is None else min(cpus, limit)
 
 
+_declared: int | None = None
+"""The server's ``--cpus``, once it has started (``declare_cpus``)."""
+
+
+def declare_cpus(cpus: int | None) -> None:
+    """Take the server's ``--cpus`` (on Kubernetes the pod's CPU request, which bounds nothing
+    where the pod has no CPU limit) as the CPUs this process may use, for the runtimes' pools
+    as for the worker count; None: read them (affinity and quota)."""
+    global _declared
+    _declared = cpus
+
+
 def runtime_threads(root: Path = FILESYSTEM_ROOT) -> int:
     """Threads for a runtime's pool that its config leaves to the runtime: one per physical
-    core this process may run on, at most ``available_cpus``.
+    core this process may run on, at most ``available_cpus`` (the server's ``--cpus`` where
+    given).
 
     ONNX Runtime left to itself takes one thread per physical core of the host and pins each
     to its core, whatever this process may use: under a 1-CPU affinity on the 2-core machine
@@ -48,7 +61,7 @@ def runtime_threads(root: Path = FILESYSTEM_ROOT) -> int:
     in the time of a few. A count set explicitly is taken as it is and pins nothing."""
     allowed = _affinity_set()
     cores = len(physical_cores(allowed, root)) if allowed else _affinity_cpus()
-    return max(1, min(cores, available_cpus(None, root)))
+    return max(1, min(cores, available_cpus(_declared, root)))
 
 
 def physical_cores(allowed: Collection[int], root: Path = FILESYSTEM_ROOT) -> list[tuple[int, ...]]:

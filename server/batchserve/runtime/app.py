@@ -18,7 +18,7 @@ import tempfile
 import uvloop
 
 from batchserve.backends.selection import create_backend
-from batchserve.core.cpu_budget import available_cpus
+from batchserve.core.cpu_budget import available_cpus, declare_cpus
 from batchserve.core.errors import BatchserveError
 from batchserve.core.settings import ModelControlMode, Settings
 from batchserve.core.tls import TlsMode
@@ -62,6 +62,7 @@ class Server:
         budgets = MemoryBudgets(settings.memory_budget, device_total_bytes)
         self.pool: WorkerPool | None = None
         cpus = available_cpus(settings.cpus)
+        declare_cpus(settings.cpus)  # the runtimes' pools follow it too
         self.registry = ModelRegistry(
             repository, settings.max_queue_size, budgets, backend_factory,
             after_change=self._repository_changed, cpus=cpus,

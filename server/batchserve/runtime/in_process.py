@@ -20,9 +20,10 @@ server does: readiness goes off, new requests are refused, accepted ones are ans
 ``shutdown_timeout_seconds``), then every model is unloaded.
 
 Settings are the server's (``core.settings.Settings``: keyword arguments, or BATCHSERVE_*
-variables); those of the listeners (host, ports, TLS, HTTP and gRPC limits, ``workers``,
-``cpus``) have nothing to apply to here. Unlike the ``serve`` command, the host process's
-garbage collector and allocator are left as they are: they are the host's.
+variables); those of the listeners (host, ports, TLS, HTTP and gRPC limits, ``workers``)
+have nothing to apply to here, and ``cpus``, where given, bounds what the measured defaults
+and the runtimes' thread pools take of the host's cores. Unlike the ``serve`` command, the
+host process's garbage collector and allocator are left as they are: they are the host's.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from typing import Any, Final, Self, TypeVar, Unpack
 import uvloop
 
 from batchserve.backends.selection import create_backend
-from batchserve.core.cpu_budget import available_cpus
+from batchserve.core.cpu_budget import available_cpus, declare_cpus
 from batchserve.core.errors import BatchserveError, Unavailable, Unsupported
 from batchserve.core.settings import ModelControlMode, Settings
 from batchserve.core.types import InferRequest, ModelMetadata, ServerMetadata
@@ -105,6 +106,8 @@ class Server:
         self.settings = settings if settings is not None else Settings(**options)
         repository = ModelRepository.of(self.settings)
         budgets = MemoryBudgets(self.settings.memory_budget, device_total_bytes)
+        if self.settings.cpus is not None:  # else this process's own reading stands
+            declare_cpus(self.settings.cpus)
         self.registry = ModelRegistry(
             repository, self.settings.max_queue_size, budgets, backend_factory,
             cpus=available_cpus(self.settings.cpus),

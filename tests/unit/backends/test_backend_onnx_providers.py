@@ -13,10 +13,11 @@ from batchserve.backends.onnx_options import (
     default_engine_cache,
     session_options,
 )
-from batchserve.core.cpu_budget import runtime_threads
+from batchserve.core.cpu_budget import declare_cpus, runtime_threads
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import DeviceUnavailable, ModelConfigError
 from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.runtime.in_process import Server
 from google.protobuf import text_format
 
 from bench.common import running_on
@@ -224,6 +225,19 @@ def test_threads_left_to_the_runtime_are_one_per_core_this_process_may_use():
     # threads wait without spinning, so idle instances leave the cores to the event loop
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert options.get_session_config_entry("session.inter_op.allow_spinning") == "0"
+
+
+def test_a_server_given_cpus_gives_its_sessions_no_more_threads(tmp_path: Path) -> None:
+    """The in-process server with ``cpus=1``, as the ``serve`` command with ``--cpus 1``."""
+    try:
+        Server(model_repository=tmp_path, cpus=1)
+        options = session_options(ModelConfig(name="m"), MODEL)
+        assert (options.intra_op_num_threads, options.inter_op_num_threads) == (1, 1)
+        three = 'parameters { key: "intra_op_thread_count" value { string_value: "3" } }'
+        set_by_config = session_options(pbtxt(three), MODEL)
+        assert set_by_config.intra_op_num_threads == 3
+    finally:
+        declare_cpus(None)
 
 
 @pytest.mark.parametrize(
