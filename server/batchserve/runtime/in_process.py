@@ -106,8 +106,7 @@ class Server:
         self.settings = settings if settings is not None else Settings(**options)
         repository = ModelRepository.of(self.settings)
         budgets = MemoryBudgets(self.settings.memory_budget, device_total_bytes)
-        if self.settings.cpus is not None:  # else this process's own reading stands
-            declare_cpus(self.settings.cpus)
+        declare_cpus(self.settings.cpus)  # None: the process's own CPUs, as read
         self.registry = ModelRegistry(
             repository, self.settings.max_queue_size, budgets, backend_factory,
             cpus=available_cpus(self.settings.cpus),
