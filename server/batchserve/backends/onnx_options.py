@@ -14,6 +14,7 @@ from typing import Any
 
 import onnxruntime as ort
 
+from batchserve.backends.thread_counts import named_thread_count
 from batchserve.core.cpu_budget import runtime_threads
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import DeviceUnavailable, ModelConfigError
@@ -321,8 +322,8 @@ def session_options(config: ModelConfig, model_file: Path) -> Any:
     # Left to itself ORT sizes and pins its pools by the host's cores, not by the CPUs this
     # process may use (``core/cpu_budget.runtime_threads``): a count it is given pins nothing.
     threads = runtime_threads()
-    intra = _count_param(params, "intra_op_thread_count", model_file)
-    inter = _count_param(params, "inter_op_thread_count", model_file)
+    intra = named_thread_count(params, "intra_op_thread_count", model_file)
+    inter = named_thread_count(params, "inter_op_thread_count", model_file)
     options.intra_op_num_threads = intra or threads
     options.inter_op_num_threads = inter or threads
     if _flag_param(params, "execution_mode", False, model_file):
@@ -337,13 +338,6 @@ def session_options(config: ModelConfig, model_file: Path) -> Any:
     options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
     options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
     return options
-
-
-def _count_param(params: Mapping[str, str], key: str, model_file: Path) -> int:
-    value = params.get(key, "0").strip()
-    if not value.isdigit():
-        raise ModelConfigError(f"{model_file}: parameter {key}={value!r} is not a count >= 0")
-    return int(value)
 
 
 def _flag_param(params: Mapping[str, str], key: str, default: bool, model_file: Path) -> bool:

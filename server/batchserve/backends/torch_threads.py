@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from batchserve.backends.thread_counts import named_thread_count
 from batchserve.core.cpu_budget import runtime_threads
-from batchserve.core.errors import ModelConfigError
 from batchserve.proto.model_config_pb2 import ModelConfig
 
 _log = logging.getLogger(__name__)
@@ -54,21 +54,11 @@ _fixed: ThreadCounts | None = None
 
 
 def named_counts(config: ModelConfig, model_file: Path) -> tuple[int, int]:
-    """The intra-op and inter-op counts ``config`` names (0 where it names none, or a count
-    of 0 or less, which Triton also leaves to torch)."""
-    counts = []
-    for key in PARAMETERS:
-        if key not in config.parameters:
-            counts.append(0)
-            continue
-        text = config.parameters[key].string_value.strip()
-        try:
-            counts.append(max(0, int(text)))
-        except ValueError:
-            raise ModelConfigError(
-                f"{model_file}: parameter {key}={text!r} is not a whole number of threads"
-            ) from None
-    return counts[0], counts[1]
+    """The intra-op and inter-op counts ``config`` names (0 where it names none: see
+    ``thread_counts``)."""
+    params = {key: value.string_value for key, value in config.parameters.items()}
+    intra, inter = (named_thread_count(params, key, model_file) for key in PARAMETERS)
+    return intra, inter
 
 
 def fix_thread_counts(

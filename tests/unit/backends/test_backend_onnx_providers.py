@@ -1,3 +1,4 @@
+import logging
 import os
 import subprocess
 import sys
@@ -233,9 +234,10 @@ def test_a_server_given_cpus_gives_its_sessions_no_more_threads(tmp_path: Path) 
         Server(model_repository=tmp_path, cpus=1)
         options = session_options(ModelConfig(name="m"), MODEL)
         assert (options.intra_op_num_threads, options.inter_op_num_threads) == (1, 1)
-        three = 'parameters { key: "intra_op_thread_count" value { string_value: "3" } }'
-        set_by_config = session_options(pbtxt(three), MODEL)
-        assert set_by_config.intra_op_num_threads == 3
+        host = os.cpu_count() or 1
+        named = f'parameters {{ key: "intra_op_thread_count" value {{ string_value: "{host}" }} }}'
+        set_by_config = session_options(pbtxt(named), MODEL)
+        assert set_by_config.intra_op_num_threads == host  # a count named is not bounded by it
     finally:
         declare_cpus(None)
 
@@ -244,7 +246,7 @@ def test_a_server_given_cpus_gives_its_sessions_no_more_threads(tmp_path: Path) 
     ("key", "value"),
     [
         ("intra_op_thread_count", "two"),
-        ("inter_op_thread_count", "-1"),
+        ("inter_op_thread_count", "1.5"),
         ("enable_mem_pattern", "yes"),
     ],
 )
@@ -252,6 +254,32 @@ def test_bad_parameters_name_themselves(key: str, value: str):
     config = pbtxt(f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}')
     with pytest.raises(ModelConfigError, match=rf"model\.onnx: parameter {key}='{value}'"):
         session_options(config, MODEL)
+
+
+def test_thread_counts_are_read_as_triton_reads_them_and_bounded_by_the_host(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Zero or less leaves the pool to the server's choice, as Triton leaves it to ORT; a
+    count above the host's CPUs is lowered to them (100000 made ORT spend minutes creating
+    threads at load)."""
+
+    def threads(intra: str, inter: str) -> tuple[int, int]:
+        named = " ".join(
+            f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}'
+            for key, value in (("intra_op_thread_count", intra), ("inter_op_thread_count", inter))
+        )
+        options = session_options(pbtxt(named), MODEL)
+        return options.intra_op_num_threads, options.inter_op_num_threads
+
+    host = os.cpu_count() or 1
+    assert threads("-1", "0") == (runtime_threads(), runtime_threads())
+    assert threads(" 1 ", str(host)) == (1, host)
+    with caplog.at_level(logging.WARNING):
+        assert threads("100000", "1") == (host, 1)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert (
+        f"intra_op_thread_count=100000 is more threads than this machine's {host} CPUs" in warning
+    )
 
 
 def test_tritons_boolean_spellings_reach_the_tensorrt_provider_as_it_spells_them() -> None:
