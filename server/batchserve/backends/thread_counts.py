@@ -4,9 +4,9 @@ read as Triton reads them and bounded by the host.
 Triton parses the value as an integer and applies it only when positive; zero or less leaves
 the pool to the runtime, and text that is not an integer fails the load. A count above the
 host's CPUs is lowered to them, with a warning: more threads than CPUs never run at once,
-and a count in the thousands is not a setting but a way to stop the server, since ONNX
-Runtime then spent minutes creating threads at load and torch's OpenMP pool crashed the
-process at its first batch (seen with 100000).
+and a count in the thousands is not a setting but a way to stop the server: with 100000, an
+ONNX Runtime session had not finished loading after two minutes, and torch's OpenMP pool
+crashed the process (a segmentation fault) at its first batch.
 """
 
 from __future__ import annotations

@@ -260,8 +260,8 @@ def test_thread_counts_are_read_as_triton_reads_them_and_bounded_by_the_host(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Zero or less leaves the pool to the server's choice, as Triton leaves it to ORT; a
-    count above the host's CPUs is lowered to them (100000 made ORT spend minutes creating
-    threads at load)."""
+    count above the host's CPUs is lowered to them (with 100000 a session had not loaded after
+    two minutes)."""
 
     def threads(intra: str, inter: str) -> tuple[int, int]:
         named = " ".join(
