@@ -312,3 +312,22 @@ def test_only_instance_groups_and_the_version_policy_may_differ() -> None:
     assert only_instances_differ(base, fake_config("instance_group [{ count: 4 }]"))
     assert only_instances_differ(base, fake_config("version_policy { all {} }"))
     assert not only_instances_differ(base, fake_config(max_batch_size=4))
+
+
+async def test_a_count_the_budget_can_never_hold_is_refused_without_loading_them_all(
+    tmp_path: Path, backends: list[FakeBackend]
+) -> None:
+    """1 -> 100000 instances of 200 KiB each at batch 1 in a 64 MiB budget: refused once two
+    are measured (the one serving and the first added), and the version serves on as before."""
+    registry, _ = _registry(tmp_path, backends, "cpu=64MiB")
+    await registry.load("fake")
+    served = registry.get("fake")
+    wanted = ModelConfig()
+    wanted.CopyFrom(served.config)
+    wanted.instance_group[0].count = 100_000
+    with pytest.raises(ModelConfigError, match="99998 more instance\\(s\\) on cpu need at least"):
+        await registry.change_instances("fake", wanted)
+    assert len(backends) == 2
+    assert registry.get("fake") is served
+    assert len(_instances(registry)) == 1
+    await registry.close()

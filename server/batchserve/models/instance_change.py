@@ -33,6 +33,9 @@ LoadOne = Callable[[ServedVersion, str, Placement], Awaitable[LoadedInstance]]
 """Load one instance of a served version, named, where placed (``InstanceLoader.load``)."""
 CloseOne = Callable[[ServedVersion, LoadedInstance], Awaitable[None]]
 """Unload one instance that runs no batch, and give its memory back."""
+CheckRoom = Callable[[ServedVersion, list[LoadedInstance], list[Placement]], None]
+"""Raises when the instances still to load (the list of placements) cannot fit beside those
+measured (``InstanceLoader.check_room``)."""
 
 
 def only_instances_differ(old: ModelConfig, new: ModelConfig) -> bool:
@@ -128,7 +131,12 @@ class InstanceChange:
 
     @classmethod
     async def prepare(
-        cls, served: ServedVersion, config: ModelConfig, load: LoadOne, close: CloseOne
+        cls,
+        served: ServedVersion,
+        config: ModelConfig,
+        load: LoadOne,
+        close: CloseOne,
+        check: CheckRoom,
     ) -> InstanceChange:
         """Load what ``config`` places beyond the instances ``served`` has (raises, with
         nothing left loaded, when an instance cannot be placed, loaded or reserved)."""
@@ -136,8 +144,10 @@ class InstanceChange:
         plan = plan_instances(served.instances, place(config, source))
         added: list[LoadedInstance] = []
         try:
-            for name, placement in zip(_new_names(served, len(plan.add)), plan.add, strict=True):
+            names = _new_names(served, len(plan.add))
+            for index, (name, placement) in enumerate(zip(names, plan.add, strict=True)):
                 added.append(await load(served, name, placement))
+                check(served, [*served.instances, *added], list(plan.add[index + 1 :]))
         except BaseException:
             await asyncio.gather(*(close(served, loaded) for loaded in added))
             raise
@@ -178,14 +188,18 @@ class InstanceChange:
 
 
 async def change_instances(
-    versions: Sequence[ServedVersion], config: ModelConfig, load: LoadOne, close: CloseOne
+    versions: Sequence[ServedVersion],
+    config: ModelConfig,
+    load: LoadOne,
+    close: CloseOne,
+    check: CheckRoom,
 ) -> None:
     """Give every version the instances ``config`` places, or, when any version's new
     instances cannot all be loaded, change none and raise why."""
     prepared: list[InstanceChange] = []
     try:
         for served in versions:
-            prepared.append(await InstanceChange.prepare(served, config, load, close))
+            prepared.append(await InstanceChange.prepare(served, config, load, close, check))
     except BaseException:
         await asyncio.gather(*(change.abandon() for change in prepared))
         raise

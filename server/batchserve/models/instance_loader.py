@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -129,6 +129,24 @@ class InstanceLoader:
         )  # fmt: skip
         memory = InstanceMemory(backend.device, profile, reservation.nbytes, cap)
         return LoadedInstance(instance, placement, memory, reservation)
+
+    def check_room(
+        self,
+        measured: Sequence[LoadedInstance],
+        rest: Sequence[Placement],
+        reservations: ModelReservations,
+    ) -> None:
+        """Once two instances on a device are measured, refuse a load whose instances still
+        to come there cannot fit (``ModelReservations.check_room``): the first instance a
+        process loads pays its runtime's one-time costs, the smaller of two does not."""
+        for device in {placement.device for placement in rest}:
+            memories = [one.memory for one in measured if one.placement.device == device]
+            if len(memories) < 2:
+                continue
+            smallest = min((memory.profile for memory in memories), key=lambda p: p.predict(1))
+            remaining = sum(placement.device == device for placement in rest)
+            budget = self.budgets.for_device(memories[-1].device)
+            reservations.check_room(budget, smallest, remaining)
 
     async def close(self, loaded: LoadedInstance, reservations: ModelReservations) -> None:
         """Unload an instance no batch runs on any more, and give its memory back."""

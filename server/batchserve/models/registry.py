@@ -210,8 +210,16 @@ class ModelRegistry(ModelTable):
             assert served.reservations is not None
             await self._loader.close(loaded, served.reservations)
 
+        def check(
+            served: ServedVersion, measured: list[LoadedInstance], rest: list[Placement]
+        ) -> None:
+            assert served.reservations is not None
+            self._loader.check_room(measured, rest, served.reservations)
+
         try:
-            await change_instances(list(entry.versions.values()), resolved.config, load, close)
+            await change_instances(
+                list(entry.versions.values()), resolved.config, load, close, check
+            )
         except BatchserveError as exc:
             entry.reason = exc.message
             raise
@@ -268,6 +276,7 @@ class ModelRegistry(ModelTable):
                         name, config, version, placement, reservations, samples, sharing
                     )
                 )
+                self._loader.check_room(loaded, placements[index + 1 :], reservations)
         except BaseException:
             await asyncio.to_thread(InstancePool([i.instance for i in loaded]).close)
             reservations.release()

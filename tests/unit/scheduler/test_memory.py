@@ -349,3 +349,21 @@ def test_rows_are_reserved_as_far_as_they_fit_under_the_model_s_own_limit() -> N
     assert roomy.batch_cap == 5  # the most asked for, though more would fit
     model.release()
     assert budget.holdings() == {"roomy": 1_500}
+
+
+def test_instances_that_cannot_all_fit_are_refused_before_they_load() -> None:
+    """``count: 100000`` used to be probed one instance at a time until the budget ran out."""
+    budget = DeviceBudget(CPU, 10 * MIB)
+    each = MemoryProfile(fixed_bytes=MIB, per_sample_bytes=KIB)
+    ModelReservations("m", 8).check_room(budget, each, 9)  # 9 x 1 MiB + 1 KiB fits in 10 MiB
+    with pytest.raises(ModelConfigError) as never:
+        ModelReservations("m", 8).check_room(budget, each, 100_000)
+    assert "model 'm': 100000 more instance(s) on cpu need at least" in never.value.message
+    assert "more than the budget of 10 MiB; lower the instance_group count" in never.value.message
+    with pytest.raises(ModelConfigError, match="more than its memory_budget_bytes"):
+        ModelReservations("m", 8, limit_bytes=2 * MIB).check_room(budget, each, 3)
+    other = ModelReservations("other", 8).reserve(budget, MemoryProfile(8 * MIB, 0))
+    with pytest.raises(OutOfMemory, match=r"9 more instance\(s\) on cpu .* but 2.0 MiB is free"):
+        ModelReservations("m", 8).check_room(budget, each, 9)
+    other.release()
+    ModelReservations("m", 8).check_room(budget, each, 9)
