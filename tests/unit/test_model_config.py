@@ -226,6 +226,12 @@ def problems_of(tmp_path: Path, config: str, inputs: tuple[Tensor, ...] = (IMAGE
             "input 'image': dims [1, 0, 8] has a 0",
         ),
         (
+            'input { name: "image" dims: [1, 65536, 65536] }',
+            (IMAGE,),
+            "input 'image': dims [1, 65536, 65536] hold 4294967296 elements a sample, more than "
+            "a tensor may (2147483648)",
+        ),
+        (
             'input { name: "image" reshape { shape: [1, 8, 9] } dims: [72] }',
             (IMAGE,),
             "input 'image': reshape.shape [1, 8, 9] contradict the model's [1, 8, 8]",

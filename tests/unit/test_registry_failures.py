@@ -88,6 +88,41 @@ async def test_a_failing_warmup_sample_is_named_in_the_reason(tmp_path: Path) ->
     assert [r.state for r in registry.index()] == [ModelState.UNAVAILABLE.value]
 
 
+class _NumpyCannotAllocate(FakeBackend):
+    """Fails as numpy does when a batch's inputs cannot be allocated: not batchserve's error."""
+
+    def infer(self, inputs, output_names=None):  # type: ignore[no-untyped-def]
+        raise MemoryError("Unable to allocate 29.1 TiB for an array with shape (8, 10**12)")
+
+
+async def test_an_error_that_is_not_batchserves_fails_the_load_not_the_registry(
+    tmp_path: Path,
+) -> None:
+    """It used to escape the registry (a server starting up exited) and leave the model
+    LOADING; a failed reload must still leave the version loaded before serving."""
+    registry = _registry(tmp_path, _NumpyCannotAllocate)
+    with pytest.raises(BackendError) as failure:
+        await registry.load("fake")
+    assert failure.value.message == (
+        "model 'fake' failed to load: MemoryError: Unable to allocate 29.1 TiB for an array "
+        "with shape (8, 10**12)"
+    )
+    assert isinstance(failure.value.__cause__, MemoryError)
+    assert [(r.state, r.reason) for r in registry.index()] == [
+        (ModelState.UNAVAILABLE.value, failure.value.message)
+    ]
+    serving = _registry(tmp_path / "again")
+    await serving.load("fake")
+    serving._loader.backend_factory = lambda *_: _NumpyCannotAllocate()
+    changed = FAKE_CONFIG.replace("max_batch_size: 8", "max_batch_size: 4")  # a whole reload
+    (tmp_path / "again" / "fake" / "config.pbtxt").write_text(changed)
+    with pytest.raises(BackendError, match="MemoryError"):
+        await serving.load("fake")
+    assert serving.get("fake").version == 1
+    assert [r.state for r in serving.index()] == [ModelState.READY.value]
+    await serving.close()
+
+
 async def test_a_load_cancelled_while_its_files_are_written_leaves_none_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,11 +6,13 @@ model at once. Each message starts with the config file and names the field or t
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from batchserve.core.datatypes import BY_CONFIG, config_name
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.core.tensors import MAX_ELEMENTS
 from batchserve.models.config_support import unsupported_problems
 from batchserve.models.model_config import model_dims
 from batchserve.models.warmup_samples import warmup_problems
@@ -118,6 +120,12 @@ def _dims_value_problems(what: str, dims: list[int]) -> list[str]:
         return [f"{what}: dims {dims} has a value below -1 (use -1 for a dynamic axis)"]
     if 0 in dims:
         return [f"{what}: dims {dims} has a 0 (every axis holds at least one element)"]
+    elements = math.prod(d for d in dims if d != DYNAMIC)
+    if elements > MAX_ELEMENTS:  # no request could carry one sample
+        return [
+            f"{what}: dims {dims} hold {elements} elements a sample, more than a tensor may "
+            f"({MAX_ELEMENTS})"
+        ]
     return []
 
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from batchserve.backends.selection import create_backend
 from batchserve.core.device import CPU
-from batchserve.core.errors import BatchserveError, ModelConfigError, Unavailable
+from batchserve.core.errors import BackendError, BatchserveError, ModelConfigError, Unavailable
 from batchserve.devices.placement import Placement
 from batchserve.models.decoupled import build_responder, builtin_backend, step_model
 from batchserve.models.instance_change import change_instances, reload_reason
@@ -68,6 +68,17 @@ def _remove_files_of(
     files = resolving.result()[1]
     if files is not None:
         asyncio.get_running_loop().run_in_executor(None, files.remove)
+
+
+def load_error(model: str, error: Exception) -> BatchserveError:
+    """A load's failure as the index and the client see it: batchserve's own error as it is;
+    anything else a runtime or numpy raises (a MemoryError for inputs a config declares too
+    large) as a BackendError naming it, so that one model's load can neither stop the server
+    nor leave the model LOADING."""
+    if isinstance(error, BatchserveError):
+        return error
+    text = " ".join(str(error).split())[:300]
+    return BackendError(f"model '{model}' failed to load: {type(error).__name__}: {text}")
 
 
 class ModelRegistry(ModelTable):
@@ -167,10 +178,13 @@ class ModelRegistry(ModelTable):
             entry.state, entry.reason = ModelState.LOADING, ""
         try:
             versions = await self._load_versions(resolved)
-        except BatchserveError as exc:  # as Triton: a failed reload leaves the model served
+        except Exception as exc:  # as Triton: a failed reload leaves the model served
+            error = load_error(resolved.name, exc)
             entry.state = ModelState.READY if serving else ModelState.UNAVAILABLE
-            entry.reason = exc.message
-            raise
+            entry.reason = error.message
+            if error is exc:
+                raise
+            raise error from exc
         old, entry.versions = entry.versions, versions
         old_files, entry.files = entry.files, files
         entry.state, entry.reason = ModelState.READY, ""
@@ -220,9 +234,12 @@ class ModelRegistry(ModelTable):
             await change_instances(
                 list(entry.versions.values()), resolved.config, load, close, check
             )
-        except BatchserveError as exc:
-            entry.reason = exc.message
-            raise
+        except Exception as exc:
+            error = load_error(resolved.name, exc)
+            entry.reason = error.message
+            if error is exc:
+                raise
+            raise error from exc
         entry.reason = ""
         if not resolved.tunable:  # the config now chooses its instances: nothing measured holds
             for served in entry.versions.values():
