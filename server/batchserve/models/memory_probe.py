@@ -215,11 +215,25 @@ def gpu_meter(index: int, backend: Backend | None = None) -> Iterator[Meter]:
         yield lambda: max(0, used() - start, own() or 0)
 
 
+PROBE_STEP = 64
+"""Most a probe batch grows over the one before it below a quarter of the maximum."""
+
+
 def probe_batch_sizes(max_batch_size: int) -> tuple[int, ...]:
-    """1, a quarter of the maximum and the maximum: enough to separate fixed from per-sample."""
+    """1, a quarter of the maximum and the maximum: enough to separate fixed from per-sample;
+    with a large maximum, also every ``PROBE_STEP``-fold size between. ``probe_instance`` runs
+    a size only where the sizes before it predict it fits, but the first two it runs blind:
+    a ``max_batch_size`` of 2147483647 made the second a batch of 536,870,911 rows, for which
+    numpy was asked for 128 GiB."""
     if max_batch_size <= 1:
         return (1,)
-    return tuple(sorted({1, max(2, max_batch_size // 4), max_batch_size}))
+    quarter = max(2, max_batch_size // 4)
+    sizes = {1, quarter, max_batch_size}
+    step = PROBE_STEP
+    while step < quarter:
+        sizes.add(step)
+        step *= PROBE_STEP
+    return tuple(sorted(sizes))
 
 
 def probe_instance(

@@ -135,7 +135,16 @@ def test_probe_needs_positive_batch_sizes():
 
 @pytest.mark.parametrize(
     ("max_batch_size", "sizes"),
-    [(0, (1,)), (1, (1,)), (2, (1, 2)), (5, (1, 2, 5)), (64, (1, 16, 64)), (256, (1, 64, 256))],
+    [
+        (0, (1,)),
+        (1, (1,)),
+        (2, (1, 2)),
+        (5, (1, 2, 5)),
+        (64, (1, 16, 64)),
+        (256, (1, 64, 256)),
+        (1024, (1, 64, 256, 1024)),
+        (2**31 - 1, (1, 64, 4096, 262144, 16777216, 536870911, 2**31 - 1)),
+    ],
 )
 def test_probe_batch_sizes(max_batch_size: int, sizes: tuple[int, ...]):
     assert probe_batch_sizes(max_batch_size) == sizes
