@@ -273,14 +273,15 @@ class ModelReservations:
         room = free if left is None else min(left, free)
         if need <= room:
             return
-        whole = budget.total_bytes if self.limit_bytes is None else self.limit_bytes
+        own = self.limit_bytes is not None and self.limit_bytes < budget.total_bytes
+        whole = self.limit_bytes if own and self.limit_bytes is not None else budget.total_bytes
         what = (
             f"model '{self.model}': {instances} more instance(s) on {budget.device} need at "
             f"least {format_bytes(need)} ({format_bytes(per_instance)} each at batch 1, the "
             f"smallest measured so far)"
         )
         if need > whole:
-            where = "its memory_budget_bytes" if self.limit_bytes is not None else "the budget"
+            where = "its memory_budget_bytes" if own else "the budget"
             raise ModelConfigError(
                 f"{what}, more than {where} of {format_bytes(whole)}; lower the "
                 "instance_group count or raise the budget"

@@ -360,8 +360,10 @@ def test_instances_that_cannot_all_fit_are_refused_before_they_load() -> None:
         ModelReservations("m", 8).check_room(budget, each, 100_000)
     assert "model 'm': 100000 more instance(s) on cpu need at least" in never.value.message
     assert "more than the budget of 10 MiB; lower the instance_group count" in never.value.message
-    with pytest.raises(ModelConfigError, match="more than its memory_budget_bytes"):
+    with pytest.raises(ModelConfigError, match=r"more than its memory_budget_bytes of 2\.0 MiB"):
         ModelReservations("m", 8, limit_bytes=2 * MIB).check_room(budget, each, 3)
+    with pytest.raises(ModelConfigError, match="more than the budget of 10 MiB"):  # the smaller
+        ModelReservations("m", 8, limit_bytes=GIB).check_room(budget, each, 100)
     other = ModelReservations("other", 8).reserve(budget, MemoryProfile(8 * MIB, 0))
     with pytest.raises(OutOfMemory, match=r"9 more instance\(s\) on cpu .* but 2.0 MiB is free"):
         ModelReservations("m", 8).check_room(budget, each, 9)
