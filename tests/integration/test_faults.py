@@ -509,6 +509,8 @@ def test_a_model_that_fails_to_load_leaves_the_others_serving(tmp_path: Path) ->
     config.write_text(config.read_text().replace('"digits_cnn"', '"broken"'))
     model_file = tmp_path / "broken" / "1" / "model.onnx"
     model_file.write_bytes(model_file.read_bytes()[:1000] + b"\xff" * 1000)
+    (tmp_path / "looped" / "1").mkdir(parents=True)  # a link to itself used to stop the server
+    (tmp_path / "looped" / "1" / "model.onnx").symlink_to("model.onnx")
 
     server = start_server(tmp_path, wait_ready=False)
     try:
@@ -535,9 +537,10 @@ def test_a_model_that_fails_to_load_leaves_the_others_serving(tmp_path: Path) ->
         assert server.stop() == 0
 
     failures = [r for r in server.logs if r.get("message") == "model failed to load"]
-    assert [r["model"] for r in failures] == ["broken"]
+    assert [r["model"] for r in failures] == ["broken", "looped"]
     reason = str(failures[0]["reason"])
     assert "broken" in reason
+    assert failures[1]["reason"] == "looped/1/model.onnx: is a symlink loop"
     # Readiness is strict, as the deployment guide says: every model loaded, else 503.
     assert ready.status_code == 503
     assert not grpc_ready

@@ -99,7 +99,9 @@ def test_a_named_config_leading_outside_the_repository_is_refused(
     os.symlink(outside, named)
     with pytest.raises(InvalidModel) as caught:
         ModelRepository(repo, "cpu").resolve("variants")
-    assert caught.value.problems == ("variants/configs/cpu.pbtxt: leads outside the repository",)
+    assert caught.value.problems == (
+        "variants/configs/cpu.pbtxt: leads outside the repository (through a symlink)",
+    )
 
 
 def test_a_loads_config_override_wins_over_the_named_config(repo: Path) -> None:

@@ -123,6 +123,32 @@ async def test_an_error_that_is_not_batchserves_fails_the_load_not_the_registry(
     await serving.close()
 
 
+async def test_a_repository_read_that_fails_unforeseen_fails_that_load_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error reading the files that is not batchserve's (a directory removed while it is
+    read, say) used to escape the registry and stop a server starting up."""
+    registry = _registry(tmp_path)
+
+    def removed_meanwhile(name: str, config: object = None) -> Any:
+        raise FileNotFoundError(2, "No such file or directory", str(tmp_path / name / "1"))
+
+    monkeypatch.setattr(registry.repository, "resolve", removed_meanwhile)
+    with pytest.raises(BackendError) as failure:
+        await registry.load("fake")
+    assert failure.value.message == (
+        "model 'fake' failed to load: FileNotFoundError: [Errno 2] No such file or directory: "
+        f"'{tmp_path / 'fake' / '1'}'"
+    )
+    assert [(r.name, r.state, r.reason) for r in registry.index()] == [
+        ("fake", ModelState.UNAVAILABLE.value, failure.value.message)
+    ]
+    monkeypatch.undo()  # the files back: the next load serves
+    await registry.load("fake")
+    assert [r.state for r in registry.index()] == [ModelState.READY.value]
+    await registry.close()
+
+
 async def test_a_load_cancelled_while_its_files_are_written_leaves_none_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

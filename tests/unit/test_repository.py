@@ -138,16 +138,17 @@ def test_version_policy_picks_the_served_versions(
 def test_entries_that_are_not_version_directories_are_ignored(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    model_dir = add_model(tmp_path, versions=(2,))
-    for name in ("01", "0", "latest", "10.5"):
+    model_dir = add_model(tmp_path, versions=(2, 2**63 - 1))
+    for name in ("01", "0", "latest", "10.5", str(2**63)):  # past int64: no Triton version
         (model_dir / name).mkdir()
     (model_dir / "7").write_text("a file, not a directory")
     (model_dir / "README.md").write_text("notes")
     (model_dir / "config.pbtxt").write_text("version_policy { all {} }")
     with caplog.at_level(logging.DEBUG, logger="batchserve.models.model_directory"):
         model = ModelRepository(tmp_path).resolve("digits")
-    assert [v.version for v in model.versions] == [2]
+    assert [v.version for v in model.versions] == [2, 2**63 - 1]
     assert "ignoring 01 (not a version directory)" in caplog.text
+    assert f"ignoring {2**63} (not a version directory)" in caplog.text
     assert "ignoring README.md" in caplog.text
 
 
@@ -418,7 +419,7 @@ def outside(tmp_path: Path) -> Path:
 def test_symlinked_model_directory_outside_the_root(tmp_path: Path, outside: Path) -> None:
     os.symlink(outside / "elsewhere", tmp_path / "repo" / "digits")
     assert problems(tmp_path / "repo") == (
-        "digits: the model directory leads outside the repository",
+        "digits: the model directory leads outside the repository (through a symlink)",
     )
 
 
@@ -443,7 +444,32 @@ def test_symlinked_model_file_outside_the_root(tmp_path: Path, outside: Path) ->
 def test_symlinked_config_outside_the_root(tmp_path: Path, outside: Path) -> None:
     add_model(tmp_path / "repo")
     os.symlink(outside / "config.pbtxt", tmp_path / "repo" / "digits" / "config.pbtxt")
-    assert problems(tmp_path / "repo") == ("digits/config.pbtxt: leads outside the repository",)
+    assert problems(tmp_path / "repo") == (
+        "digits/config.pbtxt: leads outside the repository (through a symlink)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("looped", "problem"),
+    [
+        ("digits/1/model.onnx", "digits/1/model.onnx: is a symlink loop"),
+        ("digits/config.pbtxt", "digits/config.pbtxt: is a symlink loop"),
+        (
+            "digits/labels.txt",
+            "digits/config.pbtxt: output 'logits': label_filename 'labels.txt': is a symlink loop",
+        ),
+    ],
+)
+def test_a_symlink_loop_is_a_problem_of_the_model(
+    tmp_path: Path, looped: str, problem: str
+) -> None:
+    """A link to itself used to raise out of the repository and stop the server."""
+    add_model(tmp_path)
+    (tmp_path / "digits" / "config.pbtxt").write_text(TRITON_CONFIG)
+    (tmp_path / "digits" / "labels.txt").write_text("zero\n")
+    (tmp_path / looped).unlink()
+    (tmp_path / looped).symlink_to(Path(looped).name)
+    assert problems(tmp_path) == (problem,)
 
 
 def test_symlink_inside_the_root_is_fine(tmp_path: Path) -> None:
@@ -471,6 +497,7 @@ def test_external_data_inside_the_version_directory(tmp_path: Path) -> None:
         ),
         ("link.bin", "tensor 'weight' keeps its data at 'link.bin', outside the version directory"),
         ("absent.bin", "tensor 'weight' keeps its data in 'absent.bin', which does not exist"),
+        ("loop.bin", "tensor 'weight' keeps its data at 'loop.bin', which is a symlink loop"),
     ],
 )
 def test_external_data_that_escapes_or_is_missing(
@@ -481,6 +508,7 @@ def test_external_data_that_escapes_or_is_missing(
     (tmp_path / "repo" / "digits" / "w.bin").write_bytes(bytes(8))
     (tmp_path / "secret.bin").write_bytes(bytes(8))
     os.symlink(tmp_path / "secret.bin", version_dir / "link.bin")
+    os.symlink("loop.bin", version_dir / "loop.bin")
     assert problems(tmp_path / "repo") == (f"digits/1/model.onnx: {problem}",)
 
 

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from batchserve.models.repository_files import UnusableFile, read_regular_file
+from batchserve.core.repository_files import UnusableFile, read_regular_file
 
 
 def test_a_regular_file_within_the_limit_is_read_whole(tmp_path: Path) -> None:

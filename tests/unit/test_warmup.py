@@ -92,6 +92,7 @@ def test_batch_size_zero_samples_are_skipped(tmp_path: Path) -> None:
          "provided from short only has 8 bytes"),
         ("missing", None, "input_data_file warmup/missing cannot be read: No such file"),
         ("fifo", "fifo", "input_data_file warmup/fifo is not a regular file"),
+        ("loop", "loop", "input_data_file warmup/loop is a symlink loop"),
     ],
 )  # fmt: skip
 def test_unusable_files_are_config_errors(
@@ -100,6 +101,8 @@ def test_unusable_files_are_config_errors(
     (tmp_path / "warmup").mkdir()
     if content == "fifo":  # reading it would wait for a writer forever
         os.mkfifo(tmp_path / "warmup" / file)
+    elif content == "loop":  # a link to itself used to raise out of the load
+        (tmp_path / "warmup" / file).symlink_to(file)
     elif content is not None:
         (tmp_path / "warmup" / file).write_bytes(content)
     config = parse_pbtxt(

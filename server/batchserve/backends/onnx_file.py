@@ -12,6 +12,7 @@ import onnx
 from batchserve.backends.onnx_types import datatype_from_onnx
 from batchserve.core.datatypes import DataType
 from batchserve.core.errors import ModelConfigError
+from batchserve.core.repository_files import UnusableFile, follow_links
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
 
 
@@ -64,7 +65,11 @@ def _location_problem(location: str, version_dir: Path) -> str | None:
     if not location or "\0" in location or Path(location).is_absolute():
         return f"at {location!r}, outside the version directory"
     target = version_dir / location
-    if not target.resolve().is_relative_to(version_dir.resolve()):
+    try:
+        outside = not follow_links(target).is_relative_to(follow_links(version_dir))
+    except UnusableFile as exc:
+        return f"at {location!r}, which {exc}"
+    if outside:
         return f"at {location!r}, outside the version directory"
     if not target.is_file():
         return f"in {location!r}, which does not exist"

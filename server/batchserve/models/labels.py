@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from batchserve.models.repository_files import UnusableFile, read_regular_file
+from batchserve.core.repository_files import UnusableFile, follow_links, read_regular_file
 from batchserve.proto.model_config_pb2 import ModelOutput
 
 MAX_LABEL_FILE_BYTES: Final = 64 << 20
@@ -44,8 +44,11 @@ class _LabelFileError(Exception):
 
 
 def _read(model_dir: Path, filename: str) -> tuple[bytes, ...]:
-    root = model_dir.resolve()
-    path = (model_dir / filename).resolve()
+    try:
+        root = follow_links(model_dir)
+        path = follow_links(model_dir / filename)
+    except UnusableFile as exc:
+        raise _LabelFileError(str(exc)) from None
     if not path.is_relative_to(root) or path == root:
         raise _LabelFileError("is outside the model directory")
     if not path.is_file():

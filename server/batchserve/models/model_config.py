@@ -18,8 +18,8 @@ from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 from batchserve.backends.selection import ModelFormat
 from batchserve.core.datatypes import config_name
 from batchserve.core.errors import ModelConfigError
+from batchserve.core.repository_files import UnusableFile, read_regular_file
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
-from batchserve.models.repository_files import UnusableFile, read_regular_file
 from batchserve.proto.model_config_pb2 import (
     DataType,
     ModelConfig,

@@ -27,6 +27,7 @@ from batchserve.backends.selection import (
     format_from_filename,
 )
 from batchserve.core.errors import DeviceUnavailable, ModelConfigError, NotFound
+from batchserve.core.repository_files import UnusableFile, follow_links
 from batchserve.core.signature import ModelSignature
 from batchserve.models.config_validation import (
     AUTO_COMPLETE_OFF,
@@ -52,6 +53,10 @@ logger = logging.getLogger(__name__)
 
 CONFIG_FOLDER = "configs"
 """Where a model's named configurations live (Triton's ``kModelConfigFolder``)."""
+
+INT64_MAX = 2**63 - 1
+
+OUTSIDE = "leads outside the repository (through a symlink)"
 
 
 FileStamp = frozenset[tuple[str, int, int]]
@@ -135,8 +140,14 @@ def _pt2_signature(model_file: Path) -> ModelSignature:
     return read_pt2_signature(model_file)
 
 
-def _inside(path: Path, root: Path) -> bool:
-    return path.resolve().is_relative_to(root)
+def _escape(path: Path, root: Path) -> str | None:
+    """Why ``path``, symlinks followed, is no part of the repository: it leads outside, or
+    its links loop. None when it is part of it."""
+    try:
+        target = follow_links(path)
+    except UnusableFile as exc:
+        return str(exc)
+    return None if target.is_relative_to(root) else OUTSIDE
 
 
 def _version_dirs(model_dir: Path) -> dict[int, Path]:
@@ -151,7 +162,15 @@ def _version_dirs(model_dir: Path) -> dict[int, Path]:
 
 
 def _is_version_number(name: str) -> bool:
-    return name.isascii() and name.isdigit() and name == str(int(name)) and int(name) > 0
+    """Past int64 is none: Triton's versions, and the version policy's, are int64."""
+    return (
+        name.isascii() and name.isdigit() and name == str(int(name)) and 0 < int(name) <= INT64_MAX
+    )
+
+
+def _present(path: Path) -> bool:
+    """A file, or a link that may lead to none (whose failure is then reported)."""
+    return path.exists() or path.is_symlink()
 
 
 def config_path(model_dir: Path, config_name: str | None) -> Path:
@@ -159,7 +178,7 @@ def config_path(model_dir: Path, config_name: str | None) -> Path:
     it exists (a dangling link counts, so its failure is reported), else config.pbtxt."""
     if config_name is not None:
         named = model_dir / CONFIG_FOLDER / f"{config_name}.pbtxt"
-        if named.exists() or named.is_symlink():
+        if _present(named):
             return named
     return model_dir / CONFIG_FILENAME
 
@@ -198,8 +217,9 @@ class _ModelCheck:
                 f"failed to load '{self.name}', failed to poll from model repository "
                 f"(batchserve: model '{self.name}' is not in the repository)"
             )
-        if not _inside(self.dir, self.root):
-            self.problems.append(f"{self.name}: the model directory leads outside the repository")
+        escape = _escape(self.dir, self.root)
+        if escape is not None:
+            self.problems.append(f"{self.name}: the model directory {escape}")
             raise self.fail()
         config = self._read_config()
         dirs = self._contained(_version_dirs(self.dir))
@@ -240,10 +260,11 @@ class _ModelCheck:
             return self.override
         path = config_path(self.dir, self.config_name)
         self.source = self.label(path)
-        if not path.exists() and not path.is_symlink():
+        if not _present(path):
             return ModelConfig()
-        if not _inside(path, self.root):
-            self.problems.append(f"{self.source}: leads outside the repository")
+        escape = _escape(path, self.root)
+        if escape is not None:
+            self.problems.append(f"{self.source}: {escape}")
             raise self.fail()
         try:
             return parse_pbtxt(read_pbtxt_text(path, source=self.source), source=self.source)
@@ -257,12 +278,13 @@ class _ModelCheck:
             self.problems.append(
                 f"{self.name}: no version directory (expected e.g. {self.name}/1/model.onnx)"
             )
-        inside = {number: d for number, d in dirs.items() if _inside(d, self.root)}
-        self.problems += [
-            f"{self.label(d)}: version directory leads outside the repository (through a symlink)"
-            for d in dirs.values()
-            if d not in inside.values()
-        ]
+        inside: dict[int, Path] = {}
+        for number, version_dir in dirs.items():
+            escape = _escape(version_dir, self.root)
+            if escape is None:
+                inside[number] = version_dir
+            else:
+                self.problems.append(f"{self.label(version_dir)}: version directory {escape}")
         return inside
 
     def _format(self, config: ModelConfig, dirs: dict[int, Path]) -> ModelFormat | None:
@@ -294,7 +316,8 @@ class _ModelCheck:
         return found
 
     def _format_from_files(self, dirs: dict[int, Path]) -> ModelFormat | None:
-        found = {f for d in dirs.values() for f in FORMATS if (d / f.default_filename).exists()}
+        """A dangling or looping link counts as present, so that its failure is reported."""
+        found = {f for d in dirs.values() for f in FORMATS if _present(d / f.default_filename)}
         if len(found) == 1:
             return found.pop()
         if found:
@@ -347,10 +370,9 @@ class _ModelCheck:
 
     def _usable(self, model_file: Path) -> bool:
         """The file is inside the repository (after symlinks) and present."""
-        if not _inside(model_file, self.root):
-            self.problems.append(
-                f"{self.label(model_file)}: leads outside the repository (through a symlink)"
-            )
+        escape = _escape(model_file, self.root)
+        if escape is not None:
+            self.problems.append(f"{self.label(model_file)}: {escape}")
             return False
         if not model_file.is_file():
             self.problems.append(

@@ -152,11 +152,21 @@ class ModelRegistry(ModelTable):
         except asyncio.CancelledError:  # the thread goes on writing the load's files
             resolving.add_done_callback(_remove_files_of)
             raise
-        except ModelConfigError as exc:  # in the repository, but broken: say why when asked
-            failed = self._entry(name)
-            if failed.state is not ModelState.READY:
-                failed.state, failed.reason = ModelState.UNAVAILABLE, exc.message
+        except BatchserveError as exc:
+            if isinstance(exc, ModelConfigError):  # in the repository, but broken: say why
+                self._mark_unavailable(name, exc)
             raise
+        except Exception as exc:  # reading the repository failed in a way none foresaw
+            error = load_error(name, exc)
+            self._mark_unavailable(name, error)
+            raise error from exc
+
+    def _mark_unavailable(self, name: str, error: BatchserveError) -> None:
+        """A model whose files cannot be loaded: UNAVAILABLE with the reason, unless a
+        version loaded before still serves."""
+        failed = self._entry(name)
+        if failed.state is not ModelState.READY:
+            failed.state, failed.reason = ModelState.UNAVAILABLE, error.message
 
     @staticmethod
     def _only_instances_change(entry: ModelEntry, resolved: ResolvedModel) -> bool:
@@ -211,7 +221,7 @@ class ModelRegistry(ModelTable):
     async def _change_instances(self, entry: ModelEntry, resolved: ResolvedModel) -> None:
         """``instance_change.change_instances`` with this registry's loader; a refusal
         leaves the versions serving as before, READY, with the reason in the index."""
-        samples = await self._warmup_samples(resolved)
+        samples: tuple[WarmupSample, ...] = ()
 
         async def load(served: ServedVersion, name: str, placement: Placement) -> LoadedInstance:
             assert served.source is not None
@@ -231,6 +241,7 @@ class ModelRegistry(ModelTable):
             self._loader.check_room(measured, rest, served.reservations)
 
         try:
+            samples = await self._warmup_samples(resolved)
             await change_instances(
                 list(entry.versions.values()), resolved.config, load, close, check
             )

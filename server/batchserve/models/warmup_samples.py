@@ -19,8 +19,8 @@ import numpy as np
 
 from batchserve.core.datatypes import DataType, from_config
 from batchserve.core.errors import BatchserveError, ModelConfigError
+from batchserve.core.repository_files import UnusableFile, follow_links, read_regular_file
 from batchserve.core.tensors import array_from_bytes
-from batchserve.models.repository_files import UnusableFile, read_regular_file
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelWarmup
 
 WARMUP_DIR: Final = "warmup"
@@ -140,11 +140,11 @@ def _input(
 def _from_file(
     where: str, name: str, file: str, datatype: DataType, shape: tuple[int, ...], model_dir: Path
 ) -> np.ndarray:
-    folder = (model_dir / WARMUP_DIR).resolve()
-    path = (folder / file).resolve()
-    if not path.is_relative_to(folder):
-        raise ModelConfigError(f"{where}: input_data_file '{file}' leads outside {WARMUP_DIR}/")
     try:
+        folder = follow_links(model_dir / WARMUP_DIR)
+        path = follow_links(folder / file)
+        if not path.is_relative_to(folder):
+            raise ModelConfigError(f"{where}: input_data_file '{file}' leads outside {WARMUP_DIR}/")
         data = read_regular_file(path, MAX_FILE_BYTES, "a warm-up data file")
     except UnusableFile as exc:
         raise ModelConfigError(f"{where}: input_data_file {WARMUP_DIR}/{file} {exc}") from None

@@ -3,7 +3,9 @@
 A repository is written by people and tools the server does not control. A FIFO opened for
 reading blocks the load (and the shutdown that waits for it) forever; a device such as
 ``/dev/zero`` never ends; a huge file held in memory, or parsed holding the GIL, stalls
-serving. Every file read whole at load time goes through here.
+serving. Every file read whole at load time goes through here, and every path whose
+symlinks are followed to see where it leads (``follow_links``): a link to itself used to
+raise out of the load and stop the server at start-up.
 """
 
 from __future__ import annotations
@@ -38,3 +40,15 @@ def read_regular_file(path: Path, limit: int, what: str) -> bytes:
     if len(data) > limit:
         raise UnusableFile(too_large)
     return data
+
+
+def follow_links(path: Path) -> Path:
+    """``path`` with every symlink followed; UnusableFile where they loop (a link to itself,
+    or two to each other), which ``Path.resolve`` raises as RuntimeError before Python 3.13
+    and as OSError since."""
+    try:
+        return path.resolve()
+    except RuntimeError:
+        raise UnusableFile("is a symlink loop") from None
+    except OSError as exc:
+        raise UnusableFile(f"cannot be followed: {exc.strerror or exc}") from None
