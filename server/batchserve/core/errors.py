@@ -107,6 +107,11 @@ class DeviceUnavailable(Internal):
     """A GPU (or a GPU runtime) was asked for and is not present."""
 
 
+class CannotListen(Exception):
+    """A port the server is told to serve cannot be had (taken, or an address that is not
+    this host's): no request's error, but the server's, which then does not start."""
+
+
 HTTP_STATUS: Final[dict[type[BaseException], int]] = {
     InvalidArgument: 400,
     PayloadTooLarge: 413,

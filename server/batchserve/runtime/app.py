@@ -16,10 +16,11 @@ import os
 import tempfile
 
 import uvloop
+from uvicorn.config import STARTUP_FAILURE
 
 from batchserve.backends.selection import create_backend
 from batchserve.core.cpu_budget import available_cpus, declare_cpus
-from batchserve.core.errors import BatchserveError
+from batchserve.core.errors import BatchserveError, CannotListen
 from batchserve.core.settings import ModelControlMode, Settings
 from batchserve.core.tls import TlsMode
 from batchserve.dataplane.plane import DataPlane
@@ -102,9 +103,10 @@ class Server:
         app = trusting_peer_header(build_http_app(self.dataplane, settings))
         self.http = http_listener(app, settings, 0, Protocol.HTTP, uds=http_path)
         self.grpc = GrpcServer(self.dataplane, settings, internal_path=grpc_path)
-        public = ((settings.http_host(), settings.http_port),
-                  (settings.grpc_host(), settings.grpc_port))  # fmt: skip
-        self._held = [reuse_port_socket(host, port, listening=False) for host, port in public]
+        public = (("HTTP", settings.http_host(), settings.http_port),
+                  ("gRPC", settings.grpc_host(), settings.grpc_port))  # fmt: skip
+        self._held = [reuse_port_socket(name, host, port, listening=False)
+                      for name, host, port in public]  # fmt: skip
         ports = [bound_port(sock) for sock in self._held]
         counts = WorkerCounts(REFUSALS)
         endpoints = Endpoints(ports[0], ports[1], http_path, grpc_path)
@@ -139,8 +141,8 @@ class Server:
         tasks = [asyncio.create_task(listener.serve()) for listener in listeners]
         await self.grpc.start()
         while not all(listener.started for listener in listeners):
-            if any(task.done() for task in tasks):
-                await asyncio.gather(*tasks)
+            if any(task.done() for task in tasks):  # one could not start: none serves
+                await self._abandon_start(listeners, tasks)
                 return
             await asyncio.sleep(0.01)
         if self.pool is not None:
@@ -163,6 +165,17 @@ class Server:
         await self._load_models()
         await self.signals.stopping.wait()
         await self._drain(*tasks)
+
+    async def _abandon_start(
+        self, listeners: list[HttpListener], tasks: list[asyncio.Task[None]]
+    ) -> None:
+        """Close every listener, then raise why one could not start (CannotListen)."""
+        for listener in listeners:
+            listener.should_exit = True
+        await self.grpc.stop(0)
+        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def _load_models(self) -> None:
         """Load the start-up models in turn, until done or asked to stop."""
@@ -260,7 +273,11 @@ def run(settings: Settings, backend_factory: BackendFactory = create_backend) ->
     malloc_tuning.limit_arenas()  # before any thread that loads a model starts
     cpu_scheduling.apply(settings.cpu_scheduling)  # before the threads it should reach start
     handshake = settings.http_header_timeout_seconds
-    drained: bool = uvloop.run(
-        serve(settings, backend_factory), loop_factory=lambda: BoundedHandshakeLoop(handshake)
-    )
+    try:
+        drained: bool = uvloop.run(
+            serve(settings, backend_factory), loop_factory=lambda: BoundedHandshakeLoop(handshake)
+        )
+    except CannotListen as exc:  # told as uvicorn tells a taken HTTP port, with its status
+        logger.error(f"the server did not start: {exc}")
+        return STARTUP_FAILURE
     return 0 if drained else 1

@@ -4,11 +4,13 @@ own signal handling."""
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 
+from batchserve.core.errors import CannotListen
 from batchserve.core.settings import Settings
 from batchserve.core.tls import TlsFiles
 from batchserve.observability.refusals import Protocol
@@ -21,9 +23,24 @@ KEEP_ALIVE_SECONDS = 30
 class HttpListener(uvicorn.Server):
     """uvicorn without its own signal handling: the application owns SIGTERM/SIGINT."""
 
+    def __init__(self, config: uvicorn.Config, serves: Protocol) -> None:
+        super().__init__(config)
+        self.serves = serves
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's, but a start that fails (a port it cannot bind, whose reason it logs)
+        raises CannotListen: its SystemExit would leave the event loop at once, with the
+        server's other listeners still open."""
+        try:
+            await super().serve(sockets)
+        except SystemExit:
+            where = self.config.uds or f"{self.config.host}:{self.config.port}"
+            name = "HTTP" if self.serves is Protocol.HTTP else "metrics"
+            raise CannotListen(f"cannot serve {name} on {where} (why: above)") from None
 
     def bound_port(self) -> int:
         return int(self.servers[0].sockets[0].getsockname()[1])
@@ -64,4 +81,4 @@ def http_listener(
         timeout_graceful_shutdown=int(settings.shutdown_timeout_seconds),
         **(tls.uvicorn_options() if tls is not None else {}),
     )
-    return HttpListener(config)
+    return HttpListener(config, listener)

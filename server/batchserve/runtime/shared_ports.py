@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import socket
 
+from batchserve.core.errors import CannotListen
+
 BACKLOG = 2048
 
 
-def reuse_port_socket(host: str, port: int, listening: bool) -> socket.socket:
-    """A TCP socket on ``host:port`` that other processes of this user may bind too.
+def reuse_port_socket(serves: str, host: str, port: int, listening: bool) -> socket.socket:
+    """A TCP socket on ``host:port`` that other processes of this user may bind too;
+    ``serves`` names the protocol in the error when the port cannot be had.
 
     Not listening, it only holds the port (and learns it when ``port`` is 0): the kernel
     gives connections to the listening sockets alone.
@@ -23,9 +26,11 @@ def reuse_port_socket(host: str, port: int, listening: bool) -> socket.socket:
         if listening:
             sock.listen(BACKLOG)
             sock.setblocking(False)
-    except OSError:
+    except OSError as exc:
         sock.close()
-        raise
+        raise CannotListen(
+            f"cannot serve {serves} on {host}:{port}: {exc.strerror or exc}"
+        ) from None
     return sock
 
 

@@ -81,7 +81,7 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
     forwarder = HttpForwarder(start.http_path)
     app = in_front_of(WorkerInferEndpoint(plane, settings, forwarder), forwarder)
     http = http_listener(app, settings, start.http_port, Protocol.HTTP, settings.tls)
-    listening = reuse_port_socket(settings.http_host(), start.http_port, listening=True)
+    listening = reuse_port_socket("HTTP", settings.http_host(), start.http_port, listening=True)
     http_task = asyncio.create_task(http.serve(sockets=[listening]))
     grpc = WorkerGrpcServer(plane, settings, start.grpc_port, start.grpc_path)
     await grpc.start()
