@@ -107,9 +107,10 @@ class DeviceUnavailable(Internal):
     """A GPU (or a GPU runtime) was asked for and is not present."""
 
 
-class CannotListen(Exception):
-    """A port the server is told to serve cannot be had (taken, or an address that is not
-    this host's): no request's error, but the server's, which then does not start."""
+class CannotStart(Exception):
+    """The server cannot start as told: a port it cannot have (taken, or an address that is
+    not this host's), a model repository that is not a directory. No request's error: the
+    server says why and exits."""
 
 
 HTTP_STATUS: Final[dict[type[BaseException], int]] = {

@@ -12,7 +12,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from batchserve.core.errors import CannotListen
+from batchserve.core.addresses import host_port
+from batchserve.core.errors import CannotStart
 from batchserve.core.settings import Settings
 from batchserve.dataplane.inference_path import KnownModels
 from batchserve.dataplane.plane import DataPlane
@@ -74,14 +75,14 @@ class _Listener:
     def listen(self, settings: Settings, port: int) -> None:
         """Serve ``port`` on the gRPC address (``--grpc-address``, else ``--host``), with TLS
         when configured."""
-        address = f"{settings.grpc_host()}:{port}"
+        address = host_port(settings.grpc_host(), port)
         try:
             if settings.tls is None:
                 self.port = self.server.add_insecure_port(address)
             else:
                 self.port = self.server.add_secure_port(address, settings.tls.grpc_credentials())
         except RuntimeError:  # grpc says no more than that the bind failed
-            raise CannotListen(
+            raise CannotStart(
                 f"cannot serve gRPC on {address}: the port is taken, or the address is not "
                 "this host's"
             ) from None

@@ -20,7 +20,7 @@ from uvicorn.config import STARTUP_FAILURE
 
 from batchserve.backends.selection import create_backend
 from batchserve.core.cpu_budget import available_cpus, declare_cpus
-from batchserve.core.errors import BatchserveError, CannotListen
+from batchserve.core.errors import BatchserveError, CannotStart, NotFound
 from batchserve.core.settings import ModelControlMode, Settings
 from batchserve.core.tls import TlsMode
 from batchserve.dataplane.plane import DataPlane
@@ -59,7 +59,10 @@ class Server:
         self, settings: Settings, backend_factory: BackendFactory = create_backend
     ) -> None:
         self.settings = settings
-        repository = ModelRepository.of(settings)
+        try:
+            repository = ModelRepository.of(settings)
+        except NotFound as exc:
+            raise CannotStart(exc.message) from None
         budgets = MemoryBudgets(settings.memory_budget, device_total_bytes)
         self.pool: WorkerPool | None = None
         cpus = available_cpus(settings.cpus)
@@ -169,7 +172,7 @@ class Server:
     async def _abandon_start(
         self, listeners: list[HttpListener], tasks: list[asyncio.Task[None]]
     ) -> None:
-        """Close every listener, then raise why one could not start (CannotListen)."""
+        """Close every listener, then raise why one could not start (CannotStart)."""
         for listener in listeners:
             listener.should_exit = True
         await self.grpc.stop(0)
@@ -277,7 +280,7 @@ def run(settings: Settings, backend_factory: BackendFactory = create_backend) ->
         drained: bool = uvloop.run(
             serve(settings, backend_factory), loop_factory=lambda: BoundedHandshakeLoop(handshake)
         )
-    except CannotListen as exc:  # told as uvicorn tells a taken HTTP port, with its status
+    except CannotStart as exc:  # said in one line, with uvicorn's status for a failed start
         logger.error(f"the server did not start: {exc}")
         return STARTUP_FAILURE
     return 0 if drained else 1

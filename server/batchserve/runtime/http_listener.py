@@ -10,7 +10,8 @@ from typing import Any
 
 import uvicorn
 
-from batchserve.core.errors import CannotListen
+from batchserve.core.addresses import host_port
+from batchserve.core.errors import CannotStart
 from batchserve.core.settings import Settings
 from batchserve.core.tls import TlsFiles
 from batchserve.observability.refusals import Protocol
@@ -33,14 +34,14 @@ class HttpListener(uvicorn.Server):
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         """uvicorn's, but a start that fails (a port it cannot bind, whose reason it logs)
-        raises CannotListen: its SystemExit would leave the event loop at once, with the
+        raises CannotStart: its SystemExit would leave the event loop at once, with the
         server's other listeners still open."""
         try:
             await super().serve(sockets)
         except SystemExit:
-            where = self.config.uds or f"{self.config.host}:{self.config.port}"
+            where = self.config.uds or host_port(self.config.host, self.config.port)
             name = "HTTP" if self.serves is Protocol.HTTP else "metrics"
-            raise CannotListen(f"cannot serve {name} on {where} (why: above)") from None
+            raise CannotStart(f"cannot serve {name} on {where} (why: above)") from None
 
     def bound_port(self) -> int:
         return int(self.servers[0].sockets[0].getsockname()[1])

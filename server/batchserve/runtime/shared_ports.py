@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import socket
 
-from batchserve.core.errors import CannotListen
+from batchserve.core.addresses import host_port
+from batchserve.core.errors import CannotStart
 
 BACKLOG = 2048
 
@@ -28,8 +29,8 @@ def reuse_port_socket(serves: str, host: str, port: int, listening: bool) -> soc
             sock.setblocking(False)
     except OSError as exc:
         sock.close()
-        raise CannotListen(
-            f"cannot serve {serves} on {host}:{port}: {exc.strerror or exc}"
+        raise CannotStart(
+            f"cannot serve {serves} on {host_port(host, port)}: {exc.strerror or exc}"
         ) from None
     return sock
 
