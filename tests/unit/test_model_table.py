@@ -38,6 +38,12 @@ def test_a_version_not_served_or_not_a_number_is_refused(tmp_path: Path) -> None
         table.get("m", "2")
     with pytest.raises(InvalidArgument, match="a version is a positive integer"):
         table.get("m", "latest")
+    # str.isdigit takes these; int() refused the first (a 500) and read the second as 1
+    for digits in ("\u00b2", "\u0661"):
+        with pytest.raises(InvalidArgument, match="a version is a positive integer"):
+            table.get("m", digits)
+    with pytest.raises(NotFound, match="is not found"):  # past int()'s 4300-digit limit
+        table.get("m", "9" * 4301)
     assert not table.is_ready("m", "2")
     assert table.is_ready("m", "1")
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from batchserve.core.datatypes import BY_WIRE, DataType
+from batchserve.core.digits import ascii_digits
 from batchserve.core.errors import InvalidArgument
 from batchserve.export.image_input import ImageInput
 
@@ -209,7 +210,7 @@ def parse_sizes(text: str, *, option: str) -> tuple[int, ...]:
     sizes = []
     for item in text.split(","):
         item = item.strip()
-        if not item.isdigit() or int(item) == 0:
+        if not ascii_digits(item) or int(item) == 0:
             raise InvalidArgument(f"{option} {text!r}: {item!r} is not a positive integer")
         sizes.append(int(item))
     return tuple(sizes)
@@ -252,7 +253,7 @@ def _parse_dims(spec: str, text: str) -> tuple[int | str, ...]:
 def _parse_dim(spec: str, item: str) -> int | str:
     if _IDENTIFIER.match(item):
         return item
-    if item.isdigit() and int(item) > 0:
+    if ascii_digits(item) and int(item) > 0:
         return int(item)
     raise _bad(spec, f"dim {item!r} is neither a positive size nor an axis name (e.g. batch, seq)")
 

@@ -38,6 +38,7 @@ from typing import Any, cast
 
 from batchserve.backends.base import Arrays, Backend
 from batchserve.core.device import Device
+from batchserve.core.digits import ascii_digits
 from batchserve.core.errors import DeviceUnavailable
 from batchserve.devices.placement import nvml_handle
 from batchserve.models.warmup import synthetic_batch
@@ -93,7 +94,7 @@ def _read_limit(path: Path) -> int | None:
         text = path.read_text().strip()
     except OSError:
         return None
-    return int(text) if text.isdigit() else None  # v2 writes "max" for no limit
+    return int(text) if ascii_digits(text) else None  # v2 writes "max" for no limit
 
 
 def cpu_total_bytes() -> int:

@@ -13,6 +13,7 @@ from functools import cached_property
 
 from batchserve.core.datatypes import DataType, from_config
 from batchserve.core.device import Device
+from batchserve.core.digits import MAX_INT64_DIGITS, ascii_digits
 from batchserve.core.errors import BatchserveError, InvalidArgument, NotFound, Unavailable
 from batchserve.core.validation import RequestSchema
 from batchserve.devices.placement import Placement
@@ -169,12 +170,12 @@ class ModelTable:
             )
         if not version:
             return entry.versions[max(entry.versions)]
-        if not version.isdigit():
+        if not ascii_digits(version):
             raise InvalidArgument(
                 "failed to get model version from specified version string "
                 f"'{version[:40]}' (batchserve: a version is a positive integer)"
             )
-        served = entry.versions.get(int(version))
+        served = entry.versions.get(int(version)) if len(version) <= MAX_INT64_DIGITS else None
         if served is None:
             shown = version[:40]
             raise NotFound(

@@ -18,6 +18,7 @@ import orjson
 
 from batchserve.core.datatypes import DataType, from_wire
 from batchserve.core.deferred import Decoder, PendingInputs, check_then_decode
+from batchserve.core.digits import ascii_digits
 from batchserve.core.errors import InvalidArgument
 from batchserve.core.tensors import (
     Array,
@@ -58,7 +59,7 @@ def parse_header_length(value: str | None, body_length: int) -> int | None:
     if value is None:
         return None
     text = value.strip()
-    if not (text.isascii() and text.isdigit()):
+    if not ascii_digits(text):
         raise InvalidArgument(
             f"Unable to parse {HEADER}, got: {value[:40]} (batchserve: not a non-negative integer)"
         )

@@ -185,6 +185,12 @@ class InferEndpoint:
         header_length = parse_header_length(
             None if header_value is None else header_value.decode("latin-1"), len(body)
         )
+        if header_length is not None and header_length > self.json_limit:
+            # the JSON part alone: the header may claim the whole body, binary limit and all
+            raise PayloadTooLarge(
+                f"JSON request header of {header_length} bytes is over the "
+                f"{self.json_limit}-byte limit on JSON"
+            )
         name, version = path_segment(match[1]), path_segment(match[2] or b"")
         decode: Callable[[], InferRequest]
         if header_length == 0:  # Triton's raw binary request: the body is the one input

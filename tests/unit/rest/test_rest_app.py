@@ -144,6 +144,31 @@ async def test_body_over_the_json_limit_is_413(client: httpx.AsyncClient) -> Non
     assert response.status_code == 413
 
 
+async def test_a_json_header_over_the_json_limit_is_413_whatever_the_binary_limit(
+    client: httpx.AsyncClient,
+) -> None:
+    """Inference-Header-Content-Length claiming the whole body used to have it parsed as JSON
+    under the binary limit (64 MiB by default, 2 GB of server memory for such a body)."""
+    padding = b" " * 5000  # JSON may carry whitespace: a valid body, over the 4096-byte limit
+    body = orjson.dumps(_body([1, 2, 3, 4], [1, 4])) + padding
+    response = await client.post(
+        "/v2/models/fake/infer",
+        content=body,
+        headers={"Inference-Header-Content-Length": str(len(body))},
+    )
+    assert response.status_code == 413
+    assert response.json()["error"] == (
+        f"JSON request header of {len(body)} bytes is over the 4096-byte limit on JSON"
+    )
+    within = orjson.dumps(_body([1, 2, 3, 4], [1, 4]))
+    served = await client.post(
+        "/v2/models/fake/infer",
+        content=within,
+        headers={"Inference-Header-Content-Length": str(len(within))},
+    )
+    assert served.status_code == 200
+
+
 async def test_not_ready_model_is_503_with_retry_after(tmp_path: Path) -> None:
     settings = Settings(model_repository=tmp_path)
     registry = ModelRegistry(

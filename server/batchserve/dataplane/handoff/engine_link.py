@@ -74,9 +74,9 @@ class EngineLink:
         self.closed = loop.create_future()
         self.listening = loop.create_future()
         self._handlers: dict[str, Callable[[Frame], None]] = {
-            "i": self._infer,
+            "i": self._answering(self._infer),
             "s": self._stream,
-            "g": self._group,
+            "g": self._answering(self._group),
             "c": self._cancel,
             "r": self._release,
             "x": self._malformed,
@@ -126,6 +126,21 @@ class EngineLink:
                 self.send(("k",))
 
     # requests ------------------------------------------------------------------------
+    def _answering(self, handle: Callable[[Frame], None]) -> Callable[[Frame], None]:
+        """``handle``, with an error that is not batchserve's answered to the worker as an
+        internal error: logged and dropped, it left the client waiting for ever (a version
+        ``int`` refused did, before versions were checked as digits 0-9)."""
+
+        def answered(frame: Frame) -> None:
+            try:
+                handle(frame)
+            except Exception as exc:
+                logger.exception("request frame failed", extra={"tag": str(frame[0])})
+                self._pending.pop(frame[1], None)
+                self._answer_error(frame[1], exc)
+
+        return answered
+
     def _infer(self, frame: Frame) -> None:
         self._unacknowledged += 1  # first: a frame not understood is still read (read_mark)
         (_, rid, model, version, request_id, protocol, priority, timeout_us, peer, block,
