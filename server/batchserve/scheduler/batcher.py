@@ -72,7 +72,7 @@ class Batcher:
         self.pool = pool
         self.policy = policy
         self.stats = stats
-        self.queue = PriorityQueue(policy.priority_levels, policy.max_queue_size, policy.aging_ns)
+        self.queue = PriorityQueue(policy.max_queue_size, policy.aging_ns)
         self._pad_value = pad_value
         self._clock = clock
         self._wakeup = WakeUp(timer if timer is not None else LoopTimer(clock), self._dispatch)

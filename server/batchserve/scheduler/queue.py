@@ -3,10 +3,15 @@
 Levels are strict (1 first), except that a head which has waited longer than the aging
 bound competes as if it were top level, oldest first: sustained high-priority load
 delays lower levels by at most that bound plus the older backlog, never forever.
+
+A level exists only while it holds requests: a config may declare 2^64-1 levels (Triton's
+field is a uint64), and one FIFO for each, made at load, took the server's memory until the
+kernel killed it. Memory and the time to choose the next request follow the levels in use.
 """
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import deque
 from collections.abc import Iterable, Iterator
 
@@ -17,8 +22,13 @@ from batchserve.scheduler.work import WorkItem
 class PriorityQueue:
     """FIFO within a level, higher levels (smaller numbers) first; bounded in total."""
 
-    def __init__(self, levels: int, max_size: int, aging_ns: int) -> None:
-        self._levels: list[deque[WorkItem]] = [deque() for _ in range(levels)]
+    def __init__(self, max_size: int, aging_ns: int) -> None:
+        """However many levels the config declares (requests are checked against that
+        before they come here), none is made until a request needs it."""
+        self._levels: dict[int, deque[WorkItem]] = {}
+        """The levels holding requests, by priority."""
+        self._in_use: list[int] = []
+        """Their priorities, highest level (smallest number) first."""
         self._max_size = max_size
         self._aging_ns = aging_ns
         self._size = 0
@@ -32,9 +42,21 @@ class PriorityQueue:
         """Queue an item, or refuse at once when the queue is full."""
         if self._size >= self._max_size:
             raise Overloaded(f"queue is full ({self._max_size} requests waiting); retry later")
-        self._levels[item.priority - 1].append(item)
+        self._level(item.priority).append(item)
         self._size += 1
         self.samples += item.batch_size
+
+    def _level(self, priority: int) -> deque[WorkItem]:
+        level = self._levels.get(priority)
+        if level is None:
+            level = self._levels[priority] = deque()
+            insort(self._in_use, priority)
+        return level
+
+    def _drop_if_empty(self, priority: int) -> None:
+        if not self._levels[priority]:
+            del self._levels[priority]
+            self._in_use.remove(priority)
 
     @property
     def full(self) -> bool:
@@ -47,27 +69,30 @@ class PriorityQueue:
         until an instance is free to drop it (new requests would be refused meanwhile).
         """
         removed: list[WorkItem] = []
-        for level in self._levels:
+        for priority in list(self._in_use):
+            level = self._levels[priority]
             for _ in range(len(level)):
                 item = level.popleft()
                 if item.abandoned():
                     removed.append(item)
                 else:
                     level.append(item)
+            self._drop_if_empty(priority)
         self._size -= len(removed)
         self.samples -= sum(item.batch_size for item in removed)
         return removed
 
     def peek(self, now_ns: int) -> WorkItem | None:
         """The item that would be taken next at ``now_ns``."""
-        level = self._front(now_ns)
-        return level[0] if level else None
+        priority = self._front(now_ns)
+        return None if priority is None else self._levels[priority][0]
 
     def pop(self, now_ns: int) -> WorkItem:
-        level = self._front(now_ns)
-        if not level:
+        priority = self._front(now_ns)
+        if priority is None:
             raise IndexError("pop from an empty queue")
-        item = level.popleft()
+        item = self._levels[priority].popleft()
+        self._drop_if_empty(priority)
         self._size -= 1
         self.samples -= item.batch_size
         return item
@@ -79,28 +104,30 @@ class PriorityQueue:
     def push_front(self, items: Iterable[WorkItem]) -> None:
         """Return items taken by ``pop``/``pop_many`` (in that order) to where they were."""
         for item in reversed(list(items)):
-            self._levels[item.priority - 1].appendleft(item)
+            self._level(item.priority).appendleft(item)
             self._size += 1
             self.samples += item.batch_size
 
     def oldest_enqueued_ns(self) -> int | None:
         """When the longest-waiting item arrived, across levels."""
-        heads = [level[0].enqueued_ns for level in self._levels if level]
+        heads = [level[0].enqueued_ns for level in self._levels.values()]
         return min(heads) if heads else None
 
     def __iter__(self) -> Iterator[WorkItem]:
-        for level in self._levels:
-            yield from level
+        for priority in self._in_use:
+            yield from self._levels[priority]
 
-    def _front(self, now_ns: int) -> deque[WorkItem] | None:
+    def _front(self, now_ns: int) -> int | None:
+        """The level whose head goes next: the highest, unless a lower one's has aged."""
+        in_use = self._in_use
+        if len(in_use) <= 1:
+            return in_use[0] if in_use else None
         levels = self._levels
-        if len(levels) == 1:
-            return levels[0]
         cutoff = now_ns - self._aging_ns
-        chosen: deque[WorkItem] | None = None
-        for level in levels:
-            if level and (chosen is None or level[0].enqueued_ns < _aged_before(chosen, cutoff)):
-                chosen = level
+        chosen = in_use[0]
+        for priority in in_use[1:]:
+            if levels[priority][0].enqueued_ns < _aged_before(levels[chosen], cutoff):
+                chosen = priority
         return chosen
 
 

@@ -62,6 +62,28 @@ async def test_aged_requests_keep_their_arrival_order_against_the_top_level() ->
     assert order == ["early", "low", "late"]
 
 
+async def test_the_levels_a_config_may_declare_cost_only_those_in_use() -> None:
+    """2^64-1 levels (Triton's field is a uint64) once made a FIFO each at load: the server's
+    memory went until the kernel killed it."""
+    clock, backend = ManualClock(), FakeBackend()
+    most = 2**64 - 1
+    batcher = make_batcher(
+        [backend], clock=clock, max_batch_size=1,
+        extra=f"dynamic_batching {{ priority_levels: {most} }}",
+    )  # fmt: skip
+    first = await hold_first(batcher, backend, at=clock)
+    lowest, middle, top = (item(1, v, priority=p, at=clock) for v, p in
+                           ((1.0, most), (2.0, 2**40), (3.0, 1)))  # fmt: skip
+    for queued in (lowest, middle, top):
+        batcher.submit(queued)
+    assert batcher.queue._in_use == [1, 2**40, most]
+    order = _completion_order({"lowest": lowest, "middle": middle, "top": top})
+    backend.gate.set()
+    await answers(first, lowest, middle, top)
+    assert order == ["top", "middle", "lowest"]
+    assert batcher.queue._levels == {}, "a level is gone once empty"
+
+
 async def _two_instances_finishing_in_reverse(
     batcher: Batcher, backends: list[FakeBackend]
 ) -> list[str]:
