@@ -149,6 +149,7 @@ def test_a_file_outside_the_warmup_directory_is_refused(tmp_path: Path) -> None:
         ('name: "x" batch_size: 1 inputs { key: "a" value: { data_type: TYPE_STRING dims: [2] '
          'input_data_file: "../config.pbtxt" } }', "must be a path inside warmup/"),
         ('name: "x" batch_size: 1', "gives no data for required input(s) ['a', 'n']"),
+        ('name: "x" batch_size: 1 count: 4000000000', "count 4000000000 is over 10000"),
     ],
 )  # fmt: skip
 def test_sample_problems_name_the_sample_and_input(body: str, problem: str) -> None:

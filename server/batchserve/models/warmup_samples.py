@@ -28,6 +28,9 @@ MAX_FILE_BYTES: Final = 256 << 20
 """Largest warm-up data file read: the whole file is held in memory."""
 MAX_SAMPLE_ELEMENTS: Final = 1 << 28
 """Largest element count of one sample input, so that a config cannot ask for terabytes."""
+MAX_COUNT: Final = 10_000
+"""Most runs of one sample. A load runs them all before it returns, holding the model's
+lock: ``count: 4000000000`` left every later load or unload of the model waiting."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,8 @@ def warmup_problems(config: ModelConfig) -> list[str]:
                 f"{where}: batch_size {setting.batch_size} exceeds max_batch_size "
                 f"{config.max_batch_size}"
             )
+        if setting.count > MAX_COUNT:
+            problems.append(f"{where}: count {setting.count} is over {MAX_COUNT}")
         for name, spec in sorted(setting.inputs.items()):
             problems += _input_problems(f"{where}: input '{name}'", spec, inputs.get(name))
         missing = [
