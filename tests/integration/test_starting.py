@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.integration.server import start_server
+from tests.integration.server import MODEL_REPO, start_server
 
 STARTUP_FAILURE = 3
 
@@ -119,3 +121,22 @@ def test_an_ipv6_address_serves_every_protocol(workers: str) -> None:
     np.testing.assert_allclose(answers[0], answers[1], rtol=1e-6)
     assert answers[0].shape == (1, 10)
     assert b'batchserve_requests_total{model="digits_cnn"' in scraped
+
+
+def test_every_model_loads_with_load_model_star(tmp_path: Path) -> None:
+    """Triton's ``--load-model=*``: it used to be taken for a model named '*', which failed,
+    and the server was never ready."""
+    for name in ("digits_cnn", "square_int32"):
+        shutil.copytree(MODEL_REPO / name, tmp_path / name)
+    server = start_server(tmp_path, ["--model-control-mode", "explicit", "--load-model", "*"])
+    try:
+        with httpx.Client(base_url=f"http://{server.http_url}", timeout=30) as http:
+            ready = http.get("/v2/health/ready").status_code
+            index = http.post("/v2/repository/index").json()
+    finally:
+        assert server.stop() == 0
+    assert ready == 200
+    assert {(m["name"], m["state"]) for m in index} == {
+        ("digits_cnn", "READY"),
+        ("square_int32", "READY"),
+    }

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 from batchserve.core.errors import InvalidArgument, ModelConfigError, NotFound
+from batchserve.core.settings import Settings
 from batchserve.devices.placement import gpu_count
 from batchserve.models.model_config import DEFAULT_MAX_BATCH_SIZE, MAX_CONFIG_BYTES, parse_pbtxt
 from batchserve.models.model_directory import InvalidModel, ModelVersion
-from batchserve.models.repository import ModelProblem, ModelRepository
+from batchserve.models.repository import ModelProblem, ModelRepository, startup_models
 from onnx_models import (
     FP32,
     build_model,
@@ -19,6 +20,7 @@ from onnx_models import (
     with_external_initializer,
     write_model,
 )
+from pydantic import ValidationError
 
 
 def add_model(root: Path, name: str = "digits", versions: tuple[int, ...] = (1,)) -> Path:
@@ -518,3 +520,29 @@ def test_external_data_in_a_subgraph_is_checked(tmp_path: Path) -> None:
         "digits/1/model.onnx: tensor 'deep' keeps its data at '../../x', outside the version "
         "directory",
     )
+
+
+# --- the models a server loads as it starts -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "named", "loaded"),
+    [
+        ("none", (), ["a", "b"]),
+        ("explicit", (), []),
+        ("explicit", ("b",), ["b"]),
+        ("explicit", ("*",), ["a", "b"]),  # Triton's "every model"
+    ],
+)
+def test_the_models_loaded_at_start(
+    tmp_path: Path, mode: str, named: tuple[str, ...], loaded: list[str]
+) -> None:
+    for name in ("b", "a"):
+        add_model(tmp_path, name)
+    settings = Settings(model_repository=tmp_path, model_control_mode=mode, load_model=named)
+    assert startup_models(settings, ModelRepository(tmp_path)) == loaded
+
+
+def test_every_model_is_asked_for_alone(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match=r"--load-model '\*' \(every model\) must be"):
+        Settings(model_repository=tmp_path, load_model=("*", "a"))

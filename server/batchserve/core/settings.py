@@ -24,6 +24,8 @@ INT32_MAX = 2**31 - 1
 """grpc core reads its channel arguments as 32-bit integers."""
 LOG_LEVELS = ("debug", "info", "warning", "error")
 """The ``--log-level`` values: Triton's verbose (debug), info, warning and error switches."""
+ALL_MODELS = "*"
+"""``--load-model *``: every model in the repository (Triton's), alone of its flag."""
 TRUE_WORDS = ("true", "on", "1")
 FALSE_WORDS = ("false", "off", "0")
 """How a boolean flag may be written, in any case: the words Triton's parser accepts."""
@@ -163,6 +165,13 @@ class Settings(BaseSettings):
         """Parsed once, here: a bad budget stops the server before it starts. Anything but
         text (a mapping already parsed) is left to the field's type."""
         return parse_budgets(value) if value is None or isinstance(value, str) else value
+
+    @field_validator("load_model")
+    @classmethod
+    def _all_models_alone(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if ALL_MODELS in value and len(value) > 1:
+            raise ValueError(f"--load-model '{ALL_MODELS}' (every model) must be the only one")
+        return value
 
     @field_validator("model_config_name")
     @classmethod

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batchserve.core.errors import BatchserveError, NotFound
-from batchserve.core.settings import Settings
+from batchserve.core.settings import ALL_MODELS, ModelControlMode, Settings
 from batchserve.models.model_directory import InvalidModel, ResolvedModel, resolve_model
 from batchserve.models.model_names import validate_model_name
 from batchserve.proto.model_config_pb2 import ModelConfig
@@ -90,3 +90,13 @@ class ModelRepository:
                 logger.exception("unexpected error while resolving model '%s'", name)
                 problems.append(ModelProblem(name, (f"{name}: {type(exc).__name__}: {exc}",)))
         return resolved, problems
+
+
+def startup_models(settings: Settings, repository: ModelRepository) -> list[str]:
+    """The models a server loads as it starts: every one in the repository, or with control
+    explicit those ``--load-model`` names (every one again for Triton's ``*``)."""
+    if settings.model_control_mode is not ModelControlMode.EXPLICIT:
+        return repository.names()
+    if settings.load_model == (ALL_MODELS,):
+        return repository.names()
+    return list(settings.load_model)

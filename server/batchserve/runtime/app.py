@@ -21,7 +21,7 @@ from uvicorn.config import STARTUP_FAILURE
 from batchserve.backends.selection import create_backend
 from batchserve.core.cpu_budget import available_cpus, declare_cpus
 from batchserve.core.errors import BatchserveError, CannotStart, NotFound
-from batchserve.core.settings import ModelControlMode, Settings
+from batchserve.core.settings import Settings
 from batchserve.core.tls import TlsMode
 from batchserve.dataplane.plane import DataPlane
 from batchserve.devices.host import HostUsage
@@ -29,7 +29,7 @@ from batchserve.devices.nvml import GpuMonitor
 from batchserve.grpc.server import GrpcServer
 from batchserve.models.memory_probe import device_total_bytes
 from batchserve.models.registry import BackendFactory, ModelRegistry
-from batchserve.models.repository import ModelRepository
+from batchserve.models.repository import ModelRepository, startup_models
 from batchserve.observability.metrics import metrics_app
 from batchserve.observability.refusals import REFUSALS, Protocol
 from batchserve.rest.app import build_http_app
@@ -71,7 +71,7 @@ class Server:
             repository, settings.max_queue_size, budgets, backend_factory,
             after_change=self._repository_changed, cpus=cpus,
         )  # fmt: skip
-        self.dataplane = DataPlane(settings, self.registry, self._models_to_load(repository))
+        self.dataplane = DataPlane(settings, self.registry, startup_models(settings, repository))
         self.gpus = GpuMonitor.open(settings.allow_gpu_metrics)
         workers = resolve_workers(settings.workers, cpus)
         if workers == 1:
@@ -128,11 +128,6 @@ class Server:
             _settle_heap()
         if self.pool is not None:
             self.pool.repository_changed()
-
-    def _models_to_load(self, repository: ModelRepository) -> list[str]:
-        if self.settings.model_control_mode is ModelControlMode.EXPLICIT:
-            return list(self.settings.load_model)
-        return repository.names()
 
     def request_stop(self) -> None:
         self.signals.stopping.set()

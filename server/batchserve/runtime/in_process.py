@@ -49,14 +49,14 @@ import uvloop
 from batchserve.backends.selection import create_backend
 from batchserve.core.cpu_budget import available_cpus, declare_cpus
 from batchserve.core.errors import BatchserveError, Unavailable, Unsupported
-from batchserve.core.settings import ModelControlMode, Settings
+from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest, ModelMetadata, ServerMetadata
 from batchserve.dataplane.control import IndexEntry
 from batchserve.dataplane.plane import DataPlane
 from batchserve.dataplane.statistics import ModelStatistics
 from batchserve.models.memory_probe import device_total_bytes
 from batchserve.models.registry import BackendFactory, ModelRegistry
-from batchserve.models.repository import ModelRepository
+from batchserve.models.repository import ModelRepository, startup_models
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.runtime.in_process_requests import (
     InferOptions,
@@ -111,7 +111,7 @@ class Server:
             repository, self.settings.max_queue_size, budgets, backend_factory,
             cpus=available_cpus(self.settings.cpus),
         )  # fmt: skip
-        expected = _models_to_load(self.settings, repository)
+        expected = startup_models(self.settings, repository)
         self.dataplane = DataPlane(self.settings, self.registry, expected)
         token = self.settings.control_token
         self._authorization = None if token is None else f"Bearer {token}"
@@ -458,13 +458,6 @@ def _decoupled_refusal(model: str) -> Unsupported:
         "infer doesn't support models with decoupled transaction policy (batchserve: model "
         f"'{model}' may answer any number of times: iterate Server.stream)"
     )
-
-
-def _models_to_load(settings: Settings, repository: ModelRepository) -> list[str]:
-    """As ``serve``: every model in the repository, or ``load_model`` when control is explicit."""
-    if settings.model_control_mode is ModelControlMode.EXPLICIT:
-        return list(settings.load_model)
-    return repository.names()
 
 
 def _run_forever(loop: asyncio.AbstractEventLoop) -> None:

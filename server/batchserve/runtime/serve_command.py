@@ -278,7 +278,8 @@ def register(subparsers: Any) -> None:
         )  # fmt: skip
     parser.add_argument(
         "--load-model", dest="load_model", action="append", default=None,
-        help="with --model-control-mode explicit: a model to load at start (repeatable)",
+        help="with --model-control-mode explicit: a model to load at start (repeatable); "
+        "'*' alone: every model in the repository",
     )  # fmt: skip
     parser.add_argument(
         "--trace-config", dest="trace_config", action="append", default=None,
