@@ -51,6 +51,7 @@ def _binary(
 HTTP_CASES: list[tuple[str, str, object, dict[str, str], int, str]] = [
     ("unknown model", "/v2/models/nope/infer", _json_input(), {}, 404, "nope"),
     ("unknown version", "/v2/models/digits_cnn/versions/9/infer", _json_input(), {}, 404, "9"),
+    ("version not digits 0-9", "/v2/models/digits_cnn/versions/%C2%B2/infer", _json_input(), {}, 400, "failed to get model version from specified version string '\u00b2'"),
     ("malformed JSON", "/v2/models/digits_cnn/infer", b'{"inputs":[', {}, 400, "JSON"),
     ("name not a string", "/v2/models/digits_cnn/infer", _json_input(name=5), {}, 400, "name"),
     ("shape not a list", "/v2/models/digits_cnn/infer", _json_input(shape="1,1,8,8"), {}, 400, "shape"),
@@ -198,13 +199,14 @@ def _grpc_request(**overrides: object) -> service_pb2.ModelInferRequest:
             del tensor.shape[:]
             tensor.shape.extend(value)  # type: ignore[arg-type]
         else:
-            setattr(request if key == "model_name" else tensor, key, value)
+            setattr(request if key.startswith("model_") else tensor, key, value)
     return request
 
 
 GRPC_CASES = [
     ("unknown model", {"model_name": "nope"}, grpc.StatusCode.NOT_FOUND, "nope"),
     ("unknown datatype", {"datatype": "FP33"}, grpc.StatusCode.INVALID_ARGUMENT, "FP33"),
+    ("version not digits 0-9", {"model_version": "\u00b2"}, grpc.StatusCode.INVALID_ARGUMENT, "failed to get model version"),
     ("wrong datatype", {"datatype": "INT32", "raw": [GOOD_IMAGE.astype(np.int32).tobytes()]}, grpc.StatusCode.INVALID_ARGUMENT, "inference input 'image' data-type is 'INT32', but model 'digits_cnn' expects 'FP32'"),
     ("byte size", {"raw": [GOOD_IMAGE.tobytes() + b"\0" * 4]}, grpc.StatusCode.INVALID_ARGUMENT, "image"),
     ("raw count", {"raw": [GOOD_IMAGE.tobytes()] * 2}, grpc.StatusCode.INVALID_ARGUMENT, "raw_input_contents"),
@@ -256,3 +258,42 @@ def test_grpc_health_and_reflection(server: ServerProcess) -> None:
         answer = next(iter(reflection.ServerReflectionInfo(iter([request]))))
         names = {s.name for s in answer.list_services_response.service}
         assert "inference.GRPCInferenceService" in names
+
+
+@pytest.mark.parametrize(
+    ("tokens", "lengths", "problem"),
+    [
+        (5, 6, "within 1..5, the length of the sequence sent; got 6..6"),
+        (5, 0, "within 1..5, the length of the sequence sent; got 0..0"),
+        (0, 1, "within 1..0, the length of the sequence sent; got 1..1"),
+    ],
+)
+def test_a_sequence_length_past_the_sequence_sent_is_the_clients_mistake(
+    http: httpx.Client,
+    stub: service_pb2_grpc.GRPCInferenceServiceStub,
+    tokens: int,
+    lengths: int,
+    problem: str,
+) -> None:
+    """char_lstm's ``lengths`` input (its ``sequence_length_input``) past its tokens reached
+    the model as an index past the end: ONNX Runtime's error, a 500 / INTERNAL."""
+    body = {"inputs": [
+        {"name": "tokens", "datatype": "INT64", "shape": [1, tokens], "data": [3] * tokens},
+        {"name": "lengths", "datatype": "INT64", "shape": [1, 1], "data": [lengths]},
+    ]}  # fmt: skip
+    response = http.post("/v2/models/char_lstm/infer", json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == f"input 'lengths': each sample's length must be {problem}"
+    request = service_pb2.ModelInferRequest(model_name="char_lstm")
+    request.inputs.add(name="tokens", datatype="INT64", shape=[1, tokens])
+    request.inputs.add(name="lengths", datatype="INT64", shape=[1, 1])
+    request.raw_input_contents.extend(
+        [np.full(tokens, 3, np.int64).tobytes(), np.int64(lengths).tobytes()]
+    )
+    with pytest.raises(grpc.RpcError) as error:
+        stub.ModelInfer(request, timeout=30)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert problem in error.value.details()
+    body["inputs"][1]["data"] = [max(tokens, 1)]  # type: ignore[index]
+    body["inputs"][0].update(shape=[1, max(tokens, 1)], data=[3] * max(tokens, 1))  # type: ignore[index]
+    assert http.post("/v2/models/char_lstm/infer", json=body).status_code == 200

@@ -44,6 +44,7 @@ from batchserve.models.registry import ModelRegistry
 from batchserve.observability.logs import bind_request
 from batchserve.observability.tracing import RequestTracer
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
+from batchserve.scheduler.padding import check_lengths
 from batchserve.scheduler.sequences import SequenceBatcher
 from batchserve.scheduler.work import WorkItem
 
@@ -336,6 +337,7 @@ class DataPlane:
                 f"'{served.name}' ({policy.max_batch_size}, derived from its memory budget); "
                 "send smaller batches"
             )
+        check_lengths(policy, valid.inputs)
         priority = requested_priority or policy.default_priority
         if not 1 <= priority <= policy.priority_levels:
             raise InvalidArgument(

@@ -7,8 +7,25 @@ request gets what it would have got alone.
 
 from __future__ import annotations
 
-from batchserve.scheduler.policy import AxisOf
+from batchserve.core.errors import InvalidArgument
+from batchserve.scheduler.policy import AxisOf, BatchPolicy
 from batchserve.scheduler.work import Arrays
+
+
+def check_lengths(policy: BatchPolicy, inputs: Arrays) -> None:
+    """Each sample's true length (``batchserve.sequence_length_input``) is within 1 and the
+    length it was sent with. A larger one reached the model as an index past the end of
+    the sequence (ONNX Runtime's GatherElements failed: a 500 for a client's mistake)."""
+    lengths = inputs.get(policy.length_input) if policy.length_input else None
+    if lengths is None or lengths.size == 0:
+        return
+    sent = SequenceLayout(policy.sequence_inputs, ()).length(inputs)
+    shortest, longest = lengths.min(), lengths.max()
+    if shortest < 1 or longest > sent:
+        raise InvalidArgument(
+            f"input '{policy.length_input}': each sample's length must be within 1..{sent}, "
+            f"the length of the sequence sent; got {shortest}..{longest}"
+        )
 
 
 class SequenceLayout:

@@ -34,6 +34,7 @@ class BatchPolicy:
             are grouped by their length on it.
         sequence_outputs: likewise for outputs: each request's rows are cut back to its own
             length on that axis.
+        length_input: that input's name, when the sequence axes are known ("" otherwise).
         length_buckets: requests of a sequence model are cut into batches by length
             (``length_buckets.py``); False pads each batch to its longest, in queue order.
         step_cost_rows: the configured cost of a sequence step in rows; 0 to learn it.
@@ -57,6 +58,7 @@ class BatchPolicy:
     preserve_ordering: bool = False
     sequence_inputs: AxisOf = ()
     sequence_outputs: AxisOf = ()
+    length_input: str = ""
     length_buckets: bool = True
     step_cost_rows: float = 0.0
     latency_objective_ns: int = 0
@@ -96,6 +98,7 @@ class BatchPolicy:
             preserve_ordering=batching.preserve_ordering,
             sequence_inputs=_sequence_axes(config.input, length_input) if batched else (),
             sequence_outputs=_sequence_axes(config.output, length_input) if batched else (),
+            length_input=length_input if batched else "",
             length_buckets=not config.batchserve.length_buckets.disabled,
             step_cost_rows=config.batchserve.length_buckets.step_cost_rows,
             latency_objective_ns=objective_ns,
