@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, TypeVar
 
+from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 _T = TypeVar("_T")
@@ -22,8 +23,10 @@ _NOTICE = "batchserve_disconnect_notice"
 """The attribute of uvicorn's request cycle that holds its ``DisconnectNotice``."""
 
 
-class ClientDisconnected(Exception):
-    """The client went away before its answer was ready."""
+class ClientDisconnected(ClientDisconnect):
+    """The client went away before its answer was ready. Starlette's kind, so that a route
+    that does not catch it ends as one whose client left while its body was read: no
+    answer sent, nothing logged."""
 
 
 class DisconnectNotice:

@@ -31,6 +31,7 @@ from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest, InferResponse, Tensor, request_options
 from batchserve.dataplane.plane import DataPlane
 from batchserve.rest.bodies import json_object, read_limited
+from batchserve.rest.disconnect import until_disconnect
 
 EVENT_STREAM = "text/event-stream; charset=utf-8"
 ONE_RESPONSE = (
@@ -51,12 +52,7 @@ def add_generate_routes(app: FastAPI, dataplane: DataPlane, settings: Settings) 
         @app.post(f"{prefix}/generate", summary="Generate (one response)")
         async def generate(name: str, request: Request, version: str = "") -> Response:
             infer = await request_of(request, name, version)
-            answers: list[InferResponse] = []
-            async with contextlib.aclosing(dataplane.respond(infer, streaming=False)) as replies:
-                async for answer in replies:
-                    answers.append(answer)
-                    if len(answers) > 1:  # stop the model at once: it may have millions more
-                        break
+            answers = await until_disconnect(_two_at_most(dataplane, infer), request.receive)
             if len(answers) != 1:
                 raise InvalidArgument(ONE_RESPONSE)
             return Response(response_json(answers[0]), media_type="application/json")
@@ -66,10 +62,26 @@ def add_generate_routes(app: FastAPI, dataplane: DataPlane, settings: Settings) 
             infer = await request_of(request, name, version)
             responses = dataplane.respond(infer, streaming=True)
             try:  # an error before the first response is an HTTP error
-                first = await anext(responses)
+                first = await until_disconnect(anext(responses), request.receive)
             except StopAsyncIteration:
                 return StreamingResponse(iter(()), media_type=EVENT_STREAM)
+            except BaseException:
+                await responses.aclose()
+                raise
             return StreamingResponse(_events(first, responses), media_type=EVENT_STREAM)
+
+
+async def _two_at_most(dataplane: DataPlane, infer: InferRequest) -> list[InferResponse]:
+    """The request's responses, stopping the model at a second (it may have millions more).
+    Run until the client leaves (``until_disconnect``): a client gone before the first
+    response used to leave the model answering nobody, and an unload waiting for it."""
+    answers: list[InferResponse] = []
+    async with contextlib.aclosing(dataplane.respond(infer, streaming=False)) as replies:
+        async for answer in replies:
+            answers.append(answer)
+            if len(answers) > 1:
+                break
+    return answers
 
 
 async def _events(first: InferResponse, rest: AsyncIterator[InferResponse]) -> AsyncIterator[bytes]:
