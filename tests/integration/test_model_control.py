@@ -142,3 +142,24 @@ def test_a_body_is_never_read_when_model_control_is_off(server: ServerProcess, p
         answer = sock.recv(65536)
     assert answer.startswith(b"HTTP/1.1 503 "), answer[:100]
     assert b"explicit model load / unload is not allowed" in answer
+
+
+def test_readiness_is_tritons_strict_readiness(explicit_server: ServerProcess) -> None:
+    """Not ready while a model tried has failed its load; ready again once it loads; and an
+    unload on request, even of a model loaded at start, keeps the server in service (it
+    used to answer 503 until that model was loaded again: a readiness probe would have
+    taken the pod out of service for an operator's unload)."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    client = httpclient.InferenceServerClient(explicit_server.http_url)
+    assert client.is_server_ready()
+    with pytest.raises(InferenceServerException, match="failed to load"):
+        client.load_model("char_lstm", headers=headers, config='{"max_batch_size": -5}')
+    failed_load = client.is_server_ready()
+    client.load_model("char_lstm", headers=headers)
+    loaded = client.is_server_ready()
+    client.unload_model("char_lstm", headers=headers)
+    client.unload_model("digits_cnn", headers=headers)
+    unloaded = client.is_server_ready()
+    client.load_model("digits_cnn", headers=headers)
+    assert (failed_load, loaded, unloaded) == (False, True, True)
+    assert client.is_server_ready()

@@ -81,3 +81,23 @@ def test_the_index_lists_the_repository_and_every_loaded_version(tmp_path: Path)
     ]
     assert [row.name for row in table.index(ready_only=True)] == ["a", "a", "c"]
     assert table.loaded() == [served["a", 1], served["a", 2], served["c", 5]]
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "ready"),
+    [
+        (ModelState.READY, "", True),
+        (ModelState.UNAVAILABLE, "unloaded", True),  # unloaded on request: Triton's exception
+        (ModelState.UNAVAILABLE, "m/config.pbtxt: bad dims", False),
+        (ModelState.LOADING, "", False),
+        (ModelState.UNLOADING, "", False),
+    ],
+)
+def test_strict_readiness_asks_every_model_tried(
+    tmp_path: Path, state: ModelState, reason: str, ready: bool
+) -> None:
+    table, _ = _table(tmp_path, m=(1,), other=(1,))
+    entry = table._entry("other")
+    entry.state, entry.reason = state, reason
+    assert table.all_ready(["m"]) is ready
+    assert table.all_ready(["m", "never_tried"]) is False, "a start-up model not yet tried"

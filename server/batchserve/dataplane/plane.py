@@ -93,8 +93,8 @@ class DataPlane:
         return True
 
     def ready(self) -> bool:
-        """Ready when not draining and every model the server was told to serve is ready."""
-        return not self.draining and all(self.registry.is_ready(m) for m in self.expected_models)
+        """Ready when not draining and every model is ready (``ModelTable.all_ready``)."""
+        return not self.draining and self.registry.all_ready(self.expected_models)
 
     def model_ready(self, name: str, version: str = "") -> bool:
         if not self.registry.knows(requested_model_name(name)):

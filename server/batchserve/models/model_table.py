@@ -7,6 +7,7 @@ so the read side lives here, apart from the lifecycle that fills it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -121,6 +122,10 @@ class ModelEntry:
     files: OverrideDirectory | None = None  # the load's own files, while they are served
 
 
+UNLOADED = "unloaded"
+"""The reason of a model unloaded on request (Triton's)."""
+
+
 @dataclass(frozen=True, slots=True)
 class IndexEntry:
     """One row of the repository index."""
@@ -207,6 +212,19 @@ class ModelTable:
             for name in sorted(self._entries)
             for _, served in sorted(self._entries[name].versions.items())
         ]
+
+    def all_ready(self, expected: Iterable[str]) -> bool:
+        """Triton's strict readiness: each of ``expected`` (the models loaded at start) has
+        been tried, and every model tried is ready, or was unloaded on request. A model that
+        failed its load, or is loading or unloading, is not ready; one an operator unloaded
+        does not take the server out of service, as it did when every model loaded at start
+        had to stay ready."""
+        entries = self._entries
+        return all(name in entries for name in expected) and all(
+            entry.state is ModelState.READY
+            or (entry.state is ModelState.UNAVAILABLE and entry.reason == UNLOADED)
+            for entry in entries.values()
+        )
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
         """The repository's models with their states, loaded or not."""

@@ -27,6 +27,7 @@ from batchserve.models.load_override import LoadOverride, OverrideDirectory
 from batchserve.models.measured_defaults import Subject, Tuning, configured, log_tuning, tune
 from batchserve.models.model_directory import ModelVersion, ResolvedModel
 from batchserve.models.model_table import (
+    UNLOADED,
     LoadedInstance,
     ModelEntry,
     ModelState,
@@ -401,7 +402,7 @@ class ModelRegistry(ModelTable):
                 await served.close()
             if old_files is not None:
                 await asyncio.to_thread(old_files.remove)
-            entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"
+            entry.state, entry.reason = ModelState.UNAVAILABLE, UNLOADED
         self._after_change()
         logger.info("model unloaded", extra={"model": name})
 

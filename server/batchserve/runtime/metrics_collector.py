@@ -21,7 +21,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from batchserve.devices.nvml import GpuMonitor, GpuReading
-from batchserve.models.model_table import IndexEntry, ModelState, ServedVersion
+from batchserve.models.model_table import UNLOADED, IndexEntry, ModelState, ServedVersion
 from batchserve.models.registry import ModelRegistry
 from batchserve.observability.grpc_core_counts import CoreCallCounts, read_core_call_counts
 from batchserve.observability.metrics import NS, Buckets, Rejection
@@ -353,7 +353,7 @@ def _model_families(index: list[IndexEntry], load_seconds: Mapping[str, float]) 
     )
     seen: set[str] = set()
     for row in index:
-        idle = row.state == ModelState.UNAVAILABLE and row.reason in ("", "unloaded")
+        idle = row.state == ModelState.UNAVAILABLE and row.reason in ("", UNLOADED)
         if idle or row.name in seen:
             continue
         seen.add(row.name)
