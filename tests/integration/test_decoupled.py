@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -535,3 +536,36 @@ def test_a_client_that_leaves_stops_its_generation_at_the_next_step(
     assert settled - before < 900
     # and the next generation runs as usual
     assert len(_stream_generation(decoupled_server, "x", 5, 0.0, 2)) == 5
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_client_that_leaves_before_the_first_response_stops_the_model(
+    tmp_path: Path, workers: str
+) -> None:
+    """generate, and generate_stream before its first event, ran with nothing watching the
+    connection: a client gone meanwhile left repeat_int32 sleeping out a DELAY of ten
+    minutes for nobody, and an unload (and a stop) waited for it."""
+    shutil.copytree(MODEL_REPO / "repeat_int32", tmp_path / "repeat_int32")
+    server = start_server(
+        tmp_path, ["--model-control-mode", "explicit", "--load-model", "*", "--workers", workers]
+    )
+    body = json.dumps({"IN": [1], "DELAY": [600_000], "WAIT": 0})
+    unloads = []
+    try:
+        for route in ("generate_stream", "generate"):
+            connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=1)
+            connection.request("POST", f"/v2/models/repeat_int32/{route}", body)
+            with pytest.raises(TimeoutError):
+                connection.getresponse()  # nothing comes for ten minutes
+            connection.close()  # the client leaves
+            time.sleep(0.5)
+            started = time.monotonic()
+            control = httpclient.InferenceServerClient(server.http_url, network_timeout=30)
+            control.unload_model("repeat_int32")
+            unloads.append(time.monotonic() - started)
+            control.load_model("repeat_int32")
+    finally:
+        stopped = time.monotonic()
+        assert server.stop() == 0
+    assert max(unloads) < 5, unloads
+    assert time.monotonic() - stopped < 15, "the stop waited for a request nobody waits for"
