@@ -483,8 +483,11 @@ def test_http_generate_stream_sends_each_character_as_an_event_and_generate_the_
         ({"text_input": 3}, 400, "input 'text_input': expected JSON strings for BYTES"),
         ({"max_tokens": 3}, 400, "missing required input(s) ['text_input']"),
         ({"text_input": "x", "random_seed": -1}, 400, "outside the range of UINT64"),
+        # once silently ignored, where infer refuses them
+        ({"text_input": "x", "sequence_id": 7, "sequence_start": True}, 400,
+         "model 'char_lstm_generate' does not use sequence batching"),
     ],
-)
+)  # fmt: skip
 def test_bad_generate_requests_get_a_clear_400(
     decoupled_server: ServerProcess, body: dict[str, Any], status: int, problem: str
 ) -> None:

@@ -237,6 +237,7 @@ class DataPlane:
         served.stats.received += 1
         types = served.output_types
         try:
+            _check_sequence(request, served)  # a decoupled model's requests too (generate)
             valid = validate_request(
                 request.inputs, request.outputs, served.schema, request.layout, request.verdict
             )
@@ -306,11 +307,7 @@ class DataPlane:
         return response
 
     def _work_item(self, request: InferRequest, served: ServedVersion, now: int) -> WorkItem:
-        if request.sequence is not None and not isinstance(served.batcher, SequenceBatcher):
-            raise InvalidArgument(
-                f"request parameter 'sequence_id': model '{served.name}' does not use "
-                "sequence batching (its config has no sequence_batching)"
-            )
+        _check_sequence(request, served)
         valid = validate_request(
             request.inputs, request.outputs, served.schema, request.layout, request.verdict
         )
@@ -356,4 +353,14 @@ class DataPlane:
             deadline_ns=now + timeout_ns if timeout_ns else None,
             future=asyncio.get_running_loop().create_future(),
             is_cancelled=is_cancelled,
+        )
+
+
+def _check_sequence(request: InferRequest, served: ServedVersion) -> None:
+    """Sequence parameters only to a model that batches sequences: elsewhere they would be
+    silently ignored (they were, through ``generate`` and to decoupled models)."""
+    if request.sequence is not None and not isinstance(served.batcher, SequenceBatcher):
+        raise InvalidArgument(
+            f"request parameter 'sequence_id': model '{served.name}' does not use "
+            "sequence batching (its config has no sequence_batching)"
         )
