@@ -17,7 +17,7 @@ from batchserve.backends.base import Arrays
 from batchserve.backends.gpu_plan import best_profile
 from batchserve.core.datatypes import BY_WIRE, DataType
 from batchserve.core.device import Device
-from batchserve.core.digits import ascii_digits
+from batchserve.core.digits import MAX_INT64_DIGITS, ascii_digits
 from batchserve.core.errors import InvalidArgument, ModelConfigError
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
@@ -113,7 +113,7 @@ def instance_profiles(
 
 
 def _profile_index(value: str, profiles: int, path: Path) -> int:
-    if not ascii_digits(value) or len(value) > 9 or int(value) >= profiles:
+    if not ascii_digits(value) or len(value) > MAX_INT64_DIGITS or int(value) >= profiles:
         raise ModelConfigError(
             f"{path}: instance_group profile {value!r} is not one of the engine's "
             f"{profiles} optimisation profiles (0..{profiles - 1})"

@@ -117,7 +117,9 @@ def test_profiles_come_from_the_group_covering_the_gpu(
     assert instance_profiles(config(text), Device("gpu", device), 3, PLAN) == expected
 
 
-@pytest.mark.parametrize("profile", ["3", "first"])
+@pytest.mark.parametrize(
+    "profile", ["3", "first", "\u00b2", "9" * 5000]
+)  # int() refuses the last two
 def test_a_profile_the_engine_lacks_is_a_config_error(profile: str):
     text = f"instance_group {{ kind: KIND_GPU profile: ['{profile}'] }}"
     with pytest.raises(ModelConfigError, match=rf"model\.plan: .*'{profile}'.*3 optimisation"):
