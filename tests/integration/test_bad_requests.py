@@ -10,13 +10,17 @@ import json
 import socket
 import struct
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import httpx
 import numpy as np
 import orjson
 import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
 
 from tests.integration.server import ServerProcess
 
@@ -297,3 +301,33 @@ def test_a_sequence_length_past_the_sequence_sent_is_the_clients_mistake(
     body["inputs"][1]["data"] = [max(tokens, 1)]  # type: ignore[index]
     body["inputs"][0].update(shape=[1, max(tokens, 1)], data=[3] * max(tokens, 1))  # type: ignore[index]
     assert http.post("/v2/models/char_lstm/infer", json=body).status_code == 200
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_tritonclient_gets_the_clients_mistakes_as_clients_mistakes(
+    server: ServerProcess, protocol: str
+) -> None:
+    """What a Triton user calling through tritonclient sees: a version in other digits and a
+    sequence length past the tokens are 400 / INVALID_ARGUMENT, never a 500 or a hang."""
+    module: Any = httpclient if protocol == "http" else grpcclient
+    url = server.http_url if protocol == "http" else server.grpc_url
+    client = module.InferenceServerClient(url)
+    timeout = {} if protocol == "http" else {"client_timeout": 30}  # http: its own default
+    image = module.InferInput("image", [1, 1, 8, 8], "FP32")
+    image.set_data_from_numpy(GOOD_IMAGE)
+    with pytest.raises(InferenceServerException) as version:
+        client.infer("digits_cnn", [image], model_version="\u00b2", **timeout)
+    tokens = module.InferInput("tokens", [1, 5], "INT64")
+    tokens.set_data_from_numpy(np.full((1, 5), 3, np.int64))
+    lengths = module.InferInput("lengths", [1, 1], "INT64")
+    lengths.set_data_from_numpy(np.array([[6]], np.int64))
+    with pytest.raises(InferenceServerException) as length:
+        client.infer("char_lstm", [tokens, lengths], **timeout)
+    refused = "400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT"
+    assert (version.value.status(), length.value.status()) == (refused, refused)
+    # tritonclient's HTTP client puts the version in the URL unencoded: a request line that is
+    # not ASCII, refused before any route (hand-built, %C2%B2 gets the version text: above)
+    said = "failed to get model version" if protocol == "grpc" else "malformed HTTP request"
+    assert said in version.value.message()
+    assert "input 'lengths': each sample's length must be within 1..5" in length.value.message()
+    assert client.infer("digits_cnn", [image]).as_numpy("logits").shape == (1, 10)
