@@ -96,3 +96,84 @@ def test_a_batch_over_the_derived_cap_is_400_and_one_at_it_is_served(
     assert over.status_code == 400
     assert over.json()["error"].startswith(f"batch of {cap + 1} samples exceeds the batch cap")
     assert httpx.post(url, json=body(cap), timeout=30).status_code == 200
+
+
+def _batch_counts(server: ServerProcess) -> dict[int, int]:
+    """Batches run so far, by their rows."""
+    rows = _stats(server)["batch_stats"]
+    return {b["batch_size"]: b["compute_infer"]["count"] for b in rows}  # type: ignore[attr-defined]
+
+
+def _sequences(rows: int, length: int) -> dict[str, object]:
+    return {"inputs": [
+        {"name": "tokens", "datatype": "INT64", "shape": [rows, length],
+         "data": [3] * (rows * length)},
+        {"name": "lengths", "datatype": "INT64", "shape": [rows, 1], "data": [length] * rows},
+    ]}  # fmt: skip
+
+
+def test_long_sequences_batch_in_fewer_rows_within_the_steps_reserved(
+    budgeted: ServerProcess,
+) -> None:
+    """Memory grows with rows times padded length: requests a quarter of the steps long batch
+    at most four to a batch, though the row cap is four times that."""
+    batchserve = _stats(budgeted)["batchserve"]
+    steps, cap = int(batchserve["batch_steps"]), int(batchserve["batch_cap"])  # type: ignore[index]
+    instance = batchserve["instances"][0]  # type: ignore[index]
+    assert steps == instance["batch_steps"]  # type: ignore[index]
+    assert steps >= 4 * 128
+    assert cap >= 8
+    before = _batch_counts(budgeted)
+    url = f"http://{budgeted.http_url}/v2/models/{MODEL}/infer"
+    with httpx.Client(timeout=120) as client, ThreadPoolExecutor(max_workers=24) as pool:
+        codes = list(pool.map(
+            lambda _: client.post(url, json=_sequences(1, steps // 4)).status_code, range(48)
+        ))  # fmt: skip
+    assert codes == [200] * 48
+    ran = [size for size, count in _batch_counts(budgeted).items() if count > before.get(size, 0)]
+    assert max(ran) <= 4
+    assert max(ran) > 1, "concurrent requests should have been batched"
+
+
+def test_a_request_over_the_steps_reserved_is_400_naming_the_tensor(
+    budgeted: ServerProcess,
+) -> None:
+    steps = int(_stats(budgeted)["batchserve"]["batch_steps"])  # type: ignore[index]
+    url = f"http://{budgeted.http_url}/v2/models/{MODEL}/infer"
+    over = httpx.post(url, json=_sequences(1, steps + 1), timeout=30)
+    assert over.status_code == 400
+    assert over.json()["error"].startswith(
+        f"input 'tokens': 1 sequence(s) of length {steps + 1} are {steps + 1} steps, more than "
+        f"a batch of model '{MODEL}' may hold ({steps} steps"
+    )
+    assert httpx.post(url, json=_sequences(2, steps // 2), timeout=30).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def long_batches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The model with ``max_batch_steps`` raised past what the probe's rows hold."""
+    root = tmp_path_factory.mktemp("long_repo")
+    shutil.copytree(MODEL_REPO / MODEL, root / MODEL)
+    config = root / MODEL / "config.pbtxt"
+    config.write_text(
+        config.read_text().replace("batchserve {", "batchserve {\n  max_batch_steps: 20000")
+    )
+    server = start_server(root)
+    yield server
+    assert server.stop() == 0
+
+
+def test_max_batch_steps_reserves_for_and_serves_longer_sequences(
+    long_batches: ServerProcess,
+) -> None:
+    batchserve = _stats(long_batches)["batchserve"]
+    instance = batchserve["instances"][0]  # type: ignore[index]
+    assert batchserve["batch_steps"] == instance["batch_steps"] == 20000  # type: ignore[index]
+    per_step = -(-int(instance["per_sample_bytes"]) // 128)
+    assert instance["reserved_bytes"] == instance["fixed_bytes"] + 20000 * per_step
+    assert instance["batch_cap"] == 64  # rows still batch as configured
+    url = f"http://{long_batches.http_url}/v2/models/{MODEL}/infer"
+    served = httpx.post(url, json=_sequences(1, 10000), timeout=60)
+    assert served.status_code == 200, served.text
+    assert served.json()["outputs"][0]["shape"] == [1, 98]
+    assert httpx.post(url, json=_sequences(3, 10000), timeout=30).status_code == 400

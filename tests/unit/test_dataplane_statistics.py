@@ -24,7 +24,7 @@ from batchserve.rest import responses
 
 MEMORY = (
     MeasuredMemory(Device("gpu", 1), MemoryProfile(1000, 20), 5000, 7),
-    MeasuredMemory(CPU, MemoryProfile(3, 4), 600, 9),
+    MeasuredMemory(CPU, MemoryProfile(3, 4), 600, 9, batch_steps=1152),
 )
 
 
@@ -40,7 +40,8 @@ def _served(name: str = "m", version: int = 2, tuning: Tuning | None = None) -> 
     stats.record_request(False, 500, 0)
     stats.last_inference_ms = 1_700_000_000_000
     routing = SimpleNamespace(cpu_below=5 if tuning else 0)
-    batcher = SimpleNamespace(cap=8, routing=routing)
+    policy = SimpleNamespace(max_batch_steps=1024)
+    batcher = SimpleNamespace(cap=8, routing=routing, policy=policy)
     served = SimpleNamespace(
         name=name, version=version, stats=stats, batcher=batcher, memory=MEMORY, tuning=tuning
     )
@@ -68,10 +69,10 @@ def test_statistics_are_the_counters_in_tritons_shape() -> None:
         ),
     )
     assert row.memory_usage == (MemoryUsage("GPU", 1, 5000), MemoryUsage("CPU", 0, 600))
-    assert row.batch_cap == 8
+    assert (row.batch_cap, row.batch_steps) == (8, 1024)
     assert row.instances == (
         InstanceMemory("gpu:1", 1000, 20, 5000, 7),
-        InstanceMemory("cpu", 3, 4, 600, 9),
+        InstanceMemory("cpu", 3, 4, 600, 9, batch_steps=1152),
     )
 
 

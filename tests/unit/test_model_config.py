@@ -282,6 +282,16 @@ def problems_of(tmp_path: Path, config: str, inputs: tuple[Tensor, ...] = (IMAGE
             "batchserve.length_buckets needs batchserve.sequence_length_input",
         ),
         (
+            "batchserve { max_batch_steps: 4096 }",
+            (IMAGE,),
+            "batchserve.max_batch_steps needs batchserve.sequence_length_input",
+        ),
+        (
+            'max_batch_size: 0 batchserve { sequence_length_input: "lengths" max_batch_steps: 9 }',
+            (FIXED_IMAGE, ("lengths", INT64, (1,))),
+            "batchserve.max_batch_steps needs max_batch_size > 0",
+        ),
+        (
             "batchserve { length_buckets { step_cost_rows: -2 } }",
             (IMAGE,),
             "batchserve.length_buckets.step_cost_rows must be 0 (learn it) or more, not -2",

@@ -44,7 +44,7 @@ from batchserve.models.registry import ModelRegistry
 from batchserve.observability.logs import bind_request
 from batchserve.observability.tracing import RequestTracer
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
-from batchserve.scheduler.padding import check_lengths
+from batchserve.scheduler.padding import check_lengths, check_steps
 from batchserve.scheduler.sequences import SequenceBatcher
 from batchserve.scheduler.work import WorkItem
 
@@ -335,6 +335,7 @@ class DataPlane:
                 "send smaller batches"
             )
         check_lengths(policy, valid.inputs)
+        check_steps(policy, served.name, valid.inputs, max(1, valid.batch_size))
         priority = requested_priority or policy.default_priority
         if not 1 <= priority <= policy.priority_levels:
             raise InvalidArgument(

@@ -68,6 +68,7 @@ class InstanceMemory:
     per_sample_bytes: int
     reserved_bytes: int
     batch_cap: int
+    batch_steps: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,7 @@ class ModelStatistics:
     instances: tuple[InstanceMemory, ...]
     measured_defaults: Tuning | None = None
     cpu_below_batch_size: int = 0  # with CPU and GPU instances: where batches split
+    batch_steps: int = 0  # a sequence model's steps per batch now
 
 
 def model_statistics(served: Iterable[ServedVersion]) -> list[ModelStatistics]:
@@ -122,11 +124,13 @@ def _model_statistics(served: ServedVersion) -> ModelStatistics:
                 per_sample_bytes=m.profile.per_sample_bytes,
                 reserved_bytes=m.reserved_bytes,
                 batch_cap=m.batch_cap,
+                batch_steps=m.batch_steps,
             )
             for m in served.memory
         ),
         measured_defaults=served.tuning,
         cpu_below_batch_size=served.batcher.routing.cpu_below,
+        batch_steps=served.batcher.policy.max_batch_steps,
     )
 
 

@@ -54,7 +54,7 @@ def _batch(b: InferBatchStatistics) -> pb.InferBatchStatistics:
 def _instance(m: InstanceMemory) -> pb.BatchserveStatistics.InstanceMemory:
     return pb.BatchserveStatistics.InstanceMemory(
         device=m.device, fixed_bytes=m.fixed_bytes, per_sample_bytes=m.per_sample_bytes,
-        reserved_bytes=m.reserved_bytes, batch_cap=m.batch_cap,
+        reserved_bytes=m.reserved_bytes, batch_cap=m.batch_cap, batch_steps=m.batch_steps,
     )  # fmt: skip
 
 
@@ -83,6 +83,7 @@ def _model_stats(row: ModelStatistics) -> pb.ModelStatistics:
             instances=[_instance(m) for m in row.instances],
             measured_defaults=_measured_defaults(row.measured_defaults),
             cpu_below_batch_size=row.cpu_below_batch_size,
+            batch_steps=row.batch_steps,
         ),
     )
 

@@ -172,7 +172,13 @@ def _sequence_length_problems(config: ModelConfig) -> list[str]:
         if config.batchserve.HasField("length_buckets"):
             return ["batchserve.length_buckets needs batchserve.sequence_length_input: "
                     "only a sequence model's requests are grouped by length"]  # fmt: skip
+        if config.batchserve.max_batch_steps:
+            return ["batchserve.max_batch_steps needs batchserve.sequence_length_input: "
+                    "only a sequence model's batches are counted in steps"]  # fmt: skip
         return []
+    if config.batchserve.max_batch_steps and config.max_batch_size <= 0:
+        return ["batchserve.max_batch_steps needs max_batch_size > 0: a model without a "
+                "batch axis runs one sequence at a time"]  # fmt: skip
     field = f"batchserve.sequence_length_input '{name}'"
     tensor = next((t for t in config.input if t.name == name), None)
     if tensor is None:

@@ -166,7 +166,10 @@ class InstanceChange:
         served.instances = (*self.plan.keep, *self.added)
         served.config = self.config
         if self.config.max_batch_size > 0:
-            batcher.set_max_batch_size(min(i.memory.batch_cap for i in served.instances))
+            batcher.set_max_batch_size(
+                min(i.memory.batch_cap for i in served.instances),
+                min(i.memory.batch_steps for i in served.instances),
+            )
         retiring = asyncio.gather(*(self._retire(loaded) for loaded in self.plan.remove))
         try:
             await asyncio.shield(retiring)

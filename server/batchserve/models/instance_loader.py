@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
-from batchserve.backends.base import Backend
+from batchserve.backends.base import Arrays, Backend
 from batchserve.core.errors import BatchserveError, ModelConfigError
 from batchserve.devices.placement import Placement
 from batchserve.models.memory_probe import probe_backend
@@ -24,24 +24,26 @@ from batchserve.models.warmup import synthetic_batch
 from batchserve.models.warmup_samples import WarmupSample
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.instances import Instance
-from batchserve.scheduler.memory import MemoryBudgets, ModelReservations
+from batchserve.scheduler.memory import MemoryBudgets, ModelReservations, probe_length
+from batchserve.scheduler.padding import SequenceLayout
+from batchserve.scheduler.policy import BatchPolicy
 
 logger = logging.getLogger(__name__)
 
 BackendFactory = Callable[[ModelConfig, Path], Backend]
-
-# Dynamic non-batch axes (sequence length, image size) are probed at this size for models
-# with a sequence-length input, and at 1 otherwise: memory then scales with the real
-# lengths, which the cap cannot foresee; a batch that still runs out is split (OOM split).
-PROBE_SEQUENCE_LENGTH = 128
 
 SLOW_PHASE_S = 1.0
 """A load phase (memory probe, warm-up) longer than this is logged at info level, so that a
 person watching a slow load sees where its time goes; shorter ones at debug."""
 
 
-def probe_length(config: ModelConfig) -> int:
-    return PROBE_SEQUENCE_LENGTH if config.batchserve.sequence_length_input else 1
+def probe_row_steps(config: ModelConfig, free_dim: int, sample: Arrays | None) -> int:
+    """The steps each row of the memory probe's batches held: ``free_dim``, or the sequence
+    length of the warm-up sample the probe repeats."""
+    if sample is None or config.max_batch_size <= 0:
+        return free_dim
+    axes = BatchPolicy.from_config(config, 1).sequence_inputs
+    return SequenceLayout(axes, ()).length(sample) or free_dim
 
 
 async def _run_sample(instance: Instance, sample: WarmupSample) -> None:
@@ -107,7 +109,8 @@ class InstanceLoader:
             )  # fmt: skip
             _log_phase(name, "load and memory probe", started)
             budget = self.budgets.for_device(backend.device)
-            reservation = reservations.reserve(budget, profile, sharing)
+            row_steps = probe_row_steps(config, free_dim, first)
+            reservation = reservations.reserve(budget, profile, sharing, row_steps)
             cap = reservation.batch_cap if config.max_batch_size > 0 else 1
             started = time.perf_counter()
             for sample in samples:
@@ -124,10 +127,13 @@ class InstanceLoader:
             "instance loaded",
             extra={"model": config.name, "version": version.version, "instance": name,
                    "device": str(backend.device), "batch_cap": cap,
+                   "batch_steps": reservation.batch_steps,
                    "fixed_bytes": profile.fixed_bytes, "per_sample_bytes": profile.per_sample_bytes,
                    "reserved_bytes": reservation.nbytes},
         )  # fmt: skip
-        memory = InstanceMemory(backend.device, profile, reservation.nbytes, cap)
+        memory = InstanceMemory(
+            backend.device, profile, reservation.nbytes, cap, reservation.batch_steps
+        )
         return LoadedInstance(instance, placement, memory, reservation)
 
     def check_room(

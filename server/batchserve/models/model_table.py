@@ -48,6 +48,8 @@ class InstanceMemory:
     profile: MemoryProfile
     reserved_bytes: int
     batch_cap: int
+    batch_steps: int = 0
+    """Steps (rows times padded length) a batch may hold: a sequence model's; 0 otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

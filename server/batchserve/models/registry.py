@@ -22,7 +22,7 @@ from batchserve.devices.placement import Placement
 from batchserve.models.decoupled import build_responder, builtin_backend, step_model
 from batchserve.models.instance_change import change_instances, reload_reason
 from batchserve.models.instance_loader import BackendFactory as BackendFactory  # re-exported
-from batchserve.models.instance_loader import InstanceLoader, probe_length
+from batchserve.models.instance_loader import InstanceLoader
 from batchserve.models.load_override import LoadOverride, OverrideDirectory
 from batchserve.models.measured_defaults import Subject, Tuning, configured, log_tuning, tune
 from batchserve.models.model_directory import ModelVersion, ResolvedModel
@@ -43,7 +43,7 @@ from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.inline import INLINE_BELOW_NS
 from batchserve.scheduler.instances import InstancePool
-from batchserve.scheduler.memory import MemoryBudgets, ModelReservations
+from batchserve.scheduler.memory import MemoryBudgets, ModelReservations, probe_length
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.sequences import MAX_LIVE_SEQUENCES, SequenceBatcher, SequencePolicy
 
@@ -314,7 +314,11 @@ class ModelRegistry(ModelTable):
         stats = ModelStats(latency_objective_ns=objective_ns)
         policy = BatchPolicy.from_config(config, self._max_queue_size)
         if config.max_batch_size > 0:
-            policy = replace(policy, max_batch_size=min(i.memory.batch_cap for i in loaded))
+            policy = replace(
+                policy,
+                max_batch_size=min(i.memory.batch_cap for i in loaded),
+                max_batch_steps=min(i.memory.batch_steps for i in loaded),
+            )
         pad = config.batchserve.padding_value
         pool = InstancePool([i.instance for i in loaded])
         sequences = SequencePolicy.from_config(config)

@@ -968,6 +968,7 @@ class BatchserveStatistics(_message.Message):
         PER_SAMPLE_BYTES_FIELD_NUMBER: _builtins.int
         RESERVED_BYTES_FIELD_NUMBER: _builtins.int
         BATCH_CAP_FIELD_NUMBER: _builtins.int
+        BATCH_STEPS_FIELD_NUMBER: _builtins.int
         device: _builtins.str
         """"cpu" or "gpu:N" """
         fixed_bytes: _builtins.int
@@ -978,6 +979,8 @@ class BatchserveStatistics(_message.Message):
         """held in the device's budget"""
         batch_cap: _builtins.int
         """samples per batch the reservation allows"""
+        batch_steps: _builtins.int
+        """sequence models: steps per batch it allows"""
         def __init__(
             self,
             *,
@@ -986,10 +989,11 @@ class BatchserveStatistics(_message.Message):
             per_sample_bytes: _builtins.int = ...,
             reserved_bytes: _builtins.int = ...,
             batch_cap: _builtins.int = ...,
+            batch_steps: _builtins.int = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_cap", b"batch_cap", "device", b"device", "fixed_bytes", b"fixed_bytes", "per_sample_bytes", b"per_sample_bytes", "reserved_bytes", b"reserved_bytes"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_cap", b"batch_cap", "batch_steps", b"batch_steps", "device", b"device", "fixed_bytes", b"fixed_bytes", "per_sample_bytes", b"per_sample_bytes", "reserved_bytes", b"reserved_bytes"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1069,12 +1073,17 @@ class BatchserveStatistics(_message.Message):
     OOM_SPLITS_FIELD_NUMBER: _builtins.int
     MEASURED_DEFAULTS_FIELD_NUMBER: _builtins.int
     CPU_BELOW_BATCH_SIZE_FIELD_NUMBER: _builtins.int
+    BATCH_STEPS_FIELD_NUMBER: _builtins.int
     batch_cap: _builtins.int
     """the cap the scheduler uses now"""
     oom_splits: _builtins.int
     cpu_below_batch_size: _builtins.int
     """With both CPU and GPU instances: batches of fewer samples than this run on the CPU
     ones, the others on the GPU (the measured crossover); 0 when instances are all alike.
+    """
+    batch_steps: _builtins.int
+    """A sequence model: the steps (rows times padded length) a batch may hold now; 0
+    for other models.
     """
     @_builtins.property
     def instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchserveStatistics.InstanceMemory]: ...
@@ -1088,10 +1097,11 @@ class BatchserveStatistics(_message.Message):
         oom_splits: _builtins.int = ...,
         measured_defaults: Global___BatchserveStatistics.MeasuredDefaults | None = ...,
         cpu_below_batch_size: _builtins.int = ...,
+        batch_steps: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["measured_defaults", b"measured_defaults"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_cap", b"batch_cap", "cpu_below_batch_size", b"cpu_below_batch_size", "instances", b"instances", "measured_defaults", b"measured_defaults", "oom_splits", b"oom_splits"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_cap", b"batch_cap", "batch_steps", b"batch_steps", "cpu_below_batch_size", b"cpu_below_batch_size", "instances", b"instances", "measured_defaults", b"measured_defaults", "oom_splits", b"oom_splits"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

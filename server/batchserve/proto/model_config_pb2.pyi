@@ -1530,6 +1530,7 @@ class BatchserveOptions(_message.Message):
     PADDING_VALUE_FIELD_NUMBER: _builtins.int
     LENGTH_BUCKETS_FIELD_NUMBER: _builtins.int
     REFUSE_LATE_REQUESTS_FIELD_NUMBER: _builtins.int
+    MAX_BATCH_STEPS_FIELD_NUMBER: _builtins.int
     memory_budget_bytes: _builtins.int
     """Device memory this model's instances may hold, in bytes; 0 means the
     device budget alone decides.
@@ -1552,6 +1553,11 @@ class BatchserveOptions(_message.Message):
     """With a latency objective: refuse at once (503 / UNAVAILABLE) a request that can no
     longer finish within it, rather than serve it late.
     """
+    max_batch_steps: _builtins.int
+    """A model with sequence_length_input: the steps (rows times padded length) one batch
+    may hold, for which memory is reserved; a request of more is refused. 0:
+    max_batch_size rows of the memory probe's 128 steps.
+    """
     @_builtins.property
     def length_buckets(self) -> Global___LengthBuckets:
         """How requests to a model with sequence_length_input are grouped by length."""
@@ -1566,10 +1572,11 @@ class BatchserveOptions(_message.Message):
         padding_value: _builtins.float = ...,
         length_buckets: Global___LengthBuckets | None = ...,
         refuse_late_requests: _builtins.bool = ...,
+        max_batch_steps: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["length_buckets", b"length_buckets"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_cpu_fallback", b"allow_cpu_fallback", "latency_objective_microseconds", b"latency_objective_microseconds", "length_buckets", b"length_buckets", "memory_budget_bytes", b"memory_budget_bytes", "padding_value", b"padding_value", "refuse_late_requests", b"refuse_late_requests", "sequence_length_input", b"sequence_length_input"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_cpu_fallback", b"allow_cpu_fallback", "latency_objective_microseconds", b"latency_objective_microseconds", "length_buckets", b"length_buckets", "max_batch_steps", b"max_batch_steps", "memory_budget_bytes", b"memory_budget_bytes", "padding_value", b"padding_value", "refuse_late_requests", b"refuse_late_requests", "sequence_length_input", b"sequence_length_input"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

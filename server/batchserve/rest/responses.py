@@ -108,6 +108,7 @@ def _instance(m: InstanceMemory) -> dict[str, Any]:
         "per_sample_bytes": m.per_sample_bytes,
         "reserved_bytes": m.reserved_bytes,
         "batch_cap": m.batch_cap,
+        "batch_steps": m.batch_steps,
     }
 
 
@@ -136,6 +137,7 @@ def _model_stats(row: ModelStatistics) -> dict[str, Any]:
             "instances": [_instance(m) for m in row.instances],
             **_measured_defaults(row.measured_defaults),
             "cpu_below_batch_size": row.cpu_below_batch_size,
+            "batch_steps": row.batch_steps,
         },
     }
 

@@ -98,6 +98,7 @@ class Batcher:
             bucketed=self._bucketed,
             step_cost=self._step_cost,
         )
+        self._forming.set_most_steps(policy.max_batch_steps)
         self._order = InOrder() if policy.preserve_ordering else None
         self._running: set[asyncio.Task[None]] = set()
         self._dispatch_pending = False
@@ -151,11 +152,12 @@ class Batcher:
         self._busy_times.pop(instance.name, None)
         self.routing.learn(self.pool, self._batch_times, self._cap)
 
-    def set_max_batch_size(self, size: int) -> None:
-        """The memory budget's cap once instances joined or left; a cap lowered after
-        running out of memory stays as low."""
+    def set_max_batch_size(self, size: int, steps: int = 0) -> None:
+        """The memory budget's caps once instances joined or left: rows, and for a sequence
+        model steps; a cap lowered after running out of memory stays as low."""
         lowered = self._cap < self.policy.max_batch_size
-        self.policy = replace(self.policy, max_batch_size=size)
+        self.policy = replace(self.policy, max_batch_size=size, max_batch_steps=steps)
+        self._forming.set_most_steps(steps)
         self._set_cap(min(size, self._cap) if lowered else size)
 
     def _predict_ns(self, samples: int, instance: Instance | None = None) -> int:

@@ -58,6 +58,7 @@ class BatchForming:
         self._bucketed = bucketed
         self._step_cost = step_cost
         self._cap = 1
+        self._most_steps = 0
         self._preferred: frozenset[int] = frozenset()
         self._largest_preferred = self._smallest_preferred = 1
 
@@ -69,16 +70,24 @@ class BatchForming:
         self._largest_preferred = max(fitting, default=cap)
         self._smallest_preferred = min(fitting, default=cap)
 
+    def set_most_steps(self, steps: int) -> None:
+        """The row-steps a sequence model's batch may hold padded (0: no bound)."""
+        self._most_steps = steps
+
     def ready_size(self) -> int:
         """The largest preferred size the queue reaches, or what it holds once the batch
-        cannot grow past the cap (or the largest preferred size); 0 when neither holds."""
-        if self._queue.samples < self._smallest_preferred:
+        cannot grow past the cap (or the largest preferred size) or, for a sequence model,
+        its steps; 0 when neither holds."""
+        most = self._most_steps
+        if self._queue.samples < self._smallest_preferred and not most:
             return 0  # common case, O(1): nothing to walk
-        limit, total, best = self._largest_preferred, 0, 0
+        limit, total, best, longest = self._largest_preferred, 0, 0, 0
         for item in self._queue:
             if item.abandoned():
                 continue
-            if total and total + item.batch_size > limit:
+            longest = max(longest, item.sequence_length)
+            grown = total + item.batch_size
+            if total and (grown > limit or (most and grown * longest > most)):
                 return best or total
             total += item.batch_size
             if total in self._preferred:
@@ -121,13 +130,20 @@ class BatchForming:
         if self._bucketed:
             candidates = closest_first(head, fitting)[: CANDIDATES - 1]
             cost = self._step_cost
-            batch = head_run(head, candidates, target, cost.rows, cost.batch_row_steps)
+            batch = head_run(
+                head, candidates, target, cost.rows, cost.batch_row_steps, self._most_steps
+            )
         else:
-            batch, size = [head], head.batch_size
+            batch, size, longest = [head], head.batch_size, head.sequence_length
+            most = self._most_steps
             for item in fitting:
-                if size + item.batch_size <= target:
+                padded = max(longest, item.sequence_length)
+                if size + item.batch_size <= target and (
+                    not most or (size + item.batch_size) * padded <= most
+                ):
                     batch.append(item)
                     size += item.batch_size
+                    longest = padded
         taken = {id(item) for item in batch}
         self._queue.push_front(item for item in window if id(item) not in taken)
         return batch

@@ -67,22 +67,33 @@ def closest_first(head: Item, window: Sequence[Item]) -> list[Item]:
 
 
 def head_run(
-    head: Item, candidates: Sequence[Item], cap: int, step_cost_rows: float, batch_cost: float = 0
+    head: Item,
+    candidates: Sequence[Item],
+    cap: int,
+    step_cost_rows: float,
+    batch_cost: float = 0,
+    most_steps: int = 0,
 ) -> list[Item]:
     """The head and the candidates that share its run in the cheapest cut (head first)."""
     ordered = sorted([head, *candidates], key=lambda item: item.sequence_length)
-    for run in cheapest_cut(ordered, cap, step_cost_rows, batch_cost):
+    for run in cheapest_cut(ordered, cap, step_cost_rows, batch_cost, most_steps):
         if any(item is head for item in run):
             return [head, *(item for item in run if item is not head)]
     raise AssertionError("every item is in one run of the cut")  # pragma: no cover
 
 
 def cheapest_cut(
-    ordered: Sequence[Item], cap: int, step_cost_rows: float, batch_cost: float = 0
+    ordered: Sequence[Item],
+    cap: int,
+    step_cost_rows: float,
+    batch_cost: float = 0,
+    most_steps: int = 0,
 ) -> list[list[Item]]:
-    """``ordered`` (by length) cut into runs of at most ``cap`` rows, least estimate first
-    found; ``batch_cost`` (row-steps) is added once per run. Runs are contiguous: in an
-    optimal cut, no run's lengths interleave another's."""
+    """``ordered`` (by length) cut into runs of at most ``cap`` rows and, where
+    ``most_steps`` is set, at most that many row-steps padded (the memory budget's), least
+    estimate first found; ``batch_cost`` (row-steps) is added once per run. Runs are
+    contiguous: in an optimal cut, no run's lengths interleave another's. An item over
+    either bound runs alone."""
     count = len(ordered)
     sizes = [item.batch_size for item in ordered]  # a plain list: this runs on the event loop
     best = [0.0] * (count + 1)  # best[j]: cheapest cut of the first j items
@@ -91,9 +102,10 @@ def cheapest_cut(
         length = ordered[end - 1].sequence_length  # the longest of any run ending here
         own = batch_cost + length * step_cost_rows
         rows, cheapest, cheapest_start = 0, float("inf"), 0
+        most_rows = min(cap, most_steps // length) if most_steps and length else cap
         for first in range(end - 1, -1, -1):  # the run is ordered[first:end]
             rows += sizes[first]
-            if rows > cap and first < end - 1:
+            if rows > most_rows and first < end - 1:
                 break
             cost = best[first] + own + length * rows
             if cost < cheapest:

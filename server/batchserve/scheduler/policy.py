@@ -35,6 +35,8 @@ class BatchPolicy:
         sequence_outputs: likewise for outputs: each request's rows are cut back to its own
             length on that axis.
         length_input: that input's name, when the sequence axes are known ("" otherwise).
+        max_batch_steps: for a sequence model, the steps (rows times padded length) a batch
+            may hold, derived from its memory budget; 0: batches are counted in rows alone.
         length_buckets: requests of a sequence model are cut into batches by length
             (``length_buckets.py``); False pads each batch to its longest, in queue order.
         step_cost_rows: the configured cost of a sequence step in rows; 0 to learn it.
@@ -59,6 +61,7 @@ class BatchPolicy:
     sequence_inputs: AxisOf = ()
     sequence_outputs: AxisOf = ()
     length_input: str = ""
+    max_batch_steps: int = 0
     length_buckets: bool = True
     step_cost_rows: float = 0.0
     latency_objective_ns: int = 0
@@ -73,17 +76,17 @@ class BatchPolicy:
         if config.HasField("sequence_batching"):
             steps = cls._sequence_steps(config, server_max_queue_size)
             return replace(steps, latency_objective_ns=objective_ns, refuse_late=refuse_late)
+        sequence_axes = _sequence_layout(config)
         if not config.HasField("dynamic_batching"):
-            return cls(max_batch_size=config.max_batch_size, merge_requests=False,
-                       max_queue_size=server_max_queue_size, latency_objective_ns=objective_ns,
-                       refuse_late=refuse_late)  # fmt: skip
+            return replace(sequence_axes, max_batch_size=config.max_batch_size,
+                           merge_requests=False, max_queue_size=server_max_queue_size,
+                           latency_objective_ns=objective_ns, refuse_late=refuse_late)  # fmt: skip
         batching = config.dynamic_batching
         queue = batching.default_queue_policy
         levels = max(1, batching.priority_levels)
         delay_ns = batching.max_queue_delay_microseconds * 1000
-        length_input = config.batchserve.sequence_length_input
-        batched = config.max_batch_size > 0 and bool(length_input)
-        return cls(
+        return replace(
+            sequence_axes,
             max_batch_size=config.max_batch_size,
             merge_requests=config.max_batch_size > 0,
             preferred_batch_sizes=tuple(sorted(batching.preferred_batch_size)),
@@ -96,9 +99,6 @@ class BatchPolicy:
             or not queue.default_timeout_microseconds,
             aging_ns=10 * max(delay_ns, MS),
             preserve_ordering=batching.preserve_ordering,
-            sequence_inputs=_sequence_axes(config.input, length_input) if batched else (),
-            sequence_outputs=_sequence_axes(config.output, length_input) if batched else (),
-            length_input=length_input if batched else "",
             length_buckets=not config.batchserve.length_buckets.disabled,
             step_cost_rows=config.batchserve.length_buckets.step_cost_rows,
             latency_objective_ns=objective_ns,
@@ -127,6 +127,22 @@ class BatchPolicy:
             max_queue_size=server_max_queue_size,
             aging_ns=10 * max(delay_ns, MS),
         )
+
+
+def _sequence_layout(config: ModelConfig) -> BatchPolicy:
+    """A policy with only the sequence axes of a batched model naming a sequence-length
+    input: with or without dynamic batching, its requests' lengths are checked and its
+    batches bounded in steps."""
+    length_input = config.batchserve.sequence_length_input
+    if config.max_batch_size <= 0 or not length_input:
+        return BatchPolicy(max_batch_size=config.max_batch_size, merge_requests=False)
+    return BatchPolicy(
+        max_batch_size=config.max_batch_size,
+        merge_requests=False,
+        sequence_inputs=_sequence_axes(config.input, length_input),
+        sequence_outputs=_sequence_axes(config.output, length_input),
+        length_input=length_input,
+    )
 
 
 def direct_ready_rows(config: ModelConfig) -> int:

@@ -167,7 +167,7 @@ def _call(plane: WorkerPlane, known: _Model) -> asyncio.Future[InferResponse]:
     data = np.zeros((1, 2), np.float32)
     request = InferRequest("m", inputs=[Tensor("x", BY_WIRE["FP32"], (1, 2), data)])
     valid = ValidRequest({"x": data}, 1, ("y",))
-    return asyncio.ensure_future(plane._grouped(request, known, valid))
+    return asyncio.ensure_future(plane._grouped(request, known, valid, known.cap))
 
 
 def test_a_group_is_cancelled_there_once_every_client_has_left() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 from batchserve.core.settings import Settings
 from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.frames import Frame, pack_frame
 from batchserve.dataplane.handoff.worker_plane import WorkerPlane
+from batchserve.models.model_config import parse_pbtxt
 from fakes import fake_config
 
 KEY = ("fake", "")
@@ -22,7 +24,7 @@ def _plane(sent: list[Frame]) -> WorkerPlane:
 
 def _copy(plane: WorkerPlane, cap: int, generation: int) -> None:
     config = fake_config(max_batch_size=cap).SerializeToString()
-    plane.protocol.data_received(pack_frame(("m", *KEY, config, generation, cap)))
+    plane.protocol.data_received(pack_frame(("m", *KEY, config, generation, cap, 0)))
 
 
 def test_after_a_repository_change_new_requests_wait_for_the_new_copy() -> None:
@@ -57,8 +59,33 @@ def test_a_model_gone_after_a_repository_change_is_not_known() -> None:
         _copy(plane, 4, 1)
         plane.protocol.data_received(pack_frame(("v",)))
         learning = asyncio.ensure_future(plane.learn(*KEY))
-        plane.protocol.data_received(pack_frame(("m", *KEY, None, 0, 0)))
+        plane.protocol.data_received(pack_frame(("m", *KEY, None, 0, 0, 0)))
         assert not await asyncio.wait_for(learning, 1)  # goes whole, for the owner's error
         assert not plane.knows(*KEY)
 
     asyncio.run(run())
+
+
+def test_a_sequence_model_s_groups_hold_no_more_steps_than_its_batches() -> None:
+    """A group is one work item there, batched as one request: rows of a length beyond
+    what the model's steps hold travel on their own."""
+    config = parse_pbtxt("""
+        name: "seq" max_batch_size: 8
+        input [{ name: "tokens" data_type: TYPE_INT64 dims: [-1] },
+               { name: "lengths" data_type: TYPE_INT64 dims: [1] }]
+        output [{ name: "y" data_type: TYPE_FP32 dims: [2] }]
+        dynamic_batching {}
+        batchserve { sequence_length_input: "lengths" }
+    """)
+
+    async def run() -> tuple[int, ...]:
+        plane = _plane([])
+        plane.knows("seq", "")
+        frame = ("m", "seq", "", config.SerializeToString(), 1, 8, 100)
+        plane.protocol.data_received(pack_frame(frame))
+        known = plane._models[("seq", "")]
+        caps = [known.group_cap({"tokens": np.zeros((1, n), np.int64)}) for n in (10, 30, 100, 101)]
+        _copy(plane, 4, 1)  # a model counted in rows: its batch cap alone
+        return (*caps, plane._models[KEY].group_cap({"x": np.zeros((1, 500), np.float32)}))
+
+    assert asyncio.run(run()) == (8, 3, 1, 0, 4)

@@ -4,11 +4,16 @@ back (the cut then chooses from more lengths)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from batchserve.models.model_config import parse_pbtxt
+from batchserve.observability.stats import ModelStats
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batcher import Batcher
+from batchserve.scheduler.instances import Instance, InstancePool
+from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.work import WorkItem
 from fakes import FakeBackend, ManualClock
 from harness import answers, batcher_for, entered, request, submit
@@ -86,3 +91,44 @@ async def test_a_sequence_batch_waits_for_every_answered_client(buckets: str) ->
     await submit(batcher, again)  # the first client is back: all four go
     await answers(again)
     assert backend.batches == [1, 4]
+
+
+@pytest.mark.parametrize("buckets", ["", "disabled: true"])
+async def test_batches_hold_no_more_steps_than_the_memory_budget_allows(buckets: str) -> None:
+    """Rows times the padded length stays within ``max_batch_steps``, with or without the
+    cut; what fits still batches."""
+    backend = FakeBackend()
+    pool = InstancePool([Instance("fake-0", backend)])
+    policy = BatchPolicy.from_config(_config(buckets), server_max_queue_size=64)
+    batcher = Batcher(pool, replace(policy, max_batch_steps=60), ModelStats())
+    await _one_pass(batcher, [30, 30, 30, 10, 10, 10, 10, 10, 10, 10])
+    assert all(rows * length <= 60 for rows, length in backend.shapes)
+    assert max(rows for rows, _ in backend.shapes) >= 2
+    backend.shapes.clear()
+    batcher.set_max_batch_size(8, 0)  # instances changed: the steps bound follows them
+    await _one_pass(batcher, [30, 30, 30])
+    assert backend.shapes == [(3, 30)]  # 90 steps: over the bound lifted, they batch whole
+
+
+@pytest.mark.parametrize("buckets", ["", "disabled: true"], ids=["bucketed", "padded"])
+async def test_a_batch_its_steps_cannot_grow_goes_without_waiting(buckets: str) -> None:
+    """Under a queue delay, a batch waits for company only while company could join: three
+    queued rows of 8 steps where a batch holds 16 make a full batch of two, which goes."""
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = batcher_for([backend], _config(buckets, delay_us=1_000_000), clock)
+    batcher.set_max_batch_size(8, 16)
+    backend.gate.clear()
+    first = _sequence(8, clock)
+    await submit(batcher, first)
+    await entered(backend)
+    queued = []
+    for _ in range(3):
+        clock.advance(10 * US)
+        queued.append(_sequence(8, clock))
+        await submit(batcher, queued[-1])
+    backend.gate.set()
+    await answers(first)
+    await submit(batcher)  # the pass that dispatches after the answer
+    await answers(*queued[:2])
+    assert backend.batches == [1, 2]
+    assert len(batcher.queue) == 1  # the third could still have company: it waits

@@ -38,3 +38,13 @@ def test_without_a_length_input_nothing_is_grouped() -> None:
     policy = BatchPolicy.from_config(config, server_max_queue_size=8)
     assert policy.sequence_inputs == ()
     assert policy.aging_ns == 10 * 1_000_000  # a greedy model ages after 10 ms
+
+
+def test_without_dynamic_batching_a_sequence_model_still_knows_its_lengths() -> None:
+    """Each request runs alone, but its lengths are still checked and its steps bounded."""
+    config = parse_pbtxt(CHAR_LSTM)
+    config.ClearField("dynamic_batching")
+    policy = BatchPolicy.from_config(config, server_max_queue_size=8)
+    assert not policy.merge_requests
+    assert (policy.sequence_inputs, policy.length_input) == ((("tokens", 1),), "lengths")
+    assert policy.max_queue_size == 8

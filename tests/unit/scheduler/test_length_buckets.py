@@ -160,3 +160,38 @@ def test_the_normal_equations_are_solved_or_found_dependent() -> None:
     one_size = [(1.0, float(steps), float(steps * 4)) for steps in (10, 50, 90)]
     gram = [[sum(x[i] * x[j] for x in one_size) for j in range(3)] for i in range(3)]
     assert solve_normal(gram, [1.0, 1.0, 1.0]) is None  # a step and a row: indistinguishable
+
+
+def test_the_cut_is_the_cheapest_of_every_cut_within_the_rows_and_steps() -> None:
+    """With a step budget, no run of two or more holds more rows times its longest length
+    than the budget, and the cut is still the cheapest of those that keep to both bounds."""
+    rng = random.Random(11)
+    for _ in range(200):
+        ordered = sorted(
+            (Item(rng.randint(1, 60), rng.randint(1, 3)) for _ in range(rng.randint(1, 8))),
+            key=lambda i: i.sequence_length,
+        )
+        cap, most = rng.randint(3, 8), rng.randint(40, 200)
+        step = rng.choice((0.0, 1.0, 100.0))
+        cut = cheapest_cut(ordered, cap, step, most_steps=most)
+        assert [i for run in cut for i in run] == ordered
+        for run in cut:
+            rows = sum(i.batch_size for i in run)
+            assert len(run) == 1 or rows * run[-1].sequence_length <= most
+        allowed = [
+            runs for runs in _every_cut(ordered, cap)
+            if all(len(r) == 1 or sum(i.batch_size for i in r) * r[-1].sequence_length <= most
+                   for r in runs)
+        ]  # fmt: skip
+        assert _estimate(cut, step) == min(_estimate(runs, step) for runs in allowed)
+
+
+def test_the_step_budget_splits_a_run_the_cost_alone_would_keep_whole() -> None:
+    def lengths(most_steps: int) -> list[list[int]]:
+        cut = cheapest_cut([Item(50), Item(60)], 8, 1000.0, most_steps=most_steps)
+        return [[i.sequence_length for i in run] for run in cut]
+
+    assert lengths(0) == lengths(120) == [[50, 60]]  # 2 rows padded to 60: 120 steps
+    assert lengths(119) == [[50], [60]]
+    lone = Item(200)  # over the budget alone: admission refuses it; the cut still runs it
+    assert cheapest_cut([lone], 8, 0.0, most_steps=100) == [[lone]]

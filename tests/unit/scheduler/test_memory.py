@@ -16,11 +16,13 @@ from batchserve.core.device import CPU, Device
 from batchserve.core.errors import ModelConfigError, OutOfMemory
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.memory import (
+    PROBE_SEQUENCE_LENGTH,
     DeviceBudget,
     MemoryBudgets,
     MemoryProfile,
     MemorySample,
     ModelReservations,
+    StepBudget,
     arena_limit_bytes,
     derive_cap,
 )
@@ -369,3 +371,67 @@ def test_instances_that_cannot_all_fit_are_refused_before_they_load() -> None:
         ModelReservations("m", 8).check_room(budget, each, 9)
     other.release()
     ModelReservations("m", 8).check_room(budget, each, 9)
+
+
+def _sequence_config(max_batch_size: int = 8, extra: str = "") -> ModelConfig:
+    config = ModelConfig(name="seq", max_batch_size=max_batch_size)
+    config.batchserve.sequence_length_input = "lengths"
+    if extra:
+        config.batchserve.max_batch_steps = int(extra)
+    return config
+
+
+def test_a_sequence_model_s_batches_are_counted_in_steps_of_the_probe_s_rows() -> None:
+    assert StepBudget.from_config(_sequence_config()) == StepBudget(PROBE_SEQUENCE_LENGTH, 1024)
+    assert StepBudget.from_config(_sequence_config(extra="20000")) == StepBudget(128, 20000)
+    assert StepBudget.from_config(ModelConfig(name="rows", max_batch_size=8)) is None
+    assert StepBudget.from_config(_sequence_config(max_batch_size=0)) is None  # no batch axis
+
+
+def test_a_sequence_model_reserves_its_steps_at_the_memory_of_the_probe_s_rows() -> None:
+    """8 rows of 128 steps: the same bytes as 8 rows reserved, and 1024 steps to batch."""
+    profile = MemoryProfile(10 * MIB, 128 * KIB)  # 1 KiB a step at the probe's 128
+    budget = DeviceBudget(CPU, GIB)
+    held = ModelReservations.from_config(_sequence_config()).reserve(budget, profile)
+    assert (held.batch_cap, held.batch_steps) == (8, 1024)
+    assert held.nbytes == profile.predict(8) == 10 * MIB + 1024 * KIB
+
+
+def test_a_tight_budget_holds_fewer_steps_and_rows_and_none_is_refused() -> None:
+    profile = MemoryProfile(10 * MIB, 128 * KIB)
+    held = ModelReservations.from_config(_sequence_config()).reserve(
+        DeviceBudget(CPU, 10 * MIB + 300 * KIB), profile
+    )
+    assert (held.batch_cap, held.batch_steps) == (2, 300)  # 300 steps: two probe rows
+    with pytest.raises(ModelConfigError, match=r"at batch 1 \(fixed 10 MiB \+ 128 KiB per"):
+        ModelReservations.from_config(_sequence_config()).reserve(
+            DeviceBudget(CPU, 10 * MIB + 127 * KIB), profile
+        )  # not one row of the probe's length
+
+
+def test_max_batch_steps_reserves_for_longer_batches_than_the_probe_ran() -> None:
+    profile = MemoryProfile(10 * MIB, 128 * KIB)
+    budget = DeviceBudget(CPU, GIB)
+    held = ModelReservations.from_config(_sequence_config(extra="20000")).reserve(budget, profile)
+    assert (held.batch_cap, held.batch_steps) == (8, 20000)
+    assert held.nbytes == 10 * MIB + 20000 * KIB
+    fewer = ModelReservations.from_config(_sequence_config(extra="100")).reserve(budget, profile)
+    assert (fewer.batch_cap, fewer.batch_steps) == (8, 100)  # rows of 12 steps still batch 8
+    assert fewer.nbytes == 10 * MIB + 100 * KIB
+
+
+def test_a_step_costs_the_probe_s_row_divided_by_its_steps_rounded_up() -> None:
+    assert MemoryProfile(7, 1000).per_step(128) == MemoryProfile(7, 8)
+    assert MemoryProfile(7, 1024).per_step(128) == MemoryProfile(7, 8)
+    assert MemoryProfile(7, 1000).per_step(1) == MemoryProfile(7, 1000)
+
+
+def test_a_warm_up_sample_s_length_sets_the_cost_of_a_step_not_the_steps() -> None:
+    """A probe that repeated a 16-token warm-up sample measured rows of 16 steps: each step
+    costs an eighth of a 128-step row's, and a batch still holds 8 rows of 128."""
+    profile = MemoryProfile(10 * MIB, 128 * KIB)
+    held = ModelReservations.from_config(_sequence_config()).reserve(
+        DeviceBudget(CPU, GIB), profile, steps_per_row=16
+    )
+    assert (held.batch_cap, held.batch_steps) == (8, 1024)
+    assert held.nbytes == 10 * MIB + 1024 * 8 * KIB

@@ -14,6 +14,7 @@ from batchserve.core.budgets import parse_budgets
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import DeviceUnavailable, OutOfMemory
 from batchserve.devices.placement import gpu_count
+from batchserve.models.instance_loader import probe_row_steps
 from batchserve.models.memory_probe import (
     ProcessMemory,
     cgroup_memory_limit,
@@ -26,7 +27,7 @@ from batchserve.models.memory_probe import (
     probe_batch_sizes,
     probe_instance,
 )
-from batchserve.proto.model_config_pb2 import TYPE_FP32, ModelConfig, ModelInput
+from batchserve.proto.model_config_pb2 import TYPE_FP32, TYPE_INT64, ModelConfig, ModelInput
 from batchserve.scheduler.memory import MemoryBudgets, MemoryProfile, arena_limit_bytes, derive_cap
 from onnx import TensorProto, helper, numpy_helper
 
@@ -237,3 +238,16 @@ def test_probe_measures_a_cuda_session(wide_hidden: Path):
     assert backend.device == Device("gpu", 0)
     assert profile.predict(256) >= 256 * HIDDEN_BYTES_PER_SAMPLE
     backend.unload()
+
+
+def test_a_probe_row_holds_the_free_length_or_the_warm_up_sample_s() -> None:
+    config = ModelConfig(name="seq", max_batch_size=8)
+    config.input.add(name="tokens", data_type=TYPE_INT64, dims=[-1])
+    config.input.add(name="lengths", data_type=TYPE_INT64, dims=[1])
+    config.batchserve.sequence_length_input = "lengths"
+    config.dynamic_batching.SetInParent()
+    sample = {"tokens": np.zeros((1, 20), np.int64), "lengths": np.array([[20]], np.int64)}
+    assert probe_row_steps(config, 128, None) == 128
+    assert probe_row_steps(config, 128, sample) == 20
+    config.max_batch_size = 0
+    assert probe_row_steps(config, 128, sample) == 128  # no rows: the length is not counted

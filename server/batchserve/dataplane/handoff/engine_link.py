@@ -387,11 +387,15 @@ class EngineLink:
         _, model, version = frame
         served = self.plane.served_or_none(model, version)
         if served is None:
-            self.send(("m", model, version, None, 0, 0))
+            self.send(("m", model, version, None, 0, 0, 0))
         else:
             config = served.config.SerializeToString()
-            cap = served.batcher.policy.max_batch_size
-            self.send(("m", model, version, config, served.schema.generation, cap))
+            policy = served.batcher.policy
+            generation = served.schema.generation
+            self.send((
+                "m", model, version, config, generation, policy.max_batch_size,
+                policy.max_batch_steps,
+            ))  # fmt: skip
 
     def _listening(self, frame: Frame) -> None:
         if not self.listening.done():

@@ -11,7 +11,7 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -40,6 +40,9 @@ from batchserve.dataplane.shared_memory.parameters import REGION
 from batchserve.observability import log_settings
 from batchserve.observability.tracing import RequestTracer, current
 from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.scheduler.padding import SequenceLayout
+from batchserve.scheduler.policy import BatchPolicy
+from batchserve.scheduler.work import Arrays
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +64,22 @@ class _Model:
     generation: int
     cap: int
     """Samples a work item may hold there (the batch cap derived from the memory budget)."""
+    steps: int = 0
+    """For a sequence model, the steps (rows times length) a work item may hold there."""
+    layout: SequenceLayout = field(default_factory=lambda: SequenceLayout((), ()))
 
     @property
     def groups(self) -> bool:
         """Whether requests to it can travel together: batched, fixed-size inputs only."""
         return self.cap > 0 and all(rule.datatype.itemsize for rule in self.schema.inputs)
+
+    def group_cap(self, inputs: Arrays) -> int:
+        """Rows a group of requests shaped as ``inputs`` may hold: the batch cap, and for a
+        sequence model no more rows of their length than its steps hold (a group is one
+        work item there, batched as one request)."""
+        if not self.steps:
+            return self.cap
+        return min(self.cap, self.steps // max(1, self.layout.length(inputs)))
 
 
 @dataclass(slots=True)
@@ -188,7 +202,7 @@ class WorkerPlane:
         return self.protocol.connected and self._read_mark.hold(self._sent)
 
     def _model(self, frame: Frame) -> None:
-        _, model, version, config_bytes, generation, cap = frame
+        _, model, version, config_bytes, generation, cap, steps = frame
         key = (model, version)
         self._asked.discard(key)
         self._stale.discard(key)
@@ -197,7 +211,9 @@ class WorkerPlane:
         else:
             config = ModelConfig.FromString(config_bytes)
             schema = RequestSchema.of(config)
-            self._models[key] = _Model(config, schema, generation, cap)
+            axes = BatchPolicy.from_config(config, 1).sequence_inputs
+            layout = SequenceLayout(axes, ())
+            self._models[key] = _Model(config, schema, generation, cap, steps, layout)
         self._next_turn(key)
 
     def _repository_changed(self, frame: Frame) -> None:
@@ -309,8 +325,9 @@ class WorkerPlane:
                 self._malformed(model, version, request.protocol, exc)
                 raise
             if not any(o.classification or REGION in o.parameters for o in request.outputs or ()):
-                if known.groups and valid.batch_size <= known.cap and trace is None:
-                    return await self._grouped(request, known, valid)
+                cap = known.group_cap(valid.inputs) if known.groups else 0
+                if valid.batch_size <= cap and trace is None:
+                    return await self._grouped(request, known, valid, cap)
                 verdict = (known.generation, valid.batch_size, list(valid.output_names))
         block, inline, inputs, outputs = self._placed(request)
         rid = next(self._ids)
@@ -385,7 +402,7 @@ class WorkerPlane:
             raise error_from(frame[2], frame[3])
 
     async def _grouped(
-        self, request: InferRequest, known: _Model, valid: ValidRequest
+        self, request: InferRequest, known: _Model, valid: ValidRequest, cap: int
     ) -> InferResponse:
         """Travel with the other requests of this pass and the next that can
         (``groups.py``)."""
@@ -395,7 +412,7 @@ class WorkerPlane:
                        valid.output_names, layout)  # fmt: skip
         future: asyncio.Future[Share] = self._loop.create_future()
         member = Member(valid.inputs, valid.batch_size, future)
-        self._groups.add(key, member, known.cap)
+        self._groups.add(key, member, cap)
         try:
             share = await future
         except asyncio.CancelledError:

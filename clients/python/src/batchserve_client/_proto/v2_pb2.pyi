@@ -1529,6 +1529,7 @@ class BatchserveOptions(_message.Message):
     PADDING_VALUE_FIELD_NUMBER: _builtins.int
     LENGTH_BUCKETS_FIELD_NUMBER: _builtins.int
     REFUSE_LATE_REQUESTS_FIELD_NUMBER: _builtins.int
+    MAX_BATCH_STEPS_FIELD_NUMBER: _builtins.int
     memory_budget_bytes: _builtins.int
     """Device memory this model's instances may hold, in bytes; 0 means the
     device budget alone decides.
@@ -1551,6 +1552,11 @@ class BatchserveOptions(_message.Message):
     """With a latency objective: refuse at once (503 / UNAVAILABLE) a request that can no
     longer finish within it, rather than serve it late.
     """
+    max_batch_steps: _builtins.int
+    """A model with sequence_length_input: the steps (rows times padded length) one batch
+    may hold, for which memory is reserved; a request of more is refused. 0:
+    max_batch_size rows of the memory probe's 128 steps.
+    """
     @_builtins.property
     def length_buckets(self) -> Global___LengthBuckets:
         """How requests to a model with sequence_length_input are grouped by length."""
@@ -1565,10 +1571,11 @@ class BatchserveOptions(_message.Message):
         padding_value: _builtins.float = ...,
         length_buckets: Global___LengthBuckets | None = ...,
         refuse_late_requests: _builtins.bool = ...,
+        max_batch_steps: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["length_buckets", b"length_buckets"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_cpu_fallback", b"allow_cpu_fallback", "latency_objective_microseconds", b"latency_objective_microseconds", "length_buckets", b"length_buckets", "memory_budget_bytes", b"memory_budget_bytes", "padding_value", b"padding_value", "refuse_late_requests", b"refuse_late_requests", "sequence_length_input", b"sequence_length_input"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_cpu_fallback", b"allow_cpu_fallback", "latency_objective_microseconds", b"latency_objective_microseconds", "length_buckets", b"length_buckets", "max_batch_steps", b"max_batch_steps", "memory_budget_bytes", b"memory_budget_bytes", "padding_value", b"padding_value", "refuse_late_requests", b"refuse_late_requests", "sequence_length_input", b"sequence_length_input"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2727,6 +2734,7 @@ class BatchserveStatistics(_message.Message):
         PER_SAMPLE_BYTES_FIELD_NUMBER: _builtins.int
         RESERVED_BYTES_FIELD_NUMBER: _builtins.int
         BATCH_CAP_FIELD_NUMBER: _builtins.int
+        BATCH_STEPS_FIELD_NUMBER: _builtins.int
         device: _builtins.str
         """"cpu" or "gpu:N" """
         fixed_bytes: _builtins.int
@@ -2737,6 +2745,8 @@ class BatchserveStatistics(_message.Message):
         """held in the device's budget"""
         batch_cap: _builtins.int
         """samples per batch the reservation allows"""
+        batch_steps: _builtins.int
+        """sequence models: steps per batch it allows"""
         def __init__(
             self,
             *,
@@ -2745,10 +2755,11 @@ class BatchserveStatistics(_message.Message):
             per_sample_bytes: _builtins.int = ...,
             reserved_bytes: _builtins.int = ...,
             batch_cap: _builtins.int = ...,
+            batch_steps: _builtins.int = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_cap", b"batch_cap", "device", b"device", "fixed_bytes", b"fixed_bytes", "per_sample_bytes", b"per_sample_bytes", "reserved_bytes", b"reserved_bytes"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_cap", b"batch_cap", "batch_steps", b"batch_steps", "device", b"device", "fixed_bytes", b"fixed_bytes", "per_sample_bytes", b"per_sample_bytes", "reserved_bytes", b"reserved_bytes"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2828,12 +2839,17 @@ class BatchserveStatistics(_message.Message):
     OOM_SPLITS_FIELD_NUMBER: _builtins.int
     MEASURED_DEFAULTS_FIELD_NUMBER: _builtins.int
     CPU_BELOW_BATCH_SIZE_FIELD_NUMBER: _builtins.int
+    BATCH_STEPS_FIELD_NUMBER: _builtins.int
     batch_cap: _builtins.int
     """the cap the scheduler uses now"""
     oom_splits: _builtins.int
     cpu_below_batch_size: _builtins.int
     """With both CPU and GPU instances: batches of fewer samples than this run on the CPU
     ones, the others on the GPU (the measured crossover); 0 when instances are all alike.
+    """
+    batch_steps: _builtins.int
+    """A sequence model: the steps (rows times padded length) a batch may hold now; 0
+    for other models.
     """
     @_builtins.property
     def instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchserveStatistics.InstanceMemory]: ...
@@ -2847,10 +2863,11 @@ class BatchserveStatistics(_message.Message):
         oom_splits: _builtins.int = ...,
         measured_defaults: Global___BatchserveStatistics.MeasuredDefaults | None = ...,
         cpu_below_batch_size: _builtins.int = ...,
+        batch_steps: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["measured_defaults", b"measured_defaults"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_cap", b"batch_cap", "cpu_below_batch_size", b"cpu_below_batch_size", "instances", b"instances", "measured_defaults", b"measured_defaults", "oom_splits", b"oom_splits"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_cap", b"batch_cap", "batch_steps", b"batch_steps", "cpu_below_batch_size", b"cpu_below_batch_size", "instances", b"instances", "measured_defaults", b"measured_defaults", "oom_splits", b"oom_splits"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
