@@ -1,0 +1,182 @@
+"""Long sequences: the server's memory and time with batches bounded in steps, and without.
+
+    python -m bench.long_sequences [--rounds 3] [--concurrency 32] [--out bench/LONG_SEQUENCES.md]
+
+char_lstm as shipped reserves memory for 64 rows of 128 steps (8,192), and batches within
+them; a copy with ``batchserve { max_batch_steps: 524288 }`` reserves for 64 rows of 8,192,
+which lets the same requests batch as they did before batches were bounded in steps. Each
+round starts a server on one of the two (they take turns), sends the same seeded requests
+(rows and lengths mixed: 1 x 8,000, 2 x 3,000, 8 x 500 and 1 x 100 tokens) from
+``--concurrency`` clients over gRPC, and reads the server's resident memory once loaded and
+its high-water mark (``VmHWM``) after the requests, with the time they took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from batchserve.zoo.char_lstm import PAD, VOCAB_SIZE
+
+from bench import machine
+from bench.common import ROOT, start_server, stop_server
+
+MODEL = "char_lstm"
+RAISED_STEPS = 524_288
+"""64 rows of 8,192 steps: room for the workload's batches as they formed before the bound."""
+SHAPES = ((1, 8000), (2, 3000), (8, 500), (1, 100))
+"""(rows, tokens) of each group of requests, in the order they are sent."""
+GROUPS = 40
+
+
+@dataclass(frozen=True)
+class Round:
+    setting: str
+    seconds: float
+    loaded_mib: float
+    """Resident memory once the model was loaded."""
+    peak_mib: float
+    """High-water mark of the resident memory after the requests."""
+
+
+def requests(seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(tokens, lengths) of every request, seeded; lengths as sent (no padding within)."""
+    rng = np.random.default_rng(seed)
+    made = []
+    for _ in range(GROUPS):
+        for rows, length in SHAPES:
+            tokens = rng.integers(0, VOCAB_SIZE, (rows, length))
+            tokens[tokens == PAD] = PAD + 1
+            made.append((tokens.astype(np.int64), np.full((rows, 1), length, np.int64)))
+    return made
+
+
+def raised_copy(repo: Path, steps: int) -> None:
+    """char_lstm with ``max_batch_steps`` set, or as shipped when ``steps`` is 0."""
+    shutil.copytree(ROOT / "model_repo" / MODEL, repo / MODEL)
+    if steps:
+        config = repo / MODEL / "config.pbtxt"
+        text = config.read_text()
+        if "batchserve {" not in text:
+            raise SystemExit(f"{MODEL}'s config has no batchserve block to extend")
+        config.write_text(
+            text.replace("batchserve {", f"batchserve {{\n  max_batch_steps: {steps}")
+        )
+
+
+def memory_mib(pid: int, field: str) -> float:
+    """``VmRSS`` or ``VmHWM`` of a process, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    raise SystemExit(f"/proc/{pid}/status has no {field}")
+
+
+async def send_all(url: str, sent: list[tuple[np.ndarray, np.ndarray]], concurrency: int) -> None:
+    """Every request, at most ``concurrency`` at a time; any failure ends the bench.
+    tritonclient's gRPC protos clash with the server's own in one process: imported here."""
+    import tritonclient.grpc.aio as grpcclient  # type: ignore[import-untyped]
+
+    client = grpcclient.InferenceServerClient(url)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(tokens: np.ndarray, lengths: np.ndarray) -> None:
+        inputs = [grpcclient.InferInput("tokens", list(tokens.shape), "INT64"),
+                  grpcclient.InferInput("lengths", list(lengths.shape), "INT64")]  # fmt: skip
+        inputs[0].set_data_from_numpy(tokens)
+        inputs[1].set_data_from_numpy(lengths)
+        async with gate:
+            result = await client.infer(MODEL, inputs, client_timeout=600)
+        if result.as_numpy("next_char_logits").shape != (tokens.shape[0], VOCAB_SIZE):
+            raise SystemExit("an answer of the wrong shape")
+
+    try:
+        await asyncio.gather(*(one(tokens, lengths) for tokens, lengths in sent))
+    finally:
+        await client.close()
+
+
+def one_round(setting: str, steps: int, concurrency: int, work: Path) -> Round:
+    repo = work / f"repo-{setting}"
+    shutil.rmtree(repo, ignore_errors=True)
+    repo.mkdir()
+    raised_copy(repo, steps)
+    sent = requests()
+    process, ports = start_server(repo, ("--log-format", "json", "--workers", "1"))
+    try:
+        loaded = memory_mib(process.pid, "VmRSS")
+        started = time.perf_counter()
+        asyncio.run(send_all(f"127.0.0.1:{ports['grpc_port']}", sent, concurrency))
+        seconds = time.perf_counter() - started
+        peak = memory_mib(process.pid, "VmHWM")
+    finally:
+        stop_server(process)
+    return Round(setting, seconds, loaded, peak)
+
+
+def render(rounds: list[Round], concurrency: int) -> str:
+    count = GROUPS * len(SHAPES)
+    shapes = ", ".join(f"{rows} x {length:,}" for rows, length in SHAPES)
+    lines = ["# Long sequences: batches bounded in steps (char_lstm)", ""]
+    lines += [f"- {line}" for line in machine.describe()]
+    lines += [
+        f"- {count} requests over gRPC from {concurrency} clients, {GROUPS} of each of "
+        f"{shapes} (rows x tokens), seeded; one server (one process) per round, the two "
+        "settings taking turns",
+        "- bounded: char_lstm as shipped, 8,192 steps a batch (64 rows of the memory "
+        f"probe's 128); raised: `max_batch_steps: {RAISED_STEPS}`, which lets these "
+        "requests batch as they did before batches were bounded in steps",
+        "- loaded: resident memory once the model was loaded; peak: its high-water mark "
+        "(`VmHWM`) after the requests",
+        "",
+        "| round | setting | seconds | loaded (MiB) | peak (MiB) |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    for index, one in enumerate(rounds, start=1):
+        lines.append(f"| {index} | {one.setting} | {one.seconds:.2f} | {one.loaded_mib:,.0f} | "
+                     f"{one.peak_mib:,.0f} |")  # fmt: skip
+    medians = {}
+    for setting in ("bounded", "raised"):
+        own = [r for r in rounds if r.setting == setting]
+        medians[setting] = (statistics.median(r.seconds for r in own),
+                            statistics.median(r.peak_mib - r.loaded_mib for r in own))  # fmt: skip
+    lines += [
+        "",
+        f"Median over the rounds: bounded {medians['bounded'][0]:.2f} s and "
+        f"{medians['bounded'][1]:,.0f} MiB above the loaded model at the peak; raised "
+        f"{medians['raised'][0]:.2f} s and {medians['raised'][1]:,.0f} MiB; time bounded / "
+        f"raised {medians['bounded'][0] / medians['raised'][0]:.2f}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.long_sequences")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each setting")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "LONG_SEQUENCES.md")
+    args = parser.parse_args(argv)
+    rounds = []
+    with tempfile.TemporaryDirectory() as work:
+        for index in range(args.rounds):
+            order = ("bounded", "raised") if index % 2 == 0 else ("raised", "bounded")
+            for setting in order:
+                steps = 0 if setting == "bounded" else RAISED_STEPS
+                rounds.append(one_round(setting, steps, args.concurrency, Path(work)))
+                print(rounds[-1], flush=True)
+    text = render(rounds, args.concurrency)
+    args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
