@@ -94,8 +94,11 @@ def _least_squares(samples: Sequence[MemorySample]) -> tuple[float, float]:
 
 
 PROBE_SEQUENCE_LENGTH = 128
-"""The length dynamic sequence axes are measured at (``memory_probe``): the steps a row of a
-sequence model's probe batch holds."""
+"""The size free (-1) axes are measured and warmed up at (``memory_probe``): the steps a row
+of a sequence model's probe batch holds, an image's height and width."""
+PROBE_ROW_POSITIONS = PROBE_SEQUENCE_LENGTH**2
+"""Most positions (the product of its free axes' sizes) an input's probe row holds: an input
+with three or more free axes is probed smaller on each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +137,15 @@ class StepBudget:
 
 
 def probe_length(config: ModelConfig) -> int:
-    """The length dynamic non-batch axes are probed at: ``PROBE_SEQUENCE_LENGTH`` for a model
-    with a sequence-length input, 1 otherwise (an image's free size stays unmeasured)."""
-    return PROBE_SEQUENCE_LENGTH if config.batchserve.sequence_length_input else 1
+    """The size every free non-batch axis is probed and warmed up at: ``PROBE_SEQUENCE_LENGTH``,
+    or less where an input has three free axes or more (at most ``PROBE_ROW_POSITIONS`` a
+    row). Not 1: a CNN exported with free height and width whose first convolution is
+    unpadded cannot run a 1x1 image, and failed to load; nor did a 1x1 image measure what
+    an image costs."""
+    free = max((sum(dim < 0 for dim in tensor.dims) for tensor in config.input), default=0)
+    if free <= 2:
+        return PROBE_SEQUENCE_LENGTH
+    return max(1, int(round(PROBE_ROW_POSITIONS ** (1 / free), 9)))
 
 
 def derive_cap(

@@ -25,6 +25,7 @@ from batchserve.scheduler.memory import (
     StepBudget,
     arena_limit_bytes,
     derive_cap,
+    probe_length,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -435,3 +436,15 @@ def test_a_warm_up_sample_s_length_sets_the_cost_of_a_step_not_the_steps() -> No
     )
     assert (held.batch_cap, held.batch_steps) == (8, 1024)
     assert held.nbytes == 10 * MIB + 1024 * 8 * KIB
+
+
+def test_free_axes_are_probed_at_an_image_s_size_and_smaller_in_volumes() -> None:
+    def probed(*inputs: list[int]) -> int:
+        config = ModelConfig(name="m", max_batch_size=8)
+        for index, dims in enumerate(inputs):
+            config.input.add(name=f"x{index}", dims=dims)
+        return probe_length(config)
+
+    assert probed([3, -1, -1]) == probed([-1]) == probed([4]) == PROBE_SEQUENCE_LENGTH
+    assert probed([-1, -1, -1], [-1]) == 25  # 25**3 = 15,625: at most 128 x 128 a row
+    assert probed([-1, -1, -1, -1]) == 11

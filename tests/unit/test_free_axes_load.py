@@ -1,0 +1,62 @@
+"""A model with free image axes loads and is measured at an image's size, not 1x1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from batchserve.backends.selection import create_backend
+from batchserve.core.budgets import parse_budgets
+from batchserve.models.memory_probe import device_total_bytes
+from batchserve.models.registry import ModelRegistry
+from batchserve.models.repository import ModelRepository
+from batchserve.scheduler.memory import PROBE_SEQUENCE_LENGTH, MemoryBudgets
+from onnx import helper, numpy_helper
+from onnx_models import FP32, build_model, write_model
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = """
+name: "cnn" max_batch_size: 4
+input [{ name: "image" data_type: TYPE_FP32 dims: [3, -1, -1] }]
+output [{ name: "features" data_type: TYPE_FP32 dims: [4, -1, -1] }]
+dynamic_batching {}
+"""
+
+
+def _unpadded_cnn(path: Path) -> None:
+    """A 3x3 convolution without padding: an image must be at least 3x3, as after any
+    exporter that keeps height and width free (``batchserve export --input
+    image:FP32:batch,3,h,w``)."""
+    weight = numpy_helper.from_array(
+        np.random.default_rng(0).random((4, 3, 3, 3), dtype=np.float32), "weight"
+    )
+    conv = helper.make_node("Conv", ["image", "weight"], ["features"], kernel_shape=[3, 3])
+    model = build_model(
+        [("image", FP32, ("N", 3, "h", "w"))],
+        [],
+        initializers=[weight],
+        nodes=[conv],
+    )
+    model.graph.output.append(helper.make_tensor_value_info("features", FP32, ["N", 4, "h2", "w2"]))
+    write_model(path, model)
+
+
+async def test_an_unpadded_cnn_with_free_height_and_width_loads_and_is_measured(
+    tmp_path: Path,
+) -> None:
+    """Probed and warmed up at 1x1, its convolution refused the image ("Invalid input
+    shape") and the model never loaded."""
+    _unpadded_cnn(tmp_path / "cnn" / "1" / "model.onnx")
+    (tmp_path / "cnn" / "config.pbtxt").write_text(CONFIG)
+    budgets = MemoryBudgets(parse_budgets(None), device_total_bytes)
+    registry = ModelRegistry(ModelRepository(tmp_path), 8, budgets, create_backend)
+    try:
+        await registry.load("cnn")
+        served = registry.get("cnn")
+        (instance,) = served.memory
+        features = 4 * (PROBE_SEQUENCE_LENGTH - 2) ** 2 * 4  # one row's output, in bytes
+        assert instance.profile.per_sample_bytes >= features  # an image's cost, not a pixel's
+    finally:
+        await registry.close()
