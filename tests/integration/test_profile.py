@@ -80,10 +80,19 @@ def test_quick_profile_measures_every_setting_at_one_load_and_chooses_within_bud
     )
     (budget,) = re.findall(r"p99 budget: ([\d.]+) ms \(1.25 x the config as it is;", result.stdout)
     assert float(budget) == pytest.approx(1.25 * float(as_it_is), abs=0.02)
-    (chosen,) = [r for r in rows if r[-1] == "*"]
-    assert chosen[-2] == "yes"
-    assert float(chosen[7]) <= float(budget)
-    check_the_config(tmp_path / "digits_cnn", tuple(int(cell) for cell in chosen[:3]))
+    marked = [r for r in rows if r[-1] == "*"]
+    if "not even the config as it is measured again" in result.stdout:
+        # a machine busier during the sweep than at the first measurement: every row, the
+        # shipped setting's included, over the budget, and the config as it is kept
+        assert marked == []
+        assert all(r[-1] in ("no", "failed") for r in rows)
+        assert "keep the config as it is" in result.stdout
+        check_the_config(tmp_path / "digits_cnn", SHIPPED)
+    else:
+        (chosen,) = marked
+        assert chosen[-2] == "yes"
+        assert float(chosen[7]) <= float(budget)
+        check_the_config(tmp_path / "digits_cnn", tuple(int(cell) for cell in chosen[:3]))
     assert seconds < GENEROUS_BOUND_S
 
 

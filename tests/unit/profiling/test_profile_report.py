@@ -83,6 +83,24 @@ def test_without_a_row_in_budget_nothing_is_recommended(
     assert "no setting met the p99 budget of 0.10 ms: nothing written" in out
 
 
+def test_a_sweep_noisier_than_a_derived_budget_keeps_the_config_as_it_is(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The budget came from the config as it is, which met it at its first measurement; a
+    sweep in which nothing did, that config measured again included, keeps it."""
+    noisy = [measured(Setting(1, 8, 0), 4500.0, 5.0), measured(CURRENT, 3900.0, 8.0)]
+    chosen = print_report(request(), Report(CURRENT, AS_IT_IS, BUDGET, noisy, "http"), 1.0)
+    assert chosen is not None
+    assert (chosen.setting, chosen.measurement) == (CURRENT, AS_IT_IS)
+    out = capsys.readouterr().out
+    assert "not even the config as it is measured again" in out
+    assert out.rstrip().splitlines()[-2:] == [
+        "keep the config as it is: instance_group count 1, max_batch_size 64, "
+        "max_queue_delay_microseconds 25000",
+        "  4000.0 infer/sec at 16 clients, p50 2.00 ms, p99 3.00 ms",
+    ]
+
+
 def test_a_sequence_model_is_reported_without_a_queue_delay_over_the_protocol_used(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
