@@ -193,12 +193,12 @@ class Batcher:
                 timing.arrived(
                     self._clock(), bool(self.queue), not self._dispatch_pending, item.clients
                 )
+        if self._grouping:
+            item.sequence_length = self._layout.length(item.inputs)
         self.queue.push(item)
         self._urgent += item.urgent
         if self._order is not None:
             item.ticket = self._order.ticket()
-        if self._grouping:
-            item.sequence_length = self._layout.length(item.inputs)
         if not self._dispatch_pending:
             self._dispatch_pending = True
             asyncio.get_running_loop().call_soon(self._deferred_dispatch)

@@ -78,11 +78,12 @@ class BatchForming:
         """The largest preferred size the queue reaches, or what it holds once the batch
         cannot grow past the cap (or the largest preferred size) or, for a sequence model,
         its steps; 0 when neither holds."""
-        most = self._most_steps
-        if self._queue.samples < self._smallest_preferred and not most:
+        queue, most = self._queue, self._most_steps
+        full_by_steps = most and queue.samples * queue.longest > most  # (an upper bound)
+        if queue.samples < self._smallest_preferred and not full_by_steps:
             return 0  # common case, O(1): nothing to walk
         limit, total, best, longest = self._largest_preferred, 0, 0, 0
-        for item in self._queue:
+        for item in queue:
             if item.abandoned():
                 continue
             longest = max(longest, item.sequence_length)

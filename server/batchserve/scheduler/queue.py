@@ -34,6 +34,9 @@ class PriorityQueue:
         self._size = 0
         self.samples = 0
         """Samples queued (an upper bound: abandoned items count until they leave)."""
+        self.longest = 0
+        """Longest ``sequence_length`` queued since the queue was last empty (an upper bound):
+        whether a sequence batch could be full by its steps, told without a walk."""
 
     def __len__(self) -> int:
         return self._size
@@ -45,6 +48,7 @@ class PriorityQueue:
         self._level(item.priority).append(item)
         self._size += 1
         self.samples += item.batch_size
+        self.longest = max(self.longest, item.sequence_length)
 
     def _level(self, priority: int) -> deque[WorkItem]:
         level = self._levels.get(priority)
@@ -80,6 +84,8 @@ class PriorityQueue:
             self._drop_if_empty(priority)
         self._size -= len(removed)
         self.samples -= sum(item.batch_size for item in removed)
+        if not self._size:
+            self.longest = 0
         return removed
 
     def peek(self, now_ns: int) -> WorkItem | None:
@@ -95,6 +101,8 @@ class PriorityQueue:
         self._drop_if_empty(priority)
         self._size -= 1
         self.samples -= item.batch_size
+        if not self._size:
+            self.longest = 0
         return item
 
     def pop_many(self, count: int, now_ns: int) -> list[WorkItem]:
@@ -107,6 +115,7 @@ class PriorityQueue:
             self._level(item.priority).appendleft(item)
             self._size += 1
             self.samples += item.batch_size
+            self.longest = max(self.longest, item.sequence_length)
 
     def oldest_enqueued_ns(self) -> int | None:
         """When the longest-waiting item arrived, across levels."""

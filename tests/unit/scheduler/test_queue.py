@@ -1,0 +1,39 @@
+"""The queue's bound on the lengths it holds, which spares a sequence batcher a walk."""
+
+from __future__ import annotations
+
+import asyncio
+
+from batchserve.scheduler.queue import PriorityQueue
+from batchserve.scheduler.work import WorkItem
+
+
+def test_the_longest_length_queued_is_kept_until_the_queue_empties() -> None:
+    async def run() -> list[int]:
+        loop = asyncio.get_running_loop()
+        queue = PriorityQueue(max_size=8, aging_ns=10**9)
+
+        def item(length: int, priority: int = 1) -> WorkItem:
+            future = loop.create_future()
+            return WorkItem({}, 1, (), priority, 0, None, future, sequence_length=length)
+
+        seen = []
+        for length in (30, 90, 10):
+            queue.push(item(length))
+        seen.append(queue.longest)
+        queue.pop(0)
+        seen.append(queue.longest)  # an upper bound: 90 may still be queued
+        taken = queue.pop_many(2, 0)
+        seen.append(queue.longest)  # empty
+        queue.push_front(taken)
+        seen.append(queue.longest)
+        gone = item(200, priority=2)
+        queue.push(gone)
+        gone.future.cancel()
+        queue.pop_many(2, 0)
+        seen.append(queue.longest)  # the abandoned one is still queued
+        assert queue.remove_abandoned() == [gone]
+        seen.append(queue.longest)
+        return seen
+
+    assert asyncio.run(run()) == [90, 90, 0, 90, 200, 0]
