@@ -284,7 +284,7 @@ def problems_of(tmp_path: Path, config: str, inputs: tuple[Tensor, ...] = (IMAGE
         (
             "batchserve { max_batch_steps: 4096 }",
             (IMAGE,),
-            "batchserve.max_batch_steps needs batchserve.sequence_length_input",
+            "batchserve.max_batch_steps needs batchserve.sequence_length_input or an input",
         ),
         (
             'max_batch_size: 0 batchserve { sequence_length_input: "lengths" max_batch_steps: 9 }',

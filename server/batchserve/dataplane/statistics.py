@@ -87,7 +87,7 @@ class ModelStatistics:
     instances: tuple[InstanceMemory, ...]
     measured_defaults: Tuning | None = None
     cpu_below_batch_size: int = 0  # with CPU and GPU instances: where batches split
-    batch_steps: int = 0  # a sequence model's steps per batch now
+    batch_steps: int = 0  # positions per batch now (steps, pixels); 0: counted in rows
 
 
 def model_statistics(served: Iterable[ServedVersion]) -> list[ModelStatistics]:

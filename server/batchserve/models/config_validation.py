@@ -172,13 +172,16 @@ def _sequence_length_problems(config: ModelConfig) -> list[str]:
         if config.batchserve.HasField("length_buckets"):
             return ["batchserve.length_buckets needs batchserve.sequence_length_input: "
                     "only a sequence model's requests are grouped by length"]  # fmt: skip
-        if config.batchserve.max_batch_steps:
-            return ["batchserve.max_batch_steps needs batchserve.sequence_length_input: "
-                    "only a sequence model's batches are counted in steps"]  # fmt: skip
-        return []
+        free = any(dim < 0 for tensor in config.input for dim in tensor.dims)
+        if config.batchserve.max_batch_steps and not free:
+            return ["batchserve.max_batch_steps needs batchserve.sequence_length_input or an "
+                    "input with a free (-1) axis: only their batches are counted in "
+                    "positions"]  # fmt: skip
     if config.batchserve.max_batch_steps and config.max_batch_size <= 0:
         return ["batchserve.max_batch_steps needs max_batch_size > 0: a model without a "
-                "batch axis runs one sequence at a time"]  # fmt: skip
+                "batch axis runs one request at a time"]  # fmt: skip
+    if not name:
+        return []
     field = f"batchserve.sequence_length_input '{name}'"
     tensor = next((t for t in config.input if t.name == name), None)
     if tensor is None:

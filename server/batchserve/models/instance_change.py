@@ -25,6 +25,7 @@ from batchserve.models.model_directory import ResolvedModel
 from batchserve.models.model_table import LoadedInstance, ServedVersion
 from batchserve.models.placing import placements as place
 from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.scheduler.memory import fewest_positions
 from batchserve.scheduler.sequences import SequenceBatcher
 
 logger = logging.getLogger(__name__)
@@ -168,7 +169,7 @@ class InstanceChange:
         if self.config.max_batch_size > 0:
             batcher.set_max_batch_size(
                 min(i.memory.batch_cap for i in served.instances),
-                min(i.memory.batch_steps for i in served.instances),
+                fewest_positions(i.memory.batch_steps for i in served.instances),
             )
         retiring = asyncio.gather(*(self._retire(loaded) for loaded in self.plan.remove))
         try:

@@ -25,7 +25,7 @@ from batchserve.models.warmup_samples import WarmupSample
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.instances import Instance
 from batchserve.scheduler.memory import MemoryBudgets, ModelReservations, probe_length
-from batchserve.scheduler.padding import SequenceLayout
+from batchserve.scheduler.padding import row_positions
 from batchserve.scheduler.policy import BatchPolicy
 
 logger = logging.getLogger(__name__)
@@ -38,12 +38,14 @@ person watching a slow load sees where its time goes; shorter ones at debug."""
 
 
 def probe_row_steps(config: ModelConfig, free_dim: int, sample: Arrays | None) -> int:
-    """The steps each row of the memory probe's batches held: ``free_dim``, or the sequence
-    length of the warm-up sample the probe repeats."""
-    if sample is None or config.max_batch_size <= 0:
+    """The positions each row of the memory probe's batches held: ``free_dim`` on each free
+    axis, or the positions of the warm-up sample the probe repeats."""
+    axes = BatchPolicy.from_config(config, 1).position_inputs
+    if not axes:
         return free_dim
-    axes = BatchPolicy.from_config(config, 1).sequence_inputs
-    return SequenceLayout(axes, ()).length(sample) or free_dim
+    if sample is not None and (positions := row_positions(axes, sample)):
+        return positions
+    return int(free_dim ** max(len(free) for _, free in axes))
 
 
 async def _run_sample(instance: Instance, sample: WarmupSample) -> None:

@@ -43,7 +43,12 @@ from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.inline import INLINE_BELOW_NS
 from batchserve.scheduler.instances import InstancePool
-from batchserve.scheduler.memory import MemoryBudgets, ModelReservations, probe_length
+from batchserve.scheduler.memory import (
+    MemoryBudgets,
+    ModelReservations,
+    fewest_positions,
+    probe_length,
+)
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.sequences import MAX_LIVE_SEQUENCES, SequenceBatcher, SequencePolicy
 
@@ -317,7 +322,7 @@ class ModelRegistry(ModelTable):
             policy = replace(
                 policy,
                 max_batch_size=min(i.memory.batch_cap for i in loaded),
-                max_batch_steps=min(i.memory.batch_steps for i in loaded),
+                max_batch_steps=fewest_positions(i.memory.batch_steps for i in loaded),
             )
         pad = config.batchserve.padding_value
         pool = InstancePool([i.instance for i in loaded])

@@ -980,7 +980,7 @@ class BatchserveStatistics(_message.Message):
         batch_cap: _builtins.int
         """samples per batch the reservation allows"""
         batch_steps: _builtins.int
-        """sequence models: steps per batch it allows"""
+        """positions (steps, pixels) per batch it allows"""
         def __init__(
             self,
             *,
@@ -1082,8 +1082,8 @@ class BatchserveStatistics(_message.Message):
     ones, the others on the GPU (the measured crossover); 0 when instances are all alike.
     """
     batch_steps: _builtins.int
-    """A sequence model: the steps (rows times padded length) a batch may hold now; 0
-    for other models.
+    """The positions (rows times padded length, or times the free axes' product) a batch
+    may hold now; 0 for a model counted in rows.
     """
     @_builtins.property
     def instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchserveStatistics.InstanceMemory]: ...

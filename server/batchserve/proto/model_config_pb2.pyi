@@ -1554,9 +1554,11 @@ class BatchserveOptions(_message.Message):
     longer finish within it, rather than serve it late.
     """
     max_batch_steps: _builtins.int
-    """A model with sequence_length_input: the steps (rows times padded length) one batch
-    may hold, for which memory is reserved; a request of more is refused. 0:
-    max_batch_size rows of the memory probe's 128 steps.
+    """A model with sequence_length_input, or an input with free (-1) axes: the positions
+    (rows times padded length, or times the product of the free axes) one batch may
+    hold, for which memory is reserved; a request of more is refused. 0: max_batch_size
+    rows of the memory probe's (128 steps, 128 x 128 pixels), and for free axes only
+    where a position costs more than 8 times its bytes in a request.
     """
     @_builtins.property
     def length_buckets(self) -> Global___LengthBuckets:

@@ -41,7 +41,7 @@ from batchserve.scheduler.instances import Instance, InstancePool
 from batchserve.scheduler.length_buckets import StepCost
 from batchserve.scheduler.objective_plan import ObjectivePlan
 from batchserve.scheduler.ordering import InOrder
-from batchserve.scheduler.padding import SequenceLayout
+from batchserve.scheduler.padding import SequenceLayout, row_positions
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.queue import PriorityQueue
 from batchserve.scheduler.routing import DeviceRouting
@@ -193,8 +193,8 @@ class Batcher:
                 timing.arrived(
                     self._clock(), bool(self.queue), not self._dispatch_pending, item.clients
                 )
-        if self._grouping:
-            item.sequence_length = self._layout.length(item.inputs)
+        if self.policy.position_inputs:
+            item.row_positions = row_positions(self.policy.position_inputs, item.inputs)
         self.queue.push(item)
         self._urgent += item.urgent
         if self._order is not None:
@@ -392,7 +392,7 @@ class Batcher:
             self.routing.recorded(self.pool, self._batch_times, self._cap)
         if self._grouping and len(run.executions) == 1:  # run whole, not split after OOM
             e = run.executions[0]
-            steps = max(item.sequence_length for item in batch)
+            steps = max(item.row_positions for item in batch)
             whole = e.input_ns + e.infer_ns + e.output_ns  # the instance's run, copies included
             self._step_cost.record(e.samples, steps, whole)
 

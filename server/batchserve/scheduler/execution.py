@@ -117,11 +117,11 @@ class BatchRun:
     def _distribute(self, parts: list[Part], items: list[WorkItem], pieces: list[Arrays]) -> None:
         """Each request's own outputs (cut back to its length); row ranges kept apart."""
         layout = self._layout
-        batch_length = max(item.sequence_length for item in items) if layout else 0
+        batch_length = max(item.row_positions for item in items) if layout else 0
         for (index, start, stop), item, piece in zip(parts, items, pieces, strict=True):
             own = {name: piece[name] for name in item.output_names}
             if layout is not None:
-                own = layout.trim(own, item.sequence_length, batch_length)
+                own = layout.trim(own, item.row_positions, batch_length)
             if stop - start == item.batch_size:
                 self._outputs[index] = own
             else:

@@ -71,13 +71,14 @@ class BatchForming:
         self._smallest_preferred = min(fitting, default=cap)
 
     def set_most_steps(self, steps: int) -> None:
-        """The row-steps a sequence model's batch may hold padded (0: no bound)."""
+        """The positions (rows times a row's positions, padded) a batch may hold: a
+        sequence model's steps, an image model's pixels (0: no bound)."""
         self._most_steps = steps
 
     def ready_size(self) -> int:
         """The largest preferred size the queue reaches, or what it holds once the batch
-        cannot grow past the cap (or the largest preferred size) or, for a sequence model,
-        its steps; 0 when neither holds."""
+        cannot grow past the cap (or the largest preferred size) or its positions; 0 when
+        neither holds."""
         queue, most = self._queue, self._most_steps
         full_by_steps = most and queue.samples * queue.longest > most  # (an upper bound)
         if queue.samples < self._smallest_preferred and not full_by_steps:
@@ -86,7 +87,7 @@ class BatchForming:
         for item in queue:
             if item.abandoned():
                 continue
-            longest = max(longest, item.sequence_length)
+            longest = max(longest, item.row_positions)
             grown = total + item.batch_size
             if total and (grown > limit or (most and grown * longest > most)):
                 return best or total
@@ -105,6 +106,8 @@ class BatchForming:
             return [head]
         if self._grouping:
             return self._take_grouped(head, target, now)
+        if self._most_steps:  # equal shapes: every row holds the head's positions
+            target = min(target, max(1, self._most_steps // max(1, head.row_positions)))
         batch, size = [head], head.batch_size
         while (item := queue.peek(now)) is not None and size + item.batch_size <= target:
             if not item.abandoned() and not same_shapes(head, item):
@@ -135,10 +138,10 @@ class BatchForming:
                 head, candidates, target, cost.rows, cost.batch_row_steps, self._most_steps
             )
         else:
-            batch, size, longest = [head], head.batch_size, head.sequence_length
+            batch, size, longest = [head], head.batch_size, head.row_positions
             most = self._most_steps
             for item in fitting:
-                padded = max(longest, item.sequence_length)
+                padded = max(longest, item.row_positions)
                 if size + item.batch_size <= target and (
                     not most or (size + item.batch_size) * padded <= most
                 ):

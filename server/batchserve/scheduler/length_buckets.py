@@ -31,7 +31,7 @@ class Lengthed(Protocol):
     """What the cut reads of a queued request."""
 
     @property
-    def sequence_length(self) -> int: ...
+    def row_positions(self) -> int: ...
 
     @property
     def batch_size(self) -> int: ...
@@ -62,8 +62,8 @@ to tell a step's cost from a row's and the batch's own."""
 
 def closest_first(head: Item, window: Sequence[Item]) -> list[Item]:
     """The window ordered by how far each length is from the head's (queue order on ties)."""
-    target = head.sequence_length
-    return sorted(window, key=lambda item: abs(item.sequence_length - target))
+    target = head.row_positions
+    return sorted(window, key=lambda item: abs(item.row_positions - target))
 
 
 def head_run(
@@ -75,7 +75,7 @@ def head_run(
     most_steps: int = 0,
 ) -> list[Item]:
     """The head and the candidates that share its run in the cheapest cut (head first)."""
-    ordered = sorted([head, *candidates], key=lambda item: item.sequence_length)
+    ordered = sorted([head, *candidates], key=lambda item: item.row_positions)
     for run in cheapest_cut(ordered, cap, step_cost_rows, batch_cost, most_steps):
         if any(item is head for item in run):
             return [head, *(item for item in run if item is not head)]
@@ -99,7 +99,7 @@ def cheapest_cut(
     best = [0.0] * (count + 1)  # best[j]: cheapest cut of the first j items
     start = [0] * (count + 1)
     for end in range(1, count + 1):
-        length = ordered[end - 1].sequence_length  # the longest of any run ending here
+        length = ordered[end - 1].row_positions  # the longest of any run ending here
         own = batch_cost + length * step_cost_rows
         rows, cheapest, cheapest_start = 0, float("inf"), 0
         most_rows = min(cap, most_steps // length) if most_steps and length else cap

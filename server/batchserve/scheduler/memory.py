@@ -10,17 +10,20 @@ A sequence model's memory grows with its rows times their padded length, not its
 alone: char_lstm held 245 MiB more after 8 rows of 10,000 tokens, 48 times what 8 rows of
 the probe's 128 were measured to need. So its batches are counted in steps (``StepBudget``):
 the reservation covers a number of steps, and batches are formed, and requests admitted,
-within it.
+within it. So are the pixels of a model with free height and width where its memory
+amplifies its requests: one 2048 x 2048 image took a small CNN's instance from 1.4 to
+3.0 GiB.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from batchserve.core.budgets import DEFAULT_BUDGET, BudgetSpec, format_bytes
+from batchserve.core.datatypes import BY_CONFIG
 from batchserve.core.device import Device, DeviceKind
 from batchserve.core.errors import ModelConfigError, OutOfMemory
 from batchserve.proto.model_config_pb2 import ModelConfig
@@ -101,39 +104,86 @@ PROBE_ROW_POSITIONS = PROBE_SEQUENCE_LENGTH**2
 with three or more free axes is probed smaller on each."""
 
 
+AMPLIFICATION_COUNTED = 8
+"""A model with free non-batch axes and no sequence-length input is counted in positions
+when a position costs it more than this many times the bytes it carries in a request: at
+or below it, the request body limit (64 MiB) already bounds what one request may take
+(512 MiB). Measured by the memory probe: an identity model over a free INT32 axis costs
+3.6 times a position's 4 bytes (its output, a copy of its input, the runtime's rounding);
+a CNN with free height and width and two 32-channel convolutions 27.7 times a FP32
+pixel's 12 bytes, and one 2048 x 2048 image took its process from 1.4 to 3.0 GiB."""
+
+
 @dataclass(frozen=True, slots=True)
 class StepBudget:
-    """A sequence model's batches counted in steps: rows times the batch's padded length.
+    """A batch counted in positions: rows times a row's positions, padded. A sequence
+    model's positions are the steps of its padded length; an image model's, the pixels of
+    its free height and width (the product of an input's free axes).
 
     Args:
-        per_row: steps in each row of the probe's batches (``PROBE_SEQUENCE_LENGTH``).
-        most: the steps a batch may hold at most: ``batchserve.max_batch_steps``, or
-            ``max_batch_size`` rows of ``per_row`` steps.
+        per_row: positions in each row of the probe's batches (``probe_length`` on each
+            free axis).
+        most: the positions a batch may hold at most: ``batchserve.max_batch_steps``, or
+            ``max_batch_size`` rows of ``per_row``.
+        request_bytes: for a model counted only where its memory amplifies its requests
+            (free axes, no sequence-length input, no ``max_batch_steps``), the bytes a
+            position carries in a request; 0: always counted.
     """
 
     per_row: int
     most: int
+    request_bytes: int = 0
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> StepBudget | None:
-        """None for a model whose batches are counted in rows (no sequence-length input, or
-        no batch axis)."""
-        if config.max_batch_size <= 0 or not config.batchserve.sequence_length_input:
+        """None for a model whose batches are counted in rows (no batch axis, no free
+        non-batch axis, or a BYTES input with one: its bytes per position are unknown)."""
+        if config.max_batch_size <= 0:
             return None
-        most = config.batchserve.max_batch_steps or config.max_batch_size * PROBE_SEQUENCE_LENGTH
-        return cls(PROBE_SEQUENCE_LENGTH, most)
+        configured = config.batchserve.max_batch_steps
+        if config.batchserve.sequence_length_input:
+            most = configured or config.max_batch_size * PROBE_SEQUENCE_LENGTH
+            return cls(PROBE_SEQUENCE_LENGTH, most)
+        free = [tensor for tensor in config.input if any(dim < 0 for dim in tensor.dims)]
+        if not free:
+            return None
+        per_row = probe_length(config) ** max(sum(d < 0 for d in t.dims) for t in free)
+        if configured:
+            return cls(per_row, configured)
+        request_bytes = 0
+        for tensor in free:
+            datatype = BY_CONFIG.get(tensor.data_type)
+            if datatype is None or not datatype.itemsize:
+                return None
+            request_bytes += datatype.itemsize * math.prod(d for d in tensor.dims if d > 0)
+        return cls(per_row, config.max_batch_size * per_row, request_bytes)
 
     @property
     def least(self) -> int:
-        """Steps an instance must hold to load: one probe row, or all it may ever take."""
+        """Positions an instance must hold to load: one probe row, or all it may ever take."""
         return min(self.most, self.per_row)
+
+    def counts(self, profile: MemoryProfile) -> bool:
+        """Whether batches are counted in positions, given what a probe row was measured to
+        cost: always, but for a model counted only where its memory amplifies its requests
+        (``AMPLIFICATION_COUNTED``)."""
+        if not self.request_bytes:
+            return True
+        return profile.per_sample_bytes > AMPLIFICATION_COUNTED * self.request_bytes * self.per_row
 
     def rows(self, steps: int, max_batch_size: int) -> int:
         """Rows a batch may hold with ``steps`` reserved: all of ``max_batch_size`` when
-        every step wanted fits, else as many probe-long rows as the steps hold."""
+        every position wanted fits, else as many probe-sized rows as the positions hold."""
         if steps >= self.most:
             return max_batch_size
         return min(max_batch_size, max(1, steps // self.per_row))
+
+
+def fewest_positions(instances_positions: Iterable[int]) -> int:
+    """The positions a batch may hold on any of a model's instances: the fewest among those
+    counted in positions (an instance measured below ``AMPLIFICATION_COUNTED`` counts rows
+    and holds 0); 0 when none is."""
+    return min((positions for positions in instances_positions if positions), default=0)
 
 
 def probe_length(config: ModelConfig) -> int:
@@ -182,7 +232,7 @@ class Reservation:
         self.nbytes = nbytes
         self.batch_cap = batch_cap
         self.batch_steps = batch_steps
-        """Steps a batch may hold (a sequence model's ``StepBudget``); 0: counted in rows."""
+        """Positions a batch may hold (``StepBudget``: steps, pixels); 0: counted in rows."""
 
     @property
     def device(self) -> Device:
@@ -231,7 +281,7 @@ class DeviceBudget:
         steps: StepBudget | None = None,
     ) -> Reservation:
         """Reserve ``profile`` at the largest batch that fits (and fits ``limit_bytes``): in
-        rows, or with ``steps``, in steps (a sequence model's).
+        rows, or with ``steps``, in positions (a sequence model's steps, an image's pixels).
 
         Raises ModelConfigError when the model can never fit (its own limit or the whole
         budget is too small), OutOfMemory when it does not fit beside what others hold.
@@ -337,17 +387,20 @@ class ModelReservations:
         budget: DeviceBudget,
         profile: MemoryProfile,
         sharing: int = 1,
-        steps_per_row: int = PROBE_SEQUENCE_LENGTH,
+        steps_per_row: int = 0,
     ) -> Reservation:
         """Reserve one instance's memory on ``budget`` within its even share of what the model
         has left: the model batches at its smallest instance's cap, so an instance that took
         all of it would leave the next ones smaller caps, or none. A share smaller than one
         sample still takes one where what is left holds it: instances' needs differ (the
         first a process loads pays its runtime's one-time costs). ``steps_per_row``: the
-        length a sequence model's probe rows had (a warm-up sample's, where it has one)."""
+        positions the probe's rows had (a warm-up sample's, where it has one; 0: the
+        probe's own size)."""
         steps = self.steps
         if steps is not None:
-            steps = replace(steps, per_row=max(1, steps_per_row))
+            steps = replace(steps, per_row=max(1, steps_per_row or steps.per_row))
+            if not steps.counts(profile):
+                steps = None
         with self._lock:
             limit = self._share(sharing, at_least=profile.predict(1))
             reservation = budget.reserve(self.model, profile, self.max_batch_size, limit, steps)

@@ -7,12 +7,13 @@ request gets what it would have got alone.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
 
 from batchserve.core.errors import InvalidArgument
-from batchserve.scheduler.policy import AxisOf, BatchPolicy
+from batchserve.scheduler.policy import AxesOf, AxisOf, BatchPolicy
 from batchserve.scheduler.work import Arrays
 
 
@@ -32,23 +33,46 @@ def check_lengths(policy: BatchPolicy, inputs: Arrays) -> None:
         )
 
 
+def row_positions(axes: AxesOf, inputs: Mapping[str, np.ndarray]) -> int:
+    """A row's positions: the largest product, over the inputs, of its free axes' sizes (a
+    sequence model's: its padded length)."""
+    most = 0
+    for name, free in axes:
+        array = inputs.get(name)
+        if array is not None:
+            shape = array.shape
+            most = max(most, math.prod(shape[axis] for axis in free))
+    return most
+
+
 def check_steps(policy: BatchPolicy, model: str, inputs: Arrays, rows: int) -> None:
-    """A request of a sequence model holds no more steps (rows times its padded length) than
-    one batch may (``policy.max_batch_steps``, from the memory budget): 64 rows of 10,000
-    tokens, a 4.9 MiB request, left char_lstm's instance holding 2.6 GiB, and a longer one
-    would have taken the host's memory."""
-    if not policy.max_batch_steps:
+    """A request holds no more positions (rows times a row's positions) than one batch may
+    (``policy.max_batch_steps``, from the memory budget): 64 rows of 10,000 tokens, a
+    4.9 MiB request, left char_lstm's instance holding 2.6 GiB; one 2048 x 2048 image, a
+    48 MiB request, took a small CNN with free height and width from 1.4 to 3.0 GiB."""
+    most = policy.max_batch_steps
+    if not most:
         return
-    layout = SequenceLayout(policy.sequence_inputs, ())
-    length = layout.length(inputs)
-    if rows * length <= policy.max_batch_steps:
+    positions = row_positions(policy.position_inputs, inputs)
+    if rows * positions <= most:
         return
-    name = layout.longest(inputs)
+    if policy.length_input:
+        layout = SequenceLayout(policy.sequence_inputs, ())
+        raise InvalidArgument(
+            f"input '{layout.longest(inputs)}': {rows} sequence(s) of length {positions} are "
+            f"{rows * positions} steps, more than a batch of model '{model}' may hold ({most} "
+            "steps, derived from its memory budget); send shorter or fewer sequences, or "
+            "raise batchserve.max_batch_steps"
+        )
+    name, free = max(
+        ((name, free) for name, free in policy.position_inputs if name in inputs),
+        key=lambda pair: math.prod(inputs[pair[0]].shape[axis] for axis in pair[1]),
+    )
+    sizes = " x ".join(str(inputs[name].shape[axis]) for axis in free)
     raise InvalidArgument(
-        f"input '{name}': {rows} sequence(s) of length {length} are {rows * length} steps, more "
-        f"than a batch of model '{model}' may hold ({policy.max_batch_steps} steps, derived "
-        "from its memory budget); send shorter or fewer sequences, or raise "
-        "batchserve.max_batch_steps"
+        f"input '{name}': {rows} row(s) of {sizes} are {rows * positions} positions, more than "
+        f"a batch of model '{model}' may hold ({most} positions, derived from its memory "
+        "budget); send smaller or fewer rows, or raise batchserve.max_batch_steps"
     )
 
 

@@ -11,6 +11,8 @@ from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutp
 MS = 1_000_000
 AxisOf = tuple[tuple[str, int], ...]
 """(tensor name, axis) pairs, the axis counted with the batch axis as 0."""
+AxesOf = tuple[tuple[str, tuple[int, ...]], ...]
+"""(tensor name, axes) pairs: the axes whose product is a row's positions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +37,12 @@ class BatchPolicy:
         sequence_outputs: likewise for outputs: each request's rows are cut back to its own
             length on that axis.
         length_input: that input's name, when the sequence axes are known ("" otherwise).
-        max_batch_steps: for a sequence model, the steps (rows times padded length) a batch
-            may hold, derived from its memory budget; 0: batches are counted in rows alone.
+        position_inputs: for a batched model with free (-1) non-batch axes, each input's
+            free axes (a sequence model's: its sequence axis alone); a row's positions are
+            the largest product of their sizes over the inputs (``padding.row_positions``).
+        max_batch_steps: the positions (rows times a row's positions, padded) a batch may
+            hold, derived from its memory budget: a sequence model's steps, an image's
+            pixels; 0: batches are counted in rows alone.
         length_buckets: requests of a sequence model are cut into batches by length
             (``length_buckets.py``); False pads each batch to its longest, in queue order.
         step_cost_rows: the configured cost of a sequence step in rows; 0 to learn it.
@@ -61,6 +67,7 @@ class BatchPolicy:
     sequence_inputs: AxisOf = ()
     sequence_outputs: AxisOf = ()
     length_input: str = ""
+    position_inputs: AxesOf = ()
     max_batch_steps: int = 0
     length_buckets: bool = True
     step_cost_rows: float = 0.0
@@ -76,7 +83,7 @@ class BatchPolicy:
         if config.HasField("sequence_batching"):
             steps = cls._sequence_steps(config, server_max_queue_size)
             return replace(steps, latency_objective_ns=objective_ns, refuse_late=refuse_late)
-        sequence_axes = _sequence_layout(config)
+        sequence_axes = _position_layout(config)
         if not config.HasField("dynamic_batching"):
             return replace(sequence_axes, max_batch_size=config.max_batch_size,
                            merge_requests=False, max_queue_size=server_max_queue_size,
@@ -129,20 +136,35 @@ class BatchPolicy:
         )
 
 
-def _sequence_layout(config: ModelConfig) -> BatchPolicy:
-    """A policy with only the sequence axes of a batched model naming a sequence-length
-    input: with or without dynamic batching, its requests' lengths are checked and its
-    batches bounded in steps."""
+def _position_layout(config: ModelConfig) -> BatchPolicy:
+    """A policy with only the position axes of a batched model: a sequence model's
+    sequence axes (its requests' lengths are checked and its batches bounded in steps, with
+    or without dynamic batching), or any other model's free non-batch axes (its batches
+    bounded in positions where its memory budget counts them: ``memory.StepBudget``)."""
     length_input = config.batchserve.sequence_length_input
-    if config.max_batch_size <= 0 or not length_input:
-        return BatchPolicy(max_batch_size=config.max_batch_size, merge_requests=False)
-    return BatchPolicy(
-        max_batch_size=config.max_batch_size,
-        merge_requests=False,
-        sequence_inputs=_sequence_axes(config.input, length_input),
+    plain = BatchPolicy(max_batch_size=config.max_batch_size, merge_requests=False)
+    if config.max_batch_size <= 0:
+        return plain
+    if not length_input:
+        return replace(plain, position_inputs=free_axes(config.input))
+    sequence_inputs = _sequence_axes(config.input, length_input)
+    return replace(
+        plain,
+        sequence_inputs=sequence_inputs,
         sequence_outputs=_sequence_axes(config.output, length_input),
         length_input=length_input,
+        position_inputs=tuple((name, (axis,)) for name, axis in sequence_inputs),
     )
+
+
+def free_axes(inputs: Iterable[ModelInput]) -> AxesOf:
+    """Each input's free (-1) non-batch axes, counted with the batch axis as 0."""
+    found = []
+    for tensor in inputs:
+        axes = tuple(axis + 1 for axis, dim in enumerate(tensor.dims) if dim < 0)
+        if axes:
+            found.append((tensor.name, axes))
+    return tuple(found)
 
 
 def direct_ready_rows(config: ModelConfig) -> int:

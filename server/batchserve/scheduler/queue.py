@@ -35,7 +35,7 @@ class PriorityQueue:
         self.samples = 0
         """Samples queued (an upper bound: abandoned items count until they leave)."""
         self.longest = 0
-        """Longest ``sequence_length`` queued since the queue was last empty (an upper bound):
+        """Longest ``row_positions`` queued since the queue was last empty (an upper bound):
         whether a sequence batch could be full by its steps, told without a walk."""
 
     def __len__(self) -> int:
@@ -48,7 +48,7 @@ class PriorityQueue:
         self._level(item.priority).append(item)
         self._size += 1
         self.samples += item.batch_size
-        self.longest = max(self.longest, item.sequence_length)
+        self.longest = max(self.longest, item.row_positions)
 
     def _level(self, priority: int) -> deque[WorkItem]:
         level = self._levels.get(priority)
@@ -115,7 +115,7 @@ class PriorityQueue:
             self._level(item.priority).appendleft(item)
             self._size += 1
             self.samples += item.batch_size
-            self.longest = max(self.longest, item.sequence_length)
+            self.longest = max(self.longest, item.row_positions)
 
     def oldest_enqueued_ns(self) -> int | None:
         """When the longest-waiting item arrived, across levels."""

@@ -33,7 +33,8 @@ class WorkItem:
         planned_finish_ns: set then too, with a latency objective: when its batch was planned
             to finish (its due time plus the predicted batch time).
         ticket: set by the batcher: its place in submission order.
-        sequence_length: set by the batcher for sequence models: its padded length.
+        row_positions: set by the batcher for a model with free axes: a row's positions
+            (a sequence model's padded length, an image's pixels).
         clients: the requests it answers: more than one for a group a worker handed over
             as one item. The batcher's waiting rules count clients, not items.
         sequence: its place in a stateful sequence (``sequences.py``); None otherwise.
@@ -53,7 +54,7 @@ class WorkItem:
     executed_batch_size: int = 0
     planned_finish_ns: int = 0
     ticket: int = 0
-    sequence_length: int = 0
+    row_positions: int = 0
     clients: int = 1
     sequence: SequenceFlags | None = None
     urgent: bool = False

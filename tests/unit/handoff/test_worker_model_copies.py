@@ -89,3 +89,23 @@ def test_a_sequence_model_s_groups_hold_no_more_steps_than_its_batches() -> None
         return (*caps, plane._models[KEY].group_cap({"x": np.zeros((1, 500), np.float32)}))
 
     assert asyncio.run(run()) == (8, 3, 1, 0, 4)
+
+
+def test_an_image_model_s_groups_hold_no_more_pixels_than_its_batches() -> None:
+    config = parse_pbtxt("""
+        name: "cnn" max_batch_size: 8
+        input [{ name: "image" data_type: TYPE_FP32 dims: [3, -1, -1] }]
+        output [{ name: "y" data_type: TYPE_FP32 dims: [2] }]
+        dynamic_batching {}
+    """)
+
+    async def run() -> list[int]:
+        plane = _plane([])
+        plane.knows("cnn", "")
+        frame = ("m", "cnn", "", config.SerializeToString(), 1, 8, 1000)
+        plane.protocol.data_received(pack_frame(frame))
+        known = plane._models[("cnn", "")]
+        return [known.group_cap({"image": np.zeros((1, 3, h, 10), np.float32)})
+                for h in (10, 30, 100, 101)]  # fmt: skip
+
+    assert asyncio.run(run()) == [8, 3, 1, 0]

@@ -20,13 +20,13 @@ from batchserve.scheduler.length_buckets import (
 class Item:
     """What the cut reads of a work item."""
 
-    sequence_length: int
+    row_positions: int
     batch_size: int = 1
 
 
 def _estimate(runs: list[list[Item]], step_cost_rows: float) -> float:
     return sum(
-        max(i.sequence_length for i in run) * (sum(i.batch_size for i in run) + step_cost_rows)
+        max(i.row_positions for i in run) * (sum(i.batch_size for i in run) + step_cost_rows)
         for run in runs
     )
 
@@ -52,7 +52,7 @@ def test_the_cut_is_the_cheapest_of_every_cut_within_the_cap() -> None:
     for _ in range(200):
         ordered = sorted(
             (Item(rng.randint(1, 300), rng.randint(1, 3)) for _ in range(rng.randint(1, 9))),
-            key=lambda i: i.sequence_length,
+            key=lambda i: i.row_positions,
         )
         cap = rng.randint(3, 8)
         step = rng.choice((0.0, 1.0, 4.0, 100.0))
@@ -65,7 +65,7 @@ def test_the_cut_is_the_cheapest_of_every_cut_within_the_cap() -> None:
 
 def test_a_request_larger_than_the_cap_still_runs_alone() -> None:
     cut = cheapest_cut([Item(5), Item(9, batch_size=10)], 4, 1.0)
-    assert [[i.sequence_length for i in run] for run in cut] == [[5], [9]]
+    assert [[i.row_positions for i in run] for run in cut] == [[5], [9]]
 
 
 def test_the_step_cost_decides_between_padding_and_more_batches() -> None:
@@ -81,7 +81,7 @@ def test_the_head_goes_first_with_its_run() -> None:
     others = [Item(n) for n in (10, 48, 11, 52, 200)]
     run = head_run(head, others, 3, 1.0)
     assert run[0] is head
-    assert sorted(i.sequence_length for i in run) == [48, 50, 52]
+    assert sorted(i.row_positions for i in run) == [48, 50, 52]
 
 
 def _steps(cost: StepCost, per_step_ns: float, per_row_ns: float) -> None:
@@ -169,7 +169,7 @@ def test_the_cut_is_the_cheapest_of_every_cut_within_the_rows_and_steps() -> Non
     for _ in range(200):
         ordered = sorted(
             (Item(rng.randint(1, 60), rng.randint(1, 3)) for _ in range(rng.randint(1, 8))),
-            key=lambda i: i.sequence_length,
+            key=lambda i: i.row_positions,
         )
         cap, most = rng.randint(3, 8), rng.randint(40, 200)
         step = rng.choice((0.0, 1.0, 100.0))
@@ -177,10 +177,10 @@ def test_the_cut_is_the_cheapest_of_every_cut_within_the_rows_and_steps() -> Non
         assert [i for run in cut for i in run] == ordered
         for run in cut:
             rows = sum(i.batch_size for i in run)
-            assert len(run) == 1 or rows * run[-1].sequence_length <= most
+            assert len(run) == 1 or rows * run[-1].row_positions <= most
         allowed = [
             runs for runs in _every_cut(ordered, cap)
-            if all(len(r) == 1 or sum(i.batch_size for i in r) * r[-1].sequence_length <= most
+            if all(len(r) == 1 or sum(i.batch_size for i in r) * r[-1].row_positions <= most
                    for r in runs)
         ]  # fmt: skip
         assert _estimate(cut, step) == min(_estimate(runs, step) for runs in allowed)
@@ -189,7 +189,7 @@ def test_the_cut_is_the_cheapest_of_every_cut_within_the_rows_and_steps() -> Non
 def test_the_step_budget_splits_a_run_the_cost_alone_would_keep_whole() -> None:
     def lengths(most_steps: int) -> list[list[int]]:
         cut = cheapest_cut([Item(50), Item(60)], 8, 1000.0, most_steps=most_steps)
-        return [[i.sequence_length for i in run] for run in cut]
+        return [[i.row_positions for i in run] for run in cut]
 
     assert lengths(0) == lengths(120) == [[50, 60]]  # 2 rows padded to 60: 120 steps
     assert lengths(119) == [[50], [60]]

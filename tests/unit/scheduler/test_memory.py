@@ -14,8 +14,9 @@ from batchserve.core.budgets import (
 )
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import ModelConfigError, OutOfMemory
-from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.proto.model_config_pb2 import TYPE_FP32, TYPE_STRING, ModelConfig
 from batchserve.scheduler.memory import (
+    AMPLIFICATION_COUNTED,
     PROBE_SEQUENCE_LENGTH,
     DeviceBudget,
     MemoryBudgets,
@@ -25,6 +26,7 @@ from batchserve.scheduler.memory import (
     StepBudget,
     arena_limit_bytes,
     derive_cap,
+    fewest_positions,
     probe_length,
 )
 from hypothesis import given
@@ -448,3 +450,45 @@ def test_free_axes_are_probed_at_an_image_s_size_and_smaller_in_volumes() -> Non
     assert probed([3, -1, -1]) == probed([-1]) == probed([4]) == PROBE_SEQUENCE_LENGTH
     assert probed([-1, -1, -1], [-1]) == 25  # 25**3 = 15,625: at most 128 x 128 a row
     assert probed([-1, -1, -1, -1]) == 11
+
+
+def _image_config(dims: list[int], data_type: int = TYPE_FP32, extra: int = 0) -> ModelConfig:
+    config = ModelConfig(name="cnn", max_batch_size=64)
+    config.input.add(name="image", data_type=data_type, dims=dims)
+    config.batchserve.max_batch_steps = extra
+    return config
+
+
+def test_an_image_model_is_counted_in_pixels_where_its_memory_amplifies_its_requests() -> None:
+    """A FP32 pixel of three channels carries 12 bytes: counted in positions when the probe's
+    row of 128 x 128 pixels cost more than 8 times that."""
+    steps = StepBudget.from_config(_image_config([3, -1, -1]))
+    assert steps == StepBudget(128 * 128, 64 * 128 * 128, request_bytes=12)
+    row = 12 * 128 * 128
+    assert steps.counts(MemoryProfile(0, AMPLIFICATION_COUNTED * row + 1))
+    assert not steps.counts(MemoryProfile(0, AMPLIFICATION_COUNTED * row))
+    configured = StepBudget.from_config(_image_config([3, -1, -1], extra=5000))
+    assert configured == StepBudget(128 * 128, 5000)  # asked for: always counted
+    assert configured.counts(MemoryProfile(0, 1))
+    assert StepBudget.from_config(_image_config([-1, -1, -1])) == StepBudget(
+        25**3, 64 * 25**3, request_bytes=4
+    )
+    assert StepBudget.from_config(_image_config([-1], TYPE_STRING)) is None  # bytes unknown
+    assert StepBudget.from_config(_image_config([3, 224, 224])) is None  # no free axis
+
+
+def test_an_amplifying_image_model_reserves_pixels_and_another_rows() -> None:
+    budget = DeviceBudget(CPU, 64 * GIB)
+    reservations = ModelReservations.from_config(_image_config([3, -1, -1]))
+    amplified = MemoryProfile(MIB, 5 * MIB)  # a probe row cost 5 MiB: 27 times its bytes
+    held = reservations.reserve(budget, amplified)
+    assert (held.batch_cap, held.batch_steps) == (64, 64 * 128 * 128)
+    assert held.nbytes == MIB + 64 * 5 * MIB
+    plain = reservations.reserve(budget, MemoryProfile(MIB, 3 * 12 * 128 * 128))
+    assert (plain.batch_cap, plain.batch_steps) == (64, 0)
+
+
+def test_a_batch_holds_the_fewest_positions_of_the_instances_that_count_them() -> None:
+    assert fewest_positions([0, 5000, 3000]) == 3000  # the 0 instance measured below 8x
+    assert fewest_positions([0, 0]) == 0
+    assert fewest_positions([]) == 0

@@ -251,3 +251,10 @@ def test_a_probe_row_holds_the_free_length_or_the_warm_up_sample_s() -> None:
     assert probe_row_steps(config, 128, sample) == 20
     config.max_batch_size = 0
     assert probe_row_steps(config, 128, sample) == 128  # no rows: the length is not counted
+
+
+def test_a_probe_row_of_an_image_holds_the_free_axes_pixels() -> None:
+    config = ModelConfig(name="cnn", max_batch_size=8)
+    config.input.add(name="image", data_type=TYPE_FP32, dims=[3, -1, -1])
+    assert probe_row_steps(config, 128, None) == 128 * 128
+    assert probe_row_steps(config, 128, {"image": np.zeros((1, 3, 20, 30), np.float32)}) == 600

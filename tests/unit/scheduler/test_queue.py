@@ -15,7 +15,7 @@ def test_the_longest_length_queued_is_kept_until_the_queue_empties() -> None:
 
         def item(length: int, priority: int = 1) -> WorkItem:
             future = loop.create_future()
-            return WorkItem({}, 1, (), priority, 0, None, future, sequence_length=length)
+            return WorkItem({}, 1, (), priority, 0, None, future, row_positions=length)
 
         seen = []
         for length in (30, 90, 10):

@@ -182,7 +182,7 @@ def _items(
         for inputs, wanted in zip(requests, names, strict=True):
             rows = len(inputs["x"])
             item = WorkItem(inputs, rows, wanted, 1, 0, None, loop.create_future())
-            item.sequence_length = layout.length(inputs) if layout else 0
+            item.row_positions = layout.length(inputs) if layout else 0
             items.append(item)
         return items
     finally:

@@ -11,7 +11,7 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -40,8 +40,8 @@ from batchserve.dataplane.shared_memory.parameters import REGION
 from batchserve.observability import log_settings
 from batchserve.observability.tracing import RequestTracer, current
 from batchserve.proto.model_config_pb2 import ModelConfig
-from batchserve.scheduler.padding import SequenceLayout
-from batchserve.scheduler.policy import BatchPolicy
+from batchserve.scheduler.padding import row_positions
+from batchserve.scheduler.policy import AxesOf, BatchPolicy
 from batchserve.scheduler.work import Arrays
 
 logger = logging.getLogger(__name__)
@@ -65,8 +65,9 @@ class _Model:
     cap: int
     """Samples a work item may hold there (the batch cap derived from the memory budget)."""
     steps: int = 0
-    """For a sequence model, the steps (rows times length) a work item may hold there."""
-    layout: SequenceLayout = field(default_factory=lambda: SequenceLayout((), ()))
+    """The positions (rows times a row's: a sequence model's steps, an image model's
+    pixels) a work item may hold there; 0: counted in rows."""
+    positions: AxesOf = ()
 
     @property
     def groups(self) -> bool:
@@ -74,12 +75,12 @@ class _Model:
         return self.cap > 0 and all(rule.datatype.itemsize for rule in self.schema.inputs)
 
     def group_cap(self, inputs: Arrays) -> int:
-        """Rows a group of requests shaped as ``inputs`` may hold: the batch cap, and for a
-        sequence model no more rows of their length than its steps hold (a group is one
-        work item there, batched as one request)."""
+        """Rows a group of requests shaped as ``inputs`` may hold: the batch cap, and no more
+        rows of their positions than the model's hold (a group is one work item there,
+        batched as one request)."""
         if not self.steps:
             return self.cap
-        return min(self.cap, self.steps // max(1, self.layout.length(inputs)))
+        return min(self.cap, self.steps // max(1, row_positions(self.positions, inputs)))
 
 
 @dataclass(slots=True)
@@ -211,9 +212,8 @@ class WorkerPlane:
         else:
             config = ModelConfig.FromString(config_bytes)
             schema = RequestSchema.of(config)
-            axes = BatchPolicy.from_config(config, 1).sequence_inputs
-            layout = SequenceLayout(axes, ())
-            self._models[key] = _Model(config, schema, generation, cap, steps, layout)
+            axes = BatchPolicy.from_config(config, 1).position_inputs
+            self._models[key] = _Model(config, schema, generation, cap, steps, axes)
         self._next_turn(key)
 
     def _repository_changed(self, frame: Frame) -> None:

@@ -1553,9 +1553,11 @@ class BatchserveOptions(_message.Message):
     longer finish within it, rather than serve it late.
     """
     max_batch_steps: _builtins.int
-    """A model with sequence_length_input: the steps (rows times padded length) one batch
-    may hold, for which memory is reserved; a request of more is refused. 0:
-    max_batch_size rows of the memory probe's 128 steps.
+    """A model with sequence_length_input, or an input with free (-1) axes: the positions
+    (rows times padded length, or times the product of the free axes) one batch may
+    hold, for which memory is reserved; a request of more is refused. 0: max_batch_size
+    rows of the memory probe's (128 steps, 128 x 128 pixels), and for free axes only
+    where a position costs more than 8 times its bytes in a request.
     """
     @_builtins.property
     def length_buckets(self) -> Global___LengthBuckets:
@@ -2746,7 +2748,7 @@ class BatchserveStatistics(_message.Message):
         batch_cap: _builtins.int
         """samples per batch the reservation allows"""
         batch_steps: _builtins.int
-        """sequence models: steps per batch it allows"""
+        """positions (steps, pixels) per batch it allows"""
         def __init__(
             self,
             *,
@@ -2848,8 +2850,8 @@ class BatchserveStatistics(_message.Message):
     ones, the others on the GPU (the measured crossover); 0 when instances are all alike.
     """
     batch_steps: _builtins.int
-    """A sequence model: the steps (rows times padded length) a batch may hold now; 0
-    for other models.
+    """The positions (rows times padded length, or times the free axes' product) a batch
+    may hold now; 0 for a model counted in rows.
     """
     @_builtins.property
     def instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchserveStatistics.InstanceMemory]: ...
