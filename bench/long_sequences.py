@@ -16,18 +16,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import statistics
 import sys
 import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from batchserve.zoo.char_lstm import PAD, VOCAB_SIZE
 
 from bench import machine
-from bench.common import ROOT, start_server, stop_server
+from bench.common import ROOT
+from bench.memory_rounds import Round, rounds_table, serve_round, taking_turns
 
 MODEL = "char_lstm"
 RAISED_STEPS = 524_288
@@ -35,16 +33,6 @@ RAISED_STEPS = 524_288
 SHAPES = ((1, 8000), (2, 3000), (8, 500), (1, 100))
 """(rows, tokens) of each group of requests, in the order they are sent."""
 GROUPS = 40
-
-
-@dataclass(frozen=True)
-class Round:
-    setting: str
-    seconds: float
-    loaded_mib: float
-    """Resident memory once the model was loaded."""
-    peak_mib: float
-    """High-water mark of the resident memory after the requests."""
 
 
 def requests(seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -70,14 +58,6 @@ def raised_copy(repo: Path, steps: int) -> None:
         config.write_text(
             text.replace("batchserve {", f"batchserve {{\n  max_batch_steps: {steps}")
         )
-
-
-def memory_mib(pid: int, field: str) -> float:
-    """``VmRSS`` or ``VmHWM`` of a process, in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) / 1024
-    raise SystemExit(f"/proc/{pid}/status has no {field}")
 
 
 async def send_all(url: str, sent: list[tuple[np.ndarray, np.ndarray]], concurrency: int) -> None:
@@ -110,16 +90,7 @@ def one_round(setting: str, steps: int, concurrency: int, work: Path) -> Round:
     repo.mkdir()
     raised_copy(repo, steps)
     sent = requests()
-    process, ports = start_server(repo, ("--log-format", "json", "--workers", "1"))
-    try:
-        loaded = memory_mib(process.pid, "VmRSS")
-        started = time.perf_counter()
-        asyncio.run(send_all(f"127.0.0.1:{ports['grpc_port']}", sent, concurrency))
-        seconds = time.perf_counter() - started
-        peak = memory_mib(process.pid, "VmHWM")
-    finally:
-        stop_server(process)
-    return Round(setting, seconds, loaded, peak)
+    return serve_round(setting, repo, lambda url: asyncio.run(send_all(url, sent, concurrency)))
 
 
 def render(rounds: list[Round], concurrency: int) -> str:
@@ -137,23 +108,7 @@ def render(rounds: list[Round], concurrency: int) -> str:
         "- loaded: resident memory once the model was loaded; peak: its high-water mark "
         "(`VmHWM`) after the requests",
         "",
-        "| round | setting | seconds | loaded (MiB) | peak (MiB) |",
-        "|---:|---|---:|---:|---:|",
-    ]
-    for index, one in enumerate(rounds, start=1):
-        lines.append(f"| {index} | {one.setting} | {one.seconds:.2f} | {one.loaded_mib:,.0f} | "
-                     f"{one.peak_mib:,.0f} |")  # fmt: skip
-    medians = {}
-    for setting in ("bounded", "raised"):
-        own = [r for r in rounds if r.setting == setting]
-        medians[setting] = (statistics.median(r.seconds for r in own),
-                            statistics.median(r.peak_mib - r.loaded_mib for r in own))  # fmt: skip
-    lines += [
-        "",
-        f"Median over the rounds: bounded {medians['bounded'][0]:.2f} s and "
-        f"{medians['bounded'][1]:,.0f} MiB above the loaded model at the peak; raised "
-        f"{medians['raised'][0]:.2f} s and {medians['raised'][1]:,.0f} MiB; time bounded / "
-        f"raised {medians['bounded'][0] / medians['raised'][0]:.2f}.",
+        *rounds_table(rounds),
     ]
     return "\n".join(lines) + "\n"
 
@@ -166,12 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rounds = []
     with tempfile.TemporaryDirectory() as work:
-        for index in range(args.rounds):
-            order = ("bounded", "raised") if index % 2 == 0 else ("raised", "bounded")
-            for setting in order:
-                steps = 0 if setting == "bounded" else RAISED_STEPS
-                rounds.append(one_round(setting, steps, args.concurrency, Path(work)))
-                print(rounds[-1], flush=True)
+        for setting in taking_turns(args.rounds):
+            steps = 0 if setting == "bounded" else RAISED_STEPS
+            rounds.append(one_round(setting, steps, args.concurrency, Path(work)))
+            print(rounds[-1], flush=True)
     text = render(rounds, args.concurrency)
     args.out.write_text(text)
     print(text)

@@ -7,7 +7,8 @@ from pathlib import Path
 from batchserve.models.model_config import load_pbtxt
 from batchserve.zoo.char_lstm import PAD, VOCAB_SIZE
 
-from bench.long_sequences import GROUPS, RAISED_STEPS, SHAPES, Round, raised_copy, render, requests
+from bench.long_sequences import GROUPS, RAISED_STEPS, SHAPES, raised_copy, render, requests
+from bench.memory_rounds import Round, taking_turns
 
 
 def test_the_requests_are_seeded_valid_token_ids_of_the_mixed_shapes() -> None:
@@ -47,3 +48,7 @@ def test_the_report_has_every_round_and_the_medians_of_each_setting() -> None:
     assert "| 2 | raised | 4.00 | 176 | 500 |" in text
     assert "bounded 9.50 s and 8 MiB above the loaded model at the peak" in text
     assert "raised 4.50 s and 312 MiB; time bounded / raised 2.11." in text
+
+
+def test_the_settings_take_turns_at_going_first() -> None:
+    assert taking_turns(3) == ["bounded", "raised", "raised", "bounded", "bounded", "raised"]
