@@ -323,8 +323,9 @@ class Batcher:
         free = self.pool.free()
         if len(free) < 2 or any(i.backend.device.kind != "cpu" for i in free):
             return [batch]
-        samples = sum(item.batch_size for item in batch)
-        if self._inline.inline(samples) or self._inline.inline(-(-samples // len(free))):
+        samples, positions = sum(item.batch_size for item in batch), _row_positions(batch)
+        inline = self._inline.inline
+        if inline(samples, positions) or inline(-(-samples // len(free)), positions):
             return [batch]
         return split_evenly(batch, len(free))
 
@@ -342,7 +343,8 @@ class Batcher:
         if self._objective is not None:
             predicted = self.batch_time(instance.name).predict(samples)
             self._objective.started(batch, now, predicted)
-        if instance.backend.device.kind == "cpu" and self._inline.inline(samples):
+        on_cpu = instance.backend.device.kind == "cpu"
+        if on_cpu and self._inline.inline(samples, _row_positions(batch)):
             try:
                 outcomes: list[Outcome] | BaseException = run()
             except Exception as exc:  # delivered to every waiter, never lost
@@ -377,7 +379,7 @@ class Batcher:
             self._deliver(batch, [outcomes] * len(batch))
             return
         self._deliver(batch, outcomes)  # first, so that no bookkeeping can strand them
-        self._learn(run, instance)
+        self._learn(batch, run, instance)
         self._record_compute(batch, run, outcomes)
         timed = self._objective is not None or self.routing.mixed
         if timed and len(run.executions) == 1:  # run whole: the batch's time
@@ -425,11 +427,12 @@ class Batcher:
                 sum(x.output_ns for x in e),
             )
 
-    def _learn(self, run: BatchRun, instance: Instance) -> None:
+    def _learn(self, batch: list[WorkItem], run: BatchRun, instance: Instance) -> None:
         """Record the run's executions; after running out of memory, lower the cap to the
         largest batch that then succeeded (and below the smallest that failed)."""
+        positions = _row_positions(batch)
         for e in run.executions:
-            self._inline.record(e.samples, e.input_ns + e.infer_ns + e.output_ns)
+            self._inline.record(e.samples, e.input_ns + e.infer_ns + e.output_ns, positions)
             self.stats.record_batch(
                 e.samples, e.input_ns, e.infer_ns, e.output_ns,
                 padding=e.padding, elements=e.elements, cap=self._cap,
@@ -466,3 +469,9 @@ class Batcher:
         self._wakeup.cancel()
         while self.queue:  # no instance at all to run them: answer rather than strand them
             self._settle(self.queue.pop(self._clock()), Unavailable("model was unloaded"))
+
+
+def _row_positions(batch: list[WorkItem]) -> int:
+    """The positions of the batch's largest row (0 for a model counted in rows): what its
+    run time is learned by, with its size (``inline.py``)."""
+    return max(item.row_positions for item in batch)

@@ -10,7 +10,10 @@ Batches whose measured run time at their size is below ``INLINE_BELOW_NS`` there
 directly on the event loop. Everything else (unmeasured sizes, slow batches, GPU instances,
 whose CUDA streams belong to their thread) runs on the instance's thread as before. A run
 time is learned per batch size, so a model that is fast at batch 1 but slow at its cap
-runs each the way that suits it.
+runs each the way that suits it; and, for a model with free axes, per size of its rows
+(a row's positions, to the next power of two): a CNN with free height and width that ran
+4 x 4 images inline also ran a 1024 x 1024 one there, and held the event loop, every other
+request and the health checks with it, for 300 ms.
 """
 
 from __future__ import annotations
@@ -28,16 +31,19 @@ class InlineRuns:
         """``threshold_ns`` 0 turns inline runs off."""
         self._enabled = threshold_ns > 0
         self._threshold_ns = threshold_ns
-        self._run_ns: dict[int, float] = {}
+        self._run_ns: dict[tuple[int, int], float] = {}
 
-    def record(self, samples: int, run_ns: int) -> None:
-        """One run of ``samples`` samples took ``run_ns`` (merge, infer and split)."""
+    def record(self, samples: int, run_ns: int, row_positions: int = 0) -> None:
+        """One run of ``samples`` samples (rows of ``row_positions`` positions each, 0 for
+        a model counted in rows) took ``run_ns`` (merge, infer and split)."""
         if not self._enabled:
             return
-        mean = self._run_ns.get(samples)
-        self._run_ns[samples] = run_ns if mean is None else mean + (run_ns - mean) * _WEIGHT
+        key = (samples, row_positions.bit_length())
+        mean = self._run_ns.get(key)
+        self._run_ns[key] = run_ns if mean is None else mean + (run_ns - mean) * _WEIGHT
 
-    def inline(self, samples: int) -> bool:
-        """True when a batch of ``samples`` is known to run faster than a thread hand-over."""
-        mean = self._run_ns.get(samples)
+    def inline(self, samples: int, row_positions: int = 0) -> bool:
+        """True when a batch of ``samples`` (rows of ``row_positions``) is known to run
+        faster than a thread hand-over."""
+        mean = self._run_ns.get((samples, row_positions.bit_length()))
         return mean is not None and mean < self._threshold_ns

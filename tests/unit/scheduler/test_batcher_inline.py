@@ -9,10 +9,15 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 from batchserve.core.device import Device
+from batchserve.models.model_config import parse_pbtxt
+from batchserve.observability.stats import ModelStats
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.inline import InlineRuns
+from batchserve.scheduler.instances import Instance, InstancePool
+from batchserve.scheduler.policy import BatchPolicy
 from fakes import FakeBackend
-from harness import answer, answers, inline_batcher, item
+from harness import ONE_SECOND_NS, answer, answers, inline_batcher, item
+from harness import request as image_request
 
 pytestmark = pytest.mark.anyio
 
@@ -34,6 +39,18 @@ def test_the_decision_follows_the_smoothed_run_time() -> None:
     for _ in range(8):
         runs.record(4, 40)
     assert runs.inline(4)
+
+
+def test_rows_of_another_size_are_measured_apart() -> None:
+    """A model with free axes: rows of 16 positions measured fast say nothing of rows of a
+    million; within a power of two they share a measurement."""
+    runs = InlineRuns(threshold_ns=100)
+    runs.record(1, 50, row_positions=16)
+    assert runs.inline(1, row_positions=16)
+    assert runs.inline(1, row_positions=31)
+    assert not runs.inline(1, row_positions=32)
+    assert not runs.inline(1, row_positions=1024 * 1024)
+    assert not runs.inline(1)  # a model counted in rows is its own
 
 
 def test_disabled_never_runs_inline() -> None:
@@ -128,3 +145,25 @@ async def test_requests_queued_in_one_loop_pass_form_one_inline_batch() -> None:
     assert backend.threads[-1] == loop_thread
     for i, out in enumerate(outputs):
         np.testing.assert_array_equal(out["y"], np.full((1, 4), 2 * i + 1))
+
+
+async def test_a_large_image_does_not_run_on_the_loop_where_small_ones_did() -> None:
+    """Measured fast on 4 x 4 images, the batch of one 64 x 64 image still goes to the
+    thread: inline, a 1024 x 1024 one held the event loop for 300 ms."""
+    backend = ThreadRecordingBackend()
+    config = parse_pbtxt("""
+        name: "cnn" max_batch_size: 8
+        input [{ name: "x" data_type: TYPE_FP32 dims: [-1, -1] }]
+        output [{ name: "y" data_type: TYPE_FP32 dims: [-1, -1] }]
+        dynamic_batching {}
+    """)
+    pool = InstancePool([Instance("fake-0", backend)])
+    policy = BatchPolicy.from_config(config, server_max_queue_size=64)
+    batcher = Batcher(pool, policy, ModelStats(), inline_below_ns=ONE_SECOND_NS)
+    loop_thread = threading.get_ident()
+    for side in (4, 4, 4, 64):
+        one = image_request({"x": np.ones((1, side, side), np.float32)}, outputs=("y",))
+        batcher.submit(one)
+        await answer(one)
+    assert backend.threads[1:3] == [loop_thread, loop_thread]
+    assert backend.threads[3] != loop_thread
