@@ -57,6 +57,9 @@ class LeakyBackend:
     def memory_bytes(self) -> int | None:
         return self._inner.memory_bytes()
 
+    def release_after_next_run(self) -> None:
+        self._inner.release_after_next_run()
+
     def unload(self) -> None:
         self._inner.unload()
 

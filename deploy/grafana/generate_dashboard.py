@@ -228,10 +228,12 @@ def memory() -> list[Panel]:
         _panel(
             "Memory per device",
             "bytes",
-            "Per pod and device: the budget, what loaded models reserved of it, and on GPUs "
-            "the memory in use (NVML) and installed.",
+            "Per pod and device: the budget, what loaded models reserved of it, what is lent "
+            "to batches larger than their reservation while they run, and on GPUs the memory "
+            "in use (NVML) and installed.",
             _query("batchserve_memory_budget_bytes", "{{instance}} {{device}} budget"),
             _query("batchserve_memory_reserved_bytes", "{{instance}} {{device}} reserved"),
+            _query("batchserve_memory_lent_bytes", "{{instance}} {{device}} lent"),
             _query("batchserve_gpu_memory_used_bytes", "{{instance}} {{device}} used"),
             _query("batchserve_gpu_memory_total_bytes", "{{instance}} {{device}} total"),
             width=12,

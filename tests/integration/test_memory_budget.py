@@ -7,11 +7,14 @@ import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from tests.integration.server import MODEL_REPO, ServerProcess, start_server
 
@@ -138,6 +141,7 @@ def test_long_sequences_batch_in_fewer_rows_within_the_steps_reserved(
 def test_a_request_over_the_steps_reserved_is_400_naming_the_tensor(
     budgeted: ServerProcess,
 ) -> None:
+    """The model's own memory_budget_bytes bounds it: nothing is lent beyond it."""
     steps = int(_stats(budgeted)["batchserve"]["batch_steps"])  # type: ignore[index]
     url = f"http://{budgeted.http_url}/v2/models/{MODEL}/infer"
     over = httpx.post(url, json=_sequences(1, steps + 1), timeout=30)
@@ -176,4 +180,27 @@ def test_max_batch_steps_reserves_for_and_serves_longer_sequences(
     served = httpx.post(url, json=_sequences(1, 10000), timeout=60)
     assert served.status_code == 200, served.text
     assert served.json()["outputs"][0]["shape"] == [1, 98]
-    assert httpx.post(url, json=_sequences(3, 10000), timeout=30).status_code == 400
+    past = httpx.post(url, json=_sequences(3, 10000), timeout=120)  # on memory lent for it
+    assert past.status_code == 200, past.text
+    assert past.json()["outputs"][0]["shape"] == [3, 98]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_tritonclient_gets_sequences_past_the_steps_as_a_client_s_mistake(
+    budgeted: ServerProcess, protocol: str
+) -> None:
+    """What a Triton user calling through tritonclient sees: 400 / INVALID_ARGUMENT, never a
+    500 or a hang."""
+    module: Any = httpclient if protocol == "http" else grpcclient
+    url = budgeted.http_url if protocol == "http" else budgeted.grpc_url
+    most = int(_stats(budgeted)["batchserve"]["batch_steps"])  # type: ignore[index]
+    client = module.InferenceServerClient(url)
+    tokens = module.InferInput("tokens", [2, most], "INT64")
+    tokens.set_data_from_numpy(np.full((2, most), 3, np.int64))
+    lengths = module.InferInput("lengths", [2, 1], "INT64")
+    lengths.set_data_from_numpy(np.array([[most], [most]], np.int64))
+    with pytest.raises(InferenceServerException) as steps:
+        client.infer(MODEL, [tokens, lengths])
+    refused = "400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT"
+    assert steps.value.status() == refused
+    assert f"input 'tokens': 2 sequence(s) of length {most} are" in steps.value.message()

@@ -91,6 +91,9 @@ class FakeBackend:
     def memory_bytes(self) -> int | None:
         return None
 
+    def release_after_next_run(self) -> None:
+        self.released_after_runs = getattr(self, "released_after_runs", 0) + 1
+
     def unload(self) -> None:
         self.unloaded = True
 

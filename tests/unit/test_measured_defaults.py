@@ -95,6 +95,9 @@ class CostedBackend:
     def memory_bytes(self) -> int | None:
         return None
 
+    def release_after_next_run(self) -> None:
+        pass
+
     def unload(self) -> None:
         self.log.append(("unload", threading.get_ident(), ""))
 

@@ -333,6 +333,10 @@ async def test_memory_series_are_the_reservations_and_budgets(served: Served) ->
     assert _of(samples, "batchserve_memory_reserved_bytes", device="cpu") == reserved
     budget = served.registry.budgets.budgets()[0]
     assert _of(samples, "batchserve_memory_budget_bytes", device="cpu") == budget.total_bytes
+    assert _of(samples, "batchserve_memory_lent_bytes", device="cpu") == 0
+    loan = budget.lend("fake", 12345)
+    assert _of(served.scrape(), "batchserve_memory_lent_bytes", device="cpu") == 12345
+    loan.close()
 
 
 async def test_an_unloaded_model_leaves_no_series(served: Served) -> None:

@@ -49,6 +49,12 @@ class Backend(Protocol):
         """Device memory this instance holds now, or None where the runtime cannot tell."""
         ...
 
+    def release_after_next_run(self) -> None:
+        """The next run takes memory lent beyond the instance's reservation: once it ends,
+        give back what the runtime would keep of it (ONNX Runtime's arena, torch's caching
+        allocator), so that the memory returns with the loan. Others keep nothing."""
+        ...
+
     def unload(self) -> None:
         """Release the session/engine and its buffers; safe to call twice."""
         ...

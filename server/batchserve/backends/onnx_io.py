@@ -277,8 +277,9 @@ class BoundRunner:
             for _ in range(WARMUP_RUNS):
                 self.run(zeros, outputs)
 
-    def run(self, inputs: Arrays, names: Sequence[str]) -> list[np.ndarray]:
-        """The outputs ``names`` for one batch, as host arrays the caller owns."""
+    def run(self, inputs: Arrays, names: Sequence[str], options: Any = None) -> list[np.ndarray]:
+        """The outputs ``names`` for one batch, as host arrays the caller owns; ``options``
+        replace the run options for this batch (it then runs without a CUDA graph)."""
         memory, layout = self._memory, self._layout
         memory.activate()
         batch = plan_batch(layout, inputs, self.graph_sizes)
@@ -295,7 +296,8 @@ class BoundRunner:
             held = self._bind_inputs(binding, inputs, batch)
             allocated = self._bind_outputs(binding, names, batch)
         memory.wait()  # inputs are on the device before ORT starts, whichever stream it uses
-        options = self._plain if batch.graph is None else self._graphs[batch.graph]
+        if options is None:
+            options = self._plain if batch.graph is None else self._graphs[batch.graph]
         self._session.run_with_iobinding(binding, options)
         del held
         fixed = [n for n in names if n not in allocated]

@@ -108,5 +108,8 @@ class ReshapedBackend:
     def memory_bytes(self) -> int | None:
         return self.inner.memory_bytes()
 
+    def release_after_next_run(self) -> None:
+        self.inner.release_after_next_run()
+
     def unload(self) -> None:
         self.inner.unload()

@@ -121,6 +121,10 @@ class TensorRTBackend:
     def memory_bytes(self) -> int | None:
         return None if self._instance is None else self._instance.memory_bytes()
 
+    def release_after_next_run(self) -> None:
+        """Nothing to give back: an engine's memory is allocated once, for its profiles'
+        largest shapes, and a larger request is refused by the profile."""
+
     def unload(self) -> None:
         instance, self._instance = self._instance, None
         if instance is not None:

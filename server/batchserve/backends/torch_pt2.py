@@ -78,6 +78,7 @@ class TorchBackend:
 
     def __init__(self) -> None:
         self._runner: CpuRunner | CudaRunner | None = None
+        self._release_next = False
         self._device = CPU
         self._name = ""
         self._signature = ModelSignature((), ())
@@ -117,11 +118,18 @@ class TorchBackend:
             raise BackendError(f"model '{self._name}' is not loaded")
         names = list(output_names or (spec.name for spec in self._signature.outputs))
         check_inputs(self._signature, inputs, names, self._name)
+        release, self._release_next = self._release_next, False
         with map_torch_errors(f"model '{self._name}'"):
-            return runner.run(inputs, names)
+            outputs = runner.run(inputs, names)
+            if release:
+                runner.release_cached()
+            return outputs
 
     def memory_bytes(self) -> int | None:
         return None if self._runner is None else self._runner.memory_bytes()
+
+    def release_after_next_run(self) -> None:
+        self._release_next = True
 
     def unload(self) -> None:
         runner, self._runner = self._runner, None

@@ -84,6 +84,9 @@ class CpuRunner:
     def memory_bytes(self) -> int | None:
         return None  # the probe measures the process (RSS and malloc)
 
+    def release_cached(self) -> None:
+        """Nothing kept: torch's CPU allocator returns large blocks to the system."""
+
     def close(self) -> None:
         self._call.module = None
 
@@ -146,6 +149,13 @@ class CudaRunner:
         return {
             name: t.numpy().copy() if reused else t.numpy() for name, (t, reused) in fetched.items()
         }
+
+    def release_cached(self) -> None:
+        """Give the caching allocator's free blocks back to the device (after a run on
+        memory lent beyond the reservation)."""
+        torch = self._call.torch
+        with torch.cuda.device(self.index):
+            torch.cuda.empty_cache()
 
     def memory_bytes(self) -> int:
         """What torch allocated on the device since this instance began loading, at its

@@ -335,7 +335,8 @@ class DataPlane:
                 "send smaller batches"
             )
         check_lengths(policy, valid.inputs)
-        check_steps(policy, served.name, valid.inputs, max(1, valid.batch_size))
+        check_steps(policy, served.name, valid.inputs, max(1, valid.batch_size),
+                    served.batcher.lenders())  # fmt: skip
         priority = requested_priority or policy.default_priority
         if not 1 <= priority <= policy.priority_levels:
             raise InvalidArgument(

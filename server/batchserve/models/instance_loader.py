@@ -113,6 +113,8 @@ class InstanceLoader:
             budget = self.budgets.for_device(backend.device)
             row_steps = probe_row_steps(config, free_dim, first)
             reservation = reservations.reserve(budget, profile, sharing, row_steps)
+            if reservations.limit_bytes is None:  # its own budget bounds it: no loans
+                instance.reservation = reservation
             cap = reservation.batch_cap if config.max_batch_size > 0 else 1
             started = time.perf_counter()
             for sample in samples:

@@ -1556,7 +1556,8 @@ class BatchserveOptions(_message.Message):
     max_batch_steps: _builtins.int
     """A model with sequence_length_input, or an input with free (-1) axes: the positions
     (rows times padded length, or times the product of the free axes) one batch may
-    hold, for which memory is reserved; a request of more is refused. 0: max_batch_size
+    hold, for which memory is reserved; a request of more runs alone on memory the
+    device budget lends it, or is refused where it cannot. 0: max_batch_size
     rows of the memory probe's (128 steps, 128 x 128 pixels), and for free axes only
     where a position costs more than 8 times its bytes in a request.
     """

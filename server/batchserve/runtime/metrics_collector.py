@@ -393,11 +393,18 @@ def _memory_families(registry: ModelRegistry, versions: list[ServedVersion]) -> 
         "Memory of a device's budget reserved by loaded model instances.",
         ("device",),
     )
+    lent = _gauge(
+        "batchserve_memory_lent_bytes",
+        "Memory of a device's budget lent now to batches larger than their instance's "
+        "reservation, for their runs.",
+        ("device",),
+    )
     for device_budget in registry.budgets.budgets():
         device = [str(device_budget.device)]
         budget.add_metric(device, device_budget.total_bytes)
         reserved.add_metric(device, sum(device_budget.holdings().values()))
-    yield from (budget, reserved)
+        lent.add_metric(device, device_budget.lent_bytes)
+    yield from (budget, reserved, lent)
     yield from _model_memory_families(versions)
 
 

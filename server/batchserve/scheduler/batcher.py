@@ -39,6 +39,7 @@ from batchserve.scheduler.forming import BatchForming, split_evenly
 from batchserve.scheduler.inline import InlineRuns
 from batchserve.scheduler.instances import Instance, InstancePool
 from batchserve.scheduler.length_buckets import StepCost
+from batchserve.scheduler.memory import Reservation
 from batchserve.scheduler.objective_plan import ObjectivePlan
 from batchserve.scheduler.ordering import InOrder
 from batchserve.scheduler.padding import SequenceLayout, row_positions
@@ -170,6 +171,11 @@ class Batcher:
             instance = instances[0]
         model = self._batch_times.get(instance.name)
         return model.predict(samples) if model is not None else 0
+
+    def lenders(self) -> list[Reservation]:
+        """The instances' reservations that may borrow beyond themselves for a request
+        admitted alone past them (``padding.check_steps``)."""
+        return [i.reservation for i in self.pool.instances if i.reservation is not None]
 
     @property
     def cap(self) -> int:
@@ -338,13 +344,16 @@ class Batcher:
             item.executed_batch_size = samples
             self._urgent -= item.urgent
         cpu_clock = self._objective is not None and instance.backend.device.kind == "cpu"
-        run = BatchRun(instance.backend, batch, self._pad_value, self._layout, cpu_clock=cpu_clock)
+        lender, positions = instance.reservation, _row_positions(batch)
+        run = BatchRun(instance.backend, batch, self._pad_value, self._layout,
+                       cpu_clock=cpu_clock, lender=lender)  # fmt: skip
         predicted = 0
         if self._objective is not None:
             predicted = self.batch_time(instance.name).predict(samples)
             self._objective.started(batch, now, predicted)
         on_cpu = instance.backend.device.kind == "cpu"
-        if on_cpu and self._inline.inline(samples, _row_positions(batch)):
+        borrows = lender is not None and lender.extra_bytes(samples * positions) > 0
+        if on_cpu and not borrows and self._inline.inline(samples, positions):
             try:
                 outcomes: list[Outcome] | BaseException = run()
             except Exception as exc:  # delivered to every waiter, never lost

@@ -6,6 +6,9 @@
 - Another BackendError (or InvalidArgument) on several requests: the batch is bisected by
   requests so that only the requests failing alone get the error. At most 2*ceil(log2 n) extra
   runs: enough to isolate one poisoned request exactly, bounded when the runtime is broken.
+- A run of more positions than the instance's reservation holds (a request admitted alone
+  past it) borrows the rest from the device budget for its time, waiting while other loans
+  hold it, and asks the runtime to give back what it would keep of it afterwards.
 
 Statistics are only collected here; the event loop records them (counters are not locked).
 """
@@ -20,6 +23,7 @@ from typing import NamedTuple
 from batchserve.backends.base import Backend
 from batchserve.core.errors import BackendError, InvalidArgument, OutOfMemory
 from batchserve.scheduler.batching import join_rows, merge_inputs, split_outputs
+from batchserve.scheduler.memory import Reservation
 from batchserve.scheduler.padding import SequenceLayout
 from batchserve.scheduler.work import Arrays, Outcome, WorkItem
 
@@ -52,8 +56,12 @@ class BatchRun:
         layout: SequenceLayout,
         *,
         cpu_clock: bool = False,
+        lender: Reservation | None = None,
     ) -> None:
         self._backend = backend
+        self._lender = lender
+        """The instance's reservation, where counted in positions: a run of more positions
+        than it holds borrows the rest for its time (a request admitted alone past it)."""
         self._cpu_clock = cpu_clock
         """Take the thread's CPU time too (``Execution.cpu_ns``): a system call each way,
         paid only where the batcher uses it."""
@@ -98,13 +106,23 @@ class BatchRun:
         c0 = time.thread_time_ns() if self._cpu_clock else 0
         t0 = time.monotonic_ns()
         items = [self._batch[index] for index, _, _ in parts]
-        arrays = [item.inputs for item in items] if whole else _inputs(items, parts)
-        merged = merge_inputs(arrays, self._pad_value)
-        names = self._names if whole else _output_names(items)
-        t1 = time.monotonic_ns()
-        outputs = self._backend.infer(merged.arrays, names)
-        t2 = time.monotonic_ns()
         rows = [stop - start for _, start, stop in parts]
+        loan = None
+        if self._lender is not None:
+            positions = sum(rows) * max(item.row_positions for item in items)
+            loan = self._lender.borrow(positions)
+        try:
+            arrays = [item.inputs for item in items] if whole else _inputs(items, parts)
+            merged = merge_inputs(arrays, self._pad_value)
+            names = self._names if whole else _output_names(items)
+            t1 = time.monotonic_ns()
+            if loan is not None:
+                self._backend.release_after_next_run()
+            outputs = self._backend.infer(merged.arrays, names)
+            t2 = time.monotonic_ns()
+        finally:
+            if loan is not None:
+                loan.close()
         self._distribute(parts, items, split_outputs(outputs, rows))
         samples = sum(rows)
         self.largest_ok = max(self.largest_ok, samples)

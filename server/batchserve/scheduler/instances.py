@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from batchserve.backends.base import Backend
 from batchserve.scheduler.instance_thread import InstanceThread
+from batchserve.scheduler.memory import Reservation
 
 _R = TypeVar("_R")
 
@@ -26,6 +27,11 @@ class Instance:
 
     name: str
     backend: Backend
+    reservation: Reservation | None = None
+    """Its memory in the device budget, set once reserved at load: a batch of more
+    positions than it holds borrows the rest from the budget for its run
+    (``Reservation.borrow``). None for a model with its own ``memory_budget_bytes``, whose
+    batches stay within what it reserved."""
     thread: InstanceThread = field(init=False)
 
     def __post_init__(self) -> None:

@@ -12,7 +12,8 @@ the probe's 128 were measured to need. So its batches are counted in steps (``St
 the reservation covers a number of steps, and batches are formed, and requests admitted,
 within it. So are the pixels of a model with free height and width where its memory
 amplifies its requests: one 2048 x 2048 image took a small CNN's instance from 1.4 to
-3.0 GiB.
+3.0 GiB. A request alone past its instance's reservation runs on memory the budget lends
+for its run (``Reservation.borrow``), out of what no instance has reserved.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass, replace
 from batchserve.core.budgets import DEFAULT_BUDGET, BudgetSpec, format_bytes
 from batchserve.core.datatypes import BY_CONFIG
 from batchserve.core.device import Device, DeviceKind
-from batchserve.core.errors import ModelConfigError, OutOfMemory
+from batchserve.core.errors import ModelConfigError, OutOfMemory, Unavailable
 from batchserve.proto.model_config_pb2 import ModelConfig
 
 
@@ -95,6 +96,9 @@ def _least_squares(samples: Sequence[MemorySample]) -> tuple[float, float]:
         return sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs), 0.0
     return slope, intercept
 
+
+LOAN_WAIT_S = 0.25
+"""How often a batch waiting for a loan looks again whether it can still be lent at all."""
 
 PROBE_SEQUENCE_LENGTH = 128
 """The size free (-1) axes are measured and warmed up at (``memory_probe``): the steps a row
@@ -222,10 +226,16 @@ def arena_limit_bytes(profile: MemoryProfile, batch_cap: int, margin: float = 0.
 class Reservation:
     """Memory one instance holds in a device budget until ``release`` (idempotent)."""
 
-    __slots__ = ("_budget", "batch_cap", "batch_steps", "nbytes", "owner")
+    __slots__ = ("_budget", "batch_cap", "batch_steps", "nbytes", "owner", "position_bytes")
 
     def __init__(
-        self, budget: DeviceBudget, owner: str, nbytes: int, batch_cap: int, batch_steps: int = 0
+        self,
+        budget: DeviceBudget,
+        owner: str,
+        nbytes: int,
+        batch_cap: int,
+        batch_steps: int = 0,
+        position_bytes: int = 0,
     ) -> None:
         self._budget = budget
         self.owner = owner
@@ -233,10 +243,33 @@ class Reservation:
         self.batch_cap = batch_cap
         self.batch_steps = batch_steps
         """Positions a batch may hold (``StepBudget``: steps, pixels); 0: counted in rows."""
+        self.position_bytes = position_bytes
+        """What a position was measured to cost, where counted in positions."""
 
     @property
     def device(self) -> Device:
         return self._budget.device
+
+    def extra_bytes(self, positions: int) -> int:
+        """What a batch of ``positions`` needs beyond the reservation (0 within it)."""
+        if not self.batch_steps or positions <= self.batch_steps:
+            return 0
+        return (positions - self.batch_steps) * self.position_bytes
+
+    def unreserved_bytes(self) -> int:
+        """What no instance has reserved on its device: what loans may take in turn."""
+        return self._budget.unreserved()
+
+    def could_lend(self, positions: int) -> bool:
+        """Whether the device budget could lend what ``positions`` need beyond the
+        reservation: within what no instance has reserved (loans come back)."""
+        return self.extra_bytes(positions) <= self._budget.unreserved()
+
+    def borrow(self, positions: int) -> Loan | None:
+        """Borrow what a batch of ``positions`` needs beyond the reservation for its run,
+        waiting while other loans hold it (``DeviceBudget.lend``); None within it."""
+        extra = self.extra_bytes(positions)
+        return self._budget.lend(self.owner, extra) if extra else None
 
     def release(self) -> None:
         self._budget.release(self)
@@ -246,6 +279,21 @@ class Reservation:
             f"Reservation({self.owner!r}, {self.device}, {format_bytes(self.nbytes)}, "
             f"batch_cap={self.batch_cap}, batch_steps={self.batch_steps})"
         )
+
+
+class Loan:
+    """Memory lent by a device budget to one batch for its run; ``close`` returns it."""
+
+    __slots__ = ("_budget", "nbytes")
+
+    def __init__(self, budget: DeviceBudget, nbytes: int) -> None:
+        self._budget = budget
+        self.nbytes = nbytes
+
+    def close(self) -> None:
+        nbytes, self.nbytes = self.nbytes, 0
+        if nbytes:
+            self._budget.repay(nbytes)
 
 
 class DeviceBudget:
@@ -261,11 +309,50 @@ class DeviceBudget:
         self.device = device
         self.total_bytes = total_bytes
         self._lock = threading.Lock()
+        self._repaid = threading.Condition(self._lock)
         self._held: list[Reservation] = []
+        self._lent = 0
 
     def available(self) -> int:
+        """What is neither reserved nor lent now: what a load may reserve."""
         with self._lock:
             return self._free()
+
+    def unreserved(self) -> int:
+        """What no instance has reserved: what loans may take, one after another."""
+        with self._lock:
+            return self.total_bytes - sum(r.nbytes for r in self._held)
+
+    @property
+    def lent_bytes(self) -> int:
+        """Lent to batches running now."""
+        return self._lent
+
+    def lend(self, owner: str, nbytes: int) -> Loan:
+        """Lend ``nbytes`` to one batch of ``owner`` beyond its instance's reservation,
+        waiting while other loans hold what it needs (they end with their batches' runs).
+
+        Raises Unavailable when what no instance has reserved cannot hold it (a load took
+        the memory after the request was admitted).
+        """
+        with self._repaid:
+            while nbytes > self._free():
+                unreserved = self.total_bytes - sum(r.nbytes for r in self._held)
+                if nbytes > unreserved:
+                    raise Unavailable(
+                        f"model '{owner}' needs {format_bytes(nbytes)} beyond its reservation "
+                        f"for this request, and only {format_bytes(unreserved)} of the "
+                        f"{self.device} budget is unreserved now; retry later"
+                    )
+                self._repaid.wait(LOAN_WAIT_S)
+            self._lent += nbytes
+        return Loan(self, nbytes)
+
+    def repay(self, nbytes: int) -> None:
+        """A loan's memory comes back (``Loan.close``)."""
+        with self._repaid:
+            self._lent -= nbytes
+            self._repaid.notify_all()
 
     def holdings(self) -> dict[str, int]:
         """Bytes held per owner (several reservations of one owner are summed)."""
@@ -291,22 +378,24 @@ class DeviceBudget:
             allowed = free if limit_bytes is None else min(free, limit_bytes)
             if steps is None:
                 cap = derive_cap(profile, allowed, max_batch_size)
-                nbytes, rows, batch_steps = profile.predict(cap), cap, 0
+                nbytes, rows, batch_steps, step_bytes = profile.predict(cap), cap, 0, 0
             else:
                 step = profile.per_step(steps.per_row)
                 cap = derive_cap(step, allowed, steps.most, steps.least)
                 nbytes, rows, batch_steps = step.predict(cap), steps.rows(cap, max_batch_size), cap
+                step_bytes = step.per_sample_bytes
             if cap == 0:
                 raise self._refusal(owner, profile, free, limit_bytes)
-            reservation = Reservation(self, owner, nbytes, rows, batch_steps)
+            reservation = Reservation(self, owner, nbytes, rows, batch_steps, step_bytes)
             self._held.append(reservation)
             return reservation
 
     def release(self, reservation: Reservation) -> None:
         """Give the reservation's memory back; releasing twice is harmless."""
-        with self._lock:
+        with self._repaid:
             if reservation in self._held:
                 self._held.remove(reservation)
+                self._repaid.notify_all()
 
     def _refusal(
         self, owner: str, profile: MemoryProfile, free: int, limit_bytes: int | None
@@ -333,7 +422,7 @@ class DeviceBudget:
         )
 
     def _free(self) -> int:
-        return self.total_bytes - sum(r.nbytes for r in self._held)
+        return self.total_bytes - sum(r.nbytes for r in self._held) - self._lent
 
     def _holdings_unlocked(self) -> list[tuple[str, int]]:
         held: dict[str, int] = {}

@@ -8,11 +8,13 @@ request gets what it would have got alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from batchserve.core.budgets import format_bytes
 from batchserve.core.errors import InvalidArgument
+from batchserve.scheduler.memory import Reservation
 from batchserve.scheduler.policy import AxesOf, AxisOf, BatchPolicy
 from batchserve.scheduler.work import Arrays
 
@@ -45,23 +47,39 @@ def row_positions(axes: AxesOf, inputs: Mapping[str, np.ndarray]) -> int:
     return most
 
 
-def check_steps(policy: BatchPolicy, model: str, inputs: Arrays, rows: int) -> None:
+def check_steps(
+    policy: BatchPolicy,
+    model: str,
+    inputs: Arrays,
+    rows: int,
+    lenders: Sequence[Reservation] = (),
+) -> None:
     """A request holds no more positions (rows times a row's positions) than one batch may
-    (``policy.max_batch_steps``, from the memory budget): 64 rows of 10,000 tokens, a
-    4.9 MiB request, left char_lstm's instance holding 2.6 GiB; one 2048 x 2048 image, a
-    48 MiB request, took a small CNN with free height and width from 1.4 to 3.0 GiB."""
+    (``policy.max_batch_steps``, from the memory budget), or than the device budget could
+    lend one of the model's instances for its run beyond that (``lenders``): 64 rows of
+    10,000 tokens, a 4.9 MiB request, left char_lstm's instance holding 2.6 GiB; one 2048 x
+    2048 image, a 48 MiB request, took a small CNN with free height and width from 1.4 to
+    3.0 GiB."""
     most = policy.max_batch_steps
     if not most:
         return
     positions = row_positions(policy.position_inputs, inputs)
-    if rows * positions <= most:
+    total = rows * positions
+    if total <= most or any(lender.could_lend(total) for lender in lenders):
         return
+    lend = ""
+    if lenders:
+        lender = max(lenders, key=lambda one: one.unreserved_bytes() - one.extra_bytes(total))
+        lend = (
+            f", and the {format_bytes(lender.extra_bytes(total))} more it needs is more than "
+            f"the {lender.device} budget has unreserved ({format_bytes(lender.unreserved_bytes())})"
+        )
     if policy.length_input:
         layout = SequenceLayout(policy.sequence_inputs, ())
         raise InvalidArgument(
             f"input '{layout.longest(inputs)}': {rows} sequence(s) of length {positions} are "
-            f"{rows * positions} steps, more than a batch of model '{model}' may hold ({most} "
-            "steps, derived from its memory budget); send shorter or fewer sequences, or "
+            f"{total} steps, more than a batch of model '{model}' may hold ({most} steps, "
+            f"derived from its memory budget){lend}; send shorter or fewer sequences, or "
             "raise batchserve.max_batch_steps"
         )
     name, free = max(
@@ -70,9 +88,9 @@ def check_steps(policy: BatchPolicy, model: str, inputs: Arrays, rows: int) -> N
     )
     sizes = " x ".join(str(inputs[name].shape[axis]) for axis in free)
     raise InvalidArgument(
-        f"input '{name}': {rows} row(s) of {sizes} are {rows * positions} positions, more than "
-        f"a batch of model '{model}' may hold ({most} positions, derived from its memory "
-        "budget); send smaller or fewer rows, or raise batchserve.max_batch_steps"
+        f"input '{name}': {rows} row(s) of {sizes} are {total} positions, more than a batch "
+        f"of model '{model}' may hold ({most} positions, derived from its memory budget)"
+        f"{lend}; send smaller or fewer rows, or raise batchserve.max_batch_steps"
     )
 
 

@@ -52,6 +52,9 @@ class Recorder:
     def memory_bytes(self) -> int | None:
         return None
 
+    def release_after_next_run(self) -> None:
+        pass
+
     def unload(self) -> None:
         pass
 

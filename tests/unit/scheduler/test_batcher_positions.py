@@ -3,23 +3,28 @@ equal shapes batch (Triton's rule), and a batch of large ones holds fewer rows."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
+from batchserve.core.device import CPU
 from batchserve.core.errors import InvalidArgument
 from batchserve.models.model_config import parse_pbtxt
 from batchserve.observability.stats import ModelStats
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.instances import Instance, InstancePool
+from batchserve.scheduler.memory import DeviceBudget, MemoryProfile, StepBudget
 from batchserve.scheduler.padding import check_steps, row_positions
 from batchserve.scheduler.policy import BatchPolicy
-from batchserve.scheduler.work import WorkItem
+from batchserve.scheduler.work import Arrays, WorkItem
 from fakes import FakeBackend, ManualClock
 from harness import answers, batcher_for, entered, request, submit
 
 pytestmark = pytest.mark.anyio
+KIB, MIB = 1 << 10, 1 << 20
 
 
 def _config(delay_us: int = 0) -> ModelConfig:
@@ -99,3 +104,52 @@ def test_an_image_over_the_pixels_a_batch_holds_is_refused_naming_the_tensor() -
         "raise batchserve.max_batch_steps"
     )
     check_steps(replace(policy, max_batch_steps=0), "cnn", {"x": np.zeros((1, 80, 90))}, 1)
+
+
+def _lent_pool(backend: FakeBackend, budget: DeviceBudget) -> InstancePool:
+    """One instance reserving 64 positions (4 x 4 x 4) at 1 KiB each."""
+    reservation = budget.reserve(
+        "cnn", MemoryProfile(MIB, 16 * KIB), 8, steps=StepBudget(per_row=16, most=64)
+    )
+    return InstancePool([Instance("fake-0", backend, reservation)])
+
+
+async def test_an_image_past_the_reservation_runs_alone_on_a_loan_then_released() -> None:
+    backend, budget = FakeBackend(), DeviceBudget(CPU, 16 * MIB)
+    pool = _lent_pool(backend, budget)
+    policy = replace(BatchPolicy.from_config(_config(), 64), max_batch_steps=64)
+    batcher = Batcher(pool, policy, ModelStats(), inline_below_ns=10**9)
+    lent: list[int] = []
+    infer = backend.infer
+
+    def noting_the_loan(inputs: Arrays, names: Sequence[str] | None = None) -> dict[str, Any]:
+        lent.append(budget.lent_bytes)
+        return infer(inputs, names)
+
+    backend.infer = noting_the_loan  # type: ignore[method-assign]
+    check_steps(policy, "cnn", {"x": np.zeros((1, 9, 9), np.float32)}, 1, batcher.lenders())
+    for side in (9, 9, 2):  # measured once, the 9 x 9 still never runs on the loop
+        one = _image(side)
+        batcher.submit(one)
+        assert (await answers(one))[0]["y"].shape == (1, side, side)
+    assert lent == [(81 - 64) * KIB, (81 - 64) * KIB, 0]
+    assert budget.lent_bytes == 0
+    assert getattr(backend, "released_after_runs", 0) == 2
+
+
+def test_admission_refuses_what_the_budget_could_not_lend_saying_how_much() -> None:
+    budget = DeviceBudget(CPU, 2 * MIB)
+    pool = _lent_pool(FakeBackend(), budget)
+    policy = replace(BatchPolicy.from_config(_config(), 64), max_batch_steps=64)
+    lenders = [i.reservation for i in pool.instances if i.reservation is not None]
+    unreserved = budget.unreserved()  # 2 MiB - 1 MiB - 64 KiB = 960 KiB
+    check_steps(policy, "cnn", {"x": np.zeros((1, 32, 32), np.float32)}, 1, lenders)
+    with pytest.raises(InvalidArgument) as refused:
+        check_steps(policy, "cnn", {"x": np.zeros((1, 33, 33), np.float32)}, 1, lenders)
+    assert unreserved == 960 * KIB
+    assert refused.value.message == (
+        "input 'x': 1 row(s) of 33 x 33 are 1089 positions, more than a batch of model 'cnn' "
+        "may hold (64 positions, derived from its memory budget), and the 1.0 MiB more it "
+        "needs is more than the cpu budget has unreserved (960 KiB); send smaller or fewer "
+        "rows, or raise batchserve.max_batch_steps"
+    )

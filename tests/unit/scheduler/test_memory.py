@@ -13,16 +13,18 @@ from batchserve.core.budgets import (
     parse_budgets,
 )
 from batchserve.core.device import CPU, Device
-from batchserve.core.errors import ModelConfigError, OutOfMemory
+from batchserve.core.errors import ModelConfigError, OutOfMemory, Unavailable
 from batchserve.proto.model_config_pb2 import TYPE_FP32, TYPE_STRING, ModelConfig
 from batchserve.scheduler.memory import (
     AMPLIFICATION_COUNTED,
     PROBE_SEQUENCE_LENGTH,
     DeviceBudget,
+    Loan,
     MemoryBudgets,
     MemoryProfile,
     MemorySample,
     ModelReservations,
+    Reservation,
     StepBudget,
     arena_limit_bytes,
     derive_cap,
@@ -492,3 +494,71 @@ def test_a_batch_holds_the_fewest_positions_of_the_instances_that_count_them() -
     assert fewest_positions([0, 5000, 3000]) == 3000  # the 0 instance measured below 8x
     assert fewest_positions([0, 0]) == 0
     assert fewest_positions([]) == 0
+
+
+def _lender(budget: DeviceBudget, positions: int = 1000, position_bytes: int = KIB) -> Reservation:
+    """An instance reserving ``positions`` at ``position_bytes`` each (and 1 MiB fixed)."""
+    steps = StepBudget(per_row=100, most=positions)
+    return budget.reserve("cnn", MemoryProfile(MIB, 100 * position_bytes), 8, steps=steps)
+
+
+def test_a_reservation_in_positions_lends_what_a_larger_batch_needs_beyond_it() -> None:
+    budget = DeviceBudget(CPU, 10 * MIB)
+    held = _lender(budget)
+    assert (held.batch_steps, held.position_bytes) == (1000, KIB)
+    assert held.extra_bytes(1000) == 0
+    assert held.borrow(1000) is None  # within the reservation: nothing to borrow
+    assert held.extra_bytes(1500) == 500 * KIB
+    loan = held.borrow(1500)
+    assert loan is not None
+    assert loan.nbytes == 500 * KIB
+    assert budget.available() == budget.unreserved() - 500 * KIB  # a load cannot take it
+    assert budget.lent_bytes == 500 * KIB
+    loan.close()
+    loan.close()  # twice is harmless
+    assert budget.lent_bytes == 0
+    rows = budget.reserve("digits", MemoryProfile(MIB, KIB), 8)
+    assert rows.extra_bytes(10**9) == 0  # counted in rows: never borrows
+
+
+def test_a_loan_the_unreserved_memory_cannot_hold_is_refused_and_admission_says_so() -> None:
+    budget = DeviceBudget(CPU, 4 * MIB)
+    held = _lender(budget)  # 1 MiB + 1000 KiB reserved: about 2 MiB unreserved
+    unreserved = budget.unreserved()
+    fits = 1000 + unreserved // KIB
+    assert held.could_lend(fits)
+    assert not held.could_lend(fits + 1)
+    with pytest.raises(Unavailable, match=r"model 'cnn' needs 2\.0 MiB beyond its reservation"):
+        held.borrow(fits + 1)
+    assert budget.lent_bytes == 0
+
+
+def test_a_loan_waits_while_other_loans_hold_what_it_needs() -> None:
+    budget = DeviceBudget(CPU, 4 * MIB)
+    held = _lender(budget)
+    most = 1000 + budget.unreserved() // KIB
+    first = held.borrow(most)
+    assert first is not None
+    taken: list[Loan | None] = []
+    waiting = threading.Thread(target=lambda: taken.append(held.borrow(most)))
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive()
+    assert not taken
+    first.close()
+    waiting.join(5)
+    assert taken
+    assert taken[0] is not None
+    assert budget.lent_bytes == taken[0].nbytes
+    taken[0].close()
+
+
+def test_a_loan_is_refused_when_a_load_took_the_memory_after_admission() -> None:
+    budget = DeviceBudget(CPU, 4 * MIB)
+    held = _lender(budget)
+    most = 1000 + budget.unreserved() // KIB
+    assert held.could_lend(most)  # admitted
+    budget.reserve("other", MemoryProfile(MIB, 0), 1)  # then a model loads
+    with pytest.raises(Unavailable, match="is unreserved now; retry later"):
+        held.borrow(most)
+    assert held.borrow(most - 1024) is not None  # what is still unreserved is lent
