@@ -15,7 +15,6 @@ once loaded and its high-water mark (``VmHWM``) after the requests, with the tim
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import shutil
@@ -26,9 +25,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench import machine
-from bench.common import ROOT
-from bench.memory_rounds import Round, rounds_table, serve_round, taking_turns
+from bench.memory_rounds import Round, arguments, report, serve_round, taking_turns
 from bench.repo import RESNET, export
 
 MODEL = "resnet_free"
@@ -97,30 +94,20 @@ def one_round(setting: str, exported: Path, concurrency: int, work: Path) -> Rou
 def render(rounds: list[Round], concurrency: int) -> str:
     count = GROUPS * len(SHAPES)
     shapes = ", ".join(f"{rows} x {side} x {side}" for rows, side in SHAPES)
-    lines = ["# Large images: batches bounded in pixels (ResNet-like CNN, free height and width)"]
-    lines += ["", *(f"- {line}" for line in machine.describe())]
-    lines += [
-        f"- {count} requests over HTTP (binary tensors) from {concurrency} clients, {GROUPS} "
-        f"of each of {shapes} (images x pixels), seeded; one server (one process) per round, "
-        "the two settings taking turns",
-        f"- `{RESNET}` exported with `batchserve export ... --input image:FP32:batch,3,h,w`; "
+    title = "Large images: batches bounded in pixels (ResNet-like CNN, free height and width)"
+    return report(title, [
+        f"{count} requests over HTTP (binary tensors) from {concurrency} clients, {GROUPS} of "
+        f"each of {shapes} (images x pixels), seeded; one server (one process) per round, the "
+        "two settings taking turns",
+        f"`{RESNET}` exported with `batchserve export ... --input image:FP32:batch,3,h,w`; "
         "bounded: as exported, 64 x 128 x 128 pixels a batch (64 rows of the memory probe's); "
         f"raised: `max_batch_steps: {RAISED_PIXELS}`, which lets these requests batch as they "
         "did before batches were bounded in pixels",
-        "- loaded: resident memory once the model was loaded; peak: its high-water mark "
-        "(`VmHWM`) after the requests",
-        "",
-        *rounds_table(rounds),
-    ]
-    return "\n".join(lines) + "\n"
+    ], rounds)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.large_images")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of each setting")
-    parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "LARGE_IMAGES.md")
-    args = parser.parse_args(argv)
+    args = arguments("python -m bench.large_images", "LARGE_IMAGES.md", argv)
     rounds = []
     with tempfile.TemporaryDirectory() as work:
         print(f"exporting {RESNET} with free height and width", flush=True)

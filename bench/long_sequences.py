@@ -13,7 +13,6 @@ its high-water mark (``VmHWM``) after the requests, with the time they took.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import shutil
 import sys
@@ -23,9 +22,8 @@ from pathlib import Path
 import numpy as np
 from batchserve.zoo.char_lstm import PAD, VOCAB_SIZE
 
-from bench import machine
 from bench.common import ROOT
-from bench.memory_rounds import Round, rounds_table, serve_round, taking_turns
+from bench.memory_rounds import Round, arguments, report, serve_round, taking_turns
 
 MODEL = "char_lstm"
 RAISED_STEPS = 524_288
@@ -96,29 +94,18 @@ def one_round(setting: str, steps: int, concurrency: int, work: Path) -> Round:
 def render(rounds: list[Round], concurrency: int) -> str:
     count = GROUPS * len(SHAPES)
     shapes = ", ".join(f"{rows} x {length:,}" for rows, length in SHAPES)
-    lines = ["# Long sequences: batches bounded in steps (char_lstm)", ""]
-    lines += [f"- {line}" for line in machine.describe()]
-    lines += [
-        f"- {count} requests over gRPC from {concurrency} clients, {GROUPS} of each of "
-        f"{shapes} (rows x tokens), seeded; one server (one process) per round, the two "
-        "settings taking turns",
-        "- bounded: char_lstm as shipped, 8,192 steps a batch (64 rows of the memory "
-        f"probe's 128); raised: `max_batch_steps: {RAISED_STEPS}`, which lets these "
-        "requests batch as they did before batches were bounded in steps",
-        "- loaded: resident memory once the model was loaded; peak: its high-water mark "
-        "(`VmHWM`) after the requests",
-        "",
-        *rounds_table(rounds),
-    ]
-    return "\n".join(lines) + "\n"
+    return report("Long sequences: batches bounded in steps (char_lstm)", [
+        f"{count} requests over gRPC from {concurrency} clients, {GROUPS} of each of {shapes} "
+        "(rows x tokens), seeded; one server (one process) per round, the two settings "
+        "taking turns",
+        "bounded: char_lstm as shipped, 8,192 steps a batch (64 rows of the memory probe's "
+        f"128); raised: `max_batch_steps: {RAISED_STEPS}`, which lets these requests batch "
+        "as they did before batches were bounded in steps",
+    ], rounds)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.long_sequences")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of each setting")
-    parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "LONG_SEQUENCES.md")
-    args = parser.parse_args(argv)
+    args = arguments("python -m bench.long_sequences", "LONG_SEQUENCES.md", argv)
     rounds = []
     with tempfile.TemporaryDirectory() as work:
         for setting in taking_turns(args.rounds):

@@ -4,13 +4,15 @@ the same requests each time, and the resident memory and time they took
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import start_server, stop_server
+from bench import machine
+from bench.common import ROOT, start_server, stop_server
 
 SETTINGS = ("bounded", "raised")
 
@@ -78,3 +80,26 @@ def rounds_table(rounds: list[Round]) -> list[str]:
         f"raised {medians['bounded'][0] / medians['raised'][0]:.2f}.",
     ]
     return lines
+
+
+def arguments(prog: str, report: str, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``--rounds``, ``--concurrency`` and ``--out`` (``bench/<report>`` by default)."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each setting")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / report)
+    return parser.parse_args(argv)
+
+
+def report(title: str, workload: Sequence[str], rounds: list[Round]) -> str:
+    """The report: the machine, the ``workload``'s lines, what is measured, every round and
+    the medians."""
+    lines = [f"# {title}", "", *(f"- {line}" for line in machine.describe())]
+    lines += [f"- {line}" for line in workload]
+    lines += [
+        "- loaded: resident memory once the model was loaded; peak: its high-water mark "
+        "(`VmHWM`) after the requests",
+        "",
+        *rounds_table(rounds),
+    ]
+    return "\n".join(lines) + "\n"

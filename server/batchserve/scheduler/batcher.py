@@ -329,7 +329,7 @@ class Batcher:
         free = self.pool.free()
         if len(free) < 2 or any(i.backend.device.kind != "cpu" for i in free):
             return [batch]
-        samples, positions = sum(item.batch_size for item in batch), _row_positions(batch)
+        samples, positions = sum(item.batch_size for item in batch), self._row_positions(batch)
         inline = self._inline.inline
         if inline(samples, positions) or inline(-(-samples // len(free)), positions):
             return [batch]
@@ -344,7 +344,9 @@ class Batcher:
             item.executed_batch_size = samples
             self._urgent -= item.urgent
         cpu_clock = self._objective is not None and instance.backend.device.kind == "cpu"
-        lender, positions = instance.reservation, _row_positions(batch)
+        lender, positions = instance.reservation, self._row_positions(batch)
+        if lender is not None and not lender.batch_steps:
+            lender = None  # counted in rows: a batch never holds more than reserved
         run = BatchRun(instance.backend, batch, self._pad_value, self._layout,
                        cpu_clock=cpu_clock, lender=lender)  # fmt: skip
         predicted = 0
@@ -439,7 +441,7 @@ class Batcher:
     def _learn(self, batch: list[WorkItem], run: BatchRun, instance: Instance) -> None:
         """Record the run's executions; after running out of memory, lower the cap to the
         largest batch that then succeeded (and below the smallest that failed)."""
-        positions = _row_positions(batch)
+        positions = self._row_positions(batch)
         for e in run.executions:
             self._inline.record(e.samples, e.input_ns + e.infer_ns + e.output_ns, positions)
             self.stats.record_batch(
@@ -464,6 +466,13 @@ class Batcher:
         else:
             self._order.settle(item, outcome)
 
+    def _row_positions(self, batch: list[WorkItem]) -> int:
+        """The positions of the batch's largest row (0 for a model without free axes): what
+        its run time is learned by, with its size (``inline.py``)."""
+        if not self.policy.position_inputs:
+            return 0
+        return max(item.row_positions for item in batch)
+
     async def close(self) -> None:
         """Refuse new work, finish what is queued and running.
 
@@ -478,9 +487,3 @@ class Batcher:
         self._wakeup.cancel()
         while self.queue:  # no instance at all to run them: answer rather than strand them
             self._settle(self.queue.pop(self._clock()), Unavailable("model was unloaded"))
-
-
-def _row_positions(batch: list[WorkItem]) -> int:
-    """The positions of the batch's largest row (0 for a model counted in rows): what its
-    run time is learned by, with its size (``inline.py``)."""
-    return max(item.row_positions for item in batch)
