@@ -335,8 +335,9 @@ class DataPlane:
                 "send smaller batches"
             )
         check_lengths(policy, valid.inputs)
-        check_steps(policy, served.name, valid.inputs, max(1, valid.batch_size),
-                    served.batcher.lenders())  # fmt: skip
+        if policy.max_batch_steps:  # (the lenders are listed only for such a model)
+            check_steps(policy, served.name, valid.inputs, max(1, valid.batch_size),
+                        served.batcher.lenders())  # fmt: skip
         priority = requested_priority or policy.default_priority
         if not 1 <= priority <= policy.priority_levels:
             raise InvalidArgument(
