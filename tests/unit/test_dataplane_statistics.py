@@ -28,7 +28,9 @@ MEMORY = (
 )
 
 
-def _served(name: str = "m", version: int = 2, tuning: Tuning | None = None) -> ServedVersion:
+def _served(
+    name: str = "m", version: int = 2, tuning: Tuning | None = None, positions: bool = False
+) -> ServedVersion:
     stats = ModelStats()
     stats.record_batch(4, 10, 200, 30)
     stats.record_compute(3, 10, 200, 30)  # the batch of 4 answered three requests
@@ -39,9 +41,9 @@ def _served(name: str = "m", version: int = 2, tuning: Tuning | None = None) -> 
     stats.record_request(True, 1000, 100)
     stats.record_request(False, 500, 0)
     stats.last_inference_ms = 1_700_000_000_000
-    routing = SimpleNamespace(cpu_below=5 if tuning else 0)
+    routing = SimpleNamespace(cpu_below=(40_000 if positions else 5) if tuning else 0)
     policy = SimpleNamespace(max_batch_steps=1024)
-    batcher = SimpleNamespace(cap=8, routing=routing, policy=policy)
+    batcher = SimpleNamespace(cap=8, routing=routing, policy=policy, counts_positions=positions)
     served = SimpleNamespace(
         name=name, version=version, stats=stats, batcher=batcher, memory=MEMORY, tuning=tuning
     )
@@ -143,10 +145,27 @@ def test_measured_defaults_and_the_device_split_are_in_the_statistics() -> None:
         ],
     }  # fmt: skip
     assert http["batchserve"]["cpu_below_batch_size"] == 5
+    assert http["batchserve"]["cpu_below_positions"] == 0
+
+
+def test_the_device_split_of_a_model_with_free_axes_is_in_positions() -> None:
+    """Its batch times, and so its crossover, are in positions: shown as such, never as a
+    batch size."""
+    (row,) = model_statistics([_served("img", 1, TUNING, positions=True)])
+    assert (row.cpu_below_batch_size, row.cpu_below_positions) == (0, 40_000)
+    (http,) = responses.statistics([row])["model_stats"]
+    assert http["batchserve"]["cpu_below_positions"] == 40_000
+    (grpc,) = messages.statistics([row]).model_stats
+    assert (grpc.batchserve.cpu_below_batch_size, grpc.batchserve.cpu_below_positions) == (
+        0,
+        40_000,
+    )
 
 
 def test_both_adapters_render_the_same_numbers() -> None:
-    rows = model_statistics([_served("a", 1), _served("b", 3, TUNING)])
+    rows = model_statistics(
+        [_served("a", 1), _served("b", 3, TUNING), _served("c", 1, TUNING, positions=True)]
+    )
     http = responses.statistics(rows)
     grpc = responses.message_json(messages.statistics(rows))  # protobuf's JSON, as Triton's
     for model in grpc["model_stats"]:
@@ -157,4 +176,4 @@ def test_both_adapters_render_the_same_numbers() -> None:
         assert model["inference_stats"].pop("cache_hit") == cache  # no cache: HTTP shows zeros
         assert model["inference_stats"].pop("cache_miss") == cache
     assert http == grpc
-    assert [m["name"] for m in http["model_stats"]] == ["a", "b"]
+    assert [m["name"] for m in http["model_stats"]] == ["a", "b", "c"]

@@ -11,6 +11,7 @@ from batchserve.core.budgets import parse_budgets
 from batchserve.models.memory_probe import device_total_bytes
 from batchserve.models.registry import ModelRegistry
 from batchserve.models.repository import ModelRepository
+from batchserve.scheduler.batch_time import BatchTimeModel
 from batchserve.scheduler.memory import PROBE_SEQUENCE_LENGTH, MemoryBudgets
 from onnx import helper, numpy_helper
 from onnx_models import FP32, build_model, write_model
@@ -58,5 +59,28 @@ async def test_an_unpadded_cnn_with_free_height_and_width_loads_and_is_measured(
         (instance,) = served.memory
         features = 4 * (PROBE_SEQUENCE_LENGTH - 2) ** 2 * 4  # one row's output, in bytes
         assert instance.profile.per_sample_bytes >= features  # an image's cost, not a pixel's
+    finally:
+        await registry.close()
+
+
+async def test_its_batch_times_are_seeded_in_pixels(tmp_path: Path) -> None:
+    """The probe's timed batches seed the batch-time model with their pixels, not their
+    rows (``batch_time.py``): the objective and the CPU/GPU split predict by them."""
+    _unpadded_cnn(tmp_path / "cnn" / "1" / "model.onnx")
+    (tmp_path / "cnn" / "config.pbtxt").write_text(CONFIG)
+    budgets = MemoryBudgets(parse_budgets(None), device_total_bytes)
+    registry = ModelRegistry(ModelRepository(tmp_path), 8, budgets, create_backend)
+    try:
+        await registry.load("cnn")
+        served = registry.get("cnn")
+        (loaded,) = served.instances
+        per_row = PROBE_SEQUENCE_LENGTH**2
+        assert loaded.memory.probe_row_positions == per_row
+        timed = [(s.batch_size, s.run_ns) for s in loaded.memory.profile.samples if s.run_ns]
+        assert len(timed) >= 2
+        expected = BatchTimeModel()
+        for rows, ns in timed:
+            expected.record(rows * per_row, ns)
+        assert served.batcher.batch_time(loaded.instance.name) == expected
     finally:
         await registry.close()

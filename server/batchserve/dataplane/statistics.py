@@ -88,6 +88,7 @@ class ModelStatistics:
     measured_defaults: Tuning | None = None
     cpu_below_batch_size: int = 0  # with CPU and GPU instances: where batches split
     batch_steps: int = 0  # positions per batch now (steps, pixels); 0: counted in rows
+    cpu_below_positions: int = 0  # the split of a model with free axes, in positions
 
 
 def model_statistics(served: Iterable[ServedVersion]) -> list[ModelStatistics]:
@@ -97,6 +98,7 @@ def model_statistics(served: Iterable[ServedVersion]) -> list[ModelStatistics]:
 
 def _model_statistics(served: ServedVersion) -> ModelStatistics:
     s = served.stats
+    crossover, positions = served.batcher.routing.cpu_below, served.batcher.counts_positions
     return ModelStatistics(
         name=served.name,
         version=str(served.version),
@@ -129,8 +131,9 @@ def _model_statistics(served: ServedVersion) -> ModelStatistics:
             for m in served.memory
         ),
         measured_defaults=served.tuning,
-        cpu_below_batch_size=served.batcher.routing.cpu_below,
+        cpu_below_batch_size=0 if positions else crossover,
         batch_steps=served.batcher.policy.max_batch_steps,
+        cpu_below_positions=crossover if positions else 0,
     )
 
 

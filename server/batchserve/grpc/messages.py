@@ -84,6 +84,7 @@ def _model_stats(row: ModelStatistics) -> pb.ModelStatistics:
             measured_defaults=_measured_defaults(row.measured_defaults),
             cpu_below_batch_size=row.cpu_below_batch_size,
             batch_steps=row.batch_steps,
+            cpu_below_positions=row.cpu_below_positions,
         ),
     )
 

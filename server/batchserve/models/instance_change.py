@@ -162,8 +162,7 @@ class InstanceChange:
         """Serve on the new instances and config; return once the removed ones are closed."""
         served, batcher = self.served, self.served.batcher
         for loaded in self.added:
-            runs = [(s.batch_size, s.run_ns) for s in loaded.memory.profile.samples if s.run_ns]
-            batcher.add_instance(loaded.instance, runs)
+            batcher.add_instance(loaded.instance, loaded.memory.timed_runs())
         served.instances = (*self.plan.keep, *self.added)
         served.config = self.config
         if self.config.max_batch_size > 0:

@@ -37,12 +37,13 @@ SLOW_PHASE_S = 1.0
 person watching a slow load sees where its time goes; shorter ones at debug."""
 
 
-def probe_row_steps(config: ModelConfig, free_dim: int, sample: Arrays | None) -> int:
+def probe_row_positions(config: ModelConfig, free_dim: int, sample: Arrays | None) -> int:
     """The positions each row of the memory probe's batches held: ``free_dim`` on each free
-    axis, or the positions of the warm-up sample the probe repeats."""
+    axis, or the positions of the warm-up sample the probe repeats; 0 for a model counted
+    in rows."""
     axes = BatchPolicy.from_config(config, 1).position_inputs
     if not axes:
-        return free_dim
+        return 0
     if sample is not None and (positions := row_positions(axes, sample)):
         return positions
     return int(free_dim ** max(len(free) for _, free in axes))
@@ -111,8 +112,8 @@ class InstanceLoader:
             )  # fmt: skip
             _log_phase(name, "load and memory probe", started)
             budget = self.budgets.for_device(backend.device)
-            row_steps = probe_row_steps(config, free_dim, first)
-            reservation = reservations.reserve(budget, profile, sharing, row_steps)
+            row_positions = probe_row_positions(config, free_dim, first)
+            reservation = reservations.reserve(budget, profile, sharing, row_positions)
             if reservations.limit_bytes is None:  # its own budget bounds it: no loans
                 instance.reservation = reservation
             cap = reservation.batch_cap if config.max_batch_size > 0 else 1
@@ -136,8 +137,9 @@ class InstanceLoader:
                    "reserved_bytes": reservation.nbytes},
         )  # fmt: skip
         memory = InstanceMemory(
-            backend.device, profile, reservation.nbytes, cap, reservation.batch_steps
-        )
+            backend.device, profile, reservation.nbytes, cap, reservation.batch_steps,
+            probe_row_positions=row_positions,
+        )  # fmt: skip
         return LoadedInstance(instance, placement, memory, reservation)
 
     def check_room(

@@ -50,6 +50,14 @@ class InstanceMemory:
     batch_cap: int
     batch_steps: int = 0
     """Steps (rows times padded length) a batch may hold: a sequence model's; 0 otherwise."""
+    probe_row_positions: int = 0
+    """The positions each row of the probe's batches held; 0 for a model counted in rows."""
+
+    def timed_runs(self) -> list[tuple[int, int]]:
+        """The probe's timed batches as (work, ns), work as the batch-time models count it
+        (``scheduler/batch_time.py``): samples, or positions for a model with free axes."""
+        per_row = self.probe_row_positions or 1
+        return [(s.batch_size * per_row, s.run_ns) for s in self.profile.samples if s.run_ns]
 
 
 @dataclass(frozen=True, slots=True)

@@ -344,8 +344,7 @@ class ModelRegistry(ModelTable):
                 pad_value=pad, inline_below_ns=INLINE_BELOW_NS,
             )  # fmt: skip
         for one in loaded:
-            runs = [(s.batch_size, s.run_ns) for s in one.memory.profile.samples if s.run_ns]
-            batcher.seed_batch_times(one.instance.name, runs)
+            batcher.seed_batch_times(one.instance.name, one.memory.timed_runs())
         return ServedVersion(
             resolved.name, version.version, config, batcher, stats, tuple(loaded), reservations,
             resolved.labels, source=version, tuning=tuning,

@@ -1074,16 +1074,22 @@ class BatchserveStatistics(_message.Message):
     MEASURED_DEFAULTS_FIELD_NUMBER: _builtins.int
     CPU_BELOW_BATCH_SIZE_FIELD_NUMBER: _builtins.int
     BATCH_STEPS_FIELD_NUMBER: _builtins.int
+    CPU_BELOW_POSITIONS_FIELD_NUMBER: _builtins.int
     batch_cap: _builtins.int
     """the cap the scheduler uses now"""
     oom_splits: _builtins.int
     cpu_below_batch_size: _builtins.int
     """With both CPU and GPU instances: batches of fewer samples than this run on the CPU
-    ones, the others on the GPU (the measured crossover); 0 when instances are all alike.
+    ones, the others on the GPU (the measured crossover); 0 when instances are all alike,
+    and for a model with free axes, whose crossover is in positions.
     """
     batch_steps: _builtins.int
     """The positions (rows times padded length, or times the free axes' product) a batch
     may hold now; 0 for a model counted in rows.
+    """
+    cpu_below_positions: _builtins.int
+    """cpu_below_batch_size for a model with free axes: batches of fewer positions run on
+    the CPU instances; 0 for a model counted in rows.
     """
     @_builtins.property
     def instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchserveStatistics.InstanceMemory]: ...
@@ -1098,10 +1104,11 @@ class BatchserveStatistics(_message.Message):
         measured_defaults: Global___BatchserveStatistics.MeasuredDefaults | None = ...,
         cpu_below_batch_size: _builtins.int = ...,
         batch_steps: _builtins.int = ...,
+        cpu_below_positions: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["measured_defaults", b"measured_defaults"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_cap", b"batch_cap", "batch_steps", b"batch_steps", "cpu_below_batch_size", b"cpu_below_batch_size", "instances", b"instances", "measured_defaults", b"measured_defaults", "oom_splits", b"oom_splits"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_cap", b"batch_cap", "batch_steps", b"batch_steps", "cpu_below_batch_size", b"cpu_below_batch_size", "cpu_below_positions", b"cpu_below_positions", "instances", b"instances", "measured_defaults", b"measured_defaults", "oom_splits", b"oom_splits"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

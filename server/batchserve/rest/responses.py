@@ -138,6 +138,7 @@ def _model_stats(row: ModelStatistics) -> dict[str, Any]:
             **_measured_defaults(row.measured_defaults),
             "cpu_below_batch_size": row.cpu_below_batch_size,
             "batch_steps": row.batch_steps,
+            "cpu_below_positions": row.cpu_below_positions,
         },
     }
 

@@ -10,7 +10,8 @@ is formed from the head of the queue up to the batch cap and dispatched:
 With a latency objective (``batchserve { latency_objective_microseconds }``) a batch that
 could still grow waits for company only while its oldest request can still finish within
 the objective, given the predicted time of the batch it would join (``batch_time.py``, per
-instance) and what such plans recently overran by (``objective_plan.py``): at the latest
+instance, by the batch's samples or, for a model with free axes, its positions) and what
+such plans recently overran by (``objective_plan.py``): at the latest
 until then, or the queue delay if that comes first. A request that can no longer meet the
 objective is served late or, with ``refuse_late_requests``, refused at once.
 A submit does not dispatch at once but at the end of the event loop's current pass, so
@@ -50,6 +51,10 @@ from batchserve.scheduler.timing import Clock, LoopTimer, Timer, WakeUp
 from batchserve.scheduler.work import Outcome, WorkItem
 
 logger = logging.getLogger(__name__)
+
+UNBOUNDED_WORK = 1 << 40
+"""The most work of a batch of a model with free axes whose memory does not bound its
+positions: more positions than any batch holds (a crossover past it sends all to the CPU)."""
 
 
 class Batcher:
@@ -118,7 +123,7 @@ class Batcher:
         self.routing = DeviceRouting()
         """With CPU and GPU instances: which device a batch goes to (``routing.py``)."""
         self._set_cap(max(1, policy.max_batch_size))
-        self.routing.learn(pool, self._batch_times, self._cap)
+        self.routing.learn(pool, self._batch_times, self._most_work())
 
     @staticmethod
     def _default_step_cost(pool: InstancePool, policy: BatchPolicy) -> float:
@@ -127,13 +132,14 @@ class Batcher:
         return 1.0 if on_cpu else float(max(1, policy.max_batch_size))
 
     def seed_batch_times(self, instance: str, runs: list[tuple[int, int]]) -> None:
-        """Start ``instance``'s batch-time model from (samples, ns) runs measured at load."""
+        """Start ``instance``'s batch-time model from (work, ns) runs measured at load: work
+        in samples, or in positions for a model with free axes (``batch_time.py``)."""
         model = self._batch_times.setdefault(instance, BatchTimeModel())
         busy = self._busy_times.setdefault(instance, BatchTimeModel())
-        for samples, ns in runs:  # timed at load, with the machine to themselves
-            model.record(samples, ns)
-            busy.record(samples, ns)
-        self.routing.learn(self.pool, self._batch_times, self._cap)
+        for work, ns in runs:  # timed at load, with the machine to themselves
+            model.record(work, ns)
+            busy.record(work, ns)
+        self.routing.learn(self.pool, self._batch_times, self._most_work())
 
     def batch_time(self, instance: str) -> BatchTimeModel:
         """The batch-time model of one instance (statistics, tests)."""
@@ -141,7 +147,7 @@ class Batcher:
 
     def add_instance(self, instance: Instance, runs: list[tuple[int, int]]) -> None:
         """Hand ``instance`` batches from now on (instances changed on a live model); the
-        (samples, ns) ``runs`` measured at its load start its batch-time model."""
+        (work, ns) ``runs`` measured at its load start its batch-time model."""
         self.pool.add(instance)
         self.seed_batch_times(instance.name, runs)  # after joining: the crossover counts it
         self._dispatch()  # queued requests may go to it at once
@@ -151,7 +157,7 @@ class Batcher:
         await self.pool.retire(instance)
         self._batch_times.pop(instance.name, None)
         self._busy_times.pop(instance.name, None)
-        self.routing.learn(self.pool, self._batch_times, self._cap)
+        self.routing.learn(self.pool, self._batch_times, self._most_work())
 
     def set_max_batch_size(self, size: int, steps: int = 0) -> None:
         """The memory budget's caps once instances joined or left: rows, and for a sequence
@@ -161,8 +167,38 @@ class Batcher:
         self._forming.set_most_steps(steps)
         self._set_cap(min(size, self._cap) if lowered else size)
 
-    def _predict_ns(self, samples: int, instance: Instance | None = None) -> int:
-        """Predicted time of a batch of ``samples`` on ``instance``, or on the instance that
+    @property
+    def counts_positions(self) -> bool:
+        """Whether batch times (and the CPU/GPU crossover) are in positions, not samples."""
+        return bool(self.policy.position_inputs)
+
+    @staticmethod
+    def _work(samples: int, row_positions: int) -> int:
+        """What a batch's time is learned by: its samples, or with rows of ``row_positions``
+        (a model with free axes; 0 otherwise) its positions, the rows padded to them."""
+        return samples * row_positions if row_positions else samples
+
+    def _most_work(self) -> int:
+        """The work of the largest batch: the cap, or for a model with free axes the
+        positions its memory allows."""
+        if not self.policy.position_inputs:
+            return self._cap
+        return self.policy.max_batch_steps or UNBOUNDED_WORK
+
+    def _positions_ahead(self, now: int) -> int:
+        """Each row's positions in the batch the queue's head would lead, before it is
+        formed (0 for a model counted in rows): the head's own, as only equal shapes batch
+        with it; for a sequence model, whose rows are padded to the longest they take, the
+        longest queued (an upper bound: a prediction errs towards sending early)."""
+        if not self.policy.position_inputs:
+            return 0
+        if self._grouping:
+            return self.queue.longest
+        head = self.queue.peek(now)
+        return head.row_positions if head is not None else 0
+
+    def _predict_ns(self, work: int, instance: Instance | None = None) -> int:
+        """Predicted time of a batch of ``work`` on ``instance``, or on the instance that
         would run it now."""
         if instance is None:
             instances = self.pool.free() or self.pool.instances
@@ -170,7 +206,7 @@ class Batcher:
                 return 0
             instance = instances[0]
         model = self._batch_times.get(instance.name)
-        return model.predict(samples) if model is not None else 0
+        return model.predict(work) if model is not None else 0
 
     def lenders(self) -> list[Reservation]:
         """The instances' reservations that may borrow beyond themselves for a request
@@ -231,12 +267,14 @@ class Batcher:
             target = self._batch_target(now)
             if target and self.routing.cpu_below:
                 head = self.queue.peek(now)
-                target = self.routing.limit(self.pool, target, head.batch_size if head else 0)
+                size, positions = head.batch_size if head else 0, self._positions_ahead(now)
+                target = self.routing.limit(self.pool, target, size, positions)
             if not target:
                 return
             batch = self._forming.take(target, now)
             if self.policy.refuse_late and self._objective is not None:
-                predicted = self._predict_ns(sum(item.batch_size for item in batch))
+                samples = sum(item.batch_size for item in batch)
+                predicted = self._predict_ns(self._work(samples, self._row_positions(batch)))
                 batch = self._objective.refuse_late(batch, now, predicted, self._settle)
             for part in self._spread(batch) if batch else ():
                 self._start(part, now)
@@ -282,7 +320,7 @@ class Batcher:
             return ready
         oldest = self.queue.oldest_enqueued_ns()
         assert oldest is not None
-        due = timing.wait_until(now, oldest, len(self.queue), self._objective_due(oldest))
+        due = timing.wait_until(now, oldest, len(self.queue), self._objective_due(oldest, now))
         if due is None:
             return self._cap
         self._wakeup.at(due)
@@ -296,16 +334,18 @@ class Batcher:
             return True
         queued = self.queue.samples
         busy = self._busy_times.get(instances[0].name)
-        predicted = busy.predict(queued) if busy is not None else 0
+        work = self._work(queued, self._positions_ahead(now_ns))
+        predicted = busy.predict(work) if busy is not None else 0
         return objective.waiting_pays(now_ns, queued, predicted, len(instances))
 
-    def _objective_due(self, oldest_ns: int) -> int | None:
+    def _objective_due(self, oldest_ns: int, now: int) -> int | None:
         """With a latency objective: the latest the batch may go for its oldest request to
         finish within it, were one more request to join; None without an objective."""
         if self._objective is None:
             return None
         samples = min(self._cap, self.queue.samples + 1)
-        return self._objective.due(oldest_ns, self._predict_ns(samples))
+        positions = self._positions_ahead(now)
+        return self._objective.due(oldest_ns, self._predict_ns(self._work(samples, positions)))
 
     def answered(self, item: WorkItem, answered_ns: int, count: int = 1) -> None:
         """``item``'s response was ready at ``answered_ns`` (on the batcher's clock) for
@@ -337,21 +377,22 @@ class Batcher:
 
     # running them -------------------------------------------------------------------
     def _start(self, batch: list[WorkItem], now: int) -> None:
-        samples = sum(item.batch_size for item in batch)
-        instance = self.routing.acquire(self.pool, samples)
+        samples, positions = sum(item.batch_size for item in batch), self._row_positions(batch)
+        work = self._work(samples, positions)
+        instance = self.routing.acquire(self.pool, work)
         for item in batch:
             item.dispatched_ns = now
             item.executed_batch_size = samples
             self._urgent -= item.urgent
         cpu_clock = self._objective is not None and instance.backend.device.kind == "cpu"
-        lender, positions = instance.reservation, self._row_positions(batch)
+        lender = instance.reservation
         if lender is not None and not lender.batch_steps:
             lender = None  # counted in rows: a batch never holds more than reserved
         run = BatchRun(instance.backend, batch, self._pad_value, self._layout,
                        cpu_clock=cpu_clock, lender=lender)  # fmt: skip
         predicted = 0
         if self._objective is not None:
-            predicted = self.batch_time(instance.name).predict(samples)
+            predicted = self.batch_time(instance.name).predict(work)
             self._objective.started(batch, now, predicted)
         on_cpu = instance.backend.device.kind == "cpu"
         borrows = lender is not None and lender.extra_bytes(samples * positions) > 0
@@ -396,13 +437,14 @@ class Batcher:
         if timed and len(run.executions) == 1:  # run whole: the batch's time
             e = run.executions[0]
             measured = e.input_ns + e.infer_ns + e.output_ns
-            self.batch_time(instance.name).record(e.samples, measured)
+            work = self._work(e.samples, self._row_positions(batch))
+            self.batch_time(instance.name).record(work, measured)
             if self._objective is not None:
                 busy = self._busy_times.setdefault(instance.name, BatchTimeModel())
-                busy.record(e.samples, e.cpu_ns or measured)
+                busy.record(work, e.cpu_ns or measured)
             if predicted_ns:
                 self.stats.record_batch_time(predicted_ns, measured)
-            self.routing.recorded(self.pool, self._batch_times, self._cap)
+            self.routing.recorded(self.pool, self._batch_times, self._most_work())
         if self._grouping and len(run.executions) == 1:  # run whole, not split after OOM
             e = run.executions[0]
             steps = max(item.row_positions for item in batch)

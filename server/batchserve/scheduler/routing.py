@@ -6,7 +6,9 @@ included), comes from each device's batch-time model (``batch_time.py``: seeded 
 the memory probe's timed batches, then learned from every batch run), so the split follows
 the measurements, not a setting. Batches below it take a free CPU instance (a GPU one when no
 CPU instance is free); the others only a GPU instance: while none is free, the CPU instances
-take only batches below the crossover from the queue.
+take only batches below the crossover from the queue. Like the batch-time models, the
+crossover is in samples for a model counted in rows and in positions for a model with free
+axes: one large image is worth a GPU where a batch of small ones is not.
 """
 
 from __future__ import annotations
@@ -29,16 +31,16 @@ class DeviceRouting:
 
     def __init__(self) -> None:
         self.cpu_below = 0
-        """Batches of fewer samples go to CPU instances; 0: no split (one kind of device,
-        or not measured yet)."""
+        """Batches of less work (samples or positions) go to CPU instances; 0: no split
+        (one kind of device, or not measured yet)."""
         self.mixed = False
         """The pool has instances on both kinds of device (as of the last ``learn``): its
         batches' times are then recorded, for the crossover."""
         self._recorded = 0
 
-    def learn(self, pool: InstancePool, models: Mapping[str, BatchTimeModel], cap: int) -> None:
+    def learn(self, pool: InstancePool, models: Mapping[str, BatchTimeModel], most: int) -> None:
         """Compute the crossover again from the first CPU and GPU instances' models (call it
-        whenever instances join or leave)."""
+        whenever instances join or leave); ``most``: the work of the largest batch."""
         self._recorded = 0
         cpu = next((i for i in pool.instances if _on_cpu(i)), None)
         gpu = next((i for i in pool.instances if not _on_cpu(i)), None)
@@ -46,27 +48,32 @@ class DeviceRouting:
         if cpu is None or gpu is None or cpu.name not in models or gpu.name not in models:
             self.cpu_below = 0
             return
-        found = crossover(models[cpu.name], models[gpu.name], cap)
+        found = crossover(models[cpu.name], models[gpu.name], most)
         self.cpu_below = found if found > 1 else 0
 
-    def recorded(self, pool: InstancePool, models: Mapping[str, BatchTimeModel], cap: int) -> None:
+    def recorded(self, pool: InstancePool, models: Mapping[str, BatchTimeModel], most: int) -> None:
         """A batch's time was recorded: learn again every ``RELEARN_EVERY`` of them."""
         self._recorded += 1
         if self._recorded >= RELEARN_EVERY:
-            self.learn(pool, models, cap)
+            self.learn(pool, models, most)
 
-    def limit(self, pool: InstancePool, target: int, head: int) -> int:
-        """``target`` samples, or fewer than the crossover while only CPU instances are free;
-        0 (wait for a GPU instance) when the queue's ``head`` request alone is not fewer."""
+    def limit(self, pool: InstancePool, target: int, head: int, row_positions: int = 0) -> int:
+        """``target`` samples, or fewer than make the crossover's work while only CPU
+        instances are free; 0 (wait for a GPU instance) when the queue's ``head`` request
+        alone is not under it. ``row_positions``: each row's in the batch to come (0 for a
+        model counted in rows)."""
         if not self.cpu_below or any(not _on_cpu(i) for i in pool.free()):
             return target
-        return 0 if head >= self.cpu_below else min(target, self.cpu_below - 1)
+        per_row = max(1, row_positions)
+        if head * per_row >= self.cpu_below:
+            return 0
+        return min(target, (self.cpu_below - 1) // per_row)
 
-    def acquire(self, pool: InstancePool, samples: int) -> Instance:
-        """The free instance a batch of ``samples`` runs on."""
+    def acquire(self, pool: InstancePool, work: int) -> Instance:
+        """The free instance a batch of ``work`` (samples or positions) runs on."""
         if not self.cpu_below:
             return pool.acquire()
-        wanted = samples < self.cpu_below
+        wanted = work < self.cpu_below
         for instance in pool.free():
             if _on_cpu(instance) == wanted:
                 return pool.take(instance)

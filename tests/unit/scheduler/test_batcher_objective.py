@@ -16,7 +16,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 from batchserve.core.errors import Unavailable
+from batchserve.models.model_config import parse_pbtxt
 from batchserve.observability.stats import ModelStats
+from batchserve.scheduler.batch_time import FORGET
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.dispatch_timing import DispatchTiming
 from batchserve.scheduler.objective_plan import OBJECTIVE_MARGIN, ArrivalRate
@@ -24,7 +26,17 @@ from batchserve.scheduler.overrun import REFRESH
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.work import WorkItem
 from fakes import FakeBackend, ManualClock, fake_config
-from harness import answer, answers, hold_first, item, make_batcher, outcomes, submit
+from harness import (
+    answer,
+    answers,
+    batcher_for,
+    hold_first,
+    item,
+    make_batcher,
+    outcomes,
+    request,
+    submit,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -126,7 +138,7 @@ async def test_the_margin_never_takes_more_than_half_the_time_a_batch_has_to_spa
         assert batcher.stats.objective_margin_ns == overrun
         # far behind, a batch still waits for company half of what it could: shorter waits,
         # smaller batches and more loop time a request would make the loop later still
-        assert batcher._objective_due(clock()) == clock() + spare - kept
+        assert batcher._objective_due(clock(), clock()) == clock() + spare - kept
 
 
 async def test_without_an_objective_no_finish_is_planned_and_no_margin_learned() -> None:
@@ -381,3 +393,90 @@ async def test_refusing_late_requests_without_an_objective_refuses_nothing() -> 
     backend.gate.set()
     await answer(first)
     assert (await answer(waiting))["y"][0, 0] == 3.0
+
+
+IMAGES = f"""
+    name: "cnn" max_batch_size: 8
+    input [{{ name: "x" data_type: TYPE_FP32 dims: [-1, -1] }}]
+    output [{{ name: "y" data_type: TYPE_FP32 dims: [-1, -1] }}]
+    dynamic_batching {{ max_queue_delay_microseconds: 100000 }}
+    batchserve {{ latency_objective_microseconds: {OBJECTIVE // US} refuse_late_requests: true }}
+"""
+PER_PIXEL_NS = 1_000
+
+
+def _images(clock: ManualClock, backend: FakeBackend) -> Batcher:
+    """A model with free height and width whose batches take 1 µs a pixel, whatever the
+    rows: for it the batch-time model counts pixels (``batch_time.py``)."""
+    batcher = batcher_for([backend], parse_pbtxt(IMAGES), clock)
+    batcher.seed_batch_times("fake-0", [(n, n * PER_PIXEL_NS) for n in (64, 4096)])
+    return batcher
+
+
+def _image(side: int, clock: ManualClock) -> WorkItem:
+    return request({"x": np.ones((1, side, side), np.float32)}, at=clock, outputs=("y",))
+
+
+async def test_an_image_s_batch_is_due_by_its_pixels_not_its_rows() -> None:
+    """Both are a row, with company expected every 5 ms: a small image (64 pixels) waits for
+    it as long as the objective allows; a large one (4,096 pixels, predicted 64 times
+    longer) could not be joined in time and goes at once."""
+    clock = ManualClock()
+    batcher = _images(clock, FakeBackend())
+    _company(batcher, clock, 5 * MS)
+    small = _image(8, clock)
+    await submit(batcher, small)
+    allowed = int(OBJECTIVE * (1 - OBJECTIVE_MARGIN))
+    predicted = 2 * 64 * PER_PIXEL_NS  # were one more image like it to join
+    assert clock.pending == [pytest.approx(small.enqueued_ns + allowed - predicted, abs=2)]
+    clock.advance(clock.pending[0] - clock())
+    await answer(small)
+    large = _image(64, clock)
+    await submit(batcher, large)
+    assert clock.pending == []
+    await answer(large)
+    assert large.dispatched_ns == large.enqueued_ns
+
+
+async def test_an_image_too_large_to_finish_within_the_objective_is_refused_at_once() -> None:
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _images(clock, backend)
+    small, large = _image(8, clock), _image(110, clock)  # 12,100 pixels: 12.1 ms alone
+    await submit(batcher, large, small)
+    clock.advance(clock.pending[0] - clock() if clock.pending else 0)
+    refused, served = await outcomes(large, small)
+    assert isinstance(refused, Unavailable)
+    assert not isinstance(served, BaseException)
+    assert [shape[1:] for shape in backend.shapes] == [(8, 8)]
+
+
+@pytest.mark.parametrize(("side", "waits"), [(8, False), (64, True)])
+async def test_whether_waiting_pays_counts_an_image_s_pixels(side: int, waits: bool) -> None:
+    """At one image every 4 ms, small images keep the instance busy 2 % of the time (go at
+    once), large ones over all of it (wait for company)."""
+    clock = ManualClock()
+    batcher = _images(clock, FakeBackend())
+    _company(batcher, clock, MS // 2)
+    _arrivals(batcher, clock, 4 * MS)
+    lone = _image(side, clock)
+    await submit(batcher, lone)
+    assert batcher.pool.busy_count() == (0 if waits else 1)
+    if waits:
+        clock.advance(clock.pending[0] - clock())
+    await answer(lone)
+
+
+async def test_a_batch_of_images_is_learned_by_its_pixels() -> None:
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = _images(clock, backend)
+    model = batcher.batch_time("fake-0")
+    before = model.sum_x
+    images = [_image(8, clock) for _ in range(3)]
+    for one in images:
+        batcher.submit(one)
+    await asyncio.sleep(0)
+    if clock.pending:
+        clock.advance(clock.pending[0] - clock())
+    await answers(*images)
+    assert backend.shapes == [(3, 8, 8)]
+    assert model.sum_x == pytest.approx(before * FORGET + 3 * 64)

@@ -14,7 +14,7 @@ from batchserve.core.budgets import parse_budgets
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import DeviceUnavailable, OutOfMemory
 from batchserve.devices.placement import gpu_count
-from batchserve.models.instance_loader import probe_row_steps
+from batchserve.models.instance_loader import probe_row_positions
 from batchserve.models.memory_probe import (
     ProcessMemory,
     cgroup_memory_limit,
@@ -27,8 +27,15 @@ from batchserve.models.memory_probe import (
     probe_batch_sizes,
     probe_instance,
 )
+from batchserve.models.model_table import InstanceMemory
 from batchserve.proto.model_config_pb2 import TYPE_FP32, TYPE_INT64, ModelConfig, ModelInput
-from batchserve.scheduler.memory import MemoryBudgets, MemoryProfile, arena_limit_bytes, derive_cap
+from batchserve.scheduler.memory import (
+    MemoryBudgets,
+    MemoryProfile,
+    MemorySample,
+    arena_limit_bytes,
+    derive_cap,
+)
 from onnx import TensorProto, helper, numpy_helper
 
 MIB = 1 << 20
@@ -247,14 +254,23 @@ def test_a_probe_row_holds_the_free_length_or_the_warm_up_sample_s() -> None:
     config.batchserve.sequence_length_input = "lengths"
     config.dynamic_batching.SetInParent()
     sample = {"tokens": np.zeros((1, 20), np.int64), "lengths": np.array([[20]], np.int64)}
-    assert probe_row_steps(config, 128, None) == 128
-    assert probe_row_steps(config, 128, sample) == 20
+    assert probe_row_positions(config, 128, None) == 128
+    assert probe_row_positions(config, 128, sample) == 20
     config.max_batch_size = 0
-    assert probe_row_steps(config, 128, sample) == 128  # no rows: the length is not counted
+    assert probe_row_positions(config, 128, sample) == 0  # no batch axis: no positions counted
 
 
 def test_a_probe_row_of_an_image_holds_the_free_axes_pixels() -> None:
     config = ModelConfig(name="cnn", max_batch_size=8)
     config.input.add(name="image", data_type=TYPE_FP32, dims=[3, -1, -1])
-    assert probe_row_steps(config, 128, None) == 128 * 128
-    assert probe_row_steps(config, 128, {"image": np.zeros((1, 3, 20, 30), np.float32)}) == 600
+    assert probe_row_positions(config, 128, None) == 128 * 128
+    assert probe_row_positions(config, 128, {"image": np.zeros((1, 3, 20, 30), np.float32)}) == 600
+
+
+def test_the_probe_s_timed_batches_are_counted_as_the_batch_times_count_them() -> None:
+    samples = (MemorySample(1, 100, 2000), MemorySample(4, 400, 5000), MemorySample(8, 800))
+    profile = MemoryProfile(0, 100, samples)
+    rows = InstanceMemory(CPU, profile, 800, 8)
+    assert rows.timed_runs() == [(1, 2000), (4, 5000)]  # an untimed batch is left out
+    pixels = InstanceMemory(CPU, profile, 800, 8, probe_row_positions=128 * 128)
+    assert pixels.timed_runs() == [(128 * 128, 2000), (4 * 128 * 128, 5000)]
