@@ -60,6 +60,9 @@ class LeakyBackend:
     def release_after_next_run(self) -> None:
         self._inner.release_after_next_run()
 
+    def interrupt(self) -> None:
+        self._inner.interrupt()
+
     def unload(self) -> None:
         self._inner.unload()
 

@@ -262,6 +262,47 @@ def test_clients_that_leave_free_their_place_in_the_queue(
     assert cancelled_after - cancelled_before == QUEUE
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_running_request_its_client_left_is_stopped_and_frees_the_instance(
+    slow_server: ServerProcess,
+    block_iterations: int,
+    pool: ThreadPoolExecutor,
+    stub: service_pb2_grpc.GRPCInferenceServiceStub,
+    protocol: str,
+) -> None:
+    """The blocking request would hold the only instance for about BLOCK_SECONDS. Its client
+    leaves once it runs: ONNX Runtime stops the run (within a check period and a node), and
+    a request sent then is answered at once rather than after the abandoned run."""
+    before = model_stats(slow_server, "slow")
+    cancelled_before = metric(
+        slow_server, "batchserve_rejected_requests_total", model="slow", reason="cancelled"
+    )
+    if protocol == "http":
+        sock = raw_http_request(slow_server, block_iterations)
+        leave: Callable[[], object] = sock.close
+    else:
+        call = stub.ModelInfer.future(slow_grpc_request(block_iterations), timeout=60)
+        leave = call.cancel
+    wait_until(
+        lambda: metric(slow_server, "batchserve_busy_instances", model="slow") == 1,
+        what="the blocking request to start",
+    )
+    started = time.monotonic()
+    leave()
+    answer = slow_http(slow_server, 1)
+    seconds = time.monotonic() - started
+    assert_slow_answer(answer)
+    assert seconds < BLOCK_SECONDS / 3, f"answered after {seconds:.2f} s: the run went on"
+    after = model_stats(slow_server, "slow")
+    assert after["execution_count"] - before["execution_count"] == 1, "the stopped run ran none"
+    assert after["success"] - before["success"] == 1
+    assert metric(slow_server, "batchserve_busy_instances", model="slow") == 0
+    cancelled = metric(
+        slow_server, "batchserve_rejected_requests_total", model="slow", reason="cancelled"
+    )
+    assert cancelled - cancelled_before == 1, "the one that left"
+
+
 def test_cancelling_a_stream_drops_the_requests_it_queued(
     slow_server: ServerProcess,
     block_iterations: int,

@@ -48,9 +48,19 @@ def fake_config(extra: str = "", *, batching: bool = True, **fields: int) -> Mod
 class FakeBackend:
     """Deterministic arithmetic with switches for the faults a scheduler must survive."""
 
-    def __init__(self, *, oom_above: int | None = None, poison: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        oom_above: int | None = None,
+        poison: float | None = None,
+        stoppable: bool = False,
+    ) -> None:
         self.oom_above = oom_above
         self.poison = poison
+        self.stoppable = stoppable
+        """Whether ``interrupt`` ends a run (ONNX Runtime's) or is ignored (torch's)."""
+        self.interrupts = 0
+        self._stop = False
         self.batches: list[int] = []
         self.shapes: list[tuple[int, ...]] = []
         self.gate = threading.Event()
@@ -79,6 +89,9 @@ class FakeBackend:
         x = inputs["x"]
         self.entered.release()
         self.gate.wait(timeout=10)
+        if self._stop:
+            self._stop = False
+            raise BackendError("Exiting due to terminate flag being set to true.")
         if self.oom_above is not None and len(x) > self.oom_above:
             raise OutOfMemory(f"cannot allocate a batch of {len(x)}")
         self.batches.append(len(x))
@@ -93,6 +106,13 @@ class FakeBackend:
 
     def release_after_next_run(self) -> None:
         self.released_after_runs = getattr(self, "released_after_runs", 0) + 1
+
+    def interrupt(self) -> None:
+        """Counted; when ``stoppable``, the run held at the gate ends with ORT's error."""
+        self.interrupts += 1
+        if self.stoppable:
+            self._stop = True
+            self.gate.set()
 
     def unload(self) -> None:
         self.unloaded = True

@@ -98,6 +98,9 @@ class CostedBackend:
     def release_after_next_run(self) -> None:
         pass
 
+    def interrupt(self) -> None:
+        pass
+
     def unload(self) -> None:
         self.log.append(("unload", threading.get_ident(), ""))
 

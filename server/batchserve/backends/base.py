@@ -55,6 +55,12 @@ class Backend(Protocol):
         allocator), so that the memory returns with the loan. Others keep nothing."""
         ...
 
+    def interrupt(self) -> None:
+        """Called from another thread: end the run in progress, whose clients all went
+        away, if the runtime can (ONNX Runtime between two nodes; the run then raises).
+        Nothing when no run is in progress, nor where the runtime cannot stop a run."""
+        ...
+
     def unload(self) -> None:
         """Release the session/engine and its buffers; safe to call twice."""
         ...

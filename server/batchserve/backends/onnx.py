@@ -25,6 +25,7 @@ from batchserve.backends.onnx_gpu import GpuSetup, graph_hint
 from batchserve.backends.onnx_io import BoundRunner, HostMemory, IoLayout, Memory
 from batchserve.backends.onnx_options import choose_providers
 from batchserve.backends.onnx_session import make_cache_dirs, open_session, session_signature
+from batchserve.backends.onnx_stop import RunStopper
 from batchserve.core.datatypes import BYTES, DataType
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import BackendError, InvalidArgument
@@ -126,6 +127,7 @@ class OnnxBackend:
         self._run_options = _run_options()
         self._next_options: Any = None
         """Options for the next run only (``release_after_next_run``)."""
+        self._stopper = RunStopper()
 
     @property
     def device(self) -> Device:
@@ -170,9 +172,11 @@ class OnnxBackend:
         options, self._next_options = self._next_options, None
         with map_ort_errors(f"model '{self._name}'"):
             if self._runner is not None:
-                arrays = self._runner.run(inputs, names, options)
+                arrays = self._runner.run(inputs, names, options, self._stopper)
             else:
-                arrays = session.run(names, dict(inputs), options or self._run_options)
+                options = options or self._run_options
+                with self._stopper.running(options):
+                    arrays = session.run(names, dict(inputs), options)
         return dict(zip(names, arrays, strict=True))
 
     def memory_bytes(self) -> int | None:
@@ -188,6 +192,10 @@ class OnnxBackend:
         where = "cpu:0" if self._device.kind == "cpu" else f"gpu:{self._device.index}"
         options.add_run_config_entry(ARENA_SHRINKAGE_KEY, where)
         self._next_options = options
+
+    def interrupt(self) -> None:
+        """ORT's ``terminate`` flag on the run in progress (``onnx_stop``)."""
+        self._stopper.stop()
 
     def unload(self) -> None:
         # The session goes first: it may compute on the stream the memory owns.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from batchserve.backends.base import Arrays
 from batchserve.backends.gpu_plan import padded_batch
+from batchserve.backends.onnx_stop import RunStopper
 from batchserve.core.datatypes import BYTES, DataType
 from batchserve.core.errors import InvalidArgument
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
@@ -277,9 +279,16 @@ class BoundRunner:
             for _ in range(WARMUP_RUNS):
                 self.run(zeros, outputs)
 
-    def run(self, inputs: Arrays, names: Sequence[str], options: Any = None) -> list[np.ndarray]:
+    def run(
+        self,
+        inputs: Arrays,
+        names: Sequence[str],
+        options: Any = None,
+        stopper: RunStopper | None = None,
+    ) -> list[np.ndarray]:
         """The outputs ``names`` for one batch, as host arrays the caller owns; ``options``
-        replace the run options for this batch (it then runs without a CUDA graph)."""
+        replace the run options for this batch (it then runs without a CUDA graph);
+        ``stopper`` may end the run from another thread."""
         memory, layout = self._memory, self._layout
         memory.activate()
         batch = plan_batch(layout, inputs, self.graph_sizes)
@@ -298,7 +307,8 @@ class BoundRunner:
         memory.wait()  # inputs are on the device before ORT starts, whichever stream it uses
         if options is None:
             options = self._plain if batch.graph is None else self._graphs[batch.graph]
-        self._session.run_with_iobinding(binding, options)
+        with stopper.running(options) if stopper is not None else nullcontext():
+            self._session.run_with_iobinding(binding, options)
         del held
         fixed = [n for n in names if n not in allocated]
         for name in fixed:

@@ -111,5 +111,8 @@ class ReshapedBackend:
     def release_after_next_run(self) -> None:
         self.inner.release_after_next_run()
 
+    def interrupt(self) -> None:
+        self.inner.interrupt()
+
     def unload(self) -> None:
         self.inner.unload()

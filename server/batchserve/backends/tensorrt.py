@@ -125,6 +125,9 @@ class TensorRTBackend:
         """Nothing to give back: an engine's memory is allocated once, for its profiles'
         largest shapes, and a larger request is refused by the profile."""
 
+    def interrupt(self) -> None:
+        """An enqueued engine runs to its end: TensorRT has no way to stop it."""
+
     def unload(self) -> None:
         instance, self._instance = self._instance, None
         if instance is not None:

@@ -131,6 +131,9 @@ class TorchBackend:
     def release_after_next_run(self) -> None:
         self._release_next = True
 
+    def interrupt(self) -> None:
+        """A torch forward runs to its end: torch has no way to stop it from outside."""
+
     def unload(self) -> None:
         runner, self._runner = self._runner, None
         if runner is not None:

@@ -17,9 +17,10 @@ objective is served late or, with ``refuse_late_requests``, refused at once.
 A submit does not dispatch at once but at the end of the event loop's current pass, so
 that the requests decoded in one pass share a batch.
 Requests whose deadline passed or whose client went away are dropped before they cost
-compute. Each batch runs on its instance's thread (``execution.BatchRun``, which also
-recovers from running out of memory and isolates poisoned requests), or directly on the
-event loop when ``inline_below_ns`` is set and a CPU batch of its size is measured to run
+compute, and a running batch whose clients all went away is stopped where the runtime can
+stop it (``run_watch.py``). Each batch runs on its instance's thread (``execution.BatchRun``,
+which also recovers from running out of memory and isolates poisoned requests), or directly
+on the event loop when ``inline_below_ns`` is set and a CPU batch of its size is measured to run
 faster than that (``inline.py``: about what the hand-over to the thread costs). Running
 out of memory lowers the cap.
 """
@@ -47,6 +48,7 @@ from batchserve.scheduler.padding import SequenceLayout, row_positions
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.queue import PriorityQueue
 from batchserve.scheduler.routing import DeviceRouting
+from batchserve.scheduler.run_watch import RunWatch
 from batchserve.scheduler.timing import Clock, LoopTimer, Timer, WakeUp
 from batchserve.scheduler.work import Outcome, WorkItem
 
@@ -82,6 +84,7 @@ class Batcher:
         self._pad_value = pad_value
         self._clock = clock
         self._wakeup = WakeUp(timer if timer is not None else LoopTimer(clock), self._dispatch)
+        self._watch = RunWatch()
         delay_ns = policy.max_queue_delay_ns if policy.merge_requests else 0
         objective_ns = policy.latency_objective_ns
         self._objective = ObjectivePlan(objective_ns, stats) if objective_ns else None
@@ -403,6 +406,7 @@ class Batcher:
                 outcomes = exc
             self._finish(instance, batch, run, outcomes, predicted)
             return  # the caller's dispatch loop goes on
+        self._watch.started(run, batch)
         execute = self._execute(instance, batch, run, predicted)
         task = asyncio.get_running_loop().create_task(execute)
         self._running.add(task)
@@ -427,6 +431,13 @@ class Batcher:
         predicted_ns: int = 0,
     ) -> None:
         self.pool.release(instance)
+        self._watch.finished(run)
+        if run.interrupted:  # stopped, or run on where the runtime cannot stop it
+            logger.info(
+                "batch's clients went away while it ran",
+                extra={"instance": instance.name, "requests": len(batch),
+                       "stopped": not run.executions},
+            )  # fmt: skip
         if isinstance(outcomes, BaseException):
             self._deliver(batch, [outcomes] * len(batch))
             return

@@ -9,12 +9,16 @@
 - A run of more positions than the instance's reservation holds (a request admitted alone
   past it) borrows the rest from the device budget for its time, waiting while other loans
   hold it, and asks the runtime to give back what it would keep of it afterwards.
+- A batch whose clients all went away is interrupted (``run_watch.py``): the runtime stops
+  the run where it can, and nothing more of the batch runs (no retry, no split); every
+  request is answered as cancelled.
 
 Statistics are only collected here; the event loop records them (counters are not locked).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Sequence
@@ -80,23 +84,36 @@ class BatchRun:
         """Most samples a run succeeded with."""
         self.smallest_oom = 0
         """Fewest samples (more than one) a run ran out of memory with; 0 if none did."""
+        self.interrupted = False
+        """Its clients all went away (``interrupt``)."""
 
     def __call__(self) -> list[Outcome]:
         whole = [(index, 0, item.batch_size) for index, item in enumerate(self._batch)]
         self._attempt(whole, whole=True)
         return self._outcomes()
 
+    def interrupt(self) -> None:
+        """Called on the event loop: nobody waits for the batch any more. The run in
+        progress is stopped where the runtime can, and no further run starts."""
+        self.interrupted = True
+        self._backend.interrupt()
+
     def _attempt(self, parts: list[Part], *, whole: bool = False) -> None:
         if self._failed:
             parts = [part for part in parts if self._errors[part[0]] is None]
             if not parts:
                 return
+        if self.interrupted:
+            self._fail(parts, asyncio.CancelledError())
+            return
         try:
             self._execute(parts, whole)
-        except OutOfMemory as exc:
-            self._out_of_memory(parts, exc)
         except Exception as exc:
-            if pinned_on_requests(exc):
+            if self.interrupted:  # the stop's own failure, or one nobody waits for
+                self._fail(parts, asyncio.CancelledError())
+            elif isinstance(exc, OutOfMemory):
+                self._out_of_memory(parts, exc)
+            elif pinned_on_requests(exc):
                 self._bisect(parts, exc)
             else:  # e.g. a runtime's untranslated failure: no request's own fault
                 self._fail(parts, exc)

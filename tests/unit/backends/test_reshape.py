@@ -55,6 +55,9 @@ class Recorder:
     def release_after_next_run(self) -> None:
         pass
 
+    def interrupt(self) -> None:
+        pass
+
     def unload(self) -> None:
         pass
 
