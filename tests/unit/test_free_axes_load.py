@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 from batchserve.backends.selection import create_backend
 from batchserve.core.budgets import parse_budgets
 from batchserve.models.memory_probe import device_total_bytes
+from batchserve.models.model_table import ServedVersion
 from batchserve.models.registry import ModelRegistry
 from batchserve.models.repository import ModelRepository
 from batchserve.scheduler.batch_time import BatchTimeModel
@@ -44,35 +47,35 @@ def _unpadded_cnn(path: Path) -> None:
     write_model(path, model)
 
 
+@asynccontextmanager
+async def _served_cnn(repo: Path) -> AsyncIterator[ServedVersion]:
+    """The unpadded CNN loaded from a repository of its own."""
+    _unpadded_cnn(repo / "cnn" / "1" / "model.onnx")
+    (repo / "cnn" / "config.pbtxt").write_text(CONFIG)
+    budgets = MemoryBudgets(parse_budgets(None), device_total_bytes)
+    registry = ModelRegistry(ModelRepository(repo), 8, budgets, create_backend)
+    try:
+        await registry.load("cnn")
+        yield registry.get("cnn")
+    finally:
+        await registry.close()
+
+
 async def test_an_unpadded_cnn_with_free_height_and_width_loads_and_is_measured(
     tmp_path: Path,
 ) -> None:
     """Probed and warmed up at 1x1, its convolution refused the image ("Invalid input
     shape") and the model never loaded."""
-    _unpadded_cnn(tmp_path / "cnn" / "1" / "model.onnx")
-    (tmp_path / "cnn" / "config.pbtxt").write_text(CONFIG)
-    budgets = MemoryBudgets(parse_budgets(None), device_total_bytes)
-    registry = ModelRegistry(ModelRepository(tmp_path), 8, budgets, create_backend)
-    try:
-        await registry.load("cnn")
-        served = registry.get("cnn")
+    async with _served_cnn(tmp_path) as served:
         (instance,) = served.memory
         features = 4 * (PROBE_SEQUENCE_LENGTH - 2) ** 2 * 4  # one row's output, in bytes
         assert instance.profile.per_sample_bytes >= features  # an image's cost, not a pixel's
-    finally:
-        await registry.close()
 
 
 async def test_its_batch_times_are_seeded_in_pixels(tmp_path: Path) -> None:
     """The probe's timed batches seed the batch-time model with their pixels, not their
     rows (``batch_time.py``): the objective and the CPU/GPU split predict by them."""
-    _unpadded_cnn(tmp_path / "cnn" / "1" / "model.onnx")
-    (tmp_path / "cnn" / "config.pbtxt").write_text(CONFIG)
-    budgets = MemoryBudgets(parse_budgets(None), device_total_bytes)
-    registry = ModelRegistry(ModelRepository(tmp_path), 8, budgets, create_backend)
-    try:
-        await registry.load("cnn")
-        served = registry.get("cnn")
+    async with _served_cnn(tmp_path) as served:
         (loaded,) = served.instances
         per_row = PROBE_SEQUENCE_LENGTH**2
         assert loaded.memory.probe_row_positions == per_row
@@ -82,5 +85,3 @@ async def test_its_batch_times_are_seeded_in_pixels(tmp_path: Path) -> None:
         for rows, ns in timed:
             expected.record(rows * per_row, ns)
         assert served.batcher.batch_time(loaded.instance.name) == expected
-    finally:
-        await registry.close()
