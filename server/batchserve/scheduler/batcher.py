@@ -190,13 +190,13 @@ class Batcher:
 
     def _positions_ahead(self, now: int) -> int:
         """Each row's positions in the batch the queue's head would lead, before it is
-        formed (0 for a model counted in rows): the head's own, as only equal shapes batch
-        with it; for a sequence model, whose rows are padded to the longest they take, the
-        longest queued (an upper bound: a prediction errs towards sending early)."""
+        formed (0 for a model counted in rows): the head's own. Only equal shapes batch with
+        an image; a sequence's batch is padded to the longest of the lengths cut with it
+        (``length_buckets.py``), at least the head's. Not the longest queued: under steady
+        load the queue never empties and that only grows, predicting every batch as the
+        longest; what such plans overrun by is kept as a margin (``objective_plan.py``)."""
         if not self.policy.position_inputs:
             return 0
-        if self._grouping:
-            return self.queue.longest
         head = self.queue.peek(now)
         return head.row_positions if head is not None else 0
 

@@ -480,3 +480,38 @@ async def test_a_batch_of_images_is_learned_by_its_pixels() -> None:
     await answers(*images)
     assert backend.shapes == [(3, 8, 8)]
     assert model.sum_x == pytest.approx(before * FORGET + 3 * 64)
+
+
+SEQUENCES = f"""
+    name: "seq" max_batch_size: 8
+    input [{{ name: "x" data_type: TYPE_FP32 dims: [-1] }},
+           {{ name: "lengths" data_type: TYPE_INT64 dims: [1] }}]
+    output [{{ name: "y" data_type: TYPE_FP32 dims: [-1] }},
+            {{ name: "total" data_type: TYPE_FP32 dims: [1] }}]
+    dynamic_batching {{ max_queue_delay_microseconds: 100000 }}
+    batchserve {{
+        sequence_length_input: "lengths"
+        latency_objective_microseconds: {OBJECTIVE // US}
+    }}
+"""
+
+
+async def test_a_sequence_batch_is_due_by_its_head_s_steps_not_the_longest_queued() -> None:
+    """Under steady load the queue never empties and its longest only grows: predicted by
+    it, every batch would be planned as the longest ever queued."""
+    clock = ManualClock()
+    batcher = batcher_for([FakeBackend()], parse_pbtxt(SEQUENCES), clock)
+    batcher.seed_batch_times("fake-0", [(n, n * PER_PIXEL_NS) for n in (64, 4096)])  # 1 µs a step
+    _company(batcher, clock, 5 * MS)
+    lengths = np.array([[10]], np.int64)
+    head = request({"x": np.ones((1, 10), np.float32), "lengths": lengths}, at=clock)
+    await submit(batcher, head)
+    clock.advance(1 * MS)  # company as expected: the objective, not the delay, is due first
+    lengths = np.array([[3000]], np.int64)
+    long = request({"x": np.ones((1, 3000), np.float32), "lengths": lengths}, at=clock)
+    await submit(batcher, long)
+    allowed = int(OBJECTIVE * (1 - OBJECTIVE_MARGIN))
+    predicted = 3 * 10 * PER_PIXEL_NS  # three rows, were one more to join, of the head's steps
+    assert clock.pending == [pytest.approx(head.enqueued_ns + allowed - predicted, abs=2)]
+    clock.advance(clock.pending[0] - clock())
+    await answers(head, long)
