@@ -40,6 +40,18 @@ class TwoInputs(nn.Module):
         return ids * 3 + 7, x.sum(dim=1, keepdim=True)
 
 
+class Wide(nn.Module):
+    """x[batch, 8] -> {"y": 2 * x.sum(1) * WIDE_COPIES}, through a 256 KiB intermediate a row:
+    activations that grow with the batch, as a large image's do."""
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        wide = x.repeat(1, WIDE_COPIES) * 2
+        return {"y": wide.sum(dim=1, keepdim=True)}
+
+
+WIDE_COPIES = 2**13
+
+
 class Huge(nn.Module):
     """x[batch, 8] -> a 4 PiB intermediate per row: no machine can allocate it."""
 

@@ -25,7 +25,16 @@ from batchserve.core.errors import (  # noqa: E402
 )
 from batchserve.core.signature import DYNAMIC  # noqa: E402
 from batchserve.proto.model_config_pb2 import ModelConfig  # noqa: E402
-from pt2_models import ROW, Huge, Mlp, TwoInputs, mlp_program, save_program  # noqa: E402
+from pt2_models import (  # noqa: E402
+    ROW,
+    WIDE_COPIES,
+    Huge,
+    Mlp,
+    TwoInputs,
+    Wide,
+    mlp_program,
+    save_program,
+)
 
 HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs torch with CUDA and an NVIDIA GPU")
@@ -262,6 +271,27 @@ def test_cuda_graphs_are_captured_per_size_and_batches_padded_up(tmp_path: Path)
         assert got["y"].shape == (batch, 4)
         np.testing.assert_allclose(got["y"], want["y"], rtol=1e-4, atol=1e-5)
     assert loaded(path, config).graph_batch_sizes == ()  # ignored on the CPU
+    gpu.unload()
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_on_a_gpu_a_run_on_lent_memory_gives_the_allocator_s_growth_back(tmp_path: Path) -> None:
+    """torch's caching allocator keeps a run's blocks for the next; after a run on memory
+    lent beyond the reservation (``release_after_next_run``) they go back to the device,
+    so that the memory returns with the loan."""
+    rows = 4096  # 1 GiB of intermediate, twice
+    path = save_program(tmp_path / "wide.pt2", Wide(), (torch.randn(3, ROW),), batch_max=rows)
+    gpu = loaded(path, ModelConfig(name="wide", max_batch_size=rows), Device("gpu", 0))
+    x = np.random.default_rng(0).standard_normal((rows, ROW)).astype(np.float32)
+    want = 2 * WIDE_COPIES * x.sum(axis=1, keepdims=True)
+    torch.cuda.synchronize(0)
+    before = torch.cuda.memory_reserved(0)
+    np.testing.assert_allclose(gpu.infer({"x": x})["y"], want, rtol=1e-3, atol=1)
+    assert torch.cuda.memory_reserved(0) - before >= 1 << 30, "kept for the next run"
+    gpu.release_after_next_run()
+    np.testing.assert_allclose(gpu.infer({"x": x})["y"], want, rtol=1e-3, atol=1)
+    assert torch.cuda.memory_reserved(0) - before < 64 << 20, "given back after the loan"
     gpu.unload()
 
 

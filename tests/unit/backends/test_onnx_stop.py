@@ -9,15 +9,19 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from batchserve.backends.onnx import OnnxBackend
-from batchserve.core.device import CPU
+from batchserve.backends.onnx_options import CUDA_EP
+from batchserve.core.device import CPU, Device
 from batchserve.core.errors import BackendError
+from batchserve.devices.placement import gpu_count
 from batchserve.proto.model_config_pb2 import ModelConfig
 from onnx import helper, numpy_helper
 from onnx_models import FP32, build_model, write_model
 
 WIDTH, NODES, ROWS = 256, 400, 512
+HAS_CUDA_EP = CUDA_EP in ort.get_available_providers()
 
 
 def _chain(path: Path) -> Path:
@@ -31,12 +35,29 @@ def _chain(path: Path) -> Path:
     return write_model(path, model)
 
 
-@pytest.mark.parametrize("io_binding", [False, True])
+@pytest.mark.parametrize(
+    ("device", "io_binding"),
+    [
+        (CPU, False),
+        (CPU, True),
+        pytest.param(
+            Device("gpu", 0),
+            True,
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(not HAS_CUDA_EP, reason="needs onnxruntime-gpu"),
+                pytest.mark.skipif(gpu_count() == 0, reason="needs an NVIDIA GPU"),
+            ],
+        ),
+    ],
+    ids=["cpu", "cpu-io-binding", "gpu"],
+)
 def test_a_run_stopped_from_another_thread_ends_and_the_next_runs_whole(
-    tmp_path: Path, io_binding: bool
+    tmp_path: Path, device: Device, io_binding: bool
 ) -> None:
     backend = OnnxBackend(io_binding=io_binding)
-    backend.load(_chain(tmp_path / "chain.onnx"), ModelConfig(name="chain"), CPU)
+    backend.load(_chain(tmp_path / "chain.onnx"), ModelConfig(name="chain"), device)
+    assert backend.device == device
     x = np.random.default_rng(0).standard_normal((ROWS, WIDTH)).astype(np.float32)
     backend.infer({"x": x})  # warm
     started = time.perf_counter()
