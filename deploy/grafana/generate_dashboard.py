@@ -206,6 +206,16 @@ def batching() -> list[Panel]:
                 "{{model}}",
             ),
         ),
+        _panel(
+            "Batches stopped",
+            "short",
+            "Running batches stopped because their clients all went away: compute saved "
+            "for answers nobody would read (ONNX Runtime models).",
+            _query(
+                f"sum by (model) (increase(batchserve_stopped_batches_total{{{MODEL}}}{RATE}))",
+                "{{model}}",
+            ),
+        ),
     ]
 
 

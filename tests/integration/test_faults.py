@@ -277,6 +277,7 @@ def test_a_running_request_its_client_left_is_stopped_and_frees_the_instance(
     cancelled_before = metric(
         slow_server, "batchserve_rejected_requests_total", model="slow", reason="cancelled"
     )
+    stopped_before = metric(slow_server, "batchserve_stopped_batches_total", model="slow")
     if protocol == "http":
         sock = raw_http_request(slow_server, block_iterations)
         leave: Callable[[], object] = sock.close
@@ -301,6 +302,8 @@ def test_a_running_request_its_client_left_is_stopped_and_frees_the_instance(
         slow_server, "batchserve_rejected_requests_total", model="slow", reason="cancelled"
     )
     assert cancelled - cancelled_before == 1, "the one that left"
+    stopped = metric(slow_server, "batchserve_stopped_batches_total", model="slow")
+    assert stopped - stopped_before == 1
 
 
 def test_cancelling_a_stream_drops_the_requests_it_queued(

@@ -43,7 +43,8 @@ class ModelStats:
     ``padding_elements`` of the ``input_elements`` the model received were padding;
     ``received`` counts requests taken in (in flight: those not yet answered),
     ``rejections`` the failed ones by reason, ``observed`` the Prometheus distributions,
-    ``sequences_expired`` the sequences released after idling past their timeout; with a
+    ``sequences_expired`` the sequences released after idling past their timeout,
+    ``stopped_batches`` the running batches stopped because their clients all left; with a
     ``latency_objective_ns``, ``objective_met`` and ``objective_missed`` count the requests
     answered within it and after it, ``batch_time_predicted_ns`` /
     ``batch_time_measured_ns`` sum the predicted and measured times of the batches run,
@@ -68,6 +69,7 @@ class ModelStats:
     input_elements: int = 0
     received: int = 0
     sequences_expired: int = 0
+    stopped_batches: int = 0
     latency_objective_ns: int = 0
     objective_met: int = 0
     objective_missed: int = 0

@@ -213,6 +213,11 @@ def _request_families(versions: list[ServedVersion]) -> Iterator[Metric]:
         "batchserve_oom_splits",
         "Batches split in two and retried after the runtime ran out of memory.",
     )
+    stopped = _counter(
+        "batchserve_stopped_batches",
+        "Running batches stopped because their clients all went away (where the runtime "
+        "can stop a run: ONNX Runtime).",
+    )
     for served in versions:
         stats, labels = served.stats, _labels(served)
         for (protocol, ok), count in sorted(stats.outcomes.items()):
@@ -221,7 +226,8 @@ def _request_families(versions: list[ServedVersion]) -> Iterator[Metric]:
         for reason in Rejection:
             rejected.add_metric([*labels, reason.value], stats.rejections.get(reason, 0))
         splits.add_metric(labels, stats.oom_splits)
-    yield from (requests, rejected, splits)
+        stopped.add_metric(labels, stats.stopped_batches)
+    yield from (requests, rejected, splits, stopped)
     yield from _padding_families(versions)
     yield from _sequence_families(versions)
     yield from _objective_families(versions)

@@ -433,10 +433,11 @@ class Batcher:
         self.pool.release(instance)
         self._watch.finished(run)
         if run.interrupted:  # stopped, or run on where the runtime cannot stop it
+            self.stats.stopped_batches += run.stopped
             logger.info(
                 "batch's clients went away while it ran",
                 extra={"instance": instance.name, "requests": len(batch),
-                       "stopped": not run.executions},
+                       "stopped": run.stopped},
             )  # fmt: skip
         if isinstance(outcomes, BaseException):
             self._deliver(batch, [outcomes] * len(batch))

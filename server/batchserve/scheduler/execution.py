@@ -86,6 +86,8 @@ class BatchRun:
         """Fewest samples (more than one) a run ran out of memory with; 0 if none did."""
         self.interrupted = False
         """Its clients all went away (``interrupt``)."""
+        self.stopped = False
+        """Interrupted before all of it ran: stopped by the runtime, or a part left unrun."""
 
     def __call__(self) -> list[Outcome]:
         whole = [(index, 0, item.batch_size) for index, item in enumerate(self._batch)]
@@ -104,13 +106,13 @@ class BatchRun:
             if not parts:
                 return
         if self.interrupted:
-            self._fail(parts, asyncio.CancelledError())
+            self._stop(parts)
             return
         try:
             self._execute(parts, whole)
         except Exception as exc:
             if self.interrupted:  # the stop's own failure, or one nobody waits for
-                self._fail(parts, asyncio.CancelledError())
+                self._stop(parts)
             elif isinstance(exc, OutOfMemory):
                 self._out_of_memory(parts, exc)
             elif pinned_on_requests(exc):
@@ -171,6 +173,10 @@ class BatchRun:
         self.smallest_oom = min(self.smallest_oom or samples, samples)
         for half in _halves(parts):
             self._attempt(half)
+
+    def _stop(self, parts: list[Part]) -> None:
+        self.stopped = True
+        self._fail(parts, asyncio.CancelledError())
 
     def _bisect(self, parts: list[Part], exc: BaseException) -> None:
         if len(parts) == 1:  # one request, or rows of one: the failure is its own

@@ -46,6 +46,7 @@ async def test_a_batch_its_client_left_is_stopped_and_the_next_runs_at_once() ->
     await submit(batcher, waiting)
     assert (await answer(waiting))["y"][0, 0] == 5.0
     assert backend.batches == [1], "the stopped run answered nothing; the next one ran"
+    assert batcher.stats.stopped_batches == 1
 
 
 async def test_a_batch_someone_still_waits_for_runs_on() -> None:
@@ -80,6 +81,7 @@ async def test_a_runtime_that_cannot_stop_runs_on_and_is_asked_again() -> None:
     await submit(batcher, waiting)
     await answers(waiting)
     assert backend.batches == [1, 1]
+    assert batcher.stats.stopped_batches == 0, "it ran whole"
 
 
 async def test_the_watch_stops_looking_once_nothing_runs() -> None:
@@ -102,6 +104,7 @@ async def test_a_stopped_run_is_not_retried_in_parts_and_answers_cancelled() -> 
     run.interrupt()
     outcomes = await loop.run_in_executor(None, run)
     assert all(isinstance(o, asyncio.CancelledError) for o in outcomes)
+    assert run.stopped
     assert (backend.batches, run.oom_splits, backend.entered.acquire(blocking=False)) == (
         [],
         0,
