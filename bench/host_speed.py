@@ -16,6 +16,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from batchserve.core.python_speed import loop_seconds
+
 LOOP_STEPS = 10_000_000
 """The loop ``bench/NOTES.md`` has always timed: 0.2-1.4 s on the reference VM."""
 ROUND_TRIPS = 400
@@ -45,10 +47,7 @@ def measure() -> HostSpeed:
 
 
 def _loop_s() -> float:
-    started = time.perf_counter()
-    for _ in range(LOOP_STEPS):
-        pass
-    return time.perf_counter() - started
+    return loop_seconds(LOOP_STEPS)
 
 
 def _wake_us() -> float:

@@ -44,9 +44,18 @@ RUNTIME_THREADS = 4
 """What the runtime takes when the config names no thread count (its cores)."""
 
 
+BAR_NS = 1e6
+"""The light bar these tests hold fixed (a fast host's is about 2 ms), so that the sleeps
+of ``CostedBackend`` fall on the same side of it on any host; the bar's own timing is tested
+apart."""
+TIMED_BAR = measured_defaults.light_sample_ns
+"""The bar as the load times it, which the fixture below replaces."""
+
+
 @pytest.fixture(autouse=True)
 def short_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(measured_defaults, "ROUND_S", 0.03)
+    monkeypatch.setattr(measured_defaults, "light_sample_ns", lambda: BAR_NS)
 
 
 class CostedBackend:
@@ -229,6 +238,32 @@ def test_a_light_model_keeps_the_default_after_one_round(log: list[tuple[str, in
     assert len([e for e in log if e[0] == "load"]) == 1, "no other candidate was loaded"
 
 
+def test_the_light_bar_is_the_fastest_timing_of_the_loop_scaled_to_its_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(measured_defaults, "light_sample_ns", TIMED_BAR)
+    timings = iter([0.006, 0.002, 0.004])  # seconds for TIMED_LOOP_STEPS; the middle one fastest
+    monkeypatch.setattr(measured_defaults, "loop_seconds", lambda steps: next(timings))
+    per_step_ns = 0.002 * 1e9 / measured_defaults.TIMED_LOOP_STEPS
+    assert measured_defaults.light_sample_ns() == pytest.approx(
+        per_step_ns * measured_defaults.LIGHT_LOOP_STEPS
+    )
+
+
+@pytest.mark.parametrize(("loop_s", "light"), [(0.0005, False), (0.004, True)])
+def test_the_same_model_is_light_on_a_host_that_runs_python_slowly(
+    monkeypatch: pytest.MonkeyPatch, log: list[tuple[str, int, str]], loop_s: float, light: bool
+) -> None:
+    # 4 ms a row on 4 runtime threads: 2 ms a sample. A loop of 20,000 steps in 0.5 ms sets
+    # the bar at 1.75 ms (heavy); in 4 ms, a host eight times slower, at 14 ms (light).
+    monkeypatch.setattr(measured_defaults, "light_sample_ns", TIMED_BAR)
+    monkeypatch.setattr(measured_defaults, "TIMED_LOOP_STEPS", 20_000)
+    monkeypatch.setattr(measured_defaults, "loop_seconds", lambda steps: loop_s)
+    tuning = tune(subject(0.004, log), cores=2)
+    assert ("request handling dominates" in tuning.reason) is light
+    assert (len(tuning.trials) == 1) is light, tuning
+
+
 class SlowRunsBackend(CostedBackend):
     """A ``CostedBackend`` whose runs, counted from 1, may each take ``extra_s`` longer."""
 
@@ -261,11 +296,11 @@ def test_a_light_model_is_known_despite_a_stall_in_its_first_round(
 ) -> None:
     stalled = replace(subject(0.0, log), factory=lambda *_: StallBackend(0.0, log))
     tuning = tune(stalled, cores=2)
-    assert 16 / StallBackend.STALL_S * measured_defaults.LIGHT_SAMPLE_NS < 1e9, "it looks heavy"
+    assert 16 / StallBackend.STALL_S * BAR_NS < 1e9, "it looks heavy"
     assert tuning.chosen == DEFAULT
     assert "request handling dominates" in tuning.reason
     assert [t.setting for t in tuning.trials] == [DEFAULT]
-    assert tuning.trials[0].samples_per_s * measured_defaults.LIGHT_SAMPLE_NS > 1e9
+    assert tuning.trials[0].samples_per_s * BAR_NS > 1e9
     assert len([e for e in log if e[0] == "load"]) == 1, "no other candidate was loaded"
 
 

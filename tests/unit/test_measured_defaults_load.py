@@ -37,6 +37,7 @@ def log(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, str]]:
     """What every backend the registry makes did (``CostedBackend``); probes are not measured."""
     monkeypatch.setattr(instance_loader, "probe_backend", _fake_probe)
     monkeypatch.setattr(measured_defaults, "ROUND_S", 0.03)
+    monkeypatch.setattr(measured_defaults, "light_sample_ns", lambda: 1e6)  # 4 ms a row: heavy
     return []
 
 
@@ -134,7 +135,7 @@ async def test_a_config_that_chose_or_a_single_core_is_not_measured(
 async def test_a_count_set_later_replaces_what_was_measured(
     tmp_path: Path, log: list[tuple[str, int, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(measured_defaults, "LIGHT_SAMPLE_NS", 10**12)  # light: the default
+    monkeypatch.setattr(measured_defaults, "light_sample_ns", lambda: 1e12)  # light: the default
     registry = _registry(tmp_path, log)
     await registry.load("fake")
     served = registry.get("fake")

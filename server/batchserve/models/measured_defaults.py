@@ -8,8 +8,8 @@ requests costs more than running it, and each batch split across instances pays 
 hand-over twice. So the load measures instead of guessing:
 
 - the default (one instance, the runtime's threads) runs first; a model whose sample costs
-  less than ``LIGHT_SAMPLE_NS`` in one of its first short rounds keeps it, after a fraction
-  of a second;
+  less than ``LIGHT_LOOP_STEPS`` steps of a Python loop timed on the spot, in one of its
+  first short rounds, keeps it, after a fraction of a second;
 - otherwise each candidate (``candidates``: on a CPU one instance per core with one thread,
   and splits between; on a GPU two instances, and CUDA graphs) runs the same rows
   concurrently on all its instances, in interleaved rounds so that a machine whose speed
@@ -43,6 +43,7 @@ from batchserve.backends.selection import PT2, runtime_name
 from batchserve.backends.torch_threads import PARAMETERS as TORCH_THREAD_PARAMETERS
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import BatchserveError
+from batchserve.core.python_speed import loop_seconds
 from batchserve.devices.placement import places_auto
 from batchserve.models.memory_probe import MEASURING
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
@@ -58,13 +59,21 @@ ONE_POOL = (
 )
 """Why a PyTorch program on a CPU is not measured: the settings worth measuring there give
 each instance threads of its own (``backends/torch_threads.py``)."""
-LIGHT_SAMPLE_NS = 1_000_000
-"""A sample cheaper than this (1 ms) is not compute-bound in a server: receiving, batching and
-answering its request cost 0.1-0.3 ms of the same cores (67-180 µs of request handling on
-the 2-core reference machine, more for the batch's hand-overs), which the measuring, the
-model alone, does not see. char_lstm at 128 steps (0.22 ms a sample) measured 1.4x faster
-alone with two single-thread instances, and served at 0.56-0.77x the default with them:
-each batch split in two, the halves' hand-overs and the event loop on the same two cores."""
+LIGHT_LOOP_STEPS = 70_000
+"""A sample cheaper than this many steps of a bare Python loop, timed by the same load
+(``core/python_speed.py``), is not compute-bound in a server: receiving, batching and
+answering its request is Python on the same cores (67-180 µs of request handling on the
+2-core reference machine, more for the batch's hand-overs), which the measuring, the model
+alone, does not see. char_lstm at 128 steps measured 1.4x faster alone with two single-thread
+instances, and served at 0.56-0.77x the default with them: each batch split in two, the
+halves' hand-overs and the event loop on the same two cores. In five loads on the reference
+machine the load timed the loop at 28-31 ns a step, char_lstm at 0.50-0.92 ms a sample and
+the test suite's compute-bound dense_stack at 4.9-5.1 ms: the bar, 2.0-2.2 ms there, sits at
+least 2.2x from each. It was a fixed 1 ms, and CI failed once on a day its host ran char_lstm
+at 0.9 ms: that host's loop has taken 0.24-1.41 s for 10 million steps on different days,
+and request handling slows with it."""
+TIMED_LOOP_STEPS = 20_000
+"""Steps of each timing of the loop: 0.5-3 ms on the reference machine."""
 MARGIN = 0.10
 """How much faster than the expected winner another setting must measure to replace it. At
 5 % mobilenetish's loads on the 2-core reference machine chose the default (one instance on
@@ -313,11 +322,13 @@ def tune(subject: Subject, cores: int, *, graphs_possible: bool = False) -> Tuni
     with MEASURING, ExitStack() as stack:
         default = stack.enter_context(_loaded(subject, DEFAULT, rows))
         first = default.run_round(subject.batch, FIRST_ROUND_S)
-        light = _light(default, subject.batch, first) if subject.device.kind == "cpu" else 0.0
+        bar_ns = light_sample_ns() if subject.device.kind == "cpu" else 0.0
+        light = _light(default, subject.batch, first, bar_ns) if bar_ns else 0.0
         if light:
             trial = Trial(DEFAULT, (light,))
             reason = (
-                f"a sample costs under {LIGHT_SAMPLE_NS // 1000} us: request handling dominates"
+                f"a sample costs under {bar_ns / 1000:.0f} us ({LIGHT_LOOP_STEPS:,} steps of a "
+                "Python loop on this host now): request handling dominates"
             )
             return Tuning(DEFAULT, reason, (trial,), time.perf_counter() - started)
         loaded, failed = [default], []
@@ -349,15 +360,22 @@ def _cpu_beside(subject: Subject, gpu: _Candidate) -> tuple[int, str]:
     return 0, f"{figures}: every batch runs on the GPU"
 
 
-def _light(default: _Candidate, batch: Batch, first: float) -> float:
+def light_sample_ns() -> float:
+    """The cost under which a sample is light on this host now: ``LIGHT_LOOP_STEPS`` steps
+    of a Python loop, at the fastest of ``FIRST_ROUNDS`` timings (a stall lengthens one)."""
+    fastest = min(loop_seconds(TIMED_LOOP_STEPS) for _ in range(FIRST_ROUNDS))
+    return fastest * 1e9 / TIMED_LOOP_STEPS * LIGHT_LOOP_STEPS
+
+
+def _light(default: _Candidate, batch: Batch, first: float, bar_ns: float) -> float:
     """The samples a second of the first of the default's short rounds that found a sample
-    cheaper than ``LIGHT_SAMPLE_NS``, trying up to ``FIRST_ROUNDS``; 0.0 when none did."""
+    cheaper than ``bar_ns``, trying up to ``FIRST_ROUNDS``; 0.0 when none did."""
     fastest = first
     for _ in range(FIRST_ROUNDS - 1):
-        if fastest * LIGHT_SAMPLE_NS > 1e9:
+        if fastest * bar_ns > 1e9:
             break
         fastest = max(fastest, default.run_round(batch, FIRST_ROUND_S))
-    return fastest if fastest * LIGHT_SAMPLE_NS > 1e9 else 0.0
+    return fastest if fastest * bar_ns > 1e9 else 0.0
 
 
 def _rows(config: ModelConfig, device: Device) -> int:
