@@ -30,8 +30,9 @@ override and drive each with NVIDIA's perf_analyzer at the same number of client
 (--concurrency, default {DEFAULT_CONCURRENCY}: set it to your traffic's concurrency). It prints
 throughput and latency per setting. The recommendation is the highest throughput whose p99
 is within --latency-budget (default {BUDGET_FACTOR:g} x the p99 of the config as it is at the
-same load; ties within 2 % go to the config as it is, else to the lower p99). It is written
-into the model's config.pbtxt, changing only instance_group count, max_batch_size and
+same load; ties within 2 %, or within what the config as it is moved by between its two
+measurements where that is more, go to the config as it is, else to the lower p99). It is
+written into the model's config.pbtxt, changing only instance_group count, max_batch_size and
 dynamic_batching.max_queue_delay_microseconds, with the file as it was kept beside it as
 config.pbtxt.orig (.orig.1, ... when that exists); when it is the config as it is, the file
 is left alone (--output FILE is still written).

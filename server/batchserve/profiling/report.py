@@ -6,7 +6,15 @@ from pathlib import Path
 
 from batchserve.profiling.config_edit import rewrite, write
 from batchserve.profiling.plan import Setting
-from batchserve.profiling.results import BUDGET_FACTOR, Outcome, choose, notes, table
+from batchserve.profiling.results import (
+    BUDGET_FACTOR,
+    TIE_PERCENT,
+    Outcome,
+    Repeat,
+    choose,
+    notes,
+    table,
+)
 from batchserve.profiling.sweep import Report, Request
 
 
@@ -34,11 +42,18 @@ def print_report(request: Request, report: Report, seconds: float) -> Outcome | 
         if request.latency_budget_ms
         else f"{BUDGET_FACTOR:g} x the config as it is; set it with --latency-budget"
     )
-    print(f"p99 budget: {report.budget_ms:.2f} ms ({how})\n")
-    chosen = choose(report.outcomes, report.budget_ms, report.current)
+    print(f"p99 budget: {report.budget_ms:.2f} ms ({how})")
+    repeat = _repeat(report)
+    print()
+    chosen = choose(report.outcomes, report.budget_ms, report.current, repeat)
     print(table(report.outcomes, report.budget_ms, chosen))
     for line in notes(report.outcomes):
         print(f"  note: {line}")
+    if chosen is not None and not chosen.meets(report.budget_ms):
+        print(
+            f"  note: {chosen.setting.label}: within the budget at its first measurement "
+            f"(p99 {report.as_it_is.p99_ms:.2f} ms)"
+        )
     print()
     if chosen is None and not request.latency_budget_ms:
         chosen = _kept_as_it_is(report)
@@ -50,6 +65,23 @@ def print_report(request: Request, report: Report, seconds: float) -> Outcome | 
     else:
         print(_recommendation(chosen, report))
     return chosen
+
+
+def _repeat(report: Report) -> Repeat | None:
+    """The config as it is, measured first and again in the sweep at the same clients; a
+    spread wider than ``TIE_PERCENT`` is stated, since it widens the tie."""
+    again = _as_it_was(report, report.as_it_is.concurrency)
+    if again is None or again.measurement is None:
+        return None
+    repeat = Repeat(report.as_it_is, again.measurement)
+    if repeat.noise_percent > TIE_PERCENT:
+        print(
+            f"noise: the config as it is measured {repeat.first.throughput:.1f} infer/sec first "
+            f"and {repeat.again.throughput:.1f} in the sweep, {repeat.noise_percent:.1f} % "
+            "apart: a setting replaces it only where it beats the better of the two by more "
+            "than that (measure longer with --measurement-interval to tell them apart)"
+        )
+    return repeat
 
 
 def _kept_as_it_is(report: Report) -> Outcome:

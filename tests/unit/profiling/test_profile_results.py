@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from batchserve.profiling.perf_analyzer import Measurement
 from batchserve.profiling.plan import Setting
 from batchserve.profiling.results import (
     BUDGET_FACTOR,
     Outcome,
+    Repeat,
     choose,
     default_budget,
     notes,
@@ -41,6 +43,44 @@ def test_a_tie_goes_to_the_config_as_it_is_so_that_noise_rewrites_nothing() -> N
     assert choose(outcomes, budget_ms=5.0, current=Setting(1, 8, 25000)) is best
     clearly_slower = row(7700, 1.0)  # 3.75 % below the best: no tie
     assert choose([best, clearly_slower], 5.0, current=clearly_slower.setting) is best
+
+
+def figures(throughput: float, p99: float = 4.0) -> Measurement:
+    return Measurement(16, throughput, p50_ms=p99 / 2, p95_ms=p99 * 0.8, p99_ms=p99)
+
+
+def test_the_noise_is_how_far_apart_the_two_figures_of_the_config_as_it_is_came_out() -> None:
+    assert Repeat(figures(1708), figures(909)).noise_percent == pytest.approx(46.8, abs=0.05)
+    assert Repeat(figures(909), figures(1708)).noise_percent == pytest.approx(46.8, abs=0.05)
+    assert Repeat(figures(0), figures(0)).noise_percent == 0.0
+
+
+def test_a_sweep_as_noisy_as_a_setting_s_lead_keeps_the_config_as_it_is() -> None:
+    # char_lstm's --quick sweep on a shared VM: 1,708 infer/sec first, 909 in the sweep
+    current = row(909, 4.0, size=64)
+    lead = row(1864, 3.5)  # twice the sweep's figure, 9 % over the first one
+    repeat = Repeat(figures(1708), current.measurement or figures(0))
+    assert choose([current, lead], 5.0, current=current.setting) is lead, "without it, the lead"
+    assert choose([current, lead], 5.0, current=current.setting, repeat=repeat) is current
+    far_ahead = row(4000, 3.5, instances=2)  # beyond the 47 % either figure allows
+    assert choose([current, far_ahead], 5.0, current.setting, repeat) is far_ahead
+
+
+def test_the_config_as_it_is_is_within_the_budget_if_either_measurement_was() -> None:
+    # a third sweep: 1,856 first (p99 13.0 ms, budget 16.2), 1,787 again with p99 16.5 ms
+    current = row(1787, 16.5, size=64)
+    slightly_faster = row(1859, 16.0, instances=2)
+    repeat = Repeat(figures(1856, 13.0), current.measurement or figures(0))
+    assert choose([current, slightly_faster], 16.24, current.setting) is slightly_faster
+    assert choose([current, slightly_faster], 16.24, current.setting, repeat) is current
+    assert choose([current], 12.0, current.setting, repeat) is None, "neither within 12 ms"
+
+
+def test_a_quiet_sweep_keeps_the_least_margin() -> None:
+    current = row(7700, 1.0)
+    best = row(8000, 2.0, instances=2)  # 3.75 % ahead: no tie at 2 %
+    quiet = Repeat(figures(7750, 1.0), current.measurement or figures(0))  # 0.6 % apart
+    assert choose([best, current], 5.0, current.setting, quiet) is best
 
 
 def test_nothing_is_chosen_when_no_row_meets_the_budget() -> None:
