@@ -257,6 +257,32 @@ def _arenas_mapped(server: ServerProcess) -> int:
     return sum("memfd:batchserve-worker" in line for line in maps)
 
 
+def test_a_stop_signal_sent_to_a_worker_alone_is_ignored(workers_server: ServerProcess) -> None:
+    """Stop signals are the model-owning process's (a terminal's Ctrl-C reaches the whole
+    group); a worker sent one alone keeps serving, and nothing it had is lost."""
+    pids = _worker_pids(workers_server)
+    stop = threading.Event()
+    seen: Counter[str] = Counter()
+    threads = [threading.Thread(target=loop, args=(workers_server, stop, seen))
+               for loop in (_http_load, _grpc_load)]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.5)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            os.kill(pids[0], sig)
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(40)
+    assert set(seen) == {"ok"}, seen
+    assert seen["ok"] > 10
+    os.kill(pids[0], 0)  # still there
+    assert _worker_pids(workers_server) == pids
+    assert not [r for r in workers_server.logs if r.get("message", "").startswith("worker exited")]
+
+
 def test_a_killed_worker_is_replaced_and_no_request_hangs() -> None:
     server = start_server(extra_args=WORKERS)
     try:
