@@ -99,8 +99,10 @@ def choose(
     to the noise they show: a rewrite must beat the config as it is by more than the noise."""
 
     def repeated(outcome: Outcome) -> Repeat | None:
-        same = outcome.setting == current and outcome.concurrency == _clients(repeat)
-        return repeat if same else None
+        """``repeat`` for the current setting's row at the clients it was measured at first."""
+        if repeat is None or outcome.setting != current:
+            return None
+        return repeat if outcome.concurrency == repeat.first.concurrency else None
 
     def within(outcome: Outcome) -> bool:
         again = repeated(outcome)
@@ -157,10 +159,6 @@ def _cells(outcome: Outcome, budget_ms: float, chosen: bool) -> list[str]:
     verdict = ("yes" if outcome.meets(budget_ms) else "no") + (" *" if chosen else "")
     return [*head, f"{measured.throughput:.1f}", f"{measured.p50_ms:.2f}",
             f"{measured.p95_ms:.2f}", f"{measured.p99_ms:.2f}", batch, verdict]  # fmt: skip
-
-
-def _clients(repeat: Repeat | None) -> int | None:
-    return repeat.first.concurrency if repeat is not None else None
 
 
 def _throughput(outcome: Outcome) -> float:
