@@ -304,6 +304,24 @@ def test_a_light_model_is_known_despite_a_stall_in_its_first_round(
     assert len([e for e in log if e[0] == "load"]) == 1, "no other candidate was loaded"
 
 
+@pytest.mark.parametrize(("bar_ns", "first_rounds"), [(BAR_NS, 3), (BAR_NS / 20, 1)])
+def test_only_a_model_a_stall_could_have_slowed_past_the_bar_gets_more_short_rounds(
+    monkeypatch: pytest.MonkeyPatch,
+    log: list[tuple[str, int, str]],
+    bar_ns: float,
+    first_rounds: int,
+) -> None:
+    # 8 ms a row on 4 runtime threads: 4 ms a sample, 64 ms a run of 16 rows (one run a
+    # short round): four times the bar, which a stall could make of a light model, or
+    # eighty times it, which none could
+    monkeypatch.setattr(measured_defaults, "light_sample_ns", lambda: bar_ns)
+    assert measured_defaults.FIRST_ROUNDS == 3
+    tune(subject(0.008, log), cores=2)
+    second_load = [index for index, entry in enumerate(log) if entry[0] == "load"][1]
+    default_runs = [entry for entry in log[:second_load] if entry[0] == "infer"]
+    assert len(default_runs) == measured_defaults.WARM_RUNS + first_rounds
+
+
 def test_one_thread_per_core_wins_where_instances_scale(log: list[tuple[str, int, str]]) -> None:
     # 16 rows: the default (4 threads) takes 8 row-times, four one-thread instances 4 each
     # side by side, two two-thread instances 8 rows / 1.41 = 5.7 each.

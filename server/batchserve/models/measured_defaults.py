@@ -88,6 +88,11 @@ FIRST_ROUNDS = 3
 several times slower while the host stalls, and char_lstm, whose sample cost 0.5-0.9 ms on a
 host that runs ONNX Runtime slowly, was then measured as a compute-bound model (seen once in
 CI). A model none of them finds light pays 0.1 s more."""
+STALL_FACTOR = 10
+"""How many times the light bar a first round may measure and still get the further short
+rounds: a stall makes a round several times slower, not tens of times. A ResNet-50-like CNN
+(68 ms a sample on the 2-core reference machine, 34 times the bar) spent 2.2 s of its 13.6 s
+of measuring on two more rounds that could not have found it light."""
 ROUND_S = 0.25
 """Each candidate's share of one round."""
 ROUNDS = 3
@@ -369,10 +374,11 @@ def light_sample_ns() -> float:
 
 def _light(default: _Candidate, batch: Batch, first: float, bar_ns: float) -> float:
     """The samples a second of the first of the default's short rounds that found a sample
-    cheaper than ``bar_ns``, trying up to ``FIRST_ROUNDS``; 0.0 when none did."""
+    cheaper than ``bar_ns``, trying up to ``FIRST_ROUNDS`` while none found one dearer than
+    ``STALL_FACTOR`` times it; 0.0 when none did."""
     fastest = first
     for _ in range(FIRST_ROUNDS - 1):
-        if fastest * bar_ns > 1e9:
+        if fastest * bar_ns > 1e9 or fastest * bar_ns * STALL_FACTOR < 1e9:
             break
         fastest = max(fastest, default.run_round(batch, FIRST_ROUND_S))
     return fastest if fastest * bar_ns > 1e9 else 0.0
