@@ -374,8 +374,8 @@ def light_sample_ns() -> float:
 
 def _light(default: _Candidate, batch: Batch, first: float, bar_ns: float) -> float:
     """The samples a second of the first of the default's short rounds that found a sample
-    cheaper than ``bar_ns``, trying up to ``FIRST_ROUNDS`` while none found one dearer than
-    ``STALL_FACTOR`` times it; 0.0 when none did."""
+    cheaper than ``bar_ns``, trying up to ``FIRST_ROUNDS`` unless the rounds so far all found
+    it dearer than ``STALL_FACTOR`` times that; 0.0 when none found it cheaper."""
     fastest = first
     for _ in range(FIRST_ROUNDS - 1):
         if fastest * bar_ns > 1e9 or fastest * bar_ns * STALL_FACTOR < 1e9:
