@@ -304,22 +304,48 @@ def test_a_light_model_is_known_despite_a_stall_in_its_first_round(
     assert len([e for e in log if e[0] == "load"]) == 1, "no other candidate was loaded"
 
 
-@pytest.mark.parametrize(("bar_ns", "first_rounds"), [(BAR_NS, 3), (BAR_NS / 20, 1)])
-def test_only_a_model_a_stall_could_have_slowed_past_the_bar_gets_more_short_rounds(
+@pytest.mark.parametrize(
+    ("bar_ns", "default_runs"), [(BAR_NS, measured_defaults.WARM_RUNS + 3), (BAR_NS / 20, 1)]
+)
+def test_only_a_model_a_stall_could_have_slowed_past_the_bar_gets_short_rounds(
     monkeypatch: pytest.MonkeyPatch,
     log: list[tuple[str, int, str]],
     bar_ns: float,
-    first_rounds: int,
+    default_runs: int,
 ) -> None:
     # 8 ms a row on 4 runtime threads: 4 ms a sample, 64 ms a run of 16 rows (one run a
-    # short round): four times the bar, which a stall could make of a light model, or
-    # eighty times it, which none could
+    # short round). Four times the bar, which a stall could make of a light model: the
+    # first round, after its warm-up runs, and two more. Eighty times it, which no stall
+    # makes of one: its first run, untimed, and no short round
     monkeypatch.setattr(measured_defaults, "light_sample_ns", lambda: bar_ns)
     assert measured_defaults.FIRST_ROUNDS == 3
+    assert measured_defaults.STALL_FACTOR == 10
     tune(subject(0.008, log), cores=2)
     second_load = [index for index, entry in enumerate(log) if entry[0] == "load"][1]
-    default_runs = [entry for entry in log[:second_load] if entry[0] == "infer"]
-    assert len(default_runs) == measured_defaults.WARM_RUNS + first_rounds
+    runs = [entry for entry in log[:second_load] if entry[0] == "infer"]
+    assert len(runs) == default_runs
+
+
+def test_a_model_whose_runs_are_long_is_measured_on_fewer_rows(
+    monkeypatch: pytest.MonkeyPatch, log: list[tuple[str, int, str]]
+) -> None:
+    # 4 ms a row: 16 rows take the default 32 ms on its 4 threads, twice the RUN_S set here,
+    # so the rounds run 7 or 8 rows (sleeps run a little long), at least one an instance
+    monkeypatch.setattr(measured_defaults, "RUN_S", 0.016)
+    tuning = tune(subject(0.004, log), cores=4)
+    loads = [index for index, entry in enumerate(log) if entry[0] == "load"]
+    default_thread = log[loads[0]][1]
+    rows = {
+        int(r)
+        for kind, thread, r in log[loads[1] :]
+        if kind == "infer" and thread == default_thread
+    }
+    (measured_rows,) = rows
+    assert 4 <= measured_rows <= 8, log
+    assert tuning.chosen == Setting(4, 1), tuning
+    default, per_core, _ = tuning.trials
+    assert len(default.rounds) == len(per_core.rounds), "the first round ran 16 rows: not counted"
+    assert per_core.samples_per_s > 1.5 * default.samples_per_s
 
 
 def test_one_thread_per_core_wins_where_instances_scale(log: list[tuple[str, int, str]]) -> None:

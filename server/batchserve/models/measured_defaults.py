@@ -9,11 +9,13 @@ hand-over twice. So the load measures instead of guessing:
 
 - the default (one instance, the runtime's threads) runs first; a model whose sample costs
   less than ``LIGHT_LOOP_STEPS`` steps of a Python loop timed on the spot, in one of its
-  first short rounds, keeps it, after a fraction of a second;
+  first short rounds, keeps it, after a fraction of a second; a model whose first run alone
+  shows it far dearer skips those rounds;
 - otherwise each candidate (``candidates``: on a CPU one instance per core with one thread,
   and splits between; on a GPU two instances, and CUDA graphs) runs the same rows
   concurrently on all its instances, in interleaved rounds so that a machine whose speed
-  drifts favours none, bounded by ``TIME_LIMIT_S``;
+  drifts favours none, bounded by ``TIME_LIMIT_S``; on a CPU a model whose run takes longer
+  than ``RUN_S`` runs fewer rows, so that a heavy CNN is measured in seconds;
 - the expected winner (``prior``: on a CPU one single-thread instance per core, what every
   measurement of a compute-bound CNN here found best; on a GPU the default) stays unless
   another setting measures ``MARGIN`` faster: on a 2-core machine two settings a few per
@@ -90,11 +92,22 @@ host that runs ONNX Runtime slowly, was then measured as a compute-bound model (
 CI). A model none of them finds light pays 0.1 s more."""
 STALL_FACTOR = 10
 """How many times the light bar a first round may measure and still get the further short
-rounds: a stall makes a round several times slower, not tens of times. A ResNet-50-like CNN
-(68 ms a sample on the 2-core reference machine, 34 times the bar) spent 2.2 s of its 13.6 s
-of measuring on two more rounds that could not have found it light."""
+rounds, and the default's first, untimed run and still get the first round: a stall makes a
+run several times slower, not tens of times, and so does a first run's ramp (below). A
+ResNet-50-like CNN (68 ms a sample on the 2-core reference machine, 34 times the bar) spent
+2.2 s of its 13.6 s of measuring on two more rounds that could not have found it light, and
+then 3.2 s on a first round of four runs of 16 rows that could not either."""
 ROUND_S = 0.25
 """Each candidate's share of one round."""
+RUN_S = 0.1
+"""Longest a run of the measured rows should take on a CPU: a model whose run takes longer
+is measured on fewer rows (down to one an instance), so that a round holds a few runs and
+the warm-up runs cost little. A ResNet-50-like CNN ran 16 rows in 0.75-0.86 s on the 2-core
+reference machine, and its measuring took 8.4-9.7 s, of which 7 s were its candidates' warm-up
+runs and rounds of one run each; its samples per second at 2, 4, 8 and 16 rows differed by
+less than from one round to the next (18-21/s for both settings; a VGG-like CNN 41-48/s),
+as a CNN's do on a CPU, where a batch costs its rows times a sample. On a GPU throughput
+comes from large batches, and its rows stay."""
 ROUNDS = 3
 TIME_LIMIT_S = 8.0
 """Most a load spends measuring (rounds stop once it is reached; the first always runs)."""
@@ -238,13 +251,12 @@ class _Candidate:
     """A setting's instances, each loaded and run on a thread of its own (a GPU session and
     its stream belong to one thread)."""
 
-    def __init__(self, setting: Setting, rows: int) -> None:
+    def __init__(self, setting: Setting) -> None:
         self.setting = setting
-        self.rows = rows
         self.backends: list[Backend] = []
         self.threads: list[ThreadPoolExecutor] = []
-        self.warmed: set[int] = set()
-        """Rows per instance this candidate has run its ``WARM_RUNS`` with."""
+        self.runs: dict[int, int] = {}
+        """Runs each instance has made, by rows per instance, up to ``WARM_RUNS``."""
 
     def load(
         self, factory: BackendFactory, config: ModelConfig, model: Path, device: Device
@@ -257,21 +269,40 @@ class _Candidate:
             thread.submit(backend.load, model, variant, device).result()
             self.backends.append(backend)
 
-    def run_round(self, batch: Batch, seconds: float, rows: int = 0) -> float:
-        """Samples per second with every instance running its share of ``rows`` (else the
-        candidate's) at once, all together, for at least ``seconds`` and one run each."""
-        rows_each = max(1, -(-(rows or self.rows) // len(self.backends)))
+    def cold_run(self, batch: Batch, rows: int) -> float:
+        """Seconds of every instance's first run of its share of ``rows``, all at once: the
+        first of its warm-up runs, which tells how heavy a model is before any round."""
+        rows_each = self._share(rows)
+        inputs = batch(rows_each)
+        started = time.perf_counter()
+        runs = [thread.submit(backend.infer, inputs) for thread, backend in self._instances()]
+        for run in runs:
+            run.result()
+        self.runs[rows_each] = self.runs.get(rows_each, 0) + 1
+        return time.perf_counter() - started
+
+    def run_round(self, batch: Batch, seconds: float, rows: int) -> float:
+        """Samples per second with every instance running its share of ``rows`` at once, all
+        together, for at least ``seconds`` and one run each, after the warm-up runs each
+        instance has not yet made at that share."""
+        rows_each = self._share(rows)
         inputs = batch(rows_each)
         start = threading.Barrier(len(self.backends))
-        warm = 0 if rows_each in self.warmed else WARM_RUNS
-        self.warmed.add(rows_each)
+        warm = max(0, WARM_RUNS - self.runs.get(rows_each, 0))
+        self.runs[rows_each] = WARM_RUNS
         runs = [
             thread.submit(_run_for, backend, inputs, rows_each, seconds, start, warm)
-            for thread, backend in zip(self.threads, self.backends, strict=True)
+            for thread, backend in self._instances()
         ]
         spans = [run.result() for run in runs]
         elapsed = max(s.ended for s in spans) - min(s.began for s in spans)
         return sum(s.rows for s in spans) / max(elapsed, 1e-9)
+
+    def _share(self, rows: int) -> int:
+        return max(1, -(-rows // len(self.backends)))
+
+    def _instances(self) -> Iterator[tuple[ThreadPoolExecutor, Backend]]:
+        return zip(self.threads, self.backends, strict=True)
 
     def close(self) -> None:
         for thread, backend in zip(self.threads, self.backends, strict=False):
@@ -325,25 +356,25 @@ def tune(subject: Subject, cores: int, *, graphs_possible: bool = False) -> Tuni
         return Tuning(DEFAULT, "one core: nothing else to measure", (), 0.0)
     rows = _rows(subject.config, subject.device)
     with MEASURING, ExitStack() as stack:
-        default = stack.enter_context(_loaded(subject, DEFAULT, rows))
-        first = default.run_round(subject.batch, FIRST_ROUND_S)
+        default = stack.enter_context(_loaded(subject, DEFAULT))
+        run_s = default.cold_run(subject.batch, rows)
         bar_ns = light_sample_ns() if subject.device.kind == "cpu" else 0.0
-        light = _light(default, subject.batch, first, bar_ns) if bar_ns else 0.0
-        if light:
-            trial = Trial(DEFAULT, (light,))
-            reason = (
-                f"a sample costs under {bar_ns / 1000:.0f} us ({LIGHT_LOOP_STEPS:,} steps of a "
-                "Python loop on this host now): request handling dominates"
-            )
-            return Tuning(DEFAULT, reason, (trial,), time.perf_counter() - started)
+        first: tuple[float, ...] = ()
+        if not bar_ns or run_s * 1e9 <= rows * bar_ns * STALL_FACTOR:  # it could be light
+            rate = default.run_round(subject.batch, FIRST_ROUND_S, rows)
+            if light := _light(default, subject.batch, rows, rate, bar_ns) if bar_ns else 0.0:
+                return _light_tuning(light, bar_ns, time.perf_counter() - started)
+            first, run_s = (rate,), rows / rate
+        if bar_ns and run_s > RUN_S:  # on a CPU, where fewer rows measure the same
+            rows, first = _fewer_rows(rows, run_s, settings), ()
         loaded, failed = [default], []
         for setting in settings[1:]:
             try:
-                loaded.append(stack.enter_context(_loaded(subject, setting, rows)))
+                loaded.append(stack.enter_context(_loaded(subject, setting)))
             except BatchserveError as exc:  # e.g. a graph that cannot be captured
                 failed.append(Trial(setting, (), exc.message))
-        measured = _rounds(loaded, subject.batch, started)
-        measured[0] = (first, *measured[0])
+        measured = _rounds(loaded, subject.batch, rows, started)
+        measured[0] = (*first, *measured[0])
         trials = [Trial(c.setting, r) for c, r in zip(loaded, measured, strict=True)] + failed
         chosen, reason = decide(trials, prior(subject.device, cores))
         if subject.device.kind == "gpu" and places_auto(subject.config):
@@ -352,12 +383,27 @@ def tune(subject: Subject, cores: int, *, graphs_possible: bool = False) -> Tuni
     return Tuning(chosen, reason, tuple(trials), time.perf_counter() - started)
 
 
+def _light_tuning(samples_per_s: float, bar_ns: float, seconds: float) -> Tuning:
+    reason = (
+        f"a sample costs under {bar_ns / 1000:.0f} us ({LIGHT_LOOP_STEPS:,} steps of a "
+        "Python loop on this host now): request handling dominates"
+    )
+    return Tuning(DEFAULT, reason, (Trial(DEFAULT, (samples_per_s,)),), seconds)
+
+
+def _fewer_rows(rows: int, run_s: float, settings: Sequence[Setting]) -> int:
+    """Rows whose run takes about ``RUN_S`` where ``rows`` took ``run_s``, and at least one
+    for each instance of every setting."""
+    most = max(setting.instances for setting in settings)
+    return max(min(most, rows), int(rows * RUN_S / run_s))
+
+
 def _cpu_beside(subject: Subject, gpu: _Candidate) -> tuple[int, str]:
     """Placement by measurement: one sample at a time, on the CPU and on the GPU (its
     transfers included); where the CPU is faster, a CPU instance beside the GPU ones takes
     the batches under the crossover, which the batcher learns from both (``routing.py``)."""
-    with _loaded(replace(subject, device=CPU), DEFAULT, 1) as cpu:
-        on_cpu = cpu.run_round(subject.batch, ROUND_S)
+    with _loaded(replace(subject, device=CPU), DEFAULT) as cpu:
+        on_cpu = cpu.run_round(subject.batch, ROUND_S, 1)
     on_gpu = gpu.run_round(subject.batch, ROUND_S, rows=1)
     figures = f"one sample at a time the CPU ran {on_cpu:.0f}/s, the GPU {on_gpu:.0f}/s"
     if on_cpu > on_gpu:
@@ -372,7 +418,7 @@ def light_sample_ns() -> float:
     return fastest * 1e9 / TIMED_LOOP_STEPS * LIGHT_LOOP_STEPS
 
 
-def _light(default: _Candidate, batch: Batch, first: float, bar_ns: float) -> float:
+def _light(default: _Candidate, batch: Batch, rows: int, first: float, bar_ns: float) -> float:
     """The samples a second of the first of the default's short rounds that found a sample
     cheaper than ``bar_ns``, trying up to ``FIRST_ROUNDS`` unless the rounds so far all found
     it dearer than ``STALL_FACTOR`` times that; 0.0 when none found it cheaper."""
@@ -380,7 +426,7 @@ def _light(default: _Candidate, batch: Batch, first: float, bar_ns: float) -> fl
     for _ in range(FIRST_ROUNDS - 1):
         if fastest * bar_ns > 1e9 or fastest * bar_ns * STALL_FACTOR < 1e9:
             break
-        fastest = max(fastest, default.run_round(batch, FIRST_ROUND_S))
+        fastest = max(fastest, default.run_round(batch, FIRST_ROUND_S, rows))
     return fastest if fastest * bar_ns > 1e9 else 0.0
 
 
@@ -394,8 +440,8 @@ def _rows(config: ModelConfig, device: Device) -> int:
 
 
 @contextmanager
-def _loaded(subject: Subject, setting: Setting, rows: int) -> Iterator[_Candidate]:
-    candidate = _Candidate(setting, rows)
+def _loaded(subject: Subject, setting: Setting) -> Iterator[_Candidate]:
+    candidate = _Candidate(setting)
     try:
         candidate.load(subject.factory, subject.config, subject.model_file, subject.device)
         yield candidate
@@ -403,16 +449,19 @@ def _loaded(subject: Subject, setting: Setting, rows: int) -> Iterator[_Candidat
         candidate.close()
 
 
-def _rounds(loaded: Sequence[_Candidate], batch: Batch, started: float) -> list[tuple[float, ...]]:
-    """Each candidate's samples per second over up to ``ROUNDS`` interleaved rounds (every
-    other round in reverse order, so that a drift in the machine's speed favours none)."""
+def _rounds(
+    loaded: Sequence[_Candidate], batch: Batch, rows: int, started: float
+) -> list[tuple[float, ...]]:
+    """Each candidate's samples per second on ``rows`` over up to ``ROUNDS`` interleaved
+    rounds (every other round in reverse order, so that a drift in the machine's speed
+    favours none)."""
     figures: list[list[float]] = [[] for _ in loaded]
     for number in range(ROUNDS):
         if number and time.perf_counter() - started > TIME_LIMIT_S:
             break
         order = list(enumerate(loaded))
         for index, candidate in order if number % 2 == 0 else reversed(order):
-            figures[index].append(candidate.run_round(batch, ROUND_S))
+            figures[index].append(candidate.run_round(batch, ROUND_S, rows))
     return [tuple(f) for f in figures]
 
 
