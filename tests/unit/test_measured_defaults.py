@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -380,6 +380,68 @@ def test_no_candidate_is_timed_before_its_first_runs_are_over(
     assert measured_defaults.WARM_RUNS > RampBackend.RAMP_RUNS
     for trial in tuning.trials:
         assert min(trial.rounds) > 0.5 * max(trial.rounds), trial
+
+
+def _instances_of(costs: Sequence[CostedBackend]) -> Callable[..., CostedBackend]:
+    """A factory handing out ``costs`` in turn: the default's backend, then each instance's."""
+    made = iter(costs)
+    return lambda *_: next(made)
+
+
+def test_a_round_lasts_each_run_s_slowest_part_as_a_split_batch_does(
+    log: list[tuple[str, int, str]],
+) -> None:
+    # Two single-thread instances, one three times as slow: 8 rows take 16 and 48 ms. Run in
+    # step, as the batcher runs the two halves of a batch, 16 rows take 48 ms: 333/s at most
+    # (a sleep runs long, never short). Each running on to its own deadline, the fast one
+    # made three runs to the slow one's one, and the round counted 667/s.
+    backends = [CostedBackend(0.002, log, False, 0.0) for _ in range(3)]
+    backends[2].row_s = 0.006
+    tuning = tune(replace(subject(0.002, log), factory=_instances_of(backends)), cores=2)
+    _, split = tuning.trials
+    assert split.setting == Setting(2, 1)
+    assert max(split.rounds) <= 16 / 0.048, split
+
+
+class _FailsOnRun(CostedBackend):
+    def __init__(self, log: list[tuple[str, int, str]], failing_run: int) -> None:
+        super().__init__(0.002, log, fail_graphs=False, gpu_run_s=0.0)
+        self.failing_run = failing_run
+        self.runs = 0
+
+    def infer(
+        self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        self.runs += 1
+        if self.runs == self.failing_run:
+            raise BatchserveError("instance 2 ran out of memory")
+        return super().infer(inputs, output_names)
+
+
+@pytest.mark.parametrize("failing_run", [2, measured_defaults.WARM_RUNS + 1])
+def test_an_instance_that_fails_mid_round_ends_it_with_its_own_error(
+    log: list[tuple[str, int, str]], failing_run: int
+) -> None:
+    """A warm-up run (2) or a timed one fails on one instance: the other must not wait for
+    it at the start of the next run, and the error is the instance's, not the barrier's."""
+    backends = [CostedBackend(0.002, log, False, 0.0) for _ in range(2)]
+    backends.append(_FailsOnRun(log, failing_run))
+    failing = replace(subject(0.002, log), factory=_instances_of(backends))
+    outcome: list[BaseException] = []
+
+    def measure() -> None:
+        try:
+            tune(failing, cores=2)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=measure, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the round waits for an instance that failed"
+    (error,) = outcome
+    assert isinstance(error, BatchserveError)
+    assert error.message == "instance 2 ran out of memory"
 
 
 def test_each_instance_loads_runs_and_unloads_on_its_own_thread(

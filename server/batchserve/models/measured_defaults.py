@@ -108,7 +108,11 @@ runs and rounds of one run each; its samples per second at 2, 4, 8 and 16 rows d
 less than from one round to the next (18-21/s for both settings; a VGG-like CNN 41-48/s),
 as a CNN's do on a CPU, where a batch costs its rows times a sample. On a GPU throughput
 comes from large batches, and its rows stay."""
-ROUNDS = 3
+ROUNDS = 5
+"""Rounds each candidate runs, at most: a round on the 2-core reference machine measured a
+VGG-like CNN 25 % slower than the round before it on some loads (27.5-37.9/s for one
+setting), and with three rounds the median still differed by 10 % between two settings that
+measure the same over longer runs (the load chose the default once in seven)."""
 TIME_LIMIT_S = 8.0
 """Most a load spends measuring (rounds stop once it is reached; the first always runs)."""
 WARM_RUNS = 3
@@ -238,13 +242,40 @@ Batch = Callable[[int], Arrays]
 """Inputs of a given number of rows (``warmup.synthetic_batch`` for the model)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Span:
-    """One instance's share of a round: when it ran and how many rows it finished."""
+class _Lockstep:
+    """The runs of one round, every instance's started together, as the batcher runs the
+    parts of a batch it split, until ``seconds`` have passed (one run at least): the round
+    lasts each run's slowest part, summed. Instances that each ran on to their own deadline
+    ended a round at different times, and the span to the last end counted the first's idle
+    tail: with rounds of two or three runs, that cost two instances up to a run's share of
+    the round, and a VGG-like CNN's load chose the default twice in three for it."""
 
-    began: float
-    ended: float
-    rows: int
+    def __init__(self, instances: int, seconds: float) -> None:
+        self._barrier = threading.Barrier(instances, action=self._arrived)
+        self._seconds = seconds
+        self._began: float | None = None
+        self._going = True
+        self.runs = 0
+        """Runs every instance has finished."""
+        self.elapsed = 0.0
+
+    def _arrived(self) -> None:
+        now = time.perf_counter()
+        if self._began is None:
+            self._began = now
+            return
+        self.runs += 1
+        self.elapsed = now - self._began
+        self._going = self.elapsed < self._seconds
+
+    def next(self) -> bool:
+        """Wait for every instance; whether they run again."""
+        self._barrier.wait()
+        return self._going
+
+    def abort(self) -> None:
+        """Release the others: this instance's run failed."""
+        self._barrier.abort()
 
 
 class _Candidate:
@@ -287,16 +318,18 @@ class _Candidate:
         instance has not yet made at that share."""
         rows_each = self._share(rows)
         inputs = batch(rows_each)
-        start = threading.Barrier(len(self.backends))
+        steps = _Lockstep(len(self.backends), seconds)
         warm = max(0, WARM_RUNS - self.runs.get(rows_each, 0))
         self.runs[rows_each] = WARM_RUNS
         runs = [
-            thread.submit(_run_for, backend, inputs, rows_each, seconds, start, warm)
+            thread.submit(_run_for, backend, inputs, warm, steps)
             for thread, backend in self._instances()
         ]
-        spans = [run.result() for run in runs]
-        elapsed = max(s.ended for s in spans) - min(s.began for s in spans)
-        return sum(s.rows for s in spans) / max(elapsed, 1e-9)
+        errors = [error for error in (run.exception() for run in runs) if error is not None]
+        if errors:  # the failure itself, not the broken barrier it left the others
+            broken = threading.BrokenBarrierError
+            raise next((e for e in errors if not isinstance(e, broken)), errors[0])
+        return steps.runs * rows_each * len(self.backends) / max(steps.elapsed, 1e-9)
 
     def _share(self, rows: int) -> int:
         return max(1, -(-rows // len(self.backends)))
@@ -311,25 +344,17 @@ class _Candidate:
             thread.shutdown(wait=True)
 
 
-def _run_for(
-    backend: Backend,
-    inputs: Arrays,
-    rows: int,
-    seconds: float,
-    start: threading.Barrier,
-    warm: int,
-) -> _Span:
-    """Run ``inputs`` (``rows`` rows) ``warm`` times untimed (the first runs allocate), then
-    again and again until ``seconds`` have passed, once every instance of the round is ready."""
-    for _ in range(warm):
-        backend.infer(inputs)
-    start.wait()
-    began = time.perf_counter()
-    deadline, done = began + seconds, 0
-    while not done or time.perf_counter() < deadline:
-        backend.infer(inputs)
-        done += rows
-    return _Span(began, time.perf_counter(), done)
+def _run_for(backend: Backend, inputs: Arrays, warm: int, steps: _Lockstep) -> None:
+    """Run ``inputs`` ``warm`` times untimed (the first runs allocate), then in step with the
+    round's other instances until it ends."""
+    try:
+        for _ in range(warm):
+            backend.infer(inputs)
+        while steps.next():
+            backend.infer(inputs)
+    except BaseException:
+        steps.abort()
+        raise
 
 
 @dataclass(frozen=True, slots=True)
