@@ -242,40 +242,66 @@ Batch = Callable[[int], Arrays]
 """Inputs of a given number of rows (``warmup.synthetic_batch`` for the model)."""
 
 
-class _Lockstep:
-    """The runs of one round, every instance's started together, as the batcher runs the
-    parts of a batch it split, until ``seconds`` have passed (one run at least): the round
-    lasts each run's slowest part, summed. Instances that each ran on to their own deadline
-    ended a round at different times, and the span to the last end counted the first's idle
-    tail: with rounds of two or three runs, that cost two instances up to a run's share of
-    the round, and a VGG-like CNN's load chose the default twice in three for it."""
+class _Round:
+    """One round of a candidate, its instances started together, run as the batcher runs
+    them. CPU instances take the parts of a batch it split (``Batcher._spread``): every run
+    starts together, and the round lasts each run's slowest part, summed. Instances that each
+    ran on to their own deadline ended a round at different times, and the span to the last
+    end counted the first's idle tail: with rounds of two or three runs, that cost two
+    instances up to a run's share of the round, and a VGG-like CNN's load chose the default
+    twice in three for it. GPU instances each take whole batches: each runs on to its own
+    deadline, and the round's rate is the sum of theirs."""
 
-    def __init__(self, instances: int, seconds: float) -> None:
-        self._barrier = threading.Barrier(instances, action=self._arrived)
+    def __init__(self, instances: int, seconds: float, in_step: bool) -> None:
+        self._barrier = threading.Barrier(instances, action=self._arrived if in_step else None)
         self._seconds = seconds
+        self._in_step = in_step
         self._began: float | None = None
         self._going = True
-        self.runs = 0
-        """Runs every instance has finished."""
-        self.elapsed = 0.0
+        self._runs = 0
+        """Runs every instance has finished, in step."""
+        self._elapsed = 0.0
+        self._rates: list[float] = []
+        """Each instance's samples per second, on its own."""
+
+    def run(self, backend: Backend, inputs: Arrays, rows: int, warm: int) -> None:
+        """On an instance's thread: ``warm`` untimed runs of ``inputs`` (``rows`` rows; the
+        first runs allocate), then the round; a failure releases the other instances."""
+        try:
+            for _ in range(warm):
+                backend.infer(inputs)
+            if self._in_step:
+                while self._next():
+                    backend.infer(inputs)
+                return
+            self._barrier.wait()
+            began, done = time.perf_counter(), 0
+            while not done or time.perf_counter() - began < self._seconds:
+                backend.infer(inputs)
+                done += rows
+            self._rates.append(done / (time.perf_counter() - began))
+        except BaseException:
+            self._barrier.abort()
+            raise
+
+    def samples_per_s(self, rows: int) -> float:
+        """Of the whole candidate, ``rows`` being all its instances' rows of a run."""
+        if self._in_step:
+            return self._runs * rows / max(self._elapsed, 1e-9)
+        return sum(self._rates)
 
     def _arrived(self) -> None:
         now = time.perf_counter()
         if self._began is None:
             self._began = now
             return
-        self.runs += 1
-        self.elapsed = now - self._began
-        self._going = self.elapsed < self._seconds
+        self._runs += 1
+        self._elapsed = now - self._began
+        self._going = self._elapsed < self._seconds
 
-    def next(self) -> bool:
-        """Wait for every instance; whether they run again."""
+    def _next(self) -> bool:
         self._barrier.wait()
         return self._going
-
-    def abort(self) -> None:
-        """Release the others: this instance's run failed."""
-        self._barrier.abort()
 
 
 class _Candidate:
@@ -313,23 +339,24 @@ class _Candidate:
         return time.perf_counter() - started
 
     def run_round(self, batch: Batch, seconds: float, rows: int) -> float:
-        """Samples per second with every instance running its share of ``rows`` at once, all
-        together, for at least ``seconds`` and one run each, after the warm-up runs each
-        instance has not yet made at that share."""
+        """Samples per second with every instance running its share of ``rows``, all started
+        together (``_Round``), for at least ``seconds`` and one run each, after the warm-up
+        runs each instance has not yet made at that share."""
         rows_each = self._share(rows)
         inputs = batch(rows_each)
-        steps = _Lockstep(len(self.backends), seconds)
+        in_step = all(backend.device.kind == "cpu" for backend in self.backends)
+        this_round = _Round(len(self.backends), seconds, in_step)
         warm = max(0, WARM_RUNS - self.runs.get(rows_each, 0))
         self.runs[rows_each] = WARM_RUNS
         runs = [
-            thread.submit(_run_for, backend, inputs, warm, steps)
+            thread.submit(this_round.run, backend, inputs, rows_each, warm)
             for thread, backend in self._instances()
         ]
         errors = [error for error in (run.exception() for run in runs) if error is not None]
         if errors:  # the failure itself, not the broken barrier it left the others
             broken = threading.BrokenBarrierError
             raise next((e for e in errors if not isinstance(e, broken)), errors[0])
-        return steps.runs * rows_each * len(self.backends) / max(steps.elapsed, 1e-9)
+        return this_round.samples_per_s(rows_each * len(self.backends))
 
     def _share(self, rows: int) -> int:
         return max(1, -(-rows // len(self.backends)))
@@ -342,19 +369,6 @@ class _Candidate:
             thread.submit(backend.unload).result()
         for thread in self.threads:
             thread.shutdown(wait=True)
-
-
-def _run_for(backend: Backend, inputs: Arrays, warm: int, steps: _Lockstep) -> None:
-    """Run ``inputs`` ``warm`` times untimed (the first runs allocate), then in step with the
-    round's other instances until it ends."""
-    try:
-        for _ in range(warm):
-            backend.infer(inputs)
-        while steps.next():
-            backend.infer(inputs)
-    except BaseException:
-        steps.abort()
-        raise
 
 
 @dataclass(frozen=True, slots=True)
