@@ -24,12 +24,7 @@ from batchserve.models.warmup import synthetic_batch
 from batchserve.models.warmup_samples import WarmupSample
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.instances import Instance
-from batchserve.scheduler.memory import (
-    MemoryBudgets,
-    MemoryProfile,
-    ModelReservations,
-    probe_length,
-)
+from batchserve.scheduler.memory import MemoryBudgets, ModelReservations, probe_length
 from batchserve.scheduler.padding import row_positions
 from batchserve.scheduler.policy import BatchPolicy
 
@@ -82,14 +77,6 @@ def _log_phase(instance: str, phase: str, started: float) -> None:
     )
 
 
-def probed(profile: MemoryProfile, batch_size: int) -> bool:
-    """Whether the memory probe already ran this instance on the warm-up batch of
-    ``batch_size`` rows (the same synthetic inputs), as it does at a cap the budget leaves at
-    ``max_batch_size``: running it again costs a ResNet-50-like CNN 3.4 s an instance on the
-    2-core reference machine and warms nothing the probe did not."""
-    return any(sample.batch_size == batch_size for sample in profile.samples)
-
-
 class InstanceLoader:
     """Loads instances into the devices' memory budgets with the server's runtimes."""
 
@@ -108,9 +95,9 @@ class InstanceLoader:
         sharing: int = 1,
     ) -> LoadedInstance:
         """Load, measure, reserve, then warm up (the config's ``model_warmup`` samples, as
-        Triton runs them, then a batch at the derived cap unless the probe ran it). A
-        failure leaves nothing held. ``sharing``: this instance and those still to load
-        after it, which share evenly what the model's own budget has left."""
+        Triton runs them, then a batch at the derived cap). A failure leaves nothing held.
+        ``sharing``: this instance and those still to load after it, which share evenly
+        what the model's own budget has left."""
         backend = self.backend_factory(config, version.model_file)
         instance = Instance(name, backend)
         reservation = None
@@ -133,9 +120,8 @@ class InstanceLoader:
             started = time.perf_counter()
             for sample in samples:
                 await _run_sample(instance, sample)
-            if not probed(profile, cap):
-                batch = synthetic_batch(config, cap, free_dim, first)
-                await instance.run(partial(backend.infer, batch))
+            batch = synthetic_batch(config, cap, free_dim, first)
+            await instance.run(partial(backend.infer, batch))
             _log_phase(name, "warm-up", started)
         except BaseException:
             if reservation is not None:
