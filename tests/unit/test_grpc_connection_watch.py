@@ -68,7 +68,15 @@ def _look_until_gone(watch: HandshakeTimeoutWatch, before: frozenset[int]) -> No
 
 
 @pytest.mark.parametrize(
-    ("lifetime", "counted"), [(DEADLINE, 1), (DEADLINE + 1.5, 1), (DEADLINE + 10, 0), (3.0, 0)]
+    ("lifetime", "counted"),
+    [
+        (DEADLINE, 1),
+        (DEADLINE + 1.5, 1),
+        (DEADLINE - 1.0, 1),
+        (DEADLINE - 2.0, 0),  # closed by its client: a look caught it, the next saw it gone
+        (DEADLINE + 10, 0),
+        (3.0, 0),
+    ],
 )
 def test_a_silent_connection_counts_only_when_it_closes_at_the_deadline(
     port: int, lifetime: float, counted: int
