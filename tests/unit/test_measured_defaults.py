@@ -330,7 +330,7 @@ def test_a_model_whose_runs_are_long_is_measured_on_fewer_rows(
     monkeypatch: pytest.MonkeyPatch, log: list[tuple[str, int, str]]
 ) -> None:
     # 4 ms a row: 16 rows take the default 32 ms on its 4 threads, twice the RUN_S set here,
-    # so the rounds run 7 or 8 rows (sleeps run a little long), at least one an instance
+    # so the rounds run 8 rows or a few fewer (sleeps run long), at least one an instance
     monkeypatch.setattr(measured_defaults, "RUN_S", 0.016)
     tuning = tune(subject(0.004, log), cores=4)
     loads = [index for index, entry in enumerate(log) if entry[0] == "load"]
@@ -393,8 +393,9 @@ def test_a_round_lasts_each_run_s_slowest_part_as_a_split_batch_does(
 ) -> None:
     # Two single-thread instances, one three times as slow: 8 rows take 16 and 48 ms. Run in
     # step, as the batcher runs the two halves of a batch, 16 rows take 48 ms: 333/s at most
-    # (a sleep runs long, never short). Each running on to its own deadline, the fast one
-    # made three runs to the slow one's one, and the round counted 667/s.
+    # (a sleep runs long, never short). Each running on to its own deadline over a 30 ms
+    # round, the fast one made two runs to the slow one's one, and the round counted 24 rows
+    # in 48 ms: 500/s.
     backends = [CostedBackend(0.002, log, False, 0.0) for _ in range(3)]
     backends[2].row_s = 0.006
     tuning = tune(replace(subject(0.002, log), factory=_instances_of(backends)), cores=2)
