@@ -24,6 +24,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+import tritonclient.grpc as tritongrpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tests.integration.h2_frames import (
@@ -481,14 +482,21 @@ def _wait_for_metric(server: ServerProcess, want: float, seconds: float, **label
 def test_connections_closed_at_the_handshake_deadline_are_counted() -> None:
     """grpc core closes a silent connection without telling the application; the count
     comes from watching channelz. A connection its client closes early, and one that made
-    a call, are not refusals and are not counted."""
+    a call, are not refusals and are not counted: tritonclient's, closed when the silent
+    ones are, lived as long as they did."""
     handshake_seconds = 3.0
     server = start_server(
         extra_args=["--grpc-handshake-timeout", str(int(handshake_seconds * 1000))]
     )
     try:
         assert_serves(server)  # made a call: never counted, whenever it closes
+        client = tritongrpc.InferenceServerClient(server.grpc_url)
+        image = tritongrpc.InferInput("image", [1, 1, 8, 8], "FP32")
+        image.set_data_from_numpy(np.frombuffer(IMAGE, np.float32).reshape(1, 1, 8, 8))
         with contextlib.ExitStack() as stack:
+            stack.callback(client.close)
+            answer = client.infer("digits_cnn", [image])
+            assert answer.as_numpy("logits").shape == (1, 10)
             silent = [
                 stack.enter_context(socket.create_connection(("127.0.0.1", server.grpc_port)))
                 for _ in range(3)
