@@ -95,7 +95,8 @@ class InstanceLoader:
         sharing: int = 1,
     ) -> LoadedInstance:
         """Load, measure, reserve, then warm up (the config's ``model_warmup`` samples, as
-        Triton runs them, then a batch at the derived cap). A failure leaves nothing held.
+        Triton runs them, then a batch at the derived cap where the probe ran no batch of
+        that size: its largest it ran twice). A failure leaves nothing held.
         ``sharing``: this instance and those still to load after it, which share evenly
         what the model's own budget has left."""
         backend = self.backend_factory(config, version.model_file)
@@ -120,8 +121,9 @@ class InstanceLoader:
             started = time.perf_counter()
             for sample in samples:
                 await _run_sample(instance, sample)
-            batch = synthetic_batch(config, cap, free_dim, first)
-            await instance.run(partial(backend.infer, batch))
+            if cap not in {measured.batch_size for measured in profile.samples}:
+                batch = synthetic_batch(config, cap, free_dim, first)
+                await instance.run(partial(backend.infer, batch))
             _log_phase(name, "warm-up", started)
         except BaseException:
             if reservation is not None:
