@@ -216,6 +216,25 @@ def test_parameters_set_threads_mode_and_memory_pattern():
     assert options.enable_cpu_mem_arena is True
 
 
+ASKED_FOR_PATTERN = 'parameters { key: "enable_mem_pattern" value: { string_value: "1" } }'
+
+
+@pytest.mark.parametrize(
+    ("config", "pattern"),
+    [
+        ("max_batch_size: 8 input [{ name: 'x' data_type: TYPE_FP32 dims: [4] }]", False),
+        ("input [{ name: 'x' data_type: TYPE_FP32 dims: [3, -1, -1] }]", False),
+        ("input [{ name: 'x' data_type: TYPE_FP32 dims: [3, 8, 8] }]", True),
+        (f"max_batch_size: 8 {ASKED_FOR_PATTERN}", True),
+    ],
+    ids=["batch-axis", "free-axes", "fixed-shapes", "asked-for"],
+)
+def test_the_memory_pattern_is_on_by_default_only_for_fixed_shapes(
+    config: str, pattern: bool
+) -> None:
+    assert session_options(pbtxt(config), MODEL).enable_mem_pattern is pattern
+
+
 def test_threads_left_to_the_runtime_are_one_per_core_this_process_may_use():
     options = session_options(ModelConfig(name="m"), MODEL)
     assert options.intra_op_num_threads == runtime_threads()
