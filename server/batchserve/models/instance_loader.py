@@ -11,12 +11,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 from batchserve.backends.base import Arrays, Backend
+from batchserve.core.device import Device
 from batchserve.core.errors import BatchserveError, ModelConfigError
 from batchserve.devices.placement import Placement
+from batchserve.models.measuring_gate import MEASURING
 from batchserve.models.memory_probe import probe_backend
 from batchserve.models.model_directory import ModelVersion
 from batchserve.models.model_table import InstanceMemory, LoadedInstance
@@ -67,6 +70,34 @@ async def _run_sample(instance: Instance, sample: WarmupSample) -> None:
     )  # fmt: skip
 
 
+def load_twin(
+    backend: Backend, model_file: Path, config: ModelConfig, device: Device, twin: Device,
+    batch: Arrays,
+) -> bool:  # fmt: skip
+    """Load an instance whose memory a twin on device ``twin`` measured and run ``batch`` (at
+    its cap) once, beside other twins but not beside a measurement; call it on the
+    instance's own thread. False, and nothing run, where the runtime placed it elsewhere."""
+    with MEASURING.loading():
+        backend.load(model_file, config, device)
+        if backend.device != twin:
+            return False
+        backend.infer(batch)
+    return True
+
+
+def _log_loaded(
+    config: ModelConfig, version: ModelVersion, name: str, memory: InstanceMemory, measured: bool
+) -> None:
+    logger.info(
+        "instance loaded",
+        extra={"model": config.name, "version": version.version, "instance": name,
+               "device": str(memory.device), "batch_cap": memory.batch_cap,
+               "batch_steps": memory.batch_steps, "fixed_bytes": memory.profile.fixed_bytes,
+               "per_sample_bytes": memory.profile.per_sample_bytes,
+               "reserved_bytes": memory.reserved_bytes, "measured": measured},
+    )  # fmt: skip
+
+
 def _log_phase(instance: str, phase: str, started: float) -> None:
     seconds = time.perf_counter() - started
     level = logging.INFO if seconds >= SLOW_PHASE_S else logging.DEBUG
@@ -93,12 +124,21 @@ class InstanceLoader:
         reservations: ModelReservations,
         samples: tuple[WarmupSample, ...] = (),
         sharing: int = 1,
+        twin: InstanceMemory | None = None,
     ) -> LoadedInstance:
         """Load, measure, reserve, then warm up (the config's ``model_warmup`` samples, as
         Triton runs them, then a batch at the derived cap where the probe ran no batch of
         that size: its largest it ran twice). A failure leaves nothing held.
         ``sharing``: this instance and those still to load after it, which share evenly
-        what the model's own budget has left."""
+        what the model's own budget has left. ``twin``: what an instance of the same
+        placement was measured to need; given, this one reserves that before it loads, is
+        not measured, and loads beside other such instances (``load_twin``)."""
+        if twin is not None:
+            loaded = await self._load_twin(
+                name, config, version, placement, reservations, samples, sharing, twin
+            )
+            if loaded is not None:
+                return loaded
         backend = self.backend_factory(config, version.model_file)
         instance = Instance(name, backend)
         reservation = None
@@ -130,18 +170,61 @@ class InstanceLoader:
                 reservations.release_one(reservation)
             await asyncio.to_thread(instance.close)
             raise
-        logger.info(
-            "instance loaded",
-            extra={"model": config.name, "version": version.version, "instance": name,
-                   "device": str(backend.device), "batch_cap": cap,
-                   "batch_steps": reservation.batch_steps,
-                   "fixed_bytes": profile.fixed_bytes, "per_sample_bytes": profile.per_sample_bytes,
-                   "reserved_bytes": reservation.nbytes},
-        )  # fmt: skip
         memory = InstanceMemory(
             backend.device, profile, reservation.nbytes, cap, reservation.batch_steps,
             probe_row_positions=row_positions,
         )  # fmt: skip
+        _log_loaded(config, version, name, memory, measured=True)
+        return LoadedInstance(instance, placement, memory, reservation)
+
+    async def _load_twin(
+        self,
+        name: str,
+        config: ModelConfig,
+        version: ModelVersion,
+        placement: Placement,
+        reservations: ModelReservations,
+        samples: tuple[WarmupSample, ...],
+        sharing: int,
+        twin: InstanceMemory,
+    ) -> LoadedInstance | None:
+        """An instance loaded on its twin's profile: reserved first, then loaded and run at
+        its cap once, beside other twins. None where its runtime placed it elsewhere than
+        its twin's (a fallback to the CPU one of them took): that one is measured."""
+        backend = self.backend_factory(config, version.model_file)
+        instance = Instance(name, backend)
+        reservation = None
+        budget = self.budgets.for_device(twin.device)
+        try:
+            reservation = reservations.reserve(
+                budget, twin.profile, sharing, twin.probe_row_positions
+            )
+            cap = reservation.batch_cap if config.max_batch_size > 0 else 1
+            first = samples[0].inputs if samples else None
+            batch = synthetic_batch(config, cap, probe_length(config), first)
+            started = time.perf_counter()
+            if not await instance.run(
+                partial(load_twin, backend, version.model_file, config, placement.device,
+                        twin.device, batch)
+            ):  # fmt: skip
+                reservations.release_one(reservation)
+                await asyncio.to_thread(instance.close)
+                return None
+            if reservations.limit_bytes is None:
+                instance.reservation = reservation
+            for sample in samples:
+                await _run_sample(instance, sample)
+            _log_phase(name, "load and warm-up", started)
+        except BaseException:
+            if reservation is not None:
+                reservations.release_one(reservation)
+            await asyncio.to_thread(instance.close)
+            raise
+        memory = replace(
+            twin, reserved_bytes=reservation.nbytes, batch_cap=cap,
+            batch_steps=reservation.batch_steps,
+        )  # fmt: skip
+        _log_loaded(config, version, name, memory, measured=False)
         return LoadedInstance(instance, placement, memory, reservation)
 
     def check_room(

@@ -47,7 +47,7 @@ from batchserve.core.device import CPU, Device
 from batchserve.core.errors import BatchserveError
 from batchserve.core.python_speed import loop_seconds
 from batchserve.devices.placement import places_auto
-from batchserve.models.memory_probe import MEASURING
+from batchserve.models.measuring_gate import MEASURING
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 logger = logging.getLogger(__name__)
@@ -394,7 +394,7 @@ def tune(subject: Subject, cores: int, *, graphs_possible: bool = False) -> Tuni
     if len(settings) == 1:
         return Tuning(DEFAULT, "one core: nothing else to measure", (), 0.0)
     rows = _rows(subject.config, subject.device)
-    with MEASURING, ExitStack() as stack:
+    with MEASURING.measuring(), ExitStack() as stack:
         default = stack.enter_context(_loaded(subject, DEFAULT))
         run_s = default.cold_run(subject.batch, rows)
         bar_ns = light_sample_ns() if subject.device.kind == "cpu" else 0.0

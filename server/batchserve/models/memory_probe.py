@@ -18,9 +18,10 @@ How each figure is measured:
 - Total of a device: the CPU's physical memory, or the cgroup memory limit where lower (a
   container's limit on Kubernetes); a GPU's total as NVML reports it.
 
-Both figures are process- or device-wide, so probes are serialised: two loads measured at
-once would each count the other. Traffic to models already loaded adds noise; the fit
-keeps its prediction above every measurement.
+Both figures are process- or device-wide, so probes are serialised, and instances that
+take a twin's profile load between them (``measuring_gate``): two loads measured at once
+would each count the other. Traffic to models already loaded adds noise; the fit keeps its
+prediction above every measurement.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import ctypes
 import os
 import resource
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -41,15 +41,13 @@ from batchserve.core.device import Device
 from batchserve.core.digits import ascii_digits
 from batchserve.core.errors import DeviceUnavailable
 from batchserve.devices.placement import nvml_handle
+from batchserve.models.measuring_gate import MEASURING
 from batchserve.models.warmup import synthetic_batch
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.memory import MemoryProfile, MemorySample
 
 Meter = Callable[[], int]  # bytes an instance holds now, counted from when the meter started
 
-MEASURING = threading.Lock()
-"""Held while anything measures memory or speed at load: both figures are process- or
-device-wide, so two loads measured at once would each count the other."""
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _CGROUP_MEMBERSHIP = Path("/proc/self/cgroup")
 
@@ -299,7 +297,7 @@ def probe_backend(
     Dynamic non-batch dims (sequence length, image size) are probed at ``free_dim``; a
     config's warm-up ``sample``, when given, is repeated instead (``warmup.synthetic_batch``).
     """
-    with MEASURING, ExitStack() as stack:
+    with MEASURING.measuring(), ExitStack() as stack:
         cpu = ProcessMemory()
         gpu = _optional_gpu_meter(stack, device, backend)
         backend.load(model_file, config, device)
