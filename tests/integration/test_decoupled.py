@@ -36,7 +36,7 @@ from tests.integration.server import (
     ServerProcess,
     run_perf_analyzer,
     start_server,
-    tree_rss_mib,
+    tree_memory_mib,
 )
 
 Result = tuple[Any, InferenceServerException | None]
@@ -213,9 +213,9 @@ def test_a_client_that_reads_slowly_holds_the_responder_not_the_servers_memory(
             "square_int32", [_tensor(grpcclient, "IN", [SLOW_READER_COUNT], "INT32")]
         )
         first = stream.take(3)
-        before = tree_rss_mib(decoupled_server.process.pid)
+        before = tree_memory_mib(decoupled_server.process.pid)
         time.sleep(4)
-        grown = tree_rss_mib(decoupled_server.process.pid) - before
+        grown = tree_memory_mib(decoupled_server.process.pid) - before
         stream.released.set()
         more = stream.take(100)
     finally:
@@ -250,11 +250,11 @@ def test_tritonclient_requests_piped_behind_a_held_callback_are_all_answered(
     image.set_data_from_numpy(np.zeros((1, 1, 8, 8), dtype=np.float32))
     stream = HeldStream(decoupled_server, taken=1)
     try:
-        before = tree_rss_mib(decoupled_server.process.pid)
+        before = tree_memory_mib(decoupled_server.process.pid)
         for _ in range(PIPELINED):
             stream.client.async_stream_infer("digits_cnn", [image])
         time.sleep(3)
-        grown = tree_rss_mib(decoupled_server.process.pid) - before
+        grown = tree_memory_mib(decoupled_server.process.pid) - before
         stream.released.set()
         answers = stream.take(PIPELINED)
     finally:
@@ -284,11 +284,11 @@ def test_requests_piped_down_a_stream_that_is_never_read_wait_in_the_clients_buf
             yield request
         sent.set()
 
-    before = tree_rss_mib(decoupled_server.process.pid)
+    before = tree_memory_mib(decoupled_server.process.pid)
     responses = stub.ModelStreamInfer(requests())
     try:
         time.sleep(3)
-        grown = tree_rss_mib(decoupled_server.process.pid) - before
+        grown = tree_memory_mib(decoupled_server.process.pid) - before
         answers = [next(responses) for _ in range(PIPELINED)]
         assert sent.wait(30)
     finally:
@@ -513,13 +513,13 @@ def test_generate_refuses_at_the_second_response_not_after_the_last(
 ) -> None:
     """square_int32 asked for 100,000,000 responses: every one was collected before the
     refusal (1.8 GB and no answer within 20 s); the model is stopped at the second."""
-    before = tree_rss_mib(decoupled_server.process.pid)
+    before = tree_memory_mib(decoupled_server.process.pid)
     started = time.monotonic()
     answer = _post(decoupled_server, "/v2/models/square_int32/generate", {"IN": SLOW_READER_COUNT})
     assert answer.status == 400
     assert answer.json()["error"].startswith("generate expects model to produce exactly 1 response")
     assert time.monotonic() - started < 5
-    assert tree_rss_mib(decoupled_server.process.pid) - before < MOST_GROWTH_MIB
+    assert tree_memory_mib(decoupled_server.process.pid) - before < MOST_GROWTH_MIB
 
 
 def test_a_client_that_leaves_stops_its_generation_at_the_next_step(

@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.server import ServerProcess, start_server, tree_rss_mib
+from tests.integration.server import ServerProcess, start_server, tree_memory_mib
 
 CNN_CONFIG = """name: "cnn" max_batch_size: 64
 input [{ name: "image" data_type: TYPE_FP32 dims: [3, -1, -1] }]
@@ -133,7 +133,7 @@ def test_large_images_batch_in_fewer_rows_within_the_pixels_reserved(
     """512 x 512 images are 16 probe rows each: at most four to a batch, where a batch of 32
     such images would have needed eight times the memory reserved."""
     pid = server.process.pid
-    before_rss, before = tree_rss_mib(pid), _batch_counts(server)
+    before_rss, before = tree_memory_mib(pid), _batch_counts(server)
     url = f"http://{server.http_url}/v2/models/cnn/infer"
     with httpx.Client(timeout=120) as client, ThreadPoolExecutor(max_workers=32) as pool:
         codes = list(pool.map(lambda _: _images(client, url, 1, 512).status_code, range(48)))
@@ -141,7 +141,7 @@ def test_large_images_batch_in_fewer_rows_within_the_pixels_reserved(
     ran = [size for size, count in _batch_counts(server).items() if count > before.get(size, 0)]
     assert max(ran) <= 4
     assert max(ran) > 1, "concurrent requests should have been batched"
-    assert tree_rss_mib(pid) - before_rss < 300  # a batch of 32 took 2.7 GiB more
+    assert tree_memory_mib(pid) - before_rss < 300  # a batch of 32 took 2.7 GiB more
 
 
 def test_an_image_over_the_pixels_reserved_runs_alone_on_memory_lent_and_given_back(
@@ -153,12 +153,12 @@ def test_an_image_over_the_pixels_reserved_runs_alone_on_memory_lent_and_given_b
     url = f"http://{server.http_url}/v2/models/cnn/infer"
     with httpx.Client(timeout=120) as client:
         assert _images(client, url, 4, 512).status_code == 200  # the arena at the reservation
-        before = tree_rss_mib(pid)
+        before = tree_memory_mib(pid)
         for _ in range(2):  # without the shrink, a second one grew the arena again
             served = _images(client, url, 1, 2048)
             assert served.status_code == 200, served.text
             assert served.json()["outputs"][0]["shape"] == [1, 32]
-    assert tree_rss_mib(pid) - before < 300
+    assert tree_memory_mib(pid) - before < 300
 
 
 def test_identity_over_a_free_axis_serves_a_row_far_past_the_probe_s(
