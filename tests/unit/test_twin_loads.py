@@ -90,7 +90,7 @@ def _registry(
         return made[-1]
 
     budgets = MemoryBudgets(parse_budgets(None), device_total_bytes)
-    return ModelRegistry(ModelRepository(root), 8, budgets, factory, cpus=1)
+    return ModelRegistry(ModelRepository(root), 8, budgets, factory, cpus=2)  # two loads at once
 
 
 async def test_instances_past_the_second_load_together_on_its_profile(tmp_path: Path) -> None:

@@ -106,7 +106,8 @@ class ModelRegistry(ModelTable):
     ) -> None:
         """``after_change`` runs once a load or unload has finished swapping models (the
         server settles its heap there: ``gc_tuning.settle``); ``cpus``: the cores models may
-        use, which measured defaults choose instances and threads for."""
+        use, which measured defaults choose instances and threads for, and the most instances
+        that load at once on a measured twin's profile."""
         super().__init__(repository)
         self.budgets = budgets
         self.load_seconds: dict[str, float] = {}  # latest load of each model, however started
@@ -333,12 +334,14 @@ class ModelRegistry(ModelTable):
                 measured, [placements[i] for i in order[position + 1 :]], reservations
             )
         twin = {loaded.placement: loaded.memory for loaded in measured}  # the last measured
+        slots = asyncio.Semaphore(self._cpus)  # a load is CPU work: no more at once than cores
 
         async def load_twin(position: int, index: int) -> None:
-            by_index[index] = await self._loader.load(
-                f"{name}-{version.version}-{index}", config, version, placements[index],
-                reservations, samples, len(order) - position, twin[placements[index]],
-            )  # fmt: skip
+            async with slots:
+                by_index[index] = await self._loader.load(
+                    f"{name}-{version.version}-{index}", config, version, placements[index],
+                    reservations, samples, len(order) - position, twin[placements[index]],
+                )  # fmt: skip
 
         loads = [load_twin(p, i) for p, i in enumerate(order) if p >= len(measured_first)]
         for result in await asyncio.gather(*loads, return_exceptions=True):
