@@ -27,7 +27,14 @@ from batchserve.models.warmup import synthetic_batch
 from batchserve.models.warmup_samples import WarmupSample
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.instances import Instance
-from batchserve.scheduler.memory import MemoryBudgets, ModelReservations, probe_length
+from batchserve.scheduler.memory import (
+    DeviceBudget,
+    MemoryBudgets,
+    MemoryProfile,
+    ModelReservations,
+    Reservation,
+    probe_length,
+)
 from batchserve.scheduler.padding import row_positions
 from batchserve.scheduler.policy import BatchPolicy
 
@@ -108,6 +115,44 @@ def _log_phase(instance: str, phase: str, started: float) -> None:
     )
 
 
+class _Loading:
+    """An instance being loaded: where its load fails, or gives up, its reservation is given
+    back and it is closed, so that a failed load holds nothing."""
+
+    def __init__(self, instance: Instance) -> None:
+        self.instance = instance
+        self._reservations: ModelReservations | None = None
+        self._reservation: Reservation | None = None
+
+    def reserve(
+        self,
+        reservations: ModelReservations,
+        budget: DeviceBudget,
+        profile: MemoryProfile,
+        sharing: int,
+        row_positions: int,
+    ) -> Reservation:
+        """``reservations.reserve``, held by the instance (it may borrow beyond it) unless
+        the model's own budget bounds it."""
+        self._reservations = reservations
+        self._reservation = reservations.reserve(budget, profile, sharing, row_positions)
+        if reservations.limit_bytes is None:  # its own budget bounds it: no loans
+            self.instance.reservation = self._reservation
+        return self._reservation
+
+    async def give_up(self) -> None:
+        if self._reservations is not None and self._reservation is not None:
+            self._reservations.release_one(self._reservation)
+        await asyncio.to_thread(self.instance.close)
+
+    async def __aenter__(self) -> _Loading:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is not None:
+            await self.give_up()
+
+
 class InstanceLoader:
     """Loads instances into the devices' memory budgets with the server's runtimes."""
 
@@ -139,43 +184,35 @@ class InstanceLoader:
             )
             if loaded is not None:
                 return loaded
-        backend = self.backend_factory(config, version.model_file)
-        instance = Instance(name, backend)
-        reservation = None
+        loading = _Loading(Instance(name, self.backend_factory(config, version.model_file)))
+        backend = loading.instance.backend
         free_dim = probe_length(config)
         first = samples[0].inputs if samples else None
-        try:
+        async with loading:
             allowance = reservations.allowance(self.budgets.for_device(placement.device), sharing)
             started = time.perf_counter()
-            profile = await instance.run(
+            profile = await loading.instance.run(
                 partial(probe_backend, backend, version.model_file, config, placement.device,
                         limit_bytes=allowance, free_dim=free_dim, sample=first)
             )  # fmt: skip
             _log_phase(name, "load and memory probe", started)
             budget = self.budgets.for_device(backend.device)
             row_positions = probe_row_positions(config, free_dim, first)
-            reservation = reservations.reserve(budget, profile, sharing, row_positions)
-            if reservations.limit_bytes is None:  # its own budget bounds it: no loans
-                instance.reservation = reservation
+            reservation = loading.reserve(reservations, budget, profile, sharing, row_positions)
             cap = reservation.batch_cap if config.max_batch_size > 0 else 1
             started = time.perf_counter()
             for sample in samples:
-                await _run_sample(instance, sample)
+                await _run_sample(loading.instance, sample)
             if cap not in {measured.batch_size for measured in profile.samples}:
                 batch = synthetic_batch(config, cap, free_dim, first)
-                await instance.run(partial(backend.infer, batch))
+                await loading.instance.run(partial(backend.infer, batch))
             _log_phase(name, "warm-up", started)
-        except BaseException:
-            if reservation is not None:
-                reservations.release_one(reservation)
-            await asyncio.to_thread(instance.close)
-            raise
         memory = InstanceMemory(
             backend.device, profile, reservation.nbytes, cap, reservation.batch_steps,
             probe_row_positions=row_positions,
         )  # fmt: skip
         _log_loaded(config, version, name, memory, measured=True)
-        return LoadedInstance(instance, placement, memory, reservation)
+        return LoadedInstance(loading.instance, placement, memory, reservation)
 
     async def _load_twin(
         self,
@@ -191,41 +228,31 @@ class InstanceLoader:
         """An instance loaded on its twin's profile: reserved first, then loaded and run at
         its cap once, beside other twins. None where its runtime placed it elsewhere than
         its twin's (a fallback to the CPU one of them took): that one is measured."""
-        backend = self.backend_factory(config, version.model_file)
-        instance = Instance(name, backend)
-        reservation = None
+        loading = _Loading(Instance(name, self.backend_factory(config, version.model_file)))
         budget = self.budgets.for_device(twin.device)
-        try:
-            reservation = reservations.reserve(
-                budget, twin.profile, sharing, twin.probe_row_positions
+        async with loading:
+            reservation = loading.reserve(
+                reservations, budget, twin.profile, sharing, twin.probe_row_positions
             )
             cap = reservation.batch_cap if config.max_batch_size > 0 else 1
             first = samples[0].inputs if samples else None
             batch = synthetic_batch(config, cap, probe_length(config), first)
             started = time.perf_counter()
-            if not await instance.run(
-                partial(load_twin, backend, version.model_file, config, placement.device,
-                        twin.device, batch)
+            if not await loading.instance.run(
+                partial(load_twin, loading.instance.backend, version.model_file, config,
+                        placement.device, twin.device, batch)
             ):  # fmt: skip
-                reservations.release_one(reservation)
-                await asyncio.to_thread(instance.close)
+                await loading.give_up()
                 return None
-            if reservations.limit_bytes is None:
-                instance.reservation = reservation
             for sample in samples:
-                await _run_sample(instance, sample)
+                await _run_sample(loading.instance, sample)
             _log_phase(name, "load and warm-up", started)
-        except BaseException:
-            if reservation is not None:
-                reservations.release_one(reservation)
-            await asyncio.to_thread(instance.close)
-            raise
         memory = replace(
             twin, reserved_bytes=reservation.nbytes, batch_cap=cap,
             batch_steps=reservation.batch_steps,
         )  # fmt: skip
         _log_loaded(config, version, name, memory, measured=False)
-        return LoadedInstance(instance, placement, memory, reservation)
+        return LoadedInstance(loading.instance, placement, memory, reservation)
 
     def check_room(
         self,
