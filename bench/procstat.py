@@ -31,17 +31,35 @@ def _stats(proc: Path) -> dict[int, tuple[int, int]]:
     return found
 
 
-def tree_ticks(stats: dict[int, tuple[int, int]], root: int) -> int:
-    """CPU ticks of ``root`` and all its descendants, from parsed stats by pid."""
+def _tree(stats: dict[int, tuple[int, int]], root: int) -> list[int]:
+    """``root`` and all its descendants, from parsed stats by pid."""
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    total, todo = 0, [root]
+    found, todo = [], [root]
     while todo:
         pid = todo.pop()
-        total += stats[pid][1] if pid in stats else 0
+        found.append(pid)
         todo += children.get(pid, [])
-    return total
+    return found
+
+
+def tree_ticks(stats: dict[int, tuple[int, int]], root: int) -> int:
+    """CPU ticks of ``root`` and all its descendants, from parsed stats by pid."""
+    return sum(stats[pid][1] for pid in _tree(stats, root) if pid in stats)
+
+
+def descendants(root: int, proc: Path = PROC) -> list[int]:
+    """The processes below ``root`` now: its children, theirs, and so on."""
+    return _tree(_stats(proc), root)[1:]
+
+
+def command_name(pid: int, proc: Path = PROC) -> str:
+    """/proc/PID/comm (what a process named itself); empty once it has gone."""
+    try:
+        return (proc / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def cpu_seconds(root: int, proc: Path = PROC) -> float:

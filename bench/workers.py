@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from batchserve.runtime.cpus import auto_workers
+from batchserve.runtime.fork_server import WORKER_NAME
 
 from bench import cpu_split, machine, procstat
 from bench.common import ROOT, metric_total, start_server, stop_server
@@ -77,17 +78,13 @@ class Point:
 
 
 def _worker_pids(engine: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent, _ = procstat.parse_stat((entry / "stat").read_text())
-                command = (entry / "cmdline").read_bytes()
-            except (OSError, ValueError):
-                continue
-            if parent == engine and b"worker_process" in command:
-                found.append(int(entry.name))
-    return sorted(found)
+    """The workers among the model-owning process's descendants (forked by its fork server,
+    or its own children where they started afresh), by the name each gives itself."""
+    return sorted(
+        pid
+        for pid in procstat.descendants(engine)
+        if procstat.command_name(pid).startswith(WORKER_NAME.partition("{")[0])
+    )
 
 
 def _ticks(pid: int) -> int:

@@ -26,12 +26,14 @@ def environ(pid: int) -> dict[str, str]:
     return {key: value for key, _, value in pairs}
 
 
-def children(pid: int) -> list[int]:
-    return [
+def descendants(pid: int) -> list[int]:
+    """Its children, theirs, and so on (workers are the fork server's children)."""
+    children = [
         int(child)
         for task in Path(f"/proc/{pid}/task").iterdir()
         for child in (task / "children").read_text().split()
     ]
+    return [*children, *(grandchild for child in children for grandchild in descendants(child))]
 
 
 def listening(server: ServerProcess) -> dict[str, object]:
@@ -53,8 +55,8 @@ def test_the_started_process_runs_tuned_on_amd(server: ServerProcess) -> None:
 def test_workers_inherit_it() -> None:
     server = start_server(MODEL_REPO, ["--workers", "2"])
     try:
-        workers = children(server.process.pid)
-        assert len(workers) >= 2
+        workers = descendants(server.process.pid)
+        assert len(workers) == 3  # the fork server and two workers
         for pid in [server.process.pid, *workers]:
             assert (environ(pid).get(TUNABLES) == OFF) is amd_glibc()
     finally:

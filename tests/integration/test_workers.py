@@ -300,6 +300,7 @@ def test_a_killed_worker_is_replaced_and_no_request_hangs() -> None:
         replaced = server.wait_for("worker started", timeout=60)
         assert int(str(replaced["worker"])) == 0
         assert int(str(replaced["pid"])) != pids[0]
+        assert replaced["forked"] is True  # by the fork server, as the first ones were
         time.sleep(1.5)
         ok_before_stop = seen["ok"]
         time.sleep(1.0)
@@ -398,8 +399,12 @@ def test_every_thread_of_every_process_runs_under_sched_batch(
     image.set_data_from_numpy(_images(1, seed=11))
     for _ in range(8):
         client.infer("digits_cnn", [image])
+    (fork_server,) = [
+        r["pid"] for r in workers_server.logs if r.get("message") == "fork server started"
+    ]
     pids = [workers_server.process.pid, *_worker_pids(workers_server).values()]
     assert len(pids) == 3
+    assert set(_policies(int(str(fork_server)))) == {os.SCHED_BATCH}  # its forks start there
     for pid in pids:
         policies = _policies(pid)
         assert len(policies) > 3, pid  # grpc's threads at least

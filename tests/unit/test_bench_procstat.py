@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
 from bench.procstat import (
     busy_fraction,
+    command_name,
     cpu_model,
     cpu_seconds,
     cpu_ticks,
+    descendants,
     mem_total_bytes,
     parse_stat,
     tree_ticks,
@@ -36,6 +39,23 @@ def test_tree_ticks_adds_descendants_only() -> None:
 
 def test_tree_ticks_of_a_vanished_root_is_zero() -> None:
     assert tree_ticks({1: (0, 5)}, 99) == 0
+
+
+def test_descendants_reach_grandchildren_and_names_come_from_comm(tmp_path: Path) -> None:
+    tree = {10: (1, "server"), 11: (10, "bs-fork-server"), 12: (11, "bs-worker-0"),
+            13: (11, "bs-worker-1"), 20: (1, "other")}  # fmt: skip
+    for pid, (parent, name) in tree.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(
+            STAT.replace("4242 (odd) name) S 17", f"{pid} ({name}) S {parent}")
+        )
+        (tmp_path / str(pid) / "comm").write_text(f"{name}\n")
+    (tmp_path / "self").mkdir()
+
+    assert sorted(descendants(10, tmp_path)) == [11, 12, 13]
+    assert descendants(12, tmp_path) == []
+    assert [command_name(pid, tmp_path) for pid in (11, 12)] == ["bs-fork-server", "bs-worker-0"]
+    assert command_name(99, tmp_path) == ""
 
 
 def test_cpu_seconds_grows_with_work_done() -> None:

@@ -37,6 +37,7 @@ from batchserve.rest.forward import trusting_peer_header
 from batchserve.runtime import cpu_scheduling, gc_tuning, malloc_tuning, memmove_tuning
 from batchserve.runtime.cpus import resolve_workers
 from batchserve.runtime.event_loop import BoundedHandshakeLoop
+from batchserve.runtime.fork_server import ForkServer
 from batchserve.runtime.http_listener import HttpListener, http_listener
 from batchserve.runtime.metrics_collector import ServerCollector, metrics_registry
 from batchserve.runtime.shared_ports import bound_port, reuse_port_socket
@@ -44,6 +45,7 @@ from batchserve.runtime.stop_signals import StopSignals
 from batchserve.runtime.triton_metrics import TritonMetrics
 from batchserve.runtime.worker_counts import WorkerCounts
 from batchserve.runtime.worker_pool import Endpoints, WorkerPool
+from batchserve.runtime.worker_process import serve_forked
 from batchserve.scheduler.memory import MemoryBudgets
 
 logger = logging.getLogger(__name__)
@@ -56,9 +58,13 @@ class Server:
     """The whole server process; ``backend_factory`` lets a test harness wrap the runtimes."""
 
     def __init__(
-        self, settings: Settings, backend_factory: BackendFactory = create_backend
+        self,
+        settings: Settings,
+        backend_factory: BackendFactory = create_backend,
+        forks: ForkServer | None = None,
     ) -> None:
         self.settings = settings
+        self._forks = forks
         try:
             repository = ModelRepository.of(settings)
         except NotFound as exc:
@@ -113,7 +119,7 @@ class Server:
         ports = [bound_port(sock) for sock in self._held]
         counts = WorkerCounts(REFUSALS)
         endpoints = Endpoints(ports[0], ports[1], http_path, grpc_path)
-        self.pool = WorkerPool(settings, self.dataplane, workers, endpoints, counts)
+        self.pool = WorkerPool(settings, self.dataplane, workers, endpoints, counts, self._forks)
         return ServerCollector(self.registry, self.gpus, self.registry.load_seconds,
                                refusals=counts, grpc_core=counts.grpc_core,
                                workers=self.pool.handed_over)  # fmt: skip
@@ -250,10 +256,14 @@ class Server:
         logger.info("stopped")
 
 
-async def serve(settings: Settings, backend_factory: BackendFactory = create_backend) -> bool:
+async def serve(
+    settings: Settings,
+    backend_factory: BackendFactory = create_backend,
+    forks: ForkServer | None = None,
+) -> bool:
     """Run a server until SIGTERM or SIGINT; a second signal hurries the drain. False when
     a worker had to be killed (its accepted requests may have gone unanswered)."""
-    server = Server(settings, backend_factory)
+    server = Server(settings, backend_factory, forks)
     server.signals.install(asyncio.get_running_loop())
     await server.run()
     return server.workers_drained
@@ -268,14 +278,21 @@ def _settle_heap() -> None:
 def run(settings: Settings, backend_factory: BackendFactory = create_backend) -> int:
     """Blocking entry point used by the `batchserve serve` command (and bench's leaky
     server); the process's exit status."""
-    malloc_tuning.limit_arenas()  # before any thread that loads a model starts
     cpu_scheduling.apply(settings.cpu_scheduling)  # before the threads it should reach start
+    forks = None
+    if resolve_workers(settings.workers, available_cpus(settings.cpus)) > 1:
+        forks = ForkServer.start(serve_forked)  # before any loop, socket or thread exists
+    malloc_tuning.limit_arenas()  # before any thread that loads a model starts
     handshake = settings.http_header_timeout_seconds
     try:
         drained: bool = uvloop.run(
-            serve(settings, backend_factory), loop_factory=lambda: BoundedHandshakeLoop(handshake)
+            serve(settings, backend_factory, forks),
+            loop_factory=lambda: BoundedHandshakeLoop(handshake),
         )
     except CannotStart as exc:  # said in one line, with uvicorn's status for a failed start
         logger.error(f"the server did not start: {exc}")
         return STARTUP_FAILURE
+    finally:
+        if forks is not None:
+            forks.close()
     return 0 if drained else 1

@@ -1,9 +1,11 @@
 """The model-owning process's workers (``--workers N``): started, watched, replaced when one
 dies, told to drain on shutdown.
 
-Each worker is a fresh interpreter (``python -m batchserve.runtime.worker_process``), not
-a fork: this process runs ONNX Runtime's and grpc's threads, which a fork would copy in
-whatever state they were. It gets one end of a socket pair and its two arenas' memfds.
+Each worker is forked by the fork server (``fork_server``), which this process forked before
+it ran anything, or, where there is none, started as a fresh interpreter
+(``python -m batchserve.runtime.worker_process``); never forked from this process, which runs
+ONNX Runtime's and grpc's threads. It gets one end of a socket pair and its two arenas'
+memfds.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import logging
 import socket
 import sys
+from asyncio.subprocess import Process
 from dataclasses import dataclass
 
 from batchserve.core.settings import Settings
@@ -22,6 +25,7 @@ from batchserve.dataplane.handoff.frames import pack_frame
 from batchserve.dataplane.plane import DataPlane
 from batchserve.observability import log_settings
 from batchserve.observability.trace_settings import Snapshot
+from batchserve.runtime.fork_server import CannotFork, ForkedWorker, ForkServer
 from batchserve.runtime.worker_counts import WorkerCounts
 
 logger = logging.getLogger(__name__)
@@ -52,16 +56,17 @@ class Endpoints:
 
 @dataclass(slots=True)
 class _Worker:
-    process: asyncio.subprocess.Process
+    process: ForkedWorker | Process
     link: EngineLink
 
 
 class WorkerPool:
     def __init__(
         self, settings: Settings, plane: DataPlane, count: int, endpoints: Endpoints,
-        counts: WorkerCounts,
+        counts: WorkerCounts, forks: ForkServer | None = None,
     ) -> None:  # fmt: skip
         self.settings = settings
+        self.forks = forks
         self.plane = plane
         self.count = count
         self.endpoints = endpoints
@@ -76,6 +81,8 @@ class WorkerPool:
 
     async def start(self) -> None:
         """Start every worker and wait until each listens (or failed to start)."""
+        if self.forks is not None:
+            self.forks.attach()
         started = await asyncio.gather(*(self._start(i) for i in range(self.count)))
         for index, worker in enumerate(started):
             self._watchers.append(asyncio.create_task(self._watch(index, worker)))
@@ -90,10 +97,7 @@ class WorkerPool:
         requests = Arena.create(f"batchserve-worker{index}-requests", ARENA_BYTES)
         responses = Arena.create(f"batchserve-worker{index}-responses", ARENA_BYTES)
         fds = (requests.fd, responses.fd)
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", WORKER_MODULE, str(theirs.fileno()),
-            pass_fds=(theirs.fileno(), requests.fd, responses.fd),
-        )  # fmt: skip
+        process = await self._process((theirs.fileno(), requests.fd, responses.fd))
         theirs.close()
         requests.close_descriptor()  # the mappings stay; the worker has its own copies
         responses.close_descriptor()
@@ -107,8 +111,21 @@ class WorkerPool:
         link.send(("t", self.plane.control.trace.snapshot()))
         worker = _Worker(process, link)
         self.workers[index] = worker
-        logger.info("worker started", extra={"worker": index, "pid": process.pid})
+        forked = isinstance(process, ForkedWorker)
+        logger.info("worker started", extra={"worker": index, "pid": process.pid, "forked": forked})
         return worker
+
+    async def _process(self, fds: tuple[int, int, int]) -> ForkedWorker | Process:
+        """Forked where the fork server runs; otherwise a fresh interpreter, given the same
+        descriptors under the same numbers."""
+        if self.forks is not None and self.forks.alive:
+            try:
+                return await self.forks.fork(fds)
+            except CannotFork as exc:
+                logger.warning("worker started afresh", extra={"reason": str(exc)})
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", WORKER_MODULE, str(fds[0]), pass_fds=fds
+        )
 
     async def _watch(self, index: int, worker: _Worker) -> None:
         """Replace the worker whenever it exits, until the pool stops."""
@@ -208,4 +225,6 @@ class WorkerPool:
             clean = clean and code == 0
         for watcher in [*self._watchers, *self._unmapping]:
             watcher.cancel()
+        if self.forks is not None:
+            self.forks.close()
         return clean

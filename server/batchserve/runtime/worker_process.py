@@ -2,7 +2,8 @@
 decodes and validates inference requests, and hands them to the model-owning process;
 every other call it forwards there whole.
 
-Started by ``worker_pool`` as ``python -m batchserve.runtime.worker_process FD``: FD is its
+Forked by the fork server (``fork_server``), or started afresh by ``worker_pool`` as
+``python -m batchserve.runtime.worker_process FD`` where workers cannot be forked: FD is its
 end of the socket to the model-owning process, whose first frame says what to serve.
 Stop signals are the model-owning process's to act on (a terminal's Ctrl-C reaches the
 whole process group): the worker drains when that process says so, and exits at once,
@@ -12,12 +13,12 @@ non-zero, when that process is gone.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
 import signal
 import socket
 import sys
+from collections.abc import Sequence
 
 import uvloop
 
@@ -33,13 +34,12 @@ from batchserve.rest.forward import HttpForwarder, WorkerInferEndpoint
 from batchserve.rest.infer import in_front_of
 from batchserve.runtime import cpu_scheduling, gc_tuning
 from batchserve.runtime.event_loop import BoundedHandshakeLoop
+from batchserve.runtime.fork_server import WORKER_NAME, die_with_parent, name_process
 from batchserve.runtime.http_listener import http_listener
 from batchserve.runtime.shared_ports import reuse_port_socket
 from batchserve.runtime.worker_counts import counts_frame
 
 logger = logging.getLogger(__name__)
-
-_PR_SET_PDEATHSIG = 1
 
 
 class _Start:
@@ -59,15 +59,6 @@ class _Start:
          self.grpc_path, self.requests_fd, self.responses_fd, self.arena_bytes,
          ) = read_frame(read_exactly)  # fmt: skip
         self.settings = Settings.model_validate_json(settings_json)
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this worker when the model-owning process dies, however it dies."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the closed socket still stops it
-        pass
 
 
 async def _serve(start: _Start, sock: socket.socket) -> int:
@@ -119,11 +110,27 @@ def _counts(asked: int = -1) -> Frame:
 
 
 def main(argv: list[str]) -> int:
-    _die_with_parent()
+    """A worker started afresh: its arenas' descriptors kept the numbers the first frame
+    gives."""
+    die_with_parent(os.getppid())  # Linux; elsewhere the closed socket still stops it
+    return serve_link(int(argv[1]))
+
+
+def serve_forked(fds: Sequence[int]) -> int:
+    """A worker forked by the fork server: its descriptors arrived renumbered, in the order
+    link, requests' arena, responses' arena."""
+    link, requests_fd, responses_fd = fds
+    return serve_link(link, (requests_fd, responses_fd))
+
+
+def serve_link(link: int, arena_fds: tuple[int, int] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    sock = socket.socket(fileno=int(argv[1]))
+    sock = socket.socket(fileno=link)
     start = _Start(sock)
+    name_process(WORKER_NAME.format(index=start.index))
+    if arena_fds is not None:
+        start.requests_fd, start.responses_fd = arena_fds
     settings = start.settings
     configure_logging(settings.log_level, settings.log_format, settings.log_switches())
     cpu_scheduling.apply(settings.cpu_scheduling)  # inherited; again in case it was not
