@@ -59,7 +59,6 @@ class ForkedWorker:
     def __init__(self, server: ForkServer, pid: int) -> None:
         self._server = server
         self.pid = pid
-        self.returncode: int | None = None
         self._exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
     async def wait(self) -> int:
@@ -69,11 +68,10 @@ class ForkedWorker:
     def kill(self) -> None:
         """SIGKILL, sent by the fork server: it alone knows the pid is not yet reaped, so
         never reused by another process."""
-        self._server.send(_KILL, self.pid)
+        self._server.kill(self.pid)
 
     def exited(self, status: int) -> None:
         if not self._exited.done():
-            self.returncode = status
             self._exited.set_result(status)
 
 
@@ -84,7 +82,7 @@ class ForkServer:
         self.pid = pid
         self._control = control
         self._workers: dict[int, ForkedWorker] = {}
-        self._started: asyncio.Queue[int] | None = None
+        self._started: asyncio.Queue[int] = asyncio.Queue()  # pids, in the order asked
         self._forking = asyncio.Lock()
         self.alive = True
 
@@ -118,13 +116,12 @@ class ForkServer:
 
     def attach(self) -> None:
         """Hear the fork server from the running loop."""
-        self._started = asyncio.Queue()
         asyncio.get_running_loop().add_reader(self._control.fileno(), self._on_readable)
 
     async def fork(self, fds: Sequence[int]) -> ForkedWorker:
         """A worker forked with these descriptors (its link, then its two arenas)."""
         async with self._forking:
-            if not self.alive or self._started is None:
+            if not self.alive:
                 raise CannotFork("the fork server has exited")
             try:
                 socket.send_fds(self._control, [_FORK], list(fds))
@@ -140,10 +137,11 @@ class ForkServer:
             self._workers[pid] = worker
             return worker
 
-    def send(self, kind: bytes, pid: int) -> None:
+    def kill(self, pid: int) -> None:
+        """Ask for SIGKILL to a worker it forked (nothing once it is gone: so are they)."""
         if self.alive:
             with contextlib.suppress(OSError):
-                self._control.send(_RECORD.pack(kind, pid, 0))
+                self._control.send(_RECORD.pack(_KILL, pid, 0))
 
     def _on_readable(self) -> None:
         while True:
@@ -157,7 +155,7 @@ class ForkServer:
                 self._gone()
                 return
             kind, pid, status = _RECORD.unpack(record)
-            if kind == _STARTED and self._started is not None:
+            if kind == _STARTED:
                 self._started.put_nowait(pid)
             elif kind == _EXITED and (worker := self._workers.pop(pid, None)) is not None:
                 worker.exited(status)
@@ -178,8 +176,7 @@ class ForkServer:
         for worker in self._workers.values():
             worker.exited(-signal.SIGKILL)
         self._workers.clear()
-        if self._started is not None:
-            self._started.put_nowait(0)  # a fork waiting for its pid
+        self._started.put_nowait(0)  # a fork waiting for its pid
         self._reap()
 
     def close(self) -> None:
