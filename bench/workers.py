@@ -78,8 +78,8 @@ class Point:
 
 
 def _worker_pids(engine: int) -> list[int]:
-    """The workers among the model-owning process's descendants (forked by its fork server,
-    or its own children where they started afresh), by the name each gives itself."""
+    """The workers among the model-owning process's descendants (its children, forked or
+    started afresh, beside the fork server), by the name each gives itself."""
     return sorted(
         pid
         for pid in procstat.descendants(engine)

@@ -27,7 +27,7 @@ def environ(pid: int) -> dict[str, str]:
 
 
 def descendants(pid: int) -> list[int]:
-    """Its children, theirs, and so on (workers are the fork server's children)."""
+    """Its children, theirs, and so on (the fork server and the workers it forked)."""
     children = [
         int(child)
         for task in Path(f"/proc/{pid}/task").iterdir()

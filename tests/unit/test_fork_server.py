@@ -1,40 +1,55 @@
 """The fork server's protocol, driven in a fresh interpreter (the fork server must be forked
 before any thread exists, which a pytest process cannot promise): a forked target gets its
-descriptors renumbered and in order, its exit status comes back (an exception is 1, a
-signal negative), a kill reaches only a live child, and once the fork server is gone every
-child is reported killed and a fork is refused, so the pool starts the worker afresh."""
+descriptors renumbered and in order, is adopted by the process that asked for it (its
+parent, which reaps it: an exception is status 1, a signal negative), and is killed through
+its pidfd; a fork server that dies leaves its workers running, refuses forks until a fresh
+one, started by name, forks in its place."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="forks with pidfd_open (Linux)")
 
-SCRIPT = textwrap.dedent(
+TARGET = textwrap.dedent(
     """
-    import asyncio, json, os, signal, socket, sys, time
-    from batchserve.runtime.fork_server import CannotFork, ForkServer
+    import os, socket, time
 
     def target(fds):
         link, first, second = fds
         peer = socket.socket(fileno=link)
-        peer.sendall(os.read(first, 16) + b"|" + os.read(second, 16))
+        heard = os.read(first, 16) + b"|" + os.read(second, 16)
+        peer.sendall(heard + b"|" + str(os.getppid()).encode())
         order = peer.recv(16)
         if order == b"raise":
             raise RuntimeError("the worker failed")
-        if order in (b"hang", b"stay"):
+        if order == b"hang":
             time.sleep(60)
+        if order == b"stay":
+            order = peer.recv(16)  # the next order, after the fork server has died
         return int(order)
+    """
+)
 
+SCRIPT = textwrap.dedent(
+    """
+    import asyncio, json, os, signal, socket, sys
+    from batchserve.runtime import fork_server
+    from batchserve.runtime.fork_server import CannotFork, ForkServer
+    from fork_target import target
+
+    fork_server.RESPAWN_PAUSE_S = 0.2
     forks = ForkServer.start(target)
     results = {}
 
-    async def one(order):
+    async def one(order, then=b""):
         ours, theirs = socket.socketpair()
         first_r, first_w = os.pipe()
         second_r, second_w = os.pipe()
@@ -46,46 +61,62 @@ SCRIPT = textwrap.dedent(
         theirs.detach()
         ours.setblocking(False)
         loop = asyncio.get_running_loop()
-        got = await loop.sock_recv(ours, 64)
+        heard, _, parent = (await loop.sock_recv(ours, 64)).decode().rpartition("|")
         await loop.sock_sendall(ours, order)
         if order == b"hang":
             await asyncio.sleep(0.2)
             worker.kill()
+        if then:
+            await asyncio.sleep(0.2)
+            os.kill(forks.pid, signal.SIGKILL)
+            while forks.alive:
+                await asyncio.sleep(0.01)
+            try:
+                await forks.fork((0, 1, 2))
+            except CannotFork as exc:
+                results["refused"] = str(exc)
+            await loop.sock_sendall(ours, then)
         status = await worker.wait()
         ours.close()
-        return got.decode(), status, os.getppid() != worker.pid
+        return heard, status, int(parent) == os.getpid()
 
     async def main():
         forks.attach()
+        first = forks.pid
         results["runs"] = await asyncio.gather(one(b"0"), one(b"3"), one(b"raise"), one(b"hang"))
-        hung = asyncio.ensure_future(one(b"stay"))
-        await asyncio.sleep(0.5)
-        os.kill(forks.pid, signal.SIGKILL)
-        results["after_kill"] = (await hung)[1]
-        results["alive"] = forks.alive
-        try:
-            await forks.fork((0, 1, 2))
-        except CannotFork as exc:
-            results["refused"] = str(exc)
-        results["reaped"] = not os.path.exists(f"/proc/{forks.pid}")
+        results["survivor"] = await one(b"stay", then=b"7")
+        results["first_reaped"] = not os.path.exists(f"/proc/{first}")
+        while not forks.alive:
+            await asyncio.sleep(0.05)
+        results["replaced"] = forks.pid != first
+        results["after"] = await one(b"5")
 
     asyncio.run(main())
+    second = forks.pid
     forks.close()
+    results["second_reaped"] = not os.path.exists(f"/proc/{second}")
     print(json.dumps(results))
     """
 )
 
 
-def test_forks_statuses_kills_and_a_lost_fork_server() -> None:
+def test_forks_adoption_statuses_kills_and_a_replaced_fork_server(tmp_path: Path) -> None:
+    (tmp_path / "fork_target.py").write_text(TARGET)
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60, check=False
-    )
+        [sys.executable, "-c", SCRIPT],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": path},
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout.strip().splitlines()[-1])
     assert [run[0] for run in results["runs"]] == ["first|second"] * 4
     assert [run[1] for run in results["runs"]] == [0, 3, 1, -9]
-    assert results["after_kill"] == -9  # reported killed: workers die with the fork server
-    assert results["alive"] is False
+    assert all(run[2] for run in results["runs"])  # each worker's parent: the asking process
+    assert results["survivor"] == ["first|second", 7, True]  # it outlived its fork server
     assert results["refused"] == "the fork server has exited"
-    assert results["reaped"] is True
+    assert results["first_reaped"] is True
+    assert results["replaced"] is True
+    assert results["after"] == ["first|second", 5, True]  # forked by the one started by name
+    assert results["second_reaped"] is True
     assert "the worker failed" in done.stderr  # the traceback of the target that raised

@@ -4,14 +4,21 @@ A fresh interpreter spends about 1.3 s of CPU importing FastAPI, grpc, numpy and
 before it can serve, and a worker paid it at every start and every replacement. The fork
 server is forked from the model-owning process once, after its imports and before it starts
 an event loop, a socket, a model or a thread of its own; from then on it does one thing:
-fork a worker when asked, which starts with every module already imported, and report each
-worker's exit. The model-owning process cannot fork workers itself once it serves: it then
-runs ONNX Runtime's and grpc's threads, which a fork would copy in whatever state they were.
+fork a worker when asked, which starts with every module already imported. The
+model-owning process cannot fork workers itself once it serves: it then runs ONNX
+Runtime's and grpc's threads, which a fork would copy in whatever state they were.
 
-The fork server dies with the model-owning process, and each worker with the fork server
-(``PR_SET_PDEATHSIG``). If the fork server dies alone, its workers go with it and the pool
-starts the replacements as fresh interpreters. Linux only (``pidfd_open``); elsewhere every
-worker is a fresh interpreter.
+Each worker is forked twice over (the fork server forks a short-lived middle process, which
+forks the worker and exits), and the model-owning process is the child subreaper
+(``PR_SET_CHILD_SUBREAPER``), so every worker is adopted by it: the workers are the
+model-owning process's children, as fresh interpreters would be, it alone reaps and kills
+them (through a pidfd each, which the middle process sends it), and the fork server is a
+helper whose death disturbs no worker and no request. One that dies is replaced by a fresh
+interpreter running the same loop (after a pause that doubles while they keep dying).
+
+The fork server and every worker die with the model-owning process
+(``PR_SET_PDEATHSIG``). Linux only (``pidfd_open``); elsewhere every worker is a fresh
+interpreter.
 """
 
 from __future__ import annotations
@@ -20,33 +27,44 @@ import asyncio
 import contextlib
 import ctypes
 import gc
+import importlib
 import logging
 import os
-import selectors
 import signal
 import socket
 import struct
 import sys
+import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NoReturn
 
 logger = logging.getLogger(__name__)
 
 Target = Callable[[Sequence[int]], int]
 """What a forked worker runs, given its descriptors (its end of the link to the
-model-owning process, then its two arenas); its return value is its exit status."""
+model-owning process, then its two arenas); its return value is its exit status. A
+module-level function: a fork server started afresh imports it by name."""
 
 _FORK = b"f"
-_KILL = b"k"
 _STARTED = b"s"
-_EXITED = b"x"
-_RECORD = struct.Struct("=cii")  # kind, pid, exit status
+_FAILED = b"e"
+_RECORD = struct.Struct("=ci")  # kind, pid
 _FDS_PER_WORKER = 3  # its link, then its requests' and responses' arenas
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
+_PR_SET_CHILD_SUBREAPER = 36
 FORK_SERVER_NAME = "bs-fork-server"
 WORKER_NAME = "bs-worker-{index}"
+ADOPTION_WAIT_S = 5.0
+"""How long a new worker waits for its middle process to exit (microseconds, normally)."""
+REAP_RETRY_S = 0.005
+REAP_TRIES = 1000
+"""A worker that exits in the instant between its middle process's exit and its adoption
+is reaped once adopted: retried this often, this many times."""
+RESPAWN_PAUSE_S = 1.0
+RESPAWN_PAUSE_MAX_S = 60.0
 
 
 class CannotFork(RuntimeError):
@@ -54,36 +72,67 @@ class CannotFork(RuntimeError):
 
 
 class ForkedWorker:
-    """A worker the fork server forked; what the pool uses of ``asyncio.subprocess.Process``."""
+    """A worker the fork server forked and this process adopted; what the pool uses of
+    ``asyncio.subprocess.Process``."""
 
-    def __init__(self, server: ForkServer, pid: int) -> None:
-        self._server = server
+    def __init__(self, pid: int, pidfd: int) -> None:
         self.pid = pid
-        self._exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._pidfd = pidfd
+        self._loop = asyncio.get_running_loop()
+        self._exited: asyncio.Future[int] = self._loop.create_future()
+        self._tries = 0
+        self._loop.add_reader(pidfd, self._ended)
 
     async def wait(self) -> int:
-        """Its exit status (negative: the signal that ended it), once the fork server reaps it."""
+        """Its exit status (negative: the signal that ended it)."""
         return await asyncio.shield(self._exited)
 
     def kill(self) -> None:
-        """SIGKILL, sent by the fork server: it alone knows the pid is not yet reaped, so
-        never reused by another process."""
-        self._server.kill(self.pid)
+        """SIGKILL through its pidfd: never another process that took its pid."""
+        if self._pidfd >= 0:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
-    def exited(self, status: int) -> None:
+    def _ended(self) -> None:
+        self._loop.remove_reader(self._pidfd)
+        self._reap()
+
+    def _reap(self) -> None:
+        """Reap it; until its middle process has exited, it is not yet this process's."""
+        try:
+            pid, wait_status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid = wait_status = 0
+        if pid == 0:
+            self._tries += 1
+            if self._tries < REAP_TRIES:
+                self._loop.call_later(REAP_RETRY_S, self._reap)
+                return
+            logger.warning("an exited worker was never adopted", extra={"pid": self.pid})
+            self._finish(-signal.SIGKILL)
+            return
+        self._finish(os.waitstatus_to_exitcode(wait_status))
+
+    def _finish(self, status: int) -> None:
+        os.close(self._pidfd)
+        self._pidfd = -1
         if not self._exited.done():
             self._exited.set_result(status)
 
 
 class ForkServer:
-    """The model-owning process's end: asks for forks, hears of exits."""
+    """The model-owning process's end: asks for forks, and starts a fresh fork server when
+    its fork server dies."""
 
-    def __init__(self, pid: int, control: socket.socket) -> None:
+    def __init__(self, pid: int, control: socket.socket, target: Target) -> None:
         self.pid = pid
         self._control = control
-        self._workers: dict[int, ForkedWorker] = {}
-        self._started: asyncio.Queue[int] = asyncio.Queue()  # pids, in the order asked
+        self._target = f"{target.__module__}:{target.__qualname__}"
+        self._started: asyncio.Queue[tuple[int, int]] = asyncio.Queue()  # (pid, pidfd)
         self._forking = asyncio.Lock()
+        self._pause = RESPAWN_PAUSE_S
+        self._respawn: asyncio.TimerHandle | None = None
+        self._closed = False
         self.alive = True
 
     @classmethod
@@ -91,6 +140,9 @@ class ForkServer:
         """Fork the fork server; call it before any event loop, socket or thread of this
         program exists. None where workers cannot be forked here (not Linux)."""
         if not hasattr(os, "pidfd_open") or not hasattr(socket, "send_fds"):
+            return None
+        if not _become_subreaper():
+            logger.warning("workers start as fresh interpreters: this process cannot adopt them")
             return None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         owner = os.getpid()
@@ -111,8 +163,8 @@ class ForkServer:
                 os._exit(status)
         theirs.close()
         ours.setblocking(False)
-        logger.info("fork server started", extra={"pid": pid})
-        return cls(pid, ours)
+        logger.info("fork server started", extra={"pid": pid, "forked": True})
+        return cls(pid, ours, target)
 
     def attach(self) -> None:
         """Hear the fork server from the running loop."""
@@ -130,63 +182,85 @@ class ForkServer:
             except OSError as exc:
                 self._gone()
                 raise CannotFork(f"the fork server has exited: {exc}") from None
-            pid = await self._started.get()
+            pid, pidfd = await self._started.get()
             if pid <= 0:
                 raise CannotFork("the fork server has exited" if pid == 0 else "fork failed")
-            worker = ForkedWorker(self, pid)
-            self._workers[pid] = worker
-            return worker
-
-    def kill(self, pid: int) -> None:
-        """Ask for SIGKILL to a worker it forked (nothing once it is gone: so are they)."""
-        if self.alive:
-            with contextlib.suppress(OSError):
-                self._control.send(_RECORD.pack(_KILL, pid, 0))
+            return ForkedWorker(pid, pidfd)
 
     def _on_readable(self) -> None:
         while True:
             try:
-                record = self._control.recv(_RECORD.size)
+                record, fds, _, _ = socket.recv_fds(self._control, _RECORD.size, 1)
             except BlockingIOError:
                 return
             except OSError:
-                record = b""
+                record, fds = b"", []
             if len(record) != _RECORD.size:
+                for fd in fds:
+                    os.close(fd)
                 self._gone()
                 return
-            kind, pid, status = _RECORD.unpack(record)
-            if kind == _STARTED:
-                self._started.put_nowait(pid)
-            elif kind == _EXITED and (worker := self._workers.pop(pid, None)) is not None:
-                worker.exited(status)
+            kind, pid = _RECORD.unpack(record)
+            if kind == _STARTED and len(fds) == 1:
+                self._started.put_nowait((pid, fds[0]))
+            else:
+                for fd in fds:
+                    os.close(fd)
+                self._started.put_nowait((-1, -1))
 
     def _gone(self) -> None:
-        """The fork server exited: its workers die with it (their death signal); each is
-        reported killed, and later workers start as fresh interpreters."""
+        """The fork server exited: its workers serve on (this process adopted them); a fresh
+        fork server replaces it, forks meanwhile start fresh interpreters."""
         if not self.alive:
             return
         self.alive = False
+        loop = asyncio.get_running_loop()
         with contextlib.suppress(ValueError, OSError):
-            asyncio.get_running_loop().remove_reader(self._control.fileno())
-        logger.error(
-            "the fork server exited; its workers exit with it and are replaced by fresh "
-            "interpreters",
-            extra={"pid": self.pid},
-        )
-        for worker in self._workers.values():
-            worker.exited(-signal.SIGKILL)
-        self._workers.clear()
-        self._started.put_nowait(0)  # a fork waiting for its pid
+            loop.remove_reader(self._control.fileno())
+        self._control.close()
         self._reap()
+        self._started.put_nowait((0, -1))  # a fork waiting for its pid
+        logger.error(
+            "the fork server exited; its workers serve on and a fresh one replaces it",
+            extra={"pid": self.pid, "seconds": self._pause},
+        )
+        self._respawn = loop.call_later(self._pause, self._spawn)
+        self._pause = min(2 * self._pause, RESPAWN_PAUSE_MAX_S)
+
+    def _spawn(self) -> None:
+        """A fork server started afresh: it imports what the first one had, then forks."""
+        self._respawn = None
+        if self._closed:
+            return
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        theirs.set_inheritable(True)
+        argv = [sys.executable, "-m", __name__, str(theirs.fileno()), self._target]
+        try:
+            self.pid = os.posix_spawn(sys.executable, argv, os.environ)
+        except OSError as exc:
+            logger.error("the fork server could not be started again", extra={"error": str(exc)})
+            ours.close()
+            return
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._control = ours
+        self._started = asyncio.Queue()
+        self.alive = True
+        self.attach()
+        logger.info("fork server started", extra={"pid": self.pid, "forked": False})
 
     def close(self) -> None:
-        """Stop the fork server (after the workers have stopped) and reap it."""
+        """Stop the fork server (the workers stop on their own) and reap it."""
+        self._closed = True
+        if self._respawn is not None:
+            self._respawn.cancel()
         if self.alive:
             self.alive = False
             with contextlib.suppress(ValueError, OSError, RuntimeError):
                 asyncio.get_running_loop().remove_reader(self._control.fileno())
-        self._control.close()
-        self._reap()
+            self._control.close()
+            self._reap()
 
     def _reap(self) -> None:
         with contextlib.suppress(ChildProcessError):
@@ -209,9 +283,17 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def _become_subreaper() -> bool:
+    """Adopt this process's orphaned descendants (Linux 3.4 and later)."""
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def _serve(control: socket.socket, owner: int, target: Target) -> int:  # pragma: no cover
-    """The fork server's life: fork on request, reap and report exits, leave when the
-    model-owning process closes its end (it has exited, or stopped its workers)."""
+    """The fork server's life: fork on request, leave when the model-owning process closes
+    its end (it has exited, or stopped its workers)."""
     die_with_parent(owner)
     name_process(FORK_SERVER_NAME)
     for sig in (signal.SIGINT, signal.SIGTERM):  # the model-owning process's to act on
@@ -220,70 +302,64 @@ def _serve(control: socket.socket, owner: int, target: Target) -> int:  # pragma
     os.closerange(control.fileno() + 1, os.sysconf("SC_OPEN_MAX"))
     gc.collect()
     gc.freeze()  # the imported heap stays out of the workers' collections, and shared
-    with selectors.DefaultSelector() as selector:
-        forks = _Forks(control, selector, target)
-        selector.register(control, selectors.EVENT_READ)
-        while True:
-            for key, _ in selector.select():
-                if key.fileobj is not control:
-                    forks.reap(int(key.fd))
-                elif not forks.answer():
-                    return 0
-
-
-class _Forks:  # pragma: no cover - runs in the fork server
-    """The fork server's workers: each one's pidfd, watched until it exits."""
-
-    def __init__(
-        self, control: socket.socket, selector: selectors.BaseSelector, target: Target
-    ) -> None:
-        self.control = control
-        self.selector = selector
-        self.target = target
-        self.children: dict[int, int] = {}  # pidfd -> pid
-
-    def answer(self) -> bool:
-        """Act on one request; False when the model-owning process has closed its end."""
-        message, fds, _, _ = socket.recv_fds(self.control, _RECORD.size, _FDS_PER_WORKER)
+    control.setblocking(True)
+    forker = _Forker(control, owner, target)
+    while True:
+        message, fds, _, _ = socket.recv_fds(control, _RECORD.size, _FDS_PER_WORKER)
         if not message:
-            return False
-        if message[:1] == _FORK:
-            self.control.send(_RECORD.pack(_STARTED, self._fork(fds), 0))
-        elif message[:1] == _KILL and len(message) == _RECORD.size:
-            pid = _RECORD.unpack(message)[1]
-            if pid in self.children.values():  # not yet reaped: still this worker's pid
-                os.kill(pid, signal.SIGKILL)
-        return True
-
-    def _fork(self, fds: list[int]) -> int:
-        """The new worker's pid; -1 when the fork failed (the pool then starts it afresh)."""
-        try:
-            pid = os.fork()
-        except OSError:
-            pid = -1
-        if pid == 0:
-            self._run_worker(fds)
+            return 0
+        if message[:1] == _FORK and len(fds) == _FDS_PER_WORKER:
+            forker.fork(fds)
         for fd in fds:
             os.close(fd)
-        if pid > 0:
+
+
+@dataclass(frozen=True)
+class _Forker:  # pragma: no cover - runs in the fork server and the processes it forks
+    """Each worker forked by a middle process, which sends its pid and pidfd to the
+    model-owning process and exits, so that the worker is adopted there."""
+
+    control: socket.socket
+    owner: int
+    target: Target
+
+    def fork(self, fds: list[int]) -> None:
+        """Fork the middle process and reap it; where it sent nothing, say so."""
+        try:
+            middle = os.fork()
+        except OSError:
+            self.control.send(_RECORD.pack(_FAILED, -1))
+            return
+        if middle == 0:
+            self._middle(fds)
+        _, wait_status = os.waitpid(middle, 0)
+        if os.waitstatus_to_exitcode(wait_status) != 0:
+            self.control.send(_RECORD.pack(_FAILED, -1))
+
+    def _middle(self, fds: list[int]) -> NoReturn:
+        status = 1
+        try:
+            worker = os.fork()
+            if worker == 0:
+                self._run_worker(fds)
             try:
-                pidfd = os.pidfd_open(pid)  # before it can be reaped: the pid is still its own
-            except OSError:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                return -1
-            self.children[pidfd] = pid
-            self.selector.register(pidfd, selectors.EVENT_READ)
-        return pid
+                pidfd = os.pidfd_open(worker)  # while it is still this process's: its pid
+                socket.send_fds(self.control, [_RECORD.pack(_STARTED, worker)], [pidfd])
+                status = 0
+            except OSError:  # the pool starts this worker afresh: this one must not serve
+                os.kill(worker, signal.SIGKILL)
+        finally:
+            os._exit(status)
 
     def _run_worker(self, fds: list[int]) -> NoReturn:
         status = 1
         try:
-            self.selector.close()
             self.control.close()
-            for pidfd in self.children:
-                os.close(pidfd)
-            die_with_parent(os.getppid())
+            middle = os.getppid()
+            deadline = time.monotonic() + ADOPTION_WAIT_S
+            while os.getppid() == middle and time.monotonic() < deadline:
+                time.sleep(0.0002)  # the middle process exits once it has sent the pidfd
+            die_with_parent(self.owner)  # adopted by the model-owning process, or gone
             status = self.target(fds)
         except BaseException:  # what a fresh interpreter's traceback would have said
             logger.exception("worker failed")
@@ -292,10 +368,16 @@ class _Forks:  # pragma: no cover - runs in the fork server
             sys.stderr.flush()
             os._exit(status)
 
-    def reap(self, pidfd: int) -> None:
-        """A worker exited: reap it and tell the model-owning process its status."""
-        self.selector.unregister(pidfd)
-        pid = self.children.pop(pidfd)
-        os.close(pidfd)
-        _, wait_status = os.waitpid(pid, 0)
-        self.control.send(_RECORD.pack(_EXITED, pid, os.waitstatus_to_exitcode(wait_status)))
+
+def main(argv: list[str]) -> int:  # pragma: no cover - runs in a fork server started afresh
+    """A fork server started afresh: its link, then its target as ``module:function``."""
+    control = socket.socket(fileno=int(argv[1]))
+    owner = os.getppid()
+    die_with_parent(owner)
+    module, _, function = argv[2].partition(":")
+    target: Target = getattr(importlib.import_module(module), function)
+    return _serve(control, owner, target)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -2,10 +2,10 @@
 dies, told to drain on shutdown.
 
 Each worker is forked by the fork server (``fork_server``), which this process forked before
-it ran anything, or, where there is none, started as a fresh interpreter
-(``python -m batchserve.runtime.worker_process``); never forked from this process, which runs
-ONNX Runtime's and grpc's threads. It gets one end of a socket pair and its two arenas'
-memfds.
+it ran anything, and adopted by this process; or, where there is no fork server, started as
+a fresh interpreter (``python -m batchserve.runtime.worker_process``); never forked from this
+process, which runs ONNX Runtime's and grpc's threads. Either way it is this process's
+child, and gets one end of a socket pair and its two arenas' memfds.
 """
 
 from __future__ import annotations
