@@ -35,6 +35,11 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def _command_line(pid: int) -> str:
+    words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return " ".join(word.decode() for word in words if word)
+
+
 def _adopted_by(pid: int, parent: int, timeout: float = 10) -> bool:
     """Whether ``parent`` adopts ``pid``: a worker is logged as started once its pid arrives,
     while the middle process that forked it may still be exiting."""
@@ -94,9 +99,14 @@ def test_workers_are_adopted_by_the_model_owning_process_and_share_pages() -> No
         # as fresh interpreters would be, and outlive the fork server
         assert [_parent(pid) for pid in workers] == [server.process.pid] * 2
         assert Path(f"/proc/{fork_server}/comm").read_text() == "bs-fork-server\n"
-        for record in started:  # what ps and top show, a worker by its slot
+        assert _command_line(fork_server) == "batchserve: fork server"
+        for record in started:  # what ps, top and pgrep show, a worker by its slot
             comm = Path(f"/proc/{record['pid']}/comm").read_text()
             assert comm == f"bs-worker-{record['worker']}\n"
+            assert (
+                _command_line(int(str(record["pid"]))) == f"batchserve: worker {record['worker']}"
+            )
+        assert "serve" in _command_line(server.process.pid).split()  # the server's, as started
         _classify(server)
         for pid in workers:  # forked after the imports: most of a worker's pages are shared
             assert _memory_mib(pid, "Pss") < 0.6 * _memory_mib(pid, "Rss"), pid

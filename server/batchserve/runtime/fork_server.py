@@ -40,6 +40,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
+import setproctitle
+
 logger = logging.getLogger(__name__)
 
 Target = Callable[[Sequence[int]], int]
@@ -56,7 +58,9 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
 FORK_SERVER_NAME = "bs-fork-server"
+FORK_SERVER_TITLE = "batchserve: fork server"
 WORKER_NAME = "bs-worker-{index}"
+WORKER_TITLE = "batchserve: worker {index}"
 ADOPTION_WAIT_S = 5.0
 """How long a new worker waits for its middle process to exit (microseconds, normally)."""
 REAP_RETRY_S = 0.005
@@ -267,9 +271,11 @@ class ForkServer:
             os.waitpid(self.pid, 0)
 
 
-def name_process(name: str) -> None:
-    """The name ``ps -o comm``, ``top`` and /proc/PID/comm show (Linux; 15 bytes at most): a
-    forked worker's command line is the model-owning process's."""
+def name_process(name: str, title: str) -> None:
+    """What ``ps``, ``top`` and ``pgrep`` show for this process: ``title`` as its command
+    line, ``name`` (15 bytes at most) in /proc/PID/comm (Linux). A forked process would
+    otherwise show the model-owning process's command line, and be found as the server."""
+    setproctitle.setproctitle(title)  # the comm too, cut: set after it
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, name.encode()[:15])
 
@@ -295,7 +301,7 @@ def _serve(control: socket.socket, owner: int, target: Target) -> int:  # pragma
     """The fork server's life: fork on request, leave when the model-owning process closes
     its end (it has exited, or stopped its workers)."""
     die_with_parent(owner)
-    name_process(FORK_SERVER_NAME)
+    name_process(FORK_SERVER_NAME, FORK_SERVER_TITLE)
     for sig in (signal.SIGINT, signal.SIGTERM):  # the model-owning process's to act on
         signal.signal(sig, signal.SIG_IGN)
     os.closerange(3, control.fileno())  # what the owner had open; a worker gets only its own

@@ -34,7 +34,7 @@ from batchserve.rest.forward import HttpForwarder, WorkerInferEndpoint
 from batchserve.rest.infer import in_front_of
 from batchserve.runtime import cpu_scheduling, gc_tuning
 from batchserve.runtime.event_loop import BoundedHandshakeLoop
-from batchserve.runtime.fork_server import WORKER_NAME, die_with_parent, name_process
+from batchserve.runtime.fork_server import WORKER_NAME, WORKER_TITLE, die_with_parent, name_process
 from batchserve.runtime.http_listener import http_listener
 from batchserve.runtime.shared_ports import reuse_port_socket
 from batchserve.runtime.worker_counts import counts_frame
@@ -128,7 +128,7 @@ def serve_link(link: int, arena_fds: tuple[int, int] | None = None) -> int:
         signal.signal(sig, signal.SIG_IGN)
     sock = socket.socket(fileno=link)
     start = _Start(sock)
-    name_process(WORKER_NAME.format(index=start.index))
+    name_process(WORKER_NAME.format(index=start.index), WORKER_TITLE.format(index=start.index))
     if arena_fds is not None:
         start.requests_fd, start.responses_fd = arena_fds
     settings = start.settings
