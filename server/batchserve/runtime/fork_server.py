@@ -13,8 +13,10 @@ forks the worker and exits), and the model-owning process is the child subreaper
 (``PR_SET_CHILD_SUBREAPER``), so every worker is adopted by it: the workers are the
 model-owning process's children, as fresh interpreters would be, it alone reaps and kills
 them (through a pidfd each, which the middle process sends it), and the fork server is a
-helper whose death disturbs no worker and no request. One that dies is replaced by a fresh
-interpreter running the same loop (after a pause that doubles while they keep dying).
+helper whose death disturbs no worker and no request. A fork server that dies is replaced
+by one started afresh (``python -m batchserve.runtime.fork_server``), after a pause that
+doubles while they keep dying young; workers asked for meanwhile start as fresh
+interpreters.
 
 The fork server and every worker die with the model-owning process
 (``PR_SET_PDEATHSIG``). Linux only (``pidfd_open``); elsewhere every worker is a fresh
@@ -69,6 +71,8 @@ REAP_TRIES = 1000
 is reaped once adopted: retried this often, this many times."""
 RESPAWN_PAUSE_S = 1.0
 RESPAWN_PAUSE_MAX_S = 60.0
+"""The pause before a dead fork server is replaced doubles up to this, and starts again from
+``RESPAWN_PAUSE_S`` after one that lived at least this long."""
 
 
 class CannotFork(RuntimeError):
@@ -135,6 +139,7 @@ class ForkServer:
         self._started: asyncio.Queue[tuple[int, int]] = asyncio.Queue()  # (pid, pidfd)
         self._forking = asyncio.Lock()
         self._pause = RESPAWN_PAUSE_S
+        self._since = time.monotonic()
         self._respawn: asyncio.TimerHandle | None = None
         self._closed = False
         self.alive = True
@@ -142,7 +147,7 @@ class ForkServer:
     @classmethod
     def start(cls, target: Target) -> ForkServer | None:
         """Fork the fork server; call it before any event loop, socket or thread of this
-        program exists. None where workers cannot be forked here (not Linux)."""
+        program exists. None where workers cannot be forked and adopted here (not Linux)."""
         if not hasattr(os, "pidfd_open") or not hasattr(socket, "send_fds"):
             return None
         if not _become_subreaper():
@@ -224,6 +229,8 @@ class ForkServer:
         self._control.close()
         self._reap()
         self._started.put_nowait((0, -1))  # a fork waiting for its pid
+        if time.monotonic() - self._since >= RESPAWN_PAUSE_MAX_S:
+            self._pause = RESPAWN_PAUSE_S  # not a fork server that keeps dying
         logger.error(
             "the fork server exited; its workers serve on and a fresh one replaces it",
             extra={"pid": self.pid, "seconds": self._pause},
@@ -250,6 +257,7 @@ class ForkServer:
         ours.setblocking(False)
         self._control = ours
         self._started = asyncio.Queue()
+        self._since = time.monotonic()
         self.alive = True
         self.attach()
         logger.info("fork server started", extra={"pid": self.pid, "forked": False})
@@ -316,6 +324,8 @@ def _serve(control: socket.socket, owner: int, target: Target) -> int:  # pragma
             return 0
         if message[:1] == _FORK and len(fds) == _FDS_PER_WORKER:
             forker.fork(fds)
+        elif message[:1] == _FORK:  # descriptors lost (this process had too many open)
+            control.send(_RECORD.pack(_FAILED, -1))
         for fd in fds:
             os.close(fd)
 
