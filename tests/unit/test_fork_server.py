@@ -40,7 +40,7 @@ TARGET = textwrap.dedent(
 
 SCRIPT = textwrap.dedent(
     """
-    import asyncio, json, os, signal, socket, sys
+    import asyncio, json, os, signal, socket, sys, time
     from batchserve.runtime import fork_server
     from batchserve.runtime.fork_server import CannotFork, ForkServer
     from fork_target import target
@@ -48,8 +48,10 @@ SCRIPT = textwrap.dedent(
     fork_server.RESPAWN_PAUSE_S = 0.2
     forks = ForkServer.start(target)
     results = {}
+    starts = []
 
     async def one(order, then=b""):
+        asked = time.monotonic()
         ours, theirs = socket.socketpair()
         first_r, first_w = os.pipe()
         second_r, second_w = os.pipe()
@@ -62,6 +64,7 @@ SCRIPT = textwrap.dedent(
         ours.setblocking(False)
         loop = asyncio.get_running_loop()
         heard, _, parent = (await loop.sock_recv(ours, 64)).decode().rpartition("|")
+        starts.append(time.monotonic() - asked)
         await loop.sock_sendall(ours, order)
         if order == b"hang":
             await asyncio.sleep(0.2)
@@ -84,6 +87,8 @@ SCRIPT = textwrap.dedent(
         forks.attach()
         first = forks.pid
         results["runs"] = await asyncio.gather(one(b"0"), one(b"3"), one(b"raise"), one(b"hang"))
+        results["more"] = [run[1] for run in await asyncio.gather(*(one(b"0") for _ in range(16)))]
+        results["slowest_start"] = max(starts)
         results["survivor"] = await one(b"stay", then=b"7")
         results["first_reaped"] = not os.path.exists(f"/proc/{first}")
         while not forks.alive:
@@ -113,6 +118,10 @@ def test_forks_adoption_statuses_kills_and_a_replaced_fork_server(tmp_path: Path
     assert [run[0] for run in results["runs"]] == ["first|second"] * 4
     assert [run[1] for run in results["runs"]] == [0, 3, 1, -9]
     assert all(run[2] for run in results["runs"])  # each worker's parent: the asking process
+    assert results["more"] == [0] * 16
+    # a worker waits for its adoption only while its middle process lives (microseconds),
+    # however soon after that exit it runs; ADOPTION_WAIT_S (5 s) is the bound, not the wait
+    assert results["slowest_start"] < 2.0
     assert results["survivor"] == ["first|second", 7, True]  # it outlived its fork server
     assert results["refused"] == "the fork server has exited"
     assert results["first_reaped"] is True

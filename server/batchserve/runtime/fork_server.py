@@ -355,9 +355,10 @@ class _Forker:  # pragma: no cover - runs in the fork server and the processes i
     def _middle(self, fds: list[int]) -> NoReturn:
         status = 1
         try:
+            middle = os.getpid()
             worker = os.fork()
             if worker == 0:
-                self._run_worker(fds)
+                self._run_worker(fds, middle)
             try:
                 pidfd = os.pidfd_open(worker)  # while it is still this process's: its pid
                 socket.send_fds(self.control, [_RECORD.pack(_STARTED, worker)], [pidfd])
@@ -367,11 +368,12 @@ class _Forker:  # pragma: no cover - runs in the fork server and the processes i
         finally:
             os._exit(status)
 
-    def _run_worker(self, fds: list[int]) -> NoReturn:
+    def _run_worker(self, fds: list[int], middle: int) -> NoReturn:
         status = 1
         try:
             self.control.close()
-            middle = os.getppid()
+            # the middle process's pid as it knew it: by the time this runs it may have
+            # exited already, and getppid() then names the model-owning process
             deadline = time.monotonic() + ADOPTION_WAIT_S
             while os.getppid() == middle and time.monotonic() < deadline:
                 time.sleep(0.0002)  # the middle process exits once it has sent the pidfd
