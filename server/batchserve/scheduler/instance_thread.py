@@ -74,18 +74,24 @@ class InstanceThread:
 def _serve(jobs: queue.SimpleQueue[_Job | None]) -> None:
     get = jobs.get
     while (job := get()) is not None:
-        fn, loop, future = job
-        if loop is None:
-            _run_blocking(fn, future)
-            continue
-        if future.cancelled():  # read across threads: at worst the job runs anyway
-            continue
-        try:
-            result = fn()
-        except BaseException as exc:  # delivered to the awaiting task, never lost
-            _settle_soon(loop, future, None, exc)
-        else:
-            _settle_soon(loop, future, result, None)
+        _run(*job)
+        # What a job holds goes with it, not when the next job comes: an instance left idle
+        # kept its last batch's inputs, views into a dead worker's arena, which stayed mapped.
+        del job
+
+
+def _run(fn: Callable[[], Any], loop: asyncio.AbstractEventLoop | None, future: Any) -> None:
+    if loop is None:
+        _run_blocking(fn, future)
+        return
+    if future.cancelled():  # read across threads: at worst the job runs anyway
+        return
+    try:
+        result = fn()
+    except BaseException as exc:  # delivered to the awaiting task, never lost
+        _settle_soon(loop, future, None, exc)
+    else:
+        _settle_soon(loop, future, result, None)
 
 
 def _run_blocking(fn: Callable[[], Any], future: BlockingFuture[Any]) -> None:

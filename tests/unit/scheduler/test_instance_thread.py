@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import pytest
 from batchserve.scheduler.instance_thread import InstanceThread
@@ -85,6 +86,36 @@ async def test_a_job_cancelled_while_it_runs_finishes_and_its_result_is_dropped(
         assert await worker.run(lambda: "next") == "next"  # after slow, in order
         assert done == ["finished"]
         assert running.cancelled()
+    finally:
+        worker.stop()
+
+
+class _Held:
+    """Something a job captures or returns: a batch's inputs, say."""
+
+
+async def test_an_idle_thread_holds_nothing_of_the_jobs_it_ran() -> None:
+    """An instance thread waiting for its next job kept the last one's function and result:
+    a batch's inputs, views into a worker's arena, kept that arena mapped after its worker
+    died for as long as the instance stayed idle."""
+    worker = InstanceThread("idle")
+    try:
+        captured = _Held()
+        held = [weakref.ref(captured)]
+
+        def job(kept: _Held = captured) -> tuple[_Held, _Held]:
+            made = _Held()
+            held.append(weakref.ref(made))
+            return kept, made
+
+        result = await worker.run(job)
+        assert result[0] is captured
+        assert held[1]() is result[1]
+        del captured, job, result
+        deadline = time.monotonic() + 5
+        while any(ref() is not None for ref in held) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # the thread drops them just after settling the future
+        assert [ref() for ref in held] == [None, None]
     finally:
         worker.stop()
 
