@@ -326,6 +326,43 @@ def test_a_killed_worker_is_replaced_and_no_request_hangs() -> None:
     assert not unstructured, unstructured
 
 
+def _logged_exit(server: ServerProcess) -> bool:
+    server.drain_logs()
+    return any(str(r.get("message", "")).startswith("worker exited") for r in server.logs)
+
+
+def test_a_worker_awaiting_its_replacement_is_counted_once_and_a_stop_exits_0() -> None:
+    """A dead worker waits a second for its replacement. Its hand-overs were counted twice
+    meanwhile (the counter then fell when the replacement came), and a stop signal then
+    made the server exit 1: the drain was judged by that worker's SIGKILL."""
+    server = start_server(extra_args=WORKERS)
+    try:
+        pids = _worker_pids(server)
+        images = _images(1, seed=5)
+        for _ in range(30):  # a new connection each time: both workers hand some over
+            client = httpclient.InferenceServerClient(server.http_url)
+            tensor = httpclient.InferInput("image", [1, 1, 8, 8], "FP32")
+            tensor.set_data_from_numpy(images)
+            client.infer("digits_cnn", [tensor])
+            client.close()
+        handed = metric(server, "batchserve_worker_requests_total")
+        assert handed == 30
+        assert metric(server, "batchserve_worker_requests_total", worker="0") > 0
+        os.kill(pids[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not _logged_exit(server) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _logged_exit(server)
+        assert metric(server, "batchserve_worker_requests_total") == handed  # in the pause
+        server.process.send_signal(signal.SIGTERM)  # still within the second's pause
+        code = server.process.wait(60)
+    finally:
+        server.stop()
+    assert code == 0
+    assert not [r for r in server.logs if r.get("message") == "worker started"
+                and int(str(r["pid"])) not in pids.values()]  # fmt: skip
+
+
 def test_workers_exit_when_the_model_owning_process_dies() -> None:
     server = start_server(extra_args=WORKERS)
     pids = list(_worker_pids(server).values())

@@ -76,6 +76,8 @@ class WorkerPool:
         self._gone: dict[int, tuple[int, int]] = {}  # (requests, handoffs) of replaced workers
         self._watchers: list[asyncio.Task[None]] = []
         self._unmapping: set[asyncio.Task[None]] = set()
+        self._starting: set[asyncio.Future[_Worker]] = set()
+        """Replacements being started: a stop waits for them, then drains them too."""
         log_settings.follow(self._log_settings_changed)
         plane.control.trace.follow(self._trace_settings_changed)
 
@@ -136,6 +138,10 @@ class WorkerPool:
             requests, handoffs = self._gone.get(index, (0, 0))
             link = worker.link
             self._gone[index] = (requests + link.handed_over, handoffs + link.handoffs)
+            # out of the pool until replaced: its counts are in ``_gone`` (left here, a scrape
+            # meanwhile counted them twice, and the counter fell when it was replaced), and a
+            # stop meanwhile has nothing of it to drain or to judge it by
+            del self.workers[index]
             if self.stopping:  # its memory goes with this process
                 return
             unmapping = asyncio.create_task(self._unmap(index, link))
@@ -149,7 +155,10 @@ class WorkerPool:
             await asyncio.sleep(RESTART_PAUSE_S)
             if self.stopping:
                 return
-            worker = await self._start(index)
+            starting = asyncio.ensure_future(self._start(index))
+            self._starting.add(starting)
+            starting.add_done_callback(self._starting.discard)
+            worker = await asyncio.shield(starting)  # a stop meanwhile drains it with the rest
 
     @staticmethod
     async def _unmap(index: int, link: EngineLink) -> None:
@@ -213,10 +222,13 @@ class WorkerPool:
         """Drain every worker (they stop listening and answer what they accepted); True
         when all exited cleanly within ``timeout``, killing any that did not."""
         self.stopping = True
-        for worker in self.workers.values():
+        if self._starting:  # a replacement forked now would otherwise miss the drain
+            await asyncio.wait(self._starting, timeout=timeout)
+        workers = list(self.workers.values())  # each leaves the dict as it exits
+        for worker in workers:
             worker.link.send(("d",))
         clean = True
-        for worker in self.workers.values():
+        for worker in workers:
             try:
                 code = await asyncio.wait_for(worker.process.wait(), timeout)
             except TimeoutError:
