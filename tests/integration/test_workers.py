@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -361,6 +362,49 @@ def test_a_worker_awaiting_its_replacement_is_counted_once_and_a_stop_exits_0() 
     assert code == 0
     assert not [r for r in server.logs if r.get("message") == "worker started"
                 and int(str(r["pid"])) not in pids.values()]  # fmt: skip
+
+
+def test_a_worker_that_cannot_be_started_is_tried_again() -> None:
+    """Out of descriptors (a limit reached), a replacement's start failed and its error ended
+    the slot's watcher: the server served on a worker short for good and said nothing."""
+    server = start_server(extra_args=WORKERS)
+    pid = server.process.pid
+    limits = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    try:
+        pids = _worker_pids(server)
+        os.kill(pids[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not _logged_exit(server) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        open_now = len(os.listdir(f"/proc/{pid}/fd"))
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (open_now - 2, limits[1]))
+        failed = server.wait_for("a worker could not be started; trying again", timeout=30)
+        assert "Too many open files" in str(failed["error"])
+        assert int(str(failed["worker"])) == 0
+        time.sleep(0.5)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, limits)
+        replaced = server.wait_for("worker started", timeout=30)
+        assert int(str(replaced["worker"])) == 0
+        assert int(str(replaced["pid"])) != pids[0]
+        started = dict.fromkeys(("0", "1"), 0.0)
+        for worker in started:
+            started[worker] = metric(server, "batchserve_worker_requests_total", worker=worker)
+        images = _images(1, seed=6)
+        for _ in range(30):  # a new connection each time: the new worker takes its share
+            client = httpclient.InferenceServerClient(server.http_url)
+            tensor = httpclient.InferInput("image", [1, 1, 8, 8], "FP32")
+            tensor.set_data_from_numpy(images)
+            client.infer("digits_cnn", [tensor])
+            client.close()
+        assert metric(server, "batchserve_worker_requests_total", worker="0") > started["0"]
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        states = [Path(f"/proc/{child}/stat").read_text().split()[2] for child in children]
+        assert "Z" not in states, "a worker forked for a failed start was left unreaped"
+    finally:
+        if server.process.poll() is None:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, limits)
+        code = server.stop()
+    assert code == 0
 
 
 def test_workers_exit_when_the_model_owning_process_dies() -> None:

@@ -40,7 +40,7 @@ TARGET = textwrap.dedent(
 
 SCRIPT = textwrap.dedent(
     """
-    import asyncio, json, os, signal, socket, sys, time
+    import asyncio, json, os, resource, signal, socket, sys, time
     from batchserve.runtime import fork_server
     from batchserve.runtime.fork_server import CannotFork, ForkServer
     from fork_target import target
@@ -95,6 +95,37 @@ SCRIPT = textwrap.dedent(
             await asyncio.sleep(0.05)
         results["replaced"] = forks.pid != first
         results["after"] = await one(b"5")
+        results["lost"], results["left"] = await lost_pidfd()
+
+    def children():
+        tasks = os.listdir("/proc/self/task")
+        found = [open(f"/proc/self/task/{t}/children").read().split() for t in tasks]
+        return sorted(int(pid) for pids in found for pid in pids if int(pid) != forks.pid)
+
+    async def lost_pidfd():
+        # no descriptor to spare when the worker's pidfd arrives: the fork is refused, and
+        # the worker it made is killed and reaped, not left serving or a zombie
+        ours, theirs = socket.socketpair()
+        pipes = [*os.pipe(), *os.pipe()]
+        free = os.dup(0)  # the lowest free number: every one below it is in use
+        os.close(free)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (free, hard))
+        try:
+            await forks.fork((theirs.fileno(), pipes[0], pipes[2]))
+            refused = None
+        except CannotFork as exc:
+            refused = str(exc)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        for fd in pipes:
+            os.close(fd)
+        theirs.close()
+        ours.close()
+        deadline = time.monotonic() + 5
+        while children() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return refused, children()
 
     asyncio.run(main())
     second = forks.pid
@@ -128,4 +159,6 @@ def test_forks_adoption_statuses_kills_and_a_replaced_fork_server(tmp_path: Path
     assert results["replaced"] is True
     assert results["after"] == ["first|second", 5, True]  # forked by the one started by name
     assert results["second_reaped"] is True
+    assert results["lost"] == "fork failed"
+    assert results["left"] == []
     assert "the worker failed" in done.stderr  # the traceback of the target that raised

@@ -88,7 +88,6 @@ class ForkedWorker:
         self._pidfd = pidfd
         self._loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int] = self._loop.create_future()
-        self._tries = 0
         self._loop.add_reader(pidfd, self._ended)
 
     async def wait(self) -> int:
@@ -103,29 +102,32 @@ class ForkedWorker:
 
     def _ended(self) -> None:
         self._loop.remove_reader(self._pidfd)
-        self._reap()
-
-    def _reap(self) -> None:
-        """Reap it; until its middle process has exited, it is not yet this process's."""
-        try:
-            pid, wait_status = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:
-            pid = wait_status = 0
-        if pid == 0:
-            self._tries += 1
-            if self._tries < REAP_TRIES:
-                self._loop.call_later(REAP_RETRY_S, self._reap)
-                return
-            logger.warning("an exited worker was never adopted", extra={"pid": self.pid})
-            self._finish(-signal.SIGKILL)
-            return
-        self._finish(os.waitstatus_to_exitcode(wait_status))
+        _reap_adopted(self._loop, self.pid, self._finish)
 
     def _finish(self, status: int) -> None:
         os.close(self._pidfd)
         self._pidfd = -1
         if not self._exited.done():
             self._exited.set_result(status)
+
+
+def _reap_adopted(
+    loop: asyncio.AbstractEventLoop, pid: int, finish: Callable[[int], None], tries: int = 0
+) -> None:
+    """Reap an exited worker and tell ``finish`` its status; until its middle process has
+    exited it is not yet this process's, and is tried again."""
+    try:
+        reaped, wait_status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        reaped = wait_status = 0
+    if reaped == 0:
+        if tries + 1 < REAP_TRIES:
+            loop.call_later(REAP_RETRY_S, _reap_adopted, loop, pid, finish, tries + 1)
+            return
+        logger.warning("an exited worker was never adopted", extra={"pid": pid})
+        finish(-signal.SIGKILL)
+        return
+    finish(os.waitstatus_to_exitcode(wait_status))
 
 
 class ForkServer:
@@ -212,10 +214,21 @@ class ForkServer:
             kind, pid = _RECORD.unpack(record)
             if kind == _STARTED and len(fds) == 1:
                 self._started.put_nowait((pid, fds[0]))
-            else:
-                for fd in fds:
-                    os.close(fd)
-                self._started.put_nowait((-1, -1))
+                continue
+            for fd in fds:
+                os.close(fd)
+            if kind == _STARTED:  # its pidfd was lost on the way: this process is out of fds
+                self._discard(pid)
+            self._started.put_nowait((-1, -1))
+
+    @staticmethod
+    def _discard(pid: int) -> None:
+        """Kill and reap a worker whose pidfd never arrived: the pool starts another, and
+        this one must neither serve unwatched nor stay a zombie here. Its pid cannot name
+        another process: only this process, the one that adopts it, may reap it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _reap_adopted(asyncio.get_running_loop(), pid, lambda status: None)
 
     def _gone(self) -> None:
         """The fork server exited: its workers serve on (this process adopted them); a fresh

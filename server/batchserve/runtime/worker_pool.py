@@ -38,6 +38,8 @@ UNMAP_TRIES = 300
 RESTART_PAUSE_S = 1.0
 """Between a worker's death and its replacement: a worker that dies at start-up must not
 spin."""
+START_RETRY_MAX_S = 60.0
+"""The longest pause between tries to start a replacement that could not be started."""
 COUNTS_WAIT_S = 0.5
 """How long a scrape waits for the workers' counts; one that is late keeps its last report
 (at most a second old)."""
@@ -96,11 +98,21 @@ class WorkerPool:
 
     async def _start(self, index: int) -> _Worker:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        requests = Arena.create(f"batchserve-worker{index}-requests", ARENA_BYTES)
-        responses = Arena.create(f"batchserve-worker{index}-responses", ARENA_BYTES)
+        arenas: list[Arena] = []
+        try:  # a start that fails is tried again: what it made must not pile up meanwhile
+            for kind in ("requests", "responses"):
+                arenas.append(Arena.create(f"batchserve-worker{index}-{kind}", ARENA_BYTES))
+            requests, responses = arenas
+            process = await self._process((theirs.fileno(), requests.fd, responses.fd))
+        except BaseException:
+            ours.close()
+            for arena in arenas:
+                arena.close_descriptor()
+                arena.close()
+            raise
+        finally:
+            theirs.close()
         fds = (requests.fd, responses.fd)
-        process = await self._process((theirs.fileno(), requests.fd, responses.fd))
-        theirs.close()
         requests.close_descriptor()  # the mappings stay; the worker has its own copies
         responses.close_descriptor()
         ep = self.endpoints
@@ -152,13 +164,33 @@ class WorkerPool:
                 "closed connection and a new worker replaces it",
                 extra={"worker": index, "pid": worker.process.pid, "exit_code": code},
             )
-            await asyncio.sleep(RESTART_PAUSE_S)
-            if self.stopping:
+            replacement = await self._replace(index)
+            if replacement is None:
                 return
+            worker = replacement
+
+    async def _replace(self, index: int) -> _Worker | None:
+        """The slot's next worker, after the pool's pause; None once the pool stops. A start
+        that fails (descriptors or memory used up) is tried again after a pause that doubles
+        up to a minute: its error used to end the slot's watcher, and the server served on a
+        worker short for good, saying nothing."""
+        pause = RESTART_PAUSE_S
+        while True:
+            await asyncio.sleep(pause)
+            if self.stopping:
+                return None
             starting = asyncio.ensure_future(self._start(index))
             self._starting.add(starting)
             starting.add_done_callback(self._starting.discard)
-            worker = await asyncio.shield(starting)  # a stop meanwhile drains it with the rest
+            try:
+                return await asyncio.shield(starting)  # a stop meanwhile drains it too
+            except Exception as exc:
+                pause = min(2 * pause, START_RETRY_MAX_S)
+                logger.error(
+                    "a worker could not be started; trying again",
+                    extra={"worker": index, "error": f"{type(exc).__name__}: {exc}",
+                           "seconds": pause},
+                )  # fmt: skip
 
     @staticmethod
     async def _unmap(index: int, link: EngineLink) -> None:

@@ -40,8 +40,12 @@ class Arena:
     def create(cls, name: str, size: int) -> Arena:
         """A new arena; its descriptor is inheritable so a spawned worker can map it."""
         fd = os.memfd_create(name, 0)
-        os.ftruncate(fd, size)
-        return cls(fd, size)
+        try:
+            os.ftruncate(fd, size)
+            return cls(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
 
     def close_descriptor(self) -> None:
         """Close the memfd; the mapping lives on until the arena is dropped."""
