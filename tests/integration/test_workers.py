@@ -407,6 +407,58 @@ def test_a_worker_that_cannot_be_started_is_tried_again() -> None:
     assert code == 0
 
 
+def test_a_worker_that_stops_answering_is_killed_and_replaced() -> None:
+    """A worker whose event loop stops (here SIGSTOP; a deadlock or a spinning loop alike)
+    kept its listening sockets: the kernel went on handing it a share of the new
+    connections, each left waiting for ever. Past --worker-timeout it is killed and
+    replaced; workers that answer, under load, are left alone."""
+    server = start_server(extra_args=[*WORKERS, "--worker-timeout", "2"])
+    try:
+        pids = _worker_pids(server)
+        stop = threading.Event()
+        seen: Counter[str] = Counter()
+        threads = [threading.Thread(target=loop, args=(server, stop, seen))
+                   for loop in (_http_load, _grpc_load)]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        time.sleep(3.0)  # longer than the timeout: busy workers still answer in time
+        stop.set()
+        for thread in threads:
+            thread.join(40)
+        assert seen["ok"] > 0
+        assert set(seen) == {"ok"}, seen
+        assert _worker_pids(server) == pids
+        # the model-owning process itself stalled past the timeout: the answers waiting
+        # unread in its sockets are no worker's fault
+        os.kill(server.process.pid, signal.SIGSTOP)
+        time.sleep(3.0)
+        os.kill(server.process.pid, signal.SIGCONT)
+        time.sleep(1.5)
+        assert _worker_pids(server) == pids
+        assert not [r for r in server.logs if r.get("message", "").startswith("worker did not")]
+        os.kill(pids[0], signal.SIGSTOP)
+        killed = server.wait_for(
+            "worker did not answer for the worker timeout; killed, to be replaced", timeout=30
+        )
+        assert int(str(killed["worker"])) == 0
+        assert int(str(killed["pid"])) == pids[0]
+        replaced = server.wait_for("worker started", timeout=30)
+        assert int(str(replaced["worker"])) == 0
+        before = metric(server, "batchserve_worker_requests_total", worker="0")
+        images = _images(1, seed=7)
+        for _ in range(30):  # a new connection each time: the new worker takes its share
+            client = httpclient.InferenceServerClient(server.http_url, network_timeout=10)
+            tensor = httpclient.InferInput("image", [1, 1, 8, 8], "FP32")
+            tensor.set_data_from_numpy(images)
+            client.infer("digits_cnn", [tensor])
+            client.close()
+        assert metric(server, "batchserve_worker_requests_total", worker="0") > before
+        assert _worker_pids(server)[1] == pids[1]
+    finally:
+        code = server.stop()
+    assert code == 0
+
+
 def test_workers_exit_when_the_model_owning_process_dies() -> None:
     server = start_server(extra_args=WORKERS)
     pids = list(_worker_pids(server).values())

@@ -227,6 +227,13 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "fewer, else one less than the cores, at most 8)",
     ),
     (
+        "--worker-timeout",
+        "worker_timeout_seconds",
+        float,
+        "seconds a worker's event loop may leave the model-owning process's checks unanswered "
+        "before it is killed and replaced (default 30; 0: never)",
+    ),
+    (
         "--cpus",
         "cpus",
         int,

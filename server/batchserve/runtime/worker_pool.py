@@ -15,6 +15,7 @@ import contextlib
 import logging
 import socket
 import sys
+import time
 from asyncio.subprocess import Process
 from dataclasses import dataclass
 
@@ -39,6 +40,9 @@ RESTART_PAUSE_S = 1.0
 """Between a worker's death and its replacement: a worker that dies at start-up must not
 spin."""
 START_RETRY_MAX_S = 60.0
+CHECK_INTERVAL_MAX_S = 5.0
+"""The longest time between two checks that a worker's event loop runs (``--worker-timeout``
+divided by four where shorter)."""
 """The longest pause between tries to start a replacement that could not be started."""
 COUNTS_WAIT_S = 0.5
 """How long a scrape waits for the workers' counts; one that is late keeps its last report
@@ -60,6 +64,8 @@ class Endpoints:
 class _Worker:
     process: ForkedWorker | Process
     link: EngineLink
+    stalled: bool = False
+    """Killed for leaving the checks unanswered; its exit is on the way."""
 
 
 class WorkerPool:
@@ -90,6 +96,9 @@ class WorkerPool:
         started = await asyncio.gather(*(self._start(i) for i in range(self.count)))
         for index, worker in enumerate(started):
             self._watchers.append(asyncio.create_task(self._watch(index, worker)))
+        timeout = self.settings.worker_timeout_seconds
+        if timeout > 0:
+            self._watchers.append(asyncio.create_task(self._check_answers(timeout)))
         await asyncio.gather(*(self._listening(w) for w in started))
 
     async def _listening(self, worker: _Worker) -> None:
@@ -168,6 +177,34 @@ class WorkerPool:
             if replacement is None:
                 return
             worker = replacement
+
+    async def _check_answers(self, timeout: float) -> None:
+        """Kill a worker whose event loop has answered no check for ``timeout`` seconds
+        (stopped, deadlocked, spinning): the kernel would go on handing it a share of the new
+        connections, each left waiting for ever. Killed, it is replaced as a dead one is.
+        A check that comes late means this process stalled and has not read their answers
+        yet: it judges nobody."""
+        interval = min(timeout / 4, CHECK_INTERVAL_MAX_S)
+        loop = asyncio.get_running_loop()
+        while not self.stopping:
+            due = loop.time() + interval
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            judge = loop.time() - due < interval
+            for index, worker in list(self.workers.items()):
+                link = worker.link
+                if judge and link.listening.done() and now - link.heard > timeout:
+                    if not worker.stalled:
+                        worker.stalled = True
+                        logger.error(
+                            "worker did not answer for the worker timeout; killed, to be "
+                            "replaced",
+                            extra={"worker": index, "pid": worker.process.pid, "seconds": timeout},
+                        )  # fmt: skip
+                        with contextlib.suppress(ProcessLookupError):
+                            worker.process.kill()
+                else:
+                    link.send(("y",))
 
     async def _replace(self, index: int) -> _Worker | None:
         """The slot's next worker, after the pool's pause; None once the pool stops. A start

@@ -70,6 +70,8 @@ class EngineLink:
         self._counts_asked: dict[int, asyncio.Future[None]] = {}
         """Scrapes waiting for the worker's counts, by the number of their question."""
         self._questions = itertools.count()
+        self.heard = time.monotonic()
+        """When the worker's event loop last answered a check ("y"), or said it listens."""
         loop = asyncio.get_running_loop()
         self.closed = loop.create_future()
         self.listening = loop.create_future()
@@ -83,6 +85,7 @@ class EngineLink:
             "q": self._query,
             "n": self._counted,
             "h": self._listening,
+            "y": self._answered_check,
             "a": self._credited,
             "t": lambda frame: self.plane.control.trace.taken(frame[1]),
         }
@@ -397,7 +400,11 @@ class EngineLink:
                 policy.max_batch_steps,
             ))  # fmt: skip
 
+    def _answered_check(self, frame: Frame) -> None:
+        self.heard = time.monotonic()
+
     def _listening(self, frame: Frame) -> None:
+        self.heard = time.monotonic()
         if not self.listening.done():
             self.listening.set_result(None)
 

@@ -149,6 +149,7 @@ class WorkerPlane:
             "k": lambda frame: self._groups.release(),
             "p": self._streamed,
             "z": self._streamed,
+            "y": lambda frame: self.protocol.send(("y",)),  # this loop runs (``worker_pool``)
         }
         self.protocol = FrameProtocol(
             dispatch(self._handlers, "model-owning process"), self._lost, self._groups.release
