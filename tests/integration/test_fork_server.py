@@ -6,6 +6,7 @@ process."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -174,6 +175,23 @@ def test_a_killed_fork_server_disturbs_no_request_and_a_fresh_one_forks() -> Non
             _classify(server)
     finally:
         assert server.stop() == 0
+
+
+def test_a_stopped_fork_server_does_not_hold_the_server_s_exit() -> None:
+    """A fork server stopped (SIGSTOP, a debugger) held SIGTERM's exit for as long as it
+    stayed stopped: the model-owning process waited to reap it after the drain."""
+    server = start_server(extra_args=WORKERS)
+    fork_server = _fork_server_pid(server)
+    os.kill(fork_server, signal.SIGSTOP)
+    started = time.monotonic()
+    try:
+        code = server.stop(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(fork_server, signal.SIGCONT)
+    assert code == 0
+    assert time.monotonic() - started < 10
+    _wait_gone([fork_server])
 
 
 def test_nothing_outlives_a_killed_model_owning_process() -> None:

@@ -96,6 +96,29 @@ SCRIPT = textwrap.dedent(
         results["replaced"] = forks.pid != first
         results["after"] = await one(b"5")
         results["lost"], results["left"] = await lost_pidfd()
+        results["hung"] = await hung()
+
+    async def hung():
+        # a stopped fork server does not answer: the fork is refused once FORK_WAIT_S has
+        # passed, and the stopped one is killed, reaped and replaced
+        fork_server.FORK_WAIT_S = 0.3
+        stopped = forks.pid
+        os.kill(stopped, signal.SIGSTOP)
+        ours, theirs = socket.socketpair()
+        pipes = [*os.pipe(), *os.pipe()]
+        try:
+            await forks.fork((theirs.fileno(), pipes[0], pipes[2]))
+            refused = None
+        except CannotFork as exc:
+            refused = str(exc)
+        for fd in pipes:
+            os.close(fd)
+        theirs.close()
+        ours.close()
+        reaped = not os.path.exists(f"/proc/{stopped}")
+        while not forks.alive:
+            await asyncio.sleep(0.05)
+        return refused, reaped, forks.pid != stopped, (await one(b"4"))[1]
 
     def children():
         tasks = os.listdir("/proc/self/task")
@@ -161,4 +184,5 @@ def test_forks_adoption_statuses_kills_and_a_replaced_fork_server(tmp_path: Path
     assert results["second_reaped"] is True
     assert results["lost"] == "fork failed"
     assert results["left"] == []
+    assert results["hung"] == ["the fork server did not answer", True, True, 4]
     assert "the worker failed" in done.stderr  # the traceback of the target that raised

@@ -69,6 +69,9 @@ REAP_RETRY_S = 0.005
 REAP_TRIES = 1000
 """A worker that exits in the instant between its middle process's exit and its adoption
 is reaped once adopted: retried this often, this many times."""
+FORK_WAIT_S = 10.0
+"""How long a fork may take (milliseconds, normally) before the fork server is taken for
+hung: killed and replaced, the worker started afresh."""
 RESPAWN_PAUSE_S = 1.0
 RESPAWN_PAUSE_MAX_S = 60.0
 """The pause before a dead fork server is replaced doubles up to this, and starts again from
@@ -193,7 +196,11 @@ class ForkServer:
             except OSError as exc:
                 self._gone()
                 raise CannotFork(f"the fork server has exited: {exc}") from None
-            pid, pidfd = await self._started.get()
+            try:
+                pid, pidfd = await asyncio.wait_for(self._started.get(), FORK_WAIT_S)
+            except TimeoutError:  # stopped or hung: replaced, as one that exited is
+                self._gone()
+                raise CannotFork("the fork server did not answer") from None
             if pid <= 0:
                 raise CannotFork("the fork server has exited" if pid == 0 else "fork failed")
             return ForkedWorker(pid, pidfd)
@@ -288,6 +295,11 @@ class ForkServer:
             self._reap()
 
     def _reap(self) -> None:
+        """Kill and reap it: one stopped or hung (SIGSTOP, a debugger) would otherwise hold
+        this process's exit, or a fork, for as long as it stays so. Its pid is its own until
+        reaped here."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
 
