@@ -5,6 +5,7 @@ of statistics; a worker killed under load; the model-owning process killed; SIGT
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import os
 import resource
@@ -258,25 +259,33 @@ def _arenas_mapped(server: ServerProcess) -> int:
     return sum("memfd:batchserve-worker" in line for line in maps)
 
 
-def test_a_stop_signal_sent_to_a_worker_alone_is_ignored(workers_server: ServerProcess) -> None:
-    """Stop signals are the model-owning process's (a terminal's Ctrl-C reaches the whole
-    group); a worker sent one alone keeps serving, and nothing it had is lost."""
-    pids = _worker_pids(workers_server)
+@contextlib.contextmanager
+def _under_load(server: ServerProcess) -> Iterator[Counter[str]]:
+    """An HTTP and a gRPC client sending back to back while the block runs: what they got,
+    by outcome."""
     stop = threading.Event()
     seen: Counter[str] = Counter()
-    threads = [threading.Thread(target=loop, args=(workers_server, stop, seen))
+    threads = [threading.Thread(target=loop, args=(server, stop, seen))
                for loop in (_http_load, _grpc_load)]  # fmt: skip
     for thread in threads:
         thread.start()
     try:
-        time.sleep(0.5)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            os.kill(pids[0], sig)
-            time.sleep(0.5)
+        yield seen
     finally:
         stop.set()
         for thread in threads:
             thread.join(40)
+
+
+def test_a_stop_signal_sent_to_a_worker_alone_is_ignored(workers_server: ServerProcess) -> None:
+    """Stop signals are the model-owning process's (a terminal's Ctrl-C reaches the whole
+    group); a worker sent one alone keeps serving, and nothing it had is lost."""
+    pids = _worker_pids(workers_server)
+    with _under_load(workers_server) as seen:
+        time.sleep(0.5)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            os.kill(pids[0], sig)
+            time.sleep(0.5)
     assert set(seen) == {"ok"}, seen
     assert seen["ok"] > 10
     os.kill(pids[0], 0)  # still there
@@ -327,6 +336,18 @@ def test_a_killed_worker_is_replaced_and_no_request_hangs() -> None:
     assert not unstructured, unstructured
 
 
+def _infer_on_new_connections(server: ServerProcess, count: int, seed: int) -> None:
+    """``count`` HTTP requests, each on a new connection: the kernel spreads them over the
+    workers listening then."""
+    images = _images(1, seed=seed)
+    for _ in range(count):
+        client = httpclient.InferenceServerClient(server.http_url, network_timeout=10)
+        tensor = httpclient.InferInput("image", [1, 1, 8, 8], "FP32")
+        tensor.set_data_from_numpy(images)
+        client.infer("digits_cnn", [tensor])
+        client.close()
+
+
 def _logged_exit(server: ServerProcess) -> bool:
     server.drain_logs()
     return any(str(r.get("message", "")).startswith("worker exited") for r in server.logs)
@@ -339,13 +360,7 @@ def test_a_worker_awaiting_its_replacement_is_counted_once_and_a_stop_exits_0() 
     server = start_server(extra_args=WORKERS)
     try:
         pids = _worker_pids(server)
-        images = _images(1, seed=5)
-        for _ in range(30):  # a new connection each time: both workers hand some over
-            client = httpclient.InferenceServerClient(server.http_url)
-            tensor = httpclient.InferInput("image", [1, 1, 8, 8], "FP32")
-            tensor.set_data_from_numpy(images)
-            client.infer("digits_cnn", [tensor])
-            client.close()
+        _infer_on_new_connections(server, 30, seed=5)  # both workers hand some over
         handed = metric(server, "batchserve_worker_requests_total")
         assert handed == 30
         assert metric(server, "batchserve_worker_requests_total", worker="0") > 0
@@ -389,13 +404,7 @@ def test_a_worker_that_cannot_be_started_is_tried_again() -> None:
         started = dict.fromkeys(("0", "1"), 0.0)
         for worker in started:
             started[worker] = metric(server, "batchserve_worker_requests_total", worker=worker)
-        images = _images(1, seed=6)
-        for _ in range(30):  # a new connection each time: the new worker takes its share
-            client = httpclient.InferenceServerClient(server.http_url)
-            tensor = httpclient.InferInput("image", [1, 1, 8, 8], "FP32")
-            tensor.set_data_from_numpy(images)
-            client.infer("digits_cnn", [tensor])
-            client.close()
+        _infer_on_new_connections(server, 30, seed=6)  # the new one takes its share
         assert metric(server, "batchserve_worker_requests_total", worker="0") > started["0"]
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         states = [Path(f"/proc/{child}/stat").read_text().split()[2] for child in children]
@@ -415,16 +424,8 @@ def test_a_worker_that_stops_answering_is_killed_and_replaced() -> None:
     server = start_server(extra_args=[*WORKERS, "--worker-timeout", "2"])
     try:
         pids = _worker_pids(server)
-        stop = threading.Event()
-        seen: Counter[str] = Counter()
-        threads = [threading.Thread(target=loop, args=(server, stop, seen))
-                   for loop in (_http_load, _grpc_load)]  # fmt: skip
-        for thread in threads:
-            thread.start()
-        time.sleep(3.0)  # longer than the timeout: busy workers still answer in time
-        stop.set()
-        for thread in threads:
-            thread.join(40)
+        with _under_load(server) as seen:
+            time.sleep(3.0)  # longer than the timeout: busy workers answer in time
         assert seen["ok"] > 0
         assert set(seen) == {"ok"}, seen
         assert _worker_pids(server) == pids
@@ -445,13 +446,7 @@ def test_a_worker_that_stops_answering_is_killed_and_replaced() -> None:
         replaced = server.wait_for("worker started", timeout=30)
         assert int(str(replaced["worker"])) == 0
         before = metric(server, "batchserve_worker_requests_total", worker="0")
-        images = _images(1, seed=7)
-        for _ in range(30):  # a new connection each time: the new worker takes its share
-            client = httpclient.InferenceServerClient(server.http_url, network_timeout=10)
-            tensor = httpclient.InferInput("image", [1, 1, 8, 8], "FP32")
-            tensor.set_data_from_numpy(images)
-            client.infer("digits_cnn", [tensor])
-            client.close()
+        _infer_on_new_connections(server, 30, seed=7)  # the new one takes its share
         assert metric(server, "batchserve_worker_requests_total", worker="0") > before
         assert _worker_pids(server)[1] == pids[1]
     finally:
