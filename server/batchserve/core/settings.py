@@ -150,11 +150,11 @@ class Settings(BaseSettings):
     """Requests for the next inference call kept outstanding beyond grpc.aio's one
     (``grpc/accepts.py``); 0: grpc.aio's own."""
     workers: str = Field("auto", pattern=r"^(auto|[1-9][0-9]{0,2})$")
+    """Request-handling processes: ``auto`` (from ``cpus``) or a number; 1 serves everything
+    in one process."""
     worker_timeout_seconds: float = Field(30.0, ge=0, le=3600)
     """A worker whose event loop answers none of the model-owning process's checks for this
     long is killed and replaced (0: never), as uvicorn's and gunicorn's supervisors do."""
-    """Request-handling processes: ``auto`` (from ``cpus``) or a number; 1 serves everything
-    in one process."""
     cpus: int | None = Field(None, ge=1, le=4096)
     """Cores the server may use; None: the process's CPU affinity bounded by its cgroup
     quota (``core/cpu_budget.py``)."""

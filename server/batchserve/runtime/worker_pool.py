@@ -40,10 +40,10 @@ RESTART_PAUSE_S = 1.0
 """Between a worker's death and its replacement: a worker that dies at start-up must not
 spin."""
 START_RETRY_MAX_S = 60.0
+"""The longest pause between tries to start a replacement that could not be started."""
 CHECK_INTERVAL_MAX_S = 5.0
 """The longest time between two checks that a worker's event loop runs (``--worker-timeout``
 divided by four where shorter)."""
-"""The longest pause between tries to start a replacement that could not be started."""
 COUNTS_WAIT_S = 0.5
 """How long a scrape waits for the workers' counts; one that is late keeps its last report
 (at most a second old)."""
