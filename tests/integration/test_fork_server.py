@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import threading
 import time
@@ -48,6 +49,24 @@ def _adopted_by(pid: int, parent: int, timeout: float = 10) -> bool:
     while _parent(pid) != parent and time.monotonic() < deadline:
         time.sleep(0.01)
     return _parent(pid) == parent
+
+
+def _zombie_children(parent: int) -> list[int]:
+    zombies = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(FileNotFoundError):
+                state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+                if int(ppid) == parent and state == "Z":
+                    zombies.append(int(entry.name))
+    return zombies
+
+
+def _logged(server: ServerProcess, message: str, timeout: float = 30) -> dict[str, object]:
+    """The first record with this message, read already or still to come."""
+    server.drain_logs()
+    found = [r for r in server.logs if r.get("message") == message]
+    return found[0] if found else server.wait_for(message, timeout=timeout)
 
 
 def _memory_mib(pid: int, key: str) -> float:
@@ -127,6 +146,39 @@ def test_a_killed_worker_is_forked_again_and_reported_killed() -> None:
         (exited,) = [r for r in server.logs if str(r.get("message")).startswith("worker exited")]
         assert (exited["pid"], exited["exit_code"]) == (killed, -signal.SIGKILL)
         _classify(server)
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_worker_whose_fork_failed_leaves_no_zombie_and_its_fresh_replacement_serves() -> None:
+    """The middle process cannot take the new worker's pidfd (the fork server is out of
+    descriptors): it kills the worker and exits, and the killed worker, adopted by the
+    model-owning process, stayed a zombie there for the server's life. It is reaped; the
+    worker started afresh in its place is left to its own waiter, which sees it die."""
+    server = start_server(extra_args=WORKERS)
+    try:
+        fork_server = _fork_server_pid(server)
+        used = {int(fd) for fd in os.listdir(f"/proc/{fork_server}/fd")}
+        free = [fd for fd in range(len(used) + 4) if fd not in used]
+        _, hard = resource.prlimit(fork_server, resource.RLIMIT_NOFILE)
+        # room for the three descriptors a fork is sent, none for the worker's pidfd
+        resource.prlimit(fork_server, resource.RLIMIT_NOFILE, (free[3], hard))
+        os.kill(int(str(_records(server, "worker started")[0]["pid"])), signal.SIGKILL)
+        assert server.wait_for("worker started afresh", timeout=30)["reason"] == "fork failed"
+        fresh = server.wait_for("worker started", timeout=30)
+        assert fresh["forked"] is False
+        reaped = _logged(server, "an orphaned process was reaped")
+        assert reaped["process_name"] == "bs-fork-server"  # killed before it took a worker's name
+        assert _zombie_children(server.process.pid) == []
+        for _ in range(8):
+            _classify(server)
+        resource.prlimit(fork_server, resource.RLIMIT_NOFILE, (hard, hard))
+        os.kill(int(str(fresh["pid"])), signal.SIGKILL)
+        replaced = server.wait_for("worker started", timeout=30)  # its death was seen
+        assert replaced["forked"] is True
+        exits = [r for r in server.logs if str(r.get("message")).startswith("worker exited")]
+        assert [(r["pid"], r["exit_code"]) for r in exits][-1] == (fresh["pid"], -signal.SIGKILL)
+        assert _zombie_children(server.process.pid) == []
     finally:
         assert server.stop() == 0
 

@@ -3,7 +3,9 @@ before any thread exists, which a pytest process cannot promise): a forked targe
 descriptors renumbered and in order, is adopted by the process that asked for it (its
 parent, which reaps it: an exception is status 1, a signal negative), and is killed through
 its pidfd; a fork server that dies leaves its workers running, refuses forks until a fresh
-one, started by name, forks in its place."""
+one, started by name, forks in its place; a process whose parent died first (a middle
+process whose fork server died mid-fork, a worker its middle process killed) is reaped by the
+process that adopted it, not left a zombie."""
 
 from __future__ import annotations
 
@@ -21,6 +23,17 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="forks with pidf
 TARGET = textwrap.dedent(
     """
     import os, socket, time
+
+    HOLD = os.environ["FORK_HOLD"]
+    _pidfd_open = os.pidfd_open
+
+    def _held_pidfd_open(pid, flags=0):
+        # a middle process waits here while HOLD exists: the fork server can die mid-fork
+        while os.path.exists(HOLD):
+            time.sleep(0.01)
+        return _pidfd_open(pid, flags)
+
+    os.pidfd_open = _held_pidfd_open
 
     def target(fds):
         link, first, second = fds
@@ -43,6 +56,7 @@ SCRIPT = textwrap.dedent(
     import asyncio, json, os, resource, signal, socket, sys, time
     from batchserve.runtime import fork_server
     from batchserve.runtime.fork_server import CannotFork, ForkServer
+    import fork_target
     from fork_target import target
 
     fork_server.RESPAWN_PAUSE_S = 0.2
@@ -95,6 +109,10 @@ SCRIPT = textwrap.dedent(
             await asyncio.sleep(0.05)
         results["replaced"] = forks.pid != first
         results["after"] = await one(b"5")
+        results["mid_fork"] = await mid_fork()
+        while not forks.alive:
+            await asyncio.sleep(0.05)
+        results["middle_failed"] = await middle_failed()
         results["lost"], results["left"] = await lost_pidfd()
         results["hung"] = await hung()
 
@@ -125,6 +143,49 @@ SCRIPT = textwrap.dedent(
         found = [open(f"/proc/self/task/{t}/children").read().split() for t in tasks]
         return sorted(int(pid) for pids in found for pid in pids if int(pid) != forks.pid)
 
+    async def no_children_left():
+        deadline = time.monotonic() + 5
+        while children() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return children()
+
+    async def mid_fork():
+        # the fork server dies while its middle process forks: the middle process, adopted
+        # here, is reaped once it exits, and the worker it forked serves
+        server = forks.pid
+        open(fork_target.HOLD, "w").close()
+        worker = asyncio.ensure_future(one(b"6"))
+        while not open(f"/proc/{server}/task/{server}/children").read().split():
+            await asyncio.sleep(0.01)
+        os.kill(server, signal.SIGKILL)
+        await asyncio.sleep(0.1)
+        os.remove(fork_target.HOLD)
+        return (await worker)[1], await no_children_left()
+
+    async def middle_failed():
+        # the middle process cannot take its worker's pidfd (the fork server is out of
+        # descriptors): it kills the worker and exits, and the killed worker, adopted here, is
+        # reaped; the fork is refused
+        server = forks.pid
+        used = {int(fd) for fd in os.listdir(f"/proc/{server}/fd")}
+        free = [fd for fd in range(len(used) + 4) if fd not in used]
+        soft, hard = resource.prlimit(server, resource.RLIMIT_NOFILE)
+        resource.prlimit(server, resource.RLIMIT_NOFILE, (free[3], hard))  # room for three
+        ours, theirs = socket.socketpair()
+        pipes = [*os.pipe(), *os.pipe()]
+        try:
+            await forks.fork((theirs.fileno(), pipes[0], pipes[2]))
+            refused = None
+        except CannotFork as exc:
+            refused = str(exc)
+        finally:
+            resource.prlimit(server, resource.RLIMIT_NOFILE, (soft, hard))
+        for fd in pipes:
+            os.close(fd)
+        theirs.close()
+        ours.close()
+        return refused, await no_children_left()
+
     async def lost_pidfd():
         # no descriptor to spare when the worker's pidfd arrives: the fork is refused, and
         # the worker it made is killed and reaped, not left serving or a zombie
@@ -145,10 +206,7 @@ SCRIPT = textwrap.dedent(
             os.close(fd)
         theirs.close()
         ours.close()
-        deadline = time.monotonic() + 5
-        while children() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        return refused, children()
+        return refused, await no_children_left()
 
     asyncio.run(main())
     second = forks.pid
@@ -165,7 +223,7 @@ def test_forks_adoption_statuses_kills_and_a_replaced_fork_server(tmp_path: Path
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT],
         capture_output=True, text=True, timeout=60, check=False,
-        env={**os.environ, "PYTHONPATH": path},
+        env={**os.environ, "PYTHONPATH": path, "FORK_HOLD": str(tmp_path / "hold")},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout.strip().splitlines()[-1])
@@ -182,6 +240,8 @@ def test_forks_adoption_statuses_kills_and_a_replaced_fork_server(tmp_path: Path
     assert results["replaced"] is True
     assert results["after"] == ["first|second", 5, True]  # forked by the one started by name
     assert results["second_reaped"] is True
+    assert results["mid_fork"] == [6, []]  # the worker served; its middle process was reaped
+    assert results["middle_failed"] == ["fork failed", []]
     assert results["lost"] == "fork failed"
     assert results["left"] == []
     assert results["hung"] == ["the fork server did not answer", True, True, 4]

@@ -44,6 +44,8 @@ from typing import NoReturn
 
 import setproctitle
 
+from batchserve.runtime.orphans import Orphans
+
 logger = logging.getLogger(__name__)
 
 Target = Callable[[Sequence[int]], int]
@@ -148,6 +150,10 @@ class ForkServer:
         self._respawn: asyncio.TimerHandle | None = None
         self._closed = False
         self.alive = True
+        self.orphans = Orphans((FORK_SERVER_NAME, WORKER_NAME.partition("{")[0]), self._hear)
+        """The processes forked here that nothing waits for, such as a middle process whose
+        fork server died; the pool claims the workers it waits for."""
+        self.orphans.claim(pid)
 
     @classmethod
     def start(cls, target: Target) -> ForkServer | None:
@@ -220,22 +226,31 @@ class ForkServer:
                 return
             kind, pid = _RECORD.unpack(record)
             if kind == _STARTED and len(fds) == 1:
+                self.orphans.claim(pid)
                 self._started.put_nowait((pid, fds[0]))
                 continue
             for fd in fds:
                 os.close(fd)
             if kind == _STARTED:  # its pidfd was lost on the way: this process is out of fds
                 self._discard(pid)
+            else:  # its middle process failed, and may have killed a worker adopted here
+                self.orphans.sweep_soon()
             self._started.put_nowait((-1, -1))
 
-    @staticmethod
-    def _discard(pid: int) -> None:
+    def _hear(self) -> None:
+        """Read what the fork server sent: a sweep must not take a worker whose pid is on
+        its way."""
+        if self.alive:
+            self._on_readable()
+
+    def _discard(self, pid: int) -> None:
         """Kill and reap a worker whose pidfd never arrived: the pool starts another, and
         this one must neither serve unwatched nor stay a zombie here. Its pid cannot name
         another process: only this process, the one that adopts it, may reap it."""
+        self.orphans.claim(pid)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        _reap_adopted(asyncio.get_running_loop(), pid, lambda status: None)
+        _reap_adopted(asyncio.get_running_loop(), pid, lambda status: self.orphans.release(pid))
 
     def _gone(self) -> None:
         """The fork server exited: its workers serve on (this process adopted them); a fresh
@@ -248,6 +263,7 @@ class ForkServer:
             loop.remove_reader(self._control.fileno())
         self._control.close()
         self._reap()
+        self.orphans.sweep_soon()  # its middle processes, adopted here
         self._started.put_nowait((0, -1))  # a fork waiting for its pid
         if time.monotonic() - self._since >= RESPAWN_PAUSE_MAX_S:
             self._pause = RESPAWN_PAUSE_S  # not a fork server that keeps dying
@@ -275,6 +291,7 @@ class ForkServer:
         finally:
             theirs.close()
         ours.setblocking(False)
+        self.orphans.claim(self.pid)
         self._control = ours
         self._started = asyncio.Queue()
         self._since = time.monotonic()
@@ -285,6 +302,7 @@ class ForkServer:
     def close(self) -> None:
         """Stop the fork server (the workers stop on their own) and reap it."""
         self._closed = True
+        self.orphans.close()
         if self._respawn is not None:
             self._respawn.cancel()
         if self.alive:
@@ -302,6 +320,7 @@ class ForkServer:
             os.kill(self.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
+        self.orphans.release(self.pid)
 
 
 def name_process(name: str, title: str) -> None:

@@ -86,6 +86,7 @@ class WorkerPool:
         self._unmapping: set[asyncio.Task[None]] = set()
         self._starting: set[asyncio.Future[_Worker]] = set()
         """Replacements being started: a stop waits for them, then drains them too."""
+        self._claims: set[asyncio.Future[int]] = set()
         log_settings.follow(self._log_settings_changed)
         plane.control.trace.follow(self._trace_settings_changed)
 
@@ -113,6 +114,7 @@ class WorkerPool:
                 arenas.append(Arena.create(f"batchserve-worker{index}-{kind}", ARENA_BYTES))
             requests, responses = arenas
             process = await self._process((theirs.fileno(), requests.fd, responses.fd))
+            self._claim(process)
         except BaseException:
             ours.close()
             for arena in arenas:
@@ -149,6 +151,22 @@ class WorkerPool:
         return await asyncio.create_subprocess_exec(
             sys.executable, "-m", WORKER_MODULE, str(fds[0]), pass_fds=fds
         )
+
+    def _claim(self, process: ForkedWorker | Process) -> None:
+        """Leave the worker's exit status to its own waiter until it has been reaped: the
+        fork server's sweeps reap the zombies no one claimed (``orphans``)."""
+        if self.forks is None:
+            return
+        orphans = self.forks.orphans
+        orphans.claim(process.pid)
+        reaped = asyncio.ensure_future(process.wait())
+        self._claims.add(reaped)
+
+        def release(_: asyncio.Future[int]) -> None:
+            self._claims.discard(reaped)
+            orphans.release(process.pid)
+
+        reaped.add_done_callback(release)
 
     async def _watch(self, index: int, worker: _Worker) -> None:
         """Replace the worker whenever it exits, until the pool stops."""
