@@ -153,15 +153,17 @@ def start_server(
     extra_args: Sequence[str] = (),
     wait_ready: bool = True,
     extra_env: Mapping[str, str] | None = None,
+    wrapper: Sequence[str] = (),
 ) -> ServerProcess:
-    """Launch the console script and wait until it listens (and, by default, is ready).
+    """Launch the console script and wait until it listens (and, by default, is ready);
+    under ``wrapper``, a command that runs the one it is given (``prlimit ...``), if any.
 
     One process unless ``extra_args`` or ``extra_env`` ask for workers: the default
     (``auto``) would start workers on a machine with more than two cores, and the suite's
     figures and log checks would then depend on the machine it runs on.
     """
     command = [
-        sys.executable, "-m", "batchserve.cli", "serve",
+        *wrapper, sys.executable, "-m", "batchserve.cli", "serve",
         "--model-repository", str(model_repository),
         "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
         "--log-format", "json", *extra_args,

@@ -34,7 +34,13 @@ from batchserve.observability.metrics import metrics_app
 from batchserve.observability.refusals import REFUSALS, Protocol
 from batchserve.rest.app import build_http_app
 from batchserve.rest.forward import trusting_peer_header
-from batchserve.runtime import cpu_scheduling, gc_tuning, malloc_tuning, memmove_tuning
+from batchserve.runtime import (
+    cpu_scheduling,
+    gc_tuning,
+    malloc_tuning,
+    memmove_tuning,
+    open_files,
+)
 from batchserve.runtime.cpus import resolve_workers
 from batchserve.runtime.event_loop import BoundedHandshakeLoop
 from batchserve.runtime.fork_server import ForkServer
@@ -164,6 +170,7 @@ class Server:
                    "http_tls": tls,
                    "grpc_tls": tls, "metrics_tls": TlsMode.OFF,
                    "workers": 1 if self.pool is None else self.pool.count,
+                   "open_files_limit": open_files.soft_limit(),
                    "rep_movsb": "off" if memmove_tuning.rep_movsb_off() else "glibc default"},
         )  # fmt: skip
         await self._load_models()
@@ -279,6 +286,7 @@ def run(settings: Settings, backend_factory: BackendFactory = create_backend) ->
     """Blocking entry point used by the `batchserve serve` command (and bench's leaky
     server); the process's exit status."""
     cpu_scheduling.apply(settings.cpu_scheduling)  # before the threads it should reach start
+    open_files.raise_to_hard_limit()  # before the fork server, which the workers inherit it from
     forks = None
     if resolve_workers(settings.workers, available_cpus(settings.cpus)) > 1:
         forks = ForkServer.start(serve_forked)  # before any loop, socket or thread exists
