@@ -7,25 +7,32 @@ under a hard one of 524288. The soft one stays low for programs that still wait 
 connections refused every new one: HTTP's silently (libuv accepts and closes at once while
 out of descriptors), gRPC's only at its deadline, with a line a second on stderr. So, as
 Go's runtime does for every program since 1.19, ``serve`` raises the soft limit to the hard
-one before it starts anything; the fork server and the workers inherit it. A hard limit
-that is unlimited (macOS) or a platform without ``resource`` (Windows) leaves it as it is.
+one before it starts anything; the fork server and the workers inherit it. It stops at
+``MOST`` (Linux's default ceiling): a hard limit of about 2**30 (systemd's ``infinity``) would
+make a C library without ``close_range`` close that many descriptors one by one wherever a
+process closes all it does not know (the fork server does, once). A hard limit that is
+unlimited (macOS) or a platform without ``resource`` (Windows) leaves it as it is.
 """
 
 from __future__ import annotations
 
 import contextlib
 
+MOST = 1 << 20
+
 
 def raise_to_hard_limit() -> None:
-    """Raise the soft open-files limit to the hard one, where both can be read."""
+    """Raise the soft open-files limit to the hard one (at most ``MOST``), where both can be
+    read."""
     try:
         import resource
     except ImportError:  # Windows
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft != hard:
+    target = min(hard, MOST)
+    if hard != resource.RLIM_INFINITY and soft < target:
         with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 def soft_limit() -> int | None:
