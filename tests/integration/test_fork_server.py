@@ -128,6 +128,10 @@ def test_workers_are_adopted_by_the_model_owning_process_and_share_pages() -> No
             )
         assert "serve" in _command_line(server.process.pid).split()  # the server's, as started
         _classify(server)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # the server's to act on
+            os.kill(fork_server, sig)
+        time.sleep(0.3)
+        assert _alive(fork_server)
         for pid in workers:  # forked after the imports: most of a worker's pages are shared
             assert _memory_mib(pid, "Pss") < 0.6 * _memory_mib(pid, "Rss"), pid
     finally:
@@ -158,6 +162,9 @@ def test_a_worker_whose_fork_failed_leaves_no_zombie_and_its_fresh_replacement_s
     server = start_server(extra_args=WORKERS)
     try:
         fork_server = _fork_server_pid(server)
+        deadline = time.monotonic() + 10
+        while len(os.listdir(f"/proc/{fork_server}/fd")) != 4 and time.monotonic() < deadline:
+            time.sleep(0.01)  # at rest, 0, 1, 2 and its socket: not still closing a fork's
         used = {int(fd) for fd in os.listdir(f"/proc/{fork_server}/fd")}
         free = [fd for fd in range(len(used) + 4) if fd not in used]
         _, hard = resource.prlimit(fork_server, resource.RLIMIT_NOFILE)

@@ -1,9 +1,11 @@
 """Lifecycle on a real server: a second SIGINT hurries the drain without losing an accepted
-request, a SIGTERM during start-up stops loading the models still to load, and threads
-racing loads and unloads leave the memory where it was."""
+request, a hangup of the whole process group drains the server and its workers, a SIGTERM
+during start-up stops loading the models still to load, and threads racing loads and unloads
+leave the memory where it was."""
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import statistics
@@ -105,6 +107,32 @@ def test_a_second_sigint_hurries_the_drain_and_answers_every_accepted_request(
     assert any(m.startswith("drain hurried") for m in messages), messages
     finals = [r for r in server.logs if r.get("message") == "final statistics"]
     assert [(r["success"], r["fail"]) for r in finals] == [(1 + 2 * QUEUED, 0)]
+
+
+def test_a_hangup_of_the_whole_process_group_drains_the_server_and_its_workers(
+    tmp_path: Path, pool: ThreadPoolExecutor
+) -> None:
+    """SIGHUP, as a closing terminal sends it to every process of the group, killed the
+    server and each worker at once, dropping what they had accepted; it now stops the
+    server as SIGTERM does, and the workers leave the drain to it."""
+    write_slow_model(tmp_path, "slow", max_queue_size=2 * QUEUED)
+    args = ["--workers", "2", "--shutdown-timeout", "20"]
+    server = start_server(tmp_path, args, wrapper=["setsid"])  # a process group of its own
+    assert os.getpgid(server.process.pid) == server.process.pid
+    blocker = pool.submit(slow_http, server, 100)
+    wait_until(lambda: metric(server, "batchserve_busy_instances", model="slow") == 1)
+    queued = [pool.submit(_grpc_infer, server, 1) for _ in range(QUEUED)]
+    wait_until(lambda: metric(server, "batchserve_queue_depth", model="slow") == QUEUED)
+    os.killpg(server.process.pid, signal.SIGHUP)
+    code = _exit_code(server, timeout=25)
+    assert code == 0, [r["message"] for r in server.logs]
+    assert_slow_answer(blocker.result(timeout=5))
+    for rpc in queued:
+        assert_slow_grpc_answer(rpc.result(timeout=5))
+    (requested,) = [r for r in server.logs if r.get("message") == "stop requested"]
+    assert requested["signal"] == "SIGHUP"
+    messages = [str(r.get("message", "")) for r in server.logs]
+    assert not [m for m in messages if m.startswith("worker exited")], messages
 
 
 # start-up ---------------------------------------------------------------------------------

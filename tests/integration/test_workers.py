@@ -283,7 +283,7 @@ def test_a_stop_signal_sent_to_a_worker_alone_is_ignored(workers_server: ServerP
     pids = _worker_pids(workers_server)
     with _under_load(workers_server) as seen:
         time.sleep(0.5)
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             os.kill(pids[0], sig)
             time.sleep(0.5)
     assert set(seen) == {"ok"}, seen

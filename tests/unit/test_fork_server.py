@@ -141,13 +141,34 @@ SCRIPT = textwrap.dedent(
     def children():
         tasks = os.listdir("/proc/self/task")
         found = [open(f"/proc/self/task/{t}/children").read().split() for t in tasks]
-        return sorted(int(pid) for pids in found for pid in pids if int(pid) != forks.pid)
+        pids = sorted(int(pid) for pids in found for pid in pids if int(pid) != forks.pid)
+        return [described(pid) for pid in pids]
+
+    def described(pid):
+        # pid (name) state, as /proc/PID/stat begins
+        try:
+            return " ".join(open(f"/proc/{pid}/stat").read().split()[:3])
+        except OSError:
+            return str(pid)
 
     async def no_children_left():
-        deadline = time.monotonic() + 5
-        while children() and time.monotonic() < deadline:
+        # until the fork server has reaped its middle process, the worker that process forked
+        # is not yet this process's child: none here may only mean none adopted yet
+        deadline = time.monotonic() + 10
+        while (children() or kids(forks.pid)) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         return children()
+
+    def kids(pid):
+        try:
+            return open(f"/proc/{pid}/task/{pid}/children").read().split()
+        except OSError:
+            return []
+
+    def held_middle(server):
+        # a child of the fork server that has forked its worker: the middle process being held
+        # (one that has exited, its worker adopted here, may not have been reaped there yet)
+        return any(kids(int(middle)) for middle in kids(server))
 
     async def mid_fork():
         # the fork server dies while its middle process forks: the middle process, adopted
@@ -155,7 +176,7 @@ SCRIPT = textwrap.dedent(
         server = forks.pid
         open(fork_target.HOLD, "w").close()
         worker = asyncio.ensure_future(one(b"6"))
-        while not open(f"/proc/{server}/task/{server}/children").read().split():
+        while not held_middle(server):
             await asyncio.sleep(0.01)
         os.kill(server, signal.SIGKILL)
         await asyncio.sleep(0.1)
@@ -166,7 +187,10 @@ SCRIPT = textwrap.dedent(
         # the middle process cannot take its worker's pidfd (the fork server is out of
         # descriptors): it kills the worker and exits, and the killed worker, adopted here, is
         # reaped; the fork is refused
+        await one(b"0")  # one started afresh has imported and serves; then it is at rest
         server = forks.pid
+        while len(os.listdir(f"/proc/{server}/fd")) != 4:  # 0, 1, 2 and its socket
+            await asyncio.sleep(0.01)  # (not still closing the last fork's descriptors)
         used = {int(fd) for fd in os.listdir(f"/proc/{server}/fd")}
         free = [fd for fd in range(len(used) + 4) if fd not in used]
         soft, hard = resource.prlimit(server, resource.RLIMIT_NOFILE)

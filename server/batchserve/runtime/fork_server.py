@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import gc
 import importlib
 import logging
@@ -45,6 +46,7 @@ from typing import NoReturn
 import setproctitle
 
 from batchserve.runtime.orphans import Orphans
+from batchserve.runtime.stop_signals import SIGNALS as STOP_SIGNALS
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +73,7 @@ REAP_RETRY_S = 0.005
 REAP_TRIES = 1000
 """A worker that exits in the instant between its middle process's exit and its adoption
 is reaped once adopted: retried this often, this many times."""
+KILLED_REAP_RETRY_S = 1.0
 FORK_WAIT_S = 10.0
 """How long a fork may take (milliseconds, normally) before the fork server is taken for
 hung: killed and replaced, the worker started afresh."""
@@ -117,17 +120,25 @@ class ForkedWorker:
 
 
 def _reap_adopted(
-    loop: asyncio.AbstractEventLoop, pid: int, finish: Callable[[int], None], tries: int = 0
+    loop: asyncio.AbstractEventLoop,
+    pid: int,
+    finish: Callable[[int], None],
+    tries: int = 0,
+    killed: bool = False,
 ) -> None:
     """Reap an exited worker and tell ``finish`` its status; until its middle process has
-    exited it is not yet this process's, and is tried again."""
+    exited it is not yet this process's, and is tried again. One this process ``killed`` is
+    tried until it is reaped, once a second after the first ``REAP_TRIES``: it is adopted here
+    whenever its middle process exits, and then only this process may reap it."""
     try:
         reaped, wait_status = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         reaped = wait_status = 0
     if reaped == 0:
-        if tries + 1 < REAP_TRIES:
-            loop.call_later(REAP_RETRY_S, _reap_adopted, loop, pid, finish, tries + 1)
+        if tries + 1 < REAP_TRIES or killed:
+            pause = REAP_RETRY_S if tries + 1 < REAP_TRIES else KILLED_REAP_RETRY_S
+            again = functools.partial(_reap_adopted, loop, pid, finish, tries + 1, killed)
+            loop.call_later(pause, again)
             return
         logger.warning("an exited worker was never adopted", extra={"pid": pid})
         finish(-signal.SIGKILL)
@@ -250,7 +261,8 @@ class ForkServer:
         self.orphans.claim(pid)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        _reap_adopted(asyncio.get_running_loop(), pid, lambda status: self.orphans.release(pid))
+        loop = asyncio.get_running_loop()
+        _reap_adopted(loop, pid, lambda status: self.orphans.release(pid), killed=True)
 
     def _gone(self) -> None:
         """The fork server exited: its workers serve on (this process adopted them); a fresh
@@ -354,7 +366,7 @@ def _serve(control: socket.socket, owner: int, target: Target) -> int:  # pragma
     its end (it has exited, or stopped its workers)."""
     die_with_parent(owner)
     name_process(FORK_SERVER_NAME, FORK_SERVER_TITLE)
-    for sig in (signal.SIGINT, signal.SIGTERM):  # the model-owning process's to act on
+    for sig in STOP_SIGNALS:  # the model-owning process's to act on
         signal.signal(sig, signal.SIG_IGN)
     os.closerange(3, control.fileno())  # what the owner had open; a worker gets only its own
     os.closerange(control.fileno() + 1, os.sysconf("SC_OPEN_MAX"))

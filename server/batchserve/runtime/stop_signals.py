@@ -1,5 +1,5 @@
-"""SIGTERM and SIGINT as an operator means them: the first stops the server, any later one
-hurries the stop; neither ever drops a request the server accepted.
+"""SIGTERM, SIGINT and SIGHUP as an operator means them: the first stops the server, any
+later one hurries the stop; none ever drops a request the server accepted.
 
 The first signal starts the graceful stop (not ready, the shutdown delay, drain, unload).
 A second one used to cancel the main task: uvicorn then answered its in-flight requests with
@@ -8,6 +8,11 @@ what is left of the shutdown delay, the one wait that serves no client. What els
 cut is not: the HTTP and gRPC grace periods and the model queues hold requests already
 accepted, and refusing those (even with a retryable 503) would break the rule that no
 accepted request is lost. A process that must die at once is sent SIGKILL.
+
+SIGHUP (the terminal or session that started the server closed, or an operator used to
+servers that reload on it) killed the server at once, its default: no drain, no log line,
+and with ``--workers N`` every worker too, since a hangup reaches the whole process group.
+Reloading on it is not offered: the model repository has its own load and unload calls.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from functools import partial
 
 logger = logging.getLogger(__name__)
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""The stop signals: the model-owning process's to act on, which its helpers ignore."""
 
 
 class StopSignals:
@@ -35,7 +41,7 @@ class StopSignals:
         self.count = 0
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Handle SIGTERM and SIGINT on ``loop`` (replacing Python's KeyboardInterrupt)."""
+        """Handle the stop signals on ``loop`` (replacing Python's KeyboardInterrupt)."""
         for sig in SIGNALS:
             loop.add_signal_handler(sig, partial(self.receive, sig.name))
 

@@ -37,6 +37,7 @@ from batchserve.runtime.event_loop import BoundedHandshakeLoop
 from batchserve.runtime.fork_server import WORKER_NAME, WORKER_TITLE, die_with_parent, name_process
 from batchserve.runtime.http_listener import http_listener
 from batchserve.runtime.shared_ports import reuse_port_socket
+from batchserve.runtime.stop_signals import SIGNALS as STOP_SIGNALS
 from batchserve.runtime.worker_counts import counts_frame
 
 logger = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ def serve_forked(fds: Sequence[int]) -> int:
 
 
 def serve_link(link: int, arena_fds: tuple[int, int] | None = None) -> int:
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:  # the model-owning process's to act on: it drains the workers
         signal.signal(sig, signal.SIG_IGN)
     sock = socket.socket(fileno=link)
     start = _Start(sock)
