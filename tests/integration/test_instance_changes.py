@@ -139,18 +139,18 @@ class _Traffic:
     def _infer(self, use_grpc: int) -> None:
         module = grpcclient if use_grpc else httpclient
         url = self.server.grpc_url if use_grpc else self.server.http_url
-        client = module.InferenceServerClient(url)
-        image = module.InferInput("image", [1, 1, 8, 8], "FP32")
-        image.set_data_from_numpy(np.ones((1, 1, 8, 8), dtype=np.float32))
-        while not self._stop.is_set():
-            try:
-                result = client.infer(MODEL, [image])
-                assert result.as_numpy("probabilities").shape == (1, 10)
-            except Exception as exc:
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-                return
-            with self._lock:
-                self.ok += 1
+        with module.InferenceServerClient(url) as client:  # closed in its own thread
+            image = module.InferInput("image", [1, 1, 8, 8], "FP32")
+            image.set_data_from_numpy(np.ones((1, 1, 8, 8), dtype=np.float32))
+            while not self._stop.is_set():
+                try:
+                    result = client.infer(MODEL, [image])
+                    assert result.as_numpy("probabilities").shape == (1, 10)
+                except Exception as exc:
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+                    return
+                with self._lock:
+                    self.ok += 1
 
     def _watch_ready(self) -> None:
         with httpx.Client(base_url=f"http://{self.server.http_url}", timeout=30) as http:

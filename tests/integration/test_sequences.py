@@ -102,7 +102,10 @@ def test_interleaved_concurrent_sequences_each_keep_their_own_state(
         module = httpclient if sequence_id % 2 else grpcclient
         client = _client(module, sequence_server)
         values = [sequence_id * 10 + step for step in range(12)]
-        return _send(module, client, "accumulator", sequence_id, values)
+        try:
+            return _send(module, client, "accumulator", sequence_id, values)
+        finally:  # an HTTP client left to the collector fails in a thread without its hub
+            client.close()  # type: ignore[attr-defined]
 
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(run, range(1, 17)))
@@ -145,7 +148,12 @@ def test_a_sequence_past_the_candidate_slots_waits_until_one_ends(
 
     def step(sequence_id: int, value: int, **flags: bool) -> int:
         client = _client(httpclient, sequence_server)  # one per thread, as gevent needs
-        result = client.infer(model, [_input(httpclient, value)], sequence_id=sequence_id, **flags)  # type: ignore[attr-defined]
+        try:
+            result = client.infer(  # type: ignore[attr-defined]
+                model, [_input(httpclient, value)], sequence_id=sequence_id, **flags
+            )
+        finally:
+            client.close()  # type: ignore[attr-defined]
         return int(result.as_numpy("OUTPUT")[0, 0])
 
     assert step(31, 1, sequence_start=True) == 1

@@ -230,10 +230,10 @@ def _http_load(server: ServerProcess, stop: threading.Event, seen: Counter[str])
     images = _images(1, seed=3)
     while not stop.is_set():
         try:  # a fresh connection each time: some land on the worker about to die
-            client = httpclient.InferenceServerClient(server.http_url, network_timeout=30)
-            tensor = httpclient.InferInput("image", [1, 1, 8, 8], "FP32")
-            tensor.set_data_from_numpy(images)
-            client.infer("digits_cnn", [tensor])
+            with httpclient.InferenceServerClient(server.http_url, network_timeout=30) as client:
+                tensor = httpclient.InferInput("image", [1, 1, 8, 8], "FP32")
+                tensor.set_data_from_numpy(images)
+                client.infer("digits_cnn", [tensor])
             seen["ok"] += 1
         except Exception as error:  # the dead worker's connections close: an error, at once
             seen[type(error).__name__] += 1

@@ -53,7 +53,7 @@ TARGET = textwrap.dedent(
 
 SCRIPT = textwrap.dedent(
     """
-    import asyncio, json, os, resource, signal, socket, sys, time
+    import asyncio, contextlib, json, os, resource, signal, socket, sys, time
     from batchserve.runtime import fork_server
     from batchserve.runtime.fork_server import CannotFork, ForkServer
     import fork_target
@@ -122,17 +122,7 @@ SCRIPT = textwrap.dedent(
         fork_server.FORK_WAIT_S = 0.3
         stopped = forks.pid
         os.kill(stopped, signal.SIGSTOP)
-        ours, theirs = socket.socketpair()
-        pipes = [*os.pipe(), *os.pipe()]
-        try:
-            await forks.fork((theirs.fileno(), pipes[0], pipes[2]))
-            refused = None
-        except CannotFork as exc:
-            refused = str(exc)
-        for fd in pipes:
-            os.close(fd)
-        theirs.close()
-        ours.close()
+        refused = await refusal()
         reaped = not os.path.exists(f"/proc/{stopped}")
         while not forks.alive:
             await asyncio.sleep(0.05)
@@ -193,44 +183,45 @@ SCRIPT = textwrap.dedent(
             await asyncio.sleep(0.01)  # (not still closing the last fork's descriptors)
         used = {int(fd) for fd in os.listdir(f"/proc/{server}/fd")}
         free = [fd for fd in range(len(used) + 4) if fd not in used]
-        soft, hard = resource.prlimit(server, resource.RLIMIT_NOFILE)
-        resource.prlimit(server, resource.RLIMIT_NOFILE, (free[3], hard))  # room for three
-        ours, theirs = socket.socketpair()
-        pipes = [*os.pipe(), *os.pipe()]
-        try:
-            await forks.fork((theirs.fileno(), pipes[0], pipes[2]))
-            refused = None
-        except CannotFork as exc:
-            refused = str(exc)
-        finally:
-            resource.prlimit(server, resource.RLIMIT_NOFILE, (soft, hard))
-        for fd in pipes:
-            os.close(fd)
-        theirs.close()
-        ours.close()
+        refused = await refusal(lambda: limited(server, free[3]))  # room for three
         return refused, await no_children_left()
 
     async def lost_pidfd():
         # no descriptor to spare when the worker's pidfd arrives: the fork is refused, and
         # the worker it made is killed and reaped, not left serving or a zombie
+        def no_descriptor_to_spare():
+            free = os.dup(0)  # the lowest free number: every one below it is in use
+            os.close(free)
+            return limited(os.getpid(), free)
+
+        refused = await refusal(no_descriptor_to_spare)
+        return refused, await no_children_left()
+
+    async def refusal(limits=contextlib.nullcontext):
+        # a fork of throwaway descriptors, asked for within limits(): why it was refused
         ours, theirs = socket.socketpair()
         pipes = [*os.pipe(), *os.pipe()]
-        free = os.dup(0)  # the lowest free number: every one below it is in use
-        os.close(free)
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (free, hard))
         try:
-            await forks.fork((theirs.fileno(), pipes[0], pipes[2]))
-            refused = None
+            with limits():
+                await forks.fork((theirs.fileno(), pipes[0], pipes[2]))
+            return None
         except CannotFork as exc:
-            refused = str(exc)
+            return str(exc)
         finally:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-        for fd in pipes:
-            os.close(fd)
-        theirs.close()
-        ours.close()
-        return refused, await no_children_left()
+            for fd in pipes:
+                os.close(fd)
+            theirs.close()
+            ours.close()
+
+    @contextlib.contextmanager
+    def limited(pid, descriptors):
+        # the process's descriptors below this number, for the block's length
+        soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (descriptors, hard))
+        try:
+            yield
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
 
     asyncio.run(main())
     second = forks.pid

@@ -84,3 +84,34 @@ def test_a_sweep_reaps_only_unclaimed_zombies_with_batchserve_names(
     finally:
         for process in (*exited, running):
             process.wait()
+
+
+def test_a_sweep_asked_for_during_a_sweep_leaves_one_chain_that_close_stops(
+    tmp_path: Path,
+) -> None:
+    """The hook run before a sweep may hear of a gone process and ask for a sweep itself:
+    that one replaces the chain, which must not go on as well, past ``close``."""
+    running = subprocess.Popen([_named(tmp_path, "bs-worker-1"), "3"])
+    sweeps: list[float] = []
+
+    def heard() -> None:
+        sweeps.append(time.monotonic())
+        if len(sweeps) == 1:
+            orphans.sweep_soon()
+
+    orphans = Orphans(NAMES, heard)
+
+    async def sweep_then_close() -> int:
+        orphans.sweep_soon()
+        await asyncio.sleep(0.5)
+        orphans.close()
+        closed = len(sweeps)
+        await asyncio.sleep(0.8)  # past two more pauses of any chain left running
+        return len(sweeps) - closed
+
+    try:
+        assert asyncio.run(sweep_then_close()) == 0
+        assert len(sweeps) >= 3  # the chain went on while the child ran
+    finally:
+        running.kill()
+        running.wait()

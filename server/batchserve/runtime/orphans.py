@@ -79,7 +79,8 @@ class Orphans:
 
     def _sweep_on(self) -> None:
         self._timer = None
-        if self.sweep():
+        running = self.sweep()
+        if running and self._timer is None:  # a sweep_soon during the sweep has its own timer
             self._pause = min(2 * self._pause, SWEEP_MAX_S)
             self._timer = asyncio.get_running_loop().call_later(self._pause, self._sweep_on)
 
