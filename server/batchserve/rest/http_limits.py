@@ -17,6 +17,7 @@ from typing import Any
 from batchserve.observability.refusals import Protocol, Reason
 from batchserve.rest.disconnect import DisconnectNoticeProtocol
 from batchserve.rest.http_timeouts import ReadTimeoutProtocol, ReadTimeouts
+from batchserve.rest.pipelining import PipelineLimitProtocol
 from batchserve.rest.request_body import UncopiedBodyProtocol
 from batchserve.rest.transport import CoalescingHttpToolsProtocol
 
@@ -33,13 +34,13 @@ class HeadTooLarge(Exception):
 MALFORMED = "malformed HTTP request: its request line, headers or body framing do not parse"
 
 
-class LimitedHttpToolsProtocol(
+class HeadLimitProtocol(
     ReadTimeoutProtocol, DisconnectNoticeProtocol, CoalescingHttpToolsProtocol,
     UncopiedBodyProtocol,
 ):  # fmt: skip
-    """The server's httptools protocol: one write per response, a disconnect notice per
-    request, read timeouts, request bodies without uvicorn's copies, 431 ``{"error": ...}``
-    for oversized heads and 400 for unparseable requests."""
+    """One write per response, a disconnect notice per request, read timeouts, request
+    bodies without uvicorn's copies, 431 ``{"error": ...}`` for oversized heads and 400 for
+    unparseable requests."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -102,6 +103,11 @@ class LimitedHttpToolsProtocol(
 
     def _send_431(self, message: str) -> None:
         self.refuse(Reason.HEAD_TOO_LARGE, 431, message)
+
+
+class LimitedHttpToolsProtocol(PipelineLimitProtocol, HeadLimitProtocol):
+    """The server's httptools protocol: the head limits above, counted on the bytes the
+    parser is given, which the pipelining bound hands over only as requests make room."""
 
 
 def protocol_for(listener: Protocol, timeouts: ReadTimeouts) -> type[LimitedHttpToolsProtocol]:

@@ -105,8 +105,12 @@ class ReadTimeoutProtocol(RefusingProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(cast(asyncio.Transport, transport))
-        self.flow = self._flow = PauseTimingFlowControl(self.transport, self.loop)
+        self.flow = self._flow = self.flow_control()
         self._begin(_HEAD, received=False)
+
+    def flow_control(self) -> PauseTimingFlowControl:
+        """This connection's flow control, made once it has a transport."""
+        return PauseTimingFlowControl(self.transport, self.loop)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_timer()
