@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 from batchserve.rest.http_limits import LimitedHttpToolsProtocol
 from batchserve.rest.pipelining import MAX_QUEUED
-from uvicorn.config import Config
-from uvicorn.server import ServerState
 
+from tests.unit.rest.test_request_body import protocol_over
 from tests.unit.rest.test_transport import RecordingTransport
 
 pytestmark = pytest.mark.anyio
@@ -57,12 +56,8 @@ class PausingTransport(RecordingTransport):
 
 
 def _serve(app: GatedEcho) -> tuple[LimitedHttpToolsProtocol, PausingTransport]:
-    config = Config(app=app, lifespan="off", log_config=None)
-    config.load()
-    protocol = LimitedHttpToolsProtocol(config, ServerState(), {})
     transport = PausingTransport()
-    protocol.connection_made(transport)
-    return protocol, transport
+    return protocol_over(app, transport), transport
 
 
 def _get(n: int) -> bytes:

@@ -39,13 +39,18 @@ class Reader:
         self.done.set()
 
 
-def _serve(app: Reader) -> tuple[LimitedHttpToolsProtocol, RecordingTransport]:
+def protocol_over(app: Any, transport: RecordingTransport) -> LimitedHttpToolsProtocol:
+    """The server's HTTP protocol serving ``app``, connected over ``transport``."""
     config = Config(app=app, lifespan="off", log_config=None)
     config.load()
     protocol = LimitedHttpToolsProtocol(config, ServerState(), {})
-    transport = RecordingTransport()
     protocol.connection_made(transport)
-    return protocol, transport
+    return protocol
+
+
+def _serve(app: Reader) -> tuple[LimitedHttpToolsProtocol, RecordingTransport]:
+    transport = RecordingTransport()
+    return protocol_over(app, transport), transport
 
 
 async def _settle() -> None:
