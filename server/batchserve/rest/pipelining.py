@@ -62,7 +62,7 @@ class PipelineLimitProtocol(HttpToolsProtocol):
         return bool(self._held) or len(self.pipeline) >= MAX_QUEUED
 
     def data_received(self, data: bytes) -> None:
-        if self._held or len(self.pipeline) >= MAX_QUEUED:
+        if self._holding():
             self._held += data
             self.flow.pause_reading()
             return

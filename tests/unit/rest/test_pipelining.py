@@ -64,6 +64,10 @@ def _get(n: int) -> bytes:
     return f"GET /r{n} HTTP/1.1\r\nHost: t\r\n\r\n".encode()
 
 
+PIECE_REQUESTS = 4096 // len(_get(0))
+"""The most requests one piece handed to the parser can hold."""
+
+
 def _post(n: int, body: bytes, chunked: bool = False) -> bytes:
     if chunked:
         halves = (body[: len(body) // 2], body[len(body) // 2 :])
@@ -128,10 +132,6 @@ async def test_bodies_behind_the_bound_arrive_whole_and_in_order() -> None:
     expected = [b"/r%d:" % n + (bodies[n] if n % 2 else b"") for n in range(count)]
     assert _replies(transport) == expected
     protocol.connection_lost(None)
-
-
-PIECE_REQUESTS = 4096 // len(_get(0))
-"""The most requests one piece handed to the parser can hold."""
 
 
 async def test_a_request_that_fits_the_bound_is_parsed_at_once() -> None:
