@@ -95,11 +95,13 @@ def test_an_oversized_head_is_431(
     _assert_good(server)
 
 
-def test_a_header_line_that_never_ends_is_431_before_it_is_whole(server: ServerProcess) -> None:
+def _endless_line(server: ServerProcess, opening: bytes) -> tuple[bytes, int]:
+    """Send ``opening``, then a line that never ends, 16 KiB at a time until the server
+    answers (it must long before 8 MiB): its answer and the bytes of the line sent."""
     with socket.create_connection(("127.0.0.1", server.http_port), timeout=30) as sock:
-        sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+        sock.sendall(opening)
         sent = 0
-        try:  # 16 KiB at a time, until the server answers (it must long before 8 MiB)
+        try:
             while sent < 8 * 1024 * 1024 and not select.select([sock], [], [], 0.005)[0]:
                 sock.sendall(b"x" * 16384)
                 sent += 16384
@@ -108,9 +110,26 @@ def test_a_header_line_that_never_ends_is_431_before_it_is_whole(server: ServerP
         answer = b""
         while chunk := sock.recv(65536):
             answer += chunk
+    return answer, sent
+
+
+def test_a_header_line_that_never_ends_is_431_before_it_is_whole(server: ServerProcess) -> None:
+    answer, sent = _endless_line(server, b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nX-Endless: ")
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
     assert b'{"error":' in answer
     assert sent < 1024 * 1024, f"the server read {sent} bytes of one header line"
+    _assert_good(server)
+
+
+def test_a_trailer_line_that_never_ends_is_431_before_it_is_whole(server: ServerProcess) -> None:
+    """A chunked body's trailers are header lines: before they were limited, 8 MiB of one
+    held the event loop for seconds (httptools joins a value's pieces with ``bytes +=``)."""
+    body = b'{"inputs": []}'
+    head = f"POST {INFER} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+    answer, sent = _endless_line(server, head + b"%x\r\n%s\r\n0\r\nX-Endless: " % (len(body), body))
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+    assert b"trailers" in answer
+    assert sent < 1024 * 1024, f"the server read {sent} bytes of one trailer line"
     _assert_good(server)
 
 

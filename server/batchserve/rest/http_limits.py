@@ -2,9 +2,12 @@
 headers): past them, 431 and the connection is closed.
 
 httptools (llhttp) has no limit of its own: it buffers a header value of any size until
-its line ends and hands over any number of headers, so one client could make the server
-hold megabytes before any route sees the request. uvicorn's option for this
-(``h11_max_incomplete_event_size``) only applies to h11, which is slower.
+its line ends, joining its pieces with ``bytes +=`` (a cost that grows with the square of
+its size), and hands over any number of headers, so one client could make the server hold
+megabytes, and its event loop for seconds, before any route sees the request. A chunked
+body's trailers are header lines too, after the body: the same limits apply to them.
+uvicorn's option for this (``h11_max_incomplete_event_size``) only applies to h11, which is
+slower.
 
 A request httptools cannot parse at all (bad request line, header characters or chunked
 framing) is a 400 in the protocol's JSON error shape rather than uvicorn's plain text.
@@ -48,6 +51,7 @@ class HeadLimitProtocol(
         self._header_count = 0
         self._unparsed_head_bytes = 0  # bytes received while a head is incomplete
         self._in_head = True
+        self._trailing = False  # after a chunk's size line, before any of its data
         self._too_large: str | None = None
 
     # Exact counts, from what the parser hands over.
@@ -71,8 +75,20 @@ class HeadLimitProtocol(
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
-        self._in_head = True
+        self._in_head, self._trailing = True, False
         super().on_message_complete()
+
+    # A chunk's data follows its size line at once, so bytes read after a size line with no
+    # data since are the trailers that follow the last chunk (size 0).
+    def on_chunk_header(self) -> None:
+        self._trailing, self._unparsed_head_bytes = True, 0
+
+    def on_chunk_complete(self) -> None:
+        self._trailing = False
+
+    def on_body(self, body: bytes) -> None:
+        self._trailing = False
+        super().on_body(body)
 
     def _count(self, size: int) -> None:
         self._head_bytes += size
@@ -84,13 +100,17 @@ class HeadLimitProtocol(
         raise HeadTooLarge(message)
 
     # A line that never ends is refused by the bytes received, before httptools holds it all.
+    # A read is counted when it begins in the head or the trailers; the pipelining bound hands
+    # over 4 KiB at most at a time of bytes not known to be body, so few go uncounted.
     def data_received(self, data: bytes) -> None:
-        if self._in_head:
+        if self._in_head or self._trailing:
             self._unparsed_head_bytes += len(data)
         super().data_received(data)
-        over = self._in_head and self._unparsed_head_bytes > MAX_HEAD_BYTES
+        unparsed = self._in_head or self._trailing
+        over = unparsed and self._unparsed_head_bytes > MAX_HEAD_BYTES
         if over and not self.transport.is_closing():
-            self._send_431(f"request line and headers are over {MAX_HEAD_BYTES} bytes")
+            part = "request line and headers" if self._in_head else "chunked body's trailers"
+            self._send_431(f"{part} are over {MAX_HEAD_BYTES} bytes")
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a parser error: our callbacks' refusals become 431, the

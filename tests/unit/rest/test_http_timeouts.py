@@ -366,3 +366,69 @@ async def test_an_oversized_head_on_the_metrics_port_is_counted_as_the_metrics_o
     connection.send(b"GET /metrics HTTP/1.1\r\nhost: x\r\nx-big: " + b"x" * 40_000 + b"\r\n\r\n")
     assert connection.answer()[0] == 431
     assert _refused(Protocol.METRICS, Reason.HEAD_TOO_LARGE) == before + 1
+
+
+CHUNKED = HEAD.replace(b"content-length: %d", b"transfer-encoding: chunked") + b"\r\n"
+
+
+async def test_trailers_within_the_head_limits_are_read_and_the_request_served() -> None:
+    connection = Connection(ReadingApp())
+    trailers = b"".join(b"x-t%d: %s\r\n" % (i, b"v" * 200) for i in range(20))
+    connection.send(CHUNKED + b"5\r\nhello\r\n0\r\n" + trailers + b"\r\n")
+    await _settle()
+    assert connection.answer()[0] == 200
+    assert not connection.closed
+
+
+async def test_chunks_whose_data_comes_in_the_read_after_their_size_are_not_trailers() -> None:
+    """Each read that begins just after a size line is counted until data shows it is no
+    trailer: 200 such reads of 4 KiB add up to 800 KiB, far past the limit, and must not."""
+    connection = Connection(ReadingApp())
+    connection.send(CHUNKED)
+    for _ in range(200):
+        connection.send(b"ffe\r\n")
+        connection.send(b"d" * 0xFFE + b"\r\n")
+    connection.send(b"0\r\n\r\n")
+    await _settle()
+    assert connection.answer()[0] == 200
+    assert not connection.closed
+
+
+async def test_a_trailer_line_that_never_ends_is_431_before_it_is_whole() -> None:
+    """httptools joins the pieces of a header value with ``bytes +=``: a trailer of megabytes
+    held one connection's event loop for seconds, its cost growing with the square of its size.
+    The head's limit applies to the trailers, counted on the bytes received."""
+    before = _refused(Protocol.HTTP, Reason.HEAD_TOO_LARGE)
+    app = ReadingApp()
+    connection = Connection(app)
+    connection.send(CHUNKED + b"5\r\nhello\r\n")
+    connection.send(b"0\r\nx-endless: ")
+    fed = 0
+    while fed < 8 * 1024 * 1024 and not connection.closed:
+        connection.send(b"x" * 4096)
+        fed += 4096
+    await _settle()
+    assert fed <= 40 * 1024, f"{fed} bytes of one trailer line were read"
+    status, headers, body = connection.answer()
+    assert (status, headers["connection"]) == (431, "close")
+    assert "trailers" in json.loads(body)["error"]
+    assert app.saw_disconnect
+    assert _refused(Protocol.HTTP, Reason.HEAD_TOO_LARGE) == before + 1
+
+
+@pytest.mark.parametrize(
+    ("trailers", "fragment"),
+    [
+        (b"".join(b"x-t%d: v\r\n" % i for i in range(101)), "headers"),
+        (b"".join(b"x-t%d: %s\r\n" % (i, b"v" * 1000) for i in range(40)), "bytes"),
+    ],
+    ids=["101 trailers", "40 KB of trailers"],
+)
+async def test_trailers_count_against_the_head_limits(trailers: bytes, fragment: str) -> None:
+    connection = Connection(ReadingApp())
+    connection.send(CHUNKED + b"5\r\nhello\r\n0\r\n" + trailers + b"\r\n")
+    await _settle()
+    status, _, body = connection.answer()
+    assert status == 431
+    assert fragment in json.loads(body)["error"]
+    assert connection.closed
