@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import random
 import zlib
 
 import pytest
@@ -10,6 +11,7 @@ from batchserve.core.errors import InvalidArgument, PayloadTooLarge
 from batchserve.rest.compression import (
     DEFLATE,
     GZIP,
+    MAX_GZIP_MEMBERS,
     UnsupportedEncoding,
     deflate,
     inflate,
@@ -63,6 +65,34 @@ def test_gzip_and_zlib_deflate_bodies_inflate_as_tritonclient_sends_them() -> No
     assert inflate(zlib.compress(BODY), DEFLATE, len(BODY)) == BODY
     two_members = gzip.compress(BODY[:10]) + gzip.compress(BODY[10:])
     assert inflate(two_members, GZIP, len(BODY)) == BODY
+
+
+def test_gzip_members_past_the_limit_are_refused() -> None:
+    """Each member costs a fresh inflater: 64 MiB of empty ones is 3.4 million."""
+    empty = gzip.compress(b"", mtime=0)
+    assert len(empty) == 20
+    allowed = gzip.compress(BODY) + empty * (MAX_GZIP_MEMBERS - 1)
+    assert inflate(allowed, GZIP, len(BODY)) == BODY
+    with pytest.raises(InvalidArgument, match=f"more than {MAX_GZIP_MEMBERS} gzip members"):
+        inflate(allowed + empty, GZIP, len(BODY))
+
+
+def _noise(size: int, seed: int) -> bytes:
+    """Bytes that do not compress, so a stream's compressed size is about its own."""
+    return random.Random(seed).randbytes(size)
+
+
+def test_streams_larger_than_what_zlib_is_handed_at_once_inflate_whole() -> None:
+    """Members of ~150 KiB compressed span several of the pieces handed to zlib, and end
+    inside one: each must start exactly where the one before ended."""
+    data = [_noise(150_000 + 7 * i, i) for i in range(3)]
+    members = b"".join(gzip.compress(part, mtime=0) for part in data)
+    assert inflate(members, GZIP, 1 << 20) == b"".join(data)
+    assert inflate(zlib.compress(data[0]), DEFLATE, 1 << 20) == data[0]
+    with pytest.raises(InvalidArgument, match="truncated"):  # cut inside the second member
+        inflate(members[:200_000], GZIP, 1 << 20)
+    with pytest.raises(InvalidArgument, match="after the end of its deflate data"):
+        inflate(zlib.compress(data[0]) + data[1][:70_000], DEFLATE, 1 << 20)
 
 
 def test_inflated_size_is_bounded_without_inflating_past_the_limit() -> None:
