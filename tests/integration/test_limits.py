@@ -249,6 +249,32 @@ def test_grpc_thousands_of_tensors_are_invalid_argument(
     _assert_good(server)
 
 
+@pytest.mark.parametrize(
+    ("field", "fragment"),
+    [(b"\x2a\x00", "fields"), (b"\x22\x00", "fields"), (b"\x3a\x00", "raw_input_contents")],
+    ids=["empty inputs", "empty parameters", "empty raw contents"],
+)
+def test_grpc_millions_of_empty_fields_are_refused_unparsed(
+    server: ServerProcess, channel: grpc.Channel, field: bytes, fragment: str
+) -> None:
+    """Protobuf builds an object for each field: 16 M empty inputs in 32 MiB held the server
+    for 15.7 s and 1.6 GiB before their count was refused. Here 8 M in 16 MiB."""
+    infer = channel.unary_unary(
+        "/inference.GRPCInferenceService/ModelInfer",
+        request_serializer=bytes,
+        response_deserializer=service_pb2.ModelInferResponse.FromString,
+    )
+    message = b"\x0a\x0adigits_cnn" + field * (8 << 20)
+    started = time.monotonic()
+    with pytest.raises(grpc.RpcError) as error:
+        infer(message, timeout=60)
+    seconds = time.monotonic() - started
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert fragment in error.value.details()
+    assert seconds < FAST_SECONDS
+    _assert_good(server)
+
+
 # JSON depth -------------------------------------------------------------------------------
 DEPTH = 100_000
 HEAD = b'{"inputs":[{"name":"image","datatype":"FP32","shape":[1,1,8,8],'
