@@ -30,6 +30,7 @@ from google.protobuf.message import DecodeError
 
 from batchserve.core.errors import InvalidArgument
 from batchserve.core.tensors import MAX_RANK, MAX_TENSORS, check_count
+from batchserve.grpc.wire import delimited, follow_group, short_varint, value_span, varint
 from batchserve.proto.grpc_service_pb2 import InferTensorContents, ModelInferRequest
 from batchserve.proto.infer_head_pb2 import ModelInferRequestHead
 
@@ -57,7 +58,6 @@ _INPUTS_TAG: Final = (5 << 3) | 2
 _OUTPUTS_TAG: Final = (6 << 3) | 2  # requested outputs
 _TENSOR_TAGS: Final = (_INPUTS_TAG, _OUTPUTS_TAG)
 _SHAPE_TAG: Final = (3 << 3) | 2  # an input's shape, packed
-_START_GROUP, _END_GROUP = 3, 4
 
 
 class Refused(Exception):
@@ -69,49 +69,6 @@ class Refused(Exception):
         self.names = names
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while shift < 64:
-        if at >= len(data):
-            raise DecodeError("a varint runs past the end of the message")
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-    raise DecodeError("a varint of more than 64 bits")
-
-
-def _value(data: bytes, tag: int, at: int, end: int) -> tuple[int, int]:
-    """Where the value of a field with ``tag``, read up to ``at``, starts and ends (a
-    length-delimited one's length skipped; a group's start or end has none)."""
-    kind = tag & 7
-    if kind == 2:
-        length, at = _varint(data, at)
-        stop = at + length
-    elif kind == 0:
-        _, stop = _varint(data, at)
-    elif kind in (1, 5):
-        stop = at + (8 if kind == 1 else 4)
-    elif kind in (_START_GROUP, _END_GROUP):
-        stop = at
-    else:
-        raise DecodeError(f"wire type {kind}, which protobuf does not have")
-    if stop > end:
-        raise DecodeError("a field runs past the end of the message")
-    return at, stop
-
-
-def _group(groups: list[int], tag: int) -> None:
-    """Follow group framing: proto3 never writes groups, but protobuf reads them."""
-    kind = tag & 7
-    if kind == _START_GROUP:
-        groups.append(tag >> 3)
-    elif kind == _END_GROUP and (not groups or groups.pop() != tag >> 3):
-        raise DecodeError("a group ends that did not start")
-
-
 def _walk_tensor(data: bytes, at: int, end: int, budget: int) -> int:
     """Count the fields of one input or output at ``data[at:end]`` against ``budget``, and
     return what is left of it; Refused past it, or for a packed shape over MAX_RANK."""
@@ -120,9 +77,9 @@ def _walk_tensor(data: bytes, at: int, end: int, budget: int) -> int:
         budget -= 1
         if budget < 0:
             raise Refused(_too_many())
-        tag, at = _varint(data, at)
-        _group(groups, tag)
-        start, at = _value(data, tag, at, end)
+        tag, at = varint(data, at)
+        follow_group(groups, tag)
+        start, at = value_span(data, tag, at, end)
         if tag == _SHAPE_TAG and not groups and at - start > MAX_SHAPE_BYTES:
             raise Refused(f"an input's shape has more than {MAX_RANK} dimensions")
     if groups:
@@ -156,15 +113,15 @@ def split_raw_contents(data: bytes) -> tuple[bytes, list[memoryview]]:
         if tag < 0x80:
             at += 1
         else:
-            tag, at = _varint(data, at)
+            tag, at = varint(data, at)
         budget -= 1
         if budget < 0:
             raise Refused(_too_many(), _names(data, field_at))
         if tag & 7 != 2 or groups:
-            _group(groups, tag)
-            at = _value(data, tag, at, end)[1]
+            follow_group(groups, tag)
+            at = value_span(data, tag, at, end)[1]
             continue
-        start, at = _delimited(data, at, end)
+        start, at = delimited(data, at, end)
         if tag == RAW_INPUT_CONTENTS_TAG:
             rest.append(view[kept_from:field_at])
             raw.append(view[start:at])
@@ -178,29 +135,6 @@ def split_raw_contents(data: bytes) -> tuple[bytes, list[memoryview]]:
         raise DecodeError("a group does not end")
     rest.append(view[kept_from:])
     return b"".join(rest), raw
-
-
-def _uvarint(data: bytes, at: int) -> tuple[int, int]:
-    """``_varint``, the one-byte case (nearly every tag and length) first."""
-    if at < len(data):
-        byte = data[at]
-        if byte < 0x80:
-            return byte, at + 1
-    return _varint(data, at)
-
-
-def _delimited(data: bytes, at: int, end: int) -> tuple[int, int]:
-    """Where the value of a length-delimited field whose length is at ``at`` starts and
-    ends; its one-byte length, the usual one, read first."""
-    if at < end and data[at] < 0x80:
-        start = at + 1
-        stop = start + data[at]
-    else:
-        length, start = _varint(data, at)
-        stop = start + length
-    if stop > end:
-        raise DecodeError("a field runs past the end of the message")
-    return start, stop
 
 
 def _count_tensor(
@@ -240,8 +174,8 @@ def _names(data: bytes, upto: int) -> bytes:
     at = 0
     while at < upto:
         field_at = at
-        tag, at = _uvarint(data, at)
-        at = _value(data, tag, at, upto)[1]
+        tag, at = short_varint(data, at)
+        at = value_span(data, tag, at, upto)[1]
         if tag in _NAME_TAGS:
             found.append(data[field_at:at])
     return b"".join(found)

@@ -22,6 +22,7 @@ from batchserve.grpc.call_limit import CallLimit
 from batchserve.grpc.failures import report_failure
 from batchserve.grpc.head import METHODS, Request, read
 from batchserve.grpc.layout_cache import MessageLayouts
+from batchserve.grpc.message_limits import Refusal, bounded
 from batchserve.grpc.streams import InferStreams
 from batchserve.observability import tracing
 from batchserve.proto import grpc_service_pb2 as pb
@@ -277,6 +278,8 @@ def _guarded(behavior: Behavior, calls: CallLimit) -> Behavior:
             del request
             await context.abort(*calls.refusal)
         try:
+            if type(request) is Refusal:
+                await context.abort(request.status, request.message)
             try:
                 return await behavior(request, context)
             except grpc.aio.AbortError:
@@ -303,6 +306,8 @@ def _limited(behavior: Callable[..., Any], calls: CallLimit) -> Callable[..., An
             if not calls.enter():
                 await context.abort(*calls.refusal)
             try:
+                if type(request) is Refusal:  # a unary request's (health's Watch)
+                    await context.abort(request.status, request.message)
                 async with contextlib.aclosing(behavior(request, context)) as answers:
                     async for answer in answers:
                         yield answer
@@ -315,6 +320,8 @@ def _limited(behavior: Callable[..., Any], calls: CallLimit) -> Callable[..., An
         if not calls.enter():
             await context.abort(*calls.refusal)
         try:
+            if type(request) is Refusal:
+                await context.abort(request.status, request.message)
             return await behavior(request, context)
         finally:
             calls.leave()
@@ -346,8 +353,13 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         return handler
 
     def _wrap(self, method: str, handler: Handler) -> Handler:
-        """The handler guarded; inference requests are read as heads (``head.py``)."""
-        reader = read if method in METHODS else handler.request_deserializer
+        """The handler guarded; inference requests are read as heads (``head.py``), the
+        others' messages measured before protobuf reads them (``message_limits.py``)."""
+        reader = handler.request_deserializer
+        if method in METHODS:
+            reader = read
+        elif not handler.request_streaming:  # reflection's stream: no repeated fields
+            reader = bounded(method, reader)
         codecs: dict[str, Any] = {
             "request_deserializer": reader,
             "response_serializer": handler.response_serializer,
