@@ -1,6 +1,6 @@
 """A bound on the gRPC calls served at once, so a flood is refused where it is counted.
 
-grpc core would otherwise queue or drop the excess itself (see ``options.unlimited_backlog``),
+grpc core would otherwise queue or drop the excess itself (see ``options.bounded_backlog``),
 and an open stream holds a task and its buffers for as long as the client keeps it.
 """
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from batchserve.core.settings import INT32_MAX, Settings
 
 Option = tuple[str, int]
+MAX_STREAMS_PER_CONNECTION = 1000
+"""Streams one HTTP/2 connection may have open; grpc core's default is no limit."""
 
 
 def server_options(settings: Settings, reuse_port: bool = False) -> list[Option]:
@@ -22,7 +24,7 @@ def server_options(settings: Settings, reuse_port: bool = False) -> list[Option]
         *connection_limits(settings),
         *ping_policy(settings),
         *connection_age(settings),
-        *unlimited_backlog(),
+        *bounded_backlog(settings),
     ]
 
 
@@ -84,19 +86,27 @@ def connection_age(settings: Settings) -> list[Option]:
     return options
 
 
-def unlimited_backlog() -> list[Option]:
-    """Let every call reach the application, which refuses what it must and counts it.
+def bounded_backlog(settings: Settings) -> list[Option]:
+    """Let every call the application could take reach it, and no more than that wait.
 
-    Core queues calls that grpc.aio has not yet asked for. Past 1000 queued it drops new
-    ones at random, past 3000 all of them, and after 30 s in the queue it drops the oldest:
-    each as CANCELLED, before any handler runs, so no counter could see it (a burst of 2000
-    calls on one channel lost about 9 % that way). grpc.aio asks for the next call as
-    soon as its loop runs, so the queue only holds a burst's arrivals for moments; the
-    limit on calls in flight (``--grpc-max-concurrent-calls``) and the model queues then
-    refuse what is too much, with a status and a count.
+    Core queues calls that grpc.aio has not yet asked for. By default, past 1000 queued it
+    drops new ones at random, past 3000 all of them, and after 30 s in the queue it drops the
+    oldest: each as CANCELLED, before any handler runs, so no counter could see it (a burst
+    of 2000 calls on one channel lost about 9 % that way). Unbounded, the queue grew with
+    every call a client opened faster than the loop took them: one connection opening and
+    resetting streams (HTTP/2 "rapid reset") had the server at 4.1 GB after 15 s, none of
+    it returned. So core queues as many calls as may be in flight
+    (``--grpc-max-concurrent-calls``), drops at random up to twice that, and no more; the
+    limit on calls in flight and the model queues refuse, with a status and a count, what
+    reaches the application. One connection may have MAX_STREAMS_PER_CONNECTION streams open
+    (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS): a client past it has its streams refused
+    by core, at the cost of a frame, and clients that keep to it (every gRPC client) queue
+    the rest themselves.
     """
+    calls = settings.grpc_max_concurrent_calls
     return [
-        ("grpc.server.max_pending_requests", INT32_MAX),
-        ("grpc.server.max_pending_requests_hard_limit", INT32_MAX),
+        ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+        ("grpc.server.max_pending_requests", calls),
+        ("grpc.server.max_pending_requests_hard_limit", min(2 * calls, INT32_MAX)),
         ("grpc.server_max_unrequested_time_in_server", INT32_MAX),
     ]
