@@ -7,7 +7,7 @@ import grpc
 import pytest
 from batchserve.core.settings import INT32_MAX, Settings
 from batchserve.grpc.call_limit import CallLimit
-from batchserve.grpc.options import MAX_STREAMS_PER_CONNECTION, server_options
+from batchserve.grpc.options import MIN_QUEUED_CALLS, server_options
 from batchserve.observability.refusals import REFUSALS, Protocol, Reason
 
 
@@ -26,15 +26,18 @@ def test_each_connection_limit_reaches_its_channel_argument() -> None:
     assert options["grpc.keepalive_timeout_ms"] == options["grpc.http2.ping_timeout_ms"] == 1_004
 
 
-@pytest.mark.parametrize("calls", [64, 10_000, INT32_MAX])
-def test_core_queues_as_many_calls_as_may_be_in_flight_and_no_more(calls: int) -> None:
-    """Core drops nothing queued within the limit on calls in flight, drops at random up to
-    twice it, and never holds more (unbounded, a rapid-reset client grew it to 4.1 GB)."""
+@pytest.mark.parametrize(
+    ("calls", "queued"), [(64, MIN_QUEUED_CALLS), (50_000, 50_000), (INT32_MAX, INT32_MAX)]
+)
+def test_core_queues_as_many_calls_as_may_be_in_flight_and_no_more(calls: int, queued: int) -> None:
+    """Core drops nothing queued within the limit on calls in flight (or MIN_QUEUED_CALLS),
+    drops at random up to twice it, and never holds more (unbounded, a rapid-reset client
+    grew it to 4.1 GB)."""
     options = dict(server_options(Settings(grpc_max_concurrent_calls=calls)))
-    assert options["grpc.server.max_pending_requests"] == calls
-    assert options["grpc.server.max_pending_requests_hard_limit"] == min(2 * calls, INT32_MAX)
+    assert options["grpc.server.max_pending_requests"] == queued
+    assert options["grpc.server.max_pending_requests_hard_limit"] == min(2 * queued, INT32_MAX)
     assert options["grpc.server_max_unrequested_time_in_server"] == INT32_MAX
-    assert options["grpc.max_concurrent_streams"] == MAX_STREAMS_PER_CONNECTION == 1000
+    assert options["grpc.max_concurrent_streams"] == queued
 
 
 def _refused() -> int:
