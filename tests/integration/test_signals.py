@@ -119,7 +119,7 @@ def test_a_hangup_of_the_whole_process_group_drains_the_server_and_its_workers(
     args = ["--workers", "2", "--shutdown-timeout", "20"]
     server = start_server(tmp_path, args, wrapper=["setsid"])  # a process group of its own
     assert os.getpgid(server.process.pid) == server.process.pid
-    blocker = pool.submit(slow_http, server, 100)
+    blocker = pool.submit(slow_http, server, BLOCK_ITERATIONS)
     wait_until(lambda: metric(server, "batchserve_busy_instances", model="slow") == 1)
     queued = [pool.submit(_grpc_infer, server, 1) for _ in range(QUEUED)]
     wait_until(lambda: metric(server, "batchserve_queue_depth", model="slow") == QUEUED)
