@@ -97,13 +97,14 @@ def bounded_backlog(settings: Settings) -> list[Option]:
     every call a client opened faster than the loop took them: one connection opening and
     resetting streams (HTTP/2 "rapid reset") had the server at 4.1 GB after 15 s, none of
     it returned. So core queues as many calls as may be in flight
-    (``--grpc-max-concurrent-calls``), drops at random up to twice that, and no more; the
-    limit on calls in flight and the model queues refuse, with a status and a count, what
-    reaches the application. One connection may have as many streams open (HTTP/2's
-    SETTINGS_MAX_CONCURRENT_STREAMS; core's default is no limit): past it core refuses a
-    stream at the cost of a frame, uncounted, so it is no lower than what the call limit
-    would refuse anyway. At 1000, a burst of 3000 calls on one grpc channel had 1150
-    refused by core that way.
+    (``--grpc-max-concurrent-calls``, and never fewer than MIN_QUEUED_CALLS: tied to a limit
+    of 64, a burst of 3000 calls on one channel had 1940 cancelled), drops at random up to
+    twice that, and holds no more; the limit on calls in flight and the model queues refuse,
+    with a status and a count, what reaches the application. One connection may have as many
+    streams open (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS; core's default is no limit):
+    past it core refuses a stream at the cost of a frame, uncounted, so it is no lower than
+    what the call limit would refuse anyway. At 1000, a burst of 3000 calls on one grpc
+    channel had 1150 refused by core that way.
     """
     calls = max(settings.grpc_max_concurrent_calls, MIN_QUEUED_CALLS)
     return [
