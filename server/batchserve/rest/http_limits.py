@@ -23,6 +23,7 @@ from batchserve.rest.http_timeouts import ReadTimeoutProtocol, ReadTimeouts
 from batchserve.rest.pipelining import PipelineLimitProtocol
 from batchserve.rest.request_body import UncopiedBodyProtocol
 from batchserve.rest.transport import CoalescingHttpToolsProtocol
+from batchserve.rest.upgrades import UpgradeDecliningProtocol, UpgradeResumingFeed
 
 MAX_HEAD_BYTES = 32 * 1024
 """Request line plus headers; nginx's default buffers hold 8 KiB a line."""
@@ -39,7 +40,7 @@ MALFORMED = "malformed HTTP request: its request line, headers or body framing d
 
 class HeadLimitProtocol(
     ReadTimeoutProtocol, DisconnectNoticeProtocol, CoalescingHttpToolsProtocol,
-    UncopiedBodyProtocol,
+    UncopiedBodyProtocol, UpgradeResumingFeed,
 ):  # fmt: skip
     """One write per response, a disconnect notice per request, read timeouts, request
     bodies without uvicorn's copies, 431 ``{"error": ...}`` for oversized heads and 400 for
@@ -125,9 +126,10 @@ class HeadLimitProtocol(
         self.refuse(Reason.HEAD_TOO_LARGE, 431, message)
 
 
-class LimitedHttpToolsProtocol(PipelineLimitProtocol, HeadLimitProtocol):
+class LimitedHttpToolsProtocol(UpgradeDecliningProtocol, PipelineLimitProtocol, HeadLimitProtocol):
     """The server's httptools protocol: the head limits above, counted on the bytes the
-    parser is given, which the pipelining bound hands over only as requests make room."""
+    parser is given, which the pipelining bound hands over only as requests make room;
+    requests offering another protocol served as HTTP/1.1."""
 
 
 def protocol_for(listener: Protocol, timeouts: ReadTimeouts) -> type[LimitedHttpToolsProtocol]:

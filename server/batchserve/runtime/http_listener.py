@@ -69,6 +69,7 @@ def http_listener(
         uds=uds,
         loop="none",
         http=protocol_for(listener, timeouts),
+        ws="none",  # no route is a WebSocket: an offer to switch is declined (rest/upgrades.py)
         lifespan="off",
         access_log=False,
         log_config=None,
