@@ -7,6 +7,7 @@ import json
 import os
 import re
 import runpy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,20 @@ def test_client_quickstart(server: ServerProcess, expected: np.ndarray) -> None:
         for mode in ("sync", "async"):
             (line,) = [line for line in lines if line.startswith(f"{url} {mode}: digit")]
             _check_digit(line, expected)
+
+
+def test_java(server: ServerProcess, expected: np.ndarray) -> None:
+    """Java's own HttpClient offers h2c with every request, POSTs included: both inferences
+    (a sized JSON body, a chunked binary one) must reach the model with their bodies."""
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no JDK on this machine (java 11 or later runs the example from source)")
+    out = _run([java, "clients/examples/Infer.java"], server)
+    ready, as_json, as_binary = _sections(out)
+    assert json.loads(ready) == {"ready": True}
+    answer = json.loads(as_json)
+    assert answer["id"] == "java-example"
+    (output,) = answer["outputs"]
+    np.testing.assert_allclose(output["data"], expected, rtol=1e-5, atol=1e-6)
+    assert as_binary.startswith(f"{server.http_url} HTTP_1_1: ")
+    _check_digit(as_binary, expected)
