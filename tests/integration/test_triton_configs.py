@@ -3,7 +3,9 @@
 Each model is built here with ``onnx.helper`` and described by a config.pbtxt written as
 Triton's model repositories write them: a string model like Triton's ``simple_string``, a
 model whose config reshapes like ``densenet_onnx``, one with an input the file gives a
-default for, and configs asking for what batchserve does not do.
+default for, a model of scalars written as Triton writes them (``dims: [ 1 ]``), one with
+tensors of nothing but a batch axis left for the server to complete (as a scikit-learn
+classifier exported by skl2onnx has), and configs asking for what batchserve does not do.
 """
 
 from __future__ import annotations
@@ -78,6 +80,15 @@ input [{ name: "bias" data_type: TYPE_FP32 dims: [ 4 ] optional: true }]
 output [{ name: "y" data_type: TYPE_FP32 dims: [ 4 ] }]
 """
 
+# A model of scalars as Triton's ONNX Runtime backend completes and accepts it: dims [ 1 ],
+# no reshape (Triton refuses an empty reshape in a model that does not batch).
+SCALARS = """
+name: "scalars"
+max_batch_size: 0
+input [{ name: "x" data_type: TYPE_FP32 dims: [ 1 ] }]
+output [{ name: "y" data_type: TYPE_FP32 dims: [ 1, 1 ] }]
+"""
+
 DECOUPLED = """
 name: "decoupled"
 max_batch_size: 0
@@ -142,6 +153,45 @@ def _defaulted_model(with_x: bool) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=OPSET, ir_version=8)
 
 
+def _scalar_model() -> onnx.ModelProto:
+    """y = 2x, x and y scalars (rank 0)."""
+    tensor = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["y"])],
+        "scalars",
+        [tensor("x", TensorProto.FLOAT, [])],
+        [tensor("y", TensorProto.FLOAT, [])],
+    )
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=8)
+
+
+def _classifier_model() -> onnx.ModelProto:
+    """A classifier's signature as skl2onnx writes it: scores [N, 4] and an offset [N] in,
+    a label [N] (int64) and probabilities [N, 4] out; N is a dim with no name or size."""
+    tensor = helper.make_tensor_value_info
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+    nodes = [
+        helper.make_node("Unsqueeze", ["offset", "axes"], ["column"]),
+        helper.make_node("Add", ["scores", "column"], ["shifted"]),
+        helper.make_node("Softmax", ["shifted"], ["probabilities"], axis=1),
+        helper.make_node("ArgMax", ["probabilities"], ["label"], axis=1, keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "classifier",
+        [
+            tensor("scores", TensorProto.FLOAT, [None, 4]),
+            tensor("offset", TensorProto.FLOAT, [None]),
+        ],
+        [
+            tensor("label", TensorProto.INT64, [None]),
+            tensor("probabilities", TensorProto.FLOAT, [None, 4]),
+        ],
+        [axes],
+    )
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=8)
+
+
 def _string_file(values: list[bytes]) -> bytes:
     return b"".join(struct.pack("<I", len(value)) + value for value in values)
 
@@ -159,6 +209,9 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     _save(_defaulted_model(False), repo, "only_defaulted", ONLY_DEFAULTED)
     _save(_defaulted_model(True), repo, "decoupled", DECOUPLED)
     _save(_string_model(), repo, "sequence", SEQUENCE)
+    _save(_scalar_model(), repo, "scalars", SCALARS)
+    (repo / "classifier" / "1").mkdir(parents=True)  # no config: the server completes it
+    onnx.save(_classifier_model(), str(repo / "classifier" / "1" / "model.onnx"))
     server = start_server(repo, wait_ready=False)  # two models are meant to fail
     try:
         server.wait_for("server not ready: a model failed to load")
@@ -231,6 +284,64 @@ def test_reshape_is_applied_both_ways(triton_server: ServerProcess, protocol: st
         else [list(t.shape) for t in metadata.inputs]
     )
     assert shapes == [[3, 4, 4]]
+
+
+def _shapes(metadata: object, kind: str, protocol: str) -> dict[str, list[int]]:
+    if protocol == "http":
+        return {t["name"]: list(map(int, t["shape"])) for t in metadata[kind]}  # type: ignore[index]
+    return {t.name: list(t.shape) for t in getattr(metadata, kind)}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_scalars_written_as_dims_of_one_are_served_as_triton_serves_them(
+    triton_server: ServerProcess, protocol: str
+) -> None:
+    module = httpclient if protocol == "http" else grpcclient
+    client = _http(triton_server) if protocol == "http" else _grpc(triton_server)
+    x = module.InferInput("x", [1], "FP32")  # type: ignore[attr-defined]
+    x.set_data_from_numpy(np.array([2.5], dtype=np.float32))
+    y = client.infer("scalars", [x]).as_numpy("y")
+    assert y.shape == (1, 1)
+    assert y[0, 0] == 5.0
+    metadata = client.get_model_metadata("scalars")
+    assert _shapes(metadata, "inputs", protocol) == {"x": [1]}
+    assert _shapes(metadata, "outputs", protocol) == {"y": [1, 1]}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_completed_batch_only_tensor_takes_one_value_a_sample_as_triton_completes_it(
+    triton_server: ServerProcess, protocol: str
+) -> None:
+    """Triton completes a tensor of shape [N] as dims [1] with an empty reshape: clients send
+    and receive [N, 1]."""
+    module = httpclient if protocol == "http" else grpcclient
+    client = _http(triton_server) if protocol == "http" else _grpc(triton_server)
+    metadata = client.get_model_metadata("classifier")
+    assert _shapes(metadata, "inputs", protocol) == {"scores": [-1, 4], "offset": [-1, 1]}
+    assert _shapes(metadata, "outputs", protocol) == {"label": [-1, 1], "probabilities": [-1, 4]}
+    scores = np.array([[0, 1, 0, 0], [0, 0, 0, 3], [2, 0, 0, 0]], dtype=np.float32)
+    offset = np.array([[0.5], [0], [-1]], dtype=np.float32)
+    inputs = [
+        module.InferInput("scores", [3, 4], "FP32"),  # type: ignore[attr-defined]
+        module.InferInput("offset", [3, 1], "FP32"),  # type: ignore[attr-defined]
+    ]
+    inputs[0].set_data_from_numpy(scores)
+    inputs[1].set_data_from_numpy(offset)
+    result = client.infer("classifier", inputs)
+    np.testing.assert_array_equal(result.as_numpy("label"), [[1], [3], [0]])
+    probabilities = result.as_numpy("probabilities")
+    assert probabilities.shape == (3, 4)
+    expected = np.exp(scores + offset) / np.exp(scores + offset).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(probabilities, expected, rtol=1e-5)
+    config = client.get_model_config("classifier")
+    if protocol == "http":
+        (label,) = [o for o in config["output"] if o["name"] == "label"]
+        assert (label["dims"], label["reshape"]) == ([1], {"shape": []})
+    else:
+        (label,) = [o for o in config.config.output if o.name == "label"]
+        assert list(label.dims) == [1]
+        assert label.HasField("reshape")
+        assert list(label.reshape.shape) == []
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

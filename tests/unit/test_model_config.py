@@ -128,6 +128,31 @@ def test_listed_tensor_gets_its_type_and_dims_and_explicit_values_stay() -> None
     assert config.version_policy.WhichOneof("policy_choice") == "all"
 
 
+def test_a_tensor_with_nothing_per_sample_completes_as_triton_completes_it() -> None:
+    """Triton's ONNX Runtime and TensorRT backends: dims [1], with an empty reshape when the
+    model batches (Triton refuses one when it does not, and reads the scalar rule instead)."""
+    batch_only = ModelSignature(
+        (TensorSpec("x", FP, (DYNAMIC, 4)), TensorSpec("offset", FP, (DYNAMIC,))),
+        (TensorSpec("label", BY_WIRE["INT64"], (DYNAMIC,)),),
+    )
+    config = complete("", batch_only)
+    assert config.max_batch_size == DEFAULT_MAX_BATCH_SIZE
+    described = [(t.name, list(t.dims), t.HasField("reshape"), list(t.reshape.shape))
+                 for t in [*config.input, *config.output]]  # fmt: skip
+    assert described == [
+        ("x", [4], False, []),
+        ("offset", [1], True, []),
+        ("label", [1], True, []),
+    ]
+    scalars = ModelSignature((TensorSpec("x", FP, ()),), (TensorSpec("y", FP, ()),))
+    config = complete("", scalars)
+    assert config.max_batch_size == 0
+    assert [(list(t.dims), t.HasField("reshape")) for t in [*config.input, *config.output]] == [
+        ([1], False),
+        ([1], False),
+    ]
+
+
 def test_without_a_signature_tensors_stay_as_written() -> None:
     config = complete('input { name: "x" }', signature=None)
     assert len(config.input) == 1
@@ -386,3 +411,30 @@ def test_configs_the_model_allows_are_accepted(
     (tmp_path / "digits" / "config.pbtxt").write_text(config)
     resolved = ModelRepository(tmp_path).resolve("digits")
     assert resolved.config.name == "digits"
+
+
+SCALAR_IN: Tensor = ("x", FP32, ())
+SCALAR_OUT: Tensor = ("y", FP32, ())
+
+
+@pytest.mark.parametrize(
+    ("dims", "accepted"),
+    [("[1]", True), ("[1, 1]", True), ("[2]", False), ("[-1]", False)],
+)
+def test_a_scalar_of_a_model_that_does_not_batch_may_be_written_with_dims_of_one(
+    tmp_path: Path, dims: str, accepted: bool
+) -> None:
+    """Triton's rule (its ONNX Runtime backend): any dims all 1, and nothing else."""
+    write_model(tmp_path / "s" / "1" / "model.onnx", build_model((SCALAR_IN,), (SCALAR_OUT,)))
+    (tmp_path / "s" / "config.pbtxt").write_text(
+        f'max_batch_size: 0 input {{ name: "x" dims: {dims} }} output {{ name: "y" dims: [1] }}'
+    )
+    if accepted:
+        resolved = ModelRepository(tmp_path).resolve("s")
+        assert not resolved.config.input[0].HasField("reshape")  # the config as written
+        return
+    with pytest.raises(InvalidModel) as caught:
+        ModelRepository(tmp_path).resolve("s")
+    assert list(caught.value.problems) == [
+        f"s/config.pbtxt: input 'x': dims {dims} contradict the model's [] (s/1/model.onnx)"
+    ]

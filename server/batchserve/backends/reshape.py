@@ -16,8 +16,8 @@ import numpy as np
 from batchserve.backends.base import Arrays, Backend
 from batchserve.core.device import Device
 from batchserve.core.errors import InvalidArgument
-from batchserve.core.signature import ModelSignature
-from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.core.signature import ModelSignature, TensorSpec
+from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
 
 Shape = tuple[int, ...]
 Shapes = dict[str, tuple[Shape, Shape]]
@@ -46,10 +46,51 @@ def target_shape(shape: Shape, source: Shape, target: Shape) -> Shape:
     return tuple(next(free, 1) if dim == -1 else dim for dim in target)
 
 
+def scalar_as_ones(tensor: ModelInput | ModelOutput, spec: TensorSpec, *, batched: bool) -> bool:
+    """Triton's rule for a model that does not batch: a tensor the model takes or gives as a
+    scalar may be written with dims all 1 (``dims: [1]``, as Triton completes it), and clients
+    send and receive those dims. Triton refuses ``reshape: { shape: [ ] }`` there."""
+    return (
+        not batched
+        and not spec.shape
+        and not tensor.HasField("reshape")
+        and bool(tensor.dims)
+        and all(size == 1 for size in tensor.dims)
+    )
+
+
+def scalar_reshapes(config: ModelConfig, signature: ModelSignature) -> tuple[Shapes, Shapes]:
+    """(inputs, outputs) that ``scalar_as_ones`` reshapes: dims to a scalar, and back."""
+    batched = config.max_batch_size > 0
+    scalar: Shape = ()
+    specs = {spec.name: spec for spec in signature.inputs + signature.defaulted}
+    inputs: Shapes = {
+        t.name: (tuple(t.dims), scalar)
+        for t in config.input
+        if t.name in specs and scalar_as_ones(t, specs[t.name], batched=batched)
+    }
+    specs = {spec.name: spec for spec in signature.outputs}
+    outputs: Shapes = {
+        t.name: (scalar, tuple(t.dims))
+        for t in config.output
+        if t.name in specs and scalar_as_ones(t, specs[t.name], batched=batched)
+    }
+    return inputs, outputs
+
+
+def _may_hold_scalars(config: ModelConfig) -> bool:
+    """Whether ``scalar_as_ones`` may apply once the model's signature is known."""
+    tensors: list[ModelInput | ModelOutput] = [*config.input, *config.output]
+    return config.max_batch_size <= 0 and any(
+        not t.HasField("reshape") and t.dims and all(size == 1 for size in t.dims) for t in tensors
+    )
+
+
 def with_reshape(backend: Backend, config: ModelConfig) -> Backend:
-    """``backend`` itself when no tensor has a reshape, else a ``ReshapedBackend``."""
+    """``backend`` itself when no tensor has a reshape and none can be a scalar written as
+    dims of 1, else a ``ReshapedBackend``."""
     inputs, outputs = reshapes(config)
-    if not inputs and not outputs:
+    if not inputs and not outputs and not _may_hold_scalars(config):
         return backend
     return ReshapedBackend(backend, inputs, outputs, batched=config.max_batch_size > 0)
 
@@ -89,10 +130,14 @@ class ReshapedBackend:
 
     def load(self, model_file: Path, config: ModelConfig, device: Device) -> None:
         self.inner.load(model_file, config, device)
+        inputs, outputs = scalar_reshapes(config, self.inner.signature)
+        self._inputs, self._outputs = self._inputs | inputs, self._outputs | outputs
 
     def infer(
         self, inputs: Arrays, output_names: Sequence[str] | None = None
     ) -> dict[str, np.ndarray]:
+        if not self._inputs and not self._outputs:  # dims of 1 that were not scalars after all
+            return self.inner.infer(inputs, output_names)
         fed = {
             name: _reshaped(array, self._inputs[name], self._batched, f"input '{name}'")
             if name in self._inputs

@@ -10,6 +10,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from batchserve.backends.reshape import scalar_as_ones
 from batchserve.core.datatypes import BY_CONFIG, config_name
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
 from batchserve.core.tensors import MAX_ELEMENTS
@@ -322,7 +323,7 @@ def _tensor_problems(kind: str, tensor: Tensor, spec: TensorSpec, batched: bool)
         )
     expected = list(spec.shape[1:] if batched and spec.shape else spec.shape)
     written = model_dims(tensor)
-    if not _dims_agree(written, expected):
+    if not _dims_agree(written, expected) and not scalar_as_ones(tensor, spec, batched=batched):
         field = "reshape.shape" if tensor.HasField("reshape") else "dims"
         problems.append(f"{what}: {field} {written} contradict the model's {expected}")
     return problems

@@ -192,7 +192,13 @@ def _complete_tensors(
         if tensor.data_type == DataType.TYPE_INVALID:
             tensor.data_type = DataType.ValueType(spec.datatype.config)
         if not tensor.dims and not tensor.HasField("reshape"):
-            tensor.dims.extend(_config_dims(spec, batched))
+            # Nothing per sample (a batching model's [-1]) or a scalar: dims [1], as Triton's
+            # backends complete them; a batching model's is reshaped back to nothing, and a
+            # scalar is one by Triton's rule (``backends.reshape.scalar_reshapes``).
+            dims = _config_dims(spec, batched)
+            tensor.dims.extend(dims or [1])
+            if not dims and batched:
+                tensor.reshape.SetInParent()
 
 
 def _complete_instances(config: ModelConfig) -> None:

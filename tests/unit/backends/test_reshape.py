@@ -15,6 +15,7 @@ from batchserve.core.signature import ModelSignature
 from batchserve.models.config_validation import config_problems
 from batchserve.models.model_config import parse_pbtxt
 from batchserve.proto.model_config_pb2 import ModelConfig
+from onnx_models import FP32, build_model, write_model
 
 BATCHED = """
 name: "r"
@@ -150,3 +151,21 @@ def test_reshapes_triton_refuses_are_config_problems(
 def test_reshapes_triton_accepts_pass(tensor: str) -> None:
     config = parse_pbtxt(f'max_batch_size: 4 input [{{ name: "x" data_type: TYPE_FP32 {tensor} }}]')
     assert config_problems(config, source="r/config.pbtxt", directory="r") == []
+
+
+def test_a_scalar_written_as_dims_of_one_reaches_the_runtime_as_a_scalar(tmp_path: Path) -> None:
+    """Triton's rule for a model that does not batch: clients send and receive the config's
+    dims of 1, ONNX Runtime takes and gives a scalar."""
+    path = write_model(tmp_path / "model.onnx", build_model((("x", FP32, ()),), (("y", FP32, ()),)))
+    config = parse_pbtxt(
+        'max_batch_size: 0 input [{ name: "x" data_type: TYPE_FP32 dims: [ 1 ] }] '
+        'output [{ name: "y" data_type: TYPE_FP32 dims: [ 1, 1 ] }]'
+    )
+    backend = create_backend(config, path)
+    backend.load(path, config, CPU)
+    try:
+        y = backend.infer({"x": np.array([2.5], dtype=np.float32)})["y"]
+    finally:
+        backend.unload()
+    assert y.shape == (1, 1)
+    assert y[0, 0] == 2.5  # the model is an identity
