@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import onnx
 
@@ -15,8 +15,20 @@ from batchserve.core.errors import ModelConfigError
 from batchserve.core.repository_files import UnusableFile, follow_links
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
 
+ZIPMAP_HINT: Final = (
+    " (skl2onnx writes a classifier's probabilities so by default; convert with "
+    "options={id(model): {'zipmap': False}} for a tensor of them)"
+)
+
 
 def _datatype(value_info: Any, path: Path) -> DataType:
+    if value_info.type.WhichOneof("value") != "tensor_type":
+        shown = onnx_type_text(value_info.type)
+        hint = ZIPMAP_HINT if shown.startswith("seq(map(") else ""
+        raise ModelConfigError(
+            f"{path}: '{value_info.name}' is {shown}, not a tensor: batchserve serves tensors "
+            f"only, as Triton does{hint}"
+        )
     type_name = onnx.TensorProto.DataType.Name(value_info.type.tensor_type.elem_type)
     datatype = datatype_from_onnx(type_name)
     if datatype is None:
@@ -24,6 +36,22 @@ def _datatype(value_info: Any, path: Path) -> DataType:
             f"{path}: tensor '{value_info.name}' has unsupported type {type_name}"
         )
     return datatype
+
+
+def onnx_type_text(value_type: Any) -> str:
+    """An ONNX value type as ONNX Runtime writes it: ``seq(map(int64,tensor(float)))``."""
+    kind = value_type.WhichOneof("value")
+    if kind == "tensor_type":
+        element = onnx.TensorProto.DataType.Name(value_type.tensor_type.elem_type)
+        return f"tensor({element.lower()})"
+    if kind == "sequence_type":
+        return f"seq({onnx_type_text(value_type.sequence_type.elem_type)})"
+    if kind == "map_type":
+        key = onnx.TensorProto.DataType.Name(value_type.map_type.key_type).lower()
+        return f"map({key},{onnx_type_text(value_type.map_type.value_type)})"
+    if kind == "optional_type":
+        return f"optional({onnx_type_text(value_type.optional_type.elem_type)})"
+    return kind or "a value of no declared type"
 
 
 def _spec(value_info: Any, path: Path) -> TensorSpec:

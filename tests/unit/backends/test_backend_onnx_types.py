@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import onnx
 import onnxruntime as ort
 import pytest
 from batchserve.backends.onnx_file import read_onnx_signature
@@ -71,3 +72,42 @@ def test_an_unsupported_type_in_the_file_names_the_tensor_and_type(
     )
     with pytest.raises(ModelConfigError, match="tensor 'z' has unsupported type COMPLEX64"):
         read_onnx_signature(path)
+
+
+@pytest.mark.parametrize(
+    ("value_type", "shown", "hinted"),
+    [
+        (
+            helper.make_sequence_type_proto(
+                helper.make_map_type_proto(
+                    TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, None)
+                )
+            ),
+            "seq(map(int64,tensor(float)))",
+            True,
+        ),
+        (
+            helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2])),
+            "seq(tensor(float))",
+            False,
+        ),
+    ],
+)
+def test_a_value_that_is_not_a_tensor_is_named_as_onnx_runtime_names_it(
+    tmp_path: Path, value_type: onnx.TypeProto, shown: str, hinted: bool
+) -> None:
+    """A ZipMap output (skl2onnx's default for a classifier's probabilities) says which
+    conversion option gives a tensor."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["x_copy"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_value_info("probabilities", value_type)],
+    )
+    path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    with pytest.raises(ModelConfigError) as caught:
+        read_onnx_signature(path)
+    message = str(caught.value)
+    assert f"'probabilities' is {shown}, not a tensor" in message
+    assert ("{'zipmap': False}" in message) is hinted
