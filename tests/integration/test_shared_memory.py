@@ -340,7 +340,7 @@ def test_hostile_requests_are_refused_and_the_server_carries_on(
     )
     _refused(
         lambda: triton.infer("simple", _simple_inputs(mod, "in", INT32_BYTES - 4)),
-        "input byte size mismatch for input 'INPUT0'. Expected 64, got 60",
+        "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60",
     )
     _refused(
         lambda: triton.infer("simple", _simple_inputs(mod, "nowhere", INT32_BYTES)),

@@ -170,7 +170,7 @@ def test_a_raw_binary_body_for_a_model_with_two_inputs_gets_tritons_text(
                      headers={"Inference-Header-Content-Length": "0"})  # fmt: skip
     assert short.status_code == 400
     assert short.json()["error"].startswith(
-        "input byte size mismatch for input 'image'. Expected 256, got 100"
+        "input byte size mismatch for input 'image' for model 'digits_cnn'. Expected 256, got 100"
     )
 
 
@@ -240,7 +240,8 @@ def test_grpc_texts_and_codes(
         with pytest.raises(grpc.RpcError) as size:
             stub.ModelInfer(request)
         assert size.value.details().startswith(
-            "input byte size mismatch for input 'image'. Expected 256, got 200"
+            "input byte size mismatch for input 'image' for model 'digits_cnn'. Expected 256, "
+            "got 200"
         )
         del both.shape[:]
         both.shape.extend([1, -1, 8, 8])
@@ -307,3 +308,24 @@ def test_tritonclient_http_aio_compression(
             await client.close()
 
     np.testing.assert_array_equal(asyncio.run(infer()), _http_infer(http, images))
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_compromised_shape_gets_tritons_byte_size_text(
+    http: httpclient.InferenceServerClient,
+    grpc_client: grpcclient.InferenceServerClient,
+    protocol: str,
+) -> None:
+    """Triton's own test of this (L0_input_validation): data for one shape, then the shape
+    set to a smaller one; Triton's text names the input and the model."""
+    module = httpclient if protocol == "http" else grpcclient
+    client = http if protocol == "http" else grpc_client
+    tensor = module.InferInput("image", [1, 80], "FP32")  # type: ignore[attr-defined]
+    tensor.set_data_from_numpy(np.zeros((1, 80), dtype=np.float32))
+    tensor.set_shape([1, 1, 8, 8])
+    with pytest.raises(InferenceServerException) as caught:
+        client.infer(DIGITS, [tensor])
+    assert (
+        f"input byte size mismatch for input 'image' for model '{DIGITS}'. Expected 256, got 320"
+        in str(caught.value)
+    )

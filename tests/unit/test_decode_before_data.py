@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from batchserve.core import deferred
 from batchserve.core.errors import InvalidArgument, NotFound
 from batchserve.core.types import InferRequest
 from batchserve.core.validation import RequestSchema
@@ -49,7 +50,7 @@ def unknown_model() -> RequestSchema:
 def decoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The element decoders each codec calls, recorded as they run."""
     calls: list[str] = []
-    for module in (rest_codec, grpc_codec):
+    for module in (rest_codec, grpc_codec, deferred):  # deferred: fixed-size views
         for name in ("array_from_bytes", "array_from_json", "array_from_values", "contents_of"):
             real = getattr(module, name, None)
             if real is not None:
@@ -213,3 +214,34 @@ def test_grpc_a_valid_request_is_decoded_with_its_verdict(decoded: list[str]) ->
     assert request.verdict is not None
     assert request.verdict.schema is SCHEMA
     assert request.inputs[1].data.tolist() == [[b"a", b""]]
+
+
+# Triton's order (core infer_request.cc): an input's shape against the model, then its bytes
+def _fp32_binary(shape: list[int], size: int) -> dict[str, Any]:
+    return {"name": "image", "datatype": "FP32", "shape": shape,
+            "parameters": {"binary_data_size": size}}  # fmt: skip
+
+
+def _grpc(shape: list[int], size: int) -> InferRequest:
+    message = ModelInferRequest(model_name="m")
+    message.inputs.add(name="image", datatype="FP32", shape=shape)
+    message.raw_input_contents.append(bytes(size))
+    return MessageLayouts().decode(message, schema)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_wrong_shape_is_named_before_a_wrong_byte_size_and_the_model_with_it(
+    protocol: str,
+) -> None:
+    def send(shape: list[int], size: int) -> InferRequest:
+        if protocol == "http":
+            return _http([_fp32_binary(shape, size)], bytes(size))
+        return _grpc(shape, size)
+
+    with pytest.raises(InvalidArgument, match=r"^unexpected shape for input 'image' for model 'm'"):
+        send([1, 5], 16)  # 20 bytes would be right for [1, 5]; the model takes [-1, 4]
+    with pytest.raises(InvalidArgument) as caught:
+        send([1, 4], 20)
+    assert caught.value.message.startswith(
+        "input byte size mismatch for input 'image' for model 'm'. Expected 16, got 20"
+    )

@@ -39,7 +39,9 @@ def test_one_variable_dimension_is_deduced_from_the_body_size() -> None:
     request = raw_request(bytes(4 * 3 * 5), config, "m", "")
     assert request.inputs[0].shape == (1, 5, 3)
     # a size that is no whole number of rows keeps Triton's byte-size check
-    with pytest.raises(InvalidArgument, match=r"^input byte size mismatch for input 'v'\."):
+    with pytest.raises(
+        InvalidArgument, match=r"^input byte size mismatch for input 'v' for model 'm'\."
+    ):
         raw_request(bytes(4 * 3 * 5 + 4), config, "m", "")
 
 
@@ -81,5 +83,5 @@ def test_a_size_that_does_not_fit_the_fixed_shape_is_a_byte_size_mismatch() -> N
     with pytest.raises(InvalidArgument) as info:
         raw_request(bytes(12), fake_config(), "fake", "")
     assert info.value.message.startswith(
-        "input byte size mismatch for input 'x'. Expected 16, got 12"
+        "input byte size mismatch for input 'x' for model 'fake'. Expected 16, got 12"
     )

@@ -13,12 +13,13 @@ and only then decodes what was put off.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Final
 
 import numpy as np
 
 from batchserve.core.datatypes import DataType
-from batchserve.core.tensors import Array
+from batchserve.core.tensors import Array, ByteSizeMismatch, array_from_bytes
 from batchserve.core.types import InferRequest, Parameters, Tensor
 from batchserve.core.validation import SchemaLookup, check_request
 
@@ -58,8 +59,27 @@ def check_then_decode(
     request: InferRequest, pending: PendingInputs, schema: SchemaLookup | None
 ) -> InferRequest:
     """Check ``request`` against its model's schema (when given), keeping the verdict for
-    validation, then decode the inputs put off."""
+    validation, then decode the inputs put off; a data size that does not match its shape
+    is found here, after the shapes, as Triton finds it, and named with the model."""
     if schema is not None:
         request.verdict = check_request(request.inputs, request.outputs, schema())
-    pending.decode()
+    try:
+        pending.decode()
+    except ByteSizeMismatch as mismatch:
+        raise mismatch.for_model(request.model_name) from None
     return request
+
+
+def view_or_later(
+    data: bytes | memoryview, datatype: DataType, shape: tuple[int, ...], *, tensor: str
+) -> Array | Decoder:
+    """A fixed-size input's view of its bytes, or, when their size does not match its shape,
+    a decoder that says so once the shapes were checked against the model."""
+    try:
+        return array_from_bytes(data, datatype, shape, tensor=tensor)
+    except ByteSizeMismatch as mismatch:
+        return partial(_raise, mismatch)
+
+
+def _raise(error: Exception) -> Array:
+    raise error

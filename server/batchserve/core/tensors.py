@@ -109,14 +109,31 @@ def byte_size(shape: tuple[int, ...], datatype: DataType, *, tensor: str) -> int
     return size
 
 
-def check_byte_size(got: int, datatype: DataType, shape: tuple[int, ...], *, tensor: str) -> None:
+class ByteSizeMismatch(InvalidArgument):
+    """Data of another size than its shape takes, in Triton's words (core ``infer_request.cc``),
+    which name the model: a decoder that does not know it raises this without, and the
+    request's decoding names it (``for_model``)."""
+
+    def __init__(self, tensor: str, expected: int, got: int, detail: str, model: str = "") -> None:
+        self.tensor, self.expected, self.got, self.detail = tensor, expected, got, detail
+        of_model = f" for model '{model}'" if model else ""
+        super().__init__(
+            f"input byte size mismatch for input '{tensor}'{of_model}. Expected {expected}, "
+            f"got {got} (batchserve: {detail})"
+        )
+
+    def for_model(self, model: str) -> ByteSizeMismatch:
+        return ByteSizeMismatch(self.tensor, self.expected, self.got, self.detail, model)
+
+
+def check_byte_size(
+    got: int, datatype: DataType, shape: tuple[int, ...], *, tensor: str, model: str = ""
+) -> None:
     """``got`` bytes must be what a fixed-size tensor of this shape takes (Triton's words)."""
     expected = byte_size(shape, datatype, tensor=tensor)
     if got != expected:
-        raise InvalidArgument(
-            f"input byte size mismatch for input '{tensor}'. Expected {expected}, got {got} "
-            f"(batchserve: shape {format_shape(shape)} {datatype.wire} takes {expected} bytes)"
-        )
+        detail = f"shape {format_shape(shape)} {datatype.wire} takes {expected} bytes"
+        raise ByteSizeMismatch(tensor, expected, got, detail, model)
 
 
 def array_from_bytes(

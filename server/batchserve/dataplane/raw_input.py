@@ -15,7 +15,7 @@ import numpy as np
 
 from batchserve.core.datatypes import from_config
 from batchserve.core.errors import InvalidArgument
-from batchserve.core.tensors import array_from_bytes, checked_shape
+from batchserve.core.tensors import ByteSizeMismatch, array_from_bytes, checked_shape
 from batchserve.core.types import InferRequest, Tensor
 from batchserve.proto.model_config_pb2 import ModelConfig
 
@@ -62,7 +62,10 @@ def raw_request(body: bytes, config: ModelConfig, model: str, version: str) -> I
         data = np.array([body], dtype=object).reshape(shape)
     else:
         shape = raw_shape(config, len(body))
-        data = array_from_bytes(body, datatype, shape, tensor=spec.name)
+        try:
+            data = array_from_bytes(body, datatype, shape, tensor=spec.name)
+        except ByteSizeMismatch as mismatch:
+            raise mismatch.for_model(model) from None
     return InferRequest(
         model_name=model,
         model_version=version,

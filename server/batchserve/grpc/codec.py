@@ -20,7 +20,7 @@ from typing import Any, Final
 import numpy as np
 
 from batchserve.core.datatypes import DataType, from_wire
-from batchserve.core.deferred import Decoder, PendingInputs, check_then_decode
+from batchserve.core.deferred import Decoder, PendingInputs, check_then_decode, view_or_later
 from batchserve.core.errors import Internal, InvalidArgument
 from batchserve.core.tensors import (
     Array,
@@ -199,7 +199,7 @@ def _decode_input(
     elif datatype.wire == "BYTES":  # elements built one by one
         data = partial(array_from_bytes, raw, datatype, shape, tensor=name)
     else:
-        data = array_from_bytes(raw, datatype, shape, tensor=name)  # a view, its size checked
+        data = view_or_later(raw, datatype, shape, tensor=name)  # a view, its size checked
     if isinstance(data, np.ndarray):
         return Tensor(name, datatype, shape, data, parameters)
     return pending.tensor(name, datatype, shape, parameters, data)

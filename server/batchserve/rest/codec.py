@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from batchserve.core.datatypes import DataType, from_wire
-from batchserve.core.deferred import Decoder, PendingInputs, check_then_decode
+from batchserve.core.deferred import Decoder, PendingInputs, check_then_decode, view_or_later
 from batchserve.core.digits import ascii_digits
 from batchserve.core.errors import InvalidArgument
 from batchserve.core.tensors import (
@@ -257,7 +257,7 @@ def _input_data(
     data = reader.take(size, name)
     if datatype.wire == "BYTES":  # elements built one by one
         return partial(array_from_bytes, data, datatype, shape, tensor=name)
-    return array_from_bytes(data, datatype, shape, tensor=name)  # a view, its size checked
+    return view_or_later(data, datatype, shape, tensor=name)  # a view, its size checked
 
 
 class _BinaryReader:

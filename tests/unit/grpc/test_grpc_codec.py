@@ -202,7 +202,9 @@ MALFORMED = [
     # row 16: raw size
     case(
         raw_request(fp32_input(shape=(1, 8)), raw=[bytes(40)]),
-        r"^input byte size mismatch for input 'x'\. Expected 32, got 40 \(batchserve: shape",
+        r"^input byte size mismatch for input 'x' for model 'm'\. Expected 32, got 40 "
+        r"\(batchserve: "
+        "shape",
     ),
     # row 19: both kinds of contents
     case(

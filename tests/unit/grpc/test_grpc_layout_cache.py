@@ -86,7 +86,8 @@ def test_raw_contents_of_the_wrong_size_fail_every_time(
         short = _message(np.ones((1, 3), np.float32), np.ones((1, 1), np.int64))
         short.raw_input_contents[0] = bytes(8)
         with pytest.raises(
-            InvalidArgument, match=r"^input byte size mismatch for input 'x'\. Expected 12"
+            InvalidArgument,
+            match=r"^input byte size mismatch for input 'x' for model 'm'\. Expected 12",
         ):
             layouts.decode(short)
     assert len(full_decodes) == 3

@@ -283,7 +283,9 @@ async def test_a_raw_binary_body_is_the_models_one_input(client: httpx.AsyncClie
     assert y.tolist() == [3, 5, 7, 9]
     short = await client.post("/v2/models/fake/infer", content=raw[:12], headers=headers)
     assert short.status_code == 400
-    assert short.json()["error"].startswith("input byte size mismatch for input 'x'. Expected 16")
+    assert short.json()["error"].startswith(
+        "input byte size mismatch for input 'x' for model 'fake'. Expected 16"
+    )
 
 
 async def test_an_unexpected_error_in_a_route_is_a_json_500_logged_with_its_traceback(

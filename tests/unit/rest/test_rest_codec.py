@@ -290,7 +290,9 @@ MALFORMED = [
     # row 16: size != shape x itemsize
     doc_case(
         {"inputs": [binary_input("x", 40, [1, 8])]},
-        r"^input byte size mismatch for input 'x'\. Expected 32, got 40 \(batchserve: shape",
+        r"^input byte size mismatch for input 'x' for model 'm'\. Expected 32, got 40 "
+        r"\(batchserve: "
+        "shape",
         b"\0" * 40,
     ),
     # row 18: binary data without the header, or with header 0

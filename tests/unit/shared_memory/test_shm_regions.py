@@ -282,7 +282,8 @@ def test_a_region_size_that_does_not_match_the_shape_is_refused(
     assert placeholder is not None
     request = InferRequest("m", inputs=[Tensor("a", int32, (1, 4), placeholder, params)])
     with pytest.raises(
-        InvalidArgument, match=r"^input byte size mismatch for input 'a'. Expected 16, got 12"
+        InvalidArgument,
+        match=r"^input byte size mismatch for input 'a' for model 'm'. Expected 16, got 12",
     ):
         shm.read_inputs(request, manager, {"a"})
 

@@ -44,7 +44,10 @@ def read_inputs(
                 f"unexpected inference input '{tensor.name}' for model '{request.model_name}'"
             )
         if tensor.datatype.wire != "BYTES":
-            check_byte_size(where.byte_size, tensor.datatype, tensor.shape, tensor=tensor.name)
+            check_byte_size(
+                where.byte_size, tensor.datatype, tensor.shape, tensor=tensor.name,
+                model=request.model_name,
+            )  # fmt: skip
         total += where.byte_size
         if total > MAX_BYTES:
             raise InvalidArgument(
