@@ -10,6 +10,7 @@ classifier exported by skl2onnx has), and configs asking for what batchserve doe
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -256,6 +257,27 @@ def test_string_model_loads_and_adds(
     difference = result.as_numpy("OUTPUT1")
     assert [int(x) for x in total.reshape(-1)] == list(in0.reshape(-1) + 1)
     assert [int(x) for x in difference.reshape(-1)] == list(in0.reshape(-1) - 1)
+
+
+@pytest.mark.parametrize(("sent", "text"), [
+    (14, r"expected 16 string elements for inference input 'INPUT[01]' for model "
+         r"'simple_string', got 14"),
+    (18, r"unexpected number of string elements 17 for inference input 'INPUT[01]' for model "
+         r"'simple_string', expecting 16"),
+])  # fmt: skip
+def test_string_elements_of_a_compromised_shape_get_tritons_text(
+    triton_server: ServerProcess, sent: int, text: str
+) -> None:
+    """Triton's own test of this (L0_input_validation ``test_input_string_shape_validation``):
+    elements for one shape, then the shape set to another. Triton names whichever input its
+    hash map holds first (INPUT1 there); batchserve names the first in the request."""
+    values = np.array([str(i).encode() for i in range(sent)], dtype=object).reshape(1, sent)
+    inputs = _string_inputs(grpcclient, values, values)
+    for tensor in inputs:
+        tensor.set_shape([1, 16])  # type: ignore[attr-defined]
+    with pytest.raises(InferenceServerException) as caught:
+        _grpc(triton_server).infer("simple_string", inputs)
+    assert re.search(text, str(caught.value)), str(caught.value)
 
 
 def test_string_model_refuses_non_integers(triton_server: ServerProcess) -> None:

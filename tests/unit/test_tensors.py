@@ -127,16 +127,42 @@ def test_bytes_elements_keep_empty_nul_and_non_utf8() -> None:
 @pytest.mark.parametrize(
     ("buf", "shape", "problem"),
     [
-        (struct.pack("<I", 10) + b"abc", (1,), "element 0 has length 10 but only 3 bytes remain"),
-        (packed(b"a", b"b") + b"\x01\x00", (3,), "ends after 2 of the 3 elements"),
-        (packed(b"a", b"bc", b"d"), (2,), "bytes left over after the 2 BYTES elements"),
-        (packed(b"a") + b"xyz", (1,), "3 bytes left over"),
-        (packed(b"a"), (2, 2), "cannot hold the 4 BYTES elements"),
-        (b"", (MAX_ELEMENTS,), "cannot hold"),
+        (
+            struct.pack("<I", 10) + b"abc",
+            (1,),
+            "string element 0 has length 10 for inference input 's', but only 3 bytes remain",
+        ),
+        (
+            packed(b"a", b"b") + b"\x01\x00",
+            (3,),
+            "incomplete string length indicator for inference input 's', expecting 4 bytes but "
+            "only 2 bytes available",
+        ),
+        (
+            packed(b"a", b"bc", b"d"),
+            (2,),
+            "unexpected number of string elements 3 for inference input 's', expecting 2 "
+            r"\(batchserve: 5 bytes left over",
+        ),
+        (
+            packed(b"a") + b"xyz",
+            (1,),
+            "incomplete string length indicator for inference input 's', expecting 4 bytes but "
+            "only 3 bytes available",
+        ),
+        (packed(b"a"), (2, 2), "expected 4 string elements for inference input 's', got 1 "),
+        (
+            b"",
+            (MAX_ELEMENTS,),
+            f"expected {MAX_ELEMENTS} string elements for inference input 's', got 0 ",
+        ),
     ],
 )
-def test_bytes_elements_rejected(buf: bytes, shape: tuple[int, ...], problem: str) -> None:
-    with pytest.raises(InvalidArgument, match=rf"string elements .*'s'.*{problem}"):
+def test_bytes_elements_rejected_in_tritons_words(
+    buf: bytes, shape: tuple[int, ...], problem: str
+) -> None:
+    """Triton core's ``ValidateBytesInputs``: a length prefix whole, then the shape's count."""
+    with pytest.raises(InvalidArgument, match=rf"^{problem}"):
         array_from_bytes(buf, BYTES, shape, tensor="s")
 
 

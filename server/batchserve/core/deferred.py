@@ -19,7 +19,7 @@ from typing import Final
 import numpy as np
 
 from batchserve.core.datatypes import DataType
-from batchserve.core.tensors import Array, ByteSizeMismatch, array_from_bytes
+from batchserve.core.tensors import Array, InputDataError, array_from_bytes
 from batchserve.core.types import InferRequest, Parameters, Tensor
 from batchserve.core.validation import SchemaLookup, check_request
 
@@ -65,7 +65,7 @@ def check_then_decode(
         request.verdict = check_request(request.inputs, request.outputs, schema())
     try:
         pending.decode()
-    except ByteSizeMismatch as mismatch:
+    except InputDataError as mismatch:
         raise mismatch.for_model(request.model_name) from None
     return request
 
@@ -77,7 +77,7 @@ def view_or_later(
     a decoder that says so once the shapes were checked against the model."""
     try:
         return array_from_bytes(data, datatype, shape, tensor=tensor)
-    except ByteSizeMismatch as mismatch:
+    except InputDataError as mismatch:
         return partial(_raise, mismatch)
 
 

@@ -109,21 +109,17 @@ def byte_size(shape: tuple[int, ...], datatype: DataType, *, tensor: str) -> int
     return size
 
 
-class ByteSizeMismatch(InvalidArgument):
-    """Data of another size than its shape takes, in Triton's words (core ``infer_request.cc``),
-    which name the model: a decoder that does not know it raises this without, and the
-    request's decoding names it (``for_model``)."""
+class InputDataError(InvalidArgument):
+    """An input's data does not match its shape, in Triton's words (core ``infer_request.cc``),
+    which name the model after the input: a decoder that does not know the model raises this
+    without it, and the request's decoding names it (``for_model``)."""
 
-    def __init__(self, tensor: str, expected: int, got: int, detail: str, model: str = "") -> None:
-        self.tensor, self.expected, self.got, self.detail = tensor, expected, got, detail
-        of_model = f" for model '{model}'" if model else ""
-        super().__init__(
-            f"input byte size mismatch for input '{tensor}'{of_model}. Expected {expected}, "
-            f"got {got} (batchserve: {detail})"
-        )
+    def __init__(self, head: str, tail: str, model: str = "") -> None:
+        self.head, self.tail = head, tail
+        super().__init__(head + (f" for model '{model}'" if model else "") + tail)
 
-    def for_model(self, model: str) -> ByteSizeMismatch:
-        return ByteSizeMismatch(self.tensor, self.expected, self.got, self.detail, model)
+    def for_model(self, model: str) -> InputDataError:
+        return InputDataError(self.head, self.tail, model)
 
 
 def check_byte_size(
@@ -132,8 +128,12 @@ def check_byte_size(
     """``got`` bytes must be what a fixed-size tensor of this shape takes (Triton's words)."""
     expected = byte_size(shape, datatype, tensor=tensor)
     if got != expected:
-        detail = f"shape {format_shape(shape)} {datatype.wire} takes {expected} bytes"
-        raise ByteSizeMismatch(tensor, expected, got, detail, model)
+        raise InputDataError(
+            f"input byte size mismatch for input '{tensor}'",
+            f". Expected {expected}, got {got} (batchserve: shape {format_shape(shape)} "
+            f"{datatype.wire} takes {expected} bytes)",
+            model,
+        )
 
 
 def array_from_bytes(
@@ -149,41 +149,50 @@ def array_from_bytes(
 
 
 def _bytes_elements(buf: bytes | memoryview, shape: tuple[int, ...], tensor: str) -> Array:
-    """Parse 4-byte little-endian length-prefixed elements, in one linear pass."""
+    """Parse 4-byte little-endian length-prefixed elements, in one linear pass. The checks and
+    their words are Triton's (``ValidateBytesInputs``): each length prefix whole, then exactly
+    the shape's count of elements."""
     count, end = math.prod(shape), memoryview(buf).nbytes
-    if count * _PREFIX.size > end:
-        raise InvalidArgument(
-            f"expected {count} string elements for inference input '{tensor}', got fewer "
-            f"(batchserve: {end} bytes cannot hold the {count} BYTES elements of shape "
-            f"{format_shape(shape)}; each has a 4-byte length prefix)"
-        )
     data = bytes(buf)  # one copy; slicing bytes is then twice as fast as slicing a view
     items: list[bytes] = []
     offset = 0
-    for index in range(count):
+    where = f" for inference input '{tensor}'"
+    for index in range(count):  # at most end / 4 rounds: each element takes 4 bytes or more
         if offset + _PREFIX.size > end:
-            raise InvalidArgument(
-                f"expected {count} string elements for inference input '{tensor}', got "
-                f"{index} (batchserve: BYTES data ends after {index} of the {count} elements "
-                f"of shape {format_shape(shape)})"
+            if offset < end:
+                raise _incomplete_prefix(where, end - offset)
+            raise InputDataError(
+                f"expected {count} string elements{where}",
+                f", got {index} (batchserve: BYTES data ends after {index} of the {count} "
+                f"elements of shape {format_shape(shape)})",
             )
         (length,) = _PREFIX.unpack_from(data, offset)
         start = offset + _PREFIX.size
         offset = start + length
         if offset > end:
-            raise InvalidArgument(
-                f"expected {count} string elements for inference input '{tensor}', got "
-                f"{index} (batchserve: BYTES element {index} has length {length} but only "
-                f"{end - start} bytes remain)"
+            raise InputDataError(
+                f"string element {index} has length {length}{where}",
+                f", but only {end - start} bytes remain (batchserve: BYTES data of shape "
+                f"{format_shape(shape)})",
             )
         items.append(data[start:offset])
     if offset != end:
-        raise InvalidArgument(
-            f"unexpected number of string elements {count + 1} for inference input "
-            f"'{tensor}', expecting {count} (batchserve: {end - offset} bytes left over after "
-            f"the {count} BYTES elements of shape {format_shape(shape)})"
+        if end - offset < _PREFIX.size:
+            raise _incomplete_prefix(where, end - offset)
+        raise InputDataError(
+            f"unexpected number of string elements {count + 1}{where}",
+            f", expecting {count} (batchserve: {end - offset} bytes left over after the "
+            f"{count} BYTES elements of shape {format_shape(shape)})",
         )
     return np.fromiter(items, dtype=object, count=count).reshape(shape)
+
+
+def _incomplete_prefix(where: str, available: int) -> InputDataError:
+    return InputDataError(
+        f"incomplete string length indicator{where}",
+        f", expecting {_PREFIX.size} bytes but only {available} bytes available. Please make "
+        "sure the string length indicator is in one buffer.",
+    )
 
 
 def array_to_bytes(

@@ -15,7 +15,7 @@ import numpy as np
 
 from batchserve.core.datatypes import from_config
 from batchserve.core.errors import InvalidArgument
-from batchserve.core.tensors import ByteSizeMismatch, array_from_bytes, checked_shape
+from batchserve.core.tensors import InputDataError, array_from_bytes, checked_shape
 from batchserve.core.types import InferRequest, Tensor
 from batchserve.proto.model_config_pb2 import ModelConfig
 
@@ -64,7 +64,7 @@ def raw_request(body: bytes, config: ModelConfig, model: str, version: str) -> I
         shape = raw_shape(config, len(body))
         try:
             data = array_from_bytes(body, datatype, shape, tensor=spec.name)
-        except ByteSizeMismatch as mismatch:
+        except InputDataError as mismatch:
             raise mismatch.for_model(model) from None
     return InferRequest(
         model_name=model,

@@ -223,13 +223,14 @@ MALFORMED = [
         raw_request(
             Input(name="s", datatype="BYTES", shape=[1]), raw=[struct.pack("<I", 9) + b"a"]
         ),
-        r"^expected 1 string elements for inference input 's', got 0 \(batchserve: BYTES element 0",
+        r"^string element 0 has length 9 for inference input 's' for model 'm', but only 1 bytes",
     ),
     case(
         raw_request(
             Input(name="s", datatype="BYTES", shape=[1]), raw=[struct.pack("<I", 1) + b"ab"]
         ),
-        "^unexpected number of string elements .* for inference input 's'.*1 bytes left over",
+        "^incomplete string length indicator for inference input 's' for model 'm', expecting 4 "
+        "bytes but only 1 bytes available",
     ),
     # row 27: parameters
     case(

@@ -331,7 +331,7 @@ MALFORMED = [
                 }
             ]
         },
-        "string elements for inference input 's'.*BYTES element 1 has length 5",
+        "string element 1 has length 5 for inference input 's' for model 'm', but only",
         struct.pack("<I", 0) + struct.pack("<I", 5) + b"a",
     ),
     doc_case(

@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from batchserve.core.errors import InvalidArgument
-from batchserve.core.tensors import MAX_BYTES, array_from_bytes, array_to_bytes, check_byte_size
+from batchserve.core.tensors import (
+    MAX_BYTES,
+    InputDataError,
+    array_from_bytes,
+    array_to_bytes,
+    check_byte_size,
+)
 from batchserve.core.types import InferRequest, RequestedOutput, Tensor
 from batchserve.dataplane.shared_memory.manager import SharedMemoryManager
 from batchserve.dataplane.shared_memory.parameters import REGION, Placement, placement
@@ -57,7 +63,10 @@ def read_inputs(
         assert where is not None
         region = manager.region(where.region, where.offset, where.byte_size)
         data = region.read(where.offset, where.byte_size, tensor.name)
-        tensor.data = array_from_bytes(data, tensor.datatype, tensor.shape, tensor=tensor.name)
+        try:
+            tensor.data = array_from_bytes(data, tensor.datatype, tensor.shape, tensor=tensor.name)
+        except InputDataError as mismatch:  # BYTES elements
+            raise mismatch.for_model(request.model_name) from None
 
 
 def output_placements(outputs: Sequence[RequestedOutput] | None) -> dict[str, Placement]:
