@@ -85,8 +85,11 @@ class Control:
         *,
         files_in_base64: bool = False,
     ) -> None:
-        """Load with Triton's parameters (``load_override``); errors open with Triton's
-        "failed to load '<name>'", which Triton's own examples look for."""
+        """Load with Triton's parameters (``load_override``); errors open with Triton's words:
+        "failed to load '<name>', failed to poll from model repository" when the repository
+        or the request is at fault (Triton's own examples look for "failed to load"), "load
+        failed for model '<name>'" when the model's files or instances are (Triton's
+        lifecycle tests look for that)."""
         self.check_control(authorization)
         validate_model_name(name)
         try:
@@ -101,9 +104,8 @@ class Control:
             await self.registry.load(name, override)
         except BatchserveError as exc:
             polled = not isinstance(exc, (InvalidArgument, NotFound))
-            raise _reworded(
-                exc, f"failed to load '{name}'" + ("" if polled else f", {POLL_FAILED}")
-            ) from None
+            opening = f"load failed for model '{name}'" if polled else f"failed to load '{name}'"
+            raise _reworded(exc, opening + ("" if polled else f", {POLL_FAILED}")) from None
 
     async def repository_unload(
         self,
@@ -138,7 +140,7 @@ class Control:
 
 
 def _reworded(error: BatchserveError, prefix: str) -> BatchserveError:
-    """The same error with Triton's opening ("failed to load 'm'"), which clients look for."""
+    """The same error with Triton's opening, which clients look for."""
     error.message = f"{prefix}: {error.message}"
     error.args = (error.message,)
     return error

@@ -12,6 +12,7 @@ import httpx
 import pytest
 from batchserve.core.settings import ModelControlMode, Settings
 from batchserve.dataplane.plane import DataPlane
+from batchserve.models import placing
 from batchserve.models.registry import ModelRegistry
 from batchserve.rest.app import build_http_app
 from fakes import FakeBackend
@@ -106,3 +107,19 @@ async def test_settings_updates_need_the_token(client: httpx.AsyncClient) -> Non
     assert answer.json()["trace_rate"] == "5"
     assert (await client.get("/v2/models/fake/trace/setting")).json()["trace_rate"] == "5"
     assert (await client.post("/v2/logging", json={"log_info": True})).status_code == 401
+
+
+async def test_a_model_that_cannot_load_its_instances_gets_tritons_load_failed_text(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Triton's lifecycle tests look for "load failed for model 'm'" when a model that was
+    read fails to load (its instances, its runtime); "failed to load 'm', failed to poll" is
+    for a repository or request at fault."""
+    monkeypatch.setattr(placing, "gpu_count", lambda: 0)
+    body = {"parameters": {"config": '{"instance_group": [{"kind": "KIND_GPU", "count": 1}]}'}}
+    response = await client.post("/v2/repository/models/fake/load", json=body, headers=AUTH)
+    assert response.status_code >= 400
+    error = response.json()["error"]
+    assert error.startswith("load failed for model 'fake': "), error
+    assert "asks for a GPU" in error
+    assert (await client.get("/v2/models/fake/ready")).status_code == 200
