@@ -57,6 +57,10 @@ logger = logging.getLogger(__name__)
 UNBOUNDED_WORK = 1 << 40
 """The most work of a batch of a model with free axes whose memory does not bound its
 positions: more positions than any batch holds (a crossover past it sends all to the CPU)."""
+QUEUE_TIMEOUT = (
+    "Request timeout expired (batchserve: the request timed out in the queue before it could run)"
+)
+"""Triton's words first (its dynamic batcher's), which its queue-policy tests read."""
 
 
 class Batcher:
@@ -309,9 +313,7 @@ class Batcher:
                 self._settle(self.queue.pop(now), asyncio.CancelledError())
             elif head.deadline_ns is not None and head.deadline_ns <= now:
                 self.queue.pop(now)
-                self._settle(
-                    head, DeadlineExceeded("request timed out in the queue before it could run")
-                )
+                self._settle(head, DeadlineExceeded(QUEUE_TIMEOUT))
             else:
                 return
 
