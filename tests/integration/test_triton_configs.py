@@ -14,6 +14,7 @@ import re
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -229,6 +230,24 @@ def _grpc(server: ServerProcess) -> grpcclient.InferenceServerClient:
     return grpcclient.InferenceServerClient(server.grpc_url)
 
 
+def _module_and_client(server: ServerProcess, protocol: str) -> tuple[Any, Any]:
+    """tritonclient's module for ``protocol`` (for its InferInput) and a client of it."""
+    if protocol == "http":
+        return httpclient, _http(server)
+    return grpcclient, _grpc(server)
+
+
+def _fp32_infer(server: ServerProcess, protocol: str, model: str, **arrays: np.ndarray) -> Any:
+    """The model's answer to FP32 ``arrays`` by name, sent with tritonclient."""
+    module, client = _module_and_client(server, protocol)
+    inputs = []
+    for name, array in arrays.items():
+        tensor = module.InferInput(name, list(array.shape), "FP32")
+        tensor.set_data_from_numpy(array.astype(np.float32))
+        inputs.append(tensor)
+    return client.infer(model, inputs)
+
+
 def _string_inputs(module: object, a: np.ndarray, b: np.ndarray) -> list[object]:
     inputs = [
         module.InferInput("INPUT0", list(a.shape), "BYTES"),  # type: ignore[attr-defined]
@@ -245,8 +264,7 @@ def test_string_model_loads_and_adds(
     triton_server: ServerProcess, model: str, protocol: str
 ) -> None:
     """As NVIDIA's simple_http_string_infer_client.py does it: integers sent as strings."""
-    module = httpclient if protocol == "http" else grpcclient
-    client = _http(triton_server) if protocol == "http" else _grpc(triton_server)
+    module, client = _module_and_client(triton_server, protocol)
     assert client.is_model_ready(model)
     in0 = np.arange(16, dtype=np.int32).reshape(1, 16)
     in1 = np.ones((1, 16), dtype=np.int32)
@@ -290,8 +308,7 @@ def test_string_model_refuses_non_integers(triton_server: ServerProcess) -> None
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_reshape_is_applied_both_ways(triton_server: ServerProcess, protocol: str) -> None:
-    module = httpclient if protocol == "http" else grpcclient
-    client = _http(triton_server) if protocol == "http" else _grpc(triton_server)
+    module, client = _module_and_client(triton_server, protocol)
     data = np.arange(48, dtype=np.float32).reshape(3, 4, 4)
     tensor = module.InferInput("data_0", [3, 4, 4], "FP32")  # type: ignore[attr-defined]
     tensor.set_data_from_numpy(data)
@@ -318,11 +335,8 @@ def _shapes(metadata: object, kind: str, protocol: str) -> dict[str, list[int]]:
 def test_scalars_written_as_dims_of_one_are_served_as_triton_serves_them(
     triton_server: ServerProcess, protocol: str
 ) -> None:
-    module = httpclient if protocol == "http" else grpcclient
-    client = _http(triton_server) if protocol == "http" else _grpc(triton_server)
-    x = module.InferInput("x", [1], "FP32")  # type: ignore[attr-defined]
-    x.set_data_from_numpy(np.array([2.5], dtype=np.float32))
-    y = client.infer("scalars", [x]).as_numpy("y")
+    _, client = _module_and_client(triton_server, protocol)
+    y = _fp32_infer(triton_server, protocol, "scalars", x=np.array([2.5])).as_numpy("y")
     assert y.shape == (1, 1)
     assert y[0, 0] == 5.0
     metadata = client.get_model_metadata("scalars")
@@ -336,20 +350,13 @@ def test_a_completed_batch_only_tensor_takes_one_value_a_sample_as_triton_comple
 ) -> None:
     """Triton completes a tensor of shape [N] as dims [1] with an empty reshape: clients send
     and receive [N, 1]."""
-    module = httpclient if protocol == "http" else grpcclient
-    client = _http(triton_server) if protocol == "http" else _grpc(triton_server)
+    _, client = _module_and_client(triton_server, protocol)
     metadata = client.get_model_metadata("classifier")
     assert _shapes(metadata, "inputs", protocol) == {"scores": [-1, 4], "offset": [-1, 1]}
     assert _shapes(metadata, "outputs", protocol) == {"label": [-1, 1], "probabilities": [-1, 4]}
     scores = np.array([[0, 1, 0, 0], [0, 0, 0, 3], [2, 0, 0, 0]], dtype=np.float32)
     offset = np.array([[0.5], [0], [-1]], dtype=np.float32)
-    inputs = [
-        module.InferInput("scores", [3, 4], "FP32"),  # type: ignore[attr-defined]
-        module.InferInput("offset", [3, 1], "FP32"),  # type: ignore[attr-defined]
-    ]
-    inputs[0].set_data_from_numpy(scores)
-    inputs[1].set_data_from_numpy(offset)
-    result = client.infer("classifier", inputs)
+    result = _fp32_infer(triton_server, protocol, "classifier", scores=scores, offset=offset)
     np.testing.assert_array_equal(result.as_numpy("label"), [[1], [3], [0]])
     probabilities = result.as_numpy("probabilities")
     assert probabilities.shape == (3, 4)
@@ -370,15 +377,11 @@ def test_a_completed_batch_only_tensor_takes_one_value_a_sample_as_triton_comple
 def test_optional_input_may_be_left_out_or_sent(
     triton_server: ServerProcess, protocol: str
 ) -> None:
-    module = httpclient if protocol == "http" else grpcclient
-    client = _http(triton_server) if protocol == "http" else _grpc(triton_server)
-    x = module.InferInput("x", [4], "FP32")  # type: ignore[attr-defined]
-    x.set_data_from_numpy(np.ones(4, dtype=np.float32))
-    defaulted = client.infer("defaulted", [x]).as_numpy("y")
+    x = np.ones(4)
+    defaulted = _fp32_infer(triton_server, protocol, "defaulted", x=x).as_numpy("y")
     np.testing.assert_array_equal(defaulted, [11.0, 21.0, 31.0, 41.0])
-    bias = module.InferInput("bias", [4], "FP32")  # type: ignore[attr-defined]
-    bias.set_data_from_numpy(np.full(4, 2.0, dtype=np.float32))
-    sent = client.infer("defaulted", [x, bias]).as_numpy("y")
+    bias = np.full(4, 2.0)
+    sent = _fp32_infer(triton_server, protocol, "defaulted", x=x, bias=bias).as_numpy("y")
     np.testing.assert_array_equal(sent, [3.0, 3.0, 3.0, 3.0])
 
 
