@@ -77,7 +77,13 @@ $(VENV)/bin/perf_analyzer: | $(VENV)/.stamp-$(DEV_EXTRAS)
 prometheus:
 	bash scripts/install_prometheus.sh
 
-integration: $(VENV)/.stamp-$(DEV_EXTRAS) $(VENV)/bin/perf_analyzer prometheus
+# @grpc/grpc-js for the Node.js example's test (skipped where there is no npm).
+NODE_EXAMPLE := clients/examples/node
+$(NODE_EXAMPLE)/node_modules/.package-lock.json: $(NODE_EXAMPLE)/package-lock.json
+	@if command -v npm >/dev/null; then npm ci --prefix $(NODE_EXAMPLE) --silent --no-audit --no-fund; \
+	else echo "npm not found: the Node.js example's test will be skipped"; fi
+
+integration: $(VENV)/.stamp-$(DEV_EXTRAS) $(VENV)/bin/perf_analyzer prometheus $(NODE_EXAMPLE)/node_modules/.package-lock.json
 	$(PY) -m pytest tests/integration -n $(TEST_PROCESSES) --dist loadscope -m "not alone" $(PYTEST_ARGS) $(none_left)
 	$(PY) -m pytest tests/integration -m alone $(PYTEST_ARGS) $(none_left)
 

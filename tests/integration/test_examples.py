@@ -125,3 +125,22 @@ def test_java(server: ServerProcess, expected: np.ndarray) -> None:
     np.testing.assert_allclose(output["data"], expected, rtol=1e-5, atol=1e-6)
     assert as_binary.startswith(f"{server.http_url} HTTP_1_1: ")
     _check_digit(as_binary, expected)
+
+
+def test_node_grpc(server: ServerProcess, expected: np.ndarray) -> None:
+    """@grpc/grpc-js is a second HTTP/2 implementation (Python's grpcio, tritonclient and
+    perf_analyzer all use grpc's C core): unary calls, 100 at once on one channel, a stream."""
+    node = shutil.which("node")
+    if node is None or not (EXAMPLES / "node" / "node_modules" / "@grpc" / "grpc-js").is_dir():
+        pytest.skip("no Node.js, or `make integration` could not install the example's packages")
+    live, inputs, answer, many, stream = _sections(
+        _run([node, "clients/examples/node/infer.js"], server)
+    )
+    assert live == "true"
+    assert json.loads(inputs) == [
+        {"shape": ["-1", "1", "8", "8"], "name": "image", "datatype": "FP32"}
+    ]
+    assert answer.startswith(f"{server.grpc_url} grpc-js: ")
+    _check_digit(answer, expected)
+    assert many == "100 answered"
+    assert stream == 'answers to requests ["0","1","2","3","4"]'
