@@ -50,13 +50,13 @@ def scalar_as_ones(tensor: ModelInput | ModelOutput, spec: TensorSpec, *, batche
     """Triton's rule for a model that does not batch: a tensor the model takes or gives as a
     scalar may be written with dims all 1 (``dims: [1]``, as Triton completes it), and clients
     send and receive those dims. Triton refuses ``reshape: { shape: [ ] }`` there."""
-    return (
-        not batched
-        and not spec.shape
-        and not tensor.HasField("reshape")
-        and bool(tensor.dims)
-        and all(size == 1 for size in tensor.dims)
-    )
+    return not batched and not spec.shape and _ones(tensor)
+
+
+def _ones(tensor: ModelInput | ModelOutput) -> bool:
+    """Dims all 1 and no reshape: what a scalar may be written as."""
+    dims = tensor.dims
+    return not tensor.HasField("reshape") and bool(dims) and all(size == 1 for size in dims)
 
 
 def scalar_reshapes(config: ModelConfig, signature: ModelSignature) -> tuple[Shapes, Shapes]:
@@ -81,9 +81,7 @@ def scalar_reshapes(config: ModelConfig, signature: ModelSignature) -> tuple[Sha
 def _may_hold_scalars(config: ModelConfig) -> bool:
     """Whether ``scalar_as_ones`` may apply once the model's signature is known."""
     tensors: list[ModelInput | ModelOutput] = [*config.input, *config.output]
-    return config.max_batch_size <= 0 and any(
-        not t.HasField("reshape") and t.dims and all(size == 1 for size in t.dims) for t in tensors
-    )
+    return config.max_batch_size <= 0 and any(_ones(t) for t in tensors)
 
 
 def with_reshape(backend: Backend, config: ModelConfig) -> Backend:

@@ -122,9 +122,7 @@ class InputDataError(InvalidArgument):
         return InputDataError(self.head, self.tail, model)
 
 
-def check_byte_size(
-    got: int, datatype: DataType, shape: tuple[int, ...], *, tensor: str, model: str = ""
-) -> None:
+def check_byte_size(got: int, datatype: DataType, shape: tuple[int, ...], *, tensor: str) -> None:
     """``got`` bytes must be what a fixed-size tensor of this shape takes (Triton's words)."""
     expected = byte_size(shape, datatype, tensor=tensor)
     if got != expected:
@@ -132,7 +130,6 @@ def check_byte_size(
             f"input byte size mismatch for input '{tensor}'",
             f". Expected {expected}, got {got} (batchserve: shape {format_shape(shape)} "
             f"{datatype.wire} takes {expected} bytes)",
-            model,
         )
 
 

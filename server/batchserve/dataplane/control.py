@@ -104,8 +104,10 @@ class Control:
             await self.registry.load(name, override)
         except BatchserveError as exc:
             polled = not isinstance(exc, (InvalidArgument, NotFound))
-            opening = f"load failed for model '{name}'" if polled else f"failed to load '{name}'"
-            raise _reworded(exc, opening + ("" if polled else f", {POLL_FAILED}")) from None
+            polled_text = f"load failed for model '{name}'"
+            raise _reworded(
+                exc, polled_text if polled else f"failed to load '{name}', {POLL_FAILED}"
+            ) from None
 
     async def repository_unload(
         self,

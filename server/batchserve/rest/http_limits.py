@@ -66,8 +66,7 @@ class HeadLimitProtocol(
         self._in_head = True
         self._trailing = False  # after a chunk's size line, before any of its data
         self._chunks = 0  # size lines of the body being read
-        self._too_large: str | None = None
-        self._too_many_chunks = False
+        self._over: tuple[Reason, int, str] | None = None  # the refusal a callback raised
 
     # Exact counts, from what the parser hands over.
     def on_message_begin(self) -> None:
@@ -81,7 +80,7 @@ class HeadLimitProtocol(
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
         if self._header_count > MAX_HEADERS:
-            self._refuse(f"request has more than {MAX_HEADERS} headers")
+            self._refuse(Reason.HEAD_TOO_LARGE, 431, f"request has more than {MAX_HEADERS} headers")
         self._count(len(name) + len(value) + 4)
         super().on_header(name, value)
 
@@ -99,8 +98,7 @@ class HeadLimitProtocol(
         self._trailing, self._unparsed_head_bytes = True, 0
         self._chunks += 1
         if self._chunks > MAX_CHUNKS + 1:  # every chunk before this one had data
-            self._too_many_chunks = True
-            raise OverLimit(TOO_MANY_CHUNKS)
+            self._refuse(Reason.BODY_TOO_LARGE, 400, TOO_MANY_CHUNKS)  # Triton's answer
 
     def on_chunk_complete(self) -> None:
         self._trailing = False
@@ -112,10 +110,15 @@ class HeadLimitProtocol(
     def _count(self, size: int) -> None:
         self._head_bytes += size
         if self._head_bytes > MAX_HEAD_BYTES:
-            self._refuse(f"request line and headers are over {MAX_HEAD_BYTES} bytes")
+            self._refuse(
+                Reason.HEAD_TOO_LARGE,
+                431,
+                f"request line and headers are over {MAX_HEAD_BYTES} bytes",
+            )
 
-    def _refuse(self, message: str) -> None:
-        self._too_large = message
+    def _refuse(self, reason: Reason, status: int, message: str) -> None:
+        """Stop the parser; ``send_400_response`` then answers ``status`` and closes."""
+        self._over = (reason, status, message)
         raise OverLimit(message)
 
     # A line that never ends is refused by the bytes received, before httptools holds it all.
@@ -129,22 +132,16 @@ class HeadLimitProtocol(
         over = unparsed and self._unparsed_head_bytes > MAX_HEAD_BYTES
         if over and not self.transport.is_closing():
             part = "request line and headers" if self._in_head else "chunked body's trailers"
-            self._send_431(f"{part} are over {MAX_HEAD_BYTES} bytes")
+            self.refuse(Reason.HEAD_TOO_LARGE, 431, f"{part} are over {MAX_HEAD_BYTES} bytes")
 
     def send_400_response(self, msg: str) -> None:
-        """uvicorn's answer to a parser error: our callbacks' refusals become 431, the
+        """uvicorn's answer to a parser error: our callbacks' refusals as they said, the
         parser's own 400 in JSON (none for a request answered before its body went bad)."""
-        if self._too_large is not None:
-            self._send_431(self._too_large)
-            return
-        if self._too_many_chunks:  # Triton's answer: 400, its words, the connection closed
-            self.refuse(Reason.BODY_TOO_LARGE, 400, TOO_MANY_CHUNKS)
+        if self._over is not None:
+            self.refuse(*self._over)
             return
         answered = not self._in_head and self.cycle is not None and self.cycle.response_started
         self.refuse(Reason.MALFORMED, None if answered else 400, MALFORMED)
-
-    def _send_431(self, message: str) -> None:
-        self.refuse(Reason.HEAD_TOO_LARGE, 431, message)
 
 
 class LimitedHttpToolsProtocol(UpgradeDecliningProtocol, PipelineLimitProtocol, HeadLimitProtocol):

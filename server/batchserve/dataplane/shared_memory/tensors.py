@@ -37,8 +37,18 @@ def read_inputs(
 
     Everything a client controls is checked before a byte is read: the input must be one of
     the model's, a fixed-size input's byte size must be what its shape takes, and the
-    request's regions together may hold at most MAX_BYTES.
+    request's regions together may hold at most MAX_BYTES. A size that does not match its
+    shape is named with the model, in Triton's words.
     """
+    try:
+        _read_inputs(request, manager, input_names)
+    except InputDataError as mismatch:
+        raise mismatch.for_model(request.model_name) from None
+
+
+def _read_inputs(
+    request: InferRequest, manager: SharedMemoryManager, input_names: Collection[str]
+) -> None:
     placed = [
         (t, placement(t.parameters, t.name)) for t in request.inputs if REGION in t.parameters
     ]
@@ -50,10 +60,7 @@ def read_inputs(
                 f"unexpected inference input '{tensor.name}' for model '{request.model_name}'"
             )
         if tensor.datatype.wire != "BYTES":
-            check_byte_size(
-                where.byte_size, tensor.datatype, tensor.shape, tensor=tensor.name,
-                model=request.model_name,
-            )  # fmt: skip
+            check_byte_size(where.byte_size, tensor.datatype, tensor.shape, tensor=tensor.name)
         total += where.byte_size
         if total > MAX_BYTES:
             raise InvalidArgument(
@@ -63,10 +70,7 @@ def read_inputs(
         assert where is not None
         region = manager.region(where.region, where.offset, where.byte_size)
         data = region.read(where.offset, where.byte_size, tensor.name)
-        try:
-            tensor.data = array_from_bytes(data, tensor.datatype, tensor.shape, tensor=tensor.name)
-        except InputDataError as mismatch:  # BYTES elements
-            raise mismatch.for_model(request.model_name) from None
+        tensor.data = array_from_bytes(data, tensor.datatype, tensor.shape, tensor=tensor.name)
 
 
 def output_placements(outputs: Sequence[RequestedOutput] | None) -> dict[str, Placement]:
