@@ -168,7 +168,12 @@ def test_a_chunked_body_over_the_limit_is_413(http: httpx.Client) -> None:
 
     response = http.post("/v2/models/digits_cnn/infer", content=chunks())
     assert response.status_code == 413
-    assert response.json()["error"] == "request body is over the 16777216-byte limit"
+    error = response.json()["error"]
+    assert error.startswith("request JSON size of at least ")
+    assert error.endswith(
+        " bytes exceeds the maximum allowed input size of 16777216 bytes. Use "
+        "--http-max-input-size to increase the limit."
+    )
     _assert_good_http(http)
 
 
@@ -181,7 +186,10 @@ def test_a_binary_body_over_its_limit_is_413(http: httpx.Client) -> None:
         headers={"Inference-Header-Content-Length": str(len(header))},
     )
     assert response.status_code == 413
-    assert "over the 67108864-byte limit" in response.json()["error"]
+    assert response.json()["error"] == (
+        f"request size of {len(header) + (65 << 20)} bytes exceeds the maximum allowed input "
+        "size of 67108864 bytes. Use --http-max-input-size to increase the limit."
+    )
     _assert_good_http(http)
 
 

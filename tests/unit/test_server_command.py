@@ -89,6 +89,36 @@ def test_body_limits_default_to_16_and_64_mib_and_are_flags(
     assert (given.max_json_body_bytes, given.max_binary_body_bytes) == (1000, 2000)
 
 
+def test_tritons_http_max_input_size_sets_each_body_limit_not_given_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Triton has one limit where batchserve has two: its flag sets both, and a limit given
+    by its own flag or variable keeps its value."""
+    for name in ("MAX_JSON_BODY_BYTES", "MAX_BINARY_BODY_BYTES", "HTTP_MAX_INPUT_SIZE"):
+        monkeypatch.delenv(f"BATCHSERVE_{name}", raising=False)
+    both = _settings("--http-max-input-size", "134217728")
+    assert (both.max_json_body_bytes, both.max_binary_body_bytes) == (128 << 20, 128 << 20)
+    json_apart = _settings("--http-max-input-size=1000", "--max-json-body-bytes", "500")
+    assert (json_apart.max_json_body_bytes, json_apart.max_binary_body_bytes) == (500, 1000)
+    monkeypatch.setenv("BATCHSERVE_MAX_BINARY_BODY_BYTES", "3000")
+    binary_apart = _settings("--http-max-input-size", "1000")
+    assert (binary_apart.max_json_body_bytes, binary_apart.max_binary_body_bytes) == (1000, 3000)
+    monkeypatch.delenv("BATCHSERVE_MAX_BINARY_BODY_BYTES")
+    monkeypatch.setenv("BATCHSERVE_HTTP_MAX_INPUT_SIZE", "2000")
+    from_variable = _settings()
+    assert (from_variable.max_json_body_bytes, from_variable.max_binary_body_bytes) == (2000, 2000)
+
+
+@pytest.mark.parametrize("size", ["0", "-5"])
+def test_an_http_max_input_size_that_is_no_size_is_refused_once_by_name(
+    size: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BATCHSERVE_HTTP_MAX_INPUT_SIZE", raising=False)
+    with pytest.raises(ValidationError) as refusal:
+        _settings(f"--http-max-input-size={size}")
+    assert [error["loc"] for error in refusal.value.errors()] == [("http_max_input_size",)]
+
+
 def test_every_flag_is_in_the_readme() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     flags = [flag for flag, *_ in FLAGS] + [flag for flag, *_ in SWITCHES]

@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     control_token: str | None = None
     max_json_body_bytes: int = Field(16 * MIB, gt=0)
     max_binary_body_bytes: int = Field(64 * MIB, gt=0)
+    http_max_input_size: int | None = Field(None, gt=0)
+    """Triton's ``--http-max-input-size``, its one limit on a request's size: given, it is
+    the default of both limits above (each still set apart by its own flag)."""
     max_queue_size: int = Field(1024, gt=0)
     # The --memory-budget text in, its parsed budget per device kind out (NoDecode: the
     # environment variable's text is the flag's syntax, not JSON).
@@ -230,6 +233,18 @@ class Settings(BaseSettings):
             f"--grpc-keepalive-permit-without-calls must be true or false (1 or 0), "
             f"not {value[:32]!r}"
         )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_input_size_for_both_bodies(cls, data: object) -> object:
+        """Triton's single limit, under each body limit not given on its own. A size that
+        is not a positive count is left to its field's own error, given once."""
+        if not isinstance(data, dict):
+            return data
+        size = data.get("http_max_input_size")
+        if not str(size).strip().isdigit() or int(str(size)) == 0:
+            return data
+        return {"max_json_body_bytes": size, "max_binary_body_bytes": size} | data
 
     @model_validator(mode="after")
     def _grace_follows_an_age(self) -> Settings:

@@ -119,7 +119,7 @@ def _add_repository_routes(app: FastAPI, dataplane: DataPlane) -> None:
     @app.post("/v2/repository/index", summary="Repository index")
     async def index(request: Request, authorization: str | None = Header(None)) -> Response:
         control.check_token(authorization)  # before reading the body
-        body = await read_limited(request, dataplane.settings.max_json_body_bytes, "request body")
+        body = await read_limited(request, dataplane.settings.max_json_body_bytes)
         rows = control.repository_index(authorization, _ready_flag(body))
         return _json(responses.repository_index(rows))
 
@@ -128,7 +128,7 @@ def _add_repository_routes(app: FastAPI, dataplane: DataPlane) -> None:
         name: str, request: Request, authorization: str | None = Header(None)
     ) -> Response:
         control.check_control(authorization)  # before reading up to 64 MiB
-        parameters = _parameters(json_object(await read_limited(request, limit, "request body")))
+        parameters = _parameters(json_object(await read_limited(request, limit)))
         await control.repository_load(name, authorization, parameters, files_in_base64=True)
         return _json({})
 
@@ -137,7 +137,7 @@ def _add_repository_routes(app: FastAPI, dataplane: DataPlane) -> None:
         name: str, request: Request, authorization: str | None = Header(None)
     ) -> Response:
         control.check_control(authorization)  # before reading the body
-        body = await read_limited(request, dataplane.settings.max_json_body_bytes, "request body")
+        body = await read_limited(request, dataplane.settings.max_json_body_bytes)
         parameters = _parameters(json_object(body))
         await control.repository_unload(name, authorization, parameters)
         return _json({})
@@ -152,7 +152,7 @@ def _add_settings_routes(app: FastAPI, dataplane: DataPlane) -> None:
         updates = None
         if request.method == "POST":
             control.check_token(authorization)  # before reading the body
-            updates = trace_updates(json_object(await read_limited(request, limit, "request body")))
+            updates = trace_updates(json_object(await read_limited(request, limit)))
         return _json(control.trace_settings(name, authorization, updates))
 
     @app.api_route("/v2/trace/setting", methods=["GET", "POST"], summary="Trace settings")
@@ -178,7 +178,7 @@ def _add_settings_routes(app: FastAPI, dataplane: DataPlane) -> None:
         request: Request, authorization: str | None = Header(None)
     ) -> Response:
         control.check_token(authorization)  # before reading the body
-        updates = json_object(await read_limited(request, limit, "request body"))
+        updates = json_object(await read_limited(request, limit))
         return _json(control.log_settings(authorization, updates))
 
 

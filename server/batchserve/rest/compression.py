@@ -15,7 +15,8 @@ import zlib
 from collections.abc import Sequence
 from typing import Final
 
-from batchserve.core.errors import InvalidArgument, PayloadTooLarge
+from batchserve.core.errors import InvalidArgument
+from batchserve.rest.bodies import inflated_too_large
 
 GZIP: Final = "gzip"
 DEFLATE: Final = "deflate"
@@ -139,10 +140,7 @@ def _inflate_stream(
             if chunk:
                 size += len(chunk)
                 if size > limit:
-                    raise PayloadTooLarge(
-                        f"request body is over the {limit}-byte limit once decompressed "
-                        f"({encoding})"
-                    )
+                    raise inflated_too_large(limit)
                 parts.append(chunk)
             elif not piece:  # no input left and no output pending
                 raise InvalidArgument(f"request body is not valid {encoding} data: it is truncated")

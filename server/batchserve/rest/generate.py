@@ -44,7 +44,7 @@ def add_generate_routes(app: FastAPI, dataplane: DataPlane, settings: Settings) 
     limit = settings.max_json_body_bytes
 
     async def request_of(http: Request, name: str, version: str) -> InferRequest:
-        body = json_object(await read_limited(http, limit, "request body"))
+        body = json_object(await read_limited(http, limit))
         return generate_request(dataplane, body, name, version)
 
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):

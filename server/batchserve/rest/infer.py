@@ -13,11 +13,12 @@ from functools import partial
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from batchserve.core.errors import InvalidArgument, PayloadTooLarge
+from batchserve.core.errors import InvalidArgument
 from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest
 from batchserve.dataplane.inference_path import InferencePath
 from batchserve.observability.tracing import RequestTrace
+from batchserve.rest.bodies import TooLarge, binary_too_large, json_too_large, raw_too_large
 from batchserve.rest.codec import encode_infer_response, parse_header_length
 from batchserve.rest.compression import (
     ACCEPTED,
@@ -65,12 +66,12 @@ def _headers(scope: Scope) -> dict[bytes, bytes]:
 _WANTED = {b"content-length", HEADER_LENGTH, b"content-encoding", b"accept-encoding"}
 
 
-async def read_body(receive: Receive, limit: int, declared: bytes | None) -> bytes:
+async def read_body(
+    receive: Receive, limit: int, declared: bytes | None, too_large: TooLarge
+) -> bytes:
     """The whole body, refused as soon as the bytes received (or declared) pass ``limit``."""
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(
-            f"request body of {int(declared)} bytes is over the {limit}-byte limit"
-        )
+        raise too_large(str(int(declared)), limit)
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -80,7 +81,7 @@ async def read_body(receive: Receive, limit: int, declared: bytes | None) -> byt
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise PayloadTooLarge(f"request body is over the {limit}-byte limit")
+            raise too_large(f"at least {size}", limit)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -94,6 +95,15 @@ class InferEndpoint:
         self.json_limit = settings.max_json_body_bytes
         self.binary_limit = settings.max_binary_body_bytes
         self.headers = HeaderCache()
+
+    def _body_limit(self, header_length: bytes | None) -> tuple[int, TooLarge]:
+        """The limit on a body with this Inference-Header-Content-Length, and its refusal:
+        JSON alone, binary tensors behind a JSON header, or Triton's raw input (a header of
+        0 bytes)."""
+        if header_length is None:
+            return self.json_limit, json_too_large
+        raw = header_length.strip().isdigit() and int(header_length) == 0
+        return self.binary_limit, raw_too_large if raw else binary_too_large
 
     def match(self, scope: Scope) -> re.Match[bytes] | None:
         """The path's name and version when ``scope`` is an inference request."""
@@ -176,8 +186,8 @@ class InferEndpoint:
     ) -> tuple[list[bytes | memoryview], int | None]:
         encoding = request_encoding(headers.get(b"content-encoding"))
         header_value = headers.get(HEADER_LENGTH)
-        limit = self.json_limit if header_value is None else self.binary_limit
-        body = await read_body(receive, limit, headers.get(b"content-length"))
+        limit, too_large = self._body_limit(header_value)
+        body = await read_body(receive, limit, headers.get(b"content-length"), too_large)
         if encoding is not None:
             body = await inflate_async(body, encoding, limit)
         if trace is not None:
@@ -187,10 +197,7 @@ class InferEndpoint:
         )
         if header_length is not None and header_length > self.json_limit:
             # the JSON part alone: the header may claim the whole body, binary limit and all
-            raise PayloadTooLarge(
-                f"JSON request header of {header_length} bytes is over the "
-                f"{self.json_limit}-byte limit on JSON"
-            )
+            raise json_too_large(str(header_length), self.json_limit)
         name, version = path_segment(match[1]), path_segment(match[2] or b"")
         decode: Callable[[], InferRequest]
         if header_length == 0:  # Triton's raw binary request: the body is the one input

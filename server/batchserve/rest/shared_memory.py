@@ -14,7 +14,7 @@ import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from batchserve.core.errors import InvalidArgument
+from batchserve.core.errors import InvalidArgument, PayloadTooLarge
 from batchserve.core.tensors import describe
 from batchserve.dataplane.plane import DataPlane
 from batchserve.dataplane.shared_memory.clients import ClientRegions
@@ -35,9 +35,16 @@ def _empty() -> Response:
     return Response(b"", media_type="application/json")
 
 
+def _register_too_large(size: str, limit: int) -> PayloadTooLarge:
+    """A register request past MAX_BODY, a fixed bound no flag changes."""
+    return PayloadTooLarge(
+        f"shared memory register request of {size} bytes is over the limit of {limit} bytes"
+    )
+
+
 async def _body(request: Request) -> dict[str, Any]:
     """The JSON object of a register request, read no further than MAX_BODY bytes."""
-    body = await read_limited(request, MAX_BODY, "shared memory register request")
+    body = await read_limited(request, MAX_BODY, _register_too_large)
     try:
         doc = orjson.loads(body or b"{}")
     except orjson.JSONDecodeError as error:

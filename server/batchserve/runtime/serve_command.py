@@ -68,6 +68,12 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "64 MiB, as Triton's --http-max-input-size",
     ),
     (
+        "--http-max-input-size",
+        "http_max_input_size",
+        int,
+        "Triton's one limit on a request in bytes: both limits above, where not given themselves",
+    ),
+    (
         "--memory-budget",
         "memory_budget",
         str,
