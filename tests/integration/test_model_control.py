@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
+from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.server import CONTROL_TOKEN, ServerProcess
+from tests.integration.server import CONTROL_TOKEN, MODEL_REPO, ServerProcess, start_server
 
 TOKEN = CONTROL_TOKEN
 
@@ -163,3 +166,58 @@ def test_readiness_is_tritons_strict_readiness(explicit_server: ServerProcess) -
     client.load_model("digits_cnn", headers=headers)
     assert (failed_load, loaded, unloaded) == (False, True, True)
     assert client.is_server_ready()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "two-workers"])
+def test_a_version_a_reload_leaves_out_is_listed_unloaded_and_not_at_ready_state(
+    tmp_path: Path, workers: str
+) -> None:
+    """Triton's explicit-mode reload test (L0_storage_S3: load, add version 3, load again,
+    then the index as JSON), and L0_lifecycle's request for the version left behind."""
+    shutil.copytree(MODEL_REPO / "digits_cnn", tmp_path / "digits_cnn")
+    server = start_server(
+        tmp_path, ["--model-control-mode", "explicit", "--workers", workers], wait_ready=False
+    )
+    base = f"http://{server.http_url}/v2/repository"
+    try:
+        assert httpx.post(f"{base}/models/digits_cnn/load", timeout=60).status_code == 200
+        assert httpx.post(f"{base}/index").json() == [
+            {"name": "digits_cnn", "version": "1", "state": "READY"}
+        ]
+        shutil.copytree(tmp_path / "digits_cnn" / "1", tmp_path / "digits_cnn" / "3")
+        assert httpx.post(f"{base}/models/digits_cnn/load", timeout=60).status_code == 200
+        assert httpx.post(f"{base}/index").json() == [
+            {"name": "digits_cnn", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"},
+            {"name": "digits_cnn", "version": "3", "state": "READY"},
+        ]
+        image = np.zeros((1, 1, 8, 8), np.float32)
+        for module, url, status in (
+            (httpclient, server.http_url, "503"),
+            (grpcclient, server.grpc_url, "StatusCode.UNAVAILABLE"),
+        ):
+            client = module.InferenceServerClient(url)
+            tensor = module.InferInput("image", [1, 1, 8, 8], "FP32")
+            tensor.set_data_from_numpy(image)
+            with pytest.raises(InferenceServerException) as refusal:
+                client.infer("digits_cnn", [tensor], model_version="1")
+            assert refusal.value.status() == status
+            assert refusal.value.message().startswith(
+                "Request for unknown model: 'digits_cnn' version 1 is not at ready state"
+            )
+        retired = httpx.get(f"http://{server.http_url}/v2/models/digits_cnn/versions/1")
+        assert retired.status_code == 503
+        assert "retry-after" not in retired.headers  # waiting does not bring it back
+        for module, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
+            client = module.InferenceServerClient(url)
+            assert not client.is_model_ready("digits_cnn", "1")
+            assert client.is_model_ready("digits_cnn", "3")
+            tensor = module.InferInput("image", [1, 1, 8, 8], "FP32")
+            tensor.set_data_from_numpy(image)
+            assert client.infer("digits_cnn", [tensor]).as_numpy("logits").shape == (1, 10)
+        assert httpx.post(f"{base}/models/digits_cnn/unload", timeout=60).status_code == 200
+        assert httpx.post(f"{base}/index").json() == [
+            {"name": "digits_cnn", "version": version, "state": "UNAVAILABLE", "reason": "unloaded"}
+            for version in ("1", "3")
+        ]
+    finally:
+        assert server.stop() == 0

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from batchserve.core.errors import InvalidArgument, NotFound, Unavailable
+from batchserve.core.errors import InvalidArgument, NotFound, Unavailable, VersionRetired
 from batchserve.models.model_table import IndexEntry, ModelState, ModelTable
 from batchserve.models.repository import ModelRepository
 
@@ -101,3 +101,48 @@ def test_strict_readiness_asks_every_model_tried(
     entry.state, entry.reason = state, reason
     assert table.all_ready(["m"]) is ready
     assert table.all_ready(["m", "never_tried"]) is False, "a start-up model not yet tried"
+
+
+def test_a_version_served_once_is_not_at_ready_state_and_listed_unloaded(tmp_path: Path) -> None:
+    """Triton keeps a version it served, UNAVAILABLE, once a later load leaves it out or the
+    model is unloaded: its index lists it "unloaded" and a request for it is UNAVAILABLE
+    "not at ready state", where a version never served is NOT_FOUND."""
+    table, served = _table(tmp_path, m=(1,))
+    entry = table._entry("m")
+    assert entry.replace_versions({3: served["m", 1]}) == {1: served["m", 1]}
+    assert table.index() == [
+        IndexEntry("m", "1", "UNAVAILABLE", "unloaded"),
+        IndexEntry("m", "3", "READY", ""),
+    ]
+    assert table.index(ready_only=True) == [IndexEntry("m", "3", "READY", "")]
+    with pytest.raises(
+        VersionRetired, match=r"^Request for unknown model: 'm' version 1 is not at ready state "
+    ):
+        table.get("m", "1")
+    with pytest.raises(NotFound, match="version 2 is not found"):
+        table.get("m", "2")
+    assert table.get("m") is served["m", 1]
+    entry.replace_versions({1: served["m", 1]})  # served again: no longer retired
+    assert [row.version for row in table.index()] == ["1", "3"]
+    assert table.is_ready("m", "1")
+    assert not table.is_ready("m", "3")
+    entry.replace_versions({})  # unloaded
+    entry.state, entry.reason = ModelState.UNAVAILABLE, "unloaded"
+    assert table.index() == [
+        IndexEntry("m", "1", "UNAVAILABLE", "unloaded"),
+        IndexEntry("m", "3", "UNAVAILABLE", "unloaded"),
+    ]
+    with pytest.raises(Unavailable, match="'m' has no available versions"):
+        table.get("m")
+    entry.state, entry.reason = ModelState.UNAVAILABLE, "m/config.pbtxt: bad dims"
+    assert table.index()[0] == IndexEntry("m", "1", "UNAVAILABLE", "m/config.pbtxt: bad dims")
+
+
+def test_a_version_of_a_model_not_ready_is_not_at_ready_state(tmp_path: Path) -> None:
+    table, _ = _table(tmp_path, m=(2,))
+    entry = table._entry("m")
+    entry.state = ModelState.UNLOADING
+    with pytest.raises(Unavailable, match=r"version 2 is not at ready state .*UNLOADING"):
+        table.get("m", "2")
+    with pytest.raises(InvalidArgument, match="a version is a positive integer"):
+        table.get("m", "two")  # the version is read first, as Triton reads it

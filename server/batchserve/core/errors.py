@@ -74,6 +74,13 @@ class ControlDisabled(Unavailable):
     retry_after_seconds = 0
 
 
+class VersionRetired(Unavailable):
+    """A version served once and no longer: Triton answers UNAVAILABLE ("not at ready
+    state"); no Retry-After, as only a load that brings the version back can help."""
+
+    retry_after_seconds = 0
+
+
 class DeadlineExceeded(BatchserveError):
     """The request's deadline passed before it could be answered."""
 

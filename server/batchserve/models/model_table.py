@@ -15,7 +15,13 @@ from functools import cached_property
 from batchserve.core.datatypes import DataType, from_config
 from batchserve.core.device import Device
 from batchserve.core.digits import MAX_INT64_DIGITS, ascii_digits
-from batchserve.core.errors import BatchserveError, InvalidArgument, NotFound, Unavailable
+from batchserve.core.errors import (
+    BatchserveError,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    VersionRetired,
+)
 from batchserve.core.validation import RequestSchema
 from batchserve.devices.placement import Placement
 from batchserve.models.labels import LabelMap
@@ -128,8 +134,17 @@ class ModelEntry:
     state: ModelState = ModelState.UNAVAILABLE
     reason: str = ""
     versions: dict[int, ServedVersion] = field(default_factory=dict)
+    retired: set[int] = field(default_factory=set)
+    """Versions served once and no longer (unloaded, or left out by a later load): Triton
+    keeps them, UNAVAILABLE, in its index, and a request for one is "not at ready state"."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     files: OverrideDirectory | None = None  # the load's own files, while they are served
+
+    def replace_versions(self, versions: dict[int, ServedVersion]) -> dict[int, ServedVersion]:
+        """Serve ``versions`` from now on; returns the ones they replace."""
+        old, self.versions = self.versions, versions
+        self.retired = (self.retired | old.keys()) - versions.keys()
+        return old
 
 
 UNLOADED = "unloaded"
@@ -154,6 +169,36 @@ def unknown_model(name: str) -> NotFound:
     )
 
 
+def _version_number(version: str) -> int | None:
+    """A request's version as a number (None: the highest served), parsed first as Triton
+    does; a number too long to be one is -1, which no model serves."""
+    if not version:
+        return None
+    if not ascii_digits(version):
+        raise InvalidArgument(
+            "failed to get model version from specified version string "
+            f"'{version[:40]}' (batchserve: a version is a positive integer)"
+        )
+    return int(version) if len(version) <= MAX_INT64_DIGITS else -1
+
+
+def _rows(entry: ModelEntry) -> list[IndexEntry]:
+    """A model's index rows, as Triton lists them: each version served or retired by
+    number, retired ones UNAVAILABLE "unloaded" beside those served, a model with no
+    version by name alone. With nothing served, the retired versions carry the model's
+    state (loading again, or failed)."""
+    state, reason = entry.state.value, entry.reason
+    if not entry.versions and not entry.retired:
+        return [IndexEntry(entry.name, "", state, reason)]
+    retired = (ModelState.UNAVAILABLE.value, UNLOADED) if entry.versions else (state, reason)
+    return [
+        IndexEntry(
+            entry.name, str(number), *(retired if number in entry.retired else (state, reason))
+        )
+        for number in sorted(entry.versions.keys() | entry.retired)
+    ]
+
+
 class ModelTable:
     """Every model name the server has seen, with its state and served versions."""
 
@@ -169,6 +214,7 @@ class ModelTable:
 
     def get(self, name: str, version: str = "") -> ServedVersion:
         """The version to serve: the highest one when ``version`` is empty."""
+        number = _version_number(version)
         entry = self._entries.get(name)
         # Triton's clients look for its "Request for unknown model" texts; the status stays
         # 503 where waiting can help (a model loading, or loadable).
@@ -177,20 +223,18 @@ class ModelTable:
             if self.knows(name):
                 raise Unavailable(f"{no_versions} (batchserve: model '{name}' is not loaded)")
             raise unknown_model(name)
+        detail = f": {entry.reason}" if entry.reason else ""
+        not_ready = f"model '{name}' is not ready ({entry.state.value}{detail})"
+        not_at_ready = f"Request for unknown model: '{name}' version {number} is not at ready state"
+        if number in entry.retired:
+            raise VersionRetired(f"{not_at_ready} (batchserve: no longer served)")
+        if number in entry.versions and entry.state is not ModelState.READY:
+            raise Unavailable(f"{not_at_ready} (batchserve: {not_ready})")
         if entry.state is not ModelState.READY:
-            detail = f": {entry.reason}" if entry.reason else ""
-            raise Unavailable(
-                f"{no_versions} (batchserve: model '{name}' is not ready "
-                f"({entry.state.value}{detail}))"
-            )
-        if not version:
+            raise Unavailable(f"{no_versions} (batchserve: {not_ready})")
+        if number is None:
             return entry.versions[max(entry.versions)]
-        if not ascii_digits(version):
-            raise InvalidArgument(
-                "failed to get model version from specified version string "
-                f"'{version[:40]}' (batchserve: a version is a positive integer)"
-            )
-        served = entry.versions.get(int(version)) if len(version) <= MAX_INT64_DIGITS else None
+        served = entry.versions.get(number)
         if served is None:
             shown = version[:40]
             raise NotFound(
@@ -240,9 +284,5 @@ class ModelTable:
         """The repository's models with their states, loaded or not."""
         rows: list[IndexEntry] = []
         for name in sorted(set(self.repository.names()) | set(self._entries)):
-            entry = self._entries.get(name, ModelEntry(name))
-            if ready_only and entry.state is not ModelState.READY:
-                continue
-            versions = [str(v) for v in sorted(entry.versions)] or [""]
-            rows.extend(IndexEntry(name, v, entry.state.value, entry.reason) for v in versions)
-        return rows
+            rows.extend(_rows(self._entries.get(name, ModelEntry(name))))
+        return [row for row in rows if row.state == ModelState.READY or not ready_only]

@@ -207,7 +207,7 @@ class ModelRegistry(ModelTable):
             if error is exc:
                 raise
             raise error from exc
-        old, entry.versions = entry.versions, versions
+        old = entry.replace_versions(versions)
         old_files, entry.files = entry.files, files
         entry.state, entry.reason = ModelState.READY, ""
         return old, old_files
@@ -453,7 +453,7 @@ class ModelRegistry(ModelTable):
             return
         async with entry.lock:
             entry.state, entry.reason = ModelState.UNLOADING, ""
-            old, entry.versions = entry.versions, {}
+            old = entry.replace_versions({})
             old_files, entry.files = entry.files, None
             for served in old.values():
                 await served.close()

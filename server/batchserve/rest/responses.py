@@ -174,6 +174,10 @@ def statistics(rows: list[ModelStatistics]) -> dict[str, Any]:
 
 
 def repository_index(rows: list[IndexEntry]) -> list[dict[str, str]]:
-    return [
-        {"name": r.name, "version": r.version, "state": r.state, "reason": r.reason} for r in rows
-    ]
+    """Triton's rows: no version for a model not loaded by version, no reason when none."""
+    return [_index_row(r) for r in rows]
+
+
+def _index_row(row: IndexEntry) -> dict[str, str]:
+    fields = {"name": row.name, "version": row.version, "state": row.state, "reason": row.reason}
+    return {key: value for key, value in fields.items() if value or key == "name"}
