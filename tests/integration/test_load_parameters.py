@@ -102,7 +102,7 @@ def test_files_make_a_new_model_whose_files_go_when_it_is_unloaded(
 
 def test_a_failed_override_keeps_serving_the_loaded_model(client: Client, temp_dir: Path) -> None:
     files = {"file:1/model.onnx": b"not an onnx model"}
-    with pytest.raises(InferenceServerException, match="failed to load 'digits_cnn'"):
+    with pytest.raises(InferenceServerException, match="load failed for model 'digits_cnn'"):
         client.load_model("digits_cnn", headers=HEADERS, config="{}", files=files)
     assert _infer(client, "digits_cnn", 1).shape == (1, 10)
     assert not _loads_on_disk(temp_dir)

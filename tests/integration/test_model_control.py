@@ -8,9 +8,11 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
 from tests.integration.server import CONTROL_TOKEN, MODEL_REPO, ServerProcess, start_server
@@ -219,5 +221,54 @@ def test_a_version_a_reload_leaves_out_is_listed_unloaded_and_not_at_ready_state
             {"name": "digits_cnn", "version": version, "state": "UNAVAILABLE", "reason": "unloaded"}
             for version in ("1", "3")
         ]
+    finally:
+        assert server.stop() == 0
+
+
+def _write_model(root: Path, name: str, graph_op: str = "Identity", dims: str = "4") -> None:
+    """An FP32 model of one op over [batch, 4], its config declaring ``dims``."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    graph = helper.make_graph([helper.make_node(graph_op, ["x"], ["y"])], name, [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (root / name / "1").mkdir(parents=True)
+    onnx.save(model, root / name / "1" / "model.onnx")
+    (root / name / "config.pbtxt").write_text(
+        f'platform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+        f'input [ {{ name: "x" data_type: TYPE_FP32 dims: [ {dims} ] }} ]\n'
+        f'output [ {{ name: "y" data_type: TYPE_FP32 dims: [ {dims} ] }} ]\n'
+    )
+
+
+def test_load_failures_open_as_triton_finds_them(tmp_path: Path) -> None:
+    """Triton reads a model's config when it polls the repository, and its files when it
+    loads the model: a refusal of the files (unreadable, not what the config says, or an op
+    the runtime lacks) is "load failed for model", every time it is asked (L0_lifecycle's
+    test_model_control_fail), and one of the config alone "failed to poll"."""
+    _write_model(tmp_path, "unknown_op", graph_op="NoSuchOp")
+    _write_model(tmp_path, "dims_contradicted", dims="5")
+    _write_model(tmp_path, "unreadable")
+    (tmp_path / "unreadable" / "1" / "model.onnx").write_bytes(b"not a protobuf at all")
+    _write_model(tmp_path, "bad_config")
+    config = tmp_path / "bad_config" / "config.pbtxt"
+    config.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: -3"))
+    server = start_server(tmp_path, ["--model-control-mode", "explicit"], wait_ready=False)
+    try:
+        clients = (
+            httpclient.InferenceServerClient(server.http_url),
+            grpcclient.InferenceServerClient(server.grpc_url),
+        )
+        for model in ("unknown_op", "dims_contradicted", "unreadable", "bad_config"):
+            opening = (
+                "failed to load 'bad_config', failed to poll from model repository: "
+                if model == "bad_config"
+                else f"load failed for model '{model}': "
+            )
+            for client in (*clients, clients[0]):  # asked again, it fails again alike
+                with pytest.raises(InferenceServerException) as refusal:
+                    client.load_model(model)
+                assert refusal.value.message().startswith(opening), refusal.value.message()
+                assert not client.is_model_ready(model)
     finally:
         assert server.stop() == 0

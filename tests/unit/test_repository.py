@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from batchserve.core.errors import InvalidArgument, ModelConfigError, NotFound
+from batchserve.core.errors import InvalidArgument, ModelConfigError, ModelFileError, NotFound
 from batchserve.core.settings import Settings
 from batchserve.devices.placement import gpu_count
 from batchserve.models.model_config import DEFAULT_MAX_BATCH_SIZE, MAX_CONFIG_BYTES, parse_pbtxt
@@ -184,6 +184,23 @@ def test_every_served_version_is_checked_against_the_config(tmp_path: Path) -> N
         "digits/config.pbtxt: input 'image': dims [1, 8, 8] contradict the model's [1, 7, 7] "
         "(digits/1/model.onnx)",
     )
+
+
+def test_problems_found_only_in_model_files_are_told_apart_from_config_problems(
+    tmp_path: Path,
+) -> None:
+    """Triton polls the config and loads the files: a model refused only by its files is a
+    ModelFileError (its load failed), one with a problem in the config alone is not."""
+    model_dir = add_model(tmp_path, versions=(1,))
+    (model_dir / "2").mkdir()  # no model file
+    (model_dir / "config.pbtxt").write_text("version_policy { all {} }")
+    with pytest.raises(ModelFileError):
+        ModelRepository(tmp_path).resolve("digits")
+    (model_dir / "config.pbtxt").write_text("version_policy { all {} }\nmax_batch_size: -2")
+    with pytest.raises(InvalidModel) as caught:
+        ModelRepository(tmp_path).resolve("digits")
+    assert not isinstance(caught.value, ModelFileError)
+    assert len(caught.value.problems) == 2  # both told, as before
 
 
 # --- which file, which backend -------------------------------------------------------------------

@@ -45,6 +45,12 @@ class ModelConfigError(InvalidArgument):
     """A model's configuration or file is wrong; the message names file and field."""
 
 
+class ModelFileError(ModelConfigError):
+    """The model's files, or the runtime given them, refused a model whose config reads
+    well: Triton finds these loading the model ("load failed for model"), not polling the
+    repository ("failed to poll from model repository")."""
+
+
 class PayloadTooLarge(InvalidArgument):
     """The request body is larger than the server accepts."""
 

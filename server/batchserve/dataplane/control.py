@@ -11,6 +11,7 @@ from batchserve.core.errors import (
     BatchserveError,
     ControlDisabled,
     InvalidArgument,
+    ModelFileError,
     NotFound,
     Unauthenticated,
 )
@@ -86,10 +87,11 @@ class Control:
         files_in_base64: bool = False,
     ) -> None:
         """Load with Triton's parameters (``load_override``); errors open with Triton's words:
-        "failed to load '<name>', failed to poll from model repository" when the repository
-        or the request is at fault (Triton's own examples look for "failed to load"), "load
-        failed for model '<name>'" when the model's files or instances are (Triton's
-        lifecycle tests look for that)."""
+        "failed to load '<name>', failed to poll from model repository" when the repository,
+        the request or the config alone is at fault (Triton's own examples look for "failed
+        to load"), "load failed for model '<name>'" when the model's files, their runtime or
+        its instances are (Triton's lifecycle tests look for that): Triton reads the config
+        when it polls the repository and the files when it loads the model."""
         self.check_control(authorization)
         validate_model_name(name)
         try:
@@ -103,7 +105,9 @@ class Control:
         try:
             await self.registry.load(name, override)
         except BatchserveError as exc:
-            polled = not isinstance(exc, (InvalidArgument, NotFound))
+            polled = isinstance(exc, ModelFileError) or not isinstance(
+                exc, (InvalidArgument, NotFound)
+            )
             polled_text = f"load failed for model '{name}'"
             raise _reworded(
                 exc, polled_text if polled else f"failed to load '{name}', {POLL_FAILED}"

@@ -26,7 +26,7 @@ from batchserve.backends.selection import (
     format_from_config,
     format_from_filename,
 )
-from batchserve.core.errors import DeviceUnavailable, ModelConfigError, NotFound
+from batchserve.core.errors import DeviceUnavailable, ModelConfigError, ModelFileError, NotFound
 from batchserve.core.repository_files import UnusableFile, follow_links
 from batchserve.core.signature import ModelSignature
 from batchserve.models.config_validation import (
@@ -112,6 +112,11 @@ class InvalidModel(ModelConfigError):
         super().__init__("\n".join(problems))
         self.name = name
         self.problems = tuple(problems)
+
+
+class InvalidModelFiles(InvalidModel, ModelFileError):
+    """Every problem was found in a model file (unreadable, missing, or not what the config
+    says), none in the config alone."""
 
 
 def resolve_model(
@@ -202,6 +207,7 @@ class _ModelCheck:
         self.dir = root / name
         self.source = f"{name}/{CONFIG_FILENAME}"
         self.problems: list[str] = []
+        self.file_problems = 0  # of those, found in a model file
         self.without_gpu: list[ModelVersion] = []  # plans that could not be read here
 
     def label(self, path: Path) -> str:
@@ -209,7 +215,13 @@ class _ModelCheck:
         return path.relative_to(self.root).as_posix()
 
     def fail(self) -> InvalidModel:
-        return InvalidModel(self.name, self.problems)
+        in_files = len(self.problems) == self.file_problems
+        return (InvalidModelFiles if in_files else InvalidModel)(self.name, self.problems)
+
+    def _in_file(self, problems: list[str]) -> None:
+        """Problems found in a model file rather than in the config alone."""
+        self.problems += problems
+        self.file_problems += len(problems)
 
     def run(self) -> ResolvedModel:
         if not self.dir.is_dir():
@@ -375,8 +387,8 @@ class _ModelCheck:
             self.problems.append(f"{self.label(model_file)}: {escape}")
             return False
         if not model_file.is_file():
-            self.problems.append(
-                f"{self.label(model_file.parent)}: version directory has no {model_file.name}"
+            self._in_file(
+                [f"{self.label(model_file.parent)}: version directory has no {model_file.name}"]
             )
             return False
         return True
@@ -390,9 +402,9 @@ class _ModelCheck:
                 return self._plan_signature(version)
             signature = read_onnx_signature(version.model_file)
         except ModelConfigError as exc:
-            self.problems.append(exc.message)
+            self._in_file([exc.message])
             return None
-        self.problems += external_data_problems(version.model_file, self.label(version.model_file))
+        self._in_file(external_data_problems(version.model_file, self.label(version.model_file)))
         return signature
 
     def _plan_signature(self, version: ModelVersion) -> ModelSignature | None:
@@ -423,9 +435,7 @@ class _ModelCheck:
         for version, signature in signatures:
             if signature is not None:
                 label = self.label(version.model_file)
-                self.problems += model_problems(
-                    done, signature, source=self.source, model_file=label
-                )
+                self._in_file(model_problems(done, signature, source=self.source, model_file=label))
         if self.without_gpu:
             label = self.label(self.without_gpu[-1].model_file)
             if self.auto_complete:  # else its problems are already listed

@@ -17,7 +17,14 @@ from dataclasses import replace
 
 from batchserve.backends.selection import create_backend
 from batchserve.core.device import CPU
-from batchserve.core.errors import BackendError, BatchserveError, ModelConfigError, Unavailable
+from batchserve.core.errors import (
+    BackendError,
+    BatchserveError,
+    InvalidArgument,
+    ModelConfigError,
+    ModelFileError,
+    Unavailable,
+)
 from batchserve.devices.placement import Placement
 from batchserve.models.decoupled import build_responder, builtin_backend, step_model
 from batchserve.models.instance_change import change_instances, reload_reason
@@ -82,10 +89,14 @@ def _remove_files_of(
 
 
 def load_error(model: str, error: Exception) -> BatchserveError:
-    """A load's failure as the index and the client see it: batchserve's own error as it is;
-    anything else a runtime or numpy raises (a MemoryError for inputs a config declares too
-    large) as a BackendError naming it, so that one model's load can neither stop the server
-    nor leave the model LOADING."""
+    """A load's failure as the index and the client see it, once its config was read:
+    batchserve's own error as it is, a refusal of the model's files or of their runtime as a
+    ModelFileError (Triton's "load failed", not a repository poll failure); anything else a
+    runtime or numpy raises (a MemoryError for inputs a config declares too large) as a
+    BackendError naming it, so that one model's load can neither stop the server nor leave
+    the model LOADING."""
+    if isinstance(error, InvalidArgument) and not isinstance(error, ModelFileError):
+        return ModelFileError(error.message)
     if isinstance(error, BatchserveError):
         return error
     text = " ".join(str(error).split())[:300]
