@@ -73,7 +73,10 @@ def test_checked_shape_accepts_non_negative_ints() -> None:
         (["8"], "'8' is not an integer"),
         ([[1]], "an array is not an integer"),
         ([1] * 65, "65 dimensions"),
-        ([16, 2**60 + 2], "too large"),
+        (
+            [16, 2**60 + 2],
+            "causes total element count to exceed maximum size of 9223372036854775807",
+        ),
         ([2**31, 2], "4294967296 elements"),
         ([2**20, 2**20], "1099511627776 elements"),
         ([0, 2**40], "too large"),
@@ -82,6 +85,30 @@ def test_checked_shape_accepts_non_negative_ints() -> None:
 def test_checked_shape_rejects(shape: object, problem: str) -> None:
     with pytest.raises(InvalidArgument, match=rf"'x'.*{problem}"):
         checked_shape(shape, tensor="x")
+
+
+def test_counts_and_sizes_past_int64_get_tritons_texts() -> None:
+    """Triton's HTTP front end words a shape whose element count, or byte size, a signed
+    64-bit integer cannot hold (L0_http's test_buffer_size_overflow); below that, a shape
+    over batchserve's own limit keeps batchserve's words."""
+    fp32 = BY_WIRE["FP32"]
+    with pytest.raises(InvalidArgument) as count:
+        checked_shape([2**4, 2**60 + 2], tensor="INPUT0", datatype=fp32)
+    assert str(count.value).startswith(
+        "invalid shape for input 'INPUT0': shape [16, 1152921504606846978] causes total element "
+        "count to exceed maximum size of 9223372036854775807 (batchserve: "
+    )
+    with pytest.raises(InvalidArgument) as size:
+        checked_shape([2**2, 2**60 + 2], tensor="INPUT0", datatype=fp32)
+    assert str(size.value).startswith(
+        "byte size overflow for input 'INPUT0': element count (4611686018427387912) * data "
+        "type size (4) exceeds maximum allowed size (9223372036854775807) (batchserve: "
+    )
+    for datatype in (BY_WIRE["INT8"], BY_WIRE["BYTES"], None):  # fits in bytes, or no size
+        with pytest.raises(InvalidArgument, match=r"shape dimension \d+ is too large"):
+            checked_shape([2**2, 2**60 + 2], tensor="INPUT0", datatype=datatype)
+    with pytest.raises(InvalidArgument, match="4611686018427387904 is too large"):
+        checked_shape([2**62, 2**62, -5], tensor="INPUT0", datatype=fp32)  # not a count
 
 
 def test_element_count_overflowing_int64_is_rejected_not_wrapped() -> None:

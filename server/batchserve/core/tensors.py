@@ -26,6 +26,8 @@ MAX_TENSORS: Final = 1024  # inputs, or requested outputs, per request
 MAX_RANK: Final = 64  # numpy's own limit on dimensions
 MAX_ELEMENTS: Final = 2**31  # per tensor, and per dimension
 MAX_BYTES: Final = 2**31  # per tensor
+INT64_MAX: Final = 2**63 - 1
+"""The largest element count or byte size Triton computes; past it, its overflow texts."""
 COPY_BELOW: Final = 1 << 16  # array_to_bytes copies smaller arrays rather than view them
 
 _PREFIX: Final = struct.Struct("<I")
@@ -55,8 +57,12 @@ def format_shape(shape: Iterable[object]) -> str:
     return "[" + ", ".join(map(str, shape)) + "]"
 
 
-def checked_shape(shape: object, *, tensor: str) -> tuple[int, ...]:
-    """The shape as a tuple of ints, rejected before any allocation when absurd."""
+def checked_shape(
+    shape: object, *, tensor: str, datatype: DataType | None = None
+) -> tuple[int, ...]:
+    """The shape as a tuple of ints, rejected before any allocation when absurd; one past
+    what a 64-bit count or byte size holds in Triton's words (``datatype``: the tensor's,
+    where known, for the byte size)."""
     if type(shape) is not list and type(shape) is not tuple:
         raise InvalidArgument(
             f"tensor '{tensor}': shape must be a list of integers, got {describe(shape)}"
@@ -67,9 +73,11 @@ def checked_shape(shape: object, *, tensor: str) -> tuple[int, ...]:
         )
     for dim in shape:
         if type(dim) is not int or not 0 <= dim <= MAX_ELEMENTS:
+            _reject_overflow(shape, tensor, datatype)
             _reject_dim(dim, shape, tensor)
     count = math.prod(shape)
     if count > MAX_ELEMENTS:
+        _reject_overflow(shape, tensor, datatype)
         raise InvalidArgument(
             f"tensor '{tensor}': shape {format_shape(shape)} has {count} elements "
             f"(at most {MAX_ELEMENTS})"
@@ -81,6 +89,26 @@ def checked_shape(shape: object, *, tensor: str) -> tuple[int, ...]:
             f"dimensions multiply past {MAX_ELEMENTS}"
         )
     return tuple(shape)
+
+
+def _reject_overflow(shape: Sequence[object], tensor: str, datatype: DataType | None) -> None:
+    """Triton's texts (its HTTP front end's) for a shape of non-negative integers whose
+    element count, or byte size, a signed 64-bit integer cannot hold; nothing otherwise."""
+    if not all(type(dim) is int and dim >= 0 for dim in shape):
+        return
+    count = math.prod(shape)  # type: ignore[arg-type]  # ints, just checked
+    ours = f"(batchserve: at most {MAX_ELEMENTS} elements)"
+    if count > INT64_MAX:
+        raise InvalidArgument(
+            f"invalid shape for input '{tensor}': shape {format_shape(shape)} causes total "
+            f"element count to exceed maximum size of {INT64_MAX} {ours}"
+        )
+    itemsize = datatype.itemsize if datatype is not None else 0
+    if count * itemsize > INT64_MAX:
+        raise InvalidArgument(
+            f"byte size overflow for input '{tensor}': element count ({count}) * data type "
+            f"size ({itemsize}) exceeds maximum allowed size ({INT64_MAX}) {ours}"
+        )
 
 
 def _reject_dim(dim: object, shape: Sequence[object], tensor: str) -> NoReturn:

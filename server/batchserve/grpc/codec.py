@@ -186,7 +186,7 @@ def _decode_input(
     if not name:
         raise InvalidArgument(f"inputs[{index}]: 'name' must be a non-empty string")
     datatype = from_wire(tensor.datatype, tensor=name)
-    shape = checked_shape(tensor.shape[:], tensor=name)  # [:] is a list, 2x faster than list()
+    shape = checked_shape(tensor.shape[:], tensor=name, datatype=datatype)  # [:]: 2x list()
     parameters = parameter_values(tensor.parameters)
     shared = None
     if parameters:

@@ -222,7 +222,7 @@ def _decode_input(
     datatype = from_wire(wire, tensor=name)
     if "shape" not in obj:
         raise InvalidArgument(f"tensor '{name}': 'shape' is missing")
-    shape = checked_shape(obj["shape"], tensor=name)
+    shape = checked_shape(obj["shape"], tensor=name, datatype=datatype)
     parameters = _parameters(obj, "tensor", name)
     data = _input_data(obj, parameters, (name, datatype, shape), reader)
     if isinstance(data, np.ndarray):

@@ -172,7 +172,15 @@ MALFORMED = [
         raw_request(fp32_input(shape=(2, -5)), raw=[F8]),
         r"^All input dimensions should be specified for input 'x', got \[2, -5\]",
     ),
-    case(raw_request(fp32_input(shape=(2**32, 2**32)), raw=[b""]), "tensor 'x': shape dimension"),
+    case(
+        raw_request(fp32_input(shape=(2**32, 2**32)), raw=[b""]),
+        "invalid shape for input 'x': shape .* causes total element count to exceed maximum",
+    ),
+    case(
+        raw_request(fp32_input(shape=(4, 2**60 + 2)), raw=[b""]),
+        r"byte size overflow for input 'x': element count \(4611686018427387912\) \* data type",
+    ),
+    case(raw_request(fp32_input(shape=(1, 2**40)), raw=[b""]), "tensor 'x': shape dimension"),
     case(raw_request(fp32_input(shape=(2**30, 2**30)), raw=[b""]), "tensor 'x': shape .* elements"),
     case(raw_request(fp32_input(shape=(2**29, 2)), raw=[b""]), "tensor 'x': .* bytes \\(at most"),
     # row 11: typed element count

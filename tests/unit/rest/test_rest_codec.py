@@ -215,6 +215,12 @@ def doc_case(doc: Any, problem: str, *binary: bytes) -> Any:
 
 
 F8 = b"\0" * 8
+OVERFLOW = (
+    "input 'x': shape .* causes total element count to exceed maximum size of 9223372036854775807"
+)
+"""Triton's words for a shape whose element count a signed 64-bit integer cannot hold."""
+
+
 MALFORMED = [
     # row 3, 25: malformed JSON, non-UTF-8, invalid escapes
     doc_case(b'{"inputs":[', "malformed JSON: "),
@@ -267,9 +273,11 @@ MALFORMED = [
     ),
     doc_case({"inputs": [fp32_input(shape=[2.5])]}, "tensor 'x': shape dimension 2.5 is not an"),
     doc_case({"inputs": [fp32_input(shape=[True])]}, "tensor 'x': shape dimension true is not an"),
-    doc_case({"inputs": [fp32_input(shape=[16, 2**60 + 2])]}, "tensor 'x': shape dimension .* too"),
+    doc_case({"inputs": [fp32_input(shape=[16, 2**60 + 2])]}, f"invalid shape for {OVERFLOW}"),
+    doc_case({"inputs": [fp32_input(shape=[4, 2**60 + 2])]}, "byte size overflow for input 'x'"),
+    doc_case({"inputs": [fp32_input(shape=[1, 2**40])]}, "tensor 'x': shape dimension .* too"),
     doc_case({"inputs": [fp32_input(shape=[2**30, 2**30])]}, "tensor 'x': shape .* elements"),
-    doc_case({"inputs": [binary_input("x", 0, [2**32, 2**32])]}, "tensor 'x': shape dimension"),
+    doc_case({"inputs": [binary_input("x", 0, [2**32, 2**32])]}, f"invalid shape for {OVERFLOW}"),
     # row 11: data count
     doc_case({"inputs": [fp32_input(shape=[1, 3])]}, "tensor 'x': data has 2 elements"),
     # row 12: nesting

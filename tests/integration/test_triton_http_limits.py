@@ -1,8 +1,10 @@
-"""Triton's input size limit as its own QA suite exercises it (``L0_http``'s
-``http_input_size_limit_test.py``): the server started with ``--http-max-input-size``, bodies
-just over and just under it sent with requests and tritonclient, and the texts Triton's tests
-look for. The status is 413 where Triton answers 400: the body is too large, and HTTP has a
-status that says so."""
+"""Triton's HTTP limits as its own QA suite exercises them (``L0_http``): the input size
+limit (``http_input_size_limit_test.py``), with the server started with
+``--http-max-input-size`` and bodies just over and just under it sent with requests and
+tritonclient, and shapes whose element count or byte size overflow 64 bits
+(``http_test.py``'s buffer size test); the texts are those Triton's tests look for. A body
+over the limit is 413 where Triton answers 400: it is too large, and HTTP has a status that
+says so."""
 
 from __future__ import annotations
 
@@ -176,3 +178,23 @@ def test_tritonclient_reads_the_limit_for_binary_and_json_inputs(server: ServerP
     result = client.infer(MODEL, [tensor])
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), under)
     client.close()
+
+
+@pytest.mark.parametrize(
+    ("shape", "opening"),
+    [
+        ([2**4, 2**60 + 2], "invalid shape for input 'INPUT0': shape [16, 1152921504606846978] "
+         "causes total element count to exceed maximum size of 9223372036854775807"),
+        ([2**2, 2**60 + 2], "byte size overflow for input 'INPUT0': element count "
+         "(4611686018427387912) * data type size (4) exceeds maximum allowed size "
+         "(9223372036854775807)"),
+    ],
+    ids=["element-count", "byte-size"],
+)  # fmt: skip
+def test_a_shape_overflowing_64_bits_gets_tritons_text(
+    server: ServerProcess, shape: list[int], opening: str
+) -> None:
+    payload = {"inputs": [{"name": "INPUT0", "shape": shape, "datatype": "FP32", "data": [1.0]}]}
+    refused = requests.post(_url(server), json=payload, timeout=30)
+    assert refused.status_code == 400
+    assert refused.json()["error"].startswith(opening)
