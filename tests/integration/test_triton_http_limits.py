@@ -198,3 +198,15 @@ def test_a_shape_overflowing_64_bits_gets_tritons_text(
     refused = requests.post(_url(server), json=payload, timeout=30)
     assert refused.status_code == 400
     assert refused.json()["error"].startswith(opening)
+
+
+def test_a_negative_dimension_gets_tritons_http_text(server: ServerProcess) -> None:
+    """Triton's HTTP front end reads a shape as unsigned integers (``http_test.py``'s
+    negative-dimension test, which also sees Triton answer 500: here it is the client's
+    mistake, 400)."""
+    payload = {"inputs": [{"name": "INPUT0", "shape": [2, -5], "datatype": "FP32", "data": [1.0]}]}
+    refused = requests.post(_url(server), json=payload, timeout=30)
+    assert refused.status_code == 400
+    assert refused.json()["error"].startswith(
+        "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"
+    )

@@ -222,12 +222,32 @@ def _decode_input(
     datatype = from_wire(wire, tensor=name)
     if "shape" not in obj:
         raise InvalidArgument(f"tensor '{name}': 'shape' is missing")
-    shape = checked_shape(obj["shape"], tensor=name, datatype=datatype)
+    shape = _json_shape(obj["shape"], name, datatype)
     parameters = _parameters(obj, "tensor", name)
     data = _input_data(obj, parameters, (name, datatype, shape), reader)
     if isinstance(data, np.ndarray):
         return Tensor(name, datatype, shape, data, parameters)
     return pending.tensor(name, datatype, shape, parameters, data)
+
+
+def _json_shape(shape: object, name: str, datatype: DataType) -> tuple[int, ...]:
+    """The input's shape; one that is not an array of unsigned integers is refused in the
+    words of Triton's HTTP front end, which reads it as one."""
+    try:
+        return checked_shape(shape, tensor=name, datatype=datatype)
+    except InvalidArgument:
+        if type(shape) is not list:
+            reading, ours = "non-array as array", f"shape is {describe(shape)}, not an array"
+        else:
+            odd = [d for d in shape if type(d) is not int or d < 0]
+            if not odd:
+                raise  # unsigned integers, refused for their values
+            reading = "non-unsigned-integer as unsigned-integer"
+            ours = f"shape dimension {describe(odd[0])} is not an unsigned integer"
+    raise InvalidArgument(
+        f"Unable to parse 'shape': attempt to access JSON {reading} (batchserve: tensor "
+        f"'{name}': {ours})"
+    )
 
 
 def _input_data(
