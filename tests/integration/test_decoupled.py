@@ -480,7 +480,10 @@ def test_http_generate_stream_sends_each_character_as_an_event_and_generate_the_
         ({"text_input": ""}, 400, "input 'text_input': the prompt is empty"),
         ({"text_input": "x", "max_tokens": 0}, 400, "input 'max_tokens': 0 is outside 1..1024"),
         ({"text_input": "x", "temperature": -1}, 400, "input 'temperature'"),
-        ({"text_input": 3}, 400, "input 'text_input': expected JSON strings for BYTES"),
+        ({"text_input": 3}, 400, "attempt to access JSON non-string as string (batchserve: "
+         "tensor 'text_input': BYTES data must be strings, got 3)"),
+        ({"text_input": "x", "stream": "false"}, 400,
+         "attempt to access JSON non-boolean as boolean"),
         ({"max_tokens": 3}, 400, "missing required input(s) ['text_input']"),
         ({"text_input": "x", "random_seed": -1}, 400, "outside the range of UINT64"),
         # once silently ignored, where infer refuses them

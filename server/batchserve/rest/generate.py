@@ -32,6 +32,7 @@ from batchserve.core.types import InferRequest, InferResponse, Tensor, request_o
 from batchserve.dataplane.plane import DataPlane
 from batchserve.rest.bodies import json_object, read_limited
 from batchserve.rest.disconnect import until_disconnect
+from batchserve.rest.json_tensors import check_json_values
 
 EVENT_STREAM = "text/event-stream; charset=utf-8"
 ONE_RESPONSE = (
@@ -137,21 +138,15 @@ def generate_request(
 
 
 def _tensor(name: str, wire: str, dims: tuple[int, ...], value: object) -> Tensor:
-    values = value if isinstance(value, list) else [value]
+    values: list[Any] = value if isinstance(value, list) else [value]
     datatype = BY_WIRE[wire]
+    check_json_values(values, datatype, name)  # Triton's words for a value of the wrong type
     try:
         if wire == "BYTES":
-            strings = [v for v in values if isinstance(v, str)]
-            if len(strings) != len(values):
-                raise InvalidArgument(f"input '{name}': expected JSON strings for BYTES")
-            data = np.array([v.encode() for v in strings], dtype=np.object_)
+            data = np.array([v.encode() for v in values], dtype=np.object_)
         elif wire == "BOOL":
-            if not all(isinstance(v, bool) for v in values):
-                raise InvalidArgument(f"input '{name}': expected JSON booleans for BOOL")
             data = np.array(values, dtype=np.bool_)
         else:
-            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-                raise InvalidArgument(f"input '{name}': expected JSON numbers for {wire}")
             data = _numbers(name, wire, np.array(values), datatype.numpy)
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgument(f"input '{name}': {exc}") from None
@@ -162,8 +157,6 @@ def _tensor(name: str, wire: str, dims: tuple[int, ...], value: object) -> Tenso
 def _numbers(name: str, wire: str, array: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     """JSON numbers as ``dtype``: integers in its range for an integer type."""
     if dtype.kind in "iu":
-        if array.size and array.dtype.kind not in "iu":
-            raise InvalidArgument(f"input '{name}': expected JSON integers for {wire}")
         info = np.iinfo(dtype)
         if array.size and (int(array.min()) < info.min or int(array.max()) > info.max):
             raise InvalidArgument(f"input '{name}': a value is outside the range of {wire}")

@@ -37,15 +37,17 @@ from batchserve.core.tensors import (
 MAX_JSON_DEPTH: Final = 100  # Triton's limit
 JSON_OPTIONS: Final = orjson.OPT_SERIALIZE_NUMPY  # what array_to_json's arrays need
 
-_INTEGERS: Final = (frozenset({int}), "integers")
-_NUMBERS: Final = (frozenset({int, float}), "numbers")
-# The exact JSON value types each datatype accepts (bool is not an int here).
-_JSON_KINDS: Final[dict[str, tuple[frozenset[type], str]]] = {
-    **dict.fromkeys(("INT8", "INT16", "INT32", "INT64"), _INTEGERS),
-    **dict.fromkeys(("UINT8", "UINT16", "UINT32", "UINT64"), _INTEGERS),
+_SIGNED: Final = (frozenset({int}), "integers", "non-signed-integer as signed-integer")
+_UNSIGNED: Final = (frozenset({int}), "integers", "non-unsigned-integer as unsigned-integer")
+_NUMBERS: Final = (frozenset({int, float}), "numbers", "non-number as double")
+# The exact JSON value types each datatype accepts (bool is not an int here), in our words
+# and as Triton's JSON reader (TritonJson) reads them.
+_JSON_KINDS: Final[dict[str, tuple[frozenset[type], str, str]]] = {
+    **dict.fromkeys(("INT8", "INT16", "INT32", "INT64"), _SIGNED),
+    **dict.fromkeys(("UINT8", "UINT16", "UINT32", "UINT64"), _UNSIGNED),
     **dict.fromkeys(("FP16", "FP32", "FP64"), _NUMBERS),
-    "BOOL": (frozenset({bool}), "true or false"),
-    "BYTES": (frozenset({str}), "strings"),
+    "BOOL": (frozenset({bool}), "true or false", "non-boolean as boolean"),
+    "BYTES": (frozenset({str}), "strings", "non-string as string"),
 }
 # Triton's two texts for a data count that does not match the shape (http_server.cc)
 _TOO_MANY: Final = "Unable to parse 'data': Shape does not match true shape of 'data' field"
@@ -60,11 +62,7 @@ def array_from_json(
     data: object, datatype: DataType, shape: tuple[int, ...], *, tensor: str
 ) -> Array:
     """The JSON ``data`` field (flat or nested row-major) as an array of ``shape``."""
-    if datatype.wire == "BF16":
-        raise InvalidArgument(
-            f"tensor '{tensor}': BF16 cannot be sent as JSON numbers; send it as binary data "
-            "(the binary_data_size parameter)"
-        )
+    _check_not_bf16(datatype, tensor)
     flat, kinds = _flatten(data, tensor)
     count = math.prod(shape)
     if len(flat) != count:
@@ -121,14 +119,34 @@ def _check_depth(depth: int, tensor: str) -> None:
         )
 
 
-def _check_json_types(flat: list[Any], kinds: set[type], datatype: DataType, tensor: str) -> None:
-    allowed, expected = _JSON_KINDS[datatype.wire]
-    wrong = kinds - allowed
-    if wrong:
-        bad = next(item for item in flat if type(item) in wrong)
+def _check_not_bf16(datatype: DataType, tensor: str) -> None:
+    if datatype.wire == "BF16":
         raise InvalidArgument(
-            f"tensor '{tensor}': {datatype.wire} data must be {expected}, got {describe(bad)}"
+            f"tensor '{tensor}': BF16 cannot be sent as JSON numbers; send it as binary data "
+            "(the binary_data_size parameter)"
         )
+
+
+def check_json_values(values: list[Any], datatype: DataType, tensor: str) -> None:
+    """Every one of ``values`` (a flat list) is a JSON value ``datatype`` takes."""
+    _check_not_bf16(datatype, tensor)
+    _check_json_types(values, set(map(type, values)), datatype, tensor)
+
+
+def _check_json_types(flat: list[Any], kinds: set[type], datatype: DataType, tensor: str) -> None:
+    wrong = kinds - _JSON_KINDS[datatype.wire][0]
+    if wrong:
+        raise json_type_error(next(item for item in flat if type(item) in wrong), datatype, tensor)
+
+
+def json_type_error(value: object, datatype: DataType, tensor: str) -> InvalidArgument:
+    """A JSON value of the wrong type for ``datatype``: Triton's words (its HTTP front end
+    reading the value as that type), then ours."""
+    _, expected, reading = _JSON_KINDS[datatype.wire]
+    return InvalidArgument(
+        f"Unable to parse 'data': attempt to access JSON {reading} (batchserve: tensor "
+        f"'{tensor}': {datatype.wire} data must be {expected}, got {describe(value)})"
+    )
 
 
 def array_to_json(array: Array, datatype: DataType, *, tensor: str = "output") -> list[Any] | Array:

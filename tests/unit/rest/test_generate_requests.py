@@ -48,9 +48,15 @@ def test_keys_naming_inputs_become_tensors_and_the_rest_parameters() -> None:
     [
         ({"grid": [1, 2, 3]}, "can not convert input 'grid'"),
         ({"max_tokens": [1, 2]}, "can not convert input 'max_tokens'"),
-        ({"max_tokens": 1.5}, "expected JSON integers for INT32"),
+        (
+            {"max_tokens": 1.5},
+            r"^Unable to parse 'data': attempt to access JSON non-signed-integer "
+            r"as signed-integer \(batchserve: tensor 'max_tokens': INT32 data must be integers, "
+            r"got 1.5\)$",
+        ),
         ({"max_tokens": 2**40}, "outside the range of INT32"),
-        ({"text_input": 7}, "expected JSON strings for BYTES"),
+        ({"text_input": 7}, "attempt to access JSON non-string as string"),
+        ({"text_input": {"USER": "hi"}}, "attempt to access JSON non-string as string"),
         ({"note": {"a": 1}}, "parameter 'note' has invalid type"),
         ({"parameters": 3}, "Expected JSON object for keyword: 'parameters'"),
     ],

@@ -73,6 +73,26 @@ def test_json_nesting_is_capped_without_recursion() -> None:
 
 
 @pytest.mark.parametrize(
+    ("data", "wire", "reading"),
+    [
+        (["1.5"], "FP32", "non-number as double"),
+        ([1.5], "INT64", "non-signed-integer as signed-integer"),
+        ([True], "UINT8", "non-unsigned-integer as unsigned-integer"),
+        ([1], "BOOL", "non-boolean as boolean"),
+        ([None], "BYTES", "non-string as string"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused_as_tritons_json_reader_words_it(
+    data: object, wire: str, reading: str
+) -> None:
+    with pytest.raises(InvalidArgument) as refusal:
+        array_from_json(data, BY_WIRE[wire], (1,), tensor="x")
+    assert str(refusal.value).startswith(
+        f"Unable to parse 'data': attempt to access JSON {reading} (batchserve: tensor 'x': "
+    )
+
+
+@pytest.mark.parametrize(
     ("data", "wire", "shape", "problem"),
     [
         ("1.5", "FP32", (1,), "data must be an array, got '1.5'"),
