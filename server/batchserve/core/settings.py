@@ -5,15 +5,17 @@ Per-model settings live in each model's config.pbtxt, never here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from batchserve.core.budgets import BudgetSpec, parse_budgets
 from batchserve.core.device import DeviceKind
+from batchserve.core.restrictions import GRPC_HEADER_PREFIX, Restriction, parse_restrictions
 from batchserve.core.tls import TlsFiles
 from batchserve.core.trace_config import parse_trace_config
 
@@ -29,6 +31,13 @@ ALL_MODELS = "*"
 TRUE_WORDS = ("true", "on", "1")
 FALSE_WORDS = ("false", "off", "0")
 """How a boolean flag may be written, in any case: the words Triton's parser accepts."""
+
+
+_RESTRICTION_OPTIONS = {
+    "http_restricted_api": ("--http-restricted-api", "api"),
+    "grpc_restricted_protocol": ("--grpc-restricted-protocol", "protocol"),
+}
+"""Each restriction field's flag, and what Triton calls its groups' members."""
 
 
 def plain_config_name(name: str) -> str:
@@ -162,6 +171,10 @@ class Settings(BaseSettings):
     """Cores the server may use; None: the process's CPU affinity bounded by its cgroup
     quota (``core/cpu_budget.py``)."""
     trace_config: tuple[str, ...] = ()
+    http_restricted_api: tuple[str, ...] = ()
+    grpc_restricted_protocol: tuple[str, ...] = ()
+    """Triton's ``--http-restricted-api`` and ``--grpc-restricted-protocol`` groups
+    (``core/restrictions.py``): endpoints answered only with a header's value."""
     """Triton's ``--trace-config`` entries (``core/trace_config.py``): the trace settings
     at start and where OpenTelemetry spans go."""
 
@@ -219,6 +232,29 @@ class Settings(BaseSettings):
         """Refused here, naming the entry, rather than when the first request is traced."""
         parse_trace_config(value)
         return value
+
+    @field_validator("http_restricted_api", "grpc_restricted_protocol")
+    @classmethod
+    def _restrictions_parse(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        """Refused here, in Triton's words, so a server never starts open by mistake."""
+        option, kind = _RESTRICTION_OPTIONS[str(info.field_name)]
+        parse_restrictions(value, option=option, kind=kind)
+        return value
+
+    def http_restrictions(self) -> Mapping[str, Restriction]:
+        """The restricted HTTP APIs, by category."""
+        return parse_restrictions(
+            self.http_restricted_api, option="--http-restricted-api", kind="api"
+        )
+
+    def grpc_restrictions(self) -> Mapping[str, Restriction]:
+        """The restricted gRPC protocols, by category; headers as gRPC metadata keys."""
+        return parse_restrictions(
+            self.grpc_restricted_protocol,
+            option="--grpc-restricted-protocol",
+            kind="protocol",
+            header_prefix=GRPC_HEADER_PREFIX,
+        )
 
     @field_validator("grpc_keepalive_permit_without_calls", mode="before")
     @classmethod

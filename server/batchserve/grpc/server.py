@@ -29,6 +29,7 @@ from batchserve.grpc.forward import (
 )
 from batchserve.grpc.head import METHODS
 from batchserve.grpc.options import server_options
+from batchserve.grpc.restricted import RestrictionInterceptor
 from batchserve.grpc.servicer import ErrorInterceptor, InferenceServicer
 from batchserve.proto import grpc_service_pb2 as pb
 from batchserve.proto import grpc_service_pb2_grpc as pb_grpc
@@ -59,9 +60,16 @@ class _Listener:
     """A grpc.aio server under the call limit, its handshake watch, its graceful stop, and
     more than one call accepted at a time (``accepts.py``)."""
 
-    def __init__(self, settings: Settings, servicer: InferenceServicer, reuse_port: bool) -> None:
+    def __init__(
+        self, settings: Settings, servicer: InferenceServicer, reuse_port: bool, public: bool
+    ) -> None:
+        """``public``: the listener clients reach, where ``--grpc-restricted-protocol``
+        applies (not the model-owning process's socket for its workers)."""
         self.calls = CallLimit(settings.grpc_max_concurrent_calls)
-        interceptors = [ErrorInterceptor(self.calls)]
+        interceptors: list[grpc.aio.ServerInterceptor[Any, Any]] = [ErrorInterceptor(self.calls)]
+        restrictions = settings.grpc_restrictions() if public else {}
+        if restrictions:  # first: a refused call is never read
+            interceptors.insert(0, RestrictionInterceptor(restrictions))
         self.server = grpc.aio.server(
             interceptors=interceptors, options=server_options(settings, reuse_port)
         )
@@ -114,7 +122,9 @@ class GrpcServer(_Listener):
         """Serves ``settings``' port, or with ``internal_path`` a Unix socket that only the
         server's workers reach (plain text; the client's address is the one they name)."""
         servicer = InferenceServicer if internal_path is None else InternalServicer
-        super().__init__(settings, servicer(dataplane), reuse_port=False)
+        super().__init__(
+            settings, servicer(dataplane), reuse_port=False, public=internal_path is None
+        )
         # the generated code calls only the two add_* methods of its server
         registrations = cast(grpc.aio.Server, self.registrations)
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, registrations)
@@ -143,7 +153,9 @@ class WorkerGrpcServer(_Listener):
 
     def __init__(self, plane: KnownModels, settings: Settings, port: int, path: str) -> None:
         self.forwarder = Forwarder(path)
-        super().__init__(settings, WorkerServicer(plane, self.forwarder), reuse_port=True)
+        super().__init__(
+            settings, WorkerServicer(plane, self.forwarder), reuse_port=True, public=True
+        )
         assert isinstance(self.servicer, WorkerServicer)
         handlers = WorkerHandlers(self.servicer, self.forwarder)
         # registered, so that inference calls can have more than one accept outstanding

@@ -32,6 +32,7 @@ from batchserve.rest.errors import (
 from batchserve.rest.generate import add_generate_routes
 from batchserve.rest.infer import ASGIApp, InferEndpoint, Receive, Scope, Send, in_front_of
 from batchserve.rest.openapi import INFER_OPENAPI
+from batchserve.rest.restricted import restricted
 from batchserve.rest.shared_memory import add_shared_memory_routes
 
 
@@ -202,4 +203,5 @@ def build_fastapi(dataplane: DataPlane, endpoint: InferEndpoint) -> FastAPI:
 def build_http_app(dataplane: DataPlane, settings: Settings) -> ASGIApp:
     """The ASGI application uvicorn serves."""
     endpoint = InferEndpoint(dataplane, settings)
-    return in_front_of(endpoint, build_fastapi(dataplane, endpoint))
+    app = in_front_of(endpoint, build_fastapi(dataplane, endpoint))
+    return restricted(app, settings.http_restrictions())

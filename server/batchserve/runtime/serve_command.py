@@ -299,6 +299,19 @@ def register(subparsers: Any) -> None:
         help="Triton's trace settings (repeatable): level=TIMESTAMPS, rate=N, count=N, "
         "opentelemetry,url=HOST:PORT/v1/traces, opentelemetry,resource=KEY=VALUE",
     )  # fmt: skip
+    parser.add_argument(
+        "--http-restricted-api", dest="http_restricted_api", action="append", default=None,
+        metavar="APIS:HEADER=VALUE",
+        help="Triton's: HTTP APIs (health, metadata, inference, shared-memory, model-config, "
+        "model-repository, statistics, trace, logging; comma-separated) answered only to "
+        "requests whose HEADER is VALUE, else 403 (repeatable, an API in one group only)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--grpc-restricted-protocol", dest="grpc_restricted_protocol", action="append",
+        default=None, metavar="PROTOCOLS:KEY=VALUE",
+        help="Triton's: the same for gRPC, whose calls must carry the metadata "
+        "triton-grpc-protocol-KEY: VALUE, else PERMISSION_DENIED (repeatable)",
+    )  # fmt: skip
     parser.set_defaults(handler=run)
 
 
@@ -317,8 +330,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     given.update({field: getattr(args, field) for _, field, _ in SWITCHES})
     if args.load_model is not None:
         given["load_model"] = tuple(args.load_model)
-    if args.trace_config is not None:
-        given["trace_config"] = tuple(args.trace_config)
+    for repeated in ("trace_config", "http_restricted_api", "grpc_restricted_protocol"):
+        if getattr(args, repeated) is not None:
+            given[repeated] = tuple(getattr(args, repeated))
     return Settings(**{k: v for k, v in given.items() if v is not None})
 
 

@@ -32,6 +32,7 @@ from batchserve.observability.logs import configure_logging
 from batchserve.observability.refusals import REFUSALS, Protocol
 from batchserve.rest.forward import HttpForwarder, WorkerInferEndpoint
 from batchserve.rest.infer import in_front_of
+from batchserve.rest.restricted import restricted
 from batchserve.runtime import cpu_scheduling, gc_tuning
 from batchserve.runtime.event_loop import BoundedHandshakeLoop
 from batchserve.runtime.fork_server import WORKER_NAME, WORKER_TITLE, die_with_parent, name_process
@@ -72,6 +73,7 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
     await loop.connect_accepted_socket(lambda: plane.protocol, sock)
     forwarder = HttpForwarder(start.http_path)
     app = in_front_of(WorkerInferEndpoint(plane, settings, forwarder), forwarder)
+    app = restricted(app, settings.http_restrictions())  # inference is answered here
     http = http_listener(app, settings, start.http_port, Protocol.HTTP, settings.tls)
     listening = reuse_port_socket("HTTP", settings.http_host(), start.http_port, listening=True)
     http_task = asyncio.create_task(http.serve(sockets=[listening]))
