@@ -62,6 +62,23 @@ def test_the_server_model_analyzer_launches_serves_each_config_it_loads() -> Non
         assert server.stop() == 0
 
 
+def test_kserves_triton_runtime_command_line_serves() -> None:
+    """KServe's Triton runtime's args (``kserve-tritonserver``: the program name, Triton's
+    older repository flag, both protocols allowed) after the server's own command, as a
+    container runtime appends them to the image's entrypoint; its fixed ports are the
+    suite's free ones here."""
+    server = start_server(
+        extra_args=("tritonserver", f"--model-store={MODEL_REPO}", "--allow-grpc=true",
+                    "--allow-http=true"),
+    )  # fmt: skip
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        assert _infer(client, 2).shape == (2, 10)
+        assert grpcclient.InferenceServerClient(server.grpc_url).is_server_ready()
+    finally:
+        assert server.stop() == 0
+
+
 @pytest.fixture
 def incomplete_repo(tmp_path: Path) -> Path:
     """digits_cnn whose config.pbtxt leaves its tensors to the model file."""

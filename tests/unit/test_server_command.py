@@ -119,6 +119,21 @@ def test_an_http_max_input_size_that_is_no_size_is_refused_once_by_name(
     assert [error["loc"] for error in refusal.value.errors()] == [("http_max_input_size",)]
 
 
+@pytest.mark.parametrize("flag", ["--allow-http", "--allow-grpc"])
+def test_tritons_protocol_switches_are_taken_true_and_refused_false(flag: str) -> None:
+    """Command lines written for Triton pass them (KServe's runtime: both true); batchserve
+    always serves both protocols, so false is refused by name rather than ignored."""
+    assert _settings(f"{flag}=true").allow_http
+    with pytest.raises(ValidationError, match=f"{flag} false is not supported"):
+        _settings(f"{flag}=false")
+
+
+def test_tritons_program_name_is_taken_and_nothing_else() -> None:
+    assert _settings("tritonserver", "--model-store=/m").model_repository == Path("/m")
+    with pytest.raises(SystemExit):
+        _settings("batchserve")
+
+
 def test_every_flag_is_in_the_readme() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     flags = [flag for flag, *_ in FLAGS] + [flag for flag, *_ in SWITCHES]

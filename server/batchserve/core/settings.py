@@ -106,6 +106,11 @@ class Settings(BaseSettings):
     series, batchserve's or Triton's); GPUs still run models."""
     allow_cpu_metrics: bool = True
     """Triton's ``--allow-cpu-metrics``: false leaves out the host's CPU and memory series."""
+    allow_http: bool = True
+    allow_grpc: bool = True
+    """Triton's ``--allow-http`` and ``--allow-grpc``, which command lines written for Triton
+    pass (KServe's Triton runtime: both true). batchserve always serves both: false is
+    refused rather than ignored."""
     model_control_mode: ModelControlMode = ModelControlMode.NONE
     load_model: tuple[str, ...] = ()
     control_token: str | None = None
@@ -231,6 +236,17 @@ class Settings(BaseSettings):
     def _trace_config_parses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         """Refused here, naming the entry, rather than when the first request is traced."""
         parse_trace_config(value)
+        return value
+
+    @field_validator("allow_http", "allow_grpc")
+    @classmethod
+    def _both_protocols_served(cls, value: bool, info: ValidationInfo) -> bool:
+        if not value:
+            flag = "--" + str(info.field_name).replace("_", "-")
+            raise ValueError(
+                f"{flag} false is not supported: batchserve always serves HTTP and gRPC "
+                "(Triton's flag is accepted at its default, true)"
+            )
         return value
 
     @field_validator("http_restricted_api", "grpc_restricted_protocol")

@@ -11,6 +11,9 @@ from pydantic import ValidationError
 
 from batchserve.core.settings import FALSE_WORDS, TRUE_WORDS, Settings
 
+TRITON_PROGRAM = "tritonserver"
+"""Triton's program name, which command lines written for its image begin with."""
+
 # (flag, settings field, type, help); the environment variable is BATCHSERVE_<FIELD>.
 FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--model-repository", "model_repository", Path, "model repository directory"),
@@ -260,7 +263,11 @@ LOG_SWITCHES = tuple(
     (f"--log-{level}", f"log_{level}", f"{level} messages on or off (unset: --log-level decides)")
     for level in ("info", "warning", "error")
 )
-SWITCHES = METRICS_SWITCHES + LOG_SWITCHES
+PROTOCOL_SWITCHES = (
+    ("--allow-http", "allow_http", "true only: batchserve always serves HTTP (default true)"),
+    ("--allow-grpc", "allow_grpc", "true only: batchserve always serves gRPC (default true)"),
+)
+SWITCHES = METRICS_SWITCHES + LOG_SWITCHES + PROTOCOL_SWITCHES
 """Triton's on/off flags, BOOL each."""
 
 
@@ -270,6 +277,12 @@ def register(subparsers: Any) -> None:
         help="serve a model repository over HTTP and gRPC",
         description="Serve a model repository (KServe v2 / Triton protocol).",
     )
+    parser.add_argument(
+        "program", nargs="?", choices=[TRITON_PROGRAM], default=None,
+        help=f"'{TRITON_PROGRAM}', ignored: a command line written for Triton's image (KServe's "
+        "Triton runtime passes 'tritonserver --model-store=... --allow-grpc=true ...') runs "
+        "as it is",
+    )  # fmt: skip
     for flag, field, kind, text in FLAGS:
         parser.add_argument(flag, dest=field, type=kind, default=None, help=text)
     parser.add_argument(

@@ -78,6 +78,26 @@ def test_server_reads_kserves_model_directory_on_kserves_ports(settings: Setting
     assert (settings.http_port, settings.grpc_port) == (KSERVE_HTTP_PORT, KSERVE_GRPC_PORT)
 
 
+KSERVE_TRITON_ARGS = (
+    "tritonserver", "--model-store=/mnt/models", "--grpc-port=9000", "--http-port=8080",
+    "--allow-grpc=true", "--allow-http=true",
+)  # fmt: skip
+"""The container args of KServe's own Triton runtime (config/runtimes/kserve-tritonserver.yaml),
+written for Triton's image, whose entrypoint runs its arguments."""
+
+
+def test_kserves_triton_runtime_runs_the_image_as_it_is_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With batchserve's image in place of Triton's, Kubernetes appends the runtime's args to
+    the image's entrypoint; they must start the server KServe expects."""
+    entrypoint = parse_dockerfile(DEPLOY / "docker" / "Dockerfile.cpu")[-1].last("ENTRYPOINT")
+    settings = server_settings([*entrypoint.value, *KSERVE_TRITON_ARGS], {}, monkeypatch)
+    assert settings.model_repository == KSERVE_MODEL_DIR
+    assert settings.host == "0.0.0.0"
+    assert (settings.http_port, settings.grpc_port) == (KSERVE_HTTP_PORT, KSERVE_GRPC_PORT)
+
+
 def test_kserve_scrapes_the_metrics_port(runtime: Manifest, settings: Settings) -> None:
     annotations = runtime["spec"]["annotations"]
     assert annotations["prometheus.kserve.io/port"] == str(settings.metrics_port)
