@@ -54,10 +54,13 @@ def plain_config_name(name: str) -> str:
 
 class ModelControlMode(StrEnum):
     """Triton's names: `none` loads everything at start and forbids changes; `explicit`
-    loads what `--load-model` names and opens the repository load/unload API."""
+    loads what `--load-model` names and opens the repository load/unload API; `poll` loads
+    everything at start, then follows the repository's changes every
+    `--repository-poll-secs` (``models/repository_poll.py``)."""
 
     NONE = "none"
     EXPLICIT = "explicit"
+    POLL = "poll"
 
 
 class ClientShm(StrEnum):
@@ -113,6 +116,9 @@ class Settings(BaseSettings):
     refused rather than ignored."""
     model_control_mode: ModelControlMode = ModelControlMode.NONE
     load_model: tuple[str, ...] = ()
+    repository_poll_secs: int = Field(15, ge=0, le=24 * 3600)
+    """Triton's ``--repository-poll-secs``: with ``--model-control-mode poll``, seconds
+    between two reads of the repository (0: none after the start)."""
     control_token: str | None = None
     max_json_body_bytes: int = Field(16 * MIB, gt=0)
     max_binary_body_bytes: int = Field(64 * MIB, gt=0)

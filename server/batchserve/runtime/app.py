@@ -21,7 +21,7 @@ from uvicorn.config import STARTUP_FAILURE
 from batchserve.backends.selection import create_backend
 from batchserve.core.cpu_budget import available_cpus, declare_cpus
 from batchserve.core.errors import BatchserveError, CannotStart, NotFound
-from batchserve.core.settings import Settings
+from batchserve.core.settings import ModelControlMode, Settings
 from batchserve.core.tls import TlsMode
 from batchserve.dataplane.plane import DataPlane
 from batchserve.devices.host import HostUsage
@@ -30,6 +30,7 @@ from batchserve.grpc.server import GrpcServer
 from batchserve.models.memory_probe import device_total_bytes
 from batchserve.models.registry import BackendFactory, ModelRegistry
 from batchserve.models.repository import ModelRepository, startup_models
+from batchserve.models.repository_poll import RepositoryPoller
 from batchserve.observability.metrics import metrics_app
 from batchserve.observability.refusals import REFUSALS, Protocol
 from batchserve.rest.app import build_http_app
@@ -84,6 +85,8 @@ class Server:
             after_change=self._repository_changed, cpus=cpus,
         )  # fmt: skip
         self.dataplane = DataPlane(settings, self.registry, startup_models(settings, repository))
+        self.poller = self._poller(repository)
+        self._polling: asyncio.Task[None] | None = None
         self.gpus = GpuMonitor.open(settings.allow_gpu_metrics)
         workers = resolve_workers(settings.workers, cpus)
         if workers == 1:
@@ -99,6 +102,18 @@ class Server:
         self._started = False  # every model load tried: load balancers may have seen it ready
         self._settle_deferred = False  # while loading at start, and once shutting down
         self._heap_unsettled = False  # the models changed while settling was deferred
+
+    def _poller(self, repository: ModelRepository) -> RepositoryPoller | None:
+        """Triton's poll mode, unless off or polling only at the start."""
+        settings = self.settings
+        if settings.model_control_mode is not ModelControlMode.POLL:
+            return None
+        if settings.repository_poll_secs == 0:
+            return None
+        registry = self.registry
+        return RepositoryPoller(
+            repository, registry.load, registry.unload, settings.repository_poll_secs
+        )
 
     def _metrics_listener(self, collector: ServerCollector) -> HttpListener:
         """The metrics port: batchserve's series, then Triton's (``nv_*``)."""
@@ -173,7 +188,11 @@ class Server:
                    "open_files_limit": open_files.soft_limit(),
                    "rep_movsb": "off" if memmove_tuning.rep_movsb_off() else "glibc default"},
         )  # fmt: skip
+        if self.poller is not None:
+            await self.poller.start()  # the repository as the start-up loads read it
         await self._load_models()
+        if self.poller is not None and not self.signals.stopping.is_set():
+            self._polling = asyncio.create_task(self.poller.run(), name="repository-poll")
         await self.signals.stopping.wait()
         await self._drain(*tasks)
 
@@ -244,6 +263,10 @@ class Server:
         self, http_task: asyncio.Task[None], metrics_task: asyncio.Task[None] | None = None
     ) -> None:
         logger.info("shutting down: draining accepted requests")
+        if self._polling is not None:  # no load or unload starts while draining
+            self._polling.cancel()
+            with contextlib.suppress(asyncio.CancelledError, BatchserveError):
+                await self._polling
         self.dataplane.draining = True
         await self.grpc.set_serving(False)
         await self._shutdown_delay()

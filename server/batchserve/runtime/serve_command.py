@@ -54,7 +54,20 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "milliseconds between a worker's own reports of its counts; a scrape asks every "
         "worker afresh, so no series is older than the scrape (default 1000; Triton's flag)",
     ),
-    ("--model-control-mode", "model_control_mode", str, "none (default) or explicit"),
+    (
+        "--model-control-mode",
+        "model_control_mode",
+        str,
+        "none (default), explicit, or poll: load every model, then follow the repository's "
+        "changes (Triton's modes)",
+    ),
+    (
+        "--repository-poll-secs",
+        "repository_poll_secs",
+        int,
+        "with --model-control-mode poll: seconds between two reads of the repository (default "
+        "15, Triton's; 0: none after the start)",
+    ),
     ("--max-queue-size", "max_queue_size", int, "requests queued per model before 503"),
     (
         "--max-json-body-bytes",
