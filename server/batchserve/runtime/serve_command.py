@@ -65,8 +65,8 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "--repository-poll-secs",
         "repository_poll_secs",
         int,
-        "with --model-control-mode poll: seconds between two reads of the repository (default "
-        "15, Triton's; 0: none after the start)",
+        "with --model-control-mode poll: seconds between two reads of the repository, "
+        "Triton's (default 15; 0: none after the start)",
     ),
     ("--max-queue-size", "max_queue_size", int, "requests queued per model before 503"),
     (
