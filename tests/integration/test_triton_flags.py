@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import httpx
@@ -16,7 +17,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.server import MODEL_REPO, start_server
+from tests.integration.server import MODEL_REPO, ServerProcess, start_server
 
 MODEL_ANALYZER_FLAGS = (
     "--model-control-mode", "explicit", "--metrics-interval-ms", "1000",
@@ -165,3 +166,55 @@ def test_each_listener_takes_its_own_address(tmp_path: Path, workers: str) -> No
         "127.0.0.2",
         "127.0.0.3",
     )
+
+
+@pytest.fixture
+def one_broken_model(tmp_path: Path) -> Path:
+    """digits_cnn, and a model whose file is not ONNX."""
+    shutil.copytree(MODEL_REPO / "digits_cnn", tmp_path / "digits_cnn")
+    (tmp_path / "broken" / "1").mkdir(parents=True)
+    (tmp_path / "broken" / "1" / "model.onnx").write_bytes(b"not a model")
+    return tmp_path
+
+
+def _startup_verdict(server: ServerProcess, timeout: float = 120.0) -> str:
+    """The start-up's last word: "server ready" or "server not ready: ..."."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        server.drain_logs()
+        said = [str(r.get("message", "")) for r in server.logs]
+        verdicts = [m for m in said if m.startswith(("server ready", "server not ready"))]
+        if verdicts:
+            return verdicts[0]
+        time.sleep(0.1)
+    raise TimeoutError("the server did not finish loading its models")
+
+
+@pytest.mark.parametrize(("strict", "ready"), [("true", 503), ("false", 200)])
+def test_strict_readiness_decides_whether_a_failed_model_keeps_the_server_unready(
+    one_broken_model: Path, strict: str, ready: int
+) -> None:
+    """Triton's --strict-readiness: a model that failed keeps the server not ready, unless
+    false; the models' own readiness is the same either way."""
+    server = start_server(one_broken_model, [f"--strict-readiness={strict}"], wait_ready=False)
+    try:
+        verdict = _startup_verdict(server)
+        assert verdict.startswith("server ready" if ready == 200 else "server not ready")
+        url = f"http://{server.http_url}/v2"
+        assert httpx.get(f"{url}/health/ready").status_code == ready
+        assert httpx.get(f"{url}/models/broken/ready").status_code != 200
+        assert httpx.get(f"{url}/models/digits_cnn/ready").status_code == 200
+        grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        assert grpc.is_server_ready() is (ready == 200)
+    finally:
+        assert server.stop() == 0
+
+
+def test_exit_on_error_stops_a_server_whose_model_fails_at_start(one_broken_model: Path) -> None:
+    """Triton's --exit-on-error true: a failed start-up load ends the server, with the status
+    of a failed start; false (batchserve's default) serves the others."""
+    server = start_server(one_broken_model, ["--exit-on-error=true"], wait_ready=False)
+    assert server.process.wait(timeout=120) == 3
+    assert server.stop() == 3
+    errors = [r["message"] for r in server.logs if r.get("level") == "ERROR"]
+    assert errors[-1].startswith("the server did not start: failed to load all models")

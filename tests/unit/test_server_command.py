@@ -128,6 +128,15 @@ def test_tritons_protocol_switches_are_taken_true_and_refused_false(flag: str) -
         _settings(f"{flag}=false")
 
 
+def test_tritons_start_up_flags_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    _clear_environment(monkeypatch)
+    defaults = _settings()
+    assert (defaults.strict_readiness, defaults.exit_on_error) == (True, False)
+    given = _settings("--strict-readiness=false", "--exit-on-error=true", "--exit-timeout-secs=7")
+    assert (given.strict_readiness, given.exit_on_error) == (False, True)
+    assert given.shutdown_timeout_seconds == 7
+
+
 def test_tritons_program_name_is_taken_and_nothing_else() -> None:
     assert _settings("tritonserver", "--model-store=/m").model_repository == Path("/m")
     with pytest.raises(SystemExit):

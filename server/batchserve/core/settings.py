@@ -116,6 +116,12 @@ class Settings(BaseSettings):
     refused rather than ignored."""
     model_control_mode: ModelControlMode = ModelControlMode.NONE
     load_model: tuple[str, ...] = ()
+    strict_readiness: bool = True
+    """Triton's ``--strict-readiness``: false reports the server ready while it serves, even
+    with models not ready (each model's own readiness still says which)."""
+    exit_on_error: bool = False
+    """Triton's ``--exit-on-error``: true stops the server when a model it loads at start
+    fails. Triton's default is true; batchserve's is to serve the others, not ready."""
     repository_poll_secs: int = Field(15, ge=0, le=24 * 3600)
     """Triton's ``--repository-poll-secs``: with ``--model-control-mode poll``, seconds
     between two reads of the repository (0: none after the start)."""

@@ -93,8 +93,15 @@ class DataPlane:
         return True
 
     def ready(self) -> bool:
-        """Ready when not draining and every model is ready (``ModelTable.all_ready``)."""
-        return not self.draining and self.registry.all_ready(self.expected_models)
+        """Ready when not draining and every model is ready (``ModelTable.all_ready``), or
+        without Triton's strict readiness, when not draining."""
+        if self.draining:
+            return False
+        return not self.settings.strict_readiness or self.registry.all_ready(self.expected_models)
+
+    def models_ready(self) -> bool:
+        """Every model tried is ready, or was unloaded on request (strict or not)."""
+        return self.registry.all_ready(self.expected_models)
 
     def model_ready(self, name: str, version: str = "") -> bool:
         if not self.registry.knows(requested_model_name(name)):

@@ -191,10 +191,16 @@ class Server:
         if self.poller is not None:
             await self.poller.start()  # the repository as the start-up loads read it
         await self._load_models()
+        failed_start = self._exit_on_error()
         if self.poller is not None and not self.signals.stopping.is_set():
             self._polling = asyncio.create_task(self.poller.run(), name="repository-poll")
         await self.signals.stopping.wait()
         await self._drain(*tasks)
+        if failed_start:
+            raise CannotStart(
+                "failed to load all models (batchserve: --exit-on-error true stops the server "
+                "when a model fails at start; false serves the others)"
+            )
 
     async def _abandon_start(
         self, listeners: list[HttpListener], tasks: list[asyncio.Task[None]]
@@ -226,6 +232,17 @@ class Server:
         ready = self.dataplane.ready()
         await self.grpc.set_serving(ready)
         logger.info("server ready" if ready else "server not ready: a model failed to load")
+
+    def _exit_on_error(self) -> bool:
+        """With Triton's ``--exit-on-error``, a failed start-up load stops the server (True):
+        it was never ready, so no load balancer needs the shutdown delay."""
+        if not self.settings.exit_on_error or self.dataplane.models_ready():
+            return False
+        if self.signals.stopping.is_set():
+            return False
+        self._started = False
+        self.signals.stopping.set()
+        return True
 
     async def _load_unless_stopped(self, name: str) -> bool:
         """Load one model; a stop signal abandons the load (False).

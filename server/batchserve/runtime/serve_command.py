@@ -113,6 +113,12 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ("--shutdown-delay", "shutdown_delay_seconds", float, "seconds not-ready before draining"),
     ("--shutdown-timeout", "shutdown_timeout_seconds", float, "longest drain, in seconds"),
     (
+        "--exit-timeout-secs",
+        "shutdown_timeout_seconds",
+        float,
+        "as --shutdown-timeout (Triton's flag)",
+    ),
+    (
         "--http-header-timeout",
         "http_header_timeout_seconds",
         float,
@@ -276,11 +282,17 @@ LOG_SWITCHES = tuple(
     (f"--log-{level}", f"log_{level}", f"{level} messages on or off (unset: --log-level decides)")
     for level in ("info", "warning", "error")
 )
+STARTUP_SWITCHES = (
+    ("--strict-readiness", "strict_readiness",
+     "false: the server is ready while it serves, even with models not ready (default true)"),
+    ("--exit-on-error", "exit_on_error",
+     "true: stop when a model loaded at start fails (default false; Triton's is true)"),
+)  # fmt: skip
 PROTOCOL_SWITCHES = (
     ("--allow-http", "allow_http", "true only: batchserve always serves HTTP (default true)"),
     ("--allow-grpc", "allow_grpc", "true only: batchserve always serves gRPC (default true)"),
 )
-SWITCHES = METRICS_SWITCHES + LOG_SWITCHES + PROTOCOL_SWITCHES
+SWITCHES = METRICS_SWITCHES + LOG_SWITCHES + STARTUP_SWITCHES + PROTOCOL_SWITCHES
 """Triton's on/off flags, BOOL each."""
 
 
