@@ -71,6 +71,7 @@ def test_a_group_triton_would_refuse_is_refused_in_its_words(
         ("/v2/models/m/trace/setting", "trace"),
         ("/v2/logging", "logging"),
         ("/metrics", None),
+        ("/trace/setting", None),
         ("/v2/models/m/unknown", None),
     ],
 )
