@@ -146,7 +146,10 @@ class Control:
 
 
 def _reworded(error: BatchserveError, prefix: str) -> BatchserveError:
-    """The same error with Triton's opening, which clients look for."""
+    """The same error with Triton's opening, which clients look for (once: the repository's
+    own "not in the repository" already opens with it)."""
+    if error.message.startswith(prefix):
+        return error
     error.message = f"{prefix}: {error.message}"
     error.args = (error.message,)
     return error
