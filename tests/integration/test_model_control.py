@@ -108,7 +108,9 @@ def test_loading_an_unknown_model_is_404(explicit_server: ServerProcess) -> None
     url = f"http://{explicit_server.http_url}/v2/repository/models/absent/load"
     response = httpx.post(url, headers=headers)
     assert response.status_code == 404
-    assert "absent" in response.json()["error"]
+    said = response.json()["error"]
+    assert said.startswith("failed to load 'absent', failed to poll from model repository (")
+    assert said.count("failed to poll") == 1  # Triton's opening, once
 
 
 @pytest.mark.parametrize(
@@ -270,5 +272,32 @@ def test_load_failures_open_as_triton_finds_them(tmp_path: Path) -> None:
                     client.load_model(model)
                 assert refusal.value.message().startswith(opening), refusal.value.message()
                 assert not client.is_model_ready(model)
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_specific_version_without_its_directory_leaves_the_others_served(
+    tmp_path: Path,
+) -> None:
+    """L0_lifecycle's file-override test: version_policy specific [1, 3] with 1 gone serves
+    3, and says why 1 is not, as Triton does (it used to fail the whole model)."""
+    shutil.copytree(MODEL_REPO / "digits_cnn" / "1", tmp_path / "digits_cnn" / "3")
+    config = (MODEL_REPO / "digits_cnn" / "config.pbtxt").read_text()
+    (tmp_path / "digits_cnn" / "config.pbtxt").write_text(
+        config + "\nversion_policy { specific { versions: [1, 3] } }\n"
+    )
+    server = start_server(
+        tmp_path, ["--model-control-mode", "explicit", "--load-model", "digits_cnn"]
+    )
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        assert client.is_model_ready("digits_cnn", "3")
+        assert not client.is_model_ready("digits_cnn", "1")
+        server.drain_logs()
+        assert any(
+            r.get("message") == "version 1 is specified for model 'digits_cnn', but the version "
+            "directory is not present"
+            for r in server.logs
+        )
     finally:
         assert server.stop() == 0

@@ -149,17 +149,39 @@ def test_entries_that_are_not_version_directories_are_ignored(
     with caplog.at_level(logging.DEBUG, logger="batchserve.models.model_directory"):
         model = ModelRepository(tmp_path).resolve("digits")
     assert [v.version for v in model.versions] == [2, 2**63 - 1]
-    assert "ignoring 01 (not a version directory)" in caplog.text
-    assert f"ignoring {2**63} (not a version directory)" in caplog.text
+    # Triton's warnings for the directories, a debug line for the files
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert sorted(warned) == sorted([
+        "digits: ignore version directory '01' which contains leading zeros in its directory "
+        "name",
+        "digits: ignore version directory '0': versions start at 1",
+        "digits: ignore version directory 'latest' which fails to convert to integral number",
+        "digits: ignore version directory '10.5' which fails to convert to integral number",
+        f"digits: ignore version directory '{2**63}' which is past the largest version "
+        f"({2**63 - 1})",
+    ])  # fmt: skip
     assert "ignoring README.md" in caplog.text
 
 
-def test_specific_version_that_does_not_exist(tmp_path: Path) -> None:
+def test_specific_versions_that_do_not_exist_are_said_and_the_others_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As Triton (L0_lifecycle's file-override test serves version 3 of [1, 3] once 1 is
+    gone); with none of them present, the model fails as Triton's does."""
     model_dir = add_model(tmp_path, versions=(1,))
     (model_dir / "config.pbtxt").write_text("version_policy { specific { versions: [1, 4] } }")
-    assert problems(tmp_path) == (
-        "digits/config.pbtxt: version_policy.specific lists version 4, but there is no "
-        "directory digits/4",
+    with caplog.at_level(logging.ERROR, logger="batchserve.models.model_directory"):
+        model = ModelRepository(tmp_path).resolve("digits")
+    assert [v.version for v in model.versions] == [1]
+    assert (
+        "version 4 is specified for model 'digits', but the version directory is not present"
+        in caplog.text
+    )
+    (model_dir / "config.pbtxt").write_text("version_policy { specific { versions: [4] } }")
+    with pytest.raises(ModelFileError) as none_present:
+        ModelRepository(tmp_path).resolve("digits")
+    assert none_present.value.message.startswith(
+        "at least one version must be available under the version policy of model 'digits'"
     )
 
 

@@ -161,9 +161,29 @@ def _version_dirs(model_dir: Path) -> dict[int, Path]:
     for entry in model_dir.iterdir():
         if _is_version_number(entry.name) and entry.is_dir():
             found[int(entry.name)] = entry
+        elif entry.is_dir() and entry.name not in _NOT_VERSIONS:
+            logger.warning("%s: %s", model_dir.name, _not_a_version(entry.name))
         elif entry.name != CONFIG_FILENAME:
             logger.debug("%s: ignoring %s (not a version directory)", model_dir.name, entry.name)
     return dict(sorted(found.items()))
+
+
+_NOT_VERSIONS = frozenset({CONFIG_FOLDER, "warmup", "initial_state"})
+"""A model's folders that are not versions, as Triton skips them (named configs, warm-up
+data, sequence initial state)."""
+
+
+def _not_a_version(name: str) -> str:
+    """Triton's warning for a directory it does not take as a version."""
+    if len(name) > 1 and name.startswith("0"):
+        return (
+            f"ignore version directory '{name}' which contains leading zeros in its directory name"
+        )
+    if name == "0":
+        return "ignore version directory '0': versions start at 1"
+    if name.isascii() and name.isdigit():
+        return f"ignore version directory '{name}' which is past the largest version ({INT64_MAX})"
+    return f"ignore version directory '{name}' which fails to convert to integral number"
 
 
 def _is_version_number(name: str) -> bool:
@@ -356,7 +376,14 @@ class _ModelCheck:
     ) -> list[ModelVersion]:
         filename = config.default_model_filename or model_format.default_filename
         served = []
-        for number in self._selected(config, list(dirs)):
+        selected = self._selected(config, list(dirs))
+        if dirs and not selected:  # found when the versions are read: Triton's load stage
+            self._in_file([
+                f"at least one version must be available under the version policy of model "
+                f"'{self.name}' (batchserve: {self.source}: none of {self.name}'s version "
+                "directories is one it names)"
+            ])  # fmt: skip
+        for number in selected:
             model_file = dirs[number] / filename
             if self._usable(model_file):
                 served.append(ModelVersion(number, model_file, directory_stamp(dirs[number])))
@@ -372,12 +399,10 @@ class _ModelCheck:
             count = policy.latest.num_versions
             return available[-count:] if count > 0 else []
         wanted = sorted(set(policy.specific.versions))
-        self.problems += [
-            f"{self.source}: version_policy.specific lists version {v}, but there is no "
-            f"directory {self.name}/{v}"
-            for v in wanted
-            if v > 0 and v not in available
-        ]
+        for v in wanted:  # as Triton: the versions present are served, the others said
+            if v > 0 and v not in available:
+                logger.error("version %d is specified for model '%s', but the version "
+                             "directory is not present", v, self.name)  # fmt: skip
         return [v for v in wanted if v in available]
 
     def _usable(self, model_file: Path) -> bool:
