@@ -84,7 +84,10 @@ async def test_a_failing_warmup_sample_is_named_in_the_reason(tmp_path: Path) ->
     )
     with pytest.raises(ModelConfigError) as failure:
         await registry.load("fake")
-    assert failure.value.message == ("failed to run warmup sample 'three': three rows are too many")
+    assert failure.value.message == (  # Triton's words for a version's failed load
+        "version 1 is at UNAVAILABLE state: Invalid argument: failed to run warmup sample "
+        "'three': three rows are too many;"
+    )
     assert [r.state for r in registry.index()] == [ModelState.UNAVAILABLE.value]
 
 
@@ -104,8 +107,8 @@ async def test_an_error_that_is_not_batchserves_fails_the_load_not_the_registry(
     with pytest.raises(BackendError) as failure:
         await registry.load("fake")
     assert failure.value.message == (
-        "model 'fake' failed to load: MemoryError: Unable to allocate 29.1 TiB for an array "
-        "with shape (8, 10**12)"
+        "version 1 is at UNAVAILABLE state: Internal: model 'fake' failed to load: MemoryError: "
+        "Unable to allocate 29.1 TiB for an array with shape (8, 10**12);"
     )
     assert isinstance(failure.value.__cause__, MemoryError)
     assert [(r.state, r.reason) for r in registry.index()] == [

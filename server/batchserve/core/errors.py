@@ -155,6 +155,17 @@ GRPC_STATUS: Final[dict[type[BaseException], grpc.StatusCode]] = {
 }
 
 
+TRITON_CODE: Final[dict[type[BaseException], str]] = {
+    InvalidArgument: "Invalid argument",
+    AlreadyExists: "Already exists",
+    NotFound: "Not found",
+    Unavailable: "Unavailable",
+    Unsupported: "Unsupported",
+    Internal: "Internal",
+    BaseException: "Unknown",
+}
+"""Triton's names of its status codes, as its texts quote a status (``Status::AsString``)."""
+
 _T = TypeVar("_T")
 
 
@@ -183,6 +194,11 @@ def http_status(error: BaseException) -> int:
 def grpc_status(error: BaseException) -> grpc.StatusCode:
     """gRPC status for any exception; unexpected ones are INTERNAL."""
     return _lookup(GRPC_STATUS, error)
+
+
+def triton_code(error: BaseException) -> str:
+    """Triton's name for the status of any exception ("Internal", "Invalid argument")."""
+    return _lookup(TRITON_CODE, error)
 
 
 def public_message(error: BaseException) -> str:

@@ -24,6 +24,7 @@ from batchserve.core.errors import (
     ModelConfigError,
     ModelFileError,
     Unavailable,
+    triton_code,
 )
 from batchserve.devices.placement import Placement
 from batchserve.models.decoupled import build_responder, builtin_backend, step_model
@@ -101,6 +102,17 @@ def load_error(model: str, error: Exception) -> BatchserveError:
         return error
     text = " ".join(str(error).split())[:300]
     return BackendError(f"model '{model}' failed to load: {type(error).__name__}: {text}")
+
+
+def _at_version(error: BatchserveError, version: int) -> BatchserveError:
+    """A version's failed load as Triton words it ("version 2 is at UNAVAILABLE state:
+    Internal: ...;"), which its lifecycle and error-propagation tests read."""
+    error.message = (
+        f"version {version} is at {ModelState.UNAVAILABLE.value} state: "
+        f"{triton_code(error)}: {error.message};"
+    )
+    error.args = (error.message,)
+    return error
 
 
 class ModelRegistry(ModelTable):
@@ -306,7 +318,10 @@ class ModelRegistry(ModelTable):
         loaded: dict[int, ServedVersion] = {}
         try:
             for version in resolved.versions:
-                loaded[version.version] = await self._load_version(resolved, version)
+                try:
+                    loaded[version.version] = await self._load_version(resolved, version)
+                except Exception as exc:
+                    raise _at_version(load_error(resolved.name, exc), version.version) from exc
         except BaseException:
             for served in loaded.values():
                 await served.close()
