@@ -34,10 +34,17 @@ FALSE_WORDS = ("false", "off", "0")
 
 
 _RESTRICTION_OPTIONS = {
-    "http_restricted_api": ("--http-restricted-api", "api"),
-    "grpc_restricted_protocol": ("--grpc-restricted-protocol", "protocol"),
+    "http_restricted_api": ("--http-restricted-api", "api", ""),
+    "grpc_restricted_protocol": ("--grpc-restricted-protocol", "protocol", GRPC_HEADER_PREFIX),
 }
-"""Each restriction field's flag, and what Triton calls its groups' members."""
+"""Each restriction field's flag, what Triton calls its groups' members, and the prefix of
+the header a request carries."""
+
+
+def _restrictions(field: str, groups: tuple[str, ...]) -> Mapping[str, Restriction]:
+    """The groups of one restriction field, parsed (ValueError in Triton's words)."""
+    option, kind, header_prefix = _RESTRICTION_OPTIONS[field]
+    return parse_restrictions(groups, option=option, kind=kind, header_prefix=header_prefix)
 
 
 def plain_config_name(name: str) -> str:
@@ -188,12 +195,12 @@ class Settings(BaseSettings):
     """Cores the server may use; None: the process's CPU affinity bounded by its cgroup
     quota (``core/cpu_budget.py``)."""
     trace_config: tuple[str, ...] = ()
+    """Triton's ``--trace-config`` entries (``core/trace_config.py``): the trace settings
+    at start and where OpenTelemetry spans go."""
     http_restricted_api: tuple[str, ...] = ()
     grpc_restricted_protocol: tuple[str, ...] = ()
     """Triton's ``--http-restricted-api`` and ``--grpc-restricted-protocol`` groups
     (``core/restrictions.py``): endpoints answered only with a header's value."""
-    """Triton's ``--trace-config`` entries (``core/trace_config.py``): the trace settings
-    at start and where OpenTelemetry spans go."""
 
     @field_validator("memory_budget", mode="before")
     @classmethod
@@ -265,24 +272,16 @@ class Settings(BaseSettings):
     @classmethod
     def _restrictions_parse(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         """Refused here, in Triton's words, so a server never starts open by mistake."""
-        option, kind = _RESTRICTION_OPTIONS[str(info.field_name)]
-        parse_restrictions(value, option=option, kind=kind)
+        _restrictions(str(info.field_name), value)
         return value
 
     def http_restrictions(self) -> Mapping[str, Restriction]:
         """The restricted HTTP APIs, by category."""
-        return parse_restrictions(
-            self.http_restricted_api, option="--http-restricted-api", kind="api"
-        )
+        return _restrictions("http_restricted_api", self.http_restricted_api)
 
     def grpc_restrictions(self) -> Mapping[str, Restriction]:
         """The restricted gRPC protocols, by category; headers as gRPC metadata keys."""
-        return parse_restrictions(
-            self.grpc_restricted_protocol,
-            option="--grpc-restricted-protocol",
-            kind="protocol",
-            header_prefix=GRPC_HEADER_PREFIX,
-        )
+        return _restrictions("grpc_restricted_protocol", self.grpc_restricted_protocol)
 
     @field_validator("grpc_keepalive_permit_without_calls", mode="before")
     @classmethod

@@ -136,10 +136,10 @@ def check_json_values(values: list[Any], datatype: DataType, tensor: str) -> Non
 def _check_json_types(flat: list[Any], kinds: set[type], datatype: DataType, tensor: str) -> None:
     wrong = kinds - _JSON_KINDS[datatype.wire][0]
     if wrong:
-        raise json_type_error(next(item for item in flat if type(item) in wrong), datatype, tensor)
+        raise _json_type_error(next(item for item in flat if type(item) in wrong), datatype, tensor)
 
 
-def json_type_error(value: object, datatype: DataType, tensor: str) -> InvalidArgument:
+def _json_type_error(value: object, datatype: DataType, tensor: str) -> InvalidArgument:
     """A JSON value of the wrong type for ``datatype``: Triton's words (its HTTP front end
     reading the value as that type), then ours."""
     _, expected, reading = _JSON_KINDS[datatype.wire]
