@@ -27,6 +27,7 @@ MAX_RANK: Final = 64  # numpy's own limit on dimensions
 MAX_ELEMENTS: Final = 2**31  # per tensor, and per dimension
 MAX_BYTES: Final = 2**31  # per tensor
 INT64_MAX: Final = 2**63 - 1
+UINT64_MAX: Final = 2**64 - 1
 """The largest element count or byte size Triton computes; past it, its overflow texts."""
 COPY_BELOW: Final = 1 << 16  # array_to_bytes copies smaller arrays rather than view them
 

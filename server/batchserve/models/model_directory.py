@@ -29,6 +29,7 @@ from batchserve.backends.selection import (
 from batchserve.core.errors import DeviceUnavailable, ModelConfigError, ModelFileError, NotFound
 from batchserve.core.repository_files import UnusableFile, follow_links
 from batchserve.core.signature import ModelSignature
+from batchserve.core.tensors import INT64_MAX
 from batchserve.models.config_validation import (
     AUTO_COMPLETE_OFF,
     completeness_problems,
@@ -53,8 +54,6 @@ logger = logging.getLogger(__name__)
 
 CONFIG_FOLDER = "configs"
 """Where a model's named configurations live (Triton's ``kModelConfigFolder``)."""
-
-INT64_MAX = 2**63 - 1
 
 OUTSIDE = "leads outside the repository (through a symlink)"
 

@@ -27,6 +27,8 @@ import orjson
 from batchserve.core.datatypes import DataType
 from batchserve.core.errors import InvalidArgument
 from batchserve.core.tensors import (
+    INT64_MAX,
+    UINT64_MAX,
     Array,
     array_from_values,
     describe,
@@ -74,7 +76,11 @@ def array_from_json(
     _check_json_types(flat, kinds, datatype, tensor)
     if datatype.wire == "BYTES":
         flat = [item.encode() for item in flat]
-    return array_from_values(flat, datatype, shape, tensor=tensor)
+    try:
+        return array_from_values(flat, datatype, shape, tensor=tensor)
+    except InvalidArgument:
+        _check_json_integer_range(flat, datatype, tensor)
+        raise
 
 
 def _flatten(data: object, tensor: str) -> tuple[list[Any], set[type]]:
@@ -147,6 +153,22 @@ def _json_type_error(value: object, datatype: DataType, tensor: str) -> InvalidA
         f"Unable to parse 'data': attempt to access JSON {reading} (batchserve: tensor "
         f"'{tensor}': {datatype.wire} data must be {expected}, got {describe(value)})"
     )
+
+
+def _check_json_integer_range(flat: list[Any], datatype: DataType, tensor: str) -> None:
+    """An integer Triton's JSON reader cannot read as a 64-bit value of the type's sign (a
+    negative UINT, an INT past int64) gets its text; one that fits 64 bits but not the
+    narrower type keeps our range text (Triton wraps it silently)."""
+    kind = _JSON_KINDS[datatype.wire]
+    if kind is not _SIGNED and kind is not _UNSIGNED:
+        return
+    low, high = (0, UINT64_MAX) if kind is _UNSIGNED else (-INT64_MAX - 1, INT64_MAX)
+    value = next((item for item in flat if not low <= item <= high), None)
+    if value is not None:
+        raise InvalidArgument(
+            f"Unable to parse 'data': attempt to access JSON {kind[2]} (batchserve: tensor "
+            f"'{tensor}': {value} is out of range for {datatype.wire})"
+        )
 
 
 def array_to_json(array: Array, datatype: DataType, *, tensor: str = "output") -> list[Any] | Array:

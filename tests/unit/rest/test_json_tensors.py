@@ -78,6 +78,10 @@ def test_json_nesting_is_capped_without_recursion() -> None:
         (["1.5"], "FP32", "non-number as double"),
         ([1.5], "INT64", "non-signed-integer as signed-integer"),
         ([True], "UINT8", "non-unsigned-integer as unsigned-integer"),
+        ([-1], "UINT16", "non-unsigned-integer as unsigned-integer"),
+        ([-1], "UINT64", "non-unsigned-integer as unsigned-integer"),
+        ([2**63], "INT64", "non-signed-integer as signed-integer"),
+        ([-(2**63) - 1], "INT8", "non-signed-integer as signed-integer"),
         ([1], "BOOL", "non-boolean as boolean"),
         ([None], "BYTES", "non-string as string"),
     ],
@@ -90,6 +94,15 @@ def test_a_value_of_the_wrong_type_is_refused_as_tritons_json_reader_words_it(
     assert str(refusal.value).startswith(
         f"Unable to parse 'data': attempt to access JSON {reading} (batchserve: tensor 'x': "
     )
+
+
+@pytest.mark.parametrize(("value", "wire"), [(300, "UINT8"), (-129, "INT8"), (2**32, "INT32")])
+def test_an_integer_a_64_bit_reader_takes_but_the_type_cannot_hold_keeps_our_range_text(
+    value: int, wire: str
+) -> None:
+    with pytest.raises(InvalidArgument) as refusal:
+        array_from_json([value], BY_WIRE[wire], (1,), tensor="x")
+    assert str(refusal.value).startswith(f"tensor 'x': a value is out of range for {wire}")
 
 
 @pytest.mark.parametrize(
