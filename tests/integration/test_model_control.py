@@ -72,8 +72,15 @@ def test_control_needs_the_token(explicit_server: ServerProcess) -> None:
     assert httpx.post(url).status_code == 401
     assert httpx.post(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
     rows = httpx.post(url, headers={"Authorization": f"Bearer {TOKEN}"}).json()
-    states = {row["name"]: row["state"] for row in rows}
-    assert states == {"digits_cnn": "READY", "char_lstm": "UNAVAILABLE"}
+    # char_lstm, never loaded, by its name alone, as Triton's index lists it
+    assert rows == [{"name": "char_lstm"}, {"name": "digits_cnn", "version": "1", "state": "READY"}]
+    index = grpcclient.InferenceServerClient(explicit_server.grpc_url).get_model_repository_index(
+        headers={"authorization": f"Bearer {TOKEN}"}
+    )
+    assert [(m.name, m.version, m.state, m.reason) for m in index.models] == [
+        ("char_lstm", "", "", ""),
+        ("digits_cnn", "1", "READY", ""),
+    ]
 
 
 def test_load_and_unload_over_grpc(explicit_server: ServerProcess) -> None:

@@ -76,7 +76,7 @@ def test_the_index_lists_the_repository_and_every_loaded_version(tmp_path: Path)
     assert table.index() == [
         IndexEntry("a", "1", "READY", ""),
         IndexEntry("a", "2", "READY", ""),
-        IndexEntry("b_on_disk", "", "UNAVAILABLE", ""),
+        IndexEntry("b_on_disk", "", "", ""),  # never loaded: its name alone, as Triton
         IndexEntry("c", "5", "READY", ""),
     ]
     assert [row.name for row in table.index(ready_only=True)] == ["a", "a", "c"]

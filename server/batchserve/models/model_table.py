@@ -153,7 +153,8 @@ UNLOADED = "unloaded"
 
 @dataclass(frozen=True, slots=True)
 class IndexEntry:
-    """One row of the repository index."""
+    """One row of the repository index; a model never loaded has its name alone (no
+    version, state or reason), as in Triton's index."""
 
     name: str
     version: str
@@ -281,8 +282,10 @@ class ModelTable:
         )
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
-        """The repository's models with their states, loaded or not."""
+        """The repository's models with their states, loaded or not; one never loaded (nor
+        tried) by name alone, as Triton lists it."""
         rows: list[IndexEntry] = []
         for name in sorted(set(self.repository.names()) | set(self._entries)):
-            rows.extend(_rows(self._entries.get(name, ModelEntry(name))))
+            entry = self._entries.get(name)
+            rows.extend(_rows(entry) if entry else [IndexEntry(name, "", "", "")])
         return [row for row in rows if row.state == ModelState.READY or not ready_only]

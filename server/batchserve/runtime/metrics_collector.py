@@ -359,7 +359,10 @@ def _model_families(index: list[IndexEntry], load_seconds: Mapping[str, float]) 
     )
     seen: set[str] = set()
     for row in index:
-        idle = row.state == ModelState.UNAVAILABLE and row.reason in ("", UNLOADED)
+        never_loaded = not row.state
+        idle = never_loaded or (
+            row.state == ModelState.UNAVAILABLE and row.reason in ("", UNLOADED)
+        )
         if idle or row.name in seen:
             continue
         seen.add(row.name)
