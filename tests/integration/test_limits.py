@@ -380,10 +380,10 @@ def test_unknown_models_and_versions_never_become_metric_labels(
     for name, version in zip(names, versions, strict=True):
         assert http.post(f"/v2/models/{name}/infer", json={"inputs": [GOOD]}).status_code == 404
         assert http.get(f"/v2/models/{name}/ready").status_code == 404
-        assert http.get(f"/v2/models/{name}/stats").status_code == 404
+        assert http.get(f"/v2/models/{name}/stats").status_code == 400  # Triton's INVALID_ARG
         path = f"/v2/models/digits_cnn/versions/{version}"
         assert http.post(f"{path}/infer", json={"inputs": [GOOD]}).status_code == 404
-        assert http.get(f"{path}/stats").status_code == 404
+        assert http.get(f"{path}/stats").status_code == 400
         request = _grpc_request()
         request.model_name = name
         with pytest.raises(grpc.RpcError) as error:

@@ -225,6 +225,21 @@ def test_a_version_a_reload_leaves_out_is_listed_unloaded_and_not_at_ready_state
             tensor = module.InferInput("image", [1, 1, 8, 8], "FP32")
             tensor.set_data_from_numpy(image)
             assert client.infer("digits_cnn", [tensor]).as_numpy("logits").shape == (1, 10)
+            # L0_server_status's statistics of the version left behind, and of a model gone
+            with pytest.raises(InferenceServerException) as refusal:
+                client.get_inference_statistics("digits_cnn", "1")
+            assert refusal.value.message().startswith(
+                "requested model version is not available for model 'digits_cnn'"
+            )
+            with pytest.raises(InferenceServerException) as refusal:
+                client.get_inference_statistics("no_such_model")
+            assert refusal.value.message().startswith(
+                "requested model 'no_such_model' is not available"
+            )
+        stats = httpx.get(f"http://{server.http_url}/v2/models/digits_cnn/versions/3/stats")
+        assert [s["version"] for s in stats.json()["model_stats"]] == ["3"]
+        stale = httpx.get(f"http://{server.http_url}/v2/models/digits_cnn/versions/1/stats")
+        assert stale.status_code == 400  # Triton's INVALID_ARG
         assert httpx.post(f"{base}/models/digits_cnn/unload", timeout=60).status_code == 200
         assert httpx.post(f"{base}/index").json() == [
             {"name": "digits_cnn", "version": version, "state": "UNAVAILABLE", "reason": "unloaded"}

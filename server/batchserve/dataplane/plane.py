@@ -18,6 +18,7 @@ from batchserve.core.errors import (
     BatchserveError,
     InvalidArgument,
     NotFound,
+    Unavailable,
     decoupled_refusal,
 )
 from batchserve.core.settings import Settings
@@ -132,16 +133,26 @@ class DataPlane:
         return self.served(name, version).config
 
     def model_statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:
-        """Every served version when ``name`` is empty; else that model's (or one version)."""
-        if name:
-            served = (
-                [self.served(name, version)]
-                if version
-                else self.registry.versions_of(self.served(name, "").name)
-            )
-        else:
-            served = self.registry.loaded()
-        return model_statistics(served)
+        """Every served version when ``name`` is empty; else that model's (or one version).
+        A model or version not being served is Triton's INVALID_ARG, in its words."""
+        if not name:
+            return model_statistics(self.registry.loaded())
+        try:
+            model = self.served(name, "")
+        except (NotFound, Unavailable):
+            raise InvalidArgument(
+                f"requested model '{name}' is not available (batchserve: model '{name}' has "
+                "no version being served)"
+            ) from None
+        if not version:
+            return model_statistics(self.registry.versions_of(model.name))
+        try:
+            return model_statistics([self.served(name, version)])
+        except (NotFound, Unavailable):
+            raise InvalidArgument(
+                f"requested model version is not available for model '{name}' (batchserve: "
+                f"version {version[:40]} is not being served)"
+            ) from None
 
     # inference ----------------------------------------------------------------------
     def decode(
