@@ -171,7 +171,15 @@ def test_bad_trace_config_is_refused_naming_the_entry(entry: str, words: str) ->
     [
         ({"trace_rate": ["fast"]}, "Unable to parse 'trace_rate', got: fast"),
         ({"trace_rate": ["-1"]}, r"out of range \[ 0, 4294967295 \]"),
-        ({"trace_count": ["-2"]}, r"out of range \[ -1, 2147483647 \]"),
+        (
+            {"trace_count": ["-2"]},
+            r"^Unable to parse 'trace_count'. Expecting value >= -1, got:-2$",
+        ),
+        ({"trace_count": ["3000000000"]}, r"out of range \[ -1, 2147483647 \], got: 3000000000$"),
+        (
+            {"trace_rate": ["99999999999999999999"]},
+            r"^Unable to parse 'trace_rate', value is out of range \[ 0, 4294967295 \], got: 9+$",
+        ),
         ({"log_frequency": ["1", "2"]}, "expect only 1 value for 'log_frequency'"),
         ({"trace_mode": ["triton"]}, "'trace_mode' can not be updated"),
         ({"sampling": ["1"]}, "unknown trace setting 'sampling'"),

@@ -217,14 +217,20 @@ def _level(levels: list[str]) -> str:
 
 
 def _number(key: str, text: str) -> str:
+    """Triton's checks and texts: not a number; past the type's range (however many
+    digits); a count below -1, which has its own."""
     low, high = (-1, INT32_MAX) if key == "trace_count" else (0, UINT32_MAX)
     stripped = text.strip()
     digits = stripped[1:] if stripped[:1] == "-" else stripped
-    if not digits.isascii() or not digits.isdigit() or len(digits) > 12:
+    if not digits.isascii() or not digits.isdigit():
         raise InvalidArgument(f"Unable to parse '{key}', got: {text[:32]}")
-    number = int(stripped)
-    if not low <= number <= high:
+    number = int(stripped) if len(digits) <= 12 else None  # 13 digits are past every range
+    if number is not None and key == "trace_count" and number < low:
         raise InvalidArgument(
-            f"Unable to parse '{key}', value is out of range [ {low}, {high} ], got: {text}"
+            f"Unable to parse 'trace_count'. Expecting value >= {low}, got:{text[:32]}"
+        )
+    if number is None or not low <= number <= high:
+        raise InvalidArgument(
+            f"Unable to parse '{key}', value is out of range [ {low}, {high} ], got: {text[:32]}"
         )
     return str(number)
