@@ -214,7 +214,8 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     _save(_scalar_model(), repo, "scalars", SCALARS)
     (repo / "classifier" / "1").mkdir(parents=True)  # no config: the server completes it
     onnx.save(_classifier_model(), str(repo / "classifier" / "1" / "model.onnx"))
-    server = start_server(repo, wait_ready=False)  # two models are meant to fail
+    # two models are meant to fail; verbose, for Triton's warm-up lines
+    server = start_server(repo, ["--log-verbose", "1"], wait_ready=False)
     try:
         server.wait_for("server not ready: a model failed to load")
         yield server
@@ -428,3 +429,15 @@ def test_model_warmup_samples_are_reported_in_the_log(triton_server: ServerProce
     assert {(r["sample"], r["count"]) for r in runs} == {("from file", 2)}, runs
     assert all(str(r["instance"]).startswith("string_warmup-1-") for r in runs), runs
     assert all(float(str(r["ms"])) >= 0 for r in runs)
+    # Triton's verbose line for each run (L0_warmup greps for it), one per iteration
+    lines = [
+        str(r["message"])
+        for r in triton_server.logs
+        if "is running warmup sample" in str(r["message"])
+    ]
+    instance = str(runs[0]["instance"])
+    assert lines == [
+        f"model 'string_warmup' instance {instance} is running warmup sample 'from file' "
+        f"for iteration {iteration}"
+        for iteration in (1, 2)
+    ], lines

@@ -59,12 +59,16 @@ def probe_row_positions(config: ModelConfig, free_dim: int, sample: Arrays | Non
     return int(free_dim ** max(len(free) for _, free in axes))
 
 
-async def _run_sample(instance: Instance, sample: WarmupSample) -> None:
-    """Run one ``model_warmup`` sample ``count`` times, and log it; a failure names it, in
-    Triton's words."""
+async def _run_sample(model: str, instance: Instance, sample: WarmupSample) -> None:
+    """Run one ``model_warmup`` sample ``count`` times, and log it; each run (at debug, as
+    Triton's verbose log) and a failure name it, in Triton's words."""
     started = time.perf_counter()
     try:
-        for _ in range(sample.count):
+        for iteration in range(1, sample.count + 1):
+            logger.debug(
+                "model '%s' instance %s is running warmup sample '%s' for iteration %d",
+                model, instance.name, sample.name, iteration,
+            )  # fmt: skip
             await instance.run(partial(instance.backend.infer, sample.inputs))
     except BatchserveError as exc:
         raise ModelConfigError(
@@ -202,7 +206,7 @@ class InstanceLoader:
             cap = reservation.batch_cap if config.max_batch_size > 0 else 1
             started = time.perf_counter()
             for sample in samples:
-                await _run_sample(loading.instance, sample)
+                await _run_sample(config.name, loading.instance, sample)
             if cap not in {measured.batch_size for measured in profile.samples}:
                 batch = synthetic_batch(config, cap, free_dim, first)
                 await loading.instance.run(partial(backend.infer, batch))
@@ -245,7 +249,7 @@ class InstanceLoader:
                 await loading.give_up()
                 return None
             for sample in samples:
-                await _run_sample(loading.instance, sample)
+                await _run_sample(config.name, loading.instance, sample)
             _log_phase(name, "load and warm-up", started)
         memory = replace(
             twin, reserved_bytes=reservation.nbytes, batch_cap=cap,
