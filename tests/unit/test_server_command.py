@@ -13,6 +13,7 @@ from batchserve.runtime.serve_command import (
     FLAGS,
     METRICS_SWITCHES,
     SWITCHES,
+    run,
     settings_errors,
     settings_from_args,
 )
@@ -137,10 +138,24 @@ def test_tritons_start_up_flags_are_read(monkeypatch: pytest.MonkeyPatch) -> Non
     assert given.shutdown_timeout_seconds == 7
 
 
-def test_tritons_program_name_is_taken_and_nothing_else() -> None:
+def test_tritons_program_name_is_taken_and_nothing_else(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert _settings("tritonserver", "--model-store=/m").model_repository == Path("/m")
+    assert run(build_parser().parse_args(["serve", "batchserve"])) == 2
+    assert "unrecognized arguments: batchserve (only 'tritonserver'" in capsys.readouterr().err
+
+
+def test_a_flag_batchserve_does_not_know_is_named_not_its_value(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Its value used to land on the program word, and the error named 'tritonserver' as the
+    only choice, hiding the flag."""
     with pytest.raises(SystemExit):
-        _settings("batchserve")
+        build_parser().parse_args(["serve", "--no-such-flag", "local,size=1"])
+    error = capsys.readouterr().err
+    assert "unrecognized arguments: --no-such-flag" in error
+    assert "invalid choice" not in error
 
 
 def test_every_flag_is_in_the_readme() -> None:

@@ -303,7 +303,7 @@ def register(subparsers: Any) -> None:
         description="Serve a model repository (KServe v2 / Triton protocol).",
     )
     parser.add_argument(
-        "program", nargs="?", choices=[TRITON_PROGRAM], default=None,
+        "program", nargs="?", default=None,  # checked in run(): see _stray_word
         help=f"'{TRITON_PROGRAM}', ignored: a command line written for Triton's image (KServe's "
         "Triton runtime passes 'tritonserver --model-store=... --allow-grpc=true ...') runs "
         "as it is",
@@ -384,10 +384,24 @@ def settings_errors(error: ValidationError) -> list[str]:
     return lines
 
 
+def _stray_word(word: str) -> str:
+    """A word where only Triton's program name may stand. Most often the value of a flag
+    batchserve does not know (``--cache-config local,size=N``): argparse sets that flag
+    aside and gives its value to the program word, where a list of choices used to name
+    'tritonserver' as the only one, hiding the flag."""
+    return (
+        f"unrecognized arguments: {word} (only '{TRITON_PROGRAM}' may stand before the flags, "
+        "and every flag is written --flag VALUE or --flag=VALUE)"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from batchserve.observability.logs import configure_logging
     from batchserve.runtime.app import run as run_server
 
+    if args.program not in (None, TRITON_PROGRAM):
+        print(f"batchserve serve: error: {_stray_word(args.program)}", file=sys.stderr)
+        return 2
     try:
         settings = settings_from_args(args)
     except ValidationError as error:
