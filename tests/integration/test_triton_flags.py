@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
+from tests.integration.prometheus import free_port
 from tests.integration.server import MODEL_REPO, ServerProcess, start_server
 
 MODEL_ANALYZER_FLAGS = (
@@ -218,3 +222,46 @@ def test_exit_on_error_stops_a_server_whose_model_fails_at_start(one_broken_mode
     assert server.stop() == 3
     errors = [r["message"] for r in server.logs if r.get("level") == "ERROR"]
     assert errors[-1].startswith("the server did not start: failed to load all models")
+
+
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "two-workers"])
+def test_log_file_takes_every_process_s_logs_and_the_logging_api_names_it(
+    tmp_path: Path, workers: str
+) -> None:
+    """Triton's --log-file (L0_logging): the logs go to the file, stderr stays empty, and
+    the logging API reports the file. With workers, each writes its lines there too (they
+    used to die at start: the fork server closed the file's descriptor under its file
+    object, whose number a worker's link then took)."""
+    shutil.copytree(MODEL_REPO / "digits_cnn", tmp_path / "digits_cnn")
+    log_file = tmp_path / "server.log"
+    http, grpc_port = free_port(), free_port()
+    command = [
+        sys.executable, "-m", "batchserve.cli", "serve", "--model-repository", str(tmp_path),
+        "--http-port", str(http), "--grpc-port", str(grpc_port), "--metrics-port", "0",
+        "--log-format", "default", f"--log-file={log_file}", "--workers", workers,
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHSERVE_")}
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while "server ready" not in (log_file.read_text() if log_file.exists() else ""):
+            assert process.poll() is None
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert _answers(f"http://127.0.0.1:{http}/v2/health/ready")
+        http_client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
+        grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        assert http_client.get_log_settings()["log_file"] == str(log_file)
+        assert grpc_client.get_log_settings(as_json=True)["settings"]["log_file"] == {
+            "string_param": str(log_file)
+        }
+        assert _infer(http_client, 2).shape == (2, 10)
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0
+    assert stderr == ""
+    lines = log_file.read_text().splitlines()
+    assert not [line for line in lines if "worker exited" in line]
+    pids = {line.split()[2] for line in lines if line[:1] in "IWE" and len(line.split()) > 2}
+    assert len(pids) == 1 + (int(workers) if workers != "1" else 0), pids

@@ -158,6 +158,8 @@ class Settings(BaseSettings):
     log_verbose: int | None = Field(None, ge=0, le=2**32 - 1)
     """Triton's ``--log-verbose``: above 0, debug messages are written too; 0, not. Unset,
     ``log_level`` decides."""
+    log_file: Path | None = None
+    """Triton's ``--log-file``: the logs go to this file, appended to, instead of stderr."""
     log_info: bool | None = None
     log_warning: bool | None = None
     log_error: bool | None = None

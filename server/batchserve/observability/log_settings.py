@@ -5,8 +5,8 @@ level; Python logging has one threshold. ``LevelSwitches``, a filter on the serv
 handler, holds Triton's four switches, and the root logger's level follows the lowest
 switch on, so a message switched off costs no formatting. ``log_format`` swaps the
 handler's formatter (batchserve's ``json`` or ``text`` lines, or Triton's ``default`` or
-``ISO8601`` ones); ``log_file`` stays the standard error stream, as Triton refuses to move
-its log file over the network too.
+``ISO8601`` ones); ``log_file`` is the one given at start ("" for the standard error
+stream), never moved over the network, as Triton refuses to.
 """
 
 from __future__ import annotations
@@ -34,12 +34,13 @@ class LevelSwitches(logging.Filter):
     log_error: bool = True
     log_verbose_level: int = 0
     log_format: str = "json"
+    log_file: str = ""
 
     def __post_init__(self) -> None:
         super().__init__()
 
     @classmethod
-    def from_level(cls, level: str, fmt: str) -> LevelSwitches:
+    def from_level(cls, level: str, fmt: str, log_file: str = "") -> LevelSwitches:
         """The switches a ``--log-level`` stands for (debug is verbose level 1)."""
         threshold = logging.getLevelName(level.upper())
         if not isinstance(threshold, int):
@@ -50,6 +51,7 @@ class LevelSwitches(logging.Filter):
             log_error=threshold <= logging.ERROR,
             log_verbose_level=1 if threshold <= logging.DEBUG else 0,
             log_format=fmt,
+            log_file=log_file,
         )
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -74,9 +76,9 @@ class LevelSwitches(logging.Filter):
         return logging.ERROR
 
 
-def install(handler: logging.Handler, level: str, fmt: str) -> LevelSwitches:
+def install(handler: logging.Handler, level: str, fmt: str, log_file: str = "") -> LevelSwitches:
     """Put the switches for ``level`` on the server's handler and set the root's level."""
-    switches = LevelSwitches.from_level(level, fmt)
+    switches = LevelSwitches.from_level(level, fmt, log_file)
     handler.addFilter(switches)
     logging.getLogger().setLevel(switches.threshold())
     return switches
@@ -98,7 +100,7 @@ def _switches() -> tuple[LevelSwitches, list[logging.Handler]]:
 def get() -> Answer:
     """Triton's answer: the file ("" for standard error), switches, verbose level, format."""
     switches, _ = _switches()
-    answer: Answer = {"log_file": ""}
+    answer: Answer = {"log_file": switches.log_file}
     answer.update({key: getattr(switches, key) for key in KEYS[1:]})
     return answer
 

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar
+from pathlib import Path
 
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter
@@ -81,19 +82,38 @@ def formatter(fmt: str) -> logging.Formatter:
     return logging.Formatter(TEXT_FORMAT)
 
 
+def release_log_file() -> None:
+    """Close the log file (``--log-file``); it opens again, appending, at the next record.
+    For a process about to close descriptors it did not open (the fork server): a file
+    object kept over that would later write to, or close, whatever descriptor took its
+    number, such as a worker's link to the model-owning process."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.close()
+
+
 def configure_logging(
-    level: str = "info", fmt: str = "json", switches: Mapping[str, bool | int] | None = None
+    level: str = "info",
+    fmt: str = "json",
+    switches: Mapping[str, bool | int] | None = None,
+    log_file: Path | None = None,
 ) -> None:
-    """Route every logger (uvicorn's and grpc's included) through one stderr handler;
-    ``switches``: Triton's log switches given at start, over what ``level`` says."""
+    """Route every logger (uvicorn's and grpc's included) through one handler, to stderr or
+    appended to ``log_file`` (Triton's ``--log-file``; appends from several processes stay
+    whole lines); ``switches``: Triton's log switches given at start, over ``level``.
+    Raises OSError when the file cannot be opened."""
     from batchserve.observability.log_settings import install, update  # builds on this module
 
-    handler = logging.StreamHandler(sys.stderr)
+    handler: logging.Handler = (
+        logging.FileHandler(log_file, mode="a", encoding="utf-8")
+        if log_file is not None
+        else logging.StreamHandler(sys.stderr)
+    )
     handler.setFormatter(formatter(fmt))
     handler.addFilter(RequestFields())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    install(handler, level, fmt)
+    install(handler, level, fmt, str(log_file or ""))
     if switches:
         update(switches)
     for name in ("uvicorn", "uvicorn.error"):

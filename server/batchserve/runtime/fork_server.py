@@ -45,6 +45,7 @@ from typing import NoReturn
 
 import setproctitle
 
+from batchserve.observability.logs import release_log_file
 from batchserve.runtime.orphans import Orphans
 from batchserve.runtime.stop_signals import SIGNALS as STOP_SIGNALS
 
@@ -368,6 +369,7 @@ def _serve(control: socket.socket, owner: int, target: Target) -> int:  # pragma
     name_process(FORK_SERVER_NAME, FORK_SERVER_TITLE)
     for sig in STOP_SIGNALS:  # the model-owning process's to act on
         signal.signal(sig, signal.SIG_IGN)
+    release_log_file()  # before its descriptor closes below, not after another takes it
     os.closerange(3, control.fileno())  # what the owner had open; a worker gets only its own
     os.closerange(control.fileno() + 1, os.sysconf("SC_OPEN_MAX"))
     gc.collect()

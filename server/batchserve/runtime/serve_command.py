@@ -146,6 +146,13 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         int,
         "above 0: debug messages too; 0: none (Triton's flag; unset: --log-level decides)",
     ),
+    (
+        "--log-file",
+        "log_file",
+        Path,
+        "write the logs to this file, appended to, instead of standard error (Triton's flag; "
+        "the workers of --workers write to it too)",
+    ),
     ("--tls-cert-file", "tls_cert_file", Path, "PEM certificate chain: HTTP and gRPC serve TLS"),
     ("--tls-key-file", "tls_key_file", Path, "PEM private key of --tls-cert-file (unencrypted)"),
     (
@@ -408,5 +415,11 @@ def run(args: argparse.Namespace) -> int:
         for line in settings_errors(error):
             print(f"batchserve serve: {line}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, settings.log_format, settings.log_switches())
+    try:
+        configure_logging(
+            settings.log_level, settings.log_format, settings.log_switches(), settings.log_file
+        )
+    except OSError as error:
+        print(f"batchserve serve: --log-file: cannot open it: {error}", file=sys.stderr)
+        return 2
     return run_server(settings)

@@ -135,7 +135,9 @@ def serve_link(link: int, arena_fds: tuple[int, int] | None = None) -> int:
     if arena_fds is not None:
         start.requests_fd, start.responses_fd = arena_fds
     settings = start.settings
-    configure_logging(settings.log_level, settings.log_format, settings.log_switches())
+    configure_logging(
+        settings.log_level, settings.log_format, settings.log_switches(), settings.log_file
+    )
     cpu_scheduling.apply(settings.cpu_scheduling)  # inherited; again in case it was not
     gc_tuning.tune()
     handshake = settings.http_header_timeout_seconds
