@@ -70,7 +70,9 @@ HTTP_CASES: list[tuple[str, str, object, dict[str, str], int, str]] = [
     ("missing input", "/v2/models/digits_cnn/infer", {"inputs": []}, {}, 400, "input"),
     ("extra input", "/v2/models/digits_cnn/infer",
      {"inputs": [_json_input()["inputs"][0], {**_json_input()["inputs"][0], "name": "other"}]}, {}, 400, "other"),  # type: ignore[index]
-    ("unknown output", "/v2/models/digits_cnn/infer", {**_json_input(), "outputs": [{"name": "nope"}]}, {}, 400, "nope"),
+    ("unknown output", "/v2/models/digits_cnn/infer", {**_json_input(), "outputs": [{"name": "nope"}]}, {}, 400, "unexpected inference output 'nope' for model 'digits_cnn'"),
+    ("reserved parameter", "/v2/models/digits_cnn/infer", {**_json_input(), "parameters": {"triton_enable_empty_final_response": True}}, {}, 400,
+     "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."),
     ("duplicate output", "/v2/models/digits_cnn/infer",
      {**_json_input(), "outputs": [{"name": "logits"}, {"name": "logits"}]}, {}, 400, "logits"),
     ("bad priority", "/v2/models/digits_cnn/infer", {**_json_input(), "parameters": {"priority": "high"}}, {}, 400, "priority"),

@@ -245,7 +245,8 @@ def test_stream_errors_are_raised_by_the_iteration(server: Server) -> None:
         ("digits_cnn", {"image": IMAGE.astype(np.complex64)}, {}, InvalidArgument,
          r"^input 'image': numpy dtype complex64 has no protocol datatype"),
         ("digits_cnn", {"image": IMAGE}, {"outputs": ["logit"]}, InvalidArgument,
-         r"^unknown output 'logit': model 'digits_cnn' produces \['logits', 'probabilities'\]$"),
+         r"^unexpected inference output 'logit' for model 'digits_cnn' \(batchserve: the model "
+         r"produces \['logits', 'probabilities'\]\)$"),
         ("digits_cnn", {"image": IMAGE}, {"priority": 5}, InvalidArgument,
          r"^parameter 'priority': 5 is outside 1\.\.1$"),
         ("digits_cnn", {"image": IMAGE}, {"timeout_us": -1}, InvalidArgument,

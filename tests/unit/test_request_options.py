@@ -41,11 +41,22 @@ def test_request_options_rejected(parameters: dict[str, object], problem: str) -
 
 
 def test_request_parameters_named_triton_are_reserved_as_in_triton() -> None:
+    """Each protocol's words (L0_parameters' reserved-parameter test): over HTTP, no
+    'triton_' key at all; over gRPC, all but triton_enable_empty_final_response."""
+    for parameters in ({"triton_final_response": True},
+                       {"triton_enable_empty_final_response": "dummy-value"}):  # fmt: skip
+        with pytest.raises(InvalidArgument) as refused:
+            request_options(parameters, http=True)
+        assert refused.value.message.startswith(
+            "parameter keys starting with 'triton_' are reserved for Triton usage and should "
+            "not be specified. (batchserve: "
+        )
     with pytest.raises(InvalidArgument) as refused:
         request_options({"triton_final_response": True})
     assert refused.value.message.startswith(
-        "parameter keys starting with 'triton_' are reserved for Triton usage and should not "
-        "be specified."
+        "parameter keys starting with 'triton_' are reserved for Triton usage. Only the "
+        "following keys starting with 'triton_' are allowed: triton_enable_empty_final_response"
+        " (batchserve: "
     )
     assert request_options({"tritonic": 1}).parameters == {"tritonic": 1}
     # the reserved key Triton's own clients send (perf_analyzer over gRPC) is accepted

@@ -211,22 +211,30 @@ class RequestOptions:
     empty_final: bool = False
 
 
-def request_options(parameters: Mapping[str, object]) -> RequestOptions:
-    """Split priority, timeout and binary_data_output from the other request parameters."""
+def request_options(parameters: Mapping[str, object], *, http: bool = False) -> RequestOptions:
+    """Split priority, timeout and binary_data_output from the other request parameters.
+    ``http``: Triton's HTTP front end takes no 'triton_' key at all, its gRPC one takes
+    triton_enable_empty_final_response; each refuses the others in its own words."""
     if not parameters:
         return RequestOptions(0, 0, False, {})
     rest = dict(parameters)
+    reserved = next(
+        (k for k in rest if k.startswith("triton_") and (http or k != _EMPTY_FINAL_RESPONSE)),
+        None,
+    )
+    if reserved is not None:
+        words = (
+            "parameter keys starting with 'triton_' are reserved for Triton usage and should "
+            "not be specified."
+            if http
+            else "parameter keys starting with 'triton_' are reserved for Triton usage. Only "
+            f"the following keys starting with 'triton_' are allowed: {_EMPTY_FINAL_RESPONSE}"
+        )
+        raise InvalidArgument(f"{words} (batchserve: request parameter {reserved[:64]!r})")
     empty_final = rest.pop(_EMPTY_FINAL_RESPONSE, False)
     if type(empty_final) is not bool:
         raise InvalidArgument(
             f"invalid value type for '{_EMPTY_FINAL_RESPONSE}' parameter, expected bool_param."
-        )
-    reserved = next((key for key in rest if key.startswith("triton_")), None)
-    if reserved is not None:
-        raise InvalidArgument(
-            "parameter keys starting with 'triton_' are reserved for Triton usage and should "
-            f"not be specified. Only the following keys starting with 'triton_' are allowed: "
-            f"{_EMPTY_FINAL_RESPONSE} (batchserve: request parameter {reserved[:64]!r})"
         )
     sequence = _sequence(rest)
     priority = _unsigned(rest.pop("priority", 0), "priority")

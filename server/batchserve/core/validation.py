@@ -190,8 +190,9 @@ def _output_names(
         raise InvalidArgument(f"an output is requested more than once: {list(names)}")
     for name in names:
         if name not in known:
-            raise InvalidArgument(
-                f"unknown output '{name}': model '{schema.model}' produces {list(known)}"
+            raise InvalidArgument(  # Triton's words (model.cc), which L0_output_name reads
+                f"unexpected inference output '{name}' for model '{schema.model}' "
+                f"(batchserve: the model produces {list(known)})"
             )
     return names
 

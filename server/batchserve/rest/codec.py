@@ -88,7 +88,7 @@ def decode_infer_request(
     With ``schema``, a request its model refuses is refused before any element is decoded."""
     json_end = _json_end(body, header_length)
     doc = _load(body, json_end, has_header=header_length is not None)
-    options = request_options(_parameters(doc, "request"))
+    options = request_options(_parameters(doc, "request"), http=True)
     outputs = _decode_outputs(doc["outputs"]) if "outputs" in doc else None
     reader = _BinaryReader(body, json_end, has_header=header_length is not None)
     pending = PendingInputs()
