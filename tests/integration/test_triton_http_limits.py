@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -209,4 +210,28 @@ def test_a_negative_dimension_gets_tritons_http_text(server: ServerProcess) -> N
     assert refused.status_code == 400
     assert refused.json()["error"].startswith(
         "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"
+    )
+
+
+def test_nan_and_infinity_travel_in_json_as_in_triton(server: ServerProcess) -> None:
+    """L0_nan_inf over raw HTTP: Python's json.dumps writes NaN and Infinity, Triton reads
+    them, and answers them in JSON as the same words. The request used to be malformed JSON,
+    and the output was switched to binary data, which ``.json()`` of the answer cannot
+    read. tritonclient's JSON tensors carry them the same way."""
+    values = [float("nan"), float("inf"), float("-inf"), 1.0, -0.5]
+    payload = {"inputs": [{"name": "INPUT0", "shape": [1, 5], "datatype": "FP32", "data": values}]}
+    answer = requests.post(_url(server), data=json.dumps(payload), timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert "inference-header-content-length" not in answer.headers
+    assert b'"data":[NaN,Infinity,-Infinity,1.0,-0.5]' in answer.content
+    (output,) = answer.json()["outputs"]
+    assert np.array_equal(np.array(output["data"]), np.array(values), equal_nan=True)
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    tensor = httpclient.InferInput("INPUT0", [1, 5], "FP32")
+    tensor.set_data_from_numpy(np.array([values], np.float32), binary_data=False)
+    result = client.infer(
+        MODEL, [tensor], outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)]
+    )
+    assert np.array_equal(
+        result.as_numpy("OUTPUT0"), np.array([values], np.float32), equal_nan=True
     )

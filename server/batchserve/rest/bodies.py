@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 
 from batchserve.core.errors import InvalidArgument, PayloadTooLarge
+from batchserve.rest import json_text
 
 TooLarge = Callable[[str, int], PayloadTooLarge]
 """The refusal of a body of a size (its text: "N", "at least N") past a limit."""
@@ -71,8 +71,8 @@ def json_object(body: bytes) -> dict[str, Any]:
     if not body.strip():
         return {}
     try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
+        data = json_text.loads(body)
+    except json_text.MalformedJson as exc:
         raise InvalidArgument(f"malformed JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidArgument("the request body must be a JSON object")

@@ -40,6 +40,7 @@ from batchserve.core.types import (
 )
 from batchserve.core.validation import SchemaLookup
 from batchserve.dataplane.shared_memory.parameters import placeholder, placement
+from batchserve.rest import json_text
 from batchserve.rest.json_tensors import (
     JSON_OPTIONS,
     NotJsonRepresentable,
@@ -125,8 +126,8 @@ def _json_end(body: bytes, header_length: int | None) -> int:
 
 def _load(body: bytes, json_end: int, *, has_header: bool) -> Json:
     try:
-        doc = orjson.loads(memoryview(body)[:json_end])
-    except orjson.JSONDecodeError as error:
+        doc = json_text.loads(memoryview(body)[:json_end])
+    except json_text.MalformedJson as error:
         hint = ""
         if not has_header and b'"binary_data_size"' in body:
             hint = f" (binary tensor data needs the {HEADER} header)"

@@ -9,9 +9,9 @@ Protocol choices:
   tritonclient refuses too): send it as binary data. BF16 outputs are written to JSON
   as their exact values.
 - FP16/FP32 JSON numbers outside the type's range are rejected, not turned into inf.
-- BYTES elements are JSON strings (UTF-8). JSON has no NaN or infinity: such numbers in
-  a request are malformed JSON (send them as binary data).
-- An output JSON cannot carry exactly (BYTES that are not UTF-8, NaN or infinity) raises
+- BYTES elements are JSON strings (UTF-8). NaN and infinity are read and written as Triton
+  does, as the words NaN, Infinity and -Infinity (``json_text``).
+- An output JSON cannot carry exactly (BYTES that are not UTF-8) raises
   ``NotJsonRepresentable``; the HTTP codec then sends that output as binary data instead.
 """
 
@@ -35,6 +35,7 @@ from batchserve.core.tensors import (
     format_shape,
     native_array,
 )
+from batchserve.rest.json_text import with_non_finite
 
 MAX_JSON_DEPTH: Final = 100  # Triton's limit
 JSON_OPTIONS: Final = orjson.OPT_SERIALIZE_NUMPY  # what array_to_json's arrays need
@@ -171,21 +172,24 @@ def _check_json_integer_range(flat: list[Any], datatype: DataType, tensor: str) 
         )
 
 
-def array_to_json(array: Array, datatype: DataType, *, tensor: str = "output") -> list[Any] | Array:
+def array_to_json(
+    array: Array, datatype: DataType, *, tensor: str = "output"
+) -> list[Any] | Array | orjson.Fragment:
     """Row-major flat JSON data: a list of str for BYTES, else a 1-D array that
-    ``orjson.dumps(..., option=JSON_OPTIONS)`` writes twice as fast as a ``tolist()``."""
+    ``orjson.dumps(..., option=JSON_OPTIONS)`` writes twice as fast as a ``tolist()``, or,
+    holding NaN or infinity, the JSON text Triton writes for it."""
     if datatype.wire == "BYTES":
         return _strings(array, tensor)
     flat = native_array(array, datatype, tensor).reshape(-1)
     if datatype.wire == "BF16":
         flat = (flat.astype(np.uint32) << 16).view(np.float32)
-    if flat.dtype.kind == "f" and not np.isfinite(flat).all():
-        raise NotJsonRepresentable(
-            f"tensor '{tensor}': {datatype.wire} data holds NaN or infinity, which JSON cannot "
-            "carry; request it as binary data"
-        )
     # BF16 as float64, so that the shortest decimal orjson writes is the exact value
-    return flat.astype(np.float64) if datatype.wire == "BF16" else flat
+    if datatype.wire == "BF16":
+        with np.errstate(invalid="ignore"):  # a signalling NaN stays a NaN
+            flat = flat.astype(np.float64)
+    if flat.dtype.kind == "f" and not np.isfinite(flat).all():
+        return with_non_finite(flat)
+    return flat
 
 
 def _strings(array: Array, tensor: str) -> list[str]:

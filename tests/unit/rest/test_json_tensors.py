@@ -1,6 +1,7 @@
 """The JSON ``data`` field of HTTP tensors: read flat or nested as Triton reads it, written
 exactly, and refused in Triton's words."""
 
+import math
 from typing import Any
 
 import ml_dtypes
@@ -16,6 +17,7 @@ from batchserve.rest.json_tensors import (
     array_from_json,
     array_to_json,
 )
+from batchserve.rest.json_text import MalformedJson, loads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -145,14 +147,41 @@ def test_json_output_of_non_utf8_bytes_is_refused() -> None:
 
 
 @pytest.mark.parametrize("wire", ["FP16", "FP32", "FP64", "BF16"])
-def test_json_output_of_nan_or_infinity_is_refused(wire: str) -> None:
+def test_json_output_of_nan_or_infinity_is_written_as_triton_writes_it(wire: str) -> None:
     values = np.array(
-        [1.0, np.nan], dtype=ml_dtypes.bfloat16 if wire == "BF16" else BY_WIRE[wire].numpy
+        [1.0, np.nan, -np.inf], dtype=ml_dtypes.bfloat16 if wire == "BF16" else BY_WIRE[wire].numpy
     )
-    with pytest.raises(
-        NotJsonRepresentable, match=f"tensor 'y': {wire} data holds NaN or infinity"
-    ):
-        array_to_json(values, BY_WIRE[wire], tensor="y")
+    data = values.view(np.uint16) if wire == "BF16" else values
+    written = orjson.dumps({"data": array_to_json(data, BY_WIRE[wire], tensor="y")})
+    assert written == b'{"data":[1.0,NaN,-Infinity]}'
+
+
+@pytest.mark.parametrize(
+    ("text", "values"),
+    [
+        (b'{"data":[NaN,Infinity,-Infinity,2.5]}', [math.nan, math.inf, -math.inf, 2.5]),
+        (b'{"data":[[NaN],[1]], "name": "Infinity"}', [[math.nan], [1]]),
+    ],
+)
+def test_json_text_reads_tritons_non_finite_numbers(text: bytes, values: list[Any]) -> None:
+    """What Python's json.dumps (and so requests' json=) writes for NaN and infinity."""
+    got = loads(text)["data"]
+    assert np.array_equal(np.array(got, dtype=float), np.array(values, dtype=float), equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (b'[NaN, "\\ud800"]', "surrogates not allowed"),
+        (b"[NaN, 99999999999999999999999]", "exceeds 64-bit range"),
+        (b"[" * 100_000 + b"NaN" + b"]" * 100_000, "depth limit exceeded"),
+        (b"[NaNa]", "delimiter"),
+        (b"[nan]", "invalid literal"),
+    ],
+)
+def test_json_text_refuses_what_orjson_refuses_besides_them(text: bytes, problem: str) -> None:
+    with pytest.raises(MalformedJson, match=problem):
+        loads(text)
 
 
 def test_json_output_of_bf16_is_the_exact_float_value() -> None:
