@@ -170,6 +170,39 @@ def test_a_sequence_past_the_candidate_slots_waits_until_one_ends(
     assert step(32, 1, sequence_end=True) == 8
 
 
+def test_a_backlogged_sequence_past_its_request_timeout_is_refused_and_dropped(
+    sequence_server: ServerProcess,
+) -> None:
+    """L0_sequence_batcher's request-timeout test over a gRPC stream: a sequence waiting
+    for a slot past its request's timeout (Triton's 'timeout' parameter) is refused with
+    Triton's UNAVAILABLE text, and its later END without START is refused too. It used to
+    wait for the slot, and then run."""
+    model = "accumulator_two_slots"
+    http = _client(httpclient, sequence_server)
+    assert http.infer(model, [_input(httpclient, 1)], sequence_id=41, sequence_start=True)  # type: ignore[attr-defined]
+    assert http.infer(model, [_input(httpclient, 2)], sequence_id=42, sequence_start=True)  # type: ignore[attr-defined]
+    answers: queue.Queue[object] = queue.Queue()
+    client = grpcclient.InferenceServerClient(sequence_server.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.put(error or result))
+    try:
+        for value, start in ((3, True), (4, False)):
+            client.async_stream_infer(
+                model, [_input(grpcclient, value)], sequence_id=43, sequence_start=start,
+                timeout=200_000,  # microseconds
+            )  # fmt: skip
+        errors = [answers.get(timeout=10) for _ in range(2)]
+    finally:
+        client.stop_stream()
+    for error in errors:
+        assert isinstance(error, InferenceServerException), error
+        # a stream's error carries its text only, no status
+        assert error.message().startswith("timeout of the corresponding sequence has been expired")
+    with pytest.raises(InferenceServerException, match="must specify the START flag"):
+        http.infer(model, [_input(httpclient, 5)], sequence_id=43, sequence_end=True)  # type: ignore[attr-defined]
+    for sequence_id in (41, 42):
+        http.infer(model, [_input(httpclient, 0)], sequence_id=sequence_id, sequence_end=True)  # type: ignore[attr-defined]
+
+
 def test_perf_analyzer_drives_sequences_cleanly(sequence_server: ServerProcess) -> None:
     """perf_analyzer reads the sequence config and sends ids with START and END itself."""
     before = metric(

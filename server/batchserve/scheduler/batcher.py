@@ -87,7 +87,8 @@ class Batcher:
         self.queue = PriorityQueue(policy.max_queue_size, policy.aging_ns)
         self._pad_value = pad_value
         self._clock = clock
-        self._wakeup = WakeUp(timer if timer is not None else LoopTimer(clock), self._dispatch)
+        self._timer = timer if timer is not None else LoopTimer(clock)
+        self._wakeup = WakeUp(self._timer, self._dispatch)
         self._watch = RunWatch()
         delay_ns = policy.max_queue_delay_ns if policy.merge_requests else 0
         objective_ns = policy.latency_objective_ns

@@ -13,11 +13,13 @@ for it without START is refused, as Triton refuses it.
 Both strategies hold a fixed number of candidate sequences per instance, as Triton's do:
 ``direct`` one per batch slot (``max_batch_size``), ``oldest`` ``max_candidate_sequences``.
 Further sequences wait in an ordered backlog, their requests held, until a candidate ends
-or expires. The ready steps of the candidates share batches: ``oldest`` under its queue
-delay and preferred sizes; ``direct`` at once, or, with ``minimum_slot_utilization`` set,
-once that share of a batch's slots is ready or its queue delay has passed. ``direct``
-binding a sequence to one instance's slot matters only to models that keep state inside an
-instance; implicit state is kept here, so any instance runs any step.
+or expires; a backlogged sequence whose earliest request's timeout passes is dropped, every
+request of it refused, as Triton's reaper does. The ready steps of the candidates share
+batches: ``oldest`` under its queue delay and preferred sizes; ``direct`` at once, or,
+with ``minimum_slot_utilization`` set, once that share of a batch's slots is ready or its
+queue delay has passed. ``direct`` binding a sequence to one instance's slot matters only
+to models that keep state inside an instance; implicit state is kept here, so any
+instance runs any step.
 """
 
 from __future__ import annotations
@@ -37,8 +39,14 @@ from batchserve.proto.model_config_pb2 import ModelConfig, ModelSequenceBatching
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.instances import InstancePool
 from batchserve.scheduler.policy import BatchPolicy
+from batchserve.scheduler.timing import TimerHandle
 from batchserve.scheduler.work import Arrays, WorkItem
 
+BACKLOG_TIMEOUT = (
+    "timeout of the corresponding sequence has been expired (batchserve: the sequence waited "
+    "for a free sequence slot past a request's timeout and was dropped; start it again)"
+)
+"""Triton's words first (its sequence batcher's reaper), which its QA tests read."""
 DEFAULT_IDLE_US = 1_000_000
 """Triton's default ``max_sequence_idle_microseconds``."""
 MAX_LIVE_SEQUENCES = 4096
@@ -184,6 +192,9 @@ class _Sequence:
     idle: asyncio.TimerHandle | None = None
     candidate: bool = False
     """Its steps may run; False while it waits in the backlog."""
+    expires_ns: int | None = None
+    """In the backlog: when its earliest request's timeout passes."""
+    expiry: TimerHandle | None = None
 
 
 class SequenceBatcher(Batcher):
@@ -248,6 +259,30 @@ class SequenceBatcher(Batcher):
         sequence.pending.append(item)
         if sequence.candidate and not sequence.running:
             self._next(sequence)
+        elif not sequence.candidate:
+            self._watch_backlog(sequence, item.deadline_ns)
+
+    def _watch_backlog(self, sequence: _Sequence, deadline_ns: int | None) -> None:
+        """Drop the backlogged sequence once the earliest of its requests' timeouts passes
+        (Triton's backlog expiration); the timeout of a queued step is the batcher's."""
+        if deadline_ns is None or (
+            sequence.expires_ns is not None and sequence.expires_ns <= deadline_ns
+        ):
+            return
+        if sequence.expiry is not None:
+            sequence.expiry.cancel()
+        sequence.expires_ns = deadline_ns
+        sequence.expiry = self._timer.call_at(deadline_ns, partial(self._drop_backlog, sequence))
+
+    def _drop_backlog(self, sequence: _Sequence) -> None:
+        sequence.expiry = None
+        if sequence.candidate or sequence not in self._backlog:
+            return
+        self._backlog.remove(sequence)
+        if self._live.get(sequence.id) is sequence:
+            del self._live[sequence.id]
+        while sequence.pending:
+            sequence.pending.popleft().finish(Unavailable(BACKLOG_TIMEOUT))
 
     def _admit(self, sequence: _Sequence) -> None:
         """Make a new sequence a candidate, or queue it in the backlog when none is free."""
@@ -345,14 +380,18 @@ class SequenceBatcher(Batcher):
             self._candidates -= 1
         while self._backlog and self._candidates < self.max_candidates:
             promoted = self._backlog.popleft()
+            if promoted.expiry is not None:  # its steps' timeouts are the batcher's now
+                promoted.expiry.cancel()
+                promoted.expiry = None
             promoted.candidate = True
             self._candidates += 1
             self._next(promoted)
 
     async def close(self) -> None:
-        for sequence in list(self._live.values()):
-            if sequence.idle is not None:
-                sequence.idle.cancel()
+        for sequence in [*self._live.values(), *self._backlog]:
+            for timer in (sequence.idle, sequence.expiry):
+                if timer is not None:
+                    timer.cancel()
         while self._backlog:  # never reached a slot: answer rather than strand them
             for item in self._backlog.popleft().pending:
                 item.finish(Unavailable("model was unloaded"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -85,7 +86,13 @@ class Harness:
         )
 
     def step(
-        self, sequence_id: int | str, value: int, *, start: bool = False, end: bool = False
+        self,
+        sequence_id: int | str,
+        value: int,
+        *,
+        start: bool = False,
+        end: bool = False,
+        timeout_s: float | None = None,
     ) -> WorkItem:
         item = WorkItem(
             inputs={"INPUT": np.array([[value]], np.int32)},
@@ -93,7 +100,7 @@ class Harness:
             output_names=("OUTPUT", "ID", "ENDED"),
             priority=1,
             enqueued_ns=0,
-            deadline_ns=None,
+            deadline_ns=None if timeout_s is None else time.monotonic_ns() + int(timeout_s * 1e9),
             future=asyncio.get_running_loop().create_future(),
             sequence=SequenceFlags(sequence_id, start, end),
         )
@@ -224,6 +231,34 @@ async def test_an_expired_candidate_frees_its_slot_for_the_backlog(accumulator: 
     waiting = harness.step(2, 6, start=True)
     assert (await _outputs(waiting))[0] == 6  # sequence 1 idled past 50 ms and expired
     assert harness.batcher.stats.sequences_expired == 1
+
+
+async def test_a_backlogged_sequence_past_a_request_s_timeout_is_dropped(
+    accumulator: Path,
+) -> None:
+    """Triton's reaper (L0_sequence_batcher's request-timeout tests): every request of a
+    sequence still waiting for a slot when the earliest timeout passes is refused, and the
+    sequence is gone, so its later steps need START. They used to wait past their timeout
+    for a slot, and the sequence lived on."""
+    harness = Harness(accumulator)
+    harness.batcher.max_candidates = 1
+    harness.batcher.sequences = replace(harness.batcher.sequences, idle_ns=10**10)
+    await _outputs(harness.step(1, 1, start=True))  # holds the only slot
+    waiting = [harness.step(2, 2, start=True, timeout_s=0.05), harness.step(2, 3, timeout_s=30)]
+    for item in waiting:
+        with pytest.raises(Unavailable) as refused:
+            await asyncio.wait_for(item.future, 5)
+        assert refused.value.message.startswith(
+            "timeout of the corresponding sequence has been expired"
+        )
+    assert (harness.batcher.backlog, harness.batcher.live) == (0, 1)
+    with pytest.raises(InvalidArgument, match="must specify the START flag"):
+        harness.step(2, 4, end=True)
+    promoted = harness.step(3, 5, start=True, timeout_s=5)  # a slot frees before it expires
+    await _outputs(harness.step(1, 1, end=True))
+    assert (await _outputs(promoted))[0] == 5
+    await asyncio.sleep(0.1)
+    assert harness.batcher.live == 1
 
 
 async def test_unloading_answers_the_backlog(accumulator: Path) -> None:
