@@ -31,7 +31,7 @@ from functools import partial
 
 import numpy as np
 
-from batchserve.core.datatypes import from_config
+from batchserve.core.datatypes import from_config, from_numpy
 from batchserve.core.errors import InvalidArgument, Overloaded, Unavailable
 from batchserve.core.types import SequenceFlags
 from batchserve.observability.stats import ModelStats
@@ -120,9 +120,10 @@ class SequencePolicy:
         return sum(spec.initial.nbytes for spec in self.states)
 
     @property
-    def numeric_ids(self) -> bool:
-        """Whether a CORRID control takes the correlation id as a number."""
-        return any(c.kind == "CORRID" and c.dtype.kind in "iu" for c in self.controls)
+    def corrid(self) -> Control | None:
+        """The CORRID control, which takes the correlation id: as a number where its type is
+        an integer, else as a string (Triton allows no other)."""
+        return next((c for c in self.controls if c.kind == "CORRID"), None)
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -133,7 +134,8 @@ class SequencePolicy:
         """One step's server-filled inputs: controls, and the state (None: the initial)."""
         arrays: Arrays = {}
         for control in self.controls:
-            if control.kind == "CORRID":  # a string control takes any id as text
+            if control.kind == "CORRID":  # a client's id is of its kind (the batcher checks);
+                # a generation loop's is a number, which a string control takes as text
                 value: object = flags.id if control.dtype.kind in "iu" else str(flags.id)
             else:
                 on = {"START": flags.start, "END": flags.end, "READY": True}[control.kind]
@@ -310,10 +312,15 @@ class SequenceBatcher(Batcher):
                 f"inference request to model '{self.model}' must specify batch-size 1 due "
                 "to requirements of sequence batcher"
             )
-        if isinstance(flags.id, str) and self.sequences.numeric_ids:
-            raise InvalidArgument(
-                f"sequence id '{flags.id}' is a string, but model '{self.model}' takes its "
-                "correlation id as a number (its CORRID control): send an integer sequence_id"
+        corrid = self.sequences.corrid
+        if corrid is not None and isinstance(flags.id, str) == (corrid.dtype.kind in "iu"):
+            sent, wanted = (
+                ("BYTES", "an integer") if isinstance(flags.id, str) else ("UINT64", "a string")
+            )
+            raise InvalidArgument(  # Triton's words (infer_request.cc), then ours
+                f"sequence batching control '{corrid.input}' data-type is '{sent}', but model "
+                f"'{self.model}' expects '{from_numpy(corrid.dtype).wire}' (batchserve: send "
+                f"{wanted} sequence_id)"
             )
         return flags
 

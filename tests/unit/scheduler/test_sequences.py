@@ -18,7 +18,7 @@ from batchserve.models.model_config import parse_pbtxt
 from batchserve.observability.stats import ModelStats
 from batchserve.scheduler.instances import Instance, InstancePool
 from batchserve.scheduler.policy import BatchPolicy
-from batchserve.scheduler.sequences import SequenceBatcher, SequencePolicy
+from batchserve.scheduler.sequences import Control, SequenceBatcher, SequencePolicy
 from batchserve.scheduler.work import WorkItem
 from batchserve.zoo.sequence_models import accumulator_nodes
 from onnx import TensorProto, helper
@@ -134,12 +134,25 @@ async def test_steps_of_one_sequence_run_in_order_even_when_sent_at_once(
     assert [(await _outputs(i))[0] for i in items] == [1, 3, 6, 10, 15]
 
 
-async def test_a_string_id_is_refused_where_the_model_takes_a_numeric_one(
+async def test_an_id_of_the_other_kind_than_the_corrid_control_is_refused_in_tritons_words(
     accumulator: Path,
 ) -> None:
+    """L0_sequence_corrid_batcher's data-type test: a string id to an integer CORRID, and an
+    integer id to a string one (which used to be taken as its text)."""
     harness = Harness(accumulator)
-    with pytest.raises(InvalidArgument, match="sequence id 'text-1' is a string"):
+    with pytest.raises(InvalidArgument) as refused:
         harness.step("text-1", 1, start=True)
+    assert refused.value.message.startswith(
+        "sequence batching control 'CORRID' data-type is 'BYTES', but model 'acc' expects 'INT64'"
+    )
+    string_id = Control("CORRID", "CORRID", np.dtype(object))
+    harness.batcher.sequences = replace(harness.batcher.sequences, controls=(string_id,))
+    with pytest.raises(InvalidArgument) as refused:
+        harness.step(7, 1, start=True)
+    assert refused.value.message.startswith(
+        "sequence batching control 'CORRID' data-type is 'UINT64', but model 'acc' expects 'BYTES'"
+    )
+    assert harness.batcher.live == 0
 
 
 async def test_start_resets_the_state_of_a_sequence_that_did_not_end(accumulator: Path) -> None:
