@@ -151,9 +151,14 @@ def test_errors_carry_the_servers_message(client: Client) -> None:
     with pytest.raises(InvalidArgument, match=r"input 'image': shape \[1, 1, 4, 8\]") as bad:
         client.infer(DIGITS, {"image": np.zeros((1, 1, 4, 8), np.float32)})
     assert bad.value.status == 400 or bad.value.code == "INVALID_ARGUMENT"
-    with pytest.raises(InvalidArgument, match=r"'priority': 2 is outside 1\.\.1"):
-        client.infer(DIGITS, {"image": _digits(1)}, priority=2)
     assert client.is_ready()
+
+
+def test_a_priority_past_the_model_s_levels_is_served_at_its_default(client: Client) -> None:
+    """Triton's rule (L0_model_queue): 0, or a level the model does not have, is its
+    default level; it used to be refused."""
+    answer = client.infer(DIGITS, {"image": _digits(1)}, priority=2)
+    assert answer["logits"].shape == (1, 10)
 
 
 def test_a_call_that_outlives_its_timeout_raises_deadline_exceeded(client: Client) -> None:

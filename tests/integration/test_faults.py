@@ -184,9 +184,11 @@ def test_a_full_queue_is_refused_at_once_over_both_protocols(
 
     assert refused.status_code == 503, refused.text
     assert int(refused.headers["retry-after"]) >= 1
-    assert "queue is full" in refused.json()["error"]
+    assert refused.json()["error"].startswith(
+        "Exceeds maximum queue size (batchserve: queue is full"
+    )
     assert error.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert "queue is full" in error.value.details()
+    assert error.value.details().startswith("Exceeds maximum queue size")
     assert still_busy, "the refusals must come while the model is busy"
     assert http_seconds < 1, http_seconds
     assert grpc_seconds < 1, grpc_seconds

@@ -247,8 +247,6 @@ def test_stream_errors_are_raised_by_the_iteration(server: Server) -> None:
         ("digits_cnn", {"image": IMAGE}, {"outputs": ["logit"]}, InvalidArgument,
          r"^unexpected inference output 'logit' for model 'digits_cnn' \(batchserve: the model "
          r"produces \['logits', 'probabilities'\]\)$"),
-        ("digits_cnn", {"image": IMAGE}, {"priority": 5}, InvalidArgument,
-         r"^parameter 'priority': 5 is outside 1\.\.1$"),
         ("digits_cnn", {"image": IMAGE}, {"timeout_us": -1}, InvalidArgument,
          r"^request parameter 'timeout' must be an integer >= 0, got -1$"),
         ("digits_cnn", {"image": IMAGE}, {"sequence_id": 3}, InvalidArgument,

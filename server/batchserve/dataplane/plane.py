@@ -356,11 +356,9 @@ class DataPlane:
         if policy.max_batch_steps:  # (the lenders are listed only for such a model)
             check_steps(policy, served.name, valid.inputs, max(1, valid.batch_size),
                         served.batcher.lenders())  # fmt: skip
-        priority = requested_priority or policy.default_priority
-        if not 1 <= priority <= policy.priority_levels:
-            raise InvalidArgument(
-                f"parameter 'priority': {requested_priority} is outside 1..{policy.priority_levels}"
-            )
+        # Triton's rule (infer_request.cc): 0, or past the model's levels, is the default
+        in_levels = 1 <= requested_priority <= policy.priority_levels
+        priority = requested_priority if in_levels else policy.default_priority
         timeout_ns = policy.default_timeout_ns
         if timeout_us and (policy.allow_timeout_override or not timeout_ns):
             requested = timeout_us * 1000

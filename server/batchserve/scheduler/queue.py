@@ -44,7 +44,10 @@ class PriorityQueue:
     def push(self, item: WorkItem) -> None:
         """Queue an item, or refuse at once when the queue is full."""
         if self._size >= self._max_size:
-            raise Overloaded(f"queue is full ({self._max_size} requests waiting); retry later")
+            raise Overloaded(  # Triton's words first, which L0_model_queue reads
+                f"Exceeds maximum queue size (batchserve: queue is full, {self._max_size} "
+                "requests waiting; retry later)"
+            )
         self._level(item.priority).append(item)
         self._size += 1
         self.samples += item.batch_size
