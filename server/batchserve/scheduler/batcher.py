@@ -89,6 +89,9 @@ class Batcher:
         self._clock = clock
         self._timer = timer if timer is not None else LoopTimer(clock)
         self._wakeup = WakeUp(self._timer, self._dispatch)
+        self._expiry = WakeUp(self._timer, self._expire_due)
+        """At the earliest deadline queued: its request is answered then, not when an
+        instance is next free to look at the queue."""
         self._watch = RunWatch()
         delay_ns = policy.max_queue_delay_ns if policy.merge_requests else 0
         objective_ns = policy.latency_objective_ns
@@ -233,25 +236,37 @@ class Batcher:
         if self.queue.full:  # places held by clients that went away are free
             for gone in self.queue.remove_abandoned():
                 self._settle(gone, asyncio.CancelledError())
-        timing = self._timing
-        if timing is not None:
-            if self._objective is not None:  # (its batches can wait only with timing)
-                self._objective.rate.samples += item.batch_size
-            if self._timing_learns:
-                # when it reaches this queue, not when it was received: a sequence's step,
-                # held until the step before had run, arrives now
-                timing.arrived(
-                    self._clock(), bool(self.queue), not self._dispatch_pending, item.clients
-                )
+        self._learn_arrival(item)
         if self.policy.position_inputs:
             item.row_positions = row_positions(self.policy.position_inputs, item.inputs)
         self.queue.push(item)
+        if item.deadline_ns is not None:
+            self._expiry.at(item.deadline_ns)
         self._urgent += item.urgent
         if self._order is not None:
             item.ticket = self._order.ticket()
         if not self._dispatch_pending:
             self._dispatch_pending = True
             asyncio.get_running_loop().call_soon(self._deferred_dispatch)
+
+    def _learn_arrival(self, item: WorkItem) -> None:
+        timing = self._timing
+        if timing is None:
+            return
+        if self._objective is not None:  # (its batches can wait only with timing)
+            self._objective.rate.samples += item.batch_size
+        if self._timing_learns:
+            # when it reaches this queue, not when it was received: a sequence's step, held
+            # until the step before had run, arrives now
+            timing.arrived(
+                self._clock(), bool(self.queue), not self._dispatch_pending, item.clients
+            )
+
+    def _expire_due(self) -> None:
+        for late in self.queue.remove_expired(self._clock()):
+            self._settle(late, DeadlineExceeded(QUEUE_TIMEOUT))
+        if (due := self.queue.earliest_deadline_ns()) is not None:
+            self._expiry.at(due)
 
     def _deferred_dispatch(self) -> None:
         """Dispatch once per event-loop pass, after every request that pass decoded has
@@ -542,5 +557,6 @@ class Batcher:
         while self._running:
             await asyncio.wait(set(self._running))
         self._wakeup.cancel()
+        self._expiry.cancel()
         while self.queue:  # no instance at all to run them: answer rather than strand them
             self._settle(self.queue.pop(self._clock()), Unavailable("model was unloaded"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from batchserve.core.errors import Overloaded
 from batchserve.scheduler.work import WorkItem
@@ -75,12 +75,27 @@ class PriorityQueue:
         Called when the queue is full: a client that went away must not hold its place
         until an instance is free to drop it (new requests would be refused meanwhile).
         """
+        return self.remove_where(WorkItem.abandoned)
+
+    def remove_expired(self, now_ns: int) -> list[WorkItem]:
+        """Take out every item whose deadline has passed, keeping the others' order: its
+        client is answered at its deadline, not when an instance is next free."""
+        return self.remove_where(
+            lambda item: item.deadline_ns is not None and item.deadline_ns <= now_ns
+        )
+
+    def earliest_deadline_ns(self) -> int | None:
+        deadlines = [item.deadline_ns for item in self if item.deadline_ns is not None]
+        return min(deadlines) if deadlines else None
+
+    def remove_where(self, condition: Callable[[WorkItem], bool]) -> list[WorkItem]:
+        """Take out every item ``condition`` holds for, keeping the others' order."""
         removed: list[WorkItem] = []
         for priority in list(self._in_use):
             level = self._levels[priority]
             for _ in range(len(level)):
                 item = level.popleft()
-                if item.abandoned():
+                if condition(item):
                     removed.append(item)
                 else:
                     level.append(item)

@@ -104,6 +104,26 @@ async def test_expired_and_abandoned_requests_never_reach_the_model() -> None:
     assert gone.future.cancelled()  # resolved, so nobody awaits it forever
 
 
+async def test_a_queued_request_is_answered_at_its_deadline_while_the_instance_is_busy() -> None:
+    """Not when an instance is next free to look at the queue, and wherever it is queued;
+    the requests around it keep their places."""
+    backend = FakeBackend()
+    batcher = make_batcher([backend])
+    first = await hold_first(batcher, backend)
+    patient = item(1, 6.0, deadline_ns=time.monotonic_ns() + 10**10)
+    late = item(1, 5.0, deadline_ns=time.monotonic_ns() + 50_000_000)
+    batcher.submit(patient)
+    batcher.submit(late)
+    with pytest.raises(DeadlineExceeded, match=r"^Request timeout expired"):
+        await asyncio.wait_for(late.future, WAIT_S)
+    assert not backend.gate.is_set()  # the instance is still busy with the first batch
+    assert not patient.future.done()
+    assert len(batcher.queue) == 1
+    backend.gate.set()
+    await answer(first)
+    assert (await answer(patient))["y"].shape == (1, 4)
+
+
 async def test_higher_priority_runs_first() -> None:
     backend = FakeBackend()
     batcher = make_batcher(
