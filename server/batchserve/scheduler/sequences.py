@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -79,7 +80,8 @@ class State:
     input: str
     output: str
     initial: np.ndarray
-    """One row's state at START: zeros (Triton's ``zero_data``, and its default)."""
+    """One row's state at START: zeros (Triton's ``zero_data``, and its default), a
+    variable dimension 1."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +105,7 @@ class SequencePolicy:
         ]
         states = [
             State(s.input_name, s.output_name,
-                  np.zeros(tuple(s.dims), from_config(s.data_type).numpy))
+                  np.zeros(_initial_shape(s.dims), from_config(s.data_type).numpy))
             for s in batching.state
         ]  # fmt: skip
         idle_us = batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US
@@ -116,7 +118,8 @@ class SequencePolicy:
 
     @property
     def state_bytes(self) -> int:
-        """What one live sequence's state holds on the host."""
+        """What one live sequence's state holds on the host (at START: a state of variable
+        size holds what the model makes it)."""
         return sum(spec.initial.nbytes for spec in self.states)
 
     @property
@@ -154,6 +157,12 @@ class SequencePolicy:
         for spec in self.states:
             arrays[spec.input] = np.repeat(spec.initial[None, ...], rows, axis=0)
         return arrays
+
+
+def _initial_shape(dims: Iterable[int]) -> tuple[int, ...]:
+    """A state's shape at START: a variable dimension is 1 there, as in Triton, and from
+    then on the state has the shape the model output for it."""
+    return tuple(1 if dim == -1 else dim for dim in dims)
 
 
 def candidate_slots(config: ModelConfig) -> int:

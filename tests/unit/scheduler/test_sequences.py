@@ -21,7 +21,7 @@ from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.sequences import Control, SequenceBatcher, SequencePolicy
 from batchserve.scheduler.work import WorkItem
 from batchserve.zoo.sequence_models import accumulator_nodes
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 pytestmark = pytest.mark.anyio
 
@@ -282,3 +282,89 @@ async def test_unloading_answers_the_backlog(accumulator: Path) -> None:
     await harness.batcher.close()
     with pytest.raises(Unavailable, match="model was unloaded"):
         await _outputs(waiting)
+
+
+GROWING = """
+name: "history" max_batch_size: 8
+input [{ name: "INPUT" data_type: TYPE_INT32 dims: [-1] }]
+output [{ name: "TOTAL" data_type: TYPE_INT32 dims: [1] },
+        { name: "LENGTH" data_type: TYPE_INT32 dims: [1] }]
+sequence_batching {
+  state [{ input_name: "HISTORY_IN" output_name: "HISTORY_OUT" data_type: TYPE_INT32
+           dims: [-1] }]
+}
+"""
+
+
+def _history_model(path: Path) -> Path:
+    """HISTORY_OUT = HISTORY_IN followed by INPUT (a state that grows); TOTAL its sum;
+    LENGTH its length."""
+    axis = numpy_helper.from_array(np.array([1], np.int64), "axis")
+    nodes = [
+        helper.make_node("Concat", ["HISTORY_IN", "INPUT"], ["HISTORY_OUT"], axis=1),
+        helper.make_node("ReduceSum", ["HISTORY_OUT", "axis"], ["TOTAL"], keepdims=1),
+        helper.make_node("Mul", ["HISTORY_OUT", "zero"], ["zeros"]),
+        helper.make_node("Add", ["zeros", "one"], ["ones"]),
+        helper.make_node("ReduceSum", ["ones", "axis"], ["LENGTH"], keepdims=1),
+    ]
+    constants = [
+        axis,
+        numpy_helper.from_array(np.array(0, np.int32), "zero"),
+        numpy_helper.from_array(np.array(1, np.int32), "one"),
+    ]
+    int32 = TensorProto.INT32
+    graph = helper.make_graph(
+        nodes,
+        "history",
+        [helper.make_tensor_value_info(n, int32, ["batch", n + "_length"])
+         for n in ("INPUT", "HISTORY_IN")],
+        [helper.make_tensor_value_info("HISTORY_OUT", int32, ["batch", "out_length"]),
+         *(helper.make_tensor_value_info(n, int32, ["batch", 1]) for n in ("TOTAL", "LENGTH"))],
+        constants,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path
+
+
+async def test_a_state_of_variable_size_starts_at_one_element_and_grows(tmp_path: Path) -> None:
+    """Triton's rule for a state with variable dims (L0_sequence_batcher's variable implicit
+    models): 1 at START, then whatever the model outputs. Such a model used to fail to
+    load with numpy's 'negative dimensions are not allowed'."""
+    config = parse_pbtxt(GROWING)
+    backend = OnnxBackend()
+    backend.load(_history_model(tmp_path / "history.onnx"), config, CPU)
+    sequences = SequencePolicy.from_config(config)
+    assert sequences is not None
+    assert sequences.states[0].initial.shape == (1,)
+    batcher = SequenceBatcher(
+        "history",
+        InstancePool([Instance("history-0", backend)]),
+        BatchPolicy.from_config(config, server_max_queue_size=64),
+        ModelStats(),
+        sequences,
+    )
+
+    def step(sequence_id: int, values: list[int], start: bool = False) -> WorkItem:
+        item = WorkItem(
+            inputs={"INPUT": np.array([values], np.int32)},
+            batch_size=1,
+            output_names=("TOTAL", "LENGTH"),
+            priority=1,
+            enqueued_ns=0,
+            deadline_ns=None,
+            future=asyncio.get_running_loop().create_future(),
+            sequence=SequenceFlags(sequence_id, start, False),
+        )
+        batcher.submit(item)
+        return item
+
+    async def answer(item: WorkItem) -> tuple[int, int]:
+        out = await asyncio.wait_for(item.future, 5)
+        return int(out["TOTAL"][0, 0]), int(out["LENGTH"][0, 0])
+
+    steps = [step(1, [1, 2], start=True), step(2, [10], start=True), step(1, [3, 4, 5]),
+             step(2, [20, 30]), step(1, [6])]  # fmt: skip
+    assert [await answer(item) for item in steps] == [(3, 3), (10, 2), (15, 6), (60, 4), (21, 7)]
+    await batcher.close()
