@@ -12,10 +12,16 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from batchserve.zoo.sequence_models import write_accumulator, write_simple_sequence
+from batchserve.zoo.sequence_models import (
+    accumulator_nodes,
+    write_accumulator,
+    write_simple_sequence,
+)
+from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
 from tests.integration.server import ServerProcess, metric, run_perf_analyzer, start_server
@@ -33,9 +39,66 @@ def sequence_server(
     two_slots = write_accumulator(repo, "accumulator_two_slots") / "config.pbtxt"
     config = two_slots.read_text().replace("max_batch_size: 8", "max_batch_size: 2")
     two_slots.write_text(config + "instance_group [{ count: 1 kind: KIND_CPU }]\n")
+    _write_unbatched_accumulator(repo)
     server = start_server(repo, ["--workers", request.param])
     yield server
     assert server.stop() == 0
+
+
+UNBATCHED = """name: "accumulator_unbatched"
+backend: "onnxruntime"
+max_batch_size: 0
+input [{ name: "INPUT" data_type: TYPE_INT32 dims: [1] }]
+output [{ name: "OUTPUT" data_type: TYPE_INT32 dims: [1] }]
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  oldest { max_candidate_sequences: 4 }
+  control_input [
+    { name: "START" control [{ kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1] }] },
+    { name: "READY" control [{ kind: CONTROL_SEQUENCE_READY int32_false_true: [0, 1] }] }
+  ]
+  state [{ input_name: "ACC_IN" output_name: "ACC_OUT" data_type: TYPE_INT32 dims: [1] }]
+}
+"""
+"""The accumulator as Triton's QA writes its nobatch sequence models: no batch axis."""
+
+
+def _write_unbatched_accumulator(repo: Path) -> None:
+    nodes, constants = accumulator_nodes()
+    int32 = [helper.make_tensor_value_info(n, TensorProto.INT32, [1])
+             for n in ("INPUT", "START", "READY", "ACC_IN", "OUTPUT", "ACC_OUT")]  # fmt: skip
+    graph = helper.make_graph(nodes, "unbatched", int32[:4], int32[4:], constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    (repo / "accumulator_unbatched" / "1").mkdir(parents=True)
+    onnx.save(model, str(repo / "accumulator_unbatched" / "1" / "model.onnx"))
+    (repo / "accumulator_unbatched" / "config.pbtxt").write_text(UNBATCHED)
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_a_sequence_model_without_batching_keeps_each_sequence_s_state(
+    sequence_server: ServerProcess, module: ModuleType
+) -> None:
+    """Triton's nobatch sequence models (L0_sequence_batcher with NO_BATCHING=1): the
+    controls and the state have no batch axis, and interleaved sequences keep their own
+    sums. Such a model used to be refused at load."""
+    client = _client(module, sequence_server)
+    model = "accumulator_unbatched"
+
+    def step(sequence_id: int, value: int, **flags: bool) -> int:
+        tensor = module.InferInput("INPUT", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([value], np.int32))
+        result = client.infer(model, [tensor], sequence_id=sequence_id, **flags)  # type: ignore[attr-defined]
+        return int(result.as_numpy("OUTPUT")[0])
+
+    assert step(71, 1, sequence_start=True) == 1
+    assert step(72, 10, sequence_start=True) == 10
+    assert step(71, 2) == 3
+    assert step(72, 20) == 30
+    assert step(71, 3, sequence_end=True) == 6
+    assert step(72, 30, sequence_end=True) == 60
+    with pytest.raises(InferenceServerException, match="must specify the START flag"):
+        step(71, 4)
 
 
 def _client(module: ModuleType, server: ServerProcess) -> object:

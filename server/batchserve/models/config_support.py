@@ -58,8 +58,6 @@ def _found(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
 
 def _sequence_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
     batching = config.sequence_batching
-    if config.max_batch_size <= 0:
-        yield "max_batch_size", "is 0 with sequence_batching", "sequence models without batching"
     if batching.iterative_sequence:
         yield "sequence_batching.iterative_sequence", "is true", "iterative sequences"
     for index, state in enumerate(batching.state):

@@ -91,6 +91,9 @@ class SequencePolicy:
     idle_ns: int
     slots_per_instance: int = 1
     """Candidate sequences per instance; more wait in the backlog."""
+    batched: bool = True
+    """False for a model without batching (``max_batch_size: 0``): its steps run one at a
+    time, and its controls and state have no batch axis."""
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> SequencePolicy | None:
@@ -109,7 +112,10 @@ class SequencePolicy:
             for s in batching.state
         ]  # fmt: skip
         idle_us = batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US
-        return cls(tuple(controls), tuple(states), idle_us * 1000, candidate_slots(config))
+        return cls(
+            tuple(controls), tuple(states), idle_us * 1000, candidate_slots(config),
+            batched=config.max_batch_size > 0,
+        )  # fmt: skip
 
     @property
     def input_names(self) -> frozenset[str]:
@@ -143,20 +149,33 @@ class SequencePolicy:
             else:
                 on = {"START": flags.start, "END": flags.end, "READY": True}[control.kind]
                 value = control.values[on]
-            arrays[control.input] = np.array([[value]], dtype=control.dtype)
+            arrays[control.input] = np.array([value], dtype=control.dtype)
         for spec in self.states:
-            row = spec.initial if state is None else state[spec.input]
-            arrays[spec.input] = row[None, ...]
-        return arrays
+            arrays[spec.input] = spec.initial if state is None else state[spec.input]
+        return self._as_rows(arrays)
+
+    def state_of(self, outputs: Arrays) -> Arrays:
+        """A step's state, from its outputs (the step's row of them, where batched)."""
+        return {s.input: outputs[s.output][0] if self.batched else outputs[s.output]
+                for s in self.states}  # fmt: skip
+
+    def _as_rows(self, arrays: Arrays) -> Arrays:
+        """One step's arrays with the batch axis a batched model's inputs have."""
+        if not self.batched:
+            return arrays
+        return {name: array[None, ...] for name, array in arrays.items()}
 
     def zeros(self, rows: int) -> Arrays:
-        """Server-filled inputs for a synthetic batch (memory probe, warm-up)."""
+        """Server-filled inputs for a synthetic batch (memory probe, warm-up): ``rows`` of
+        them, or, for a model without batching, one step's."""
         arrays: Arrays = {}
         for control in self.controls:
-            arrays[control.input] = np.zeros((rows, 1), dtype=control.dtype)
+            arrays[control.input] = np.zeros(1, dtype=control.dtype)
         for spec in self.states:
-            arrays[spec.input] = np.repeat(spec.initial[None, ...], rows, axis=0)
-        return arrays
+            arrays[spec.input] = spec.initial
+        if not self.batched:
+            return arrays
+        return {name: np.repeat(array[None, ...], rows, axis=0) for name, array in arrays.items()}
 
 
 def _initial_shape(dims: Iterable[int]) -> tuple[int, ...]:
@@ -378,7 +397,7 @@ class SequenceBatcher(Batcher):
             item.finish(error)
         else:
             outputs = step.result()
-            sequence.state = {s.input: outputs[s.output][0] for s in self.sequences.states}
+            sequence.state = self.sequences.state_of(outputs)
             item.finish({name: outputs[name] for name in item.output_names})
         self._next(sequence)
 
