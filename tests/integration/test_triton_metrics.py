@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import shutil
 import time
 from collections.abc import Iterator
@@ -227,3 +228,51 @@ def test_with_metrics_off_no_port_serves_them_and_inference_goes_on(tmp_path: Pa
     finally:
         assert server.stop() == 0  # drained and exited cleanly without a metrics listener
     assert listening["metrics_port"] is None
+
+
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "two-workers"])
+def test_metrics_config_picks_tritons_latency_families(tmp_path: Path, workers: str) -> None:
+    """Triton's --metrics-config (L0_metrics' metrics_config_test): counters off, the five
+    summaries with the asked quantiles, the first-response histogram with the model's own
+    buckets. A command line with the flag used to be refused."""
+    shutil.copytree(MODEL_REPO / "digits_cnn", tmp_path / MODEL)
+    config = tmp_path / MODEL / "config.pbtxt"
+    config.write_text(
+        config.read_text() + "model_metrics { metric_control [{ metric_identifier { family: "
+        '"nv_inference_first_response_histogram_ms" } histogram_options { buckets: [1, 10000] } '
+        "}] }\n"
+    )
+    args = ["--workers", workers, "--metrics-config", "counter_latencies=false",
+            "--metrics-config", "summary_latencies=true",
+            "--metrics-config", "summary_quantiles=0.5:0.05,0.99:0.001",
+            "--metrics-config=histogram_latencies=true"]  # fmt: skip
+    server = start_server(tmp_path, args)
+    try:
+        _, before = _scrape(server)
+        with httpclient.InferenceServerClient(server.http_url) as http:
+            for rows in (1, 2, 3, 4, 5):
+                tensor = httpclient.InferInput("image", [rows, 1, 8, 8], "FP32")
+                tensor.set_data_from_numpy(_images(rows))
+                http.infer(MODEL, [tensor])
+        text, samples = _scrape(server)
+    finally:
+        assert server.stop() == 0
+    assert "nv_inference_request_duration_us" not in text  # counter_latencies=false
+    assert _of(samples, "nv_inference_request_success_total") == 5
+    for stage in ("request", "queue", "compute_input", "compute_infer", "compute_output"):
+        name = f"nv_inference_{stage}_summary_us"
+        assert f"# TYPE {name} summary" in text
+        assert _of(samples, f"{name}_count") == 5
+        middle, high = (_of(samples, name, quantile=q) for q in ("0.5", "0.99"))
+        assert 0 <= middle <= high <= _of(samples, f"{name}_sum") <= 10_000_000  # µs
+        asked = {dict(key).get("quantile") for sample, key in samples if sample == name}
+        assert asked == {"0.5", "0.99"}
+    histogram = "nv_inference_first_response_histogram_ms"
+    assert f"# TYPE {histogram} histogram" in text
+    bounds = {dict(key)["le"] for sample, key in samples if sample == f"{histogram}_bucket"}
+    assert bounds == {"1", "10000", "+Inf"}  # the model's own, as prometheus-cpp writes them
+    assert _of(samples, f"{histogram}_bucket", le="10000") == 5
+    assert _of(samples, f"{histogram}_count") == 5
+    # before any request, as Triton's: there, with no observation (count 0, quantiles NaN)
+    assert _of(before, "nv_inference_request_summary_us_count") == 0
+    assert math.isnan(_of(before, "nv_inference_request_summary_us", quantile="0.5"))

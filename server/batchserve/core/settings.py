@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from batchserve.core.budgets import BudgetSpec, parse_budgets
 from batchserve.core.device import DeviceKind
+from batchserve.core.metrics_config import MetricsConfig, parse_metrics_config
 from batchserve.core.restrictions import GRPC_HEADER_PREFIX, Restriction, parse_restrictions
 from batchserve.core.tls import TlsFiles
 from batchserve.core.trace_config import parse_trace_config
@@ -199,6 +200,9 @@ class Settings(BaseSettings):
     trace_config: tuple[str, ...] = ()
     """Triton's ``--trace-config`` entries (``core/trace_config.py``): the trace settings
     at start and where OpenTelemetry spans go."""
+    metrics_config: tuple[str, ...] = ()
+    """Triton's ``--metrics-config`` entries (``core/metrics_config.py``): the latency
+    families of the ``nv_*`` metrics."""
     http_restricted_api: tuple[str, ...] = ()
     grpc_restricted_protocol: tuple[str, ...] = ()
     """Triton's ``--http-restricted-api`` and ``--grpc-restricted-protocol`` groups
@@ -258,6 +262,16 @@ class Settings(BaseSettings):
         """Refused here, naming the entry, rather than when the first request is traced."""
         parse_trace_config(value)
         return value
+
+    @field_validator("metrics_config")
+    @classmethod
+    def _metrics_config_parses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        parse_metrics_config(value)
+        return value
+
+    def metrics(self) -> MetricsConfig:
+        """What ``--metrics-config`` said."""
+        return parse_metrics_config(self.metrics_config)
 
     @field_validator("allow_http", "allow_grpc")
     @classmethod

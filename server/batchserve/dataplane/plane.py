@@ -260,7 +260,8 @@ class DataPlane:
                 request.inputs, request.outputs, served.schema, request.layout, request.verdict
             )
             replies = responder.replies(valid.inputs, request.is_cancelled, streaming)
-            began = time.monotonic_ns()
+            began = first = time.monotonic_ns()
+            answered = False
             async with contextlib.aclosing(replies):
                 async for reply in replies:
                     if not reply.outputs and not request.empty_final:
@@ -272,6 +273,8 @@ class DataPlane:
                     ]
                     response = self._response(request, served, tensors)
                     response.final = reply.final
+                    if not answered:
+                        answered, first = True, time.monotonic_ns()
                     yield response
         except BaseException as exc:
             self.record_failure(served, started, exc, request.protocol, request.id)
@@ -281,7 +284,10 @@ class DataPlane:
         # reports a decoupled request: without it the model's counts and compute stay 0
         served.stats.record_batch(1, 0, finished - began, 0)
         served.stats.record_compute(1, 0, finished - began, 0)
-        served.stats.record_request(True, finished - started, 0, protocol=request.protocol)
+        served.stats.record_request(
+            True, finished - started, 0, protocol=request.protocol,
+            first_response_ns=(first if answered else finished) - started,
+        )  # fmt: skip
 
     @staticmethod
     def record_success(

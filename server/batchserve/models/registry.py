@@ -26,6 +26,7 @@ from batchserve.core.errors import (
     Unavailable,
     triton_code,
 )
+from batchserve.core.metrics_config import TRITON_DEFAULTS, MetricsConfig
 from batchserve.devices.placement import Placement
 from batchserve.models.decoupled import build_responder, builtin_backend, step_model
 from batchserve.models.instance_change import change_instances, reload_reason
@@ -46,6 +47,7 @@ from batchserve.models.placing import placements as place
 from batchserve.models.repository import ModelRepository
 from batchserve.models.warmup import synthetic_batch
 from batchserve.models.warmup_samples import WarmupSample, read_warmup_samples
+from batchserve.observability.latency_summaries import LatencySummaries, first_response_buckets
 from batchserve.observability.stats import ModelStats
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batcher import Batcher
@@ -126,6 +128,7 @@ class ModelRegistry(ModelTable):
         backend_factory: BackendFactory = create_backend,
         after_change: Callable[[], None] = lambda: None,
         cpus: int = 1,
+        metrics: MetricsConfig = TRITON_DEFAULTS,
     ) -> None:
         """``after_change`` runs once a load or unload has finished swapping models (the
         server settles its heap there: ``gc_tuning.settle``); ``cpus``: the cores models may
@@ -138,6 +141,7 @@ class ModelRegistry(ModelTable):
         self._loader = InstanceLoader(budgets, backend_factory)
         self._after_change = after_change
         self._cpus = cpus
+        self._metrics = metrics
 
     async def load(self, name: str, override: LoadOverride | None = None) -> None:
         """Load (or reload) every served version of a model. A failed first load leaves it
@@ -391,7 +395,7 @@ class ModelRegistry(ModelTable):
             raise
         loaded = [by_index[index] for index in sorted(by_index)]
         objective_ns = config.batchserve.latency_objective_microseconds * 1000
-        stats = ModelStats(latency_objective_ns=objective_ns)
+        stats = self._new_stats(config, objective_ns)
         policy = BatchPolicy.from_config(config, self._max_queue_size)
         if config.max_batch_size > 0:
             policy = replace(
@@ -457,11 +461,20 @@ class ModelRegistry(ModelTable):
                 step_config = (await asyncio.to_thread(self.repository.resolve, step_name)).config
         directory = resolved.directory or self.repository.root / resolved.name
         responder = build_responder(config, directory, self._step_batcher, step_config)
-        stats = ModelStats()
+        stats = self._new_stats(config)
         policy = BatchPolicy.from_config(config, self._max_queue_size)
         batcher = Batcher(InstancePool([]), policy, stats)
         return ServedVersion(resolved.name, version.version, config, batcher, stats,
                              responder=responder)  # fmt: skip
+
+    def _new_stats(self, config: ModelConfig, objective_ns: int = 0) -> ModelStats:
+        """A version's statistics, with the latency families ``--metrics-config`` asks for."""
+        stats = ModelStats(latency_objective_ns=objective_ns)
+        if self._metrics.summary_latencies:
+            stats.summaries = LatencySummaries()
+        if self._metrics.histogram_latencies:
+            stats.first_response = first_response_buckets(config)
+        return stats
 
     def _step_batcher(self, name: str) -> SequenceBatcher:
         """A generation model's step model, as loaded now: its sequence batcher."""

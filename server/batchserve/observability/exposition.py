@@ -26,14 +26,19 @@ OPENMETRICS_END = b"# EOF\n"
 
 @dataclass(slots=True)
 class Family:
-    """One metric family as Triton names and types it; ``samples``: (labels, value) pairs."""
+    """One metric family as Triton names and types it; ``samples``: (labels, value) pairs,
+    and, for a summary or histogram, the suffix of each sample's name (``_count``,
+    ``_sum``, ``_bucket``) in ``suffixes`` where not empty."""
 
     name: str
     help: str
-    kind: Literal["counter", "gauge"]
+    kind: Literal["counter", "gauge", "summary", "histogram"]
     samples: list[tuple[Mapping[str, str], float]] = field(default_factory=list)
+    suffixes: dict[int, str] = field(default_factory=dict)
 
-    def add(self, labels: Mapping[str, str], value: float) -> None:
+    def add(self, labels: Mapping[str, str], value: float, suffix: str = "") -> None:
+        if suffix:
+            self.suffixes[len(self.samples)] = suffix
         self.samples.append((labels, value))
 
 
@@ -49,8 +54,10 @@ def render(families: Iterable[Family], *, openmetrics: bool = False) -> str:
         kind = "unknown" if openmetrics and family.kind == "counter" else family.kind
         lines.append(f"# HELP {family.name} {_escape_help(family.help)}")
         lines.append(f"# TYPE {family.name} {kind}")
+        suffixes = family.suffixes
         lines.extend(
-            f"{family.name}{_labels(labels)} {_number(value)}" for labels, value in family.samples
+            f"{family.name}{suffixes.get(index, '')}{_labels(labels)} {_number(value)}"
+            for index, (labels, value) in enumerate(family.samples)
         )
     return "".join(line + "\n" for line in lines)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from batchserve.observability.metrics import Observations, Rejection, rejection_of
+from batchserve.observability.latency_summaries import LatencySummaries
+from batchserve.observability.metrics import Buckets, Observations, Rejection, rejection_of
 
 
 @dataclass(slots=True)
@@ -81,6 +82,10 @@ class ModelStats:
     outcomes: dict[tuple[str, bool], int] = field(default_factory=dict)  # (protocol, ok)
     rejections: dict[Rejection, int] = field(default_factory=dict)
     observed: Observations = field(default_factory=Observations)
+    summaries: LatencySummaries | None = None
+    """Triton's latency summaries, where ``--metrics-config summary_latencies=true``."""
+    first_response: Buckets | None = None
+    """Triton's first-response histogram (ms), where ``histogram_latencies=true``."""
 
     def record_batch(
         self,
@@ -118,6 +123,10 @@ class ModelStats:
         self.compute_input.add(input_ns, requests)
         self.compute_infer.add(infer_ns, requests)
         self.compute_output.add(output_ns, requests)
+        if (summaries := self.summaries) is not None:
+            summaries.compute_input.observe(input_ns, requests)
+            summaries.compute_infer.observe(infer_ns, requests)
+            summaries.compute_output.observe(output_ns, requests)
 
     def record_batch_time(self, predicted_ns: int, measured_ns: int) -> None:
         """A batch run whole, its time as predicted before it went and as measured."""
@@ -132,15 +141,23 @@ class ModelStats:
         error: BaseException | None = None,
         protocol: str = "",
         count: int = 1,
+        first_response_ns: int | None = None,
     ) -> None:
         """One request answered (or failed with ``error``) after ``total_ns``, ``queue_ns``
-        of it queued; ``count`` requests with these very timings (a worker's group)."""
+        of it queued, its first response after ``first_response_ns`` (None: its only one,
+        at ``total_ns``); ``count`` requests with these very timings (a worker's group)."""
         (self.success if ok else self.fail).add(total_ns, count)
         key = (protocol, ok)
         self.outcomes[key] = self.outcomes.get(key, 0) + count
         if ok:
             self.queue.add(queue_ns, count)
             self.observed.on_request(total_ns, queue_ns, count)
+            if (summaries := self.summaries) is not None:
+                summaries.request.observe(total_ns, count)
+                summaries.queue.observe(queue_ns, count)
+            if self.first_response is not None:
+                first = total_ns if first_response_ns is None else first_response_ns
+                self.first_response.observe(first / 1e6, count)
             if self.latency_objective_ns:
                 if total_ns <= self.latency_objective_ns:
                     self.objective_met += count

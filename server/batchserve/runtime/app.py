@@ -82,8 +82,10 @@ class Server:
         declare_cpus(settings.cpus)  # the runtimes' pools follow it too
         self.registry = ModelRegistry(
             repository, settings.max_queue_size, budgets, backend_factory,
-            after_change=self._repository_changed, cpus=cpus,
+            after_change=self._repository_changed, cpus=cpus, metrics=settings.metrics(),
         )  # fmt: skip
+        for setting in settings.metrics().unknown:  # Triton ignores them too
+            logger.warning("--metrics-config setting ignored", extra={"setting": setting})
         self.dataplane = DataPlane(settings, self.registry, startup_models(settings, repository))
         self.poller = self._poller(repository)
         self._polling: asyncio.Task[None] | None = None
@@ -119,7 +121,9 @@ class Server:
         """The metrics port: batchserve's series, then Triton's (``nv_*``)."""
         fresh_counts = self.pool.fresh_counts if self.pool is not None else None
         host = HostUsage() if self.settings.allow_cpu_metrics else None
-        triton = TritonMetrics(self.registry, self.gpus, self.registry.load_seconds, host)
+        triton = TritonMetrics(
+            self.registry, self.gpus, self.registry.load_seconds, host, self.settings.metrics()
+        )
         app = metrics_app(metrics_registry(collector), fresh_counts, triton.families)
         return http_listener(app, self.settings, self.settings.metrics_port, Protocol.METRICS)
 

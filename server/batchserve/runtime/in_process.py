@@ -109,7 +109,7 @@ class Server:
         declare_cpus(self.settings.cpus)  # None: the process's own CPUs, as read
         self.registry = ModelRegistry(
             repository, self.settings.max_queue_size, budgets, backend_factory,
-            cpus=available_cpus(self.settings.cpus),
+            cpus=available_cpus(self.settings.cpus), metrics=self.settings.metrics(),
         )  # fmt: skip
         expected = startup_models(self.settings, repository)
         self.dataplane = DataPlane(self.settings, self.registry, expected)

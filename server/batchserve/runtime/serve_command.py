@@ -345,6 +345,13 @@ def register(subparsers: Any) -> None:
         "opentelemetry,url=HOST:PORT/v1/traces, opentelemetry,resource=KEY=VALUE",
     )  # fmt: skip
     parser.add_argument(
+        "--metrics-config", dest="metrics_config", action="append", default=None,
+        metavar="SETTING=VALUE",
+        help="Triton's latency families of the nv_* metrics (repeatable): counter_latencies "
+        "(true), summary_latencies (false), summary_quantiles=Q:E,..., histogram_latencies "
+        "(false)",
+    )  # fmt: skip
+    parser.add_argument(
         "--http-restricted-api", dest="http_restricted_api", action="append", default=None,
         metavar="APIS:HEADER=VALUE",
         help="Triton's: HTTP APIs (health, metadata, inference, shared-memory, model-config, "
@@ -375,7 +382,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     given.update({field: getattr(args, field) for _, field, _ in SWITCHES})
     if args.load_model is not None:
         given["load_model"] = tuple(args.load_model)
-    for repeated in ("trace_config", "http_restricted_api", "grpc_restricted_protocol"):
+    for repeated in (
+        "trace_config", "metrics_config", "http_restricted_api", "grpc_restricted_protocol"
+    ):  # fmt: skip
         if getattr(args, repeated) is not None:
             given[repeated] = tuple(getattr(args, repeated))
     return Settings(**{k: v for k, v in given.items() if v is not None})

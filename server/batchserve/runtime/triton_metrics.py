@@ -17,13 +17,20 @@ each of its requests).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 
+from batchserve.core.metrics_config import TRITON_DEFAULTS, MetricsConfig
 from batchserve.devices.host import HostReading, HostUsage
 from batchserve.devices.nvml import GpuMonitor, GpuReading
 from batchserve.models.model_table import ServedVersion
 from batchserve.models.registry import ModelRegistry
 from batchserve.observability.exposition import Family
+from batchserve.observability.latency_summaries import (
+    FIRST_RESPONSE_FAMILY,
+    LatencySummaries,
+    SlidingQuantiles,
+)
 from batchserve.observability.metrics import Rejection
 from batchserve.observability.stats import ModelStats
 
@@ -34,6 +41,20 @@ _REASON_OF = {
     Rejection.CANCELLED: "CANCELED",
     Rejection.INVALID: "OTHER",
 }
+_StageOf = Callable[[LatencySummaries], SlidingQuantiles]
+_SUMMARIES: tuple[tuple[str, str, _StageOf], ...] = (
+    ("nv_inference_request_summary_us", "Summary of inference request duration in "
+     "microseconds (includes cached requests)", lambda s: s.request),
+    ("nv_inference_queue_summary_us", "Summary of inference queuing duration in "
+     "microseconds (includes cached requests)", lambda s: s.queue),
+    ("nv_inference_compute_input_summary_us", "Cumulative compute input duration in "
+     "microseconds (does not include cached requests)", lambda s: s.compute_input),
+    ("nv_inference_compute_infer_summary_us", "Cumulative compute inference duration in "
+     "microseconds (does not include cached requests)", lambda s: s.compute_infer),
+    ("nv_inference_compute_output_summary_us", "Cumulative inference compute output "
+     "duration in microseconds (does not include cached requests)", lambda s: s.compute_output),
+)  # fmt: skip
+"""Triton's summary families, with its help texts (``metrics.cc``)."""
 _DurationOf = Callable[[ModelStats], int]
 _DURATIONS: tuple[tuple[str, str, _DurationOf], ...] = (
     ("nv_inference_request_duration_us", "Cumulative inference request duration in "
@@ -65,26 +86,31 @@ class TritonMetrics:
         gpus: GpuMonitor | None,
         load_seconds: Mapping[str, float],
         host: HostUsage | None = None,
+        metrics: MetricsConfig = TRITON_DEFAULTS,
     ) -> None:
         self._registry = registry
         self._gpus = gpus
         self._load_seconds = load_seconds
         self._host = host
+        self._metrics = metrics
 
     def families(self) -> list[Family]:
         versions = self._registry.loaded()
         gpus = self._gpus.read() if self._gpus is not None else []
         return [
-            *model_families(versions, self._load_seconds),
+            *model_families(versions, self._load_seconds, self._metrics.counter_latencies),
+            *summary_families(versions, self._metrics.summary_quantiles),
+            histogram_family(versions),
             *gpu_families(gpus),
             *host_families(self._host.read() if self._host is not None else None),
         ]
 
 
 def model_families(
-    versions: list[ServedVersion], load_seconds: Mapping[str, float]
+    versions: list[ServedVersion], load_seconds: Mapping[str, float], counters: bool = True
 ) -> Iterator[Family]:
-    """Per model version: counts, cumulative durations, pending requests, load time."""
+    """Per model version: counts, cumulative durations (``counters``: Triton's
+    ``counter_latencies``), pending requests, load time."""
     success = Family(
         "nv_inference_request_success",
         "Number of successful inference requests, all batch sizes",
@@ -126,8 +152,57 @@ def model_families(
         if served.name in load_seconds:
             load.add(labels, load_seconds[served.name])
     yield from (success, failure, count, executions)
-    yield from (family for family, _ in durations)
+    if counters:
+        yield from (family for family, _ in durations)
     yield from (pending, load)
+
+
+def summary_families(
+    versions: list[ServedVersion], quantiles: tuple[tuple[float, float], ...]
+) -> Iterator[Family]:
+    """Triton's latency summaries (``summary_latencies``), in microseconds: the quantiles
+    of the last minute, count and sum since the start."""
+    families = [Family(name, doc, "summary") for name, doc, _ in _SUMMARIES]
+    wanted = [quantile for quantile, _ in quantiles]
+    for served in versions:
+        summaries = served.stats.summaries
+        if summaries is None:
+            continue
+        labels = {"model": served.name, "version": str(served.version)}
+        for family, (_, _, stage_of) in zip(families, _SUMMARIES, strict=True):
+            stage = stage_of(summaries)
+            for quantile, value in zip(wanted, stage.quantiles(wanted), strict=True):
+                family.add({**labels, "quantile": _number_label(quantile)}, value / 1000)
+            family.add(labels, stage.count, "_count")
+            family.add(labels, stage.total / 1000, "_sum")
+    yield from families
+
+
+def histogram_family(versions: list[ServedVersion]) -> Family:
+    """Triton's first-response histogram (``histogram_latencies``), in milliseconds."""
+    family = Family(
+        FIRST_RESPONSE_FAMILY, "Duration from request to first response in milliseconds",
+        "histogram",
+    )  # fmt: skip
+    for served in versions:
+        buckets = served.stats.first_response
+        if buckets is None:
+            continue
+        labels = {"model": served.name, "version": str(served.version)}
+        reached = 0
+        for bound, count in zip((*buckets.bounds, math.inf), buckets.counts, strict=True):
+            reached += count
+            family.add({**labels, "le": _number_label(bound)}, reached, "_bucket")
+        family.add(labels, reached, "_count")
+        family.add(labels, buckets.total, "_sum")
+    return family
+
+
+def _number_label(value: float) -> str:
+    """A bound or quantile as prometheus-cpp writes it: 100, 0.5, +Inf."""
+    if value == math.inf:
+        return "+Inf"
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def failures(stats: ModelStats) -> dict[str, int]:
