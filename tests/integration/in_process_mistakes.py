@@ -14,7 +14,6 @@ MISTAKES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "wrong datatype": (DIGITS, {"image": ("float64", (1, 1, 8, 8))}, {}),
     "wrong shape": (DIGITS, {"image": ("float32", (1, 8, 8))}, {}),
     "unknown output": (DIGITS, {"image": ("float32", (1, 1, 8, 8))}, {"outputs": ["logit"]}),
-    "priority out of range": (DIGITS, {"image": ("float32", (1, 1, 8, 8))}, {"priority": 5}),
     "unknown model": ("digit_cnn", {"image": ("float32", (1, 1, 8, 8))}, {}),
     "decoupled model": ("square_int32", {"IN": ("int32", (1,))}, {}),
 }

@@ -158,11 +158,11 @@ def test_bad_requests_get_the_same_answers_and_are_counted(workers_server: Serve
     tensor.set_data_from_numpy(np.zeros((1, 1, 8, 8), np.float32))
     with pytest.raises(Exception, match=r"unknown model|no available versions"):
         client.infer("no_such_model", [tensor])
-    with pytest.raises(Exception, match="priority"):
-        client.infer("digits_cnn", [tensor], priority=99)
+    # a priority past the model's levels runs at its default, as in Triton
+    assert client.infer("digits_cnn", [tensor], priority=99).as_numpy("logits").shape == (1, 10)
     with pytest.raises(Exception, match="model 'digits_cnn' does not use sequence batching"):
         client.infer("digits_cnn", [tensor], sequence_id=5, sequence_start=True)
-    assert metric(workers_server, "batchserve_requests_total", outcome="failure") - before >= 3
+    assert metric(workers_server, "batchserve_requests_total", outcome="failure") - before >= 2
 
 
 def test_perf_analyzer_runs_cleanly_against_two_workers(workers_server: ServerProcess) -> None:
