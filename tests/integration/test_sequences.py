@@ -40,6 +40,7 @@ def sequence_server(
     config = two_slots.read_text().replace("max_batch_size: 8", "max_batch_size: 2")
     two_slots.write_text(config + "instance_group [{ count: 1 kind: KIND_CPU }]\n")
     _write_unbatched_accumulator(repo)
+    _write_accumulator_from_a_file(repo)
     server = start_server(repo, ["--workers", request.param])
     yield server
     assert server.stop() == 0
@@ -73,6 +74,50 @@ def _write_unbatched_accumulator(repo: Path) -> None:
     (repo / "accumulator_unbatched" / "1").mkdir(parents=True)
     onnx.save(model, str(repo / "accumulator_unbatched" / "1" / "model.onnx"))
     (repo / "accumulator_unbatched" / "config.pbtxt").write_text(UNBATCHED)
+
+
+FROM_A_FILE = """name: "accumulator_from_100"
+backend: "onnxruntime"
+max_batch_size: 8
+input [{ name: "INPUT" data_type: TYPE_INT32 dims: [1] }]
+output [{ name: "OUTPUT" data_type: TYPE_INT32 dims: [1] }]
+sequence_batching {
+  state [{ input_name: "ACC_IN" output_name: "ACC_OUT" data_type: TYPE_INT32 dims: [1]
+           initial_state [{ data_type: TYPE_INT32 dims: [1] data_file: "input_state_data"
+                            name: "from file" }] }]
+}
+"""
+
+
+def _write_accumulator_from_a_file(repo: Path) -> None:
+    """OUTPUT = ACC_OUT = ACC_IN + INPUT, the sum starting at 100, read from the state's
+    initial_state data file, as L0_sequence_batcher's INITIAL_STATE_FILE models start."""
+    nodes = [helper.make_node("Add", ["ACC_IN", "INPUT"], ["ACC_OUT"]),
+             helper.make_node("Identity", ["ACC_OUT"], ["OUTPUT"])]  # fmt: skip
+    int32 = [helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", 1])
+             for n in ("ACC_IN", "INPUT", "ACC_OUT", "OUTPUT")]  # fmt: skip
+    model = helper.make_model(
+        helper.make_graph(nodes, "from_100", int32[:2], int32[2:]),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    model.ir_version = 9
+    folder = repo / "accumulator_from_100"
+    (folder / "1").mkdir(parents=True)
+    onnx.save(model, str(folder / "1" / "model.onnx"))
+    (folder / "config.pbtxt").write_text(FROM_A_FILE)
+    (folder / "initial_state").mkdir()
+    (folder / "initial_state" / "input_state_data").write_bytes(np.array([100], np.int32).tobytes())
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_an_initial_state_from_a_data_file_starts_each_sequence(
+    sequence_server: ServerProcess, module: ModuleType
+) -> None:
+    """The state of each START is the file's (100), not zeros; such a config used to be
+    refused at load."""
+    client = _client(module, sequence_server)
+    assert _send(module, client, "accumulator_from_100", 81, [1, 2, 3]) == [101, 103, 106]
+    assert _send(module, client, "accumulator_from_100", 82, [5]) == [105]
 
 
 @pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])

@@ -26,9 +26,6 @@ def _problems(extra: str, base: str = TENSORS) -> list[str]:
         ('sequence_batching { state [{ input_name: "s" output_name: "t" data_type: TYPE_FP32 '
          "dims: [1] use_growable_memory: true }] }",
          "sequence_batching.state[0].use_growable_memory"),
-        ('sequence_batching { state [{ input_name: "s" output_name: "t" data_type: TYPE_FP32 '
-         'dims: [1] initial_state [{ data_type: TYPE_FP32 dims: [1] data_file: "s.bin" }] }] }',
-         "sequence_batching.state[0].initial_state"),
         ("ensemble_scheduling { step [{ model_name: \"a\" model_version: -1 }] }",
          "ensemble_scheduling"),
         ('platform: "ensemble"', "platform"),

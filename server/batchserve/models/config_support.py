@@ -64,9 +64,6 @@ def _sequence_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
         field = f"sequence_batching.state[{index}]"
         if state.use_growable_memory:
             yield f"{field}.use_growable_memory", "is true", "growable state buffers"
-        for initial in state.initial_state:
-            if not initial.zero_data:
-                yield f"{field}.initial_state", "is not zero_data", "initial states from files"
 
 
 def _tensor_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:

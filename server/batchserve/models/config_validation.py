@@ -15,6 +15,7 @@ from batchserve.core.datatypes import BY_CONFIG, config_name
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
 from batchserve.core.tensors import MAX_ELEMENTS
 from batchserve.models.config_support import unsupported_problems
+from batchserve.models.initial_states import initial_state_problems
 from batchserve.models.model_config import model_dims
 from batchserve.models.warmup_samples import warmup_problems
 from batchserve.proto.model_config_pb2 import (
@@ -56,7 +57,7 @@ def config_problems(config: ModelConfig, *, source: str, directory: str) -> list
 def _batching_problems(config: ModelConfig) -> list[str]:
     scheduling = config.WhichOneof("scheduling_choice")
     if scheduling == "sequence_batching":
-        return _sequence_strategy_problems(config)
+        return _sequence_strategy_problems(config) + initial_state_problems(config)
     if scheduling != "dynamic_batching":
         return []
     batching = config.dynamic_batching

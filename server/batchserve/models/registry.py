@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+import numpy as np
+
 from batchserve.backends.selection import create_backend
 from batchserve.core.device import CPU
 from batchserve.core.errors import (
@@ -29,6 +31,7 @@ from batchserve.core.errors import (
 from batchserve.core.metrics_config import TRITON_DEFAULTS, MetricsConfig
 from batchserve.devices.placement import Placement
 from batchserve.models.decoupled import build_responder, builtin_backend, step_model
+from batchserve.models.initial_states import read_initial_states
 from batchserve.models.instance_change import change_instances, reload_reason
 from batchserve.models.instance_loader import BackendFactory as BackendFactory  # re-exported
 from batchserve.models.instance_loader import InstanceLoader
@@ -304,6 +307,12 @@ class ModelRegistry(ModelTable):
             read_warmup_samples, resolved.config, directory, source=resolved.config_file
         )
 
+    async def _initial_states(self, resolved: ResolvedModel) -> dict[str, np.ndarray]:
+        directory = resolved.directory or self.repository.root / resolved.name
+        return await asyncio.to_thread(
+            read_initial_states, resolved.config, directory, source=resolved.config_file
+        )
+
     def _resolve(
         self, name: str, override: LoadOverride | None
     ) -> tuple[ResolvedModel, OverrideDirectory | None]:
@@ -405,7 +414,7 @@ class ModelRegistry(ModelTable):
             )
         pad = config.batchserve.padding_value
         pool = InstancePool([i.instance for i in loaded])
-        sequences = SequencePolicy.from_config(config)
+        sequences = SequencePolicy.from_config(config, await self._initial_states(resolved))
         batcher: Batcher
         if sequences is None:
             batcher = Batcher(pool, policy, stats, pad_value=pad, inline_below_ns=INLINE_BELOW_NS)

@@ -17,15 +17,12 @@ from typing import Final
 
 import numpy as np
 
-from batchserve.core.datatypes import DataType, from_config
-from batchserve.core.errors import BatchserveError, ModelConfigError
-from batchserve.core.repository_files import UnusableFile, follow_links, read_regular_file
-from batchserve.core.tensors import array_from_bytes
+from batchserve.core.datatypes import from_config
+from batchserve.core.errors import ModelConfigError
+from batchserve.models.data_files import inside_folder, tensor_from_file
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelWarmup
 
 WARMUP_DIR: Final = "warmup"
-MAX_FILE_BYTES: Final = 256 << 20
-"""Largest warm-up data file read: the whole file is held in memory."""
 MAX_SAMPLE_ELEMENTS: Final = 1 << 28
 """Largest element count of one sample input, so that a config cannot ask for terabytes."""
 MAX_COUNT: Final = 10_000
@@ -106,7 +103,7 @@ def _input_problems(what: str, spec: ModelWarmup.Input, tensor: ModelInput | Non
     if spec.WhichOneof("input_data_type") is None:
         problems.append(f"{what}: set one of zero_data, random_data or input_data_file")
     file = spec.input_data_file
-    if file and (Path(file).is_absolute() or ".." in Path(file).parts or "\0" in file):
+    if file and not inside_folder(file):
         problems.append(f"{what}: input_data_file '{file}' must be a path inside {WARMUP_DIR}/")
     return problems
 
@@ -129,7 +126,11 @@ def _input(
         )
     choice = spec.WhichOneof("input_data_type")
     if choice == "input_data_file":
-        row = _from_file(where, name, spec.input_data_file, datatype, shape, model_dir)
+        row = tensor_from_file(
+            where, name, spec.input_data_file, datatype, shape, model_dir,
+            folder=WARMUP_DIR, setting="warmup", field="input_data_file",
+            file_kind="a warm-up data file",
+        )  # fmt: skip
     elif datatype.wire == "BYTES":
         row = np.full(shape, b"", dtype=object)
     elif choice == "random_data":
@@ -140,28 +141,3 @@ def _input(
     if config.max_batch_size <= 0:
         return row
     return np.repeat(row[np.newaxis], batch_size, axis=0)
-
-
-def _from_file(
-    where: str, name: str, file: str, datatype: DataType, shape: tuple[int, ...], model_dir: Path
-) -> np.ndarray:
-    try:
-        folder = follow_links(model_dir / WARMUP_DIR)
-        path = follow_links(folder / file)
-        if not path.is_relative_to(folder):
-            raise ModelConfigError(f"{where}: input_data_file '{file}' leads outside {WARMUP_DIR}/")
-        data = read_regular_file(path, MAX_FILE_BYTES, "a warm-up data file")
-    except UnusableFile as exc:
-        raise ModelConfigError(f"{where}: input_data_file {WARMUP_DIR}/{file} {exc}") from None
-    if datatype.wire != "BYTES":
-        needed = math.prod(shape) * datatype.itemsize
-        if len(data) < needed:  # Triton's wording
-            raise ModelConfigError(
-                f"{where}: warmup setting expects {needed} bytes, but the data provided from "
-                f"{file} only has {len(data)} bytes"
-            )
-        data = data[:needed]
-    try:
-        return np.array(array_from_bytes(data, datatype, shape, tensor=name))
-    except BatchserveError as exc:
-        raise ModelConfigError(f"{where}: input_data_file '{file}': {exc.message}") from None

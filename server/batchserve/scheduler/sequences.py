@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -80,8 +80,8 @@ class State:
     input: str
     output: str
     initial: np.ndarray
-    """One row's state at START: zeros (Triton's ``zero_data``, and its default), a
-    variable dimension 1."""
+    """One row's state at START: zeros (Triton's ``zero_data``, and its default; a variable
+    dimension 1), or its ``initial_state``'s data file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +96,12 @@ class SequencePolicy:
     time, and its controls and state have no batch axis."""
 
     @classmethod
-    def from_config(cls, config: ModelConfig) -> SequencePolicy | None:
-        """The config's ``sequence_batching``; None for a model without it."""
+    def from_config(
+        cls, config: ModelConfig, initial: Mapping[str, np.ndarray] | None = None
+    ) -> SequencePolicy | None:
+        """The config's ``sequence_batching``; None for a model without it. ``initial``:
+        the initial states read from their data files, by state input name (zeros of
+        their shape where not given)."""
         if config.WhichOneof("scheduling_choice") != "sequence_batching":
             return None
         batching = config.sequence_batching
@@ -106,9 +110,10 @@ class SequencePolicy:
             for control_input in batching.control_input
             for control in control_input.control
         ]
+        given = initial or {}
         states = [
             State(s.input_name, s.output_name,
-                  np.zeros(_initial_shape(s.dims), from_config(s.data_type).numpy))
+                  given[s.input_name] if s.input_name in given else _zeros(s))
             for s in batching.state
         ]  # fmt: skip
         idle_us = batching.max_sequence_idle_microseconds or DEFAULT_IDLE_US
@@ -178,10 +183,13 @@ class SequencePolicy:
         return {name: np.repeat(array[None, ...], rows, axis=0) for name, array in arrays.items()}
 
 
-def _initial_shape(dims: Iterable[int]) -> tuple[int, ...]:
-    """A state's shape at START: a variable dimension is 1 there, as in Triton, and from
-    then on the state has the shape the model output for it."""
-    return tuple(1 if dim == -1 else dim for dim in dims)
+def _zeros(state: ModelSequenceBatching.State) -> np.ndarray:
+    """A state's zeros at START: of its ``initial_state``'s dims, or of its own with a
+    variable dimension 1, as in Triton; from then on the state has the shape the model
+    output for it."""
+    dims: Iterable[int] = state.initial_state[0].dims if state.initial_state else state.dims
+    shape = tuple(1 if dim == -1 else dim for dim in dims)
+    return np.zeros(shape, from_config(state.data_type).numpy)
 
 
 def candidate_slots(config: ModelConfig) -> int:
