@@ -168,6 +168,61 @@ def test_each_answered_request_counts_as_one_execution_of_its_replies_time(
     assert size_one["batch_size"] == 1
 
 
+def _response_stats(server: ServerProcess, model: str) -> dict[str, dict[str, dict[str, int]]]:
+    """Triton's ``response_stats`` of the model over HTTP, checked equal to gRPC's."""
+    http = httpclient.InferenceServerClient(server.http_url)
+    (over_http,) = http.get_inference_statistics(model)["model_stats"]
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    (over_grpc,) = grpc.get_inference_statistics(model, as_json=True)["model_stats"]
+    stats: dict[str, dict[str, dict[str, int]]] = over_http["response_stats"]
+    assert {
+        index: {kind: {"count": int(d.get("count", 0)), "ns": int(d.get("ns", 0))}
+                for kind, d in by_kind.items()}
+        for index, by_kind in over_grpc.get("response_stats", {}).items()  # none: left out
+    } == stats  # fmt: skip
+    return stats
+
+
+def test_each_response_of_a_request_is_counted_by_its_index(
+    decoupled_server: ServerProcess, stream: Stream
+) -> None:
+    """L0_response_statistics' test_response_statistics: square's N responses count as
+    successes at indexes 0..N-1, its bare final flag as an empty response at N, over HTTP
+    and gRPC alike, summed over requests of 4, 6 and 3 responses."""
+    before = _response_stats(decoupled_server, "square_int32")
+    counts = [4, 6, 3]
+    for count in counts:
+        stream.client.async_stream_infer(
+            "square_int32", [_tensor(grpcclient, "IN", [count], "INT32")]
+        )
+    for _ in range(sum(counts)):
+        stream.next()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        after = _response_stats(decoupled_server, "square_int32")
+        if sum(
+            after.get(str(n), {}).get("empty_response", {}).get("count", 0) for n in counts
+        ) - sum(
+            before.get(str(n), {}).get("empty_response", {}).get("count", 0) for n in counts
+        ) == len(counts):
+            break
+        time.sleep(0.02)  # the statistics follow the final reply
+
+    def added(index: int, kind: str) -> int:
+        now = after.get(str(index), {}).get(kind, {}).get("count", 0)
+        return now - before.get(str(index), {}).get(kind, {}).get("count", 0)
+
+    for index in range(max(counts) + 1):
+        succeeded = sum(1 for n in counts if n > index)
+        empty = sum(1 for n in counts if n == index)
+        assert added(index, "success") == succeeded, index
+        assert added(index, "empty_response") == empty, index
+        assert added(index, "compute_infer") == succeeded + empty, index
+        assert added(index, "compute_output") == succeeded, index
+        assert added(index, "fail") == added(index, "cancel") == 0, index
+    assert after["0"]["success"]["ns"] >= after["0"]["compute_infer"]["ns"] > 0
+
+
 class HeldStream:
     """A tritonclient stream whose callback stops after ``taken`` results until released: a
     Triton user's slow callback, so tritonclient stops reading the stream."""

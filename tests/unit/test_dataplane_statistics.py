@@ -70,6 +70,13 @@ def test_statistics_are_the_counters_in_tritons_shape() -> None:
             4, StatisticDuration(2, 22), StatisticDuration(2, 420), StatisticDuration(2, 62)
         ),
     )
+    # each request's one response is response 0: its batch's compute and output time
+    ((index, response),) = row.response_stats
+    assert index == "0"
+    assert response.compute_infer == StatisticDuration(6, 3 * 200 + 210 + 2 * 220)
+    assert response.compute_output == StatisticDuration(6, 3 * 30 + 31 + 2 * 32)
+    assert response.success == StatisticDuration(6, 3 * 230 + 241 + 2 * 252)
+    assert response.fail == response.empty_response == response.cancel == StatisticDuration(0, 0)
     assert row.memory_usage == (MemoryUsage("GPU", 1, 5000), MemoryUsage("CPU", 0, 600))
     assert (row.batch_cap, row.batch_steps) == (8, 1024)
     assert row.instances == (
@@ -162,6 +169,21 @@ def test_the_device_split_of_a_model_with_free_axes_is_in_positions() -> None:
     )
 
 
+def test_a_decoupled_models_replies_count_by_index_and_outcome() -> None:
+    """Triton's rules (infer_stats.cc): success and fail add compute and output time, an
+    empty response its compute time, a cancel the time until it was seen."""
+    stats = ModelStats()
+    stats.record_response(0, "success", 100, 10)
+    stats.record_response(1, "empty", 40)
+    stats.record_response(0, "fail", 7, 1)
+    stats.record_response(1, "cancel", 5)
+    first, second = stats.responses[0], stats.responses[1]
+    assert (first.success, first.fail) == (Duration(1, 110), Duration(1, 8))
+    assert (first.compute_infer, first.compute_output) == (Duration(2, 107), Duration(2, 11))
+    assert (second.empty_response, second.compute_infer) == (Duration(1, 40), Duration(1, 40))
+    assert (second.cancel, second.compute_output) == (Duration(1, 5), Duration(0, 0))
+
+
 def test_both_adapters_render_the_same_numbers() -> None:
     rows = model_statistics(
         [_served("a", 1), _served("b", 3, TUNING), _served("c", 1, TUNING, positions=True)]
@@ -169,7 +191,6 @@ def test_both_adapters_render_the_same_numbers() -> None:
     http = responses.statistics(rows)
     grpc = responses.message_json(messages.statistics(rows))  # protobuf's JSON, as Triton's
     for model in grpc["model_stats"]:
-        del model["response_stats"]  # Triton's field batchserve leaves empty
         del model["batchserve"]["oom_splits"]
     for model in http["model_stats"]:
         cache: dict[str, Any] = {"count": 0, "ns": 0}

@@ -35,6 +35,7 @@ from batchserve.dataplane.busy_poll import BusyPoll
 from batchserve.dataplane.classification import classify_outputs, requested_counts
 from batchserve.dataplane.control import Control
 from batchserve.dataplane.raw_input import raw_request
+from batchserve.dataplane.reply_counts import ReplyCounts
 from batchserve.dataplane.shared_memory import tensors as shm
 from batchserve.dataplane.shared_memory.clients import ClientRegions
 from batchserve.dataplane.shared_memory.manager import SharedMemoryManager
@@ -254,18 +255,22 @@ class DataPlane:
         started = time.monotonic_ns()
         served.stats.received += 1
         types = served.output_types
+        counts: ReplyCounts | None = None  # once its replies begin
         try:
             _check_sequence(request, served)  # a decoupled model's requests too (generate)
             valid = validate_request(
                 request.inputs, request.outputs, served.schema, request.layout, request.verdict
             )
             replies = responder.replies(valid.inputs, request.is_cancelled, streaming)
-            began = first = time.monotonic_ns()
-            answered = False
+            began = time.monotonic_ns()
+            counts = ReplyCounts(served.stats, began)
             async with contextlib.aclosing(replies):
                 async for reply in replies:
-                    if not reply.outputs and not request.empty_final:
-                        continue
+                    ready = time.monotonic_ns()
+                    if not reply.outputs:
+                        counts.empty()
+                        if not request.empty_final:
+                            continue
                     tensors = [
                         Tensor(n, types[n], reply.outputs[n].shape, reply.outputs[n])
                         for n in valid.output_names
@@ -273,20 +278,22 @@ class DataPlane:
                     ]
                     response = self._response(request, served, tensors)
                     response.final = reply.final
-                    if not answered:
-                        answered, first = True, time.monotonic_ns()
+                    if reply.outputs:
+                        counts.written(ready)
                     yield response
         except BaseException as exc:
+            if counts is not None:  # the reply it stopped at is counted
+                counts.ended(exc)
             self.record_failure(served, started, exc, request.protocol, request.id)
             raise
         finished = time.monotonic_ns()
         # one execution of one request, its replies the compute, as Triton's repeat backend
         # reports a decoupled request: without it the model's counts and compute stay 0
         served.stats.record_batch(1, 0, finished - began, 0)
-        served.stats.record_compute(1, 0, finished - began, 0)
+        served.stats.record_compute(1, 0, finished - began, 0, responses=False)
         served.stats.record_request(
             True, finished - started, 0, protocol=request.protocol,
-            first_response_ns=(first if answered else finished) - started,
+            first_response_ns=(counts.first_ns or finished) - started,
         )  # fmt: skip
 
     @staticmethod

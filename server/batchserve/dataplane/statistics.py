@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from batchserve.models.measured_defaults import Setting, Trial, Tuning
 from batchserve.models.model_table import ServedVersion
-from batchserve.observability.stats import BatchStats, Duration
+from batchserve.observability.stats import BatchStats, Duration, ResponseStats
 
 __all__ = ["Setting", "Trial", "Tuning"]  # what adapters render of measured defaults
 
@@ -37,6 +37,18 @@ class InferStatistics:
     compute_input: StatisticDuration
     compute_infer: StatisticDuration
     compute_output: StatisticDuration
+
+
+@dataclass(frozen=True, slots=True)
+class InferResponseStatistics:
+    """A request's N-th responses (Triton's ``response_stats``)."""
+
+    compute_infer: StatisticDuration
+    compute_output: StatisticDuration
+    success: StatisticDuration
+    fail: StatisticDuration
+    empty_response: StatisticDuration
+    cancel: StatisticDuration
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +101,8 @@ class ModelStatistics:
     cpu_below_batch_size: int = 0  # with CPU and GPU instances: where batches split
     batch_steps: int = 0  # positions per batch now (steps, pixels); 0: counted in rows
     cpu_below_positions: int = 0  # the split of a model with free axes, in positions
+    response_stats: tuple[tuple[str, InferResponseStatistics], ...] = ()
+    """By response index, as Triton keys them ("0", "1", ...)."""
 
 
 def model_statistics(served: Iterable[ServedVersion]) -> list[ModelStatistics]:
@@ -134,6 +148,18 @@ def _model_statistics(served: ServedVersion) -> ModelStatistics:
         cpu_below_batch_size=0 if positions else crossover,
         batch_steps=served.batcher.policy.max_batch_steps,
         cpu_below_positions=crossover if positions else 0,
+        response_stats=tuple((str(i), _response(r)) for i, r in sorted(s.responses.items())),
+    )
+
+
+def _response(r: ResponseStats) -> InferResponseStatistics:
+    return InferResponseStatistics(
+        compute_infer=_duration(r.compute_infer),
+        compute_output=_duration(r.compute_output),
+        success=_duration(r.success),
+        fail=_duration(r.fail),
+        empty_response=_duration(r.empty_response),
+        cancel=_duration(r.cancel),
     )
 
 

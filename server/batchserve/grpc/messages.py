@@ -7,6 +7,7 @@ from batchserve.dataplane.control import IndexEntry
 from batchserve.dataplane.shared_memory.manager import RegionStatus
 from batchserve.dataplane.statistics import (
     InferBatchStatistics,
+    InferResponseStatistics,
     InstanceMemory,
     ModelStatistics,
     Setting,
@@ -42,6 +43,17 @@ def _duration(d: StatisticDuration) -> pb.StatisticDuration:
     return pb.StatisticDuration(count=d.count, ns=d.ns)
 
 
+def _response(r: InferResponseStatistics) -> pb.InferResponseStatistics:
+    return pb.InferResponseStatistics(
+        compute_infer=_duration(r.compute_infer),
+        compute_output=_duration(r.compute_output),
+        success=_duration(r.success),
+        fail=_duration(r.fail),
+        empty_response=_duration(r.empty_response),
+        cancel=_duration(r.cancel),
+    )
+
+
 def _batch(b: InferBatchStatistics) -> pb.InferBatchStatistics:
     return pb.InferBatchStatistics(
         batch_size=b.batch_size,
@@ -74,6 +86,7 @@ def _model_stats(row: ModelStatistics) -> pb.ModelStatistics:
             compute_infer=_duration(s.compute_infer),
             compute_output=_duration(s.compute_output),
         ),
+        response_stats={key: _response(r) for key, r in row.response_stats},
         batch_stats=[_batch(b) for b in row.batch_stats],
         memory_usage=[
             pb.MemoryUsage(type=m.type, id=m.id, byte_size=m.byte_size) for m in row.memory_usage

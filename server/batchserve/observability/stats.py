@@ -36,6 +36,20 @@ class BatchStats:
 
 
 @dataclass(slots=True)
+class ResponseStats:
+    """Triton's statistics of a request's N-th response (``response_stats``): the time
+    to compute it (since the request's compute began, or the previous response) and to
+    write its outputs, by how it went."""
+
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    empty_response: Duration = field(default_factory=Duration)
+    cancel: Duration = field(default_factory=Duration)
+
+
+@dataclass(slots=True)
 class ModelStats:
     """Counters for one model version, as Triton defines them.
 
@@ -82,6 +96,9 @@ class ModelStats:
     outcomes: dict[tuple[str, bool], int] = field(default_factory=dict)  # (protocol, ok)
     rejections: dict[Rejection, int] = field(default_factory=dict)
     observed: Observations = field(default_factory=Observations)
+    responses: dict[int, ResponseStats] = field(default_factory=dict)
+    """Triton's ``response_stats``, by response index: one (0) per request of a model
+    that answers once, one per reply of a decoupled model."""
     summaries: LatencySummaries | None = None
     """Triton's latency summaries, where ``--metrics-config summary_latencies=true``."""
     first_response: Buckets | None = None
@@ -112,8 +129,12 @@ class ModelStats:
         per_size.compute_output.add(output_ns)
         self.observed.on_batch(size, input_ns + infer_ns + output_ns, cap)
 
-    def record_compute(self, requests: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """A batch run that answered ``requests`` requests, its executions' times summed.
+    def record_compute(
+        self, requests: int, input_ns: int, infer_ns: int, output_ns: int, *, responses: bool = True
+    ) -> None:
+        """A batch run that answered ``requests`` requests, its executions' times summed;
+        ``responses``: each request's one response counts as response 0 (a decoupled model
+        counts its replies itself, ``record_response``).
 
         Triton's definition: each request answered adds its batch's compute, so these counts
         are requests and each mean is the compute of the batch a request ran in
@@ -123,10 +144,31 @@ class ModelStats:
         self.compute_input.add(input_ns, requests)
         self.compute_infer.add(infer_ns, requests)
         self.compute_output.add(output_ns, requests)
+        if responses:
+            self.record_response(0, "success", infer_ns, output_ns, requests)
         if (summaries := self.summaries) is not None:
             summaries.compute_input.observe(input_ns, requests)
             summaries.compute_infer.observe(infer_ns, requests)
             summaries.compute_output.observe(output_ns, requests)
+
+    def record_response(
+        self, index: int, outcome: str, infer_ns: int, output_ns: int = 0, count: int = 1
+    ) -> None:
+        """``count`` requests' ``index``-th response, as Triton counts it (``infer_stats.cc``):
+        ``outcome`` success or fail adds its compute and output time to both and to itself;
+        an empty response its compute time; a cancel the time until it was seen."""
+        stats = self.responses.get(index)
+        if stats is None:
+            stats = self.responses[index] = ResponseStats()
+        if outcome == "cancel":
+            stats.cancel.add(infer_ns, count)
+            return
+        stats.compute_infer.add(infer_ns, count)
+        if outcome == "empty":
+            stats.empty_response.add(infer_ns, count)
+            return
+        stats.compute_output.add(output_ns, count)
+        (stats.success if outcome == "success" else stats.fail).add(infer_ns + output_ns, count)
 
     def record_batch_time(self, predicted_ns: int, measured_ns: int) -> None:
         """A batch run whole, its time as predicted before it went and as measured."""

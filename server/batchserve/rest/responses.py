@@ -12,6 +12,7 @@ from batchserve.core.types import ModelMetadata, ServerMetadata, TensorMetadata
 from batchserve.dataplane.control import IndexEntry
 from batchserve.dataplane.statistics import (
     InferBatchStatistics,
+    InferResponseStatistics,
     InstanceMemory,
     MemoryUsage,
     ModelStatistics,
@@ -42,7 +43,12 @@ def _int64_as_numbers(message: Message, data: dict[str, Any]) -> None:
         value = data[field.name]
         if field.type in _INT64_TYPES:
             data[field.name] = [int(v) for v in value] if isinstance(value, list) else int(value)
-        elif field.type == FieldDescriptor.TYPE_MESSAGE and not _is_map(field):
+        elif _is_map(field):  # of messages (response_stats): each value converted alike
+            entry = field.message_type
+            if entry is not None and entry.fields_by_name["value"].message_type is not None:
+                for key, child in getattr(message, field.name).items():
+                    _int64_as_numbers(child, value[str(key)])
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
             children = getattr(message, field.name)
             pairs = (
                 zip(children, value, strict=True)
@@ -82,6 +88,17 @@ def model_metadata(meta: ModelMetadata) -> dict[str, Any]:
 
 def _duration(d: StatisticDuration) -> dict[str, int]:
     return {"count": d.count, "ns": d.ns}
+
+
+def _response(r: InferResponseStatistics) -> dict[str, dict[str, int]]:
+    return {
+        "compute_infer": _duration(r.compute_infer),
+        "compute_output": _duration(r.compute_output),
+        "success": _duration(r.success),
+        "fail": _duration(r.fail),
+        "empty_response": _duration(r.empty_response),
+        "cancel": _duration(r.cancel),
+    }
 
 
 _NO_CACHE: Final = StatisticDuration(0, 0)
@@ -130,6 +147,7 @@ def _model_stats(row: ModelStatistics) -> dict[str, Any]:
             "cache_hit": _duration(_NO_CACHE),
             "cache_miss": _duration(_NO_CACHE),
         },
+        "response_stats": {key: _response(r) for key, r in row.response_stats},
         "batch_stats": [_batch(b) for b in row.batch_stats],
         "memory_usage": [_memory_usage(m) for m in row.memory_usage],
         "batchserve": {

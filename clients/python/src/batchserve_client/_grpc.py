@@ -195,7 +195,12 @@ def _int64_as_numbers(descriptor: Descriptor, doc: dict[str, Any]) -> None:
             continue
         if field.type in _INT64:
             doc[field.name] = [int(v) for v in value] if isinstance(value, list) else int(value)
-        elif field.message_type is not None and not field.message_type.GetOptions().map_entry:
+        elif field.message_type is not None and field.message_type.GetOptions().map_entry:
+            values = field.message_type.fields_by_name["value"].message_type
+            if values is not None:  # a map of messages (response_stats)
+                for item in value.values():
+                    _int64_as_numbers(values, item)
+        elif field.message_type is not None:
             for item in value if isinstance(value, list) else [value]:
                 _int64_as_numbers(field.message_type, item)
 

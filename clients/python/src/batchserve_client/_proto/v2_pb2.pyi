@@ -2561,6 +2561,7 @@ class InferResponseStatistics(_message.Message):
     SUCCESS_FIELD_NUMBER: _builtins.int
     FAIL_FIELD_NUMBER: _builtins.int
     EMPTY_RESPONSE_FIELD_NUMBER: _builtins.int
+    CANCEL_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def compute_infer(self) -> Global___StatisticDuration: ...
     @_builtins.property
@@ -2571,6 +2572,8 @@ class InferResponseStatistics(_message.Message):
     def fail(self) -> Global___StatisticDuration: ...
     @_builtins.property
     def empty_response(self) -> Global___StatisticDuration: ...
+    @_builtins.property
+    def cancel(self) -> Global___StatisticDuration: ...
     def __init__(
         self,
         *,
@@ -2579,10 +2582,11 @@ class InferResponseStatistics(_message.Message):
         success: Global___StatisticDuration | None = ...,
         fail: Global___StatisticDuration | None = ...,
         empty_response: Global___StatisticDuration | None = ...,
+        cancel: Global___StatisticDuration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["compute_infer", b"compute_infer", "compute_output", b"compute_output", "empty_response", b"empty_response", "fail", b"fail", "success", b"success"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel", b"cancel", "compute_infer", b"compute_infer", "compute_output", b"compute_output", "empty_response", b"empty_response", "fail", b"fail", "success", b"success"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compute_infer", b"compute_infer", "compute_output", b"compute_output", "empty_response", b"empty_response", "fail", b"fail", "success", b"success"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel", b"cancel", "compute_infer", b"compute_infer", "compute_output", b"compute_output", "empty_response", b"empty_response", "fail", b"fail", "success", b"success"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
