@@ -170,6 +170,13 @@ def test_each_listener_takes_its_own_address(tmp_path: Path, workers: str) -> No
         "127.0.0.2",
         "127.0.0.3",
     )
+    # Triton's start-up lines, which scripts written for it wait for, in its order
+    started = [str(r["message"]) for r in server.logs if "Service at " in str(r["message"])]
+    assert started == [
+        f"Started GRPCInferenceService at 127.0.0.2:{grpc}",
+        f"Started HTTPService at 127.0.0.1:{http}",
+        f"Started Metrics Service at 127.0.0.3:{metrics}",
+    ]
 
 
 @pytest.fixture

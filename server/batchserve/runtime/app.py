@@ -192,6 +192,14 @@ class Server:
                    "open_files_limit": open_files.soft_limit(),
                    "rep_movsb": "off" if memmove_tuning.rep_movsb_off() else "glibc default"},
         )  # fmt: skip
+        # Triton's lines, which start-up scripts written for it wait for in the log
+        logger.info("Started GRPCInferenceService at %s:%d", self.settings.grpc_host(), grpc_port)
+        logger.info("Started HTTPService at %s:%d", self.settings.http_host(), http_port)
+        if self.metrics is not None:
+            logger.info(
+                "Started Metrics Service at %s:%d",
+                self.settings.metrics_host(), self.metrics.bound_port(),
+            )  # fmt: skip
         if self.poller is not None:
             await self.poller.start()  # the repository as the start-up loads read it
         await self._load_models()
