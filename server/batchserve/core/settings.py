@@ -14,6 +14,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from batchserve.core.budgets import BudgetSpec, parse_budgets
+from batchserve.core.cache_config import parse_cache_config
 from batchserve.core.device import DeviceKind
 from batchserve.core.metrics_config import MetricsConfig, parse_metrics_config
 from batchserve.core.restrictions import GRPC_HEADER_PREFIX, Restriction, parse_restrictions
@@ -200,6 +201,9 @@ class Settings(BaseSettings):
     trace_config: tuple[str, ...] = ()
     """Triton's ``--trace-config`` entries (``core/trace_config.py``): the trace settings
     at start and where OpenTelemetry spans go."""
+    cache_config: tuple[str, ...] = ()
+    """Triton's ``--cache-config`` entries (``core/cache_config.py``): the size of its local
+    response cache."""
     metrics_config: tuple[str, ...] = ()
     """Triton's ``--metrics-config`` entries (``core/metrics_config.py``): the latency
     families of the ``nv_*`` metrics."""
@@ -262,6 +266,16 @@ class Settings(BaseSettings):
         """Refused here, naming the entry, rather than when the first request is traced."""
         parse_trace_config(value)
         return value
+
+    @field_validator("cache_config")
+    @classmethod
+    def _cache_config_parses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        parse_cache_config(value)
+        return value
+
+    def cache_bytes(self) -> int:
+        """The response cache's size (0: none)."""
+        return parse_cache_config(self.cache_config)
 
     @field_validator("metrics_config")
     @classmethod

@@ -37,6 +37,8 @@ class InferStatistics:
     compute_input: StatisticDuration
     compute_infer: StatisticDuration
     compute_output: StatisticDuration
+    cache_hit: StatisticDuration = StatisticDuration(0, 0)
+    cache_miss: StatisticDuration = StatisticDuration(0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,8 @@ def _model_statistics(served: ServedVersion) -> ModelStatistics:
             compute_input=_duration(s.compute_input),
             compute_infer=_duration(s.compute_infer),
             compute_output=_duration(s.compute_output),
+            cache_hit=_duration(s.cache_hit),
+            cache_miss=_duration(s.cache_miss),
         ),
         batch_stats=tuple(_batch(size, b) for size, b in sorted(s.batches.items())),
         memory_usage=tuple(

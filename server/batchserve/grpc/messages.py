@@ -85,6 +85,8 @@ def _model_stats(row: ModelStatistics) -> pb.ModelStatistics:
             compute_input=_duration(s.compute_input),
             compute_infer=_duration(s.compute_infer),
             compute_output=_duration(s.compute_output),
+            cache_hit=_duration(s.cache_hit),
+            cache_miss=_duration(s.cache_miss),
         ),
         response_stats={key: _response(r) for key, r in row.response_stats},
         batch_stats=[_batch(b) for b in row.batch_stats],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -63,9 +64,12 @@ from batchserve.scheduler.memory import (
     probe_length,
 )
 from batchserve.scheduler.policy import BatchPolicy
+from batchserve.scheduler.response_cache import ResponseCache
 from batchserve.scheduler.sequences import MAX_LIVE_SEQUENCES, SequenceBatcher, SequencePolicy
 
 logger = logging.getLogger(__name__)
+_LOADS = itertools.count()
+"""Numbers each load of a model version, so that response cache keys never span two."""
 
 MEASURED_EACH_PLACEMENT = 2
 """Instances of one placement measured before the rest load on the last one's profile: the
@@ -132,6 +136,7 @@ class ModelRegistry(ModelTable):
         after_change: Callable[[], None] = lambda: None,
         cpus: int = 1,
         metrics: MetricsConfig = TRITON_DEFAULTS,
+        response_cache: ResponseCache | None = None,
     ) -> None:
         """``after_change`` runs once a load or unload has finished swapping models (the
         server settles its heap there: ``gc_tuning.settle``); ``cpus``: the cores models may
@@ -145,6 +150,8 @@ class ModelRegistry(ModelTable):
         self._after_change = after_change
         self._cpus = cpus
         self._metrics = metrics
+        self._response_cache = response_cache
+        """Triton's local cache (``--cache-config``), for models that enable it."""
 
     async def load(self, name: str, override: LoadOverride | None = None) -> None:
         """Load (or reload) every served version of a model. A failed first load leaves it
@@ -418,6 +425,10 @@ class ModelRegistry(ModelTable):
         batcher: Batcher
         if sequences is None:
             batcher = Batcher(pool, policy, stats, pad_value=pad, inline_below_ns=INLINE_BELOW_NS)
+            if config.response_cache.enable and self._response_cache is not None:
+                batcher.cache = self._response_cache
+                # each load its own keys: a reloaded version never answers from the old files
+                batcher.cache_model = f"{resolved.name}\0{version.version}\0{next(_LOADS)}".encode()
         else:
             try:
                 live = reservations.reserve_rows(

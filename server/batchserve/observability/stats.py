@@ -75,6 +75,10 @@ class ModelStats:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
+    cache_hit: Duration = field(default_factory=Duration)
+    cache_miss: Duration = field(default_factory=Duration)
+    """Triton's response cache: requests answered from it, and those looked up in vain,
+    each with the time the lookup (and a miss's insertion) took."""
     inference_count: int = 0
     execution_count: int = 0
     last_inference_ms: int = 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
@@ -101,10 +101,6 @@ def _response(r: InferResponseStatistics) -> dict[str, dict[str, int]]:
     }
 
 
-_NO_CACHE: Final = StatisticDuration(0, 0)
-"""Triton's response cache figures: batchserve has no cache."""
-
-
 def _batch(b: InferBatchStatistics) -> dict[str, Any]:
     return {
         "batch_size": b.batch_size,
@@ -144,8 +140,8 @@ def _model_stats(row: ModelStatistics) -> dict[str, Any]:
             "compute_input": _duration(s.compute_input),
             "compute_infer": _duration(s.compute_infer),
             "compute_output": _duration(s.compute_output),
-            "cache_hit": _duration(_NO_CACHE),
-            "cache_miss": _duration(_NO_CACHE),
+            "cache_hit": _duration(s.cache_hit),
+            "cache_miss": _duration(s.cache_miss),
         },
         "response_stats": {key: _response(r) for key, r in row.response_stats},
         "batch_stats": [_batch(b) for b in row.batch_stats],

@@ -345,6 +345,12 @@ def register(subparsers: Any) -> None:
         "opentelemetry,url=HOST:PORT/v1/traces, opentelemetry,resource=KEY=VALUE",
     )  # fmt: skip
     parser.add_argument(
+        "--cache-config", dest="cache_config", action="append", default=None,
+        metavar="local,size=BYTES",
+        help="Triton's response cache: local,size=BYTES of responses kept in memory, for the "
+        "models whose config sets response_cache { enable: true }",
+    )  # fmt: skip
+    parser.add_argument(
         "--metrics-config", dest="metrics_config", action="append", default=None,
         metavar="SETTING=VALUE",
         help="Triton's latency families of the nv_* metrics (repeatable): counter_latencies "
@@ -383,7 +389,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if args.load_model is not None:
         given["load_model"] = tuple(args.load_model)
     for repeated in (
-        "trace_config", "metrics_config", "http_restricted_api", "grpc_restricted_protocol"
+        "trace_config", "cache_config", "metrics_config", "http_restricted_api",
+        "grpc_restricted_protocol",
     ):  # fmt: skip
         if getattr(args, repeated) is not None:
             given[repeated] = tuple(getattr(args, repeated))

@@ -101,6 +101,7 @@ class TritonMetrics:
             *model_families(versions, self._load_seconds, self._metrics.counter_latencies),
             *summary_families(versions, self._metrics.summary_quantiles),
             histogram_family(versions),
+            *cache_families(versions),
             *gpu_families(gpus),
             *host_families(self._host.read() if self._host is not None else None),
         ]
@@ -176,6 +177,29 @@ def summary_families(
             family.add(labels, stage.count, "_count")
             family.add(labels, stage.total / 1000, "_sum")
     yield from families
+
+
+def cache_families(versions: list[ServedVersion]) -> Iterator[Family]:
+    """Triton's per-model response cache counters, for the models that use the cache."""
+    hits = Family("nv_cache_num_hits_per_model", "Number of cache hits per model", "counter")
+    hit_us = Family(
+        "nv_cache_hit_duration_per_model",
+        "Total cache hit duration per model, in microseconds", "counter",
+    )  # fmt: skip
+    misses = Family("nv_cache_num_misses_per_model", "Number of cache misses per model", "counter")
+    miss_us = Family(
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert+lookup) duration per model, in microseconds", "counter",
+    )  # fmt: skip
+    for served in versions:
+        if served.batcher.cache is None:
+            continue
+        stats, labels = served.stats, {"model": served.name, "version": str(served.version)}
+        hits.add(labels, stats.cache_hit.count)
+        hit_us.add(labels, stats.cache_hit.ns // 1000)
+        misses.add(labels, stats.cache_miss.count)
+        miss_us.add(labels, stats.cache_miss.ns // 1000)
+    yield from (hits, hit_us, misses, miss_us)
 
 
 def histogram_family(versions: list[ServedVersion]) -> Family:

@@ -31,6 +31,7 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
+from functools import partial
 
 from batchserve.core.errors import DeadlineExceeded, Unavailable
 from batchserve.observability.stats import ModelStats
@@ -47,10 +48,11 @@ from batchserve.scheduler.ordering import InOrder
 from batchserve.scheduler.padding import SequenceLayout, row_positions
 from batchserve.scheduler.policy import BatchPolicy
 from batchserve.scheduler.queue import PriorityQueue
+from batchserve.scheduler.response_cache import ResponseCache, request_key
 from batchserve.scheduler.routing import DeviceRouting
 from batchserve.scheduler.run_watch import RunWatch
 from batchserve.scheduler.timing import Clock, LoopTimer, Timer, WakeUp
-from batchserve.scheduler.work import Outcome, WorkItem
+from batchserve.scheduler.work import Arrays, Outcome, WorkItem
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +92,10 @@ class Batcher:
         self._timer = timer if timer is not None else LoopTimer(clock)
         self._wakeup = WakeUp(self._timer, self._dispatch)
         self._expiry = WakeUp(self._timer, self._expire_due)
+        self.cache: ResponseCache | None = None
+        """Triton's response cache, for a model whose config enables it (set by the
+        registry); ``cache_model`` names the model and version in its keys."""
+        self.cache_model = b""
         """At the earliest deadline queued: its request is answered then, not when an
         instance is next free to look at the queue."""
         self._watch = RunWatch()
@@ -233,6 +239,8 @@ class Batcher:
         """Queue a request (Overloaded when full, Unavailable when closed) and dispatch."""
         if self._closed:
             raise Unavailable("model is being unloaded")
+        if self.cache is not None and item.clients == 1 and self._from_cache(self.cache, item):
+            return
         if self.queue.full:  # places held by clients that went away are free
             for gone in self.queue.remove_abandoned():
                 self._settle(gone, asyncio.CancelledError())
@@ -248,6 +256,29 @@ class Batcher:
         if not self._dispatch_pending:
             self._dispatch_pending = True
             asyncio.get_running_loop().call_soon(self._deferred_dispatch)
+
+    def _from_cache(self, cache: ResponseCache, item: WorkItem) -> bool:
+        """Answer ``item`` from the cache, timed as Triton times a hit (the lookup); on a
+        miss, keep its outputs once answered, the lookup and the insertion its miss time."""
+        started = self._clock()
+        key = request_key(self.cache_model, item.inputs, item.output_names)
+        outputs = cache.lookup(key)
+        now = self._clock()
+        if outputs is None:
+            item.future.add_done_callback(partial(self._to_cache, cache, key, now - started))
+            return False
+        item.dispatched_ns = now
+        self.stats.cache_hit.add(now - started)
+        item.finish({name: outputs[name] for name in item.output_names})
+        return True
+
+    def _to_cache(
+        self, cache: ResponseCache, key: bytes, lookup_ns: int, answered: asyncio.Future[Arrays]
+    ) -> None:
+        started = self._clock()
+        if not answered.cancelled() and answered.exception() is None:
+            cache.insert(key, answered.result())
+        self.stats.cache_miss.add(lookup_ns + self._clock() - started)
 
     def _learn_arrival(self, item: WorkItem) -> None:
         timing = self._timing
