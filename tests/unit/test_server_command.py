@@ -12,6 +12,7 @@ from batchserve.grpc.options import server_options
 from batchserve.runtime.serve_command import (
     FLAGS,
     METRICS_SWITCHES,
+    REPEATED,
     SWITCHES,
     run,
     settings_errors,
@@ -160,7 +161,7 @@ def test_a_flag_batchserve_does_not_know_is_named_not_its_value(
 
 def test_every_flag_is_in_the_readme() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    flags = [flag for flag, *_ in FLAGS] + [flag for flag, *_ in SWITCHES]
+    flags = [flag for flag, *_ in FLAGS] + [flag for flag, *_ in SWITCHES + REPEATED]
     missing = [flag for flag in flags if not re.search(f"`{re.escape(flag)}[` =]", readme)]
     assert missing == []
 

@@ -5,7 +5,7 @@ Per-model settings live in each model's config.pbtxt, never here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
@@ -41,6 +41,14 @@ _RESTRICTION_OPTIONS = {
 }
 """Each restriction field's flag, what Triton calls its groups' members, and the prefix of
 the header a request carries."""
+
+
+_CONFIG_PARSERS: Mapping[str, Callable[[Sequence[str]], object]] = {
+    "trace_config": parse_trace_config,
+    "cache_config": parse_cache_config,
+    "metrics_config": parse_metrics_config,
+}
+"""Triton's repeatable ``--*-config`` options, each read by its own module."""
 
 
 def _restrictions(field: str, groups: tuple[str, ...]) -> Mapping[str, Restriction]:
@@ -260,28 +268,16 @@ class Settings(BaseSettings):
             raise ValueError(f"--log-level must be {accepted}, not {value[:32]!r}")
         return level
 
-    @field_validator("trace_config")
+    @field_validator("trace_config", "cache_config", "metrics_config")
     @classmethod
-    def _trace_config_parses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        """Refused here, naming the entry, rather than when the first request is traced."""
-        parse_trace_config(value)
-        return value
-
-    @field_validator("cache_config")
-    @classmethod
-    def _cache_config_parses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        parse_cache_config(value)
+    def _config_entries_parse(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        """Refused here, naming the entry, rather than when first used."""
+        _CONFIG_PARSERS[str(info.field_name)](value)
         return value
 
     def cache_bytes(self) -> int:
         """The response cache's size (0: none)."""
         return parse_cache_config(self.cache_config)
-
-    @field_validator("metrics_config")
-    @classmethod
-    def _metrics_config_parses(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        parse_metrics_config(value)
-        return value
 
     def metrics(self) -> MetricsConfig:
         """What ``--metrics-config`` said."""

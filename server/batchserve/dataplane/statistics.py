@@ -41,6 +41,10 @@ class InferStatistics:
     cache_miss: StatisticDuration = StatisticDuration(0, 0)
 
 
+RESPONSE_KINDS = ("compute_infer", "compute_output", "success", "fail", "empty_response", "cancel")
+"""The figures of each response index, Triton's names."""
+
+
 @dataclass(frozen=True, slots=True)
 class InferResponseStatistics:
     """A request's N-th responses (Triton's ``response_stats``)."""
@@ -157,14 +161,7 @@ def _model_statistics(served: ServedVersion) -> ModelStatistics:
 
 
 def _response(r: ResponseStats) -> InferResponseStatistics:
-    return InferResponseStatistics(
-        compute_infer=_duration(r.compute_infer),
-        compute_output=_duration(r.compute_output),
-        success=_duration(r.success),
-        fail=_duration(r.fail),
-        empty_response=_duration(r.empty_response),
-        cancel=_duration(r.cancel),
-    )
+    return InferResponseStatistics(**{kind: _duration(getattr(r, kind)) for kind in RESPONSE_KINDS})
 
 
 def _duration(d: Duration) -> StatisticDuration:

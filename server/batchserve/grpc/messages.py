@@ -6,6 +6,7 @@ from batchserve.core.types import ModelMetadata, ServerMetadata, TensorMetadata
 from batchserve.dataplane.control import IndexEntry
 from batchserve.dataplane.shared_memory.manager import RegionStatus
 from batchserve.dataplane.statistics import (
+    RESPONSE_KINDS,
     InferBatchStatistics,
     InferResponseStatistics,
     InstanceMemory,
@@ -45,12 +46,7 @@ def _duration(d: StatisticDuration) -> pb.StatisticDuration:
 
 def _response(r: InferResponseStatistics) -> pb.InferResponseStatistics:
     return pb.InferResponseStatistics(
-        compute_infer=_duration(r.compute_infer),
-        compute_output=_duration(r.compute_output),
-        success=_duration(r.success),
-        fail=_duration(r.fail),
-        empty_response=_duration(r.empty_response),
-        cancel=_duration(r.cancel),
+        **{kind: _duration(getattr(r, kind)) for kind in RESPONSE_KINDS}
     )
 
 

@@ -11,6 +11,7 @@ from google.protobuf.message import Message
 from batchserve.core.types import ModelMetadata, ServerMetadata, TensorMetadata
 from batchserve.dataplane.control import IndexEntry
 from batchserve.dataplane.statistics import (
+    RESPONSE_KINDS,
     InferBatchStatistics,
     InferResponseStatistics,
     InstanceMemory,
@@ -91,14 +92,7 @@ def _duration(d: StatisticDuration) -> dict[str, int]:
 
 
 def _response(r: InferResponseStatistics) -> dict[str, dict[str, int]]:
-    return {
-        "compute_infer": _duration(r.compute_infer),
-        "compute_output": _duration(r.compute_output),
-        "success": _duration(r.success),
-        "fail": _duration(r.fail),
-        "empty_response": _duration(r.empty_response),
-        "cancel": _duration(r.cancel),
-    }
+    return {kind: _duration(getattr(r, kind)) for kind in RESPONSE_KINDS}
 
 
 def _batch(b: InferBatchStatistics) -> dict[str, Any]:

@@ -301,6 +301,25 @@ PROTOCOL_SWITCHES = (
 )
 SWITCHES = METRICS_SWITCHES + LOG_SWITCHES + STARTUP_SWITCHES + PROTOCOL_SWITCHES
 """Triton's on/off flags, BOOL each."""
+REPEATED: tuple[tuple[str, str, str, str], ...] = (
+    ("--trace-config", "trace_config", "[MODE,]SETTING=VALUE",
+     "Triton's trace settings (repeatable): level=TIMESTAMPS, rate=N, count=N, "
+     "opentelemetry,url=HOST:PORT/v1/traces, opentelemetry,resource=KEY=VALUE"),
+    ("--cache-config", "cache_config", "local,size=BYTES",
+     "Triton's response cache: local,size=BYTES of responses kept in memory, for the models "
+     "whose config sets response_cache { enable: true }"),
+    ("--metrics-config", "metrics_config", "SETTING=VALUE",
+     "Triton's latency families of the nv_* metrics (repeatable): counter_latencies (true), "
+     "summary_latencies (false), summary_quantiles=Q:E,..., histogram_latencies (false)"),
+    ("--http-restricted-api", "http_restricted_api", "APIS:HEADER=VALUE",
+     "Triton's: HTTP APIs (health, metadata, inference, shared-memory, model-config, "
+     "model-repository, statistics, trace, logging; comma-separated) answered only to "
+     "requests whose HEADER is VALUE, else 403 (repeatable, an API in one group only)"),
+    ("--grpc-restricted-protocol", "grpc_restricted_protocol", "PROTOCOLS:KEY=VALUE",
+     "Triton's: the same for gRPC, whose calls must carry the metadata "
+     "triton-grpc-protocol-KEY: VALUE, else PERMISSION_DENIED (repeatable)"),
+)  # fmt: skip
+"""Triton's repeatable options (flag, settings field, metavar, help), each a list."""
 
 
 def register(subparsers: Any) -> None:
@@ -339,37 +358,10 @@ def register(subparsers: Any) -> None:
         help="with --model-control-mode explicit: a model to load at start (repeatable); "
         "'*' alone: every model in the repository",
     )  # fmt: skip
-    parser.add_argument(
-        "--trace-config", dest="trace_config", action="append", default=None,
-        help="Triton's trace settings (repeatable): level=TIMESTAMPS, rate=N, count=N, "
-        "opentelemetry,url=HOST:PORT/v1/traces, opentelemetry,resource=KEY=VALUE",
-    )  # fmt: skip
-    parser.add_argument(
-        "--cache-config", dest="cache_config", action="append", default=None,
-        metavar="local,size=BYTES",
-        help="Triton's response cache: local,size=BYTES of responses kept in memory, for the "
-        "models whose config sets response_cache { enable: true }",
-    )  # fmt: skip
-    parser.add_argument(
-        "--metrics-config", dest="metrics_config", action="append", default=None,
-        metavar="SETTING=VALUE",
-        help="Triton's latency families of the nv_* metrics (repeatable): counter_latencies "
-        "(true), summary_latencies (false), summary_quantiles=Q:E,..., histogram_latencies "
-        "(false)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--http-restricted-api", dest="http_restricted_api", action="append", default=None,
-        metavar="APIS:HEADER=VALUE",
-        help="Triton's: HTTP APIs (health, metadata, inference, shared-memory, model-config, "
-        "model-repository, statistics, trace, logging; comma-separated) answered only to "
-        "requests whose HEADER is VALUE, else 403 (repeatable, an API in one group only)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--grpc-restricted-protocol", dest="grpc_restricted_protocol", action="append",
-        default=None, metavar="PROTOCOLS:KEY=VALUE",
-        help="Triton's: the same for gRPC, whose calls must carry the metadata "
-        "triton-grpc-protocol-KEY: VALUE, else PERMISSION_DENIED (repeatable)",
-    )  # fmt: skip
+    for flag, field, metavar, text in REPEATED:
+        parser.add_argument(
+            flag, dest=field, action="append", default=None, metavar=metavar, help=text
+        )
     parser.set_defaults(handler=run)
 
 
@@ -388,10 +380,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     given.update({field: getattr(args, field) for _, field, _ in SWITCHES})
     if args.load_model is not None:
         given["load_model"] = tuple(args.load_model)
-    for repeated in (
-        "trace_config", "cache_config", "metrics_config", "http_restricted_api",
-        "grpc_restricted_protocol",
-    ):  # fmt: skip
+    for _, repeated, _, _ in REPEATED:
         if getattr(args, repeated) is not None:
             given[repeated] = tuple(getattr(args, repeated))
     return Settings(**{k: v for k, v in given.items() if v is not None})
