@@ -92,12 +92,13 @@ class Batcher:
         self._timer = timer if timer is not None else LoopTimer(clock)
         self._wakeup = WakeUp(self._timer, self._dispatch)
         self._expiry = WakeUp(self._timer, self._expire_due)
-        self.cache: ResponseCache | None = None
-        """Triton's response cache, for a model whose config enables it (set by the
-        registry); ``cache_model`` names the model and version in its keys."""
-        self.cache_model = b""
         """At the earliest deadline queued: its request is answered then, not when an
         instance is next free to look at the queue."""
+        self.cache: ResponseCache | None = None
+        """Triton's response cache, for a model whose config enables it (set by the
+        registry); its keys hash the request's inputs on the event loop."""
+        self.cache_model = b""
+        """The model, version and load the cache keys name."""
         self._watch = RunWatch()
         delay_ns = policy.max_queue_delay_ns if policy.merge_requests else 0
         objective_ns = policy.latency_objective_ns
