@@ -40,8 +40,10 @@ class ReplyCounts:
         self._next(now)
 
     def ended(self, error: BaseException) -> None:
-        """The request stopped at its next reply: cancelled, or failed."""
-        outcome = "cancel" if isinstance(error, asyncio.CancelledError) else "fail"
+        """The request stopped at its next reply: cancelled (or its stream closed under
+        it), or failed."""
+        gone = isinstance(error, (asyncio.CancelledError, GeneratorExit))
+        outcome = "cancel" if gone else "fail"
         self._stats.record_response(self.index, outcome, time.monotonic_ns() - self._last)
 
     def _next(self, now: int) -> None:
