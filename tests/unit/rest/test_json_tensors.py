@@ -177,6 +177,7 @@ def test_json_text_reads_tritons_non_finite_numbers(text: bytes, values: list[An
         (b"[" * 100_000 + b"NaN" + b"]" * 100_000, "depth limit exceeded"),
         (b"[NaNa]", "delimiter"),
         (b"[nan]", "invalid literal"),
+        (b"[NaN" + b", 0" * (1 << 19) + b"]", "JSON bodies of up to 1 MiB; send a larger tensor"),
     ],
 )
 def test_json_text_refuses_what_orjson_refuses_besides_them(text: bytes, problem: str) -> None:
