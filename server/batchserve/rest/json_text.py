@@ -19,7 +19,7 @@ from batchserve.core.tensors import Array
 
 _NON_FINITE_WORDS = (b"NaN", b"Infinity")
 MAX_NON_FINITE_BODY = 1 << 20
-"""Largest body read again by Python's json, about 8 times slower than orjson: a body of
+"""Largest body read again by Python's json, about 7 times slower than orjson: a body of
 the 16 MiB JSON limit would hold the event loop for half a second."""
 
 
