@@ -26,7 +26,8 @@ from batchserve.proto.model_config_pb2 import ModelConfig
 SLICE_NS = 12_000_000_000
 SLICES = 5
 SAMPLE = 1024
-"""Observations kept per slice: 5 KiB of the model's memory per stage and slice."""
+"""Observations kept per slice: 8 KiB per stage and slice, 200 KiB for a model version's
+five stages."""
 FIRST_RESPONSE_FAMILY = "nv_inference_first_response_histogram_ms"
 FIRST_RESPONSE_BUCKETS_MS: tuple[float, ...] = (100, 500, 2000, 5000)
 """Triton's default buckets of ``nv_inference_first_response_histogram_ms``."""
