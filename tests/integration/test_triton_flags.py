@@ -272,3 +272,54 @@ def test_log_file_takes_every_process_s_logs_and_the_logging_api_names_it(
     assert not [line for line in lines if "worker exited" in line]
     pids = {line.split()[2] for line in lines if line[:1] in "IWE" and len(line.split()) > 2}
     assert len(pids) == 1 + (int(workers) if workers != "1" else 0), pids
+
+
+@pytest.fixture
+def two_repositories(tmp_path: Path) -> tuple[Path, Path]:
+    """``first`` holds digits_cnn and square_int32, ``second`` repeat_int32 and a second
+    square_int32: three names, one of them in both."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    for root, names in ((first, ("digits_cnn", "square_int32")),
+                        (second, ("repeat_int32", "square_int32"))):  # fmt: skip
+        for name in names:
+            shutil.copytree(MODEL_REPO / name, root / name)
+    return first, second
+
+
+def test_several_repositories_serve_as_one_and_a_duplicate_from_neither(
+    two_repositories: tuple[Path, Path],
+) -> None:
+    """Triton's --model-repository given twice: tritonclient sees the union, a model of
+    each repository answers, and the name both hold is listed unavailable with Triton's
+    reason, its load refused."""
+    first, second = two_repositories
+    server = start_server(
+        first, ["--model-repository", str(second), "--model-control-mode", "explicit",
+                "--load-model", "*"], wait_ready=False,
+    )  # fmt: skip
+    try:
+        assert _startup_verdict(server).startswith("server not ready")  # the duplicate failed
+        client = httpclient.InferenceServerClient(server.http_url)
+        index = {row["name"]: row for row in client.get_model_repository_index()}
+        assert sorted(index) == ["digits_cnn", "repeat_int32", "square_int32"]
+        assert index["square_int32"] == {
+            "name": "square_int32",
+            "state": "UNAVAILABLE",
+            "reason": "model appears in two or more repositories",
+        }
+        assert _infer(client, 2).shape == (2, 10)  # the first repository's model
+        assert client.is_model_ready("repeat_int32")  # the second's
+        assert not client.is_model_ready("square_int32")
+        grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        with pytest.raises(InferenceServerException) as refused:
+            grpc.load_model("square_int32")
+        assert "failed to load 'square_int32', failed to poll from model repository" in str(
+            refused.value
+        )
+        assert "two or more repositories" in str(refused.value)
+        shutil.rmtree(second / "square_int32")  # the copy gone, the first one loads
+        grpc.load_model("square_int32")
+        assert grpc.is_model_ready("square_int32")
+        assert grpc.is_server_ready()
+    finally:
+        assert server.stop() == 0

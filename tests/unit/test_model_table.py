@@ -83,6 +83,21 @@ def test_the_index_lists_the_repository_and_every_loaded_version(tmp_path: Path)
     assert table.loaded() == [served["a", 1], served["a", 2], served["c", 5]]
 
 
+def test_the_index_lists_a_model_of_two_repositories_once_unavailable(tmp_path: Path) -> None:
+    """Triton's one row for a duplicate, whatever was loaded under its name before."""
+    for root in ("first", "second"):
+        (tmp_path / root / "twice").mkdir(parents=True)
+    (tmp_path / "second" / "once").mkdir()
+    table = ModelTable(ModelRepository([tmp_path / "first", tmp_path / "second"]))
+    entry = table._entry("twice")
+    entry.state, entry.versions[1] = ModelState.READY, object()  # type: ignore[assignment]
+    assert table.index() == [
+        IndexEntry("once", "", "", ""),
+        IndexEntry("twice", "", "UNAVAILABLE", "model appears in two or more repositories"),
+    ]
+    assert table.knows("once")
+
+
 @pytest.mark.parametrize(
     ("state", "reason", "ready"),
     [

@@ -443,6 +443,52 @@ def test_scan_reports_a_broken_entry_next_to_good_ones(tmp_path: Path) -> None:
 def test_repository_root_must_be_a_directory(tmp_path: Path) -> None:
     with pytest.raises(NotFound, match="is not a directory"):
         ModelRepository(tmp_path / "missing")
+    (tmp_path / "present").mkdir()
+    with pytest.raises(NotFound, match=r"'.*missing' is not a directory"):
+        ModelRepository([tmp_path / "present", tmp_path / "missing"])
+
+
+# --- several repositories, as Triton's --model-repository given again ---------------------------
+
+
+def test_several_roots_serve_the_union_each_model_from_its_own_root(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    add_model(first, "alpha")
+    add_model(second, "beta", versions=(3,))
+    repository = ModelRepository([first, second, first])  # a root given twice counts once
+    assert repository.roots == (first.resolve(), second.resolve())
+    assert repository.names() == ["alpha", "beta"]
+    assert repository.duplicates() == []
+    beta = repository.resolve("beta")
+    assert beta.directory == second.resolve() / "beta"
+    assert beta.versions == (ModelVersion(3, second.resolve() / "beta" / "3" / "model.onnx"),)
+    assert repository.resolve("alpha").directory == first.resolve() / "alpha"
+    with pytest.raises(NotFound, match="not in the repository"):
+        repository.resolve("gamma")
+
+
+def test_a_model_in_two_roots_is_served_from_neither_with_tritons_reason(
+    tmp_path: Path,
+) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    add_model(first, "twice")
+    add_model(second, "twice")
+    add_model(second, "once")
+    repository = ModelRepository([first, second])
+    assert repository.names() == ["once", "twice"]
+    assert repository.duplicates() == ["twice"]
+    assert repository.directories("twice") == [
+        first.resolve() / "twice",
+        second.resolve() / "twice",
+    ]
+    with pytest.raises(InvalidModel) as caught:
+        repository.resolve("twice")
+    [problem] = caught.value.problems
+    assert problem.startswith("model appears in two or more repositories (batchserve: ")
+    assert str(second.resolve()) in problem
+    resolved, broken = repository.scan()
+    assert [m.name for m in resolved] == ["once"]
+    assert [p.name for p in broken] == ["twice"]
 
 
 # --- escapes through symlinks and external data ---------------------------------------------------

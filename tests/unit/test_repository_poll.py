@@ -47,6 +47,24 @@ def test_a_file_of_the_same_size_but_a_new_time_is_a_change(tmp_path: Path) -> N
     assert changes(snapshot(repository), snapshot(repository)) == ([], [])
 
 
+def test_a_model_copied_into_a_second_repository_is_unloaded_and_tried_again(
+    tmp_path: Path,
+) -> None:
+    """Triton unloads a model once two repositories hold it; its load then fails with
+    Triton's reason, and removing the copy brings it back."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    _model(first, "m")
+    second.mkdir()
+    repository = ModelRepository([first, second])
+    before = snapshot(repository)
+    shutil.copytree(first / "m", second / "m")
+    duplicated = snapshot(repository)
+    assert len(duplicated["m"]) == 2
+    assert changes(before, duplicated) == (["m"], ["m"])
+    shutil.rmtree(second / "m")
+    assert changes(duplicated, snapshot(repository)) == (["m"], [])
+
+
 def test_the_poller_unloads_then_loads_and_goes_on_after_a_failed_load(tmp_path: Path) -> None:
     _model(tmp_path, "gone")
     _model(tmp_path, "stays")

@@ -40,7 +40,7 @@ def test_defaults_follow_triton_and_listen_on_loopback(monkeypatch: pytest.Monke
     assert (settings.http_port, settings.grpc_port, settings.metrics_port) == (8000, 8001, 8002)
     assert settings.host == "127.0.0.1"
     assert settings.model_control_mode is ModelControlMode.NONE
-    assert settings.model_repository == Path("model_repo")
+    assert settings.model_repository == (Path("model_repo"),)
     assert settings.allow_client_shm is ClientShm.LOCAL  # only clients on this host
 
 
@@ -142,7 +142,7 @@ def test_tritons_start_up_flags_are_read(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_tritons_program_name_is_taken_and_nothing_else(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert _settings("tritonserver", "--model-store=/m").model_repository == Path("/m")
+    assert _settings("tritonserver", "--model-store=/m").model_repository == (Path("/m"),)
     assert run(build_parser().parse_args(["serve", "batchserve"])) == 2
     assert "unrecognized arguments: batchserve (only 'tritonserver'" in capsys.readouterr().err
 
@@ -476,8 +476,19 @@ def test_tritons_log_flags_become_the_switches_of_its_logging_api(
 
 
 def test_the_model_store_is_tritons_older_name_for_the_repository() -> None:
-    assert _settings("--model-store", "/srv/models").model_repository == Path("/srv/models")
-    assert _settings("--model-store=/a", "--model-repository=/b").model_repository == Path("/b")
+    assert _settings("--model-store", "/srv/models").model_repository == (Path("/srv/models"),)
+
+
+def test_every_repository_given_is_served_in_order_each_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Triton takes --model-repository again and serves the union; the flag replaces the
+    variable's one repository rather than adding to it."""
+    given = _settings("--model-store=/a", "--model-repository=/b", "--model-repository", "/a")
+    assert given.model_repository == (Path("/a"), Path("/b"))
+    monkeypatch.setenv("BATCHSERVE_MODEL_REPOSITORY", "/from/env")
+    assert _settings().model_repository == (Path("/from/env"),)
+    assert _settings("--model-repository=/c").model_repository == (Path("/c"),)
 
 
 def test_each_listener_takes_tritons_address_flag_else_the_host() -> None:

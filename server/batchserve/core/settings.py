@@ -96,7 +96,10 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="BATCHSERVE_", frozen=True, extra="forbid")
 
-    model_repository: Path = Path("model_repo")
+    model_repository: Annotated[tuple[Path, ...], NoDecode] = (Path("model_repo"),)
+    """Triton's ``--model-repository``, repeatable: the server serves the models of every
+    repository given, a name found in two of them in none (``models/repository.py``). A
+    variable (``BATCHSERVE_MODEL_REPOSITORY``) names one."""
     model_config_name: str | None = None
     """Triton's ``--model-config-name``: each model reads ``<model>/configs/<name>.pbtxt``
     where that file exists, else its ``config.pbtxt``."""
@@ -226,6 +229,24 @@ class Settings(BaseSettings):
         """Parsed once, here: a bad budget stops the server before it starts. Anything but
         text (a mapping already parsed) is left to the field's type."""
         return parse_budgets(value) if value is None or isinstance(value, str) else value
+
+    @field_validator("model_repository", mode="before")
+    @classmethod
+    def _repositories(cls, value: object) -> object:
+        """One path (a variable's, or a caller's) or several (the flag given again), each
+        kept once, in the order given."""
+        if isinstance(value, (str, Path)):
+            return (Path(value),)
+        if isinstance(value, (list, tuple)) and all(isinstance(p, (str, Path)) for p in value):
+            return tuple(dict.fromkeys(Path(path) for path in value))
+        return value
+
+    @field_validator("model_repository")
+    @classmethod
+    def _some_repository(cls, value: tuple[Path, ...]) -> tuple[Path, ...]:
+        if not value:
+            raise ValueError("at least one model repository is needed")
+        return value
 
     @field_validator("load_model")
     @classmethod

@@ -28,7 +28,7 @@ from batchserve.models.labels import LabelMap
 from batchserve.models.load_override import OverrideDirectory
 from batchserve.models.measured_defaults import Tuning
 from batchserve.models.model_directory import ModelVersion
-from batchserve.models.repository import ModelRepository
+from batchserve.models.repository import DUPLICATE_MODEL, ModelRepository
 from batchserve.observability.stats import ModelStats
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batcher import Batcher
@@ -253,7 +253,7 @@ class ModelTable:
 
     def knows(self, name: str) -> bool:
         """True for a model loaded now, once, or present in the repository."""
-        return name in self._entries or (self.repository.root / name).is_dir()
+        return name in self._entries or bool(self.repository.directories(name))
 
     def versions_of(self, name: str) -> list[ServedVersion]:
         """The served versions of one ready model, ascending."""
@@ -285,7 +285,11 @@ class ModelTable:
         """The repository's models with their states, loaded or not; one never loaded (nor
         tried) by name alone, as Triton lists it."""
         rows: list[IndexEntry] = []
+        duplicates = set(self.repository.duplicates())
         for name in sorted(set(self.repository.names()) | set(self._entries)):
             entry = self._entries.get(name)
-            rows.extend(_rows(entry) if entry else [IndexEntry(name, "", "", "")])
+            if name in duplicates:  # Triton's one row, whatever the model's state
+                rows.append(IndexEntry(name, "", ModelState.UNAVAILABLE, DUPLICATE_MODEL))
+            else:
+                rows.extend(_rows(entry) if entry else [IndexEntry(name, "", "", "")])
         return [row for row in rows if row.state == ModelState.READY or not ready_only]

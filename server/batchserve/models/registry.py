@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -308,14 +309,21 @@ class ModelRegistry(ModelTable):
             for served in entry.versions.values():
                 served.tuning = None
 
+    def _directory_of(self, resolved: ResolvedModel) -> Path:
+        """Where the model's own files (warm-up data, initial states) are read from."""
+        if resolved.directory is not None:
+            return resolved.directory
+        [directory] = self.repository.directories(resolved.name)
+        return directory
+
     async def _warmup_samples(self, resolved: ResolvedModel) -> tuple[WarmupSample, ...]:
-        directory = resolved.directory or self.repository.root / resolved.name
+        directory = self._directory_of(resolved)
         return await asyncio.to_thread(
             read_warmup_samples, resolved.config, directory, source=resolved.config_file
         )
 
     async def _initial_states(self, resolved: ResolvedModel) -> dict[str, np.ndarray]:
-        directory = resolved.directory or self.repository.root / resolved.name
+        directory = self._directory_of(resolved)
         return await asyncio.to_thread(
             read_initial_states, resolved.config, directory, source=resolved.config_file
         )
@@ -479,7 +487,7 @@ class ModelRegistry(ModelTable):
         if step_name:
             with contextlib.suppress(BatchserveError):
                 step_config = (await asyncio.to_thread(self.repository.resolve, step_name)).config
-        directory = resolved.directory or self.repository.root / resolved.name
+        directory = self._directory_of(resolved)
         responder = build_responder(config, directory, self._step_batcher, step_config)
         stats = self._new_stats(config)
         policy = BatchPolicy.from_config(config, self._max_queue_size)

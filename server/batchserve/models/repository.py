@@ -1,14 +1,20 @@
-"""The model repository on disk: which models exist, each resolved from its directory.
+"""The model repositories on disk: which models exist, each resolved from its directory.
 
 Triton's layout: ``<root>/<model>/config.pbtxt`` (optional) and
 ``<root>/<model>/<version>/model.onnx``, ``model.plan`` or ``model.pt2``. Resolving one model
 (``model_directory``) never loads a runtime; scanning resolves every model and reports each
 broken one without stopping at it.
+
+Several roots (Triton's ``--model-repository`` given again) serve as one: a model is the
+directory of its name in whichever root holds it. A name held by two roots is served from
+neither, as Triton refuses to choose: it is listed as unavailable with Triton's reason, and
+loading it fails with that reason.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +26,10 @@ from batchserve.proto.model_config_pb2 import ModelConfig
 
 logger = logging.getLogger(__name__)
 
+DUPLICATE_MODEL = "model appears in two or more repositories"
+"""Triton's reason for a model name found in several repositories
+(``model_repository_manager.h``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ModelProblem:
@@ -30,22 +40,28 @@ class ModelProblem:
 
 
 class ModelRepository:
-    """A directory of models; reading it never loads a runtime."""
+    """One or more directories of models; reading them never loads a runtime."""
 
     def __init__(
-        self, root: Path, config_name: str | None = None, *, auto_complete: bool = True
+        self,
+        roots: Path | Sequence[Path],
+        config_name: str | None = None,
+        *,
+        auto_complete: bool = True,
     ) -> None:
         """``config_name``: Triton's ``--model-config-name``, for every model resolved;
         ``auto_complete`` False: Triton's ``--disable-auto-complete-config``."""
-        if not root.is_dir():
-            raise NotFound(f"model repository '{root}' is not a directory")
-        self.root = root.resolve()
+        given = (roots,) if isinstance(roots, Path) else tuple(roots)
+        for root in given:
+            if not root.is_dir():
+                raise NotFound(f"model repository '{root}' is not a directory")
+        self.roots = tuple(dict.fromkeys(root.resolve() for root in given))
         self.config_name = config_name
         self.auto_complete = auto_complete
 
     @classmethod
     def of(cls, settings: Settings) -> ModelRepository:
-        """The repository a server's settings name, read as they say."""
+        """The repositories a server's settings name, read as they say."""
         return cls(
             settings.model_repository,
             settings.model_config_name,
@@ -53,14 +69,24 @@ class ModelRepository:
         )
 
     def names(self) -> list[str]:
-        """The model directories, sorted; hidden entries and plain files are skipped."""
-        names = []
-        for entry in self.root.iterdir():
-            if entry.name.startswith(".") or not entry.is_dir():
-                logger.debug("%s: skipping %s (not a model directory)", self.root, entry.name)
-            else:
-                names.append(entry.name)
-        return sorted(names)
+        """The model directories of every root, each name once, sorted; hidden entries and
+        plain files are skipped."""
+        return sorted({name for root in self.roots for name in _model_names(root)})
+
+    def directories(self, name: str) -> list[Path]:
+        """The directories of the model ``name``, one per root holding it: one for a model
+        that can be served, none for an unknown one, more for a duplicate."""
+        return [root / name for root in self.roots if (root / name).is_dir()]
+
+    def duplicates(self) -> list[str]:
+        """The names more than one root holds, sorted."""
+        if len(self.roots) == 1:
+            return []
+        counts: dict[str, int] = {}
+        for root in self.roots:
+            for name in _model_names(root):
+                counts[name] = counts.get(name, 0) + 1
+        return sorted(name for name, count in counts.items() if count > 1)
 
     def resolve(self, name: str, config: ModelConfig | None = None) -> ResolvedModel:
         """The model, completed and validated; ``config`` (a load's override) is used
@@ -71,8 +97,16 @@ class ModelRepository:
         problem found.
         """
         name = validate_model_name(name)
+        found = self.directories(name)
+        if len(found) > 1:
+            places = ", ".join(f"'{directory.parent}'" for directory in found)
+            raise InvalidModel(name, [f"{DUPLICATE_MODEL} (batchserve: {places})"])
         return resolve_model(
-            self.root, name, config, config_name=self.config_name, auto_complete=self.auto_complete
+            found[0].parent if found else self.roots[0],
+            name,
+            config,
+            config_name=self.config_name,
+            auto_complete=self.auto_complete,
         )
 
     def scan(self) -> tuple[list[ResolvedModel], list[ModelProblem]]:
@@ -90,6 +124,17 @@ class ModelRepository:
                 logger.exception("unexpected error while resolving model '%s'", name)
                 problems.append(ModelProblem(name, (f"{name}: {type(exc).__name__}: {exc}",)))
         return resolved, problems
+
+
+def _model_names(root: Path) -> list[str]:
+    """The model directories of one root."""
+    names = []
+    for entry in root.iterdir():
+        if entry.name.startswith(".") or not entry.is_dir():
+            logger.debug("%s: skipping %s (not a model directory)", root, entry.name)
+        else:
+            names.append(entry.name)
+    return names
 
 
 def startup_models(settings: Settings, repository: ModelRepository) -> list[str]:

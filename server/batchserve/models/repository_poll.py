@@ -4,8 +4,10 @@ added is loaded; one removed is unloaded; one whose files changed (a file added,
 or of another size or time, as Triton compares modification times) is loaded again, its
 old versions serving until the new ones are ready, and after a reload that fails.
 
-A model whose load failed is tried again only once its files change, as in Triton. Reading
-the repository is file-system work, done off the event loop.
+A model whose load failed is tried again only once its files change, as in Triton. A name
+that comes to be held by two repositories is unloaded, as Triton unloads it, and its load
+then fails with Triton's reason. Reading the repository is file-system work, done off the
+event loop.
 """
 
 from __future__ import annotations
@@ -16,23 +18,29 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from batchserve.core.errors import BatchserveError
 from batchserve.models.model_directory import FileStamp, directory_stamp
-from batchserve.models.repository import ModelRepository
+from batchserve.models.repository import DUPLICATE_MODEL, ModelRepository
 
 logger = logging.getLogger(__name__)
 
-Snapshot = Mapping[str, FileStamp]
-"""Each model directory's files, with their sizes and times."""
+Snapshot = Mapping[str, tuple[FileStamp, ...]]
+"""Each model's files, with their sizes and times: one stamp per repository holding it."""
 
 
 def snapshot(repository: ModelRepository) -> Snapshot:
-    """The repository as it is now."""
-    return {name: directory_stamp(repository.root / name) for name in repository.names()}
+    """The repositories as they are now."""
+    return {
+        name: tuple(directory_stamp(directory) for directory in repository.directories(name))
+        for name in repository.names()
+    }
 
 
 def changes(before: Snapshot, after: Snapshot) -> tuple[list[str], list[str]]:
-    """The models to load (added or changed) and to unload (removed), by name."""
+    """The models to load (added or changed) and to unload (removed, or now held by two
+    repositories and so served from neither), by name."""
     loads = sorted(name for name, stamp in after.items() if before.get(name) != stamp)
-    unloads = sorted(name for name in before if name not in after)
+    unloads = sorted(
+        name for name in before if name not in after or (name in loads and len(after[name]) > 1)
+    )
     return loads, unloads
 
 
@@ -70,7 +78,8 @@ class RepositoryPoller:
         loads, unloads = changes(self._seen, after)
         self._seen = after
         for name in unloads:
-            logger.info("model removed from the repository: unloading", extra={"model": name})
+            where = "removed from the repository" if name not in after else DUPLICATE_MODEL
+            logger.info("model unloading", extra={"model": name, "reason": where})
             await self._unload(name)
         for name in loads:
             logger.info("model added or changed in the repository: loading",

@@ -76,7 +76,7 @@ def validate_command(args: argparse.Namespace) -> int:
         print(f"{PROG}: no model directories in '{args.directory}'", file=sys.stderr)
         return 1
     if not args.quiet:
-        _print_report(repository.root, resolved, problems)
+        _print_report(repository.roots[0], resolved, problems)
     else:
         for problem in problems:
             print("\n".join(problem.errors))

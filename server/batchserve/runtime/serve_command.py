@@ -16,8 +16,6 @@ TRITON_PROGRAM = "tritonserver"
 
 # (flag, settings field, type, help); the environment variable is BATCHSERVE_<FIELD>.
 FLAGS: tuple[tuple[str, str, Any, str], ...] = (
-    ("--model-repository", "model_repository", Path, "model repository directory"),
-    ("--model-store", "model_repository", Path, "as --model-repository (Triton's older flag)"),
     (
         "--model-config-name",
         "model_config_name",
@@ -302,6 +300,10 @@ PROTOCOL_SWITCHES = (
 SWITCHES = METRICS_SWITCHES + LOG_SWITCHES + STARTUP_SWITCHES + PROTOCOL_SWITCHES
 """Triton's on/off flags, BOOL each."""
 REPEATED: tuple[tuple[str, str, str, str], ...] = (
+    ("--model-repository", "model_repository", "DIR",
+     "a model repository directory (default model_repo); given again, the models of every "
+     "one are served, as Triton's, and a model found in two of them in none"),
+    ("--model-store", "model_repository", "DIR", "as --model-repository (Triton's older flag)"),
     ("--trace-config", "trace_config", "[MODE,]SETTING=VALUE",
      "Triton's trace settings (repeatable): level=TIMESTAMPS, rate=N, count=N, "
      "opentelemetry,url=HOST:PORT/v1/traces, opentelemetry,resource=KEY=VALUE"),

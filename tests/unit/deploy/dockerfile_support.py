@@ -39,6 +39,15 @@ def parse_dockerfile(path: Path) -> list[Stage]:
     return stages
 
 
+def server_env(stage: Stage) -> dict[str, str]:
+    """The ``BATCHSERVE_*`` variables the stage's ``ENV`` lines set, as the server sees them."""
+    env: dict[str, str] = {}
+    for command in stage.all("ENV"):
+        pairs = dict(zip(command.value[::2], command.value[1::2], strict=True))
+        env.update({k: v for k, v in pairs.items() if k.startswith("BATCHSERVE_")})
+    return env
+
+
 def image_user(path: Path) -> str:
     """The ``USER`` the image runs as: the last one of its final stage."""
     return str(parse_dockerfile(path)[-1].last("USER").value[0])

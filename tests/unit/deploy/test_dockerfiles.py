@@ -23,7 +23,7 @@ from batchserve.dataplane.plane import DataPlane
 from batchserve.models.repository import ModelRepository
 from batchserve.rest.app import build_http_app
 from deploy_support import DEPLOY, REPO, empty_registry, health_statuses, server_settings
-from dockerfile_support import Stage, parse_dockerfile, run_commands
+from dockerfile_support import Stage, parse_dockerfile, run_commands, server_env
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -135,9 +135,26 @@ def test_entrypoint_runs_one_server_on_every_interface(
     command = list(entrypoint.value)
     assert command[:2] == ["batchserve", "serve"]
     assert command.count("batchserve") == 1
-    settings = server_settings(command, {}, monkeypatch)
+    settings = server_settings(command, server_env(final), monkeypatch)
     assert settings.host == "0.0.0.0"
-    assert settings.model_repository == Path("/models")
+    assert settings.model_repository == (Path("/models"),)
+
+
+def test_a_repository_given_to_the_image_replaces_its_own(
+    stages: list[Stage], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The image names /models in a variable: one repository given as a flag is served
+    instead of it, and two given are served together, as Triton serves them."""
+    final = stages[-1]
+    command = list(final.last("ENTRYPOINT").value)
+    env = server_env(final)
+    given = server_settings([*command, "--model-repository", "/srv/a"], env, monkeypatch)
+    assert given.model_repository == (Path("/srv/a"),)
+    both = [*command, "--model-repository=/srv/a", "--model-store", "/srv/b"]
+    assert server_settings(both, env, monkeypatch).model_repository == (
+        Path("/srv/a"),
+        Path("/srv/b"),
+    )
 
 
 def test_model_repository_is_empty_unless_one_is_baked_in(stages: list[Stage]) -> None:

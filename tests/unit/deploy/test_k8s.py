@@ -148,7 +148,8 @@ def test_the_server_reads_the_mounted_model_repository(
     settings = _settings(rendered[variant], monkeypatch)
     server = container(_pod(rendered[variant]), SERVER)
     mounts = {m["mountPath"]: m["name"] for m in server["volumeMounts"]}
-    assert mounts[str(settings.model_repository)] == "models"
+    [repository] = settings.model_repository
+    assert mounts[str(repository)] == "models"
 
 
 def test_every_referenced_config_map_and_claim_is_rendered(

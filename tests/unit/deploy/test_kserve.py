@@ -21,7 +21,7 @@ from deploy_support import (
     settings_field,
     validate,
 )
-from dockerfile_support import parse_dockerfile
+from dockerfile_support import parse_dockerfile, server_env
 
 KSERVE = DEPLOY / "kserve"
 KSERVE_MODEL_DIR = Path("/mnt/models")
@@ -73,7 +73,7 @@ def test_runtime_serves_onnx_over_both_v2_protocols(runtime: Manifest) -> None:
 
 
 def test_server_reads_kserves_model_directory_on_kserves_ports(settings: Settings) -> None:
-    assert settings.model_repository == KSERVE_MODEL_DIR
+    assert settings.model_repository == (KSERVE_MODEL_DIR,)
     assert settings.host == "0.0.0.0"
     assert (settings.http_port, settings.grpc_port) == (KSERVE_HTTP_PORT, KSERVE_GRPC_PORT)
 
@@ -91,9 +91,11 @@ def test_kserves_triton_runtime_runs_the_image_as_it_is_written(
 ) -> None:
     """With batchserve's image in place of Triton's, Kubernetes appends the runtime's args to
     the image's entrypoint; they must start the server KServe expects."""
-    entrypoint = parse_dockerfile(DEPLOY / "docker" / "Dockerfile.cpu")[-1].last("ENTRYPOINT")
-    settings = server_settings([*entrypoint.value, *KSERVE_TRITON_ARGS], {}, monkeypatch)
-    assert settings.model_repository == KSERVE_MODEL_DIR
+    final = parse_dockerfile(DEPLOY / "docker" / "Dockerfile.cpu")[-1]
+    entrypoint = final.last("ENTRYPOINT")
+    image = server_env(final)
+    settings = server_settings([*entrypoint.value, *KSERVE_TRITON_ARGS], image, monkeypatch)
+    assert settings.model_repository == (KSERVE_MODEL_DIR,), "KServe's store alone"
     assert settings.host == "0.0.0.0"
     assert (settings.http_port, settings.grpc_port) == (KSERVE_HTTP_PORT, KSERVE_GRPC_PORT)
 
