@@ -9,10 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.server import MODEL_REPO, ServerProcess, metric, start_server
 
@@ -95,3 +97,36 @@ def test_without_cache_config_a_model_asking_for_the_cache_runs_every_request(
         assert metric(server, "nv_inference_exec_count_total", model=CACHED) == 2
     finally:
         assert server.stop() == 0
+
+
+def _series(server: ServerProcess, model: str) -> set[str]:
+    """The sample names on the metrics port that carry ``model``'s label."""
+    text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    return {
+        sample.name
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("model") == model
+    }
+
+
+def test_summaries_of_a_cached_model_are_tritons_cache_hit_and_miss_ones(tmp_path: Path) -> None:
+    """With summary_latencies, Triton summarizes a cached model's hits and misses and
+    leaves out its request summary, which cached answers would skew
+    (metric_model_reporter.cc); a model without the cache keeps its request summary."""
+    args = ["--cache-config", "local,size=1048576", "--metrics-config", "summary_latencies=true"]
+    server = start_server(_repo(tmp_path), args)
+    try:
+        for _ in range(3):
+            _infer(httpclient, server.http_url, CACHED, 5)
+        _infer(httpclient, server.http_url, PLAIN, 5)
+        cached, plain = _series(server, CACHED), _series(server, PLAIN)
+        assert metric(server, "nv_cache_hit_summary_per_model_count", model=CACHED) == 2
+        assert metric(server, "nv_cache_miss_summary_per_model_count", model=CACHED) == 1
+        assert metric(server, "nv_cache_hit_summary_per_model", model=CACHED, quantile="0.5") > 0
+    finally:
+        assert server.stop() == 0
+    assert "nv_inference_request_summary_us_count" not in cached
+    assert "nv_inference_queue_summary_us_count" in cached
+    assert "nv_inference_request_summary_us_count" in plain
+    assert not any(name.startswith("nv_cache_") for name in plain)

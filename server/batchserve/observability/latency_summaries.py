@@ -94,10 +94,13 @@ class SlidingQuantiles:
 
 
 class LatencySummaries:
-    """The five stages Triton summarizes, in nanoseconds: request, queue, compute input,
-    infer and output."""
+    """The stages Triton summarizes, in nanoseconds: request, queue, compute input, infer
+    and output; and a response cache's hits and misses, for a model that uses one."""
 
-    __slots__ = ("compute_infer", "compute_input", "compute_output", "queue", "request")
+    __slots__ = (
+        "cache_hit", "cache_miss", "compute_infer", "compute_input", "compute_output", "queue",
+        "request",
+    )  # fmt: skip
 
     def __init__(self, clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.request = SlidingQuantiles(clock)
@@ -105,6 +108,8 @@ class LatencySummaries:
         self.compute_input = SlidingQuantiles(clock)
         self.compute_infer = SlidingQuantiles(clock)
         self.compute_output = SlidingQuantiles(clock)
+        self.cache_hit = SlidingQuantiles(clock)
+        self.cache_miss = SlidingQuantiles(clock)
 
 
 def first_response_buckets(config: ModelConfig) -> Buckets:

@@ -174,6 +174,13 @@ class ModelStats:
         stats.compute_output.add(output_ns, count)
         (stats.success if outcome == "success" else stats.fail).add(infer_ns + output_ns, count)
 
+    def record_cache(self, hit: bool, ns: int) -> None:
+        """A response-cache lookup that found the answer (``hit``) or not, timed as Triton
+        times it: a hit's lookup, a miss's lookup and insertion."""
+        (self.cache_hit if hit else self.cache_miss).add(ns)
+        if (summaries := self.summaries) is not None:
+            (summaries.cache_hit if hit else summaries.cache_miss).observe(ns)
+
     def record_batch_time(self, predicted_ns: int, measured_ns: int) -> None:
         """A batch run whole, its time as predicted before it went and as measured."""
         self.batch_time_predicted_ns += predicted_ns

@@ -42,19 +42,26 @@ _REASON_OF = {
     Rejection.INVALID: "OTHER",
 }
 _StageOf = Callable[[LatencySummaries], SlidingQuantiles]
-_SUMMARIES: tuple[tuple[str, str, _StageOf], ...] = (
+_SUMMARIES: tuple[tuple[str, str, _StageOf, bool | None], ...] = (
     ("nv_inference_request_summary_us", "Summary of inference request duration in "
-     "microseconds (includes cached requests)", lambda s: s.request),
+     "microseconds (includes cached requests)", lambda s: s.request, False),
     ("nv_inference_queue_summary_us", "Summary of inference queuing duration in "
-     "microseconds (includes cached requests)", lambda s: s.queue),
+     "microseconds (includes cached requests)", lambda s: s.queue, None),
     ("nv_inference_compute_input_summary_us", "Cumulative compute input duration in "
-     "microseconds (does not include cached requests)", lambda s: s.compute_input),
+     "microseconds (does not include cached requests)", lambda s: s.compute_input, None),
     ("nv_inference_compute_infer_summary_us", "Cumulative compute inference duration in "
-     "microseconds (does not include cached requests)", lambda s: s.compute_infer),
+     "microseconds (does not include cached requests)", lambda s: s.compute_infer, None),
     ("nv_inference_compute_output_summary_us", "Cumulative inference compute output "
-     "duration in microseconds (does not include cached requests)", lambda s: s.compute_output),
+     "duration in microseconds (does not include cached requests)", lambda s: s.compute_output,
+     None),
+    ("nv_cache_hit_summary_per_model", "Summary of cache hit counts/durations per model, in "
+     "microseconds.", lambda s: s.cache_hit, True),
+    ("nv_cache_miss_summary_per_model", "Summary of cache miss counts/durations per model, in "
+     "microseconds.", lambda s: s.cache_miss, True),
 )  # fmt: skip
-"""Triton's summary families, with its help texts (``metrics.cc``)."""
+"""Triton's summary families, with its help texts (``metrics.cc``), and for which models
+(``metric_model_reporter.cc``): None every model; True only those using the response cache;
+False only the others, as Triton leaves out the request summary of a cached model."""
 _DurationOf = Callable[[ModelStats], int]
 _DURATIONS: tuple[tuple[str, str, _DurationOf], ...] = (
     ("nv_inference_request_duration_us", "Cumulative inference request duration in "
@@ -163,14 +170,17 @@ def summary_families(
 ) -> Iterator[Family]:
     """Triton's latency summaries (``summary_latencies``), in microseconds: the quantiles
     of the last minute, count and sum since the start."""
-    families = [Family(name, doc, "summary") for name, doc, _ in _SUMMARIES]
+    families = [Family(name, doc, "summary") for name, doc, _, _ in _SUMMARIES]
     wanted = [quantile for quantile, _ in quantiles]
     for served in versions:
         summaries = served.stats.summaries
         if summaries is None:
             continue
         labels = {"model": served.name, "version": str(served.version)}
-        for family, (_, _, stage_of) in zip(families, _SUMMARIES, strict=True):
+        cached = served.batcher.cache is not None
+        for family, (_, _, stage_of, only) in zip(families, _SUMMARIES, strict=True):
+            if only is not None and only is not cached:
+                continue
             stage = stage_of(summaries)
             for quantile, value in zip(wanted, stage.quantiles(wanted), strict=True):
                 family.add({**labels, "quantile": _number_label(quantile)}, value / 1000)

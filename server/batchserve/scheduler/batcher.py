@@ -269,7 +269,7 @@ class Batcher:
             item.future.add_done_callback(partial(self._to_cache, cache, key, now - started))
             return False
         item.dispatched_ns = now
-        self.stats.cache_hit.add(now - started)
+        self.stats.record_cache(True, now - started)
         item.finish({name: outputs[name] for name in item.output_names})
         return True
 
@@ -279,7 +279,7 @@ class Batcher:
         started = self._clock()
         if not answered.cancelled() and answered.exception() is None:
             cache.insert(key, answered.result())
-        self.stats.cache_miss.add(lookup_ns + self._clock() - started)
+        self.stats.record_cache(False, lookup_ns + self._clock() - started)
 
     def _learn_arrival(self, item: WorkItem) -> None:
         timing = self._timing
