@@ -39,8 +39,8 @@ def _problems(extra: str, base: str = TENSORS) -> list[str]:
          "model_operations.op_library_filename"),
         ('model_repository_agents { agents [{ name: "checksum" }] }', "model_repository_agents"),
         ("dynamic_batching { priority_levels: 2 default_priority_level: 1 "
-         "priority_queue_policy { key: 1 value: { max_queue_size: 3 } } }",
-         "dynamic_batching.priority_queue_policy"),
+         "priority_queue_policy { key: 2 value: { timeout_action: DELAY } } }",
+         "dynamic_batching.priority_queue_policy[2].timeout_action"),
         ("dynamic_batching { default_queue_policy { timeout_action: DELAY } }",
          "dynamic_batching.default_queue_policy.timeout_action"),
     ],
@@ -117,4 +117,67 @@ def test_a_full_slot_utilization_and_a_negative_candidate_count() -> None:
     problems = _problems("sequence_batching { oldest { max_candidate_sequences: -2 } }")
     assert problems == [
         "m/config.pbtxt: sequence_batching.oldest.max_candidate_sequences -2 is negative"
+    ]
+
+
+def _control(name: str, body: str) -> str:
+    return f'{{ name: "{name}" control [{{ {body} }}] }}'
+
+
+@pytest.mark.parametrize(
+    ("controls", "problem"),
+    [
+        # Triton's L0_model_config noautofill cases, by name
+        ([_control("START", "kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1]"),
+          _control("START", "kind: CONTROL_SEQUENCE_READY int32_false_true: [0, 1]")],
+         "sequence batching control tensor 'START' is specified for multiple control kinds "
+         "for m"),  # control_tensor_multiple
+        ([_control("S1", "kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1]"),
+          _control("S2", "kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1]")],
+         "sequence batching specifies multiple CONTROL_SEQUENCE_START tensors for m"),
+        ([_control("E1", "kind: CONTROL_SEQUENCE_END int32_false_true: [0, 1]"),
+          _control("E2", "kind: CONTROL_SEQUENCE_END int32_false_true: [0, 1]")],
+         "sequence batching specifies multiple CONTROL_SEQUENCE_END tensors for m"),
+        ([_control("READY", "kind: CONTROL_SEQUENCE_READY")],  # control_tensor_no_value
+         "sequence batching must specify either 'int32_false_true', 'fp32_false_true' or "
+         "'bool_false_true' for CONTROL_SEQUENCE_READY for m"),
+        ([_control("READY", "kind: CONTROL_SEQUENCE_READY int32_false_true: [0, 1] "
+                            "fp32_false_true: [0, 1]")],
+         "sequence batching specifies more than one from 'int32_false_true', 'fp32_false_true' "
+         "and 'bool_false_true' for CONTROL_SEQUENCE_READY for m"),
+        ([_control("START", "kind: CONTROL_SEQUENCE_START bool_false_true: [true]")],
+         "sequence batching control 'bool_false_true' must have exactly 2 entries for "
+         "CONTROL_SEQUENCE_START for m"),
+        ([_control("ID", "kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 "
+                         "int32_false_true: [0, 1]")],
+         "sequence batching must not specify either 'int32_false_true', 'fp32_false_true' or "
+         "'bool_false_true' for CONTROL_SEQUENCE_CORRID for m"),
+        ([_control("", "kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1]")],
+         "sequence batching control tensor must have a name for m"),
+    ],
+)  # fmt: skip
+def test_control_inputs_triton_refuses_are_refused_in_its_words(
+    controls: list[str], problem: str
+) -> None:
+    """These loaded (the first three) or failed with an IndexError from reading the values
+    by position (a control without any)."""
+    config = f"sequence_batching {{ control_input [{', '.join(controls)}] }}"
+    assert f"m/config.pbtxt: {problem}" in _problems(config)
+
+
+def test_priority_queue_policies_load_and_their_levels_are_checked_in_triton_s_words() -> None:
+    """Triton's dbatch and max_priority_level configs (L0_config_json) set them; they used
+    to be refused as unsupported."""
+    policies = (
+        "priority_queue_policy { key: 1 value: { default_timeout_microseconds: 123 } } "
+        "priority_queue_policy { key: 2 value: { max_queue_size: 3 } }"
+    )
+    two, one = (
+        f"dynamic_batching {{ priority_levels: {n} default_priority_level: 1 {policies} }}"
+        for n in (2, 1)
+    )
+    assert _problems(two) == []
+    assert _problems(one) == [
+        "m/config.pbtxt: priority queue policy must have priority level in range [1, 1] for m "
+        "(dynamic_batching.priority_queue_policy key 2)"
     ]

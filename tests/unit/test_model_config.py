@@ -273,7 +273,11 @@ def problems_of(tmp_path: Path, config: str, inputs: tuple[Tensor, ...] = (IMAGE
             (IMAGE,),
             "dynamic_batching.preferred_batch_size 0 is outside 1..max_batch_size (32)",
         ),
-        ("dynamic_batching {}", (FIXED_IMAGE,), "dynamic_batching needs max_batch_size > 0"),
+        (
+            "dynamic_batching { preferred_batch_size: [2] }",
+            (FIXED_IMAGE,),
+            "dynamic_batching.preferred_batch_size 2 is outside 1..max_batch_size (0)",
+        ),
         (
             "dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
             (IMAGE,),
@@ -395,6 +399,8 @@ def test_every_problem_of_a_model_is_reported(tmp_path: Path) -> None:
         ('input { name: "image" dims: [1, 8, 8] }', (("image", FP32, ("N", 1, "H", "W")),)),
         ('input { name: "image" dims: [64] reshape { shape: [1, 8, 8] } }', (IMAGE,)),
         ("max_batch_size: 1", (FIXED_IMAGE,)),  # a fixed leading 1 serves batches of one
+        # Triton queues for a model without a batch axis too, each request run alone
+        ("dynamic_batching { priority_levels: 2 default_priority_level: 1 }", (FIXED_IMAGE,)),
         (
             'batchserve { sequence_length_input: "lengths" } '
             "dynamic_batching { preferred_batch_size: [8, 32] priority_levels: 2 "

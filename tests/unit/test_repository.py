@@ -631,3 +631,19 @@ def test_the_models_loaded_at_start(
 def test_every_model_is_asked_for_alone(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match=r"--load-model '\*' \(every model\) must be"):
         Settings(model_repository=tmp_path, load_model=("*", "a"))
+
+
+def test_a_control_without_values_is_a_problem_of_the_config_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    """Triton's L0_model_config control_tensor_no_value: reading the values by position
+    used to raise IndexError while checking the model file."""
+    add_model(tmp_path)
+    (tmp_path / "digits" / "config.pbtxt").write_text(
+        'sequence_batching { control_input [{ name: "READY" control [{ kind: '
+        "CONTROL_SEQUENCE_READY }] }] }"
+    )
+    assert problems(tmp_path) == (
+        "digits/config.pbtxt: sequence batching must specify either 'int32_false_true', "
+        "'fp32_false_true' or 'bool_false_true' for CONTROL_SEQUENCE_READY for digits",
+    )

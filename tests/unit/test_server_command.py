@@ -415,6 +415,8 @@ def test_model_analyzers_command_line_starts_the_server_as_tritonserver_would() 
         (["--strict-model-config=ON"], True),
         (["--strict-model-config", "0"], False),
         (["--strict-model-config", "false", "--disable-auto-complete-config"], True),
+        # Triton's rule, whichever comes last: the newer flag wins (the last flag used to)
+        (["--disable-auto-complete-config", "--strict-model-config=false"], True),
     ],
 )
 def test_auto_completion_is_turned_off_by_either_of_tritons_flags(
@@ -430,6 +432,24 @@ def test_auto_completion_is_also_a_variable_and_the_flag_wins(
     monkeypatch.setenv("BATCHSERVE_DISABLE_AUTO_COMPLETE_CONFIG", "true")
     assert _settings().disable_auto_complete_config is True
     assert _settings("--strict-model-config", "false").disable_auto_complete_config is False
+
+
+def test_the_older_flag_is_warned_of_in_tritons_words(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from batchserve.observability import logs
+    from batchserve.runtime import app
+
+    monkeypatch.setattr(app, "run", lambda settings: 0)  # the warnings come before the start
+    monkeypatch.setattr(logs, "configure_logging", lambda *args: None)
+    argv = ["serve", "--disable-auto-complete-config", "--strict-model-config", "false"]
+    assert run(build_parser().parse_args(argv)) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "Warning: '--strict-model-config' has been deprecated! Please use "
+        "'--disable-auto-complete-config' instead.",
+        "Warning: Overriding deprecated '--strict-model-config' from False to True in favor "
+        "of '--disable-auto-complete-config'!",
+    ]
 
 
 def test_a_strict_model_config_that_is_not_a_boolean_is_refused(

@@ -6,6 +6,7 @@ Pure functions of what the installed wheel offers and what config.pbtxt asks for
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -19,6 +20,8 @@ from batchserve.core.cpu_budget import runtime_threads
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import DeviceUnavailable, ModelConfigError
 from batchserve.proto.model_config_pb2 import ModelConfig
+
+logger = logging.getLogger(__name__)
 
 CPU_EP = "CPUExecutionProvider"
 CUDA_EP = "CUDAExecutionProvider"
@@ -311,14 +314,17 @@ _FLAGS = {"1": True, "true": True, "0": False, "false": False}
 def session_options(config: ModelConfig, model_file: Path) -> Any:
     """SessionOptions from config.pbtxt, using Triton's ONNX backend parameter names."""
     level = config.optimization.graph.level
-    if level not in _GRAPH_LEVELS:
-        raise ModelConfigError(
-            f"{model_file}: optimization.graph.level {level} is not one of -1, 0, 1, 2"
+    if level not in _GRAPH_LEVELS:  # Triton's backend takes any other level as 0
+        logger.warning(
+            "%s: optimization.graph.level %d is not one of -1, 0, 1, 2: every optimization "
+            "is on, as with 0 (as Triton's ONNX Runtime backend reads it)",
+            model_file,
+            level,
         )
     params = {key: value.string_value for key, value in config.parameters.items()}
     options = ort.SessionOptions()
     options.logid = config.name or model_file.stem
-    options.graph_optimization_level = _GRAPH_LEVELS[level]
+    options.graph_optimization_level = _GRAPH_LEVELS.get(level, _GRAPH_LEVELS[0])
     # Left to itself ORT sizes and pins its pools by the host's cores, not by the CPUs this
     # process may use (``core/cpu_budget.runtime_threads``): a count it is given pins nothing.
     threads = runtime_threads()

@@ -372,8 +372,9 @@ class DataPlane:
         # Triton's rule (infer_request.cc): 0, or past the model's levels, is the default
         in_levels = 1 <= requested_priority <= policy.priority_levels
         priority = requested_priority if in_levels else policy.default_priority
-        timeout_ns = policy.default_timeout_ns
-        if timeout_us and (policy.allow_timeout_override or not timeout_ns):
+        level = policy.queue_policy(priority)
+        timeout_ns = level.timeout_ns
+        if timeout_us and (level.allow_timeout_override or not timeout_ns):
             requested = timeout_us * 1000
             timeout_ns = min(timeout_ns, requested) if timeout_ns else requested
         return WorkItem(

@@ -91,15 +91,14 @@ def _queue_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
     if config.WhichOneof("scheduling_choice") != "dynamic_batching":
         return
     batching = config.dynamic_batching
-    if batching.priority_queue_policy:
-        yield (
-            "dynamic_batching.priority_queue_policy",
-            "is set",
-            "queue policies per priority level (default_queue_policy applies to all)",
-        )
-    if batching.default_queue_policy.timeout_action == ModelQueuePolicy.DELAY:
-        yield (
-            "dynamic_batching.default_queue_policy.timeout_action",
-            "is DELAY",
-            "delaying timed-out requests (they are rejected)",
-        )
+    policies = [("default_queue_policy", batching.default_queue_policy)] + [
+        (f"priority_queue_policy[{level}]", policy)
+        for level, policy in sorted(batching.priority_queue_policy.items())
+    ]
+    for field, policy in policies:
+        if policy.timeout_action == ModelQueuePolicy.DELAY:
+            yield (
+                f"dynamic_batching.{field}.timeout_action",
+                "is DELAY",
+                "delaying timed-out requests (they are rejected)",
+            )

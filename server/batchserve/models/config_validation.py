@@ -17,6 +17,7 @@ from batchserve.core.tensors import MAX_ELEMENTS
 from batchserve.models.config_support import unsupported_problems
 from batchserve.models.initial_states import initial_state_problems
 from batchserve.models.model_config import model_dims
+from batchserve.models.sequence_controls import control_problems
 from batchserve.models.warmup_samples import warmup_problems
 from batchserve.proto.model_config_pb2 import (
     DataType,
@@ -57,13 +58,23 @@ def config_problems(config: ModelConfig, *, source: str, directory: str) -> list
 def _batching_problems(config: ModelConfig) -> list[str]:
     scheduling = config.WhichOneof("scheduling_choice")
     if scheduling == "sequence_batching":
+        problems = control_problems(config)
+        if problems:  # the sequence batcher cannot read the rest of it
+            return problems
         return _sequence_strategy_problems(config) + initial_state_problems(config)
     if scheduling != "dynamic_batching":
         return []
     batching = config.dynamic_batching
     problems = _priority_problems(batching.priority_levels, batching.default_priority_level)
-    if config.max_batch_size <= 0:
-        return [*problems, "dynamic_batching needs max_batch_size > 0 (the model takes no batch)"]
+    levels = batching.priority_levels
+    problems += [
+        f"priority queue policy must have priority level in range [1, {levels}] for "
+        f"{config.name} (dynamic_batching.priority_queue_policy key {level})"
+        for level in sorted(batching.priority_queue_policy)
+        if levels and not 1 <= level <= levels
+    ]
+    # With max_batch_size 0 Triton's dynamic batcher still queues (priorities, queue policy)
+    # and runs each request alone; only a preferred size cannot hold.
     problems += [
         f"dynamic_batching.preferred_batch_size {size} is outside 1..max_batch_size "
         f"({config.max_batch_size})"
@@ -204,14 +215,23 @@ def model_problems(
     """Where the config contradicts the model file (``model_file`` is named in each message)."""
     batched = config.max_batch_size > 0
     problems = _batch_axis_problems(config.max_batch_size, signature)
-    sequences = SequencePolicy.from_config(config)
-    filled = sequences.input_names if sequences is not None else frozenset()
+    # controls that cannot be read are the config's own problem (``control_problems``)
+    sequences = None if control_problems(config) else SequencePolicy.from_config(config)
+    batching = config.sequence_batching
+    filled = (
+        sequences.input_names
+        if sequences is not None
+        else frozenset(
+            [c.name for c in batching.control_input] + [s.input_name for s in batching.state]
+        )
+    )
     for kind, listed, specs in (
         ("input", config.input, signature.inputs),
         ("output", config.output, signature.outputs),
     ):
         if kind == "input":  # the sequence batcher fills these; clients do not send them
-            problems += _sequence_name_problems(config, signature)
+            if sequences is not None:
+                problems += _sequence_name_problems(sequences, signature)
             specs = tuple(spec for spec in specs if spec.name not in filled)
         problems += _name_problems(kind, listed, specs, signature.defaulted, model_file)
         if kind == "input":
@@ -241,11 +261,8 @@ def _sequence_strategy_problems(config: ModelConfig) -> list[str]:
     return []
 
 
-def _sequence_name_problems(config: ModelConfig, signature: ModelSignature) -> list[str]:
+def _sequence_name_problems(sequences: SequencePolicy, signature: ModelSignature) -> list[str]:
     """Each control and state input, and each state output, must be the model's."""
-    sequences = SequencePolicy.from_config(config)
-    if sequences is None:
-        return []
     inputs = [spec.name for spec in signature.inputs]
     outputs = [spec.name for spec in signature.outputs]
     problems = [

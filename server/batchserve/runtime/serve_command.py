@@ -345,10 +345,11 @@ def register(subparsers: Any) -> None:
         "every input and output with data_type and dims (Triton's flag)",
     )  # fmt: skip
     parser.add_argument(
-        "--strict-model-config", dest="disable_auto_complete_config", type=_triton_bool,
+        "--strict-model-config", dest="strict_model_config", type=_triton_bool,
         metavar="BOOL", default=None,
         help="true: as --disable-auto-complete-config; false: configs are completed from the "
-        "model file, the default (Triton's older flag, which NVIDIA's Model Analyzer passes)",
+        "model file, the default, unless --disable-auto-complete-config is given too, which "
+        "wins (Triton's older flag, which NVIDIA's Model Analyzer passes)",
     )  # fmt: skip
     for flag, field, text in SWITCHES:
         parser.add_argument(
@@ -378,7 +379,10 @@ def _triton_bool(text: str) -> bool:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Flags given on the command line win over BATCHSERVE_* variables, which win over defaults."""
     given = {field: getattr(args, field) for _, field, _, _ in FLAGS}
-    given["disable_auto_complete_config"] = args.disable_auto_complete_config
+    # Triton's rule: --disable-auto-complete-config wins over a --strict-model-config false
+    given["disable_auto_complete_config"] = args.disable_auto_complete_config or (
+        args.strict_model_config
+    )
     given.update({field: getattr(args, field) for _, field, _ in SWITCHES})
     if args.load_model is not None:
         given["load_model"] = tuple(args.load_model)
@@ -416,6 +420,12 @@ def run(args: argparse.Namespace) -> int:
     if args.program not in (None, TRITON_PROGRAM):
         print(f"batchserve serve: error: {_stray_word(args.program)}", file=sys.stderr)
         return 2
+    if args.strict_model_config is not None:  # Triton's warnings, in its words
+        print("Warning: '--strict-model-config' has been deprecated! Please use "
+              "'--disable-auto-complete-config' instead.", file=sys.stderr)  # fmt: skip
+        if args.disable_auto_complete_config and not args.strict_model_config:
+            print("Warning: Overriding deprecated '--strict-model-config' from False to True "
+                  "in favor of '--disable-auto-complete-config'!", file=sys.stderr)  # fmt: skip
     try:
         settings = settings_from_args(args)
     except ValidationError as error:

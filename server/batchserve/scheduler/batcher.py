@@ -86,7 +86,11 @@ class Batcher:
         self.pool = pool
         self.policy = policy
         self.stats = stats
-        self.queue = PriorityQueue(policy.max_queue_size, policy.aging_ns)
+        self.queue = PriorityQueue(
+            policy.max_queue_size,
+            policy.aging_ns,
+            {level: own.max_size for level, own in policy.level_policies},
+        )
         self._pad_value = pad_value
         self._clock = clock
         self._timer = timer if timer is not None else LoopTimer(clock)
@@ -242,7 +246,7 @@ class Batcher:
             raise Unavailable("model is being unloaded")
         if self.cache is not None and item.clients == 1 and self._from_cache(self.cache, item):
             return
-        if self.queue.full:  # places held by clients that went away are free
+        if self.queue.full_for(item.priority):  # places held by clients gone are free
             for gone in self.queue.remove_abandoned():
                 self._settle(gone, asyncio.CancelledError())
         self._learn_arrival(item)

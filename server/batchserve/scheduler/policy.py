@@ -5,14 +5,30 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from math import ceil
+from typing import NamedTuple
 
-from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
+from batchserve.proto.model_config_pb2 import (
+    ModelConfig,
+    ModelDynamicBatching,
+    ModelInput,
+    ModelOutput,
+)
 
 MS = 1_000_000
 AxisOf = tuple[tuple[str, int], ...]
 """(tensor name, axis) pairs, the axis counted with the batch axis as 0."""
 AxesOf = tuple[tuple[str, tuple[int, ...]], ...]
 """(tensor name, axes) pairs: the axes whose product is a row's positions."""
+
+
+class LevelPolicy(NamedTuple):
+    """Triton's ``priority_queue_policy`` entry of one priority level, in place of the
+    default queue policy for its requests: their timeout, whether they may ask for a
+    shorter one, and how many of them may wait (0: only the model's queue bound)."""
+
+    timeout_ns: int
+    allow_timeout_override: bool
+    max_size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +45,7 @@ class BatchPolicy:
         default_priority: level of requests that name none.
         default_timeout_ns: queue timeout of requests that name none; 0 for none.
         allow_timeout_override: requests may ask for a shorter timeout.
+        level_policies: the levels with a queue policy of their own, by level.
         aging_ns: a request queued this long is served as if it were top priority.
         preserve_ordering: requests complete in the order they were submitted.
         sequence_inputs: for a model naming ``batchserve.sequence_length_input``, the
@@ -62,6 +79,7 @@ class BatchPolicy:
     default_priority: int = 1
     default_timeout_ns: int = 0
     allow_timeout_override: bool = True
+    level_policies: tuple[tuple[int, LevelPolicy], ...] = ()
     aging_ns: int = 10 * MS
     preserve_ordering: bool = False
     sequence_inputs: AxisOf = ()
@@ -104,6 +122,7 @@ class BatchPolicy:
             default_timeout_ns=queue.default_timeout_microseconds * 1000,
             allow_timeout_override=queue.allow_timeout_override
             or not queue.default_timeout_microseconds,
+            level_policies=_level_policies(batching),
             aging_ns=10 * max(delay_ns, MS),
             preserve_ordering=batching.preserve_ordering,
             length_buckets=not config.batchserve.length_buckets.disabled,
@@ -111,6 +130,13 @@ class BatchPolicy:
             latency_objective_ns=objective_ns,
             refuse_late=refuse_late,
         )
+
+    def queue_policy(self, priority: int) -> LevelPolicy:
+        """The queue policy of a level: its own, or the default one."""
+        for level, own in self.level_policies:
+            if level == priority:
+                return own
+        return LevelPolicy(self.default_timeout_ns, self.allow_timeout_override, 0)
 
     @classmethod
     def _sequence_steps(cls, config: ModelConfig, server_max_queue_size: int) -> BatchPolicy:
@@ -134,6 +160,18 @@ class BatchPolicy:
             max_queue_size=server_max_queue_size,
             aging_ns=10 * max(delay_ns, MS),
         )
+
+
+def _level_policies(batching: ModelDynamicBatching) -> tuple[tuple[int, LevelPolicy], ...]:
+    """Each ``priority_queue_policy`` entry, as the level's ``LevelPolicy``."""
+    return tuple(
+        (level, LevelPolicy(
+            queue.default_timeout_microseconds * 1000,
+            queue.allow_timeout_override or not queue.default_timeout_microseconds,
+            queue.max_queue_size,
+        ))
+        for level, queue in sorted(batching.priority_queue_policy.items())
+    )  # fmt: skip
 
 
 def _position_layout(config: ModelConfig) -> BatchPolicy:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from batchserve.core.errors import Overloaded
 from batchserve.scheduler.work import WorkItem
@@ -22,14 +22,19 @@ from batchserve.scheduler.work import WorkItem
 class PriorityQueue:
     """FIFO within a level, higher levels (smaller numbers) first; bounded in total."""
 
-    def __init__(self, max_size: int, aging_ns: int) -> None:
+    def __init__(
+        self, max_size: int, aging_ns: int, level_sizes: Mapping[int, int] | None = None
+    ) -> None:
         """However many levels the config declares (requests are checked against that
-        before they come here), none is made until a request needs it."""
+        before they come here), none is made until a request needs it. ``level_sizes``:
+        the levels that hold at most so many requests of their own (Triton's
+        ``priority_queue_policy`` ``max_queue_size``), within ``max_size`` in all."""
         self._levels: dict[int, deque[WorkItem]] = {}
         """The levels holding requests, by priority."""
         self._in_use: list[int] = []
         """Their priorities, highest level (smallest number) first."""
         self._max_size = max_size
+        self._level_sizes = {level: size for level, size in (level_sizes or {}).items() if size}
         self._aging_ns = aging_ns
         self._size = 0
         self.samples = 0
@@ -42,11 +47,16 @@ class PriorityQueue:
         return self._size
 
     def push(self, item: WorkItem) -> None:
-        """Queue an item, or refuse at once when the queue is full."""
-        if self._size >= self._max_size:
+        """Queue an item, or refuse at once when the queue, or its level, is full."""
+        if self.full_for(item.priority):
+            level_size = self._level_sizes.get(item.priority)
+            held = (
+                f"{self._max_size} requests waiting"
+                if self._size >= self._max_size or level_size is None
+                else f"{level_size} requests of priority level {item.priority} waiting"
+            )
             raise Overloaded(  # Triton's words first, which L0_model_queue reads
-                f"Exceeds maximum queue size (batchserve: queue is full, {self._max_size} "
-                "requests waiting; retry later)"
+                f"Exceeds maximum queue size (batchserve: queue is full, {held}; retry later)"
             )
         self._level(item.priority).append(item)
         self._size += 1
@@ -65,9 +75,12 @@ class PriorityQueue:
             del self._levels[priority]
             self._in_use.remove(priority)
 
-    @property
-    def full(self) -> bool:
-        return self._size >= self._max_size
+    def full_for(self, priority: int) -> bool:
+        """Whether a request of this level would be refused: the queue or its level full."""
+        if self._size >= self._max_size:
+            return True
+        level_size = self._level_sizes.get(priority)
+        return level_size is not None and len(self._levels.get(priority, ())) >= level_size
 
     def remove_abandoned(self) -> list[WorkItem]:
         """Take out every item nobody waits for any more, keeping the others' order.

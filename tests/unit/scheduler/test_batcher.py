@@ -82,6 +82,30 @@ async def test_a_full_queue_refuses_at_once() -> None:
     await answer(first)
 
 
+async def test_a_level_with_its_own_queue_policy_is_bounded_on_its_own() -> None:
+    """Triton's priority_queue_policy: level 2 holds one waiting request; level 1 still
+    queues under the model's bound."""
+    backend = FakeBackend()
+    batcher = make_batcher(
+        [backend],
+        extra="dynamic_batching { priority_levels: 2 default_priority_level: 1 "
+        "priority_queue_policy { key: 2 value: { max_queue_size: 1 } } }",
+    )
+    first = await hold_first(batcher, backend)
+    low = item(1, 1.0, priority=2)
+    batcher.submit(low)
+    with pytest.raises(Overloaded, match=r"^Exceeds maximum queue size \(batchserve: .* 1 "
+                       "requests of priority level 2 waiting"):  # fmt: skip
+        batcher.submit(item(1, 1.0, priority=2))
+    high = [item(1, 1.0, priority=1) for _ in range(3)]
+    for queued in high:
+        batcher.submit(queued)
+    low.future.cancel()  # its place is free again
+    batcher.submit(again := item(1, 1.0, priority=2))
+    backend.gate.set()
+    await answers(first, *high, again)
+
+
 async def test_expired_and_abandoned_requests_never_reach_the_model() -> None:
     backend = FakeBackend()
     batcher = make_batcher([backend])

@@ -48,3 +48,18 @@ def test_without_dynamic_batching_a_sequence_model_still_knows_its_lengths() -> 
     assert not policy.merge_requests
     assert (policy.sequence_inputs, policy.length_input) == ((("tokens", 1),), "lengths")
     assert policy.max_queue_size == 8
+
+
+def test_each_level_takes_its_own_queue_policy_or_the_default_one() -> None:
+    """Triton's priority_queue_policy (its L0_config_json dbatch config): a level's own
+    timeout and override rule in place of the default policy's."""
+    config = parse_pbtxt(
+        'name: "m" max_batch_size: 4 dynamic_batching { priority_levels: 3 '
+        "default_priority_level: 1 default_queue_policy { default_timeout_microseconds: 500 "
+        "allow_timeout_override: true } priority_queue_policy { key: 2 value: { "
+        "default_timeout_microseconds: 123 max_queue_size: 7 } } }"
+    )
+    policy = BatchPolicy.from_config(config, server_max_queue_size=8)
+    assert policy.queue_policy(1) == (500_000, True, 0)
+    assert policy.queue_policy(2) == (123_000, False, 7)  # no override: only its own timeout
+    assert policy.queue_policy(3) == policy.queue_policy(1)
