@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -17,9 +18,19 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc import model_config_pb2, service_pb2
 from tritonclient.utils import InferenceServerException
 
+from tests.integration.h2_frames import (
+    END_HEADERS,
+    HEADERS,
+    PREFACE,
+    SETTINGS,
+    Frame,
+    frame,
+    grpc_call_headers,
+    read_frame,
+)
 from tests.integration.prometheus import free_port
 from tests.integration.server import MODEL_REPO, ServerProcess, start_server
 
@@ -321,5 +332,50 @@ def test_several_repositories_serve_as_one_and_a_duplicate_from_neither(
         grpc.load_model("square_int32")
         assert grpc.is_model_ready("square_int32")
         assert grpc.is_server_ready()
+    finally:
+        assert server.stop() == 0
+
+
+DATA, END_STREAM = 0x0, 0x1
+
+
+def _infer_frames(port: int) -> list[Frame]:
+    """One ModelInfer call to digits_cnn over raw HTTP/2 from a client that accepts gzip,
+    and the frames the server sends until the call ends. Sixteen equal images, so that the
+    answer compresses (grpc core sends a message that would grow as it is)."""
+    request = service_pb2.ModelInferRequest(model_name="digits_cnn")
+    request.inputs.add(name="image", datatype="FP32", shape=[16, 1, 8, 8])
+    request.raw_input_contents.append(np.ones(16 * 64, dtype=np.float32).tobytes())
+    body = request.SerializeToString()
+    accept = b"grpc-accept-encoding", b"identity,deflate,gzip"
+    extra = b"\x00" + bytes([len(accept[0])]) + accept[0] + bytes([len(accept[1])]) + accept[1]
+    frames: list[Frame] = []
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
+        headers = grpc_call_headers("/inference.GRPCInferenceService/ModelInfer") + extra
+        sock.sendall(frame(HEADERS, END_HEADERS, 1, headers))
+        message = b"\x00" + len(body).to_bytes(4, "big") + body
+        sock.sendall(frame(DATA, END_STREAM, 1, message))
+        while (got := read_frame(sock)) is not None:
+            frames.append(got)
+            if got.kind == HEADERS and got.flags & END_STREAM:  # the trailers
+                break
+    return frames
+
+
+@pytest.mark.parametrize(("level", "compressed"), [("none", 0), ("high", 1)])
+def test_grpc_responses_are_compressed_at_tritons_level(level: str, compressed: int) -> None:
+    """Triton's --grpc-infer-response-compression-level (its L0_grpc command line, which
+    used to stop the start): the response message's compressed flag, as it goes on the
+    wire; tritonclient reads the answer either way."""
+    server = start_server(extra_args=["--grpc-infer-response-compression-level", level])
+    try:
+        data = [f for f in _infer_frames(server.grpc_port) if f.kind == DATA and f.payload]
+        assert data
+        assert data[0].payload[0] == compressed
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        image = grpcclient.InferInput("image", [1, 1, 8, 8], "FP32")
+        image.set_data_from_numpy(np.ones((1, 1, 8, 8), dtype=np.float32))
+        assert client.infer("digits_cnn", [image]).as_numpy("probabilities").shape == (1, 10)
     finally:
         assert server.stop() == 0

@@ -522,3 +522,29 @@ def test_each_listener_takes_tritons_address_flag_else_the_host() -> None:
         "10.0.0.5",
     )
     assert _settings("--metrics-address", "127.0.0.3").metrics_host() == "127.0.0.3"
+
+
+def test_tritons_older_trace_flags_are_read_as_their_trace_config_settings() -> None:
+    given = _settings("--trace-level", "TIMESTAMPS", "--trace-rate=5", "--trace-config", "count=3")
+    assert given.trace_config == ("level=TIMESTAMPS", "rate=5", "count=3")
+    with pytest.raises(ValidationError, match="opentelemetry only"):
+        _settings("--trace-file", "/tmp/trace.json")  # Triton's triton mode, refused as such
+
+
+def test_tritons_thread_counts_and_header_patterns_are_checked_as_triton_checks_them() -> None:
+    """Flags a Triton command line passes (its L0_grpc, L0_sequence_stress): they used to
+    stop the start as unrecognized arguments."""
+    taken = _settings(
+        "--grpc-infer-thread-count", "128", "--http-thread-count", "4",
+        "--http-header-forward-pattern", "x-.*", "--grpc-header-forward-pattern=.*",
+        "--grpc-infer-response-compression-level", "HIGH",
+    )  # fmt: skip
+    assert (taken.grpc_infer_thread_count, taken.http_thread_count) == (128, 4)
+    assert taken.grpc_infer_response_compression_level == "high"
+    for count in ("1", "129"):
+        with pytest.raises(ValidationError, match="Must be in the range 2 to 128"):
+            _settings("--grpc-infer-thread-count", count)
+    with pytest.raises(ValidationError, match="not a regular expression"):
+        _settings("--http-header-forward-pattern", "x-(")
+    with pytest.raises(ValidationError, match="grpc_infer_response_compression_level"):
+        _settings("--grpc-infer-response-compression-level", "max")

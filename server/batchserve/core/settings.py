@@ -5,6 +5,7 @@ Per-model settings live in each model's config.pbtxt, never here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -200,6 +201,17 @@ class Settings(BaseSettings):
     grpc_accept_pipelines: int = Field(16, ge=0, le=1024)
     """Requests for the next inference call kept outstanding beyond grpc.aio's one
     (``grpc/accepts.py``); 0: grpc.aio's own."""
+    grpc_infer_response_compression_level: Literal["none", "low", "medium", "high"] = "none"
+    """Triton's: gRPC responses compressed at this level, with an algorithm the client
+    says it accepts (grpc core's default level, ``grpc/options.py``)."""
+    grpc_infer_thread_count: int | None = None
+    http_thread_count: int | None = None
+    """Triton's thread counts, taken so that its command lines run: batchserve's front ends
+    are event loops (``--workers`` spreads them over processes), so they set nothing."""
+    http_header_forward_pattern: str | None = None
+    grpc_header_forward_pattern: str | None = None
+    """Triton's patterns of the headers it forwards to backends as request parameters:
+    checked, and changing nothing, as no built-in backend reads request parameters."""
     workers: str = Field("auto", pattern=r"^(auto|[1-9][0-9]{0,2})$")
     """Request-handling processes: ``auto`` (from ``cpus``) or a number; 1 serves everything
     in one process."""
@@ -246,6 +258,30 @@ class Settings(BaseSettings):
     def _some_repository(cls, value: tuple[Path, ...]) -> tuple[Path, ...]:
         if not value:
             raise ValueError("at least one model repository is needed")
+        return value
+
+    @field_validator("grpc_infer_response_compression_level", mode="before")
+    @classmethod
+    def _level_in_any_case(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("grpc_infer_thread_count")
+    @classmethod
+    def _infer_threads_in_tritons_range(cls, value: int | None) -> int | None:
+        if value is not None and not 2 <= value <= 128:
+            raise ValueError(
+                "invalid argument for --grpc_infer_thread_count. Must be in the range 2 to 128."
+            )
+        return value
+
+    @field_validator("http_header_forward_pattern", "grpc_header_forward_pattern")
+    @classmethod
+    def _a_pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
         return value
 
     @field_validator("load_model")

@@ -252,6 +252,40 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "(default 16; 0: grpc.aio's one at a time)",
     ),
     (
+        "--grpc-infer-response-compression-level",
+        "grpc_infer_response_compression_level",
+        str,
+        "none (default), low, medium or high: gRPC responses compressed at this level with "
+        "an algorithm the client accepts (Triton's flag; it compresses inference responses "
+        "only, batchserve every response)",
+    ),
+    (
+        "--grpc-infer-thread-count",
+        "grpc_infer_thread_count",
+        int,
+        "Triton's, 2 to 128, taken and ignored: gRPC is served by an event loop per process "
+        "(see --workers)",
+    ),
+    (
+        "--http-thread-count",
+        "http_thread_count",
+        int,
+        "Triton's, taken and ignored: HTTP is served by an event loop per process (see --workers)",
+    ),
+    (
+        "--http-header-forward-pattern",
+        "http_header_forward_pattern",
+        str,
+        "Triton's: a regular expression of the HTTP headers forwarded to backends as request "
+        "parameters; checked, and changing nothing, as no built-in backend reads them",
+    ),
+    (
+        "--grpc-header-forward-pattern",
+        "grpc_header_forward_pattern",
+        str,
+        "the same for gRPC metadata (Triton's flag)",
+    ),
+    (
         "--workers",
         "workers",
         str,
@@ -322,6 +356,19 @@ REPEATED: tuple[tuple[str, str, str, str], ...] = (
      "triton-grpc-protocol-KEY: VALUE, else PERMISSION_DENIED (repeatable)"),
 )  # fmt: skip
 """Triton's repeatable options (flag, settings field, metavar, help), each a list."""
+DEPRECATED_TRACE: tuple[tuple[str, str, str], ...] = (
+    ("--trace-file", "triton,file=", "triton,file=<filepath>"),
+    ("--trace-level", "level=", "level=<OFF|TIMESTAMPS|TENSORS>"),
+    ("--trace-rate", "rate=", "rate=<rate value>"),
+    ("--trace-count", "count=", "count=<count value>"),
+    (
+        "--trace-log-frequency",
+        "triton,log-frequency=",
+        "triton,log-frequency=<log frequency value>",
+    ),
+)
+"""Triton's older trace flags (flag, the --trace-config setting it is, as Triton's warning
+names it): each read as that setting, before every --trace-config, with Triton's warning."""
 
 
 def register(subparsers: Any) -> None:
@@ -365,6 +412,12 @@ def register(subparsers: Any) -> None:
         parser.add_argument(
             flag, dest=field, action="append", default=None, metavar=metavar, help=text
         )
+    for flag, setting, _ in DEPRECATED_TRACE:
+        parser.add_argument(
+            flag, dest="older_trace_flags", action="append", default=None, metavar="VALUE",
+            type=lambda value, setting=setting: f"{setting}{value}",
+            help=f"Triton's older flag: as --trace-config {setting}VALUE",
+        )  # fmt: skip
     parser.set_defaults(handler=run)
 
 
@@ -389,6 +442,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     for _, repeated, _, _ in REPEATED:
         if getattr(args, repeated) is not None:
             given[repeated] = tuple(getattr(args, repeated))
+    if args.older_trace_flags is not None:
+        given["trace_config"] = (*args.older_trace_flags, *(given.get("trace_config") or ()))
     return Settings(**{k: v for k, v in given.items() if v is not None})
 
 
@@ -420,7 +475,12 @@ def run(args: argparse.Namespace) -> int:
     if args.program not in (None, TRITON_PROGRAM):
         print(f"batchserve serve: error: {_stray_word(args.program)}", file=sys.stderr)
         return 2
-    if args.strict_model_config is not None:  # Triton's warnings, in its words
+    for flag, setting, shown in DEPRECATED_TRACE:  # Triton's warnings, in its words
+        if any(given.startswith(setting) for given in args.older_trace_flags or ()):
+            print(f"Warning: '{flag}' has been deprecated and will be removed in future "
+                  f"releases. Please use '--trace-config {shown} instead.",
+                  file=sys.stderr)  # fmt: skip
+    if args.strict_model_config is not None:
         print("Warning: '--strict-model-config' has been deprecated! Please use "
               "'--disable-auto-complete-config' instead.", file=sys.stderr)  # fmt: skip
         if args.disable_auto_complete_config and not args.strict_model_config:
