@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import cast
 
 import pytest
-from batchserve.core.errors import ControlDisabled, Unauthenticated
+from batchserve.core.errors import ControlDisabled, InvalidArgument, Unauthenticated
 from batchserve.core.settings import ModelControlMode, Settings
 from batchserve.dataplane.control import Control, bearer_token
 from batchserve.models.registry import ModelRegistry
@@ -68,3 +69,16 @@ def test_control_is_refused_before_the_token_when_it_is_off(tmp_path: Path) -> N
     with pytest.raises(ControlDisabled, match=r"^explicit model load / unload is not allowed"):
         control.check_control("Bearer wrong")
     control.check_token("Bearer t0ken")  # settings updates need only the token
+
+
+def test_a_refused_load_is_logged_with_its_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Triton's L0_grpc reads "Invalid config override" in the server's log."""
+    control = _control(tmp_path, None, ModelControlMode.EXPLICIT)
+    with pytest.raises(InvalidArgument, match="Invalid config override"):
+        asyncio.run(control.repository_load("m", None, {"config": "{] not json"}))
+    [record] = [r for r in caplog.records if r.getMessage() == "model load refused"]
+    assert record.levelname == "WARNING"
+    reason = record.__dict__["reason"]
+    assert "failed to load 'm', failed to poll from model repository: Invalid config " in reason

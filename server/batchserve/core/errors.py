@@ -14,6 +14,7 @@
     ├── Unauthenticated        401  UNAUTHENTICATED    token missing or wrong
     ├── Unsupported            501  UNIMPLEMENTED      a setting batchserve cannot honour
     └── Internal               500  INTERNAL           our fault, or the backend's
+        ├── InternalRefusal    500  INTERNAL           a refusal Triton answers INTERNAL
         ├── BackendError       500  INTERNAL           the runtime failed to run a batch
         │   └── OutOfMemory    500  INTERNAL           the runtime ran out of memory
         └── DeviceUnavailable  500  INTERNAL           a GPU was asked for and none is there
@@ -106,6 +107,11 @@ class Unsupported(BatchserveError):
 
 class Internal(BatchserveError):
     """Something failed on the server's side."""
+
+
+class InternalRefusal(Internal):
+    """A refusal Triton answers with INTERNAL, whose clients check that status: the
+    request's own fault, so never logged as the server's."""
 
 
 class BackendError(Internal):

@@ -5,6 +5,7 @@ needs the control token, which both adapters hand over as the raw ``authorizatio
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Mapping
 
 from batchserve.core.errors import (
@@ -27,8 +28,18 @@ from batchserve.observability.trace_settings import Answer as TraceAnswer
 from batchserve.observability.trace_settings import TraceSettings
 from batchserve.observability.trace_settings import Update as TraceUpdate
 
+logger = logging.getLogger(__name__)
+
 # Triton's words for a load that failed before any runtime ran (model_repository_manager.cc).
 POLL_FAILED = "failed to poll from model repository"
+
+
+def _refused(name: str, error: BatchserveError) -> BatchserveError:
+    """A load request's refusal, logged with its reason as Triton logs it (an operator
+    reads why a load API call failed in the server's log, not only in the answer)."""
+    logger.warning("model load refused", extra={"model": name, "reason": error.message})
+    error.__suppress_context__ = True
+    return error
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -101,7 +112,7 @@ class Control:
                 max_total_bytes=self.settings.max_binary_body_bytes,
             )
         except BatchserveError as exc:
-            raise _reworded(exc, f"failed to load '{name}', {POLL_FAILED}") from None
+            raise _refused(name, _reworded(exc, f"failed to load '{name}', {POLL_FAILED}"))
         try:
             await self.registry.load(name, override)
         except BatchserveError as exc:
@@ -109,9 +120,12 @@ class Control:
                 exc, (InvalidArgument, NotFound)
             )
             polled_text = f"load failed for model '{name}'"
-            raise _reworded(
-                exc, polled_text if polled else f"failed to load '{name}', {POLL_FAILED}"
-            ) from None
+            raise _refused(
+                name,
+                _reworded(
+                    exc, polled_text if polled else f"failed to load '{name}', {POLL_FAILED}"
+                ),
+            )
 
     async def repository_unload(
         self,

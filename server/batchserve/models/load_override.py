@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 
 from google.protobuf import json_format
 
-from batchserve.core.errors import Internal, InvalidArgument, PayloadTooLarge
+from batchserve.core.errors import InternalRefusal, InvalidArgument, PayloadTooLarge
 from batchserve.models.model_config import CONFIG_FILENAME
 from batchserve.proto.model_config_pb2 import ModelConfig
 
@@ -35,7 +35,7 @@ MAX_COMPONENT_BYTES = 255
 ParameterValue = object
 
 
-class NameTooLong(Internal):
+class NameTooLong(InternalRefusal):
     """A path component over the file system's NAME_MAX. Triton answers INTERNAL ("failed
     to poll from model repository") here, and its own model-control example checks that
     status, so batchserve answers the same; the message still names the parameter."""
