@@ -38,7 +38,6 @@ def _refused(name: str, error: BatchserveError) -> BatchserveError:
     """A load request's refusal, logged with its reason as Triton logs it (an operator
     reads why a load API call failed in the server's log, not only in the answer)."""
     logger.warning("model load refused", extra={"model": name, "reason": error.message})
-    error.__suppress_context__ = True
     return error
 
 
@@ -112,7 +111,9 @@ class Control:
                 max_total_bytes=self.settings.max_binary_body_bytes,
             )
         except BatchserveError as exc:
-            raise _refused(name, _reworded(exc, f"failed to load '{name}', {POLL_FAILED}"))
+            raise _refused(
+                name, _reworded(exc, f"failed to load '{name}', {POLL_FAILED}")
+            ) from None
         try:
             await self.registry.load(name, override)
         except BatchserveError as exc:
@@ -125,7 +126,7 @@ class Control:
                 _reworded(
                     exc, polled_text if polled else f"failed to load '{name}', {POLL_FAILED}"
                 ),
-            )
+            ) from None
 
     async def repository_unload(
         self,
