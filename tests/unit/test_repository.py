@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from batchserve.core.backend_config import parse_backend_config
 from batchserve.core.errors import InvalidArgument, ModelConfigError, ModelFileError, NotFound
 from batchserve.core.settings import Settings
 from batchserve.devices.placement import gpu_count
@@ -647,3 +648,24 @@ def test_a_control_without_values_is_a_problem_of_the_config_not_a_crash(
         "digits/config.pbtxt: sequence batching must specify either 'int32_false_true', "
         "'fp32_false_true' or 'bool_false_true' for CONTROL_SEQUENCE_READY for digits",
     )
+
+
+@pytest.mark.parametrize(
+    ("entries", "batch"),
+    [
+        ((), 32),
+        (("default-max-batch-size=4",), 4),  # Triton's backends' default
+        (("default-max-batch-size=4", "onnxruntime,default-max-batch-size=8"), 8),
+        (("tensorrt,default-max-batch-size=2",), 32),  # another backend's
+        (("onnxruntime,default-max-batch-size=0",), 0),  # no batching, as in Triton
+    ],
+)
+def test_backend_config_sets_the_batch_size_of_a_completed_config(
+    tmp_path: Path, entries: tuple[str, ...], batch: int
+) -> None:
+    """Triton's --backend-config default-max-batch-size: for every backend or for one."""
+    add_model(tmp_path)
+    repository = ModelRepository(tmp_path, backend_config=parse_backend_config(entries))
+    config = repository.resolve("digits").config
+    assert config.max_batch_size == batch
+    assert config.HasField("dynamic_batching") is (batch > 0)

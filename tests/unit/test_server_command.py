@@ -1,3 +1,4 @@
+import logging
 import os
 import re
 import subprocess
@@ -548,3 +549,78 @@ def test_tritons_thread_counts_and_header_patterns_are_checked_as_triton_checks_
         _settings("--http-header-forward-pattern", "x-(")
     with pytest.raises(ValidationError, match="grpc_infer_response_compression_level"):
         _settings("--grpc-infer-response-compression-level", "max")
+
+
+def test_l0_infers_command_line_starts(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Triton's L0_infer and L0_perf_nomodel pass these; each stopped the start as an
+    unrecognized argument. The flags that change nothing here are named in the log."""
+    from batchserve.observability import logs
+    from batchserve.runtime import app
+
+    started: list[Settings] = []
+    monkeypatch.setattr(app, "run", lambda settings: started.append(settings) or 0)
+    monkeypatch.setattr(logs, "configure_logging", lambda *args: None)
+    argv = [
+        "serve", "--model-repository=models", "--backend-directory=/opt/tritonserver/backends",
+        "--backend-config=python,stub-timeout-seconds=120",
+        "--backend-config=onnxruntime,default-max-batch-size=4", "--id", "inference-a",
+        "--rate-limit=execution_count", "--cuda-memory-pool-byte-size", "0:67108864",
+        "--pinned-memory-pool-byte-size=0", "--reuse-grpc-port=true", "--model-namespacing=0",
+        "--response-cache-byte-size", "1024",
+    ]  # fmt: skip
+    with caplog.at_level(logging.INFO):
+        assert run(build_parser().parse_args(argv)) == 0
+    ignored = [r.__dict__["flag"] for r in caplog.records if "accepted and ignored" in r.message]
+    assert ignored == [
+        "--backend-directory", "--rate-limit", "--cuda-memory-pool-byte-size",
+        "--pinned-memory-pool-byte-size", "--reuse-grpc-port",
+    ]  # fmt: skip
+    [settings] = started
+    assert settings.backend_config == (
+        "python,stub-timeout-seconds=120",
+        "onnxruntime,default-max-batch-size=4",
+    )
+    assert settings.server_id == "inference-a"
+    assert settings.cache_bytes() == 1024
+    assert "'--cache-config=local,size=1024'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "refusal"),
+    [
+        (["--response-cache-byte-size", "8", "--cache-config", "local,size=8"],
+         "Error: Incompatible flags --response-cache-byte-size and --cache-config both provided"),
+        (["--model-namespacing", "true"], "does not namespace models"),
+    ],
+)  # fmt: skip
+def test_triton_flags_batchserve_cannot_honour_stop_the_start(
+    argv: list[str], refusal: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(build_parser().parse_args(["serve", *argv])) == 2
+    assert refusal in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--rate-limit", "sometimes"), ("--cuda-memory-pool-byte-size", "64MB"),
+     ("--model-load-thread-count", "four"), ("--reuse-http-port", "maybe")],
+)  # fmt: skip
+def test_an_ignored_flags_value_is_still_checked_as_triton_checks_it(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", flag, value])
+    assert flag in capsys.readouterr().err
+
+
+def test_backend_config_entries_are_checked_in_tritons_words() -> None:
+    with pytest.raises(ValidationError, match="No backend specified"):
+        _settings("--backend-config", ",default-max-batch-size=4")
+    with pytest.raises(ValidationError, match="option format is '<backend name>,<setting>"):
+        _settings("--backend-config", "onnxruntime,default-max-batch-size")
+    with pytest.raises(ValidationError, match="default-max-batch-size must be a count"):
+        _settings("--backend-config", "default-max-batch-size=-1")

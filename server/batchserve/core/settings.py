@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from batchserve.core.backend_config import parse_backend_config
 from batchserve.core.budgets import BudgetSpec, parse_budgets
 from batchserve.core.cache_config import parse_cache_config
 from batchserve.core.device import DeviceKind
@@ -45,6 +46,7 @@ the header a request carries."""
 
 
 _CONFIG_PARSERS: Mapping[str, Callable[[Sequence[str]], object]] = {
+    "backend_config": parse_backend_config,
     "trace_config": parse_trace_config,
     "cache_config": parse_cache_config,
     "metrics_config": parse_metrics_config,
@@ -109,6 +111,10 @@ class Settings(BaseSettings):
     a config must then list every input and output with data_type and dims, and keeps
     ``max_batch_size`` as written; nothing is filled in from the model file."""
     host: str = "127.0.0.1"
+    server_id: str = Field("triton", min_length=1, max_length=256)
+    """Triton's ``--id``: the name the server metadata answers with. Triton's own by
+    default: NVIDIA's health and metadata examples fail on any other (the version says
+    which server this is)."""
     http_address: str | None = None
     grpc_address: str | None = None
     metrics_address: str | None = None
@@ -227,6 +233,9 @@ class Settings(BaseSettings):
     cache_config: tuple[str, ...] = ()
     """Triton's ``--cache-config`` entries (``core/cache_config.py``): the size of its local
     response cache."""
+    backend_config: tuple[str, ...] = ()
+    """Triton's ``--backend-config`` entries (``core/backend_config.py``): a completed
+    config's default batch size."""
     metrics_config: tuple[str, ...] = ()
     """Triton's ``--metrics-config`` entries (``core/metrics_config.py``): the latency
     families of the ``nv_*`` metrics."""
@@ -325,7 +334,7 @@ class Settings(BaseSettings):
             raise ValueError(f"--log-level must be {accepted}, not {value[:32]!r}")
         return level
 
-    @field_validator("trace_config", "cache_config", "metrics_config")
+    @field_validator("trace_config", "cache_config", "metrics_config", "backend_config")
     @classmethod
     def _config_entries_parse(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         """Refused here, naming the entry, rather than when first used."""

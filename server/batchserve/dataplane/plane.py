@@ -50,9 +50,6 @@ from batchserve.scheduler.padding import check_lengths, check_steps
 from batchserve.scheduler.sequences import SequenceBatcher
 from batchserve.scheduler.work import WorkItem
 
-SERVER_NAME = "triton"
-"""Triton's own name: NVIDIA's health/metadata examples fail on any other (the version says
-which server this is)."""
 EXTENSIONS = (  # Triton's order (core src/server.cc), less those not served
     "classification",
     "sequence",
@@ -112,7 +109,7 @@ class DataPlane:
 
     # metadata -----------------------------------------------------------------------
     def server_metadata(self) -> ServerMetadata:
-        return ServerMetadata(SERVER_NAME, __version__, EXTENSIONS)
+        return ServerMetadata(self.settings.server_id, __version__, EXTENSIONS)
 
     def served(self, name: str, version: str) -> ServedVersion:
         """The version a request names; raises as Triton answers (unknown, not ready)."""

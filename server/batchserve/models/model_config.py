@@ -16,6 +16,7 @@ from google.protobuf import text_format
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from batchserve.backends.selection import ModelFormat
+from batchserve.core.backend_config import BackendConfig, default_max_batch_size
 from batchserve.core.datatypes import config_name
 from batchserve.core.errors import ModelConfigError
 from batchserve.core.repository_files import UnusableFile, read_regular_file
@@ -122,9 +123,16 @@ def version_policy(config: ModelConfig) -> ModelVersionPolicy:
 
 
 def complete_config(
-    config: ModelConfig, *, name: str, model_format: ModelFormat, signature: ModelSignature | None
+    config: ModelConfig,
+    *,
+    name: str,
+    model_format: ModelFormat,
+    signature: ModelSignature | None,
+    backend_config: BackendConfig | None = None,
 ) -> ModelConfig:
-    """A copy of ``config`` with every field the server needs filled in.
+    """A copy of ``config`` with every field the server needs filled in; a batchable
+    model's batch size from Triton's ``--backend-config`` ``default-max-batch-size`` where
+    ``backend_config`` sets it.
 
     ``signature`` None (a TensorRT plan read without a GPU) leaves the tensors as written.
     proto3 cannot tell ``max_batch_size: 0`` from an absent field, so 0 counts as unset
@@ -136,7 +144,8 @@ def complete_config(
     done.platform = done.platform or model_format.platform
     done.backend = done.backend or model_format.backend
     if signature is not None:
-        _complete_batching(done, signature)
+        batch = default_max_batch_size(backend_config or {}, done.backend, DEFAULT_MAX_BATCH_SIZE)
+        _complete_batching(done, signature, batch)
         batched = done.max_batch_size > 0
         _complete_tensors(done.input, signature.inputs, batched, signature.defaulted)
         _complete_tensors(done.output, signature.outputs, batched)
@@ -145,8 +154,9 @@ def complete_config(
     return done
 
 
-def _complete_batching(config: ModelConfig, signature: ModelSignature) -> None:
-    """Give a batchable model ``DEFAULT_MAX_BATCH_SIZE`` and dynamic batching, as Triton does.
+def _complete_batching(config: ModelConfig, signature: ModelSignature, batch: int) -> None:
+    """Give a batchable model ``batch`` as its batch size and dynamic batching, as Triton
+    does (a ``batch`` of 0 leaves it unbatched, as Triton's default-max-batch-size 0 does).
 
     Left at 0 when the model has a fixed leading axis, or when the config writes some tensor's
     dims with the model's full rank: that config describes the batch axis itself.
@@ -157,7 +167,9 @@ def _complete_batching(config: ModelConfig, signature: ModelSignature) -> None:
         config.output, signature.outputs
     ):
         return
-    config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+    if batch <= 0:
+        return
+    config.max_batch_size = batch
     if config.WhichOneof("scheduling_choice") is None:
         config.dynamic_batching.SetInParent()
 

@@ -26,6 +26,7 @@ from batchserve.backends.selection import (
     format_from_config,
     format_from_filename,
 )
+from batchserve.core.backend_config import BackendConfig
 from batchserve.core.errors import DeviceUnavailable, ModelConfigError, ModelFileError, NotFound
 from batchserve.core.repository_files import UnusableFile, follow_links
 from batchserve.core.signature import ModelSignature
@@ -125,6 +126,7 @@ def resolve_model(
     *,
     config_name: str | None = None,
     auto_complete: bool = True,
+    backend_config: BackendConfig | None = None,
 ) -> ResolvedModel:
     """The model ``name`` (a valid name) of the repository at ``root``, completed and validated.
 
@@ -134,7 +136,7 @@ def resolve_model(
     config must list every tensor with its type and dims. Raises NotFound when there is no
     such directory, and InvalidModel listing every problem.
     """
-    return _ModelCheck(root, name, config, config_name, auto_complete).run()
+    return _ModelCheck(root, name, config, config_name, auto_complete, backend_config).run()
 
 
 def _pt2_signature(model_file: Path) -> ModelSignature:
@@ -217,8 +219,10 @@ class _ModelCheck:
         config: ModelConfig | None = None,
         config_name: str | None = None,
         auto_complete: bool = True,
+        backend_config: BackendConfig | None = None,
     ) -> None:
         self.root = root
+        self.backend_config = backend_config
         self.override = config
         self.config_name = config_name
         self.auto_complete = auto_complete
@@ -451,7 +455,11 @@ class _ModelCheck:
         newest = next((sig for _, sig in reversed(signatures) if sig is not None), None)
         filled_from = newest if self.auto_complete else None
         done = complete_config(
-            config, name=self.name, model_format=model_format, signature=filled_from
+            config,
+            name=self.name,
+            model_format=model_format,
+            signature=filled_from,
+            backend_config=self.backend_config,
         )
         self.problems += config_problems(done, source=self.source, directory=self.name)
         if not self.auto_complete:

@@ -337,7 +337,12 @@ class ModelRegistry(ModelTable):
             return self.repository.resolve(name, config), None
         files = OverrideDirectory(name, override.files)
         try:
-            return ModelRepository(files.root).resolve(name, override.config), files
+            own = ModelRepository(
+                files.root,
+                auto_complete=self.repository.auto_complete,
+                backend_config=self.repository.backend_config,
+            )
+            return own.resolve(name, override.config), files
         except BaseException:
             files.remove()
             raise

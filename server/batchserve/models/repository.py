@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from batchserve.core.backend_config import BackendConfig, parse_backend_config
 from batchserve.core.errors import BatchserveError, NotFound
 from batchserve.core.settings import ALL_MODELS, ModelControlMode, Settings
 from batchserve.models.model_directory import InvalidModel, ResolvedModel, resolve_model
@@ -48,9 +49,11 @@ class ModelRepository:
         config_name: str | None = None,
         *,
         auto_complete: bool = True,
+        backend_config: BackendConfig | None = None,
     ) -> None:
         """``config_name``: Triton's ``--model-config-name``, for every model resolved;
-        ``auto_complete`` False: Triton's ``--disable-auto-complete-config``."""
+        ``auto_complete`` False: Triton's ``--disable-auto-complete-config``;
+        ``backend_config``: Triton's ``--backend-config`` settings."""
         given = (roots,) if isinstance(roots, Path) else tuple(roots)
         for root in given:
             if not root.is_dir():
@@ -58,6 +61,7 @@ class ModelRepository:
         self.roots = tuple(dict.fromkeys(root.resolve() for root in given))
         self.config_name = config_name
         self.auto_complete = auto_complete
+        self.backend_config = backend_config
 
     @classmethod
     def of(cls, settings: Settings) -> ModelRepository:
@@ -66,6 +70,7 @@ class ModelRepository:
             settings.model_repository,
             settings.model_config_name,
             auto_complete=not settings.disable_auto_complete_config,
+            backend_config=parse_backend_config(settings.backend_config),
         )
 
     def names(self) -> list[str]:
@@ -107,6 +112,7 @@ class ModelRepository:
             config,
             config_name=self.config_name,
             auto_complete=self.auto_complete,
+            backend_config=self.backend_config,
         )
 
     def scan(self) -> tuple[list[ResolvedModel], list[ModelProblem]]:

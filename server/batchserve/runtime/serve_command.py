@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "else its config.pbtxt (Triton's flag)",
     ),
     ("--host", "host", str, "address to listen on (default 127.0.0.1)"),
+    ("--id", "server_id", str, "the server's name in its metadata (Triton's flag; default triton)"),
     (
         "--http-address",
         "http_address",
@@ -344,6 +347,11 @@ REPEATED: tuple[tuple[str, str, str, str], ...] = (
     ("--cache-config", "cache_config", "local,size=BYTES",
      "Triton's response cache: local,size=BYTES of responses kept in memory, for the models "
      "whose config sets response_cache { enable: true }"),
+    ("--backend-config", "backend_config", "[BACKEND,]SETTING=VALUE",
+     "Triton's backend settings (repeatable): default-max-batch-size=N (for every backend, "
+     "or onnxruntime,default-max-batch-size=N for one) is the batch size of a config "
+     "completed from its model file (default 32); other settings are checked for their "
+     "form and ignored, as batchserve's backends are built in"),
     ("--metrics-config", "metrics_config", "SETTING=VALUE",
      "Triton's latency families of the nv_* metrics (repeatable): counter_latencies (true), "
      "summary_latencies (false), summary_quantiles=Q:E,..., histogram_latencies (false)"),
@@ -356,6 +364,59 @@ REPEATED: tuple[tuple[str, str, str, str], ...] = (
      "triton-grpc-protocol-KEY: VALUE, else PERMISSION_DENIED (repeatable)"),
 )  # fmt: skip
 """Triton's repeatable options (flag, settings field, metavar, help), each a list."""
+
+
+def _triton_bool(text: str) -> bool:
+    """A boolean flag's value as Triton reads it: true, on or 1; false, off or 0."""
+    word = text.strip().lower()
+    if word in TRUE_WORDS or word in FALSE_WORDS:
+        return word in TRUE_WORDS
+    raise argparse.ArgumentTypeError(f"must be true or false (1 or 0), not {text[:32]!r}")
+
+
+def _pair(text: str) -> str:
+    """Triton's ``<device>:<value>`` flags: a device number and a number."""
+    device, colon, value = text.partition(":")
+    try:
+        int(device), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be <device>:<value>, not {text[:32]!r}") from None
+    if not colon:
+        raise argparse.ArgumentTypeError(f"must be <device>:<value>, not {text[:32]!r}")
+    return text
+
+
+def _rate_limit(text: str) -> str:
+    if text.lower() not in ("off", "execution_count"):
+        raise argparse.ArgumentTypeError("invalid argument for --rate-limit")
+    return text
+
+
+IGNORED: tuple[tuple[str, Callable[[str], object], str], ...] = (
+    ("--backend-directory", str, "batchserve's backends are built in"),
+    ("--repoagent-directory", str, "batchserve has no repository agents"),
+    ("--cache-directory", str, "the local cache is built in"),
+    ("--model-load-thread-count", int, "models load one at a time, each instance in turn"),
+    ("--model-load-retry-count", int, "a failed load is not retried"),
+    ("--buffer-manager-thread-count", int, "inputs are copied on the event loop"),
+    ("--pinned-memory-pool-byte-size", int, "pinned buffers are the runtimes' own"),
+    ("--cuda-memory-pool-byte-size", _pair, "GPU memory is bounded by --memory-budget"),
+    ("--cuda-virtual-address-size", _pair, "GPU memory is bounded by --memory-budget"),
+    ("--model-load-gpu-limit", _pair, "GPU memory is bounded by --memory-budget"),
+    ("--min-supported-compute-capability", float, "every GPU CUDA sees is used"),
+    ("--rate-limit", _rate_limit, "instances run whenever free; rate_limiter is ignored too"),
+    ("--rate-limit-resource", str, "instances run whenever free; rate_limiter is ignored too"),
+    ("--grpc-infer-allocation-pool-size", int, "gRPC messages are not pooled"),
+    ("--grpc-max-response-pool-size", int, "gRPC messages are not pooled"),
+    ("--reuse-http-port", _triton_bool, "ports are shared by --workers only"),
+    ("--reuse-grpc-port", _triton_bool, "ports are shared by --workers only"),
+    ("--host-policy", str, "NUMA placement is left to the operating system"),
+    ("--enable-peer-access", _triton_bool, "GPUs do not copy to one another"),
+)
+"""Triton's flags a command line written for its image may pass that change nothing
+batchserve does (flag, how its value is checked, why): checked as Triton checks them and
+ignored, each named in the start's log."""
+
 DEPRECATED_TRACE: tuple[tuple[str, str, str], ...] = (
     ("--trace-file", "triton,file=", "triton,file=<filepath>"),
     ("--trace-level", "level=", "level=<OFF|TIMESTAMPS|TENSORS>"),
@@ -412,6 +473,21 @@ def register(subparsers: Any) -> None:
         parser.add_argument(
             flag, dest=field, action="append", default=None, metavar=metavar, help=text
         )
+    for flag, check, why in IGNORED:
+        parser.add_argument(
+            flag, dest="ignored", action="append", default=None, metavar="VALUE",
+            type=lambda value, flag=flag, check=check: (flag, check(value)),
+            help=f"Triton's flag, accepted and ignored: {why}",
+        )  # fmt: skip
+    parser.add_argument(
+        "--response-cache-byte-size", dest="response_cache_byte_size", type=int, default=None,
+        help="Triton's older flag: as --cache-config local,size=BYTES",
+    )  # fmt: skip
+    parser.add_argument(
+        "--model-namespacing", dest="model_namespacing", type=_triton_bool, metavar="BOOL",
+        default=None, help="Triton's: false only (a model name is one model across every "
+        "repository); true is refused",
+    )  # fmt: skip
     for flag, setting, _ in DEPRECATED_TRACE:
         parser.add_argument(
             flag, dest="older_trace_flags", action="append", default=None, metavar="VALUE",
@@ -419,14 +495,6 @@ def register(subparsers: Any) -> None:
             help=f"Triton's older flag: as --trace-config {setting}VALUE",
         )  # fmt: skip
     parser.set_defaults(handler=run)
-
-
-def _triton_bool(text: str) -> bool:
-    """A boolean flag's value as Triton reads it: true, on or 1; false, off or 0."""
-    word = text.strip().lower()
-    if word in TRUE_WORDS or word in FALSE_WORDS:
-        return word in TRUE_WORDS
-    raise argparse.ArgumentTypeError(f"must be true or false (1 or 0), not {text[:32]!r}")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -444,6 +512,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             given[repeated] = tuple(getattr(args, repeated))
     if args.older_trace_flags is not None:
         given["trace_config"] = (*args.older_trace_flags, *(given.get("trace_config") or ()))
+    if args.response_cache_byte_size is not None:  # Triton's older flag
+        given["cache_config"] = (f"local,size={args.response_cache_byte_size}",)
     return Settings(**{k: v for k, v in given.items() if v is not None})
 
 
@@ -468,13 +538,24 @@ def _stray_word(word: str) -> str:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    from batchserve.observability.logs import configure_logging
-    from batchserve.runtime.app import run as run_server
+def _refused_triton_flags(args: argparse.Namespace) -> str | None:
+    """Why Triton's flags as given cannot start the server: its conflict, in its words, or
+    a mode batchserve does not have."""
+    if args.response_cache_byte_size is not None and args.cache_config is not None:
+        return (
+            "Error: Incompatible flags --response-cache-byte-size and --cache-config both "
+            "provided. Please provide one or the other."
+        )
+    if args.model_namespacing:
+        return (
+            "--model-namespacing true: batchserve does not namespace models by repository; a "
+            "model name is one model across every --model-repository"
+        )
+    return None
 
-    if args.program not in (None, TRITON_PROGRAM):
-        print(f"batchserve serve: error: {_stray_word(args.program)}", file=sys.stderr)
-        return 2
+
+def _warn_of_older_flags(args: argparse.Namespace) -> None:
+    """Triton's warnings for its older flags, in its words, before anything starts."""
     for flag, setting, shown in DEPRECATED_TRACE:  # Triton's warnings, in its words
         if any(given.startswith(setting) for given in args.older_trace_flags or ()):
             print(f"Warning: '{flag}' has been deprecated and will be removed in future "
@@ -486,6 +567,27 @@ def run(args: argparse.Namespace) -> int:
         if args.disable_auto_complete_config and not args.strict_model_config:
             print("Warning: Overriding deprecated '--strict-model-config' from False to True "
                   "in favor of '--disable-auto-complete-config'!", file=sys.stderr)  # fmt: skip
+    if args.response_cache_byte_size is not None:
+        size = args.response_cache_byte_size
+        print("Warning: '--response-cache-byte-size' has been deprecated! This will default "
+              "to the 'local' cache implementation with the provided byte size for its "
+              "config. Please use '--cache-config' instead. The equivalent --cache-config "
+              f"CLI args would be: '--cache-config=local,size={size}'",
+              file=sys.stderr)  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    from batchserve.observability.logs import configure_logging
+    from batchserve.runtime.app import run as run_server
+
+    if args.program not in (None, TRITON_PROGRAM):
+        print(f"batchserve serve: error: {_stray_word(args.program)}", file=sys.stderr)
+        return 2
+    refused = _refused_triton_flags(args)
+    if refused is not None:
+        print(f"batchserve serve: {refused}", file=sys.stderr)
+        return 2
+    _warn_of_older_flags(args)
     try:
         settings = settings_from_args(args)
     except ValidationError as error:
@@ -499,4 +601,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"batchserve serve: --log-file: cannot open it: {error}", file=sys.stderr)
         return 2
+    for flag, value in args.ignored or ():
+        why = next(reason for name, _, reason in IGNORED if name == flag)
+        logging.getLogger(__name__).info(
+            "Triton flag accepted and ignored", extra={"flag": flag, "value": value, "why": why}
+        )
     return run_server(settings)
