@@ -181,3 +181,14 @@ def test_priority_queue_policies_load_and_their_levels_are_checked_in_triton_s_w
         "m/config.pbtxt: priority queue policy must have priority level in range [1, 1] for m "
         "(dynamic_batching.priority_queue_policy key 2)"
     ]
+
+
+def test_ordered_answers_with_several_priority_levels_are_refused_in_triton_s_words() -> None:
+    """Triton's L0_model_config case: requests served by priority cannot be answered in
+    the order they came; it used to load."""
+    config = (
+        "dynamic_batching { priority_levels: 2 default_priority_level: 1 preserve_ordering: true }"
+    )
+    assert _problems(config) == [
+        "m/config.pbtxt: Only one priority level is allowed when 'preserve_ordering' is true for m"
+    ]

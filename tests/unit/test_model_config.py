@@ -281,7 +281,8 @@ def problems_of(tmp_path: Path, config: str, inputs: tuple[Tensor, ...] = (IMAGE
         (
             "dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
             (IMAGE,),
-            "dynamic_batching.default_priority_level 3 is outside 1..priority_levels (2)",
+            "default priority level must be in range [1, 2] for digits "
+            "(dynamic_batching.default_priority_level 3)",
         ),
         (
             "dynamic_batching { default_priority_level: 1 }",

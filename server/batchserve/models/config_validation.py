@@ -22,6 +22,7 @@ from batchserve.models.warmup_samples import warmup_problems
 from batchserve.proto.model_config_pb2 import (
     DataType,
     ModelConfig,
+    ModelDynamicBatching,
     ModelInput,
     ModelInstanceGroup,
     ModelOutput,
@@ -65,7 +66,7 @@ def _batching_problems(config: ModelConfig) -> list[str]:
     if scheduling != "dynamic_batching":
         return []
     batching = config.dynamic_batching
-    problems = _priority_problems(batching.priority_levels, batching.default_priority_level)
+    problems = _priority_problems(config.name, batching)
     levels = batching.priority_levels
     problems += [
         f"priority queue policy must have priority level in range [1, {levels}] for "
@@ -84,14 +85,18 @@ def _batching_problems(config: ModelConfig) -> list[str]:
     return problems
 
 
-def _priority_problems(levels: int, default: int) -> list[str]:
+def _priority_problems(name: str, batching: ModelDynamicBatching) -> list[str]:
+    """Triton's checks of the priority levels, in its words first."""
+    levels, default = batching.priority_levels, batching.default_priority_level
     if levels == 0 and default != 0:
         return [f"dynamic_batching.default_priority_level {default} is set without priority_levels"]
     if levels > 0 and not 1 <= default <= levels:
         return [
-            f"dynamic_batching.default_priority_level {default} is outside 1..priority_levels "
-            f"({levels})"
+            f"default priority level must be in range [1, {levels}] for {name} "
+            f"(dynamic_batching.default_priority_level {default})"
         ]
+    if batching.preserve_ordering and levels > 1:  # answers in order, served by priority
+        return [f"Only one priority level is allowed when 'preserve_ordering' is true for {name}"]
     return []
 
 
