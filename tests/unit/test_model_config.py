@@ -243,12 +243,14 @@ def problems_of(tmp_path: Path, config: str, inputs: tuple[Tensor, ...] = (IMAGE
         (
             'input { name: "image" dims: [1, -2, 8] }',
             (IMAGE,),
-            "input 'image': dims [1, -2, 8] has a value below -1",
+            "model input 'image' dimension must be integer >= 1, or -1 to indicate a "
+            "variable-size dimension (batchserve: dims [1, -2, 8])",
         ),
         (
             'input { name: "image" dims: [1, 0, 8] }',
             (IMAGE,),
-            "input 'image': dims [1, 0, 8] has a 0",
+            "model input 'image' dimension must be integer >= 1, or -1 to indicate a "
+            "variable-size dimension (batchserve: dims [1, 0, 8])",
         ),
         (
             'input { name: "image" dims: [1, 65536, 65536] }',
@@ -262,7 +264,7 @@ def problems_of(tmp_path: Path, config: str, inputs: tuple[Tensor, ...] = (IMAGE
             "input 'image': reshape.shape [1, 8, 9] contradict the model's [1, 8, 8]",
         ),
         ('name: "other"', (IMAGE,), "name 'other' differs from the model directory name 'digits'"),
-        ("max_batch_size: -1", (IMAGE,), "max_batch_size -1 is negative"),
+        ("max_batch_size: -1", (IMAGE,), "'max_batch_size' must be non-negative value for digits"),
         (
             "max_batch_size: 8 dynamic_batching { preferred_batch_size: [4, 16] }",
             (IMAGE,),

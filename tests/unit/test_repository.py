@@ -438,7 +438,13 @@ def test_scan_reports_a_broken_entry_next_to_good_ones(tmp_path: Path) -> None:
     assert [m.name for m in resolved] == ["alpha", "gamma"]
     assert [p.name for p in broken] == ["bad%name", "beta"]
     assert "invalid model name 'bad%name'" in broken[0].errors[0]
-    assert broken[1] == ModelProblem("beta", ("beta/config.pbtxt: max_batch_size -3 is negative",))
+    assert broken[1] == ModelProblem(
+        "beta",
+        (
+            "beta/config.pbtxt: 'max_batch_size' must be non-negative value for beta "
+            "(batchserve: max_batch_size -3 is negative)",
+        ),
+    )
 
 
 def test_repository_root_must_be_a_directory(tmp_path: Path) -> None:

@@ -52,7 +52,8 @@ def test_problems_are_listed_one_per_line_and_the_exit_code_is_1(
     assert "# alpha: valid" in out
     beta = out.split("# beta: invalid (2 problems)\n")[1].splitlines()
     assert beta[:2] == [
-        "beta/config.pbtxt: max_batch_size -1 is negative",
+        "beta/config.pbtxt: 'max_batch_size' must be non-negative value for beta "
+        "(batchserve: max_batch_size -1 is negative)",
         "beta/config.pbtxt: input 'image': data_type TYPE_INT8 contradicts the model's TYPE_FP32 "
         "(beta/1/model.onnx)",
     ]

@@ -38,7 +38,10 @@ def config_problems(config: ModelConfig, *, source: str, directory: str) -> list
     if config.name and config.name != directory:
         problems.append(f"name '{config.name}' differs from the model directory name '{directory}'")
     if config.max_batch_size < 0:
-        problems.append(f"max_batch_size {config.max_batch_size} is negative")
+        problems.append(
+            f"'max_batch_size' must be non-negative value for {config.name} "
+            f"(batchserve: max_batch_size {config.max_batch_size} is negative)"
+        )
     problems += _batching_problems(config)
     problems += _instance_problems(config)
     problems += _policy_problems(config)
@@ -134,10 +137,11 @@ def _tensor_list_problems(kind: str, tensors: Sequence[Tensor]) -> list[str]:
 
 
 def _dims_value_problems(what: str, dims: list[int]) -> list[str]:
-    if any(d < DYNAMIC for d in dims):
-        return [f"{what}: dims {dims} has a value below -1 (use -1 for a dynamic axis)"]
-    if 0 in dims:
-        return [f"{what}: dims {dims} has a 0 (every axis holds at least one element)"]
+    if any(d < DYNAMIC or d == 0 for d in dims):
+        return [
+            f"model {what} dimension must be integer >= 1, or -1 to indicate a variable-size "
+            f"dimension (batchserve: dims {dims})"
+        ]
     elements = math.prod(d for d in dims if d != DYNAMIC)
     if elements > MAX_ELEMENTS:  # no request could carry one sample
         return [
@@ -153,17 +157,21 @@ def _reshape_problems(what: str, tensor: Tensor, config: ModelConfig) -> list[st
     dims, shape = list(tensor.dims), list(tensor.reshape.shape)
     if not shape and config.max_batch_size <= 0:
         return [
-            f"{what}: cannot have empty reshape for non-batching model as scalar tensors are "
-            "not supported"
+            f"model {what} cannot have empty reshape for non-batching model as scalar tensors "
+            "are not supported"
         ]
     if any(d < DYNAMIC or d == 0 for d in shape):
-        return [f"{what}: reshape dimensions must be integer >= 1, or -1 (got {shape})"]
+        return [
+            f"model {what} reshape dimensions must be integer >= 1, or -1 to indicate a "
+            f"variable-size dimension (batchserve: reshape {shape})"
+        ]
     if not shape and dims == [1]:
         return []
     if _chunks(dims) != _chunks(shape):
         return [
-            f"{what}: has different size for dims and reshape: dims {dims} and reshape "
-            f"{shape} must hold the same elements, with the same fixed sizes between -1 axes"
+            f"model {what} has different size for dims and reshape (batchserve: dims {dims} "
+            f"and reshape {shape} must hold the same elements, with the same fixed sizes "
+            "between -1 axes)"
         ]
     return []
 

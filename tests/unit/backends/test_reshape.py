@@ -135,9 +135,9 @@ def test_reshapes_triton_refuses_are_config_problems(
         f'max_batch_size: {max_batch_size} input [{{ name: "x" data_type: TYPE_FP32 {tensor} }}]'
     )
     problems = config_problems(config, source="r/config.pbtxt", directory="r")
-    assert any(p.startswith("r/config.pbtxt: input 'x': ") and problem in p for p in problems), (
-        problems
-    )
+    assert any(
+        p.startswith("r/config.pbtxt: model input 'x' ") and problem in p for p in problems
+    ), problems
 
 
 @pytest.mark.parametrize(
