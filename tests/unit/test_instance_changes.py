@@ -331,3 +331,37 @@ async def test_a_count_the_budget_can_never_hold_is_refused_without_loading_them
     assert registry.get("fake") is served
     assert len(_instances(registry)) == 1
     await registry.close()
+
+
+async def test_a_passive_instance_is_loaded_and_runs_nothing_until_unloaded(
+    tmp_path: Path, backends: list[FakeBackend]
+) -> None:
+    """Triton's passive: true (L0_passive_instance): loaded and warmed up, given no
+    requests; it used to run batches like any other. A count change reloads whole."""
+    registry, _ = _registry(tmp_path, backends)
+    groups = (
+        "instance_group [{ kind: KIND_CPU count: 1 }, { kind: KIND_CPU count: 1 passive: true }]\n"
+    )
+    await registry.load("fake", LoadOverride(config=fake_config(groups)))
+    served = registry.get("fake")
+    assert _instances(registry) == ["fake-1-0"]
+    assert len(served.instances) == len(backends) == 2
+    for _ in range(4):
+        item = WorkItem(
+            {"x": np.ones((1, 4), np.float32)}, 1, ("y",), 1, time.monotonic_ns(), None,
+            asyncio.get_running_loop().create_future(),
+        )  # fmt: skip
+        served.batcher.submit(item)
+        await item.future
+    assert backends[0].batches
+    assert not backends[1].batches
+    await registry.unload("fake")
+    assert [b.unloaded for b in backends] == [True, True]
+
+
+def test_a_config_whose_every_instance_is_passive_is_refused() -> None:
+    from batchserve.models.config_validation import config_problems
+
+    config = fake_config("instance_group [{ kind: KIND_CPU count: 2 passive: true }]\n")
+    problems = config_problems(config, source="fake/config.pbtxt", directory="fake")
+    assert any("every instance_group is passive" in p for p in problems), problems

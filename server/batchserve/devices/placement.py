@@ -96,6 +96,11 @@ class Placement:
     device: Device
     group: bytes
 
+    @property
+    def passive(self) -> bool:
+        """Triton's ``passive: true``: loaded, and given no requests."""
+        return ModelInstanceGroup.FromString(self.group).passive
+
 
 def resolve_devices(
     config: ModelConfig, available_gpus: int, *, auto_gpu: bool = True

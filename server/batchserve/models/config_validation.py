@@ -111,6 +111,12 @@ def _instance_problems(config: ModelConfig) -> list[str]:
             problems.append(f"{field}.count {group.count} is negative")
         if group.kind == ModelInstanceGroup.KIND_CPU and group.gpus:
             problems.append(f"{field} is KIND_CPU but lists gpus {list(group.gpus)}")
+    groups = config.instance_group
+    if groups and all(group.passive for group in groups):
+        problems.append(
+            "every instance_group is passive: its instances would be loaded and no request "
+            "ever run (give one group passive: false)"
+        )
     return problems
 
 

@@ -71,6 +71,9 @@ def reload_reason(served: Mapping[int, ServedVersion], resolved: ResolvedModel) 
             return "the labels changed"
         if not only_instances_differ(current.config, resolved.config):
             return "the config changed beyond instance_group"
+        if any(group.passive for config in (current.config, resolved.config)
+               for group in config.instance_group):  # fmt: skip
+            return "passive instances are set apart at load"
     return None
 
 

@@ -280,3 +280,9 @@ class InstanceLoader:
         """Unload an instance no batch runs on any more, and give its memory back."""
         await asyncio.to_thread(loaded.instance.close)
         reservations.release_one(loaded.reservation)
+
+
+def active_instances(loaded: Sequence[LoadedInstance]) -> list[LoadedInstance]:
+    """The instances requests go to: all but the passive ones (Triton's ``passive: true``),
+    which are loaded, warmed up and counted against memory, and run nothing."""
+    return [one for one in loaded if not one.placement.passive]

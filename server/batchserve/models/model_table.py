@@ -122,6 +122,10 @@ class ServedVersion:
             await self.responder.close()
         await self.batcher.close()
         await asyncio.to_thread(self.batcher.pool.close)
+        running = set(self.batcher.pool.instances)
+        for loaded in self.instances:  # the passive ones, never in the pool
+            if loaded.instance not in running:
+                await asyncio.to_thread(loaded.instance.close)
         if self.reservations is not None:
             self.reservations.release()
 

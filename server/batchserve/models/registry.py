@@ -36,7 +36,7 @@ from batchserve.models.decoupled import build_responder, builtin_backend, step_m
 from batchserve.models.initial_states import read_initial_states
 from batchserve.models.instance_change import change_instances, reload_reason
 from batchserve.models.instance_loader import BackendFactory as BackendFactory  # re-exported
-from batchserve.models.instance_loader import InstanceLoader
+from batchserve.models.instance_loader import InstanceLoader, active_instances
 from batchserve.models.load_override import LoadOverride, OverrideDirectory
 from batchserve.models.measured_defaults import Subject, Tuning, configured, log_tuning, tune
 from batchserve.models.model_directory import ModelVersion, ResolvedModel
@@ -433,7 +433,7 @@ class ModelRegistry(ModelTable):
                 max_batch_steps=fewest_positions(i.memory.batch_steps for i in loaded),
             )
         pad = config.batchserve.padding_value
-        pool = InstancePool([i.instance for i in loaded])
+        pool = InstancePool([i.instance for i in active_instances(loaded)])
         sequences = SequencePolicy.from_config(config, await self._initial_states(resolved))
         batcher: Batcher
         if sequences is None:
