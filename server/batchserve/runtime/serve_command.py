@@ -396,7 +396,7 @@ IGNORED: tuple[tuple[str, Callable[[str], object], str], ...] = (
     ("--backend-directory", str, "batchserve's backends are built in"),
     ("--repoagent-directory", str, "batchserve has no repository agents"),
     ("--cache-directory", str, "the local cache is built in"),
-    ("--model-load-thread-count", int, "models load one at a time, each instance in turn"),
+    ("--model-load-thread-count", int, "the server chooses how many instances load at once"),
     ("--model-load-retry-count", int, "a failed load is not retried"),
     ("--buffer-manager-thread-count", int, "inputs are copied on the event loop"),
     ("--pinned-memory-pool-byte-size", int, "pinned buffers are the runtimes' own"),
