@@ -163,7 +163,10 @@ class BatchPolicy:
 
 
 def _level_policies(batching: ModelDynamicBatching) -> tuple[tuple[int, LevelPolicy], ...]:
-    """Each ``priority_queue_policy`` entry, as the level's ``LevelPolicy``."""
+    """Each ``priority_queue_policy`` entry, as the level's ``LevelPolicy``; none without
+    ``priority_levels``, as Triton then has no levels for them to apply to."""
+    if not batching.priority_levels:
+        return ()
     return tuple(
         (level, LevelPolicy(
             queue.default_timeout_microseconds * 1000,

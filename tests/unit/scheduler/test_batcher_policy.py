@@ -63,3 +63,12 @@ def test_each_level_takes_its_own_queue_policy_or_the_default_one() -> None:
     assert policy.queue_policy(1) == (500_000, True, 0)
     assert policy.queue_policy(2) == (123_000, False, 7)  # no override: only its own timeout
     assert policy.queue_policy(3) == policy.queue_policy(1)
+
+
+def test_level_policies_without_priority_levels_apply_to_nothing() -> None:
+    config = parse_pbtxt(
+        'name: "m" max_batch_size: 4 dynamic_batching { priority_queue_policy { key: 1 '
+        "value: { default_timeout_microseconds: 123 } } }"
+    )
+    policy = BatchPolicy.from_config(config, server_max_queue_size=8)
+    assert policy.queue_policy(1) == (0, True, 0)  # the default policy: no timeout
