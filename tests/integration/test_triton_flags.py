@@ -379,3 +379,15 @@ def test_grpc_responses_are_compressed_at_tritons_level(level: str, compressed: 
         assert client.infer("digits_cnn", [image]).as_numpy("probabilities").shape == (1, 10)
     finally:
         assert server.stop() == 0
+
+
+def test_the_server_id_is_the_name_tritonclient_reads_over_both_protocols() -> None:
+    """Triton's --id: its server metadata's name."""
+    server = start_server(extra_args=["--id", "inference-a"])
+    try:
+        http = httpclient.InferenceServerClient(server.http_url)
+        assert http.get_server_metadata()["name"] == "inference-a"
+        grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        assert grpc.get_server_metadata().name == "inference-a"
+    finally:
+        assert server.stop() == 0

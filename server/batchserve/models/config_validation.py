@@ -27,7 +27,7 @@ from batchserve.proto.model_config_pb2 import (
     ModelInstanceGroup,
     ModelOutput,
 )
-from batchserve.scheduler.sequences import SequencePolicy
+from batchserve.scheduler.sequences import SequencePolicy, filled_inputs
 
 Tensor = ModelInput | ModelOutput
 
@@ -236,21 +236,14 @@ def model_problems(
     problems = _batch_axis_problems(config.max_batch_size, signature)
     # controls that cannot be read are the config's own problem (``control_problems``)
     sequences = None if control_problems(config) else SequencePolicy.from_config(config)
-    batching = config.sequence_batching
-    filled = (
-        sequences.input_names
-        if sequences is not None
-        else frozenset(
-            [c.name for c in batching.control_input] + [s.input_name for s in batching.state]
-        )
-    )
+    filled = filled_inputs(config)
     for kind, listed, specs in (
         ("input", config.input, signature.inputs),
         ("output", config.output, signature.outputs),
     ):
         if kind == "input":  # the sequence batcher fills these; clients do not send them
             if sequences is not None:
-                problems += _sequence_name_problems(sequences, signature)
+                problems += _sequence_name_problems(filled, sequences, signature)
             specs = tuple(spec for spec in specs if spec.name not in filled)
         problems += _name_problems(kind, listed, specs, signature.defaulted, model_file)
         if kind == "input":
@@ -280,14 +273,16 @@ def _sequence_strategy_problems(config: ModelConfig) -> list[str]:
     return []
 
 
-def _sequence_name_problems(sequences: SequencePolicy, signature: ModelSignature) -> list[str]:
+def _sequence_name_problems(
+    filled: frozenset[str], sequences: SequencePolicy, signature: ModelSignature
+) -> list[str]:
     """Each control and state input, and each state output, must be the model's."""
     inputs = [spec.name for spec in signature.inputs]
     outputs = [spec.name for spec in signature.outputs]
     problems = [
         f"sequence_batching input '{name}' is not an input of the model, which has "
         f"{_quoted(inputs)}"
-        for name in sorted(sequences.input_names - set(inputs))
+        for name in sorted(filled - set(inputs))
     ]
     problems += [
         f"sequence_batching state output '{name}' is not an output of the model, which has "

@@ -123,11 +123,6 @@ class SequencePolicy:
         )  # fmt: skip
 
     @property
-    def input_names(self) -> frozenset[str]:
-        """Inputs the server fills, which clients do not send."""
-        return frozenset([c.input for c in self.controls] + [s.input for s in self.states])
-
-    @property
     def state_bytes(self) -> int:
         """What one live sequence's state holds on the host (at START: a state of variable
         size holds what the model makes it)."""
@@ -190,6 +185,15 @@ def _zeros(state: ModelSequenceBatching.State) -> np.ndarray:
     dims: Iterable[int] = state.initial_state[0].dims if state.initial_state else state.dims
     shape = tuple(1 if dim == -1 else dim for dim in dims)
     return np.zeros(shape, from_config(state.data_type).numpy)
+
+
+def filled_inputs(config: ModelConfig) -> frozenset[str]:
+    """Inputs the sequence batcher fills (controls and states), which clients do not send;
+    read from the config as written, so even controls it cannot use are known as such."""
+    batching = config.sequence_batching
+    return frozenset(
+        [c.name for c in batching.control_input] + [s.input_name for s in batching.state]
+    )
 
 
 def candidate_slots(config: ModelConfig) -> int:
