@@ -29,10 +29,10 @@ def _problems(extra: str, base: str = TENSORS) -> list[str]:
         ("ensemble_scheduling { step [{ model_name: \"a\" model_version: -1 }] }",
          "ensemble_scheduling"),
         ('platform: "ensemble"', "platform"),
-        ('batch_input [{ kind: BATCH_ELEMENT_COUNT target_name: "n" data_type: TYPE_FP32 '
-         'source_input: "x" }]', "batch_input"),
-        ('batch_output [{ target_name: "y" kind: BATCH_SCATTER_WITH_INPUT_SHAPE '
-         'source_input: "x" }]', "batch_output"),
+        ('sequence_batching {} batch_input [{ kind: BATCH_ELEMENT_COUNT target_name: "n" '
+         'data_type: TYPE_FP32 source_input: "x" }]', "batch_input"),
+        ('sequence_batching {} batch_output [{ target_name: "y" source_input: "x" }]',
+         "batch_output"),
         ('runtime: "model.py"', "runtime"),
         ('cc_model_filenames { key: "7.5" value: "model_75.plan" }', "cc_model_filenames"),
         ('model_operations { op_library_filename: "libops.so" }',
@@ -57,7 +57,6 @@ def test_each_unsupported_field_is_refused_by_name(extra: str, field: str) -> No
     [
         ("is_shape_tensor: true", "input.is_shape_tensor"),
         ("is_non_linear_format_io: true", "input.is_non_linear_format_io"),
-        ("allow_ragged_batch: true", "input.allow_ragged_batch"),
     ],
 )
 def test_unsupported_tensor_fields_name_the_tensor(tensor: str, field: str) -> None:
@@ -191,4 +190,15 @@ def test_ordered_answers_with_several_priority_levels_are_refused_in_triton_s_wo
     )
     assert _problems(config) == [
         "m/config.pbtxt: Only one priority level is allowed when 'preserve_ordering' is true for m"
+    ]
+
+
+def test_a_ragged_input_of_a_sequence_model_is_refused_by_name() -> None:
+    base = TENSORS.replace(
+        "dims: [ 4 ] }]\noutput", "dims: [ -1 ] allow_ragged_batch: true }]\noutput"
+    )
+    problems = [p for p in _problems("sequence_batching {}", base) if "does not support" in p]
+    assert problems == [
+        "m/config.pbtxt: field 'input.allow_ragged_batch' is true for input 'x': batchserve does "
+        "not support ragged batching in a sequence model (yet)"
     ]

@@ -37,13 +37,10 @@ def _found(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
     scheduling = config.WhichOneof("scheduling_choice")
     if scheduling == "sequence_batching":
         yield from _sequence_fields(config)
+        yield from _ragged_sequence_fields(config)
     if scheduling == "ensemble_scheduling" or config.platform == "ensemble":
         field = "ensemble_scheduling" if scheduling == "ensemble_scheduling" else "platform"
         yield field, "asks for an ensemble", "ensembles (pipelines of models)"
-    if config.batch_input:
-        yield "batch_input", "is set", "batch inputs (tensors the batcher computes)"
-    if config.batch_output:
-        yield "batch_output", "is set", "batch outputs"
     if config.runtime:
         yield "runtime", f"is '{config.runtime}'", "choosing a backend runtime library"
     if config.cc_model_filenames:
@@ -66,6 +63,19 @@ def _sequence_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
             yield f"{field}.use_growable_memory", "is true", "growable state buffers"
 
 
+def _ragged_sequence_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
+    """Ragged batching is built for the dynamic batcher: a sequence batch's rows are slots,
+    each with its state, which flat inputs and per-request counts do not describe."""
+    what = "ragged batching in a sequence model"
+    if config.batch_input:
+        yield "batch_input", "is set with sequence_batching", what
+    if config.batch_output:
+        yield "batch_output", "is set with sequence_batching", what
+    for tensor in config.input:
+        if tensor.allow_ragged_batch:
+            yield "input.allow_ragged_batch", f"is true for input '{tensor.name}'", what
+
+
 def _tensor_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
     for kind, tensors in (("input", config.input), ("output", config.output)):
         for tensor in tensors:
@@ -78,13 +88,6 @@ def _tensor_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
                     f"is true for {where}",
                     "non-linear tensor formats",
                 )
-    for tensor in config.input:
-        if tensor.allow_ragged_batch:
-            yield (
-                "input.allow_ragged_batch",
-                f"is true for input '{tensor.name}'",
-                "ragged batches",
-            )
 
 
 def _queue_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:

@@ -14,6 +14,12 @@ from batchserve.backends.reshape import scalar_as_ones
 from batchserve.core.datatypes import BY_CONFIG, config_name
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
 from batchserve.core.tensors import MAX_ELEMENTS
+from batchserve.models.batch_io_config import (
+    batch_input_targets,
+    batch_io_problems,
+    batch_output_targets,
+    model_batch_io_problems,
+)
 from batchserve.models.config_support import unsupported_problems
 from batchserve.models.initial_states import initial_state_problems
 from batchserve.models.model_config import model_dims
@@ -55,6 +61,7 @@ def config_problems(config: ModelConfig, *, source: str, directory: str) -> list
         ]
     problems += _sequence_length_problems(config)
     problems += warmup_problems(config)
+    problems += batch_io_problems(config)
     problems += unsupported_problems(config)
     return [f"{source}: {problem}" for problem in problems]
 
@@ -237,6 +244,12 @@ def model_problems(
     # controls that cannot be read are the config's own problem (``control_problems``)
     sequences = None if control_problems(config) else SequencePolicy.from_config(config)
     filled = filled_inputs(config)
+    computed = batch_input_targets(config)
+    # a ragged input is flat in the model, a scattered output shaped per request: their
+    # shapes are checked by ``model_batch_io_problems``, their types here
+    own_shapes = batch_output_targets(config) | {
+        t.name for t in config.input if t.allow_ragged_batch
+    }
     for kind, listed, specs in (
         ("input", config.input, signature.inputs),
         ("output", config.output, signature.outputs),
@@ -244,7 +257,7 @@ def model_problems(
         if kind == "input":  # the sequence batcher fills these; clients do not send them
             if sequences is not None:
                 problems += _sequence_name_problems(filled, sequences, signature)
-            specs = tuple(spec for spec in specs if spec.name not in filled)
+            specs = tuple(spec for spec in specs if spec.name not in filled | computed)
         problems += _name_problems(kind, listed, specs, signature.defaulted, model_file)
         if kind == "input":
             specs += signature.defaulted
@@ -252,7 +265,8 @@ def model_problems(
         for tensor in listed:
             spec = by_name.get(tensor.name)
             if spec is not None:
-                problems += _tensor_problems(kind, tensor, spec, batched)
+                problems += _tensor_problems(kind, tensor, spec, batched, tensor.name in own_shapes)
+    problems += model_batch_io_problems(config, signature)
     return [f"{source}: {problem} ({model_file})" for problem in problems]
 
 
@@ -345,7 +359,10 @@ def _quoted(names: Iterable[str]) -> str:
     return ", ".join(f"'{name}'" for name in names) or "none"
 
 
-def _tensor_problems(kind: str, tensor: Tensor, spec: TensorSpec, batched: bool) -> list[str]:
+def _tensor_problems(
+    kind: str, tensor: Tensor, spec: TensorSpec, batched: bool, own_shape: bool = False
+) -> list[str]:
+    """``own_shape``: the tensor's shape in the model is not its dims (ragged batching)."""
     what = f"{kind} '{tensor.name}'"
     problems = []
     if tensor.data_type != spec.datatype.config:
@@ -353,6 +370,8 @@ def _tensor_problems(kind: str, tensor: Tensor, spec: TensorSpec, batched: bool)
             f"{what}: data_type {config_name(tensor.data_type)} contradicts the model's "
             f"{config_name(spec.datatype.config)}"
         )
+    if own_shape:
+        return problems
     expected = list(spec.shape[1:] if batched and spec.shape else spec.shape)
     written = model_dims(tensor)
     if not _dims_agree(written, expected) and not scalar_as_ones(tensor, spec, batched=batched):

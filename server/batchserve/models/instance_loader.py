@@ -26,6 +26,7 @@ from batchserve.models.model_table import InstanceMemory, LoadedInstance
 from batchserve.models.warmup import synthetic_batch
 from batchserve.models.warmup_samples import WarmupSample
 from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.scheduler.batch_io import model_feed
 from batchserve.scheduler.instances import Instance
 from batchserve.scheduler.memory import (
     DeviceBudget,
@@ -59,17 +60,19 @@ def probe_row_positions(config: ModelConfig, free_dim: int, sample: Arrays | Non
     return int(free_dim ** max(len(free) for _, free in axes))
 
 
-async def _run_sample(model: str, instance: Instance, sample: WarmupSample) -> None:
+async def _run_sample(config: ModelConfig, instance: Instance, sample: WarmupSample) -> None:
     """Run one ``model_warmup`` sample ``count`` times, and log it; each run (at debug, as
-    Triton's verbose log) and a failure name it, in Triton's words."""
+    Triton's verbose log) and a failure name it, in Triton's words. A model with ragged
+    batching takes the sample's rows as requests of one row each, as Triton's warm-up does."""
     started = time.perf_counter()
+    fed = model_feed(config, sample.inputs)
     try:
         for iteration in range(1, sample.count + 1):
             logger.debug(
                 "model '%s' instance %s is running warmup sample '%s' for iteration %d",
-                model, instance.name, sample.name, iteration,
+                config.name, instance.name, sample.name, iteration,
             )  # fmt: skip
-            await instance.run(partial(instance.backend.infer, sample.inputs))
+            await instance.run(partial(instance.backend.infer, fed))
     except BatchserveError as exc:
         raise ModelConfigError(
             f"failed to run warmup sample '{sample.name}': {exc.message}"
@@ -206,7 +209,7 @@ class InstanceLoader:
             cap = reservation.batch_cap if config.max_batch_size > 0 else 1
             started = time.perf_counter()
             for sample in samples:
-                await _run_sample(config.name, loading.instance, sample)
+                await _run_sample(config, loading.instance, sample)
             if cap not in {measured.batch_size for measured in profile.samples}:
                 batch = synthetic_batch(config, cap, free_dim, first)
                 await loading.instance.run(partial(backend.infer, batch))
@@ -249,7 +252,7 @@ class InstanceLoader:
                 await loading.give_up()
                 return None
             for sample in samples:
-                await _run_sample(config.name, loading.instance, sample)
+                await _run_sample(config, loading.instance, sample)
             _log_phase(name, "load and warm-up", started)
         memory = replace(
             twin, reserved_bytes=reservation.nbytes, batch_cap=cap,

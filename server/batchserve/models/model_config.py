@@ -21,6 +21,7 @@ from batchserve.core.datatypes import config_name
 from batchserve.core.errors import ModelConfigError
 from batchserve.core.repository_files import UnusableFile, read_regular_file
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.models.batch_io_config import batch_input_targets
 from batchserve.proto.model_config_pb2 import (
     DataType,
     ModelConfig,
@@ -147,7 +148,9 @@ def complete_config(
         batch = default_max_batch_size(backend_config or {}, done.backend, DEFAULT_MAX_BATCH_SIZE)
         _complete_batching(done, signature, batch)
         batched = done.max_batch_size > 0
-        _complete_tensors(done.input, signature.inputs, batched, signature.defaulted)
+        computed = batch_input_targets(done)  # the batcher's, not the clients'
+        inputs = tuple(spec for spec in signature.inputs if spec.name not in computed)
+        _complete_tensors(done.input, inputs, batched, signature.defaulted)
         _complete_tensors(done.output, signature.outputs, batched)
     _complete_instances(done)
     done.version_policy.CopyFrom(version_policy(done))

@@ -21,6 +21,7 @@ import numpy as np
 
 from batchserve.core.datatypes import from_config
 from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.scheduler.batch_io import model_feed
 from batchserve.scheduler.sequences import SequencePolicy
 
 SYNTHETIC_BYTES = b"0"
@@ -59,10 +60,13 @@ def repeat_rows(sample: Arrays, batch_size: int) -> dict[str, np.ndarray]:
 def synthetic_batch(
     config: ModelConfig, batch_size: int, free_dim: int, sample: Arrays | None
 ) -> dict[str, np.ndarray]:
-    """A probe or warm-up batch: the config's first warm-up sample repeated when it has
-    one (and the model batches), else ``zero_inputs``."""
+    """A probe or warm-up batch, as the model takes it (``batch_io.model_feed``): the
+    config's first warm-up sample repeated when it has one (and the model batches), else
+    ``zero_inputs``."""
     if sample is None:
-        return zero_inputs(config, batch_size, free_dim)
-    if config.max_batch_size <= 0:
-        return dict(sample)
-    return repeat_rows(sample, batch_size)
+        batch = zero_inputs(config, batch_size, free_dim)
+    elif config.max_batch_size <= 0:
+        batch = dict(sample)
+    else:
+        batch = repeat_rows(sample, batch_size)
+    return dict(model_feed(config, batch))

@@ -125,6 +125,7 @@ class Batcher:
             grouping=self._grouping,
             bucketed=self._bucketed,
             step_cost=self._step_cost,
+            ragged=policy.batch_io.ragged if policy.batch_io is not None else frozenset(),
         )
         self._forming.set_most_steps(policy.max_batch_steps)
         self._order = InOrder() if policy.preserve_ordering else None
@@ -446,7 +447,8 @@ class Batcher:
         if lender is not None and not lender.batch_steps:
             lender = None  # counted in rows: a batch never holds more than reserved
         run = BatchRun(instance.backend, batch, self._pad_value, self._layout,
-                       cpu_clock=cpu_clock, lender=lender)  # fmt: skip
+                       cpu_clock=cpu_clock, lender=lender,
+                       batch_io=self.policy.batch_io)  # fmt: skip
         predicted = 0
         if self._objective is not None:
             predicted = self.batch_time(instance.name).predict(work)

@@ -1,8 +1,9 @@
 """One batch on its instance's thread: merge, infer, split back, and recover from failures.
 
 - OutOfMemory on more than one sample: the batch is halved (by requests; a lone request by
-  rows, its outputs joined back) and each half retried, recursively, so no request is lost
-  because it shared a batch. The batcher then lowers its cap from what the run learned.
+  rows, its outputs joined back, but for a model with ragged batching, whose batch inputs
+  describe requests: ``batch_io.py``) and each half retried, recursively, so no request is
+  lost because it shared a batch. The batcher then lowers its cap from what the run learned.
 - Another BackendError (or InvalidArgument) on several requests: the batch is bisected by
   requests so that only the requests failing alone get the error. At most 2*ceil(log2 n) extra
   runs: enough to isolate one poisoned request exactly, bounded when the runtime is broken.
@@ -26,6 +27,7 @@ from typing import NamedTuple
 
 from batchserve.backends.base import Backend
 from batchserve.core.errors import BackendError, InvalidArgument, OutOfMemory
+from batchserve.scheduler.batch_io import BatchIO
 from batchserve.scheduler.batching import join_rows, merge_inputs, split_outputs
 from batchserve.scheduler.memory import Reservation
 from batchserve.scheduler.padding import SequenceLayout
@@ -61,8 +63,12 @@ class BatchRun:
         *,
         cpu_clock: bool = False,
         lender: Reservation | None = None,
+        batch_io: BatchIO | None = None,
     ) -> None:
         self._backend = backend
+        self._batch_io = batch_io
+        """Ragged batching (``batch_io.py``): its batches are made and taken apart so, and
+        are cut by requests only, since what the model computes from depends on them."""
         self._lender = lender
         """The instance's reservation, where counted in positions: a run of more positions
         than it holds borrows the rest for its time (a request admitted alone past it)."""
@@ -132,7 +138,12 @@ class BatchRun:
             loan = self._lender.borrow(positions)
         try:
             arrays = [item.inputs for item in items] if whole else _inputs(items, parts)
-            merged = merge_inputs(arrays, self._pad_value)
+            batch_io = self._batch_io
+            merged = (
+                merge_inputs(arrays, self._pad_value)
+                if batch_io is None
+                else batch_io.merge(arrays)
+            )
             names = self._names if whole else _output_names(items)
             t1 = time.monotonic_ns()
             if loan is not None:
@@ -142,7 +153,12 @@ class BatchRun:
         finally:
             if loan is not None:
                 loan.close()
-        self._distribute(parts, items, split_outputs(outputs, rows))
+        pieces = (
+            split_outputs(outputs, rows)
+            if batch_io is None
+            else batch_io.split(outputs, arrays, rows)
+        )
+        self._distribute(parts, items, pieces)
         samples = sum(rows)
         self.largest_ok = max(self.largest_ok, samples)
         t3 = time.monotonic_ns()
@@ -166,7 +182,7 @@ class BatchRun:
 
     def _out_of_memory(self, parts: list[Part], exc: OutOfMemory) -> None:
         samples = sum(stop - start for _, start, stop in parts)
-        if samples == 1:
+        if samples == 1 or (len(parts) == 1 and self._batch_io is not None):
             self._fail(parts, _alone_does_not_fit(exc))
             return
         self.oom_splits += 1

@@ -39,6 +39,7 @@ class BatchForming:
         grouping: a sequence model: requests of different lengths batch, padded.
         bucketed: grouping cuts the queue by length (``length_buckets.py``).
         step_cost: what a sequence step costs, for the cut.
+        ragged: inputs whose shapes may differ within a batch (``batch_io.py``).
     """
 
     def __init__(
@@ -50,8 +51,10 @@ class BatchForming:
         grouping: bool,
         bucketed: bool,
         step_cost: StepCost,
+        ragged: frozenset[str] = frozenset(),
     ) -> None:
         self._queue = queue
+        self._ragged = ragged
         self._settle = settle
         self._merge = merge
         self._grouping = grouping
@@ -106,12 +109,18 @@ class BatchForming:
             return [head]
         if self._grouping:
             return self._take_grouped(head, target, now)
-        if self._most_steps:  # equal shapes: every row holds the head's positions
-            target = min(target, max(1, self._most_steps // max(1, head.row_positions)))
+        most = self._most_steps
+        if most and not self._ragged:  # equal shapes: every row holds the head's positions
+            target = min(target, max(1, most // max(1, head.row_positions)))
         batch, size = [head], head.batch_size
+        positions = head.batch_size * head.row_positions  # ragged rows: each its own
         while (item := queue.peek(now)) is not None and size + item.batch_size <= target:
-            if not item.abandoned() and not same_shapes(head, item):
+            if not item.abandoned() and not same_shapes(head, item, self._ragged):
                 break  # Triton's rule: without a sequence layout, only equal shapes batch
+            if self._ragged and most and not item.abandoned():
+                positions += item.batch_size * item.row_positions
+                if positions > most:
+                    break
             queue.pop(now)
             if item.abandoned():
                 self._settle(item, asyncio.CancelledError())
@@ -165,9 +174,14 @@ def split_evenly(batch: list[WorkItem], parts: int) -> list[list[WorkItem]]:
     return [group for group in groups if group]
 
 
-def same_shapes(a: WorkItem, b: WorkItem) -> bool:
-    """Whether every input of ``b`` has ``a``'s shape past the batch axis. Padding them to one
-    shape is only safe for sequence models, whose outputs are cut back to each length."""
+def same_shapes(a: WorkItem, b: WorkItem, ragged: frozenset[str] = frozenset()) -> bool:
+    """Whether every input of ``b`` has ``a``'s shape past the batch axis, but for the
+    ``ragged`` ones, which a batch carries flat. Padding them to one shape is only safe for
+    sequence models, whose outputs are cut back to each length."""
     if a.inputs.keys() != b.inputs.keys():  # optional inputs sent by one and not the other
         return False
-    return all(b.inputs[name].shape[1:] == array.shape[1:] for name, array in a.inputs.items())
+    return all(
+        b.inputs[name].shape[1:] == array.shape[1:]
+        for name, array in a.inputs.items()
+        if name not in ragged
+    )

@@ -13,6 +13,7 @@ from batchserve.proto.model_config_pb2 import (
     ModelInput,
     ModelOutput,
 )
+from batchserve.scheduler.batch_io import BatchIO
 
 MS = 1_000_000
 AxisOf = tuple[tuple[str, int], ...]
@@ -68,6 +69,8 @@ class BatchPolicy:
             it, given the predicted time of the batch (``batch_time.py``).
         refuse_late: with an objective, a request that can no longer meet it is refused
             at once instead of served late.
+        batch_io: for a model with ragged inputs, batch inputs or batch outputs, how its
+            batches are made and taken apart (``batch_io.py``); None otherwise.
     """
 
     max_batch_size: int
@@ -91,6 +94,7 @@ class BatchPolicy:
     step_cost_rows: float = 0.0
     latency_objective_ns: int = 0
     refuse_late: bool = False
+    batch_io: BatchIO | None = None
 
     @classmethod
     def from_config(cls, config: ModelConfig, server_max_queue_size: int) -> BatchPolicy:
@@ -98,14 +102,17 @@ class BatchPolicy:
         for sequence_batching: its steps of different sequences share batches)."""
         objective_ns = config.batchserve.latency_objective_microseconds * 1000
         refuse_late = config.batchserve.refuse_late_requests
+        batch_io = BatchIO.from_config(config)
         if config.HasField("sequence_batching"):
             steps = cls._sequence_steps(config, server_max_queue_size)
-            return replace(steps, latency_objective_ns=objective_ns, refuse_late=refuse_late)
+            return replace(steps, latency_objective_ns=objective_ns, refuse_late=refuse_late,
+                           batch_io=batch_io)  # fmt: skip
         sequence_axes = _position_layout(config)
         if not config.HasField("dynamic_batching"):
             return replace(sequence_axes, max_batch_size=config.max_batch_size,
                            merge_requests=False, max_queue_size=server_max_queue_size,
-                           latency_objective_ns=objective_ns, refuse_late=refuse_late)  # fmt: skip
+                           latency_objective_ns=objective_ns, refuse_late=refuse_late,
+                           batch_io=batch_io)  # fmt: skip
         batching = config.dynamic_batching
         queue = batching.default_queue_policy
         levels = max(1, batching.priority_levels)
@@ -129,6 +136,7 @@ class BatchPolicy:
             step_cost_rows=config.batchserve.length_buckets.step_cost_rows,
             latency_objective_ns=objective_ns,
             refuse_late=refuse_late,
+            batch_io=batch_io,
         )
 
     def queue_policy(self, priority: int) -> LevelPolicy:

@@ -11,7 +11,7 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -40,6 +40,7 @@ from batchserve.dataplane.shared_memory.parameters import REGION
 from batchserve.observability import log_settings
 from batchserve.observability.tracing import RequestTracer, current
 from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.scheduler.batch_io import BatchIO
 from batchserve.scheduler.padding import row_positions
 from batchserve.scheduler.policy import AxesOf, BatchPolicy
 from batchserve.scheduler.work import Arrays
@@ -68,11 +69,16 @@ class _Model:
     """The positions (rows times a row's: a sequence model's steps, an image model's
     pixels) a work item may hold there; 0: counted in rows."""
     positions: AxesOf = ()
+    groups: bool = field(init=False)
+    """Whether requests to it can travel together: batched, fixed-size inputs only, and not
+    to a model with ragged batching, whose batch inputs count requests (``batch_io.py``)."""
 
-    @property
-    def groups(self) -> bool:
-        """Whether requests to it can travel together: batched, fixed-size inputs only."""
-        return self.cap > 0 and all(rule.datatype.itemsize for rule in self.schema.inputs)
+    def __post_init__(self) -> None:
+        self.groups = (
+            self.cap > 0
+            and all(rule.datatype.itemsize for rule in self.schema.inputs)
+            and BatchIO.from_config(self.config) is None
+        )
 
     def group_cap(self, inputs: Arrays) -> int:
         """Rows a group of requests shaped as ``inputs`` may hold: the batch cap, and no more
