@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -389,5 +390,62 @@ def test_the_server_id_is_the_name_tritonclient_reads_over_both_protocols() -> N
         assert http.get_server_metadata()["name"] == "inference-a"
         grpc = grpcclient.InferenceServerClient(server.grpc_url)
         assert grpc.get_server_metadata().name == "inference-a"
+    finally:
+        assert server.stop() == 0
+
+
+def _rate_limited_copy(repo: Path, name: str, needs: int, priority: int) -> None:
+    """digits_cnn under another name, its one instance needing ``needs`` of "slots"."""
+    shutil.copytree(
+        MODEL_REPO / "digits_cnn", repo / name, ignore=shutil.ignore_patterns("configs")
+    )
+    config = repo / name / "config.pbtxt"
+    text = config.read_text().replace('name: "digits_cnn"', f'name: "{name}"')
+    config.write_text(
+        text + "instance_group [{ kind: KIND_CPU count: 1 rate_limiter { "
+        f'resources [{{ name: "slots" count: {needs} }}] priority: {priority} }} }}]\n'
+    )
+
+
+def test_rate_limited_models_serve_and_one_needing_too_much_is_refused(tmp_path: Path) -> None:
+    """Triton's L0_rate_limiter command line: --rate-limit execution_count with a resource
+    count; the model needing more than the server has is refused in Triton's words, the
+    others answer concurrent clients over both protocols."""
+    for name, needs, priority in (("first", 2, 1), ("second", 2, 2), ("greedy", 4, 1)):
+        _rate_limited_copy(tmp_path, name, needs, priority)
+    server = start_server(
+        tmp_path, ["--rate-limit=execution_count", "--rate-limit-resource=slots:2"],
+        wait_ready=False,
+    )  # fmt: skip
+    try:
+        assert _startup_verdict(server).startswith("server not ready")  # greedy failed
+        client = httpclient.InferenceServerClient(server.http_url)
+        index = {row["name"]: row for row in client.get_model_repository_index()}
+        assert index["greedy"]["state"] == "UNAVAILABLE"
+        assert (
+            'Resource count for "slots" is limited to 2 which will prevent scheduling of one '
+            "or more model instances, the minimum required count is 4"
+        ) in index["greedy"]["reason"]
+        image = np.ones((2, 1, 8, 8), dtype=np.float32)
+
+        def ask(call: int) -> np.ndarray:
+            model = ("first", "second")[call % 2]
+            if call % 3:
+                tensor = httpclient.InferInput("image", list(image.shape), "FP32")
+                tensor.set_data_from_numpy(image)
+                return client.infer(model, [tensor]).as_numpy("probabilities")
+            grpc = grpcclient.InferenceServerClient(server.grpc_url)
+            tensor = grpcclient.InferInput("image", list(image.shape), "FP32")
+            tensor.set_data_from_numpy(image)
+            return grpc.infer(model, [tensor]).as_numpy("probabilities")
+
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(ask, range(48)))
+        for answer in answers:
+            np.testing.assert_allclose(answer, answers[0], rtol=1e-5)
+            np.testing.assert_allclose(answer.sum(axis=1), 1.0, rtol=1e-5)
+        stats = client.get_inference_statistics()["model_stats"]
+        served = {entry["name"]: int(entry["inference_count"]) for entry in stats}
+        assert served["first"] == served["second"] == 48  # 24 requests of 2 rows each
     finally:
         assert server.stop() == 0

@@ -576,10 +576,11 @@ def test_l0_infers_command_line_starts(
         assert run(build_parser().parse_args(argv)) == 0
     ignored = [r.__dict__["flag"] for r in caplog.records if "accepted and ignored" in r.message]
     assert ignored == [
-        "--backend-directory", "--rate-limit", "--cuda-memory-pool-byte-size",
+        "--backend-directory", "--cuda-memory-pool-byte-size",
         "--pinned-memory-pool-byte-size", "--reuse-grpc-port",
     ]  # fmt: skip
     [settings] = started
+    assert settings.rate_limit == "execution_count"
     assert settings.backend_config == (
         "python,stub-timeout-seconds=120",
         "onnxruntime,default-max-batch-size=4",
@@ -606,7 +607,7 @@ def test_triton_flags_batchserve_cannot_honour_stop_the_start(
 
 @pytest.mark.parametrize(
     ("flag", "value"),
-    [("--rate-limit", "sometimes"), ("--cuda-memory-pool-byte-size", "64MB"),
+    [("--cuda-memory-pool-byte-size", "64MB"),
      ("--model-load-thread-count", "four"), ("--reuse-http-port", "maybe")],
 )  # fmt: skip
 def test_an_ignored_flags_value_is_still_checked_as_triton_checks_it(
@@ -615,6 +616,20 @@ def test_an_ignored_flags_value_is_still_checked_as_triton_checks_it(
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", flag, value])
     assert flag in capsys.readouterr().err
+
+
+def test_rate_limit_flags_are_read_and_checked_in_tritons_words() -> None:
+    settings = _settings(
+        "--rate-limit", "EXECUTION_COUNT", "--rate-limit-resource", "resource1:4",
+        "--rate-limit-resource", "resource2:2:1",
+    )  # fmt: skip
+    assert settings.rate_limit == "execution_count"
+    assert settings.rate_limit_resources() == {("resource1", -1): 4, ("resource2", 1): 2}
+    assert _settings().rate_limit == "off"
+    with pytest.raises(ValidationError, match="invalid argument for --rate-limit"):
+        _settings("--rate-limit", "sometimes")
+    with pytest.raises(ValidationError, match="--rate-limit-resource option format is"):
+        _settings("--rate-limit-resource", "resource1")
 
 
 def test_backend_config_entries_are_checked_in_tritons_words() -> None:

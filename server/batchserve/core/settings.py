@@ -19,6 +19,11 @@ from batchserve.core.budgets import BudgetSpec, parse_budgets
 from batchserve.core.cache_config import parse_cache_config
 from batchserve.core.device import DeviceKind
 from batchserve.core.metrics_config import MetricsConfig, parse_metrics_config
+from batchserve.core.rate_limit import (
+    RATE_LIMIT_MODES,
+    ExplicitResources,
+    parse_rate_limit_resources,
+)
 from batchserve.core.restrictions import GRPC_HEADER_PREFIX, Restriction, parse_restrictions
 from batchserve.core.tls import TlsFiles
 from batchserve.core.trace_config import parse_trace_config
@@ -50,6 +55,7 @@ _CONFIG_PARSERS: Mapping[str, Callable[[Sequence[str]], object]] = {
     "trace_config": parse_trace_config,
     "cache_config": parse_cache_config,
     "metrics_config": parse_metrics_config,
+    "rate_limit_resource": parse_rate_limit_resources,
 }
 """Triton's repeatable ``--*-config`` options, each read by its own module."""
 
@@ -236,6 +242,12 @@ class Settings(BaseSettings):
     backend_config: tuple[str, ...] = ()
     """Triton's ``--backend-config`` entries (``core/backend_config.py``): a completed
     config's default batch size."""
+    rate_limit: str = "off"
+    """Triton's ``--rate-limit``: ``execution_count`` runs a batch only once its instance
+    holds the resources its group's ``rate_limiter`` names (``scheduler/rate_limiter.py``);
+    ``off`` ignores them, Triton's default."""
+    rate_limit_resource: tuple[str, ...] = ()
+    """Triton's ``--rate-limit-resource`` entries (``core/rate_limit.py``)."""
     metrics_config: tuple[str, ...] = ()
     """Triton's ``--metrics-config`` entries (``core/metrics_config.py``): the latency
     families of the ``nv_*`` metrics."""
@@ -334,7 +346,21 @@ class Settings(BaseSettings):
             raise ValueError(f"--log-level must be {accepted}, not {value[:32]!r}")
         return level
 
-    @field_validator("trace_config", "cache_config", "metrics_config", "backend_config")
+    @field_validator("rate_limit")
+    @classmethod
+    def _rate_limit_mode(cls, value: str) -> str:
+        mode = value.lower()
+        if mode not in RATE_LIMIT_MODES:
+            raise ValueError("invalid argument for --rate-limit")
+        return mode
+
+    def rate_limit_resources(self) -> ExplicitResources:
+        """What ``--rate-limit-resource`` said."""
+        return parse_rate_limit_resources(self.rate_limit_resource)
+
+    @field_validator(
+        "trace_config", "cache_config", "metrics_config", "backend_config", "rate_limit_resource"
+    )
     @classmethod
     def _config_entries_parse(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         """Refused here, naming the entry, rather than when first used."""

@@ -4,7 +4,7 @@ A Triton config is accepted as written, so a field batchserve would skip must no
 skipped silently where that changes what clients get: a decoupled model answering once, a
 sequence model batched as stateless requests, an ensemble or a Python model served as
 something else. Fields that only tune performance or observability (``response_cache``,
-``metric_tags``, ``optimization`` priorities, instance ``rate_limiter``) are ignored: results
+``metric_tags``, ``optimization`` priorities) are ignored: results
 do not depend on them. The full list is in the README's config table.
 """
 

@@ -25,7 +25,7 @@ from batchserve.models.model_directory import ModelVersion
 from batchserve.models.model_table import InstanceMemory, LoadedInstance
 from batchserve.models.warmup import synthetic_batch
 from batchserve.models.warmup_samples import WarmupSample
-from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from batchserve.scheduler.batch_io import model_feed
 from batchserve.scheduler.instances import Instance
 from batchserve.scheduler.memory import (
@@ -38,6 +38,7 @@ from batchserve.scheduler.memory import (
 )
 from batchserve.scheduler.padding import row_positions
 from batchserve.scheduler.policy import BatchPolicy
+from batchserve.scheduler.rate_limiter import instance_limits
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +98,12 @@ def load_twin(
             return False
         backend.infer(batch)
     return True
+
+
+def instance_of(name: str, backend: Backend, placement: Placement) -> Instance:
+    """An instance to be, with what its group's ``rate_limiter`` says it needs."""
+    group = ModelInstanceGroup.FromString(placement.group)
+    return Instance(name, backend, limits=instance_limits(group, placement.device))
 
 
 def _log_loaded(
@@ -167,6 +174,11 @@ class InstanceLoader:
         self.budgets = budgets
         self.backend_factory = backend_factory
 
+    def _instance(
+        self, name: str, config: ModelConfig, version: ModelVersion, placement: Placement
+    ) -> Instance:
+        return instance_of(name, self.backend_factory(config, version.model_file), placement)
+
     async def load(
         self,
         name: str,
@@ -191,7 +203,7 @@ class InstanceLoader:
             )
             if loaded is not None:
                 return loaded
-        loading = _Loading(Instance(name, self.backend_factory(config, version.model_file)))
+        loading = _Loading(self._instance(name, config, version, placement))
         backend = loading.instance.backend
         free_dim = probe_length(config)
         first = samples[0].inputs if samples else None
@@ -235,7 +247,7 @@ class InstanceLoader:
         """An instance loaded on its twin's profile: reserved first, then loaded and run at
         its cap once, beside other twins. None where its runtime placed it elsewhere than
         its twin's (a fallback to the CPU one of them took): that one is measured."""
-        loading = _Loading(Instance(name, self.backend_factory(config, version.model_file)))
+        loading = _Loading(self._instance(name, config, version, placement))
         budget = self.budgets.for_device(twin.device)
         async with loading:
             reservation = loading.reserve(

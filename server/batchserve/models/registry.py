@@ -65,6 +65,7 @@ from batchserve.scheduler.memory import (
     probe_length,
 )
 from batchserve.scheduler.policy import BatchPolicy
+from batchserve.scheduler.rate_limiter import RateLimiter
 from batchserve.scheduler.response_cache import ResponseCache
 from batchserve.scheduler.sequences import MAX_LIVE_SEQUENCES, SequenceBatcher, SequencePolicy
 
@@ -138,6 +139,7 @@ class ModelRegistry(ModelTable):
         cpus: int = 1,
         metrics: MetricsConfig = TRITON_DEFAULTS,
         response_cache: ResponseCache | None = None,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         """``after_change`` runs once a load or unload has finished swapping models (the
         server settles its heap there: ``gc_tuning.settle``); ``cpus``: the cores models may
@@ -153,6 +155,8 @@ class ModelRegistry(ModelTable):
         self._metrics = metrics
         self._response_cache = response_cache
         """Triton's local cache (``--cache-config``), for models that enable it."""
+        self._rate_limiter = rate_limiter
+        """Triton's rate limiter (``--rate-limit execution_count``), shared by every model."""
 
     async def load(self, name: str, override: LoadOverride | None = None) -> None:
         """Load (or reload) every served version of a model. A failed first load leaves it
@@ -433,7 +437,14 @@ class ModelRegistry(ModelTable):
                 max_batch_steps=fewest_positions(i.memory.batch_steps for i in loaded),
             )
         pad = config.batchserve.padding_value
-        pool = InstancePool([i.instance for i in active_instances(loaded)])
+        active = [i.instance for i in active_instances(loaded)]
+        if self._rate_limiter is not None:
+            problems = self._rate_limiter.problems(i.limits for i in active)
+            if problems:
+                await asyncio.to_thread(InstancePool([i.instance for i in loaded]).close)
+                reservations.release()
+                raise ModelConfigError("; ".join(problems))
+        pool = InstancePool(active, self._rate_limiter)
         sequences = SequencePolicy.from_config(config, await self._initial_states(resolved))
         batcher: Batcher
         if sequences is None:

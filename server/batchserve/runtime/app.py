@@ -54,6 +54,7 @@ from batchserve.runtime.worker_counts import WorkerCounts
 from batchserve.runtime.worker_pool import Endpoints, WorkerPool
 from batchserve.runtime.worker_process import serve_forked
 from batchserve.scheduler.memory import MemoryBudgets
+from batchserve.scheduler.rate_limiter import rate_limiter_for
 from batchserve.scheduler.response_cache import local_cache
 
 logger = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class Server:
             repository, settings.max_queue_size, budgets, backend_factory,
             after_change=self._repository_changed, cpus=cpus, metrics=settings.metrics(),
             response_cache=local_cache(settings.cache_bytes()),
+            rate_limiter=rate_limiter_for(settings.rate_limit, settings.rate_limit_resources()),
         )  # fmt: skip
         for setting in settings.metrics().unknown:  # Triton ignores them too
             logger.warning("--metrics-config setting ignored", extra={"setting": setting})

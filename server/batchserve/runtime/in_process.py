@@ -66,6 +66,7 @@ from batchserve.runtime.in_process_requests import (
     response_outputs,
 )
 from batchserve.scheduler.memory import MemoryBudgets
+from batchserve.scheduler.rate_limiter import rate_limiter_for
 from batchserve.scheduler.response_cache import local_cache
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,9 @@ class Server:
             repository, self.settings.max_queue_size, budgets, backend_factory,
             cpus=available_cpus(self.settings.cpus), metrics=self.settings.metrics(),
             response_cache=local_cache(self.settings.cache_bytes()),
+            rate_limiter=rate_limiter_for(
+                self.settings.rate_limit, self.settings.rate_limit_resources()
+            ),
         )  # fmt: skip
         expected = startup_models(self.settings, repository)
         self.dataplane = DataPlane(self.settings, self.registry, expected)

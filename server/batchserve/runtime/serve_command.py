@@ -26,6 +26,14 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "else its config.pbtxt (Triton's flag)",
     ),
     ("--host", "host", str, "address to listen on (default 127.0.0.1)"),
+    (
+        "--rate-limit",
+        "rate_limit",
+        str,
+        "Triton's: execution_count runs an instance's batch only once it holds the resources "
+        "its instance_group rate_limiter names, waiting in order of runs times priority; off "
+        "(default) ignores rate_limiter",
+    ),
     ("--id", "server_id", str, "the server's name in its metadata (Triton's flag; default triton)"),
     (
         "--http-address",
@@ -352,6 +360,10 @@ REPEATED: tuple[tuple[str, str, str, str], ...] = (
      "or onnxruntime,default-max-batch-size=N for one) is the batch size of a config "
      "completed from its model file (default 32); other settings are checked for their "
      "form and ignored, as batchserve's backends are built in"),
+    ("--rate-limit-resource", "rate_limit_resource", "NAME:COUNT[:DEVICE]",
+     "Triton's: how many of a resource named in instance_group rate_limiter the server has, "
+     "on DEVICE or, without one, on every device (repeatable); without it, the most any one "
+     "instance needs"),
     ("--metrics-config", "metrics_config", "SETTING=VALUE",
      "Triton's latency families of the nv_* metrics (repeatable): counter_latencies (true), "
      "summary_latencies (false), summary_quantiles=Q:E,..., histogram_latencies (false)"),
@@ -386,12 +398,6 @@ def _pair(text: str) -> str:
     return text
 
 
-def _rate_limit(text: str) -> str:
-    if text.lower() not in ("off", "execution_count"):
-        raise argparse.ArgumentTypeError("invalid argument for --rate-limit")
-    return text
-
-
 IGNORED: tuple[tuple[str, Callable[[str], object], str], ...] = (
     ("--backend-directory", str, "batchserve's backends are built in"),
     ("--repoagent-directory", str, "batchserve has no repository agents"),
@@ -404,8 +410,6 @@ IGNORED: tuple[tuple[str, Callable[[str], object], str], ...] = (
     ("--cuda-virtual-address-size", _pair, "GPU memory is bounded by --memory-budget"),
     ("--model-load-gpu-limit", _pair, "GPU memory is bounded by --memory-budget"),
     ("--min-supported-compute-capability", float, "every GPU CUDA sees is used"),
-    ("--rate-limit", _rate_limit, "instances run whenever free; rate_limiter is ignored too"),
-    ("--rate-limit-resource", str, "instances run whenever free; rate_limiter is ignored too"),
     ("--grpc-infer-allocation-pool-size", int, "gRPC messages are not pooled"),
     ("--grpc-max-response-pool-size", int, "gRPC messages are not pooled"),
     ("--reuse-http-port", _triton_bool, "ports are shared by --workers only"),

@@ -84,6 +84,7 @@ class Batcher:
         inline_below_ns: int = 0,
     ) -> None:
         self.pool = pool
+        pool.on_ready = self._dispatch_soon  # an instance given its resources (rate limiter)
         self.policy = policy
         self.stats = stats
         self.queue = PriorityQueue(
@@ -259,6 +260,9 @@ class Batcher:
         self._urgent += item.urgent
         if self._order is not None:
             item.ticket = self._order.ticket()
+        self._dispatch_soon()
+
+    def _dispatch_soon(self) -> None:
         if not self._dispatch_pending:
             self._dispatch_pending = True
             asyncio.get_running_loop().call_soon(self._deferred_dispatch)
@@ -319,17 +323,15 @@ class Batcher:
     # forming batches ----------------------------------------------------------------
     def _dispatch(self) -> None:
         queue = self.queue
-        while queue and self.pool.has_free():
+        # under a rate limiter a free instance first asks for its resources (``stage``)
+        while queue and (self.pool.has_free() or self.pool.stage()):
             now = self._clock()
             self._drop_dead_heads(now)
             if not queue:
                 break
-            target = self._batch_target(now)
-            if target and self.routing.cpu_below:
-                head = self.queue.peek(now)
-                size, positions = head.batch_size if head else 0, self._positions_ahead(now)
-                target = self.routing.limit(self.pool, target, size, positions)
+            target = self._routed_target(now)
             if not target:
+                self.pool.withdraw()  # waiting for company holds no resources
                 return
             batch = self._forming.take(target, now)
             if self.policy.refuse_late and self._objective is not None:
@@ -338,12 +340,23 @@ class Batcher:
                 batch = self._objective.refuse_late(batch, now, predicted, self._settle)
             for part in self._spread(batch) if batch else ():
                 self._start(part, now)
+        if not queue:
+            self.pool.withdraw()
         timing = self._timing
         if not queue and timing is not None:
             if self._timing_learns:
                 timing.emptied()
             if self._objective is not None:
                 self._objective.queue_emptied()
+
+    def _routed_target(self, now: int) -> int:
+        """``_batch_target``, bounded by what the free instances' devices should take."""
+        target = self._batch_target(now)
+        if target and self.routing.cpu_below:
+            head = self.queue.peek(now)
+            size, positions = head.batch_size if head else 0, self._positions_ahead(now)
+            target = self.routing.limit(self.pool, target, size, positions)
+        return target
 
     def _batch_target(self, now: int) -> int:
         """Samples to dispatch now (0: wait): all that fit, unless the waiting rules apply."""
@@ -486,7 +499,7 @@ class Batcher:
         outcomes: list[Outcome] | BaseException,
         predicted_ns: int = 0,
     ) -> None:
-        self.pool.release(instance)
+        self.pool.release(instance, more=bool(self.queue))
         self._watch.finished(run)
         if run.interrupted:  # stopped, or run on where the runtime cannot stop it
             self.stats.stopped_batches += run.stopped
