@@ -343,3 +343,44 @@ def test_a_grpc_client_that_never_starts_its_tls_handshake_is_dropped(pki: Pki) 
     finally:
         assert server.stop() == 0
     assert 0.5 < waited < 5
+
+
+# --- Triton's gRPC-only TLS flags (L0_secure_grpc) ----------------------------------------
+
+
+def _triton_grpc_flags(pki: Pki, *, mutual: bool) -> list[str]:
+    """Triton's L0_secure_grpc server flags, on this run's files."""
+    use = "--grpc-use-ssl-mutual=true" if mutual else "--grpc-use-ssl=true"
+    return [
+        use,
+        f"--grpc-server-cert={pki.server.cert_file}",
+        f"--grpc-server-key={pki.server.key_file}",
+        f"--grpc-root-cert={pki.ca.cert_file}",
+    ]
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["ssl", "ssl-mutual"])
+def test_tritons_grpc_ssl_flags_secure_grpc_and_leave_http_plain(pki: Pki, mutual: bool) -> None:
+    """As Triton's flags do: gRPC serves TLS (requiring a client certificate signed by the
+    root only with -mutual), HTTP stays plain, as its L0_secure_grpc readiness check needs."""
+    server = start_server(MODEL_REPO, [*ONLY_DIGITS, *_triton_grpc_flags(pki, mutual=mutual)])
+    try:
+        record = _listening(server)
+        assert (record["http_tls"], record["grpc_tls"]) == ("off", "mutual" if mutual else "tls")
+        plain = httpclient.InferenceServerClient(server.http_url)
+        assert plain.is_server_ready()
+        _triton_grpc_infer(server, pki, pki.client)
+        without = _triton_grpc(server, pki, None)
+        if mutual:
+            with pytest.raises(InferenceServerException, match="UNAVAILABLE"):
+                without.is_server_live(client_timeout=10)
+        else:  # the root certificate is given, and no client certificate asked for
+            assert without.is_server_live(client_timeout=10)
+        without.close()
+        with (
+            grpcclient.InferenceServerClient(server.grpc_url) as insecure,
+            pytest.raises(InferenceServerException),
+        ):
+            insecure.is_server_live(client_timeout=5)
+    finally:
+        assert server.stop() == 0

@@ -430,10 +430,11 @@ def test_rate_limited_models_serve_and_one_needing_too_much_is_refused(tmp_path:
 
         def ask(call: int) -> np.ndarray:
             model = ("first", "second")[call % 2]
-            if call % 3:
+            if call % 3:  # a client per thread: tritonclient's HTTP client is not shared
+                http = httpclient.InferenceServerClient(server.http_url)
                 tensor = httpclient.InferInput("image", list(image.shape), "FP32")
                 tensor.set_data_from_numpy(image)
-                return client.infer(model, [tensor]).as_numpy("probabilities")
+                return http.infer(model, [tensor]).as_numpy("probabilities")
             grpc = grpcclient.InferenceServerClient(server.grpc_url)
             tensor = grpcclient.InferInput("image", list(image.shape), "FP32")
             tensor.set_data_from_numpy(image)
@@ -449,3 +450,50 @@ def test_rate_limited_models_serve_and_one_needing_too_much_is_refused(tmp_path:
         assert served["first"] == served["second"] == 48  # 24 requests of 2 rows each
     finally:
         assert server.stop() == 0
+
+
+def _serve_args(repo: Path, http: int, grpc: int, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "batchserve.cli", "serve", "--model-repository", str(repo),
+        "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", "0",
+        "--log-format", "json", *extra,
+    ]  # fmt: skip
+
+
+def test_ports_another_server_holds_stop_the_start_unless_shared(tmp_path: Path) -> None:
+    """Triton's L0_socket: a second server on the ports of a running one does not start,
+    even where both run several workers (whose sockets let each other share a port), and
+    does with --reuse-http-port and --reuse-grpc-port true; one server's HTTP and gRPC on
+    one port is refused before anything starts, in Triton's words."""
+    shutil.copytree(MODEL_REPO / "digits_cnn", tmp_path / "digits_cnn")
+    http, grpc = free_port(), free_port()
+    same = subprocess.run(
+        _serve_args(tmp_path, http, http), capture_output=True, text=True, timeout=120
+    )
+    assert same.returncode == 2
+    assert (
+        "The server cannot listen to HTTP requests and GRPC requests at the same address and "
+        f"port 127.0.0.1:{http}"
+    ) in same.stderr
+    first = start_server(tmp_path, ["--http-port", str(http), "--grpc-port", str(grpc),
+                                    "--workers", "2"])  # fmt: skip
+    try:
+        second = subprocess.run(
+            _serve_args(tmp_path, http, grpc, "--workers", "2"),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert second.returncode == 3
+        assert f"cannot serve HTTP on 127.0.0.1:{http}" in second.stderr
+        assert "--reuse-http-port true shares it" in second.stderr
+        shared = start_server(tmp_path, ["--http-port", str(http), "--grpc-port", str(grpc),
+                                         "--reuse-http-port", "true",
+                                         "--reuse-grpc-port", "true"])  # fmt: skip
+        try:
+            assert _infer(httpclient.InferenceServerClient(f"127.0.0.1:{http}"), 1).shape == (
+                1,
+                10,
+            )
+        finally:
+            assert shared.stop() == 0
+    finally:
+        assert first.stop() == 0

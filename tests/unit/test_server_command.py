@@ -9,6 +9,7 @@ import pytest
 from batchserve.cli import build_parser
 from batchserve.core.budgets import DEFAULT_BUDGET, BudgetSpec
 from batchserve.core.settings import ClientShm, ModelControlMode, Settings
+from batchserve.core.tls import TlsMode
 from batchserve.grpc.options import server_options
 from batchserve.runtime.serve_command import (
     FLAGS,
@@ -20,6 +21,8 @@ from batchserve.runtime.serve_command import (
     settings_from_args,
 )
 from pydantic import ValidationError
+
+from tests.tls_certs import make_pki
 
 GIB = 1 << 30
 
@@ -577,9 +580,10 @@ def test_l0_infers_command_line_starts(
     ignored = [r.__dict__["flag"] for r in caplog.records if "accepted and ignored" in r.message]
     assert ignored == [
         "--backend-directory", "--cuda-memory-pool-byte-size",
-        "--pinned-memory-pool-byte-size", "--reuse-grpc-port",
+        "--pinned-memory-pool-byte-size",
     ]  # fmt: skip
     [settings] = started
+    assert settings.reuse_grpc_port
     assert settings.rate_limit == "execution_count"
     assert settings.backend_config == (
         "python,stub-timeout-seconds=120",
@@ -607,8 +611,7 @@ def test_triton_flags_batchserve_cannot_honour_stop_the_start(
 
 @pytest.mark.parametrize(
     ("flag", "value"),
-    [("--cuda-memory-pool-byte-size", "64MB"),
-     ("--model-load-thread-count", "four"), ("--reuse-http-port", "maybe")],
+    [("--cuda-memory-pool-byte-size", "64MB"), ("--model-load-thread-count", "four")],
 )  # fmt: skip
 def test_an_ignored_flags_value_is_still_checked_as_triton_checks_it(
     flag: str, value: str, capsys: pytest.CaptureFixture[str]
@@ -616,6 +619,46 @@ def test_an_ignored_flags_value_is_still_checked_as_triton_checks_it(
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", flag, value])
     assert flag in capsys.readouterr().err
+
+
+def test_tritons_grpc_ssl_flags_secure_grpc_alone(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+    files = ["--grpc-server-cert", str(pki.server.cert_file),
+             "--grpc-server-key", str(pki.server.key_file)]  # fmt: skip
+    plain_root = _settings("--grpc-use-ssl", "1", *files, "--grpc-root-cert", str(pki.ca.cert_file))
+    assert plain_root.tls is None
+    assert plain_root.grpc_tls is not None
+    assert plain_root.grpc_tls.mode == TlsMode.TLS
+    mutual = _settings("--grpc-use-ssl-mutual=true", *files, "--grpc-root-cert",
+                       str(pki.ca.cert_file))  # fmt: skip
+    assert mutual.grpc_tls is not None
+    assert mutual.grpc_tls.mode == TlsMode.MUTUAL
+    both = _settings(*files, "--tls-cert-file", str(pki.server.cert_file), "--tls-key-file",
+                     str(pki.server.key_file))  # fmt: skip
+    assert both.grpc_tls == both.tls  # without Triton's switch, the --tls-* files serve both
+    with pytest.raises(ValidationError, match="need --grpc-server-cert and --grpc-server-key"):
+        _settings("--grpc-use-ssl", "true")
+    with pytest.raises(ValidationError, match="--grpc-use-ssl-mutual needs --grpc-root-cert"):
+        _settings("--grpc-use-ssl-mutual", "true", *files)
+    with pytest.raises(ValidationError, match="holds no PEM certificate"):
+        _settings("--grpc-use-ssl", "true", "--grpc-server-cert", str(pki.server.key_file),
+                  "--grpc-server-key", str(pki.server.key_file))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [(["--http-port", "8005", "--grpc-port", "8005"],
+      "listen to HTTP requests and GRPC requests at the same address and port 127.0.0.1:8005"),
+     (["--grpc-port", "8002"],
+      "listen to GRPC requests and metrics requests at the same address and port 127.0.0.1:8002")],
+)  # fmt: skip
+def test_two_listeners_on_one_port_are_refused_in_tritons_words(
+    argv: list[str], words: str
+) -> None:
+    with pytest.raises(ValidationError, match=f"The server cannot {words}"):
+        _settings(*argv)
+    _settings("--grpc-port", "8002", "--allow-metrics", "false")  # no metrics port, no clash
+    _settings("--http-port", "8005", "--grpc-port", "8005", "--grpc-address", "127.0.0.2")
 
 
 def test_rate_limit_flags_are_read_and_checked_in_tritons_words() -> None:

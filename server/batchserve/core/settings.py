@@ -194,6 +194,17 @@ class Settings(BaseSettings):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_ca_file: Path | None = None
+    reuse_http_port: bool = False
+    reuse_grpc_port: bool = False
+    """Triton's ``--reuse-*-port``: other processes may bind the port too (SO_REUSEPORT)."""
+    grpc_use_ssl: bool = False
+    grpc_use_ssl_mutual: bool = False
+    grpc_server_cert: Path | None = None
+    grpc_server_key: Path | None = None
+    grpc_root_cert: Path | None = None
+    """Triton's gRPC-only TLS flags: with ``--grpc-use-ssl`` (or ``-mutual``, which requires
+    a client certificate signed by ``--grpc-root-cert``) gRPC serves TLS with these files,
+    whatever the ``--tls-*`` files say for HTTP."""
     allow_client_shm: ClientShm = ClientShm.LOCAL
     # gRPC connections, in milliseconds as Triton's --grpc-keepalive-* flags take them.
     grpc_handshake_timeout_ms: int = Field(20_000, gt=0, le=INT32_MAX)
@@ -441,6 +452,24 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _ports_apart(self) -> Settings:
+        """Triton's check, in its words: two listeners may not share an address and port
+        (with several workers both would bind it, and one protocol would answer the
+        other's clients)."""
+        listeners = [("HTTP", self.http_host(), self.http_port),
+                     ("GRPC", self.grpc_host(), self.grpc_port)]  # fmt: skip
+        if self.allow_metrics:
+            listeners.append(("metrics", self.metrics_host(), self.metrics_port))
+        for index, (name, host, port) in enumerate(listeners):
+            for other, other_host, other_port in listeners[index + 1 :]:
+                if port and port == other_port and host == other_host:
+                    raise ValueError(
+                        f"The server cannot listen to {name} requests and {other} requests at "
+                        f"the same address and port {host}:{port}"
+                    )
+        return self
+
+    @model_validator(mode="after")
     def _tls_files_load(self) -> Settings:
         """Refuse to start with TLS half set up, or with files the listeners could not load."""
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
@@ -449,11 +478,34 @@ class Settings(BaseSettings):
             raise ValueError("--tls-ca-file (mutual TLS) needs --tls-cert-file and --tls-key-file")
         if self.tls is not None:
             self.tls.check()
+        triton = self.grpc_use_ssl or self.grpc_use_ssl_mutual
+        if triton and (self.grpc_server_cert is None or self.grpc_server_key is None):
+            raise ValueError(
+                "--grpc-use-ssl and --grpc-use-ssl-mutual need --grpc-server-cert and "
+                "--grpc-server-key"
+            )
+        if self.grpc_use_ssl_mutual and self.grpc_root_cert is None:
+            raise ValueError("--grpc-use-ssl-mutual needs --grpc-root-cert, the clients' CA")
+        if triton and self.grpc_tls is not None:
+            self.grpc_tls.check()
         return self
 
     @property
     def tls(self) -> TlsFiles | None:
-        """The HTTP and gRPC listeners' TLS files, or None to serve in plain text."""
+        """The HTTP listener's TLS files (and gRPC's, unless Triton's gRPC flags give its
+        own: ``grpc_tls``), or None to serve in plain text."""
         if self.tls_cert_file is None or self.tls_key_file is None:
             return None
         return TlsFiles(self.tls_cert_file, self.tls_key_file, self.tls_ca_file)
+
+    @property
+    def grpc_tls(self) -> TlsFiles | None:
+        """The gRPC listener's TLS files: Triton's ``--grpc-use-ssl*`` set, else ``tls``."""
+        if not (self.grpc_use_ssl or self.grpc_use_ssl_mutual):
+            return self.tls
+        if self.grpc_server_cert is None or self.grpc_server_key is None:
+            return None  # refused by ``_tls_files_load``
+        return TlsFiles(
+            self.grpc_server_cert, self.grpc_server_key, self.grpc_root_cert,
+            clients_certified=self.grpc_use_ssl_mutual,
+        )  # fmt: skip

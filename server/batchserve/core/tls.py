@@ -47,10 +47,18 @@ class TlsFiles:
     cert: Path
     key: Path
     ca: Path | None = None
+    clients_certified: bool = True
+    """With ``ca``: whether a client must present a certificate it signs (mutual TLS).
+    Triton's ``--grpc-root-cert`` without ``--grpc-use-ssl-mutual`` gives the CA and asks
+    for none."""
 
     @property
     def mode(self) -> TlsMode:
-        return TlsMode.MUTUAL if self.ca is not None else TlsMode.TLS
+        return TlsMode.MUTUAL if self._mutual else TlsMode.TLS
+
+    @property
+    def _mutual(self) -> bool:
+        return self.ca is not None and self.clients_certified
 
     def check(self) -> None:
         """Load every file as the listeners will; raise ValueError naming the file at fault."""
@@ -86,7 +94,8 @@ class TlsFiles:
         """uvicorn.Config's keywords; with a CA, a client certificate is required."""
         options: dict[str, Any] = {"ssl_certfile": str(self.cert), "ssl_keyfile": str(self.key)}
         if self.ca is not None:
-            options |= {"ssl_ca_certs": str(self.ca), "ssl_cert_reqs": ssl.CERT_REQUIRED}
+            required = ssl.CERT_REQUIRED if self._mutual else ssl.CERT_NONE
+            options |= {"ssl_ca_certs": str(self.ca), "ssl_cert_reqs": required}
         return options
 
     def grpc_credentials(self) -> grpc.ServerCredentials:
@@ -95,7 +104,7 @@ class TlsFiles:
         return grpc.ssl_server_credentials(
             [(self.key.read_bytes(), self.cert.read_bytes())],
             root_certificates=root,
-            require_client_auth=root is not None,
+            require_client_auth=self._mutual,
         )
 
 

@@ -85,6 +85,8 @@ class DataPlane:
         self.shared_memory = SharedMemoryManager()
         self.regions = ClientRegions(settings.allow_client_shm, self.shared_memory)
         self.control = Control(settings, registry)
+        self.startup_done = False
+        """The models loaded at start have all been tried (set by the runtime)."""
         self.tracing = RequestTracer(self.control.trace, self.control.trace_config)
 
     # health -------------------------------------------------------------------------
@@ -93,10 +95,13 @@ class DataPlane:
 
     def ready(self) -> bool:
         """Ready when not draining and every model is ready (``ModelTable.all_ready``), or
-        without Triton's strict readiness, when not draining."""
+        without Triton's strict readiness, when not draining and the start-up loads have
+        ended, as Triton's endpoints only start then."""
         if self.draining:
             return False
-        return not self.settings.strict_readiness or self.registry.all_ready(self.expected_models)
+        if not self.settings.strict_readiness:
+            return self.startup_done
+        return self.registry.all_ready(self.expected_models)
 
     def models_ready(self) -> bool:
         """Every model tried is ready, or was unloaded on request (strict or not)."""

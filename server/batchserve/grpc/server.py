@@ -85,10 +85,11 @@ class _Listener:
         when configured."""
         address = host_port(settings.grpc_host(), port)
         try:
-            if settings.tls is None:
+            tls = settings.grpc_tls
+            if tls is None:
                 self.port = self.server.add_insecure_port(address)
             else:
-                self.port = self.server.add_secure_port(address, settings.tls.grpc_credentials())
+                self.port = self.server.add_secure_port(address, tls.grpc_credentials())
         except RuntimeError:  # grpc says no more than that the bind failed
             raise CannotStart(
                 f"cannot serve gRPC on {address}: the port is taken, or the address is not "
@@ -117,13 +118,18 @@ class GrpcServer(_Listener):
     """The whole service, and the health status it reports."""
 
     def __init__(
-        self, dataplane: DataPlane, settings: Settings, internal_path: str | None = None
+        self,
+        dataplane: DataPlane,
+        settings: Settings,
+        internal_path: str | None = None,
+        reuse_port: bool = False,
     ) -> None:
         """Serves ``settings``' port, or with ``internal_path`` a Unix socket that only the
-        server's workers reach (plain text; the client's address is the one they name)."""
+        server's workers reach (plain text; the client's address is the one they name);
+        ``reuse_port``: other processes may bind the port too (``--reuse-grpc-port``)."""
         servicer = InferenceServicer if internal_path is None else InternalServicer
         super().__init__(
-            settings, servicer(dataplane), reuse_port=False, public=internal_path is None
+            settings, servicer(dataplane), reuse_port=reuse_port, public=internal_path is None
         )
         # the generated code calls only the two add_* methods of its server
         registrations = cast(grpc.aio.Server, self.registrations)

@@ -47,7 +47,7 @@ from batchserve.runtime.event_loop import BoundedHandshakeLoop
 from batchserve.runtime.fork_server import ForkServer
 from batchserve.runtime.http_listener import HttpListener, http_listener
 from batchserve.runtime.metrics_collector import ServerCollector, metrics_registry
-from batchserve.runtime.shared_ports import bound_port, reuse_port_socket
+from batchserve.runtime.shared_ports import bound_port, ensure_unshared, reuse_port_socket
 from batchserve.runtime.stop_signals import StopSignals
 from batchserve.runtime.triton_metrics import TritonMetrics
 from batchserve.runtime.worker_counts import WorkerCounts
@@ -98,7 +98,11 @@ class Server:
         if workers == 1:
             self.http = http_listener(build_http_app(self.dataplane, settings), settings,
                                       settings.http_port, Protocol.HTTP, settings.tls)  # fmt: skip
-            self.grpc = GrpcServer(self.dataplane, settings)
+            if settings.reuse_http_port:  # Triton's flag: other servers may bind it too
+                self.http.sockets = [reuse_port_socket(
+                    "HTTP", settings.http_host(), settings.http_port, listening=True
+                )]  # fmt: skip
+            self.grpc = GrpcServer(self.dataplane, settings, reuse_port=settings.reuse_grpc_port)
             collector = ServerCollector(self.registry, self.gpus, self.registry.load_seconds)
         else:
             collector = self._serve_through_workers(workers)
@@ -141,10 +145,15 @@ class Server:
         app = trusting_peer_header(build_http_app(self.dataplane, settings))
         self.http = http_listener(app, settings, 0, Protocol.HTTP, uds=http_path)
         self.grpc = GrpcServer(self.dataplane, settings, internal_path=grpc_path)
-        public = (("HTTP", settings.http_host(), settings.http_port),
-                  ("gRPC", settings.grpc_host(), settings.grpc_port))  # fmt: skip
+        public = (("HTTP", settings.http_host(), settings.http_port, settings.reuse_http_port,
+                   "--reuse-http-port"),
+                  ("gRPC", settings.grpc_host(), settings.grpc_port, settings.reuse_grpc_port,
+                   "--reuse-grpc-port"))  # fmt: skip
+        for name, host, port, shared, flag in public:
+            if not shared:
+                ensure_unshared(name, host, port, flag)
         self._held = [reuse_port_socket(name, host, port, listening=False)
-                      for name, host, port in public]  # fmt: skip
+                      for name, host, port, _, _ in public]  # fmt: skip
         ports = [bound_port(sock) for sock in self._held]
         counts = WorkerCounts(REFUSALS)
         endpoints = Endpoints(ports[0], ports[1], http_path, grpc_path)
@@ -184,6 +193,8 @@ class Server:
         else:
             http_port, grpc_port = self.http.bound_port(), self.grpc.port
         tls = self.settings.tls.mode if self.settings.tls is not None else TlsMode.OFF
+        grpc_tls = self.settings.grpc_tls
+        grpc_mode = grpc_tls.mode if grpc_tls is not None else TlsMode.OFF
         logger.info(
             "listening",
             extra={"host": self.settings.http_host(), "grpc_host": self.settings.grpc_host(),
@@ -191,7 +202,7 @@ class Server:
                    "http_port": http_port, "grpc_port": grpc_port,
                    "metrics_port": None if self.metrics is None else self.metrics.bound_port(),
                    "http_tls": tls,
-                   "grpc_tls": tls, "metrics_tls": TlsMode.OFF,
+                   "grpc_tls": grpc_mode, "metrics_tls": TlsMode.OFF,
                    "workers": 1 if self.pool is None else self.pool.count,
                    "open_files_limit": open_files.soft_limit(),
                    "rep_movsb": "off" if memmove_tuning.rep_movsb_off() else "glibc default"},
@@ -245,6 +256,7 @@ class Server:
                 self._heap_unsettled = False
                 _settle_heap()
         self._started = True
+        self.dataplane.startup_done = True
         ready = self.dataplane.ready()
         await self.grpc.set_serving(ready)
         logger.info("server ready" if ready else "server not ready: a model failed to load")

@@ -27,6 +27,9 @@ class HttpListener(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, serves: Protocol) -> None:
         super().__init__(config)
         self.serves = serves
+        self.sockets: list[socket.socket] | None = None
+        """Sockets bound already (a port shared under ``--reuse-http-port``), served in
+        place of the config's host and port."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -37,7 +40,7 @@ class HttpListener(uvicorn.Server):
         raises CannotStart: its SystemExit would leave the event loop at once, with the
         server's other listeners still open."""
         try:
-            await super().serve(sockets)
+            await super().serve(sockets or self.sockets)
         except SystemExit:
             where = self.config.uds or host_port(self.config.host, self.config.port)
             name = "HTTP" if self.serves is Protocol.HTTP else "metrics"

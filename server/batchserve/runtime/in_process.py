@@ -211,6 +211,7 @@ class Server:
                 await self.registry.load(name)
             except BatchserveError as exc:
                 logger.error("model failed to load", extra={"model": name, "reason": exc.message})
+        self.dataplane.startup_done = True
         ready = self.dataplane.ready()
         logger.info("server ready" if ready else "server not ready: a model failed to load")
 

@@ -172,6 +172,24 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "(mutual TLS)",
     ),
     (
+        "--grpc-server-cert",
+        "grpc_server_cert",
+        Path,
+        "Triton's: PEM certificate of the gRPC port, with --grpc-use-ssl",
+    ),
+    (
+        "--grpc-server-key",
+        "grpc_server_key",
+        Path,
+        "Triton's: PEM private key of --grpc-server-cert",
+    ),
+    (
+        "--grpc-root-cert",
+        "grpc_root_cert",
+        Path,
+        "Triton's: PEM CA of the gRPC clients' certificates, required with --grpc-use-ssl-mutual",
+    ),
+    (
         "--allow-client-shm",
         "allow_client_shm",
         str,
@@ -332,6 +350,20 @@ LOG_SWITCHES = tuple(
     (f"--log-{level}", f"log_{level}", f"{level} messages on or off (unset: --log-level decides)")
     for level in ("info", "warning", "error")
 )
+PORT_SWITCHES = (
+    ("--reuse-http-port", "reuse_http_port",
+     "true: other processes may serve the HTTP port too, the kernel spreading connections "
+     "(SO_REUSEPORT); false (default): a port another process holds stops the start"),
+    ("--reuse-grpc-port", "reuse_grpc_port", "the same for the gRPC port"),
+)  # fmt: skip
+GRPC_TLS_SWITCHES = (
+    ("--grpc-use-ssl", "grpc_use_ssl",
+     "true: the gRPC port serves TLS with --grpc-server-cert and --grpc-server-key, HTTP "
+     "as --tls-* says"),
+    ("--grpc-use-ssl-mutual", "grpc_use_ssl_mutual",
+     "true: as --grpc-use-ssl, and a gRPC client must present a certificate signed by "
+     "--grpc-root-cert"),
+)  # fmt: skip
 STARTUP_SWITCHES = (
     ("--strict-readiness", "strict_readiness",
      "false: the server is ready while it serves, even with models not ready (default true)"),
@@ -342,7 +374,14 @@ PROTOCOL_SWITCHES = (
     ("--allow-http", "allow_http", "true only: batchserve always serves HTTP (default true)"),
     ("--allow-grpc", "allow_grpc", "true only: batchserve always serves gRPC (default true)"),
 )
-SWITCHES = METRICS_SWITCHES + LOG_SWITCHES + STARTUP_SWITCHES + PROTOCOL_SWITCHES
+SWITCHES = (
+    METRICS_SWITCHES
+    + LOG_SWITCHES
+    + STARTUP_SWITCHES
+    + PROTOCOL_SWITCHES
+    + PORT_SWITCHES
+    + GRPC_TLS_SWITCHES
+)
 """Triton's on/off flags, BOOL each."""
 REPEATED: tuple[tuple[str, str, str, str], ...] = (
     ("--model-repository", "model_repository", "DIR",
@@ -412,8 +451,6 @@ IGNORED: tuple[tuple[str, Callable[[str], object], str], ...] = (
     ("--min-supported-compute-capability", float, "every GPU CUDA sees is used"),
     ("--grpc-infer-allocation-pool-size", int, "gRPC messages are not pooled"),
     ("--grpc-max-response-pool-size", int, "gRPC messages are not pooled"),
-    ("--reuse-http-port", _triton_bool, "ports are shared by --workers only"),
-    ("--reuse-grpc-port", _triton_bool, "ports are shared by --workers only"),
     ("--host-policy", str, "NUMA placement is left to the operating system"),
     ("--enable-peer-access", _triton_bool, "GPUs do not copy to one another"),
 )

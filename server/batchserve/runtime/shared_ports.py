@@ -35,5 +35,25 @@ def reuse_port_socket(serves: str, host: str, port: int, listening: bool) -> soc
     return sock
 
 
+def ensure_unshared(serves: str, host: str, port: int, flag: str) -> None:
+    """CannotStart when another process holds ``host:port``, even one that lets others
+    share it: a bind without ``SO_REUSEPORT`` fails then. Without this check a second
+    server started with several workers would silently take half of the first's
+    connections, where Triton refuses to start unless ``flag`` (its ``--reuse-*-port``)
+    says to share."""
+    if not port:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise CannotStart(
+                f"cannot serve {serves} on {host_port(host, port)}: {exc.strerror or exc} "
+                f"(another process holds it; {flag} true shares it with that process)"
+            ) from None
+
+
 def bound_port(sock: socket.socket) -> int:
     return int(sock.getsockname()[1])

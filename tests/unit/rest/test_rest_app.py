@@ -184,6 +184,25 @@ async def test_not_ready_model_is_503_with_retry_after(tmp_path: Path) -> None:
     assert ready.status_code == 503
 
 
+async def test_without_strict_readiness_the_server_is_ready_once_the_start_up_loads_end(
+    tmp_path: Path,
+) -> None:
+    """Triton starts its endpoints after its start-up loads, so even its non-strict
+    readiness never answers 200 while they run."""
+    settings = Settings(model_repository=tmp_path, strict_readiness=False)
+    registry = ModelRegistry(
+        _repository(tmp_path), 8, _budgets(), lambda config, path: FakeBackend()
+    )
+    dataplane = DataPlane(settings, registry, ["fake"])
+    app = build_http_app(dataplane, settings)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        loading = await c.get("/v2/health/ready")
+        dataplane.startup_done = True  # as the runtime says once every model was tried
+        loaded = await c.get("/v2/health/ready")
+    assert (loading.status_code, loaded.status_code) == (503, 200)
+    await registry.close()
+
+
 async def test_routes_outside_inference_use_the_error_shape(client: httpx.AsyncClient) -> None:
     missing = await client.get("/v2/nothing-here")
     assert missing.status_code == 404
