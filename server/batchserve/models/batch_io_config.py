@@ -8,13 +8,15 @@ refused at load rather than answered wrongly.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 from batchserve.core.datatypes import config_name
 from batchserve.core.signature import DYNAMIC, ModelSignature
 from batchserve.proto.model_config_pb2 import BatchInput, BatchOutput, DataType, ModelConfig
 
 _BATCH_INPUT_TYPES = (DataType.TYPE_INT32, DataType.TYPE_FP32)
+_INPUT_KINDS = {int(value): name for name, value in BatchInput.Kind.items()}
+_OUTPUT_KINDS = {int(value): name for name, value in BatchOutput.Kind.items()}
 
 
 def batch_io_problems(config: ModelConfig) -> list[str]:
@@ -30,13 +32,7 @@ def _triton_problems(config: ModelConfig) -> list[str]:
     outputs = {tensor.name for tensor in config.output}
     problems: list[str] = []
     for entry in config.batch_input:
-        if entry.kind not in BatchInput.Kind.values():
-            problems.append(f"unknown batch input kind '{entry.kind}'")
-        elif len(entry.source_input) != 1:
-            kind = BatchInput.Kind.Name(entry.kind)
-            problems.append(
-                f"batch input kind '{kind}' expects 1 source input, got {len(entry.source_input)}"
-            )
+        problems += _kind_problems("batch input", entry.kind, _INPUT_KINDS, entry.source_input)
         if entry.data_type not in _BATCH_INPUT_TYPES:
             problems.append("batch input data type must be TYPE_INT32 or TYPE_FP32")
         problems += _unknown_sources(entry.source_input, inputs)
@@ -46,14 +42,7 @@ def _triton_problems(config: ModelConfig) -> list[str]:
 
 
 def _batch_output_problems(output: BatchOutput, inputs: set[str], outputs: set[str]) -> list[str]:
-    problems: list[str] = []
-    if output.kind not in BatchOutput.Kind.values():
-        problems.append(f"unknown batch output kind '{output.kind}'")
-    elif len(output.source_input) != 1:
-        kind = BatchOutput.Kind.Name(output.kind)
-        problems.append(
-            f"batch output kind '{kind}' expects 1 source input, got {len(output.source_input)}"
-        )
+    problems = _kind_problems("batch output", output.kind, _OUTPUT_KINDS, output.source_input)
     problems += _unknown_sources(output.source_input, inputs)
     seen: set[str] = set()
     for target in output.target_name:
@@ -63,6 +52,17 @@ def _batch_output_problems(output: BatchOutput, inputs: set[str], outputs: set[s
             problems.append(f"target output name '{target}' can only be specified once")
         seen.add(target)
     return problems
+
+
+def _kind_problems(
+    what: str, kind: int, kinds: Mapping[int, str], sources: Sequence[str]
+) -> list[str]:
+    """Triton's checks of a batch input's or output's kind: known, with one source."""
+    if kind not in kinds:
+        return [f"unknown {what} kind '{kind}'"]
+    if len(sources) != 1:
+        return [f"{what} kind '{kinds[kind]}' expects 1 source input, got {len(sources)}"]
+    return []
 
 
 def _unknown_sources(sources: Iterable[str], inputs: set[str]) -> list[str]:
