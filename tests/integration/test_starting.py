@@ -53,9 +53,11 @@ def taken() -> Iterator[int]:
                           "the server did not start: cannot serve metrics on "
                           "127.0.0.1:{port} (why: above)"]),
         ("2", "grpc", ["the server did not start: cannot serve gRPC on 127.0.0.1:{port}: "
-                       "Address already in use"]),
+                       "Address already in use (another process holds it; --reuse-grpc-port "
+                       "true shares it with that process)"]),
         ("2", "http", ["the server did not start: cannot serve HTTP on 127.0.0.1:{port}: "
-                       "Address already in use"]),
+                       "Address already in use (another process holds it; --reuse-http-port "
+                       "true shares it with that process)"]),
     ],
 )  # fmt: skip
 def test_a_taken_port_stops_the_start_with_one_line(

@@ -79,6 +79,11 @@ def test_tritons_batch_io_checks_in_its_words(extra: str, triton: str) -> None:
          "output 'y' is a batch output and has a reshape"),
         ('batchserve { sequence_length_input: "x" }', None,
          "batchserve.sequence_length_input pads requests to one length"),
+        ('batch_input [{ kind: BATCH_ELEMENT_COUNT target_name: "n" data_type: TYPE_INT32 '
+         'source_input: "z" }]',
+         ("output [", 'input [{ name: "z" data_type: TYPE_FP32 dims: [ 2 ] optional: true }]\n'
+                      "output ["),
+         "input 'z' is optional and the source of a batch input or output"),
     ],
 )  # fmt: skip
 def test_what_would_be_misread_is_refused(

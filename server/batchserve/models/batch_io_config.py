@@ -88,6 +88,14 @@ def _own_problems(config: ModelConfig) -> list[str]:
         for name, count in sorted(targets.items())
         if count > 1
     ]
+    optional = {tensor.name for tensor in config.input if tensor.optional}
+    sources = {name for entry in config.batch_input for name in entry.source_input}
+    sources |= {name for entry in config.batch_output for name in entry.source_input}
+    problems += [
+        f"input '{name}' is optional and the source of a batch input or output: a request "
+        "without it would leave the batcher nothing to compute from"
+        for name in sorted(sources & optional)
+    ]
     scattered = {target for output in config.batch_output for target in output.target_name}
     for output in config.output:
         if output.name in scattered and output.HasField("reshape"):
