@@ -75,6 +75,19 @@ class Point:
     generator had CPUs of their own (``bench.cpu_split``; else None)."""
     load_busy: float | None = None
     """The same share of the load generator's CPUs."""
+    loop_busy: float | None = None
+    """The model-owning process's event-loop thread: its CPU over the point's wall time, in
+    cores (with workers; None in one process). Near 1 that one thread, which reads every
+    worker's frames and runs the batchers, bounds the node's request handling."""
+    busiest_worker: float | None = None
+    """The busiest worker's CPU over the point's wall time, in cores (None in one process):
+    the kernel spreads connections, not requests, over the workers, so one may saturate
+    before the others."""
+    p50_ms: float = 0.0
+    """perf_analyzer's median latency: with every side's cores to spare, a closed loop's
+    throughput is its clients over this."""
+    mean_batch: float = 0.0
+    """Inferences over executions the server counted over the point."""
 
 
 def _worker_pids(engine: int) -> list[int]:
@@ -89,6 +102,11 @@ def _worker_pids(engine: int) -> list[int]:
 
 def _ticks(pid: int) -> int:
     return procstat.parse_stat(Path(f"/proc/{pid}/stat").read_text())[1]
+
+
+def _loop_ticks(pid: int) -> int:
+    """CPU ticks of ``pid``'s main thread alone: the event loop's."""
+    return procstat.parse_stat(Path(f"/proc/{pid}/task/{pid}/stat").read_text())[1]
 
 
 def _machine_ticks() -> tuple[int, int]:
@@ -125,11 +143,13 @@ def _handed_over(metrics_port: int) -> tuple[float, float]:
             metric_total(metrics_port, "batchserve_worker_handoffs_total"))  # fmt: skip
 
 
-def _answered(port: int, model: str) -> int:
+def _answered(port: int, model: str) -> tuple[int, int, int]:
+    """Requests answered so far, and the inferences and executions they made."""
     url = f"http://127.0.0.1:{port}/v2/models/{model}/stats"
     with urllib.request.urlopen(url, timeout=10) as response:
-        stats = json.load(response)["model_stats"][0]["inference_stats"]
-    return int(stats["success"]["count"])
+        stats = json.load(response)["model_stats"][0]
+    answered = int(stats["inference_stats"]["success"]["count"])
+    return answered, int(stats["inference_count"]), int(stats["execution_count"])
 
 
 Driver = Callable[..., tuple[PaRow | None, str]]
@@ -185,24 +205,34 @@ def take(
     # before the CPU is read: a scrape asks every worker for its counts
     handed = _handed_over(ports["metrics_port"])
     before = {pid: _ticks(pid) for pid in pids}
-    answered = _answered(ports["http_port"], model)
+    loop_before = _loop_ticks(pids[0])
+    answered, inferences, executions = _answered(ports["http_port"], model)
     sides = (server.cpus, settings.cpus) if server.cpus and settings.cpus else ()
     machine_before, load_before = _machine_ticks(), _children_cpu_s()
     sides_before = _sides_ticks(sides)
+    started = time.monotonic()
     row, error = driver(model, protocol, f"127.0.0.1:{port}", concurrency, settings, work, extra)
     if row is None:
         raise RuntimeError(f"{model} over {protocol} at c={concurrency}: {error}")
+    wall_s = time.monotonic() - started
     (busy_now, total_now), (busy_then, total_then) = _machine_ticks(), machine_before
     server_busy, load_busy = _shares(sides_before, _sides_ticks(sides))
+    loop_s = (_loop_ticks(pids[0]) - loop_before) / hz
     load_s = _children_cpu_s() - load_before
-    count = _answered(ports["http_port"], model) - answered
-    us = [(_ticks(p) - before[p]) / hz * 1e6 / count for p in pids]
+    ticks = [_ticks(p) - before[p] for p in pids]
+    answered_now, inferences_now, executions_now = _answered(ports["http_port"], model)
+    count = answered_now - answered
+    us = [t / hz * 1e6 / count for t in ticks]
     requests, frames = _handed_over(ports["metrics_port"])  # none in one process
     per_frame = (requests - handed[0]) / max(1.0, frames - handed[1])
+    several = len(pids) > 1
     taken = Point(server.workers, model, protocol, concurrency, row.throughput, us[0],
                   tuple(us[1:]), row.stable,
                   (busy_now - busy_then) / max(1, total_now - total_then), round_index,
-                  load_s * 1e6 / count, per_frame, server_busy, load_busy)  # fmt: skip
+                  load_s * 1e6 / count, per_frame, server_busy, load_busy,
+                  loop_s / wall_s if several else None,
+                  max(ticks[1:]) / hz / wall_s if several else None, row.p50_us / 1000,
+                  (inferences_now - inferences) / max(1, executions_now - executions))  # fmt: skip
     print(taken, flush=True)
     return taken
 

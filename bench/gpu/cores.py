@@ -150,8 +150,33 @@ def measure(
             found.append(CoresPoint(p.workers, p.protocol, p.concurrency, p.throughput,
                                     p.engine_us, sum(p.worker_us), p.stable,
                                     p.machine_busy, p.load_us, p.per_frame,
-                                    p.server_busy, p.load_busy))  # fmt: skip
+                                    p.server_busy, p.load_busy, p.loop_busy,
+                                    p.busiest_worker, p.p50_ms, p.mean_batch))  # fmt: skip
     return found, ""
+
+
+SATURATED = 0.9
+"""A thread or CPU busy this share of the time is taken to be what set the throughput."""
+
+
+def bound(point: CoresPoint) -> str:
+    """What set a point's throughput, from how busy each part was: the model-owning process's
+    event loop (one thread for every worker's frames and the batchers), the busiest worker,
+    the server's or the load generator's CPUs; where none was saturated, the closed loop's
+    latency (its clients over the median latency), which the mean batch then explains."""
+    if point.loop_busy is not None and point.loop_busy >= SATURATED:
+        return "the model-owning process's event loop"
+    if point.busiest_worker is not None and point.busiest_worker >= SATURATED:
+        return "the busiest worker"
+    if point.workers == 1 and point.owner_us * point.throughput / 1e6 >= SATURATED:
+        return "the one process"
+    if point.server_busy is not None and point.server_busy >= SATURATED:
+        return "the server's CPUs"
+    if point.load_busy is not None and point.load_busy >= SATURATED:
+        return "the load generator's CPUs"
+    if point.machine_busy >= SATURATED:
+        return "the machine's CPUs"
+    return "nothing saturated: latency"
 
 
 def scaling(points: Sequence[CoresPoint], protocol: str) -> list[tuple[CoresPoint, float]]:

@@ -140,6 +140,15 @@ class CoresPoint:
     load generator had CPUs of their own (else None)."""
     load_busy: float | None = None
     """The same share of the load generator's CPUs."""
+    loop_busy: float | None = None
+    """The model-owning process's event-loop thread's CPU over the point's wall time, in
+    cores (None in one process, or in a record from before it was read)."""
+    busiest_worker: float | None = None
+    """The busiest worker's CPU over the point's wall time, in cores."""
+    p50_ms: float | None = None
+    """The load generator's median latency."""
+    mean_batch: float | None = None
+    """Inferences over executions the server counted over the point."""
 
 
 @dataclass(frozen=True)

@@ -250,8 +250,13 @@ def _cores(results: GpuResults) -> str:
         "counted; machine busy: the share of all the cores' "
         "time busy over the point, the load generator's included (near 100 % the host, not the "
         "server, sets the throughput); requests per frame: the mean group the workers handed "
-        "to the model-owning process, whose CPU goes mostly per frame. Scaling: throughput ÷ "
-        "(N x the one-process throughput over the same protocol). "
+        "to the model-owning process, whose CPU goes mostly per frame; event loop and busiest "
+        "worker busy: the CPU of the model-owning process's event-loop thread and of the "
+        "busiest worker over the point's wall time, in cores; bound by: the first of these, "
+        f"the one process, the server's, the load generator's or the machine's CPUs busy "
+        f"{cores.SATURATED:.0%} or more, else the closed loop's latency (its clients over the "
+        "median latency). Scaling: throughput ÷ (N x the one-process throughput over the "
+        "same protocol). "
         + (
             f"CPUs: {results.cores_cpus}; server / load busy: the share of each side's CPUs' "
             "time busy over the point (near 100 % on the load generator's, it set the "
@@ -271,15 +276,27 @@ def _cores(results: GpuResults) -> str:
                          f"{p.workers_us:.1f}" if p.workers > 1 else "(one process)",
                          f"{p.load_us:.0f}", f"{p.machine_busy:.0%}",
                          f"{p.per_frame:.1f}" if p.workers > 1 else "—",
-                         _sides(p.server_busy, p.load_busy)])  # fmt: skip
+                         _sides(p.server_busy, p.load_busy), _share(p.loop_busy),
+                         _share(p.busiest_worker), _figure(p.p50_ms, 2),
+                         _figure(p.mean_batch, 1), cores.bound(p)])  # fmt: skip
     header = ("workers", "protocol", "concurrency", "throughput (infer/s)", "scaling",
               "model-owning process µs CPU/request", "workers µs CPU/request",
               "load generator µs CPU/request", "machine busy", "requests per frame",
-              "server / load busy")  # fmt: skip
-    text = f"{title}\n\n" + table(header, rows, "llrrrrrrrrr")
+              "server / load busy", "owner's event loop busy", "busiest worker busy",
+              "p50 ms", "mean batch", "bound by")  # fmt: skip
+    text = f"{title}\n\n" + table(header, rows, "llrrrrrrrrrrrrrl")
     if results.cores_note:
         text += f"\n\nStopped early: {results.cores_note}."
     return text
+
+
+def _share(cores_busy: float | None) -> str:
+    """A thread's or process's CPU over the wall time, in cores ("—" where not read)."""
+    return "—" if cores_busy is None else f"{cores_busy:.2f}"
+
+
+def _figure(value: float | None, digits: int) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
 
 
 def _sides(server: float | None, load: float | None) -> str:

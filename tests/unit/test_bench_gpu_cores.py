@@ -322,3 +322,44 @@ def test_without_cpus_of_its_own_the_load_runs_anywhere_and_the_own_tool_takes_h
     assert (anywhere.cpus, pinned.cpus, server) == ((), SIXTEEN_CPUS.load, SIXTEEN_CPUS.server)
     assert shared_extra[-2:] == ["--procs", "8"]
     assert own_extra[-2:] == ["--procs", "6"]
+
+
+@pytest.mark.parametrize(
+    ("busy", "expected"),
+    [
+        ({"loop_busy": 0.95, "busiest_worker": 0.97}, "the model-owning process's event loop"),
+        ({"loop_busy": 0.6, "busiest_worker": 0.93}, "the busiest worker"),
+        ({"loop_busy": 0.6, "busiest_worker": 0.5, "server_busy": 0.92}, "the server's CPUs"),
+        ({"loop_busy": 0.6, "busiest_worker": 0.5, "load_busy": 0.91},
+         "the load generator's CPUs"),
+        ({"loop_busy": 0.6, "busiest_worker": 0.5, "machine_busy": 0.95}, "the machine's CPUs"),
+        ({"loop_busy": 0.6, "busiest_worker": 0.5}, "nothing saturated: latency"),
+    ],
+)  # fmt: skip
+def test_each_point_names_what_set_its_throughput(busy: dict[str, float], expected: str) -> None:
+    assert cores.bound(replace(point(8, "http", 24_000.0), **busy)) == expected
+
+
+def test_one_process_is_its_own_bound_once_its_cpu_per_request_fills_a_core() -> None:
+    one = point(1, "http", 5_000.0)  # 20 µs a request: a tenth of a core
+    assert cores.bound(one) == "nothing saturated: latency"
+    assert cores.bound(replace(one, owner_us=190.0)) == "the one process"
+
+
+def test_the_report_shows_the_loop_the_busiest_worker_latency_and_batch_of_each_point() -> None:
+    found = [
+        point(1, "http", 5_000.0),
+        replace(
+            point(8, "http", 24_000.0),
+            loop_busy=0.97,
+            busiest_worker=0.52,
+            p50_ms=10.44,
+            mean_batch=31.25,
+        ),
+    ]
+    text = report._cores(GpuResults(cores=found))
+    assert "| owner's event loop busy | busiest worker busy | p50 ms | mean batch | bound by |" in (
+        text
+    )
+    assert "| 0.97 | 0.52 | 10.44 | 31.2 | the model-owning process's event loop |" in text
+    assert "| — | — | — | — | nothing saturated: latency |" in text  # a record from before

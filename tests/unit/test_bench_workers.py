@@ -3,14 +3,17 @@ N workers are set against one process, and what the report says of it."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from bench import workers
 from bench.perf import PaSettings
+from bench.records import PaRow
 from bench.workers import Point, Serving
 
 
@@ -74,3 +77,47 @@ def test_the_report_judges_the_median_of_the_rounds(monkeypatch: pytest.MonkeyPa
     assert "one per client" in text
     assert "| 2 | identity | grpc | 32 | 3 | 92 | 30.0 | 40, 40 | 55 | 90% | 7.5 |" in text
     assert "| 1 | identity | grpc | 32 | 3 | 100 | 30.0 | (one process) | 55 | 90% | — |" in text
+
+
+def test_a_point_reads_the_owner_s_loop_the_busiest_worker_and_the_mean_batch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    clock = iter([100.0, 110.0])  # the point's wall time: 10 s
+    hz = os.sysconf("SC_CLK_TCK")
+    ticks = {1: iter([0, 12 * hz]), 2: iter([0, 4 * hz]), 3: iter([0, 9 * hz])}
+    answered = iter([(0, 0, 0), (20_000, 20_000, 625)])
+    monkeypatch.setattr(workers, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    monkeypatch.setattr(workers, "_ticks", lambda pid: next(ticks[pid]))
+    loop = iter([hz, 8 * hz])
+    monkeypatch.setattr(workers, "_loop_ticks", lambda pid: next(loop))
+    monkeypatch.setattr(workers, "_answered", lambda port, model: next(answered))
+    monkeypatch.setattr(workers, "_handed_over", lambda port: (0.0, 0.0))
+    monkeypatch.setattr(workers, "_machine_ticks", lambda: (0, 1))
+
+    def driver(*args: object) -> tuple[PaRow, str]:
+        return PaRow(2_000.0, 7_500.0, 20_000.0, 0.0, 0.0), ""
+
+    server = Serving(2, {"http_port": 1, "grpc_port": 2, "metrics_port": 3}, (1, 2, 3))
+    taken = workers.take(server, ("identity", "grpc", 64), PaSettings(1000), tmp_path, driver)
+    assert taken.loop_busy == pytest.approx(0.7)  # 7 s of the loop's CPU in 10 s
+    assert taken.busiest_worker == pytest.approx(0.9)
+    assert taken.engine_us == pytest.approx(12e6 / 20_000)
+    assert taken.p50_ms == pytest.approx(7.5)
+    assert taken.mean_batch == pytest.approx(32.0)
+
+
+def test_in_one_process_there_is_no_separate_loop_or_worker_to_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(workers, "_ticks", lambda pid: 0)
+    monkeypatch.setattr(workers, "_loop_ticks", lambda pid: 0)
+    monkeypatch.setattr(workers, "_handed_over", lambda port: (0.0, 0.0))
+    answered = iter([(0, 0, 0), (100, 100, 100)])
+    monkeypatch.setattr(workers, "_answered", lambda port, model: next(answered))
+
+    def driver(*args: object) -> tuple[PaRow, str]:
+        return PaRow(100.0, 1_000.0, 2_000.0, 0.0, 0.0), ""
+
+    server = Serving(1, {"http_port": 1, "grpc_port": 2, "metrics_port": 3}, (1,))
+    taken = workers.take(server, ("identity", "http", 1), PaSettings(1000), tmp_path, driver)
+    assert (taken.loop_busy, taken.busiest_worker, taken.mean_batch) == (None, None, 1.0)
