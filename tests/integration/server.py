@@ -177,8 +177,9 @@ def start_server(
     server._pump_thread.start()
     try:
         listening = server.wait_for("listening")
-        server.http_port = int(str(listening["http_port"]))
-        server.grpc_port = int(str(listening["grpc_port"]))
+        http, grpc = listening["http_port"], listening["grpc_port"]  # None: --allow-* false
+        server.http_port = 0 if http is None else int(str(http))
+        server.grpc_port = 0 if grpc is None else int(str(grpc))
         metrics = listening["metrics_port"]  # None: --allow-metrics false
         server.metrics_port = 0 if metrics is None else int(str(metrics))
         if wait_ready:

@@ -125,13 +125,27 @@ def test_an_http_max_input_size_that_is_no_size_is_refused_once_by_name(
     assert [error["loc"] for error in refusal.value.errors()] == [("http_max_input_size",)]
 
 
-@pytest.mark.parametrize("flag", ["--allow-http", "--allow-grpc"])
-def test_tritons_protocol_switches_are_taken_true_and_refused_false(flag: str) -> None:
-    """Command lines written for Triton pass them (KServe's runtime: both true); batchserve
-    always serves both protocols, so false is refused by name rather than ignored."""
-    assert _settings(f"{flag}=true").allow_http
-    with pytest.raises(ValidationError, match=f"{flag} false is not supported"):
-        _settings(f"{flag}=false")
+@pytest.mark.parametrize(("flag", "field"), [("--allow-http", "allow_http"),
+                                             ("--allow-grpc", "allow_grpc")])  # fmt: skip
+def test_tritons_protocol_switches_turn_a_protocol_off(flag: str, field: str) -> None:
+    """Command lines written for Triton pass them (KServe's runtime: both true; Triton's
+    L0_socket: 0 or false to serve one protocol alone)."""
+    assert getattr(_settings(f"{flag}=true"), field) is True
+    assert getattr(_settings(), field) is True
+    assert getattr(_settings(f"{flag}=0"), field) is False
+    assert getattr(_settings(flag, "false"), field) is False
+
+
+def test_a_protocol_turned_off_takes_no_port_that_could_clash() -> None:
+    """Triton's port check leaves out what it does not serve: L0_socket starts
+    ``--http-port 8007 --grpc-port 8007 --allow-http 0``."""
+    one_port = ("--http-port", "8007", "--grpc-port", "8007")
+    assert _settings(*one_port, "--allow-http", "0").grpc_port == 8007
+    assert _settings(*one_port, "--allow-grpc", "0").http_port == 8007
+    with pytest.raises(ValidationError, match="cannot listen to HTTP requests and GRPC"):
+        _settings(*one_port)
+    with pytest.raises(ValidationError, match="cannot listen to GRPC requests and metrics"):
+        _settings("--grpc-port", "8009", "--metrics-port", "8009", "--allow-http", "false")
 
 
 def test_tritons_start_up_flags_are_read(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -144,9 +144,8 @@ class Settings(BaseSettings):
     """Triton's ``--allow-cpu-metrics``: false leaves out the host's CPU and memory series."""
     allow_http: bool = True
     allow_grpc: bool = True
-    """Triton's ``--allow-http`` and ``--allow-grpc``, which command lines written for Triton
-    pass (KServe's Triton runtime: both true). batchserve always serves both: false is
-    refused rather than ignored."""
+    """Triton's ``--allow-http`` and ``--allow-grpc``: false serves no port for that protocol
+    (its port then clashes with nothing); KServe's Triton runtime passes both true."""
     model_control_mode: ModelControlMode = ModelControlMode.NONE
     load_model: tuple[str, ...] = ()
     strict_readiness: bool = True
@@ -386,17 +385,6 @@ class Settings(BaseSettings):
         """What ``--metrics-config`` said."""
         return parse_metrics_config(self.metrics_config)
 
-    @field_validator("allow_http", "allow_grpc")
-    @classmethod
-    def _both_protocols_served(cls, value: bool, info: ValidationInfo) -> bool:
-        if not value:
-            flag = "--" + str(info.field_name).replace("_", "-")
-            raise ValueError(
-                f"{flag} false is not supported: batchserve always serves HTTP and gRPC "
-                "(Triton's flag is accepted at its default, true)"
-            )
-        return value
-
     @field_validator("http_restricted_api", "grpc_restricted_protocol")
     @classmethod
     def _restrictions_parse(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
@@ -455,9 +443,12 @@ class Settings(BaseSettings):
     def _ports_apart(self) -> Settings:
         """Triton's check, in its words: two listeners may not share an address and port
         (with several workers both would bind it, and one protocol would answer the
-        other's clients)."""
-        listeners = [("HTTP", self.http_host(), self.http_port),
-                     ("GRPC", self.grpc_host(), self.grpc_port)]  # fmt: skip
+        other's clients). A protocol not served takes no port, as in Triton."""
+        listeners = []
+        if self.allow_http:
+            listeners.append(("HTTP", self.http_host(), self.http_port))
+        if self.allow_grpc:
+            listeners.append(("GRPC", self.grpc_host(), self.grpc_port))
         if self.allow_metrics:
             listeners.append(("metrics", self.metrics_host(), self.metrics_port))
         for index, (name, host, port) in enumerate(listeners):

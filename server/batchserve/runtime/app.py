@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import tempfile
+from collections.abc import Awaitable
 
 import uvloop
 from uvicorn.config import STARTUP_FAILURE
@@ -95,14 +96,18 @@ class Server:
         self._polling: asyncio.Task[None] | None = None
         self.gpus = GpuMonitor.open(settings.allow_gpu_metrics)
         workers = resolve_workers(settings.workers, cpus)
+        self.http: HttpListener | None = None
+        self.grpc: GrpcServer | None = None
+        """The protocols' listeners: public in one process, where Triton's ``--allow-http`` or
+        ``--allow-grpc`` false leaves one out; with workers, this process's Unix sockets,
+        which the workers forward every call but inference to."""
         if workers == 1:
-            self.http = http_listener(build_http_app(self.dataplane, settings), settings,
-                                      settings.http_port, Protocol.HTTP, settings.tls)  # fmt: skip
-            if settings.reuse_http_port:  # Triton's flag: other servers may bind it too
-                self.http.sockets = [reuse_port_socket(
-                    "HTTP", settings.http_host(), settings.http_port, listening=True
-                )]  # fmt: skip
-            self.grpc = GrpcServer(self.dataplane, settings, reuse_port=settings.reuse_grpc_port)
+            if settings.allow_http:
+                self.http = self._public_http()
+            if settings.allow_grpc:
+                self.grpc = GrpcServer(
+                    self.dataplane, settings, reuse_port=settings.reuse_grpc_port
+                )
             collector = ServerCollector(self.registry, self.gpus, self.registry.load_seconds)
         else:
             collector = self._serve_through_workers(workers)
@@ -112,6 +117,16 @@ class Server:
         self._started = False  # every model load tried: load balancers may have seen it ready
         self._settle_deferred = False  # while loading at start, and once shutting down
         self._heap_unsettled = False  # the models changed while settling was deferred
+
+    def _public_http(self) -> HttpListener:
+        settings = self.settings
+        listener = http_listener(build_http_app(self.dataplane, settings), settings,
+                                 settings.http_port, Protocol.HTTP, settings.tls)  # fmt: skip
+        if settings.reuse_http_port:  # Triton's flag: other servers may bind it too
+            listener.sockets = [reuse_port_socket(
+                "HTTP", settings.http_host(), settings.http_port, listening=True
+            )]  # fmt: skip
+        return listener
 
     def _poller(self, repository: ModelRepository) -> RepositoryPoller | None:
         """Triton's poll mode, unless off or polling only at the start."""
@@ -145,16 +160,21 @@ class Server:
         app = trusting_peer_header(build_http_app(self.dataplane, settings))
         self.http = http_listener(app, settings, 0, Protocol.HTTP, uds=http_path)
         self.grpc = GrpcServer(self.dataplane, settings, internal_path=grpc_path)
-        public = (("HTTP", settings.http_host(), settings.http_port, settings.reuse_http_port,
-                   "--reuse-http-port"),
-                  ("gRPC", settings.grpc_host(), settings.grpc_port, settings.reuse_grpc_port,
-                   "--reuse-grpc-port"))  # fmt: skip
-        for name, host, port, shared, flag in public:
+        public = (("HTTP", settings.allow_http, settings.http_host(), settings.http_port,
+                   settings.reuse_http_port, "--reuse-http-port"),
+                  ("gRPC", settings.allow_grpc, settings.grpc_host(), settings.grpc_port,
+                   settings.reuse_grpc_port, "--reuse-grpc-port"))  # fmt: skip
+        ports: list[int | None] = []
+        self._held = []
+        for name, served, host, port, shared, flag in public:
+            if not served:  # --allow-http / --allow-grpc false: the workers leave it out
+                ports.append(None)
+                continue
             if not shared:
                 ensure_unshared(name, host, port, flag)
-        self._held = [reuse_port_socket(name, host, port, listening=False)
-                      for name, host, port, _, _ in public]  # fmt: skip
-        ports = [bound_port(sock) for sock in self._held]
+            held = reuse_port_socket(name, host, port, listening=False)
+            self._held.append(held)
+            ports.append(bound_port(held))
         counts = WorkerCounts(REFUSALS)
         endpoints = Endpoints(ports[0], ports[1], http_path, grpc_path)
         self.pool = WorkerPool(settings, self.dataplane, workers, endpoints, counts, self._forks)
@@ -179,9 +199,12 @@ class Server:
     async def run(self) -> None:
         """Listen, load the models, serve until asked to stop, then drain."""
         gc_tuning.tune()
-        listeners = [self.http] if self.metrics is None else [self.http, self.metrics]
+        listeners = [x for x in (self.http, self.metrics) if x is not None]
         tasks = [asyncio.create_task(listener.serve()) for listener in listeners]
-        await self.grpc.start()
+        http_task = tasks[0] if self.http is not None else None
+        metrics_task = tasks[-1] if self.metrics is not None else None
+        if self.grpc is not None:
+            await self.grpc.start()
         while not all(listener.started for listener in listeners):
             if any(task.done() for task in tasks):  # one could not start: none serves
                 await self._abandon_start(listeners, tasks)
@@ -189,32 +212,7 @@ class Server:
             await asyncio.sleep(0.01)
         if self.pool is not None:
             await self.pool.start()
-            http_port, grpc_port = self.pool.endpoints.http_port, self.pool.endpoints.grpc_port
-        else:
-            http_port, grpc_port = self.http.bound_port(), self.grpc.port
-        tls = self.settings.tls.mode if self.settings.tls is not None else TlsMode.OFF
-        grpc_tls = self.settings.grpc_tls
-        grpc_mode = grpc_tls.mode if grpc_tls is not None else TlsMode.OFF
-        logger.info(
-            "listening",
-            extra={"host": self.settings.http_host(), "grpc_host": self.settings.grpc_host(),
-                   "metrics_host": self.settings.metrics_host(),
-                   "http_port": http_port, "grpc_port": grpc_port,
-                   "metrics_port": None if self.metrics is None else self.metrics.bound_port(),
-                   "http_tls": tls,
-                   "grpc_tls": grpc_mode, "metrics_tls": TlsMode.OFF,
-                   "workers": 1 if self.pool is None else self.pool.count,
-                   "open_files_limit": open_files.soft_limit(),
-                   "rep_movsb": "off" if memmove_tuning.rep_movsb_off() else "glibc default"},
-        )  # fmt: skip
-        # Triton's lines, which start-up scripts written for it wait for in the log
-        logger.info("Started GRPCInferenceService at %s:%d", self.settings.grpc_host(), grpc_port)
-        logger.info("Started HTTPService at %s:%d", self.settings.http_host(), http_port)
-        if self.metrics is not None:
-            logger.info(
-                "Started Metrics Service at %s:%d",
-                self.settings.metrics_host(), self.metrics.bound_port(),
-            )  # fmt: skip
+        self._announce()
         if self.poller is not None:
             await self.poller.start()  # the repository as the start-up loads read it
         await self._load_models()
@@ -222,12 +220,47 @@ class Server:
         if self.poller is not None and not self.signals.stopping.is_set():
             self._polling = asyncio.create_task(self.poller.run(), name="repository-poll")
         await self.signals.stopping.wait()
-        await self._drain(*tasks)
+        await self._drain(http_task, metrics_task)
         if failed_start:
             raise CannotStart(
                 "failed to load all models (batchserve: --exit-on-error true stops the server "
                 "when a model fails at start; false serves the others)"
             )
+
+    def _public_ports(self) -> tuple[int | None, int | None]:
+        """The HTTP and gRPC ports clients reach (None: that protocol is not served)."""
+        if self.pool is not None:
+            return self.pool.endpoints.http_port, self.pool.endpoints.grpc_port
+        http_port = None if self.http is None else self.http.bound_port()
+        return http_port, None if self.grpc is None else self.grpc.port
+
+    def _announce(self) -> None:
+        """Say where the server listens: batchserve's line, then Triton's for each service
+        it started, which start-up scripts written for Triton wait for in the log."""
+        settings = self.settings
+        http_port, grpc_port = self._public_ports()
+        tls = settings.tls.mode if settings.tls is not None else TlsMode.OFF
+        grpc_tls = settings.grpc_tls
+        grpc_mode = grpc_tls.mode if grpc_tls is not None else TlsMode.OFF
+        metrics_port = None if self.metrics is None else self.metrics.bound_port()
+        logger.info(
+            "listening",
+            extra={"host": settings.http_host(), "grpc_host": settings.grpc_host(),
+                   "metrics_host": settings.metrics_host(),
+                   "http_port": http_port, "grpc_port": grpc_port,
+                   "metrics_port": metrics_port,
+                   "http_tls": tls,
+                   "grpc_tls": grpc_mode, "metrics_tls": TlsMode.OFF,
+                   "workers": 1 if self.pool is None else self.pool.count,
+                   "open_files_limit": open_files.soft_limit(),
+                   "rep_movsb": "off" if memmove_tuning.rep_movsb_off() else "glibc default"},
+        )  # fmt: skip
+        if grpc_port is not None:
+            logger.info("Started GRPCInferenceService at %s:%d", settings.grpc_host(), grpc_port)
+        if http_port is not None:
+            logger.info("Started HTTPService at %s:%d", settings.http_host(), http_port)
+        if metrics_port is not None:
+            logger.info("Started Metrics Service at %s:%d", settings.metrics_host(), metrics_port)
 
     async def _abandon_start(
         self, listeners: list[HttpListener], tasks: list[asyncio.Task[None]]
@@ -235,7 +268,8 @@ class Server:
         """Close every listener, then raise why one could not start (CannotStart)."""
         for listener in listeners:
             listener.should_exit = True
-        await self.grpc.stop(0)
+        if self.grpc is not None:
+            await self.grpc.stop(0)
         for outcome in await asyncio.gather(*tasks, return_exceptions=True):
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -258,7 +292,8 @@ class Server:
         self._started = True
         self.dataplane.startup_done = True
         ready = self.dataplane.ready()
-        await self.grpc.set_serving(ready)
+        if self.grpc is not None:
+            await self.grpc.set_serving(ready)
         logger.info("server ready" if ready else "server not ready: a model failed to load")
 
     def _exit_on_error(self) -> bool:
@@ -305,7 +340,7 @@ class Server:
         await self.signals.delay(self.settings.shutdown_delay_seconds)
 
     async def _drain(
-        self, http_task: asyncio.Task[None], metrics_task: asyncio.Task[None] | None = None
+        self, http_task: asyncio.Task[None] | None, metrics_task: asyncio.Task[None] | None
     ) -> None:
         logger.info("shutting down: draining accepted requests")
         if self._polling is not None:  # no load or unload starts while draining
@@ -313,13 +348,19 @@ class Server:
             with contextlib.suppress(asyncio.CancelledError, BatchserveError):
                 await self._polling
         self.dataplane.draining = True
-        await self.grpc.set_serving(False)
+        if self.grpc is not None:
+            await self.grpc.set_serving(False)
         await self._shutdown_delay()
         if self.pool is not None:  # the workers drain first: this process answers for them
             grace = self.settings.shutdown_timeout_seconds + WORKER_EXIT_GRACE_S
             self.workers_drained = await self.pool.stop(grace)
-        self.http.should_exit = True
-        await asyncio.gather(self.grpc.stop(self.settings.shutdown_timeout_seconds), http_task)
+        stopping: list[Awaitable[None]] = []
+        if self.http is not None and http_task is not None:
+            self.http.should_exit = True
+            stopping.append(http_task)
+        if self.grpc is not None:
+            stopping.append(self.grpc.stop(self.settings.shutdown_timeout_seconds))
+        await asyncio.gather(*stopping)
         self._settle_deferred = True  # for good: the process is about to exit
         await self.registry.close()
         self.dataplane.shared_memory.close()  # CUDA IPC mappings before the GPUs go

@@ -371,8 +371,8 @@ STARTUP_SWITCHES = (
      "true: stop when a model loaded at start fails (default false; Triton's is true)"),
 )  # fmt: skip
 PROTOCOL_SWITCHES = (
-    ("--allow-http", "allow_http", "true only: batchserve always serves HTTP (default true)"),
-    ("--allow-grpc", "allow_grpc", "true only: batchserve always serves gRPC (default true)"),
+    ("--allow-http", "allow_http", "false: serve no HTTP port, as Triton (default true)"),
+    ("--allow-grpc", "allow_grpc", "false: serve no gRPC port, as Triton (default true)"),
 )
 SWITCHES = (
     METRICS_SWITCHES

@@ -54,8 +54,9 @@ WORKER_MODULE = "batchserve.runtime.worker_process"
 class Endpoints:
     """Where the workers listen, and where they reach this process."""
 
-    http_port: int
-    grpc_port: int
+    http_port: int | None
+    grpc_port: int | None
+    """None: not served (``--allow-http`` / ``--allow-grpc`` false)."""
     http_path: str
     grpc_path: str
 

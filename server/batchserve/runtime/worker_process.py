@@ -18,7 +18,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 import uvloop
 
@@ -72,14 +72,18 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
     sock.setblocking(False)
     await loop.connect_accepted_socket(lambda: plane.protocol, sock)
     forwarder = HttpForwarder(start.http_path)
-    app = in_front_of(WorkerInferEndpoint(plane, settings, forwarder), forwarder)
-    app = restricted(app, settings.http_restrictions())  # inference is answered here
-    http = http_listener(app, settings, start.http_port, Protocol.HTTP, settings.tls)
-    listening = reuse_port_socket("HTTP", settings.http_host(), start.http_port, listening=True)
-    http_task = asyncio.create_task(http.serve(sockets=[listening]))
-    grpc = WorkerGrpcServer(plane, settings, start.grpc_port, start.grpc_path)
-    await grpc.start()
-    while not http.started:
+    http, http_task = None, None
+    if start.http_port is not None:  # None: --allow-http false
+        app = in_front_of(WorkerInferEndpoint(plane, settings, forwarder), forwarder)
+        app = restricted(app, settings.http_restrictions())  # inference is answered here
+        http = http_listener(app, settings, start.http_port, Protocol.HTTP, settings.tls)
+        listening = reuse_port_socket("HTTP", settings.http_host(), start.http_port, listening=True)
+        http_task = asyncio.create_task(http.serve(sockets=[listening]))
+    grpc = None
+    if start.grpc_port is not None:  # None: --allow-grpc false
+        grpc = WorkerGrpcServer(plane, settings, start.grpc_port, start.grpc_path)
+        await grpc.start()
+    while http is not None and http_task is not None and not http.started:
         if http_task.done():
             await http_task
             return 1
@@ -93,8 +97,13 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
             "the model-owning process is gone: worker exiting", extra={"worker": start.index}
         )
         return 1
-    http.should_exit = True
-    await asyncio.gather(grpc.stop(settings.shutdown_timeout_seconds), http_task)
+    stopping: list[Awaitable[None]] = []
+    if http is not None and http_task is not None:
+        http.should_exit = True
+        stopping.append(http_task)
+    if grpc is not None:
+        stopping.append(grpc.stop(settings.shutdown_timeout_seconds))
+    await asyncio.gather(*stopping)
     counting.cancel()
     plane.protocol.send(_counts())
     forwarder.close()
