@@ -515,11 +515,11 @@ def test_allow_http_false_serves_grpc_alone_and_leaves_the_http_port_free(
     tmp_path: Path, workers: str
 ) -> None:
     """Triton's L0_socket: with --allow-http 0 nothing listens on the HTTP port (which may
-    then even be the gRPC one), gRPC answers inference and health, the metrics port serves,
-    and SIGTERM drains to exit 0."""
+    then even be the gRPC one, or no port at all), gRPC answers inference and health, the
+    metrics port serves, and SIGTERM drains to exit 0."""
     shutil.copytree(MODEL_REPO / "digits_cnn", tmp_path / "digits_cnn")
     grpc_port = free_port()
-    for http_port in (free_port(), grpc_port):
+    for http_port in (free_port(), grpc_port, -47):
         server = start_server(
             tmp_path,
             ["--allow-http", "0", "--http-port", str(http_port), "--grpc-port", str(grpc_port)],
@@ -531,7 +531,7 @@ def test_allow_http_false_serves_grpc_alone_and_leaves_the_http_port_free(
                 False,
                 True,
             )
-            if http_port != grpc_port:
+            if 0 < http_port != grpc_port:
                 assert _refuses_connections(http_port)
             client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
             assert client.is_server_ready()

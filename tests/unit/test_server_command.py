@@ -696,3 +696,14 @@ def test_backend_config_entries_are_checked_in_tritons_words() -> None:
         _settings("--backend-config", "onnxruntime,default-max-batch-size")
     with pytest.raises(ValidationError, match="default-max-batch-size must be a count"):
         _settings("--backend-config", "default-max-batch-size=-1")
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc", "metrics"])
+def test_a_port_is_checked_only_where_its_protocol_is_served(protocol: str) -> None:
+    """Triton's L0_socket starts ``--http-port -47 --allow-http 0`` ("allow illegal
+    http/grpc port if disabled"); served, the same port stops the start by name."""
+    assert getattr(_settings(f"--{protocol}-port", "-47", f"--allow-{protocol}", "0"),
+                   f"{protocol}_port") == -47  # fmt: skip
+    for port in ("-47", "65536"):
+        with pytest.raises(ValidationError, match=f"--{protocol}-port {port} is not a port"):
+            _settings(f"--{protocol}-port", port)

@@ -33,6 +33,7 @@ CpuScheduling = Literal["batch", "normal"]
 """Policies the server may put its threads under (``runtime/cpu_scheduling.py``)."""
 INT32_MAX = 2**31 - 1
 """grpc core reads its channel arguments as 32-bit integers."""
+MAX_PORT = 65535
 LOG_LEVELS = ("debug", "info", "warning", "error")
 """The ``--log-level`` values: Triton's verbose (debug), info, warning and error switches."""
 ALL_MODELS = "*"
@@ -127,9 +128,11 @@ class Settings(BaseSettings):
     """Triton's ``--http-address``, ``--grpc-address`` and ``--metrics-address``: where one
     listener differs from ``host``; the metrics port follows the HTTP address unless given
     its own, as in Triton."""
-    http_port: int = Field(8000, ge=0, le=65535)
-    grpc_port: int = Field(8001, ge=0, le=65535)
-    metrics_port: int = Field(8002, ge=0, le=65535)
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    """0 picks a free port. A port is checked only where its protocol is served: Triton
+    starts with ``--http-port -47 --allow-http 0`` (``_served_ports``)."""
     metrics_interval_ms: int = Field(1000, gt=0, le=INT32_MAX)
     """Triton's ``--metrics-interval-ms``. Every series is read when scraped (and workers are
     asked for theirs then), so no value is older than the scrape; this is how often each
@@ -437,6 +440,17 @@ class Settings(BaseSettings):
                 "--grpc-max-connection-age-grace needs --grpc-max-connection-age: the grace "
                 "period starts when a connection reaches its maximum age"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _served_ports(self) -> Settings:
+        """Each served protocol's port is a port; one not served may be anything."""
+        ports = (("--http-port", self.http_port, self.allow_http),
+                 ("--grpc-port", self.grpc_port, self.allow_grpc),
+                 ("--metrics-port", self.metrics_port, self.allow_metrics))  # fmt: skip
+        for flag, port, served in ports:
+            if served and not 0 <= port <= MAX_PORT:
+                raise ValueError(f"{flag} {port} is not a port: give 0 to {MAX_PORT}")
         return self
 
     @model_validator(mode="after")
