@@ -146,4 +146,4 @@ def test_an_encrypted_key_is_refused_without_prompting(pki: Pki, tmp_path: Path)
 
 def test_other_invalid_settings_get_one_line_each(capsys: pytest.CaptureFixture[str]) -> None:
     line = _refusal(capsys, "--http-port", "70000")
-    assert line.startswith("batchserve serve: http_port: ")
+    assert line == "batchserve serve: --http-port 70000 is not a port: give 0 to 65535"
