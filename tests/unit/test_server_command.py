@@ -707,3 +707,11 @@ def test_a_port_is_checked_only_where_its_protocol_is_served(protocol: str) -> N
     for port in ("-47", "65536"):
         with pytest.raises(ValidationError, match=f"--{protocol}-port {port} is not a port"):
             _settings(f"--{protocol}-port", port)
+
+
+def test_waiting_out_the_queue_delay_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    _clear_environment(monkeypatch)
+    assert _settings().wait_out_queue_delay is False
+    assert _settings("--wait-out-queue-delay", "true").wait_out_queue_delay is True
+    monkeypatch.setenv("BATCHSERVE_WAIT_OUT_QUEUE_DELAY", "1")
+    assert _settings().wait_out_queue_delay is True

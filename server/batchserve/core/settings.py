@@ -167,6 +167,9 @@ class Settings(BaseSettings):
     """Triton's ``--http-max-input-size``, its one limit on a request's size: given, it is
     the default of both limits above (each still set apart by its own flag)."""
     max_queue_size: int = Field(1024, gt=0)
+    wait_out_queue_delay: bool = False
+    """Every model's batches wait out their whole queue delay, as in Triton
+    (``scheduler/dispatch_timing.py``); a config turns it on for its model alone."""
     # The --memory-budget text in, its parsed budget per device kind out (NoDecode: the
     # environment variable's text is the flag's syntax, not JSON).
     memory_budget: Annotated[dict[DeviceKind, BudgetSpec], NoDecode] = Field(

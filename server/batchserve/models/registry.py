@@ -140,6 +140,7 @@ class ModelRegistry(ModelTable):
         metrics: MetricsConfig = TRITON_DEFAULTS,
         response_cache: ResponseCache | None = None,
         rate_limiter: RateLimiter | None = None,
+        wait_out_queue_delay: bool = False,
     ) -> None:
         """``after_change`` runs once a load or unload has finished swapping models (the
         server settles its heap there: ``gc_tuning.settle``); ``cpus``: the cores models may
@@ -149,6 +150,8 @@ class ModelRegistry(ModelTable):
         self.budgets = budgets
         self.load_seconds: dict[str, float] = {}  # latest load of each model, however started
         self._max_queue_size = max_queue_size
+        self._wait_out_queue_delay = wait_out_queue_delay
+        """``--wait-out-queue-delay``: every model's batches wait their whole delay."""
         self._loader = InstanceLoader(budgets, backend_factory)
         self._after_change = after_change
         self._cpus = cpus
@@ -429,7 +432,7 @@ class ModelRegistry(ModelTable):
         loaded = [by_index[index] for index in sorted(by_index)]
         objective_ns = config.batchserve.latency_objective_microseconds * 1000
         stats = self._new_stats(config, objective_ns)
-        policy = BatchPolicy.from_config(config, self._max_queue_size)
+        policy = BatchPolicy.from_config(config, self._max_queue_size, self._wait_out_queue_delay)
         if config.max_batch_size > 0:
             policy = replace(
                 policy,
@@ -506,7 +509,7 @@ class ModelRegistry(ModelTable):
         directory = self._directory_of(resolved)
         responder = build_responder(config, directory, self._step_batcher, step_config)
         stats = self._new_stats(config)
-        policy = BatchPolicy.from_config(config, self._max_queue_size)
+        policy = BatchPolicy.from_config(config, self._max_queue_size, self._wait_out_queue_delay)
         batcher = Batcher(InstancePool([]), policy, stats)
         return ServedVersion(resolved.name, version.version, config, batcher, stats,
                              responder=responder)  # fmt: skip

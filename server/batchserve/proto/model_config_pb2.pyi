@@ -1531,6 +1531,7 @@ class BatchserveOptions(_message.Message):
     LENGTH_BUCKETS_FIELD_NUMBER: _builtins.int
     REFUSE_LATE_REQUESTS_FIELD_NUMBER: _builtins.int
     MAX_BATCH_STEPS_FIELD_NUMBER: _builtins.int
+    WAIT_OUT_QUEUE_DELAY_FIELD_NUMBER: _builtins.int
     memory_budget_bytes: _builtins.int
     """Device memory this model's instances may hold, in bytes; 0 means the
     device budget alone decides.
@@ -1561,6 +1562,13 @@ class BatchserveOptions(_message.Message):
     rows of the memory probe's (128 steps, 128 x 128 pixels), and for free axes only
     where a position costs more than 8 times its bytes in a request.
     """
+    wait_out_queue_delay: _builtins.bool
+    """Wait out max_queue_delay_microseconds as Triton does: a batch that has not reached a
+    preferred size (or max_batch_size) goes only once its oldest request has waited the
+    whole delay. By default batchserve sends it sooner when no other request can be
+    expected within the delay. The server flag --wait-out-queue-delay sets it for every
+    model.
+    """
     @_builtins.property
     def length_buckets(self) -> Global___LengthBuckets:
         """How requests to a model with sequence_length_input are grouped by length."""
@@ -1576,10 +1584,11 @@ class BatchserveOptions(_message.Message):
         length_buckets: Global___LengthBuckets | None = ...,
         refuse_late_requests: _builtins.bool = ...,
         max_batch_steps: _builtins.int = ...,
+        wait_out_queue_delay: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["length_buckets", b"length_buckets"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_cpu_fallback", b"allow_cpu_fallback", "latency_objective_microseconds", b"latency_objective_microseconds", "length_buckets", b"length_buckets", "max_batch_steps", b"max_batch_steps", "memory_budget_bytes", b"memory_budget_bytes", "padding_value", b"padding_value", "refuse_late_requests", b"refuse_late_requests", "sequence_length_input", b"sequence_length_input"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_cpu_fallback", b"allow_cpu_fallback", "latency_objective_microseconds", b"latency_objective_microseconds", "length_buckets", b"length_buckets", "max_batch_steps", b"max_batch_steps", "memory_budget_bytes", b"memory_budget_bytes", "padding_value", b"padding_value", "refuse_late_requests", b"refuse_late_requests", "sequence_length_input", b"sequence_length_input", "wait_out_queue_delay", b"wait_out_queue_delay"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

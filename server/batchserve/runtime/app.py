@@ -88,6 +88,7 @@ class Server:
             after_change=self._repository_changed, cpus=cpus, metrics=settings.metrics(),
             response_cache=local_cache(settings.cache_bytes()),
             rate_limiter=rate_limiter_for(settings.rate_limit, settings.rate_limit_resources()),
+            wait_out_queue_delay=settings.wait_out_queue_delay,
         )  # fmt: skip
         for setting in settings.metrics().unknown:  # Triton ignores them too
             logger.warning("--metrics-config setting ignored", extra={"setting": setting})

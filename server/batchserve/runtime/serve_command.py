@@ -374,6 +374,12 @@ PROTOCOL_SWITCHES = (
     ("--allow-http", "allow_http", "false: serve no HTTP port, as Triton (default true)"),
     ("--allow-grpc", "allow_grpc", "false: serve no gRPC port, as Triton (default true)"),
 )
+BATCHING_SWITCHES = (
+    ("--wait-out-queue-delay", "wait_out_queue_delay",
+     "true: a batch short of a preferred size waits its model's whole "
+     "max_queue_delay_microseconds, as in Triton (default false: it goes once no other "
+     "request can be expected within the delay)"),
+)  # fmt: skip
 SWITCHES = (
     METRICS_SWITCHES
     + LOG_SWITCHES
@@ -381,8 +387,9 @@ SWITCHES = (
     + PROTOCOL_SWITCHES
     + PORT_SWITCHES
     + GRPC_TLS_SWITCHES
+    + BATCHING_SWITCHES
 )
-"""Triton's on/off flags, BOOL each."""
+"""On/off flags, BOOL each: Triton's, and batchserve's own beside them."""
 REPEATED: tuple[tuple[str, str, str, str], ...] = (
     ("--model-repository", "model_repository", "DIR",
      "a model repository directory (default model_repo); given again, the models of every "

@@ -109,7 +109,7 @@ class Batcher:
         objective_ns = policy.latency_objective_ns
         self._objective = ObjectivePlan(objective_ns, stats) if objective_ns else None
         waits = delay_ns or (self._objective is not None and policy.merge_requests)
-        self._timing = DispatchTiming(delay_ns) if waits else None
+        self._timing = DispatchTiming(delay_ns, policy.wait_out_queue_delay) if waits else None
         """None: nothing waits (no delay, or closed), every free instance takes a batch."""
         self._timing_learns = True
         """Whether the waiting rules are in force and learn from the traffic: always without
@@ -367,7 +367,7 @@ class Batcher:
         if objective is not None:
             pays = self._waiting_pays(objective, now)
             if pays and not self._timing_learns:  # what it learned before is out of date
-                self._timing = timing = DispatchTiming(timing.delay_ns)
+                self._timing = timing = timing.fresh()
             self._timing_learns = pays
             if not pays:
                 return self._cap  # as with no queue delay: no plan, no wake-up

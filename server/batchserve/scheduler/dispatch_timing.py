@@ -14,6 +14,11 @@ goes:
 A request that waited and went alone teaches that company comes more rarely than
 expected (``ArrivalGaps.lonely``).
 
+Triton waits the whole delay instead, whatever comes; ``wait_out`` (the config's
+``batchserve { wait_out_queue_delay }`` or the server's ``--wait-out-queue-delay``) does
+the same, for models whose answers depend on which requests shared their batch, or for
+comparisons with Triton's batch statistics.
+
 Answered clients not back when a batch goes without them are no longer waited for, but
 not forgotten either (``overdue``): on a busy machine they are late, not gone (the server's
 loop, or theirs, was off the CPU), and when they come back they must not pass for the
@@ -37,8 +42,10 @@ class DispatchTiming:
     """The waiting rules of one model version with a ``max_queue_delay``, and what they
     learn from its traffic. Times are on the batcher's clock, in nanoseconds."""
 
-    def __init__(self, delay_ns: int) -> None:
+    def __init__(self, delay_ns: int, wait_out: bool = False) -> None:
         self.delay_ns = delay_ns
+        self.wait_out = wait_out
+        """Wait the whole delay, as Triton does: none of the rules that end it sooner."""
         self.gaps = ArrivalGaps()
         self.returning = 0
         """Requests answered and not yet matched by a new arrival: with closed-loop clients,
@@ -97,12 +104,12 @@ class DispatchTiming:
         ``objective_due_ns``: the latest the batch may go for that request to meet its
         latency objective, which replaces the queue delay (or comes first, with both set).
         """
+        if self.wait_out:
+            return self._waited_out(now_ns, oldest_ns, objective_due_ns)
         if self._all_back:  # every client answered has asked again: nobody else is coming
             self._go(now_ns, oldest_ns, queued)
             return None
-        due = oldest_ns + self.delay_ns
-        if objective_due_ns is not None:
-            due = min(due, objective_due_ns) if self.delay_ns else objective_due_ns
+        due = self._due(oldest_ns, objective_due_ns)
         gaps = self.gaps
         gap = gaps.expected_gap_ns()
         if now_ns + gap > due:  # the delay is out, or nobody is expected before it is
@@ -122,6 +129,24 @@ class DispatchTiming:
             return None
         self._made_to_wait = True
         return wake
+
+    def fresh(self) -> DispatchTiming:
+        """The same rules, having learned nothing yet."""
+        return DispatchTiming(self.delay_ns, self.wait_out)
+
+    def _waited_out(self, now_ns: int, oldest_ns: int, objective_due_ns: int | None) -> int | None:
+        """Triton's rule: go once the oldest request has waited the delay (or its objective
+        allows no more)."""
+        due = self._due(oldest_ns, objective_due_ns)
+        return None if now_ns >= due else due
+
+    def _due(self, oldest_ns: int, objective_due_ns: int | None) -> int:
+        """The latest the batch may go: the delay after its oldest request, or what the
+        objective allows, whichever is sooner."""
+        due = oldest_ns + self.delay_ns
+        if objective_due_ns is not None:
+            due = min(due, objective_due_ns) if self.delay_ns else objective_due_ns
+        return due
 
     def _go(self, now_ns: int, oldest_ns: int, queued: int) -> None:
         """The batch goes now; a request that was kept waiting and goes alone teaches."""

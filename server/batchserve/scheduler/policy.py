@@ -71,6 +71,9 @@ class BatchPolicy:
             at once instead of served late.
         batch_io: for a model with ragged inputs, batch inputs or batch outputs, how its
             batches are made and taken apart (``batch_io.py``); None otherwise.
+        wait_out_queue_delay: a batch short of a preferred size waits the whole delay, as
+            in Triton, rather than going once no company can be expected
+            (``dispatch_timing.py``).
     """
 
     max_batch_size: int
@@ -95,18 +98,24 @@ class BatchPolicy:
     latency_objective_ns: int = 0
     refuse_late: bool = False
     batch_io: BatchIO | None = None
+    wait_out_queue_delay: bool = False
 
     @classmethod
-    def from_config(cls, config: ModelConfig, server_max_queue_size: int) -> BatchPolicy:
+    def from_config(
+        cls, config: ModelConfig, server_max_queue_size: int, wait_out_queue_delay: bool = False
+    ) -> BatchPolicy:
         """Triton's fields; a model without dynamic_batching runs each request alone (but
-        for sequence_batching: its steps of different sequences share batches)."""
+        for sequence_batching: its steps of different sequences share batches).
+        ``wait_out_queue_delay``: the server's ``--wait-out-queue-delay``, which the
+        config's own field turns on for one model."""
         objective_ns = config.batchserve.latency_objective_microseconds * 1000
         refuse_late = config.batchserve.refuse_late_requests
         batch_io = BatchIO.from_config(config)
+        wait_out = wait_out_queue_delay or config.batchserve.wait_out_queue_delay
         if config.HasField("sequence_batching"):
             steps = cls._sequence_steps(config, server_max_queue_size)
             return replace(steps, latency_objective_ns=objective_ns, refuse_late=refuse_late,
-                           batch_io=batch_io)  # fmt: skip
+                           batch_io=batch_io, wait_out_queue_delay=wait_out)  # fmt: skip
         sequence_axes = _position_layout(config)
         if not config.HasField("dynamic_batching"):
             return replace(sequence_axes, max_batch_size=config.max_batch_size,
@@ -137,6 +146,7 @@ class BatchPolicy:
             latency_objective_ns=objective_ns,
             refuse_late=refuse_late,
             batch_io=batch_io,
+            wait_out_queue_delay=wait_out,
         )
 
     def queue_policy(self, priority: int) -> LevelPolicy:

@@ -10,9 +10,12 @@ is only expected from arrivals that found others queued (``DispatchTiming``, who
 from __future__ import annotations
 
 import pytest
+from batchserve.observability.stats import ModelStats
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.dispatch_timing import DispatchTiming
-from fakes import FakeBackend, ManualClock
+from batchserve.scheduler.instances import Instance, InstancePool
+from batchserve.scheduler.policy import BatchPolicy
+from fakes import FakeBackend, ManualClock, fake_config
 from harness import answer, answers, hold_first, item, make_batcher, submit
 
 pytestmark = pytest.mark.anyio
@@ -369,3 +372,31 @@ async def test_requests_received_long_before_they_queue_never_set_a_wake_up_in_t
     clock.advance(1 * MS)
     await answers(*steps)
     assert not batcher.queue
+
+
+@pytest.mark.parametrize("how", ["config", "server"])
+async def test_waiting_out_the_delay_holds_a_lone_request_the_whole_delay_as_triton(
+    how: str,
+) -> None:
+    """``batchserve { wait_out_queue_delay }`` or the server's ``--wait-out-queue-delay``:
+    Triton's rule, so four requests spread over most of a 1 s delay share one batch on an
+    idle model (Triton's L0_batch_input asserts it), where by default the first goes alone."""
+    clock, backend = ManualClock(), FakeBackend()
+    extra = "dynamic_batching { max_queue_delay_microseconds: 1000000 }"
+    if how == "config":
+        extra += " batchserve { wait_out_queue_delay: true }"
+        batcher = make_batcher([backend], clock=clock, extra=extra)
+    else:
+        policy = BatchPolicy.from_config(fake_config(extra), 64, wait_out_queue_delay=True)
+        pool = InstancePool([Instance("fake-0", backend)])
+        batcher = Batcher(pool, policy, ModelStats(), clock=clock, timer=clock)
+    four = []
+    for _ in range(4):
+        four.append(item(1, 2.0, at=clock))
+        await submit(batcher, four[-1])
+        assert batcher.pool.busy_count() == 0
+        clock.advance(200 * MS)
+    assert clock.pending == [four[0].enqueued_ns + 1000 * MS]
+    clock.advance(200 * MS)  # the first request has now waited the whole delay
+    await answers(*four)
+    assert backend.batches == [4]

@@ -72,3 +72,21 @@ def test_level_policies_without_priority_levels_apply_to_nothing() -> None:
     )
     policy = BatchPolicy.from_config(config, server_max_queue_size=8)
     assert policy.queue_policy(1) == (0, True, 0)  # the default policy: no timeout
+
+
+def test_waiting_out_the_queue_delay_comes_from_the_config_or_the_server() -> None:
+    """``batchserve { wait_out_queue_delay }`` turns Triton's rule on for one model, the
+    server's ``--wait-out-queue-delay`` for all; a sequence model's steps follow it too."""
+    plain = parse_pbtxt(CHAR_LSTM)
+    assert not BatchPolicy.from_config(plain, 8).wait_out_queue_delay
+    assert BatchPolicy.from_config(plain, 8, wait_out_queue_delay=True).wait_out_queue_delay
+    own = parse_pbtxt(CHAR_LSTM)
+    own.batchserve.wait_out_queue_delay = True
+    assert BatchPolicy.from_config(own, 8).wait_out_queue_delay
+    steps = parse_pbtxt(
+        'name: "s" max_batch_size: 4 input [{ name: "x" data_type: TYPE_FP32 dims: [1] }] '
+        'output [{ name: "y" data_type: TYPE_FP32 dims: [1] }] '
+        "sequence_batching { oldest { max_queue_delay_microseconds: 5000 } }"
+    )
+    assert BatchPolicy.from_config(steps, 8, wait_out_queue_delay=True).wait_out_queue_delay
+    assert not BatchPolicy.from_config(steps, 8).wait_out_queue_delay

@@ -292,3 +292,36 @@ def test_clients_answered_after_all_came_back_are_waited_for() -> None:
     oldest = _arrive(timing, clock, joined=False)  # all back, while a batch of 29 runs
     timing.answered(29)
     assert timing.wait_until(clock(), oldest, 1) is not None  # the 29 are coming back
+
+
+def test_waiting_out_the_delay_ignores_every_rule_that_ends_it_sooner() -> None:
+    """Triton's rule (``--wait-out-queue-delay``): the batch goes only once its oldest
+    request has waited the whole delay, even where the adaptive rules would send it at
+    once (no company seen yet; company rarer than the delay; every answered client back)."""
+    clock = ManualClock()
+    fresh = DispatchTiming(DELAY_NS, wait_out=True)
+    oldest = _arrive(fresh, clock, joined=False)
+    assert fresh.wait_until(clock(), oldest, 1) == oldest + DELAY_NS
+    assert DispatchTiming(DELAY_NS).wait_until(clock(), oldest, 1) is None  # adaptive: goes
+    rare = _busy(clock, 1100 * US, 4)
+    rare.wait_out = True
+    oldest = _arrive(rare, clock, joined=False)
+    clock.advance(DELAY_NS - 1)
+    assert rare.wait_until(clock(), oldest, 1) == oldest + DELAY_NS
+    clock.advance(1)
+    assert rare.wait_until(clock(), oldest, 1) is None
+    back = _busy(clock, 10 * US, 4)
+    back.wait_out = True
+    back.answered(1)
+    oldest = _arrive(back, clock, joined=False)  # the one answered client is back
+    assert back.wait_until(clock(), oldest, 1) == oldest + DELAY_NS
+
+
+def test_waiting_out_the_delay_still_goes_when_the_objective_allows_no_more() -> None:
+    clock = ManualClock()
+    timing = DispatchTiming(DELAY_NS, wait_out=True)
+    oldest = _arrive(timing, clock, joined=False)
+    assert timing.wait_until(clock(), oldest, 1, oldest + 300 * US) == oldest + 300 * US
+    clock.advance(300 * US)
+    assert timing.wait_until(clock(), oldest, 1, oldest + 300 * US) is None
+    assert timing.fresh().wait_out
