@@ -165,3 +165,45 @@ def save_ragged_models(repo: Path) -> None:
         (repo / name / "1").mkdir(parents=True)
         onnx.save(model, str(repo / name / "1" / "model.onnx"))
         (repo / name / "config.pbtxt").write_text(config)
+
+
+RAGGED_SUMS_PT2_CONFIG = """
+name: "ragged_sums_pt2"
+backend: "pytorch"
+max_batch_size: 8
+input [{ name: "VALUES" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true }]
+output [
+  { name: "SUM" data_type: TYPE_FP32 dims: [ 1 ] },
+  { name: "ECHO" data_type: TYPE_FP32 dims: [ -1 ] }
+]
+batch_input [
+  { kind: BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO target_name: "OFFSETS"
+    data_type: TYPE_INT32 source_input: "VALUES" }
+]
+batch_output [
+  { target_name: "ECHO" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "VALUES" }
+]
+dynamic_batching { max_queue_delay_microseconds: 100000 }
+"""
+
+
+def save_ragged_sums_pt2(repo: Path) -> None:
+    """``ragged_sums``' sum and echo as a ``torch.export`` program (the PyTorch backend):
+    VALUES [n] and OFFSETS [r+1] -> SUM [r, 1], ECHO [n]."""
+    import torch
+
+    class RaggedSums(torch.nn.Module):
+        def forward(self, VALUES: torch.Tensor, OFFSETS: torch.Tensor) -> dict[str, torch.Tensor]:  # noqa: N803
+            prefix = torch.cat([VALUES.new_zeros(1), torch.cumsum(VALUES, 0)])
+            bounds = OFFSETS.long()
+            sums = prefix[bounds[1:]] - prefix[bounds[:-1]]
+            return {"SUM": sums.unsqueeze(1), "ECHO": VALUES * 1.0}
+
+    values = torch.export.Dim("values", min=1, max=1 << 16)
+    requests = torch.export.Dim("requests", min=1, max=64)
+    example = (torch.ones(5), torch.tensor([0, 2, 5], dtype=torch.int32))
+    shapes = {"VALUES": {0: values}, "OFFSETS": {0: requests + 1}}
+    program = torch.export.export(RaggedSums(), example, dynamic_shapes=shapes)
+    (repo / "ragged_sums_pt2" / "1").mkdir(parents=True)
+    torch.export.save(program, str(repo / "ragged_sums_pt2" / "1" / "model.pt2"))
+    (repo / "ragged_sums_pt2" / "config.pbtxt").write_text(RAGGED_SUMS_PT2_CONFIG)

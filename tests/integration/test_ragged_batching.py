@@ -19,7 +19,12 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.integration.server import ServerProcess, start_server
-from tests.ragged_models import RAGGED_SUMS_CONFIG, ragged_sums_model, save_ragged_models
+from tests.ragged_models import (
+    RAGGED_SUMS_CONFIG,
+    ragged_sums_model,
+    save_ragged_models,
+    save_ragged_sums_pt2,
+)
 
 WARMED = (
     RAGGED_SUMS_CONFIG.replace('name: "ragged_sums"', 'name: "ragged_warmed"')
@@ -38,6 +43,7 @@ def ragged_server(
 ) -> Iterator[ServerProcess]:
     repo: Path = tmp_path_factory.mktemp("ragged_repo")
     save_ragged_models(repo)
+    save_ragged_sums_pt2(repo)
     (repo / "ragged_warmed" / "1").mkdir(parents=True)
     (repo / "ragged_warmed" / "1" / "model.onnx").write_bytes(
         ragged_sums_model().SerializeToString()
@@ -88,6 +94,28 @@ def test_concurrent_requests_of_any_length_each_get_their_own_answer(
     inferences, executions = _executions(ragged_server, "ragged_sums")
     assert inferences - before[0] == len(sizes)
     assert executions - before[1] < len(sizes)  # they shared batches
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_pytorch_backend_batches_ragged_requests_as_onnx_runtime_does(
+    ragged_server: ServerProcess, protocol: str
+) -> None:
+    """The merge, the index and the scatter are the scheduler's, so a ``torch.export``
+    program takes them by name as an ONNX model does: each request's own sum and echo,
+    whatever batch it shared."""
+    rng = random.Random(11)
+    sent = [_values(rng.randint(1, 9), i + 1) for i in range(48)]
+    before = _executions(ragged_server, "ragged_sums_pt2")
+    with ThreadPoolExecutor(16) as pool:
+        results = list(
+            pool.map(lambda v: _infer(ragged_server, protocol, v, "ragged_sums_pt2"), sent)
+        )
+    for values, result in zip(sent, results, strict=True):
+        np.testing.assert_allclose(result.as_numpy("SUM"), [[float(values.sum())]], rtol=1e-6)
+        np.testing.assert_array_equal(result.as_numpy("ECHO"), values)
+    inferences, executions = _executions(ragged_server, "ragged_sums_pt2")
+    assert inferences - before[0] == len(sent)
+    assert executions - before[1] < len(sent)  # they shared batches
 
 
 def test_a_stream_of_tritons_qa_shapes(ragged_server: ServerProcess) -> None:
