@@ -216,7 +216,8 @@ def problems_of(tmp_path: Path, config: str, inputs: tuple[Tensor, ...] = (IMAGE
         (
             'input { name: "image" } input { name: "extra" }',
             (IMAGE,),
-            "input 'extra' is not an input of the model, which has 'image' (digits/1/model.onnx)",
+            "unexpected inference input 'extra', allowed inputs are: image (batchserve: input "
+            "'extra' is not an input of the model, which has 'image') (digits/1/model.onnx)",
         ),
         ('output { name: "probs" }', (IMAGE,), "output 'probs' is not an output of the model"),
         (
@@ -244,13 +245,13 @@ def problems_of(tmp_path: Path, config: str, inputs: tuple[Tensor, ...] = (IMAGE
             'input { name: "image" dims: [1, -2, 8] }',
             (IMAGE,),
             "model input 'image' dimension must be integer >= 1, or -1 to indicate a "
-            "variable-size dimension (batchserve: dims [1, -2, 8])",
+            "variable-size dimension for digits (batchserve: dims [1, -2, 8])",
         ),
         (
             'input { name: "image" dims: [1, 0, 8] }',
             (IMAGE,),
             "model input 'image' dimension must be integer >= 1, or -1 to indicate a "
-            "variable-size dimension (batchserve: dims [1, 0, 8])",
+            "variable-size dimension for digits (batchserve: dims [1, 0, 8])",
         ),
         (
             'input { name: "image" dims: [1, 65536, 65536] }',
@@ -295,7 +296,8 @@ def problems_of(tmp_path: Path, config: str, inputs: tuple[Tensor, ...] = (IMAGE
         (
             "instance_group { count: 1 } instance_group { kind: KIND_CPU gpus: [0, 1] }",
             (IMAGE,),
-            "instance_group[1] is KIND_CPU but lists gpus [0, 1]",
+            "instance group digits_1 of model digits has kind KIND_CPU but specifies one or "
+            "more GPUs (batchserve: instance_group[1] lists gpus [0, 1])",
         ),
         (
             'batchserve { sequence_length_input: "lengths" }',
@@ -360,6 +362,31 @@ def problems_of(tmp_path: Path, config: str, inputs: tuple[Tensor, ...] = (IMAGE
             "version_policy.specific lists version 0; versions are >= 1",
         ),
         ("version_policy { specific { } }", (IMAGE,), "version_policy.specific lists no versions"),
+        (  # Triton's pairing checks, in its words; ensembles are still not supported
+            "ensemble_scheduling { }",
+            (IMAGE,),
+            "ensemble scheduling cannot be set for model 'digits' whose platform is not ensemble",
+        ),
+        (
+            "max_batch_size: 8 dynamic_batching { preserve_ordering: true "
+            "default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 100 } }",
+            (IMAGE,),
+            "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true "
+            "for digits",
+        ),
+        (
+            "max_batch_size: 8 dynamic_batching { preserve_ordering: true priority_queue_policy "
+            "{ key: 1 value { timeout_action: DELAY default_timeout_microseconds: 100 } } }",
+            (IMAGE,),
+            "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true "
+            "for digits",
+        ),
+        (
+            'input { name: "image" dims: [2, -1] reshape { shape: [2, -1, -1] } }',
+            (IMAGE,),
+            "model input 'image' has different number of variable-size dimensions for dims and "
+            "reshape for digits (batchserve: dims [2, -1], reshape [2, -1, -1])",
+        ),
         ("foo: 1", (IMAGE,), '1:1 : Message type "inference.ModelConfig" has no field named "foo"'),
         (
             "input { data_type: TYPE_FP33 }",
@@ -380,8 +407,11 @@ def test_each_problem_names_the_config_file_and_field(
 def test_the_readme_example_message_reads_exactly(tmp_path: Path) -> None:
     problems = problems_of(tmp_path, 'input { name: "image" dims: [1, 8, 9] }')
     assert problems == [
-        "digits/config.pbtxt: input 'image': dims [1, 8, 9] contradict the model's [1, 8, 8] "
-        "(digits/1/model.onnx)"
+        "digits/config.pbtxt: model 'digits', tensor 'image': the model expects 4 dimensions "
+        "(shape [-1,1,8,8]) but the model configuration specifies 4 dimensions (an initial "
+        "batch dimension because max_batch_size > 0 followed by the explicit tensor shape, "
+        "making complete shape [-1,1,8,9]) (batchserve: input 'image': dims [1, 8, 9] "
+        "contradict the model's [1, 8, 8]) (digits/1/model.onnx)"
     ]
 
 
@@ -444,6 +474,9 @@ def test_a_scalar_of_a_model_that_does_not_batch_may_be_written_with_dims_of_one
         return
     with pytest.raises(InvalidModel) as caught:
         ModelRepository(tmp_path).resolve("s")
+    rank = len(dims.strip("[]").split(","))
     assert list(caught.value.problems) == [
-        f"s/config.pbtxt: input 'x': dims {dims} contradict the model's [] (s/1/model.onnx)"
+        f"s/config.pbtxt: model 's', tensor 'x': the model expects 0 dimensions (shape []) but "
+        f"the model configuration specifies {rank} dimensions (shape {dims.replace(' ', '')}) "
+        f"(batchserve: input 'x': dims {dims} contradict the model's []) (s/1/model.onnx)"
     ]

@@ -204,8 +204,11 @@ def test_every_served_version_is_checked_against_the_config(tmp_path: Path) -> N
     write_model(model_dir / "1" / "model.onnx", build_model([("image", FP32, ("N", 1, 7, 7))]))
     (model_dir / "config.pbtxt").write_text("version_policy { all {} }")
     assert problems(tmp_path) == (
-        "digits/config.pbtxt: input 'image': dims [1, 8, 8] contradict the model's [1, 7, 7] "
-        "(digits/1/model.onnx)",
+        "digits/config.pbtxt: model 'digits', tensor 'image': the model expects 4 dimensions "
+        "(shape [-1,1,7,7]) but the model configuration specifies 4 dimensions (an initial "
+        "batch dimension because max_batch_size > 0 followed by the explicit tensor shape, "
+        "making complete shape [-1,1,8,8]) (batchserve: input 'image': dims [1, 8, 8] "
+        "contradict the model's [1, 7, 7]) (digits/1/model.onnx)",
     )
 
 
@@ -395,7 +398,10 @@ def test_plan_with_an_incomplete_config_says_what_is_missing(tmp_path: Path) -> 
     assert problems(tmp_path) == tuple(
         f"digits/config.pbtxt: {problem}; to validate digits/1/model.plan without a GPU, "
         "the config must list every input and output with data_type and dims"
-        for problem in ("input 'image' has no data_type", "it lists no outputs")
+        for problem in (
+            "model input 'image' must specify 'data_type' for digits",
+            "it lists no outputs",
+        )
     )
 
 

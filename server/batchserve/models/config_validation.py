@@ -32,6 +32,7 @@ from batchserve.proto.model_config_pb2 import (
     ModelInput,
     ModelInstanceGroup,
     ModelOutput,
+    ModelQueuePolicy,
 )
 from batchserve.scheduler.sequences import SequencePolicy, filled_inputs
 
@@ -49,10 +50,11 @@ def config_problems(config: ModelConfig, *, source: str, directory: str) -> list
             f"(batchserve: max_batch_size {config.max_batch_size} is negative)"
         )
     problems += _batching_problems(config)
+    problems += _ensemble_problems(config)
     problems += _instance_problems(config)
     problems += _policy_problems(config)
     for kind, tensors in (("input", config.input), ("output", config.output)):
-        problems += _tensor_list_problems(kind, tensors)
+        problems += _tensor_list_problems(kind, tensors, config.name)
         problems += [
             problem
             for tensor in tensors
@@ -107,6 +109,28 @@ def _priority_problems(name: str, batching: ModelDynamicBatching) -> list[str]:
         ]
     if batching.preserve_ordering and levels > 1:  # answers in order, served by priority
         return [f"Only one priority level is allowed when 'preserve_ordering' is true for {name}"]
+    policies = [batching.default_queue_policy, *batching.priority_queue_policy.values()]
+    delaying = ModelQueuePolicy.DELAY
+    delayed = [
+        p for p in policies if p.default_timeout_microseconds and p.timeout_action == delaying
+    ]
+    if batching.preserve_ordering and delayed:
+        return [
+            "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is "
+            f"true for {name}"
+        ]
+    return []
+
+
+def _ensemble_problems(config: ModelConfig) -> list[str]:
+    """Triton's check that only an ensemble has ensemble scheduling, in its words (ensembles
+    themselves are refused as not supported: ``config_support``)."""
+    scheduled = config.WhichOneof("scheduling_choice") == "ensemble_scheduling"
+    if scheduled and config.platform != "ensemble":
+        return [
+            f"ensemble scheduling cannot be set for model '{config.name}' whose platform is "
+            "not ensemble"
+        ]
     return []
 
 
@@ -117,7 +141,11 @@ def _instance_problems(config: ModelConfig) -> list[str]:
         if group.count < 0:
             problems.append(f"{field}.count {group.count} is negative")
         if group.kind == ModelInstanceGroup.KIND_CPU and group.gpus:
-            problems.append(f"{field} is KIND_CPU but lists gpus {list(group.gpus)}")
+            problems.append(
+                f"instance group {group.name or f'{config.name}_{index}'} of model "
+                f"{config.name} has kind KIND_CPU but specifies one or more GPUs (batchserve: "
+                f"{field} lists gpus {list(group.gpus)})"
+            )
     groups = config.instance_group
     if groups and all(group.passive for group in groups):
         problems.append(
@@ -140,20 +168,21 @@ def _policy_problems(config: ModelConfig) -> list[str]:
     return []
 
 
-def _tensor_list_problems(kind: str, tensors: Sequence[Tensor]) -> list[str]:
+def _tensor_list_problems(kind: str, tensors: Sequence[Tensor], model: str) -> list[str]:
     counts = Counter(tensor.name for tensor in tensors)
     problems = [f"{kind} '{name}' is listed {n} times" for name, n in counts.items() if n > 1]
     problems += [f"{kind} with no name" for tensor in tensors if not tensor.name]
     for tensor in tensors:
-        problems += _dims_value_problems(f"{kind} '{tensor.name}'", list(tensor.dims))
+        problems += _dims_value_problems(f"{kind} '{tensor.name}'", list(tensor.dims), model)
     return problems
 
 
-def _dims_value_problems(what: str, dims: list[int]) -> list[str]:
+def _dims_value_problems(what: str, dims: list[int], model: str) -> list[str]:
+    """Triton's words (core ``ValidateIOShape``), which name the model last."""
     if any(d < DYNAMIC or d == 0 for d in dims):
         return [
             f"model {what} dimension must be integer >= 1, or -1 to indicate a variable-size "
-            f"dimension (batchserve: dims {dims})"
+            f"dimension for {model} (batchserve: dims {dims})"
         ]
     elements = math.prod(d for d in dims if d != DYNAMIC)
     if elements > MAX_ELEMENTS:  # no request could carry one sample
@@ -167,24 +196,30 @@ def _dims_value_problems(what: str, dims: list[int]) -> list[str]:
 def _reshape_problems(what: str, tensor: Tensor, config: ModelConfig) -> list[str]:
     """Triton's rules (core ``ValidateIOShape``): the same element count, and with free axes
     the same number of them and the same fixed size between each pair."""
-    dims, shape = list(tensor.dims), list(tensor.reshape.shape)
+    dims, shape, model = list(tensor.dims), list(tensor.reshape.shape), config.name
     if not shape and config.max_batch_size <= 0:
         return [
             f"model {what} cannot have empty reshape for non-batching model as scalar tensors "
-            "are not supported"
+            f"are not supported for {model}"
         ]
     if any(d < DYNAMIC or d == 0 for d in shape):
         return [
             f"model {what} reshape dimensions must be integer >= 1, or -1 to indicate a "
-            f"variable-size dimension (batchserve: reshape {shape})"
+            f"variable-size dimension for {model} (batchserve: reshape {shape})"
         ]
     if not shape and dims == [1]:
         return []
+    free = DYNAMIC in dims and DYNAMIC in shape
+    if free and len(_chunks(dims)) != len(_chunks(shape)):
+        return [
+            f"model {what} has different number of variable-size dimensions for dims and "
+            f"reshape for {model} (batchserve: dims {dims}, reshape {shape})"
+        ]
     if _chunks(dims) != _chunks(shape):
         return [
-            f"model {what} has different size for dims and reshape (batchserve: dims {dims} "
-            f"and reshape {shape} must hold the same elements, with the same fixed sizes "
-            "between -1 axes)"
+            f"model {what} has different size for dims and reshape for {model} (batchserve: "
+            f"dims {dims} and reshape {shape} must hold the same elements, with the same fixed "
+            "sizes between -1 axes)"
         ]
     return []
 
@@ -258,14 +293,15 @@ def model_problems(
             if sequences is not None:
                 problems += _sequence_name_problems(filled, sequences, signature)
             specs = tuple(spec for spec in specs if spec.name not in filled | computed)
-        problems += _name_problems(kind, listed, specs, signature.defaulted, model_file)
+        problems += _name_problems(kind, listed, specs, signature.defaulted)
         if kind == "input":
             specs += signature.defaulted
         by_name = {spec.name: spec for spec in specs}
         for tensor in listed:
             spec = by_name.get(tensor.name)
             if spec is not None:
-                problems += _tensor_problems(kind, tensor, spec, batched, tensor.name in own_shapes)
+                own_shape = tensor.name in own_shapes
+                problems += _tensor_problems(kind, tensor, spec, batched, own_shape, config.name)
     problems += model_batch_io_problems(config, signature)
     return [f"{source}: {problem} ({model_file})" for problem in problems]
 
@@ -331,13 +367,15 @@ def _name_problems(
     listed: Sequence[Tensor],
     specs: tuple[TensorSpec, ...],
     defaulted: tuple[TensorSpec, ...],
-    model_file: str,
 ) -> list[str]:
+    """An unknown name in Triton's words first (the backends' ``CheckAllowedModelInput``)."""
     known = [spec.name for spec in specs]
     allowed = known + [spec.name for spec in defaulted] if kind == "input" else known
     written = {tensor.name for tensor in listed}
     problems = [
-        f"{kind} '{name}' is not an {kind} of the model, which has {_quoted(allowed)}"
+        f"unexpected inference {kind} '{name}', allowed {kind}s are: {', '.join(allowed)} "
+        f"(batchserve: {kind} '{name}' is not an {kind} of the model, which has "
+        f"{_quoted(allowed)})"
         for name in sorted(written - set(allowed))
     ]
     if kind == "input":
@@ -360,7 +398,12 @@ def _quoted(names: Iterable[str]) -> str:
 
 
 def _tensor_problems(
-    kind: str, tensor: Tensor, spec: TensorSpec, batched: bool, own_shape: bool = False
+    kind: str,
+    tensor: Tensor,
+    spec: TensorSpec,
+    batched: bool,
+    own_shape: bool = False,
+    model: str = "",
 ) -> list[str]:
     """``own_shape``: the tensor's shape in the model is not its dims (ragged batching)."""
     what = f"{kind} '{tensor.name}'"
@@ -376,8 +419,32 @@ def _tensor_problems(
     written = model_dims(tensor)
     if not _dims_agree(written, expected) and not scalar_as_ones(tensor, spec, batched=batched):
         field = "reshape.shape" if tensor.HasField("reshape") else "dims"
-        problems.append(f"{what}: {field} {written} contradict the model's {expected}")
+        ours = f"{what}: {field} {written} contradict the model's {expected}"
+        problems.append(
+            f"{_rank_words(model, tensor.name, spec, written, batched)} (batchserve: {ours})"
+        )
     return problems
+
+
+def _rank_words(model: str, name: str, spec: TensorSpec, written: list[int], batched: bool) -> str:
+    """The ONNX Runtime backend's words for a tensor whose dims the model contradicts."""
+    shape = _shape_text(list(spec.shape))
+    start = (
+        f"model '{model}', tensor '{name}': the model expects {len(spec.shape)} dimensions "
+        f"(shape {shape}) but the model configuration specifies"
+    )
+    if not batched:
+        return f"{start} {len(written)} dimensions (shape {_shape_text(written)})"
+    full = [DYNAMIC, *written]
+    return (
+        f"{start} {len(full)} dimensions (an initial batch dimension because max_batch_size "
+        f"> 0 followed by the explicit tensor shape, making complete shape {_shape_text(full)})"
+    )
+
+
+def _shape_text(shape: list[int]) -> str:
+    """A shape as Triton writes it: ``[-1,16]``."""
+    return "[" + ",".join(str(dim) for dim in shape) + "]"
 
 
 def _dims_agree(written: list[int], model: list[int]) -> bool:
@@ -409,7 +476,7 @@ def completeness_problems(config: ModelConfig, *, source: str, need: str) -> lis
         if not tensors:
             problems.append(f"it lists no {kind}s")
         problems += [
-            f"{kind} '{tensor.name}' has no {field}"
+            f"model {kind} '{tensor.name}' must specify '{field}' for {config.name}"
             for tensor in tensors
             for field in _missing_fields(tensor)
         ]

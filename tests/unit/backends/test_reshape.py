@@ -123,7 +123,17 @@ def test_a_tensor_that_cannot_take_the_reshape_is_an_invalid_argument() -> None:
     [
         ("dims: [6] reshape { shape: [4] }", 4, "has different size for dims and reshape"),
         ("dims: [2, -1] reshape { shape: [-1, 2] }", 4, "has different size for dims and reshape"),
-        ("dims: [-1] reshape { shape: [-1, -1] }", 4, "has different size for dims and reshape"),
+        (
+            "dims: [-1] reshape { shape: [-1, -1] }",
+            4,
+            "has different number of variable-size dimensions for dims and reshape for r",
+        ),
+        (
+            "dims: [2, -1] reshape { shape: [2, -1, -1] }",
+            0,
+            "has different number of variable-size dimensions for dims and reshape",
+        ),
+        ("dims: [4] reshape { shape: [-1] }", 4, "has different size for dims and reshape for r"),
         ("dims: [1] reshape { shape: [] }", 0, "cannot have empty reshape for non-batching"),
         ("dims: [4] reshape { shape: [0, 4] }", 4, "reshape dimensions must be integer >= 1"),
     ],
@@ -132,7 +142,8 @@ def test_reshapes_triton_refuses_are_config_problems(
     tensor: str, max_batch_size: int, problem: str
 ) -> None:
     config = parse_pbtxt(
-        f'max_batch_size: {max_batch_size} input [{{ name: "x" data_type: TYPE_FP32 {tensor} }}]'
+        f'name: "r" max_batch_size: {max_batch_size} '
+        f'input [{{ name: "x" data_type: TYPE_FP32 {tensor} }}]'
     )
     problems = config_problems(config, source="r/config.pbtxt", directory="r")
     assert any(
