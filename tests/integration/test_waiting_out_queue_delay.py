@@ -9,6 +9,7 @@ import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -51,31 +52,30 @@ def _four_spread_requests(url: str) -> list[float]:
         return list(pool.map(ask, range(4)))
 
 
-@pytest.mark.parametrize("how", ["flag", "config"])
-def test_four_requests_within_the_delay_share_one_batch(tmp_path: Path, how: str) -> None:
-    flags = ["--wait-out-queue-delay", "true"] if how == "flag" else []
-    server = start_server(_repository(tmp_path, own_field=how == "config"), flags)
+def _serve_four(repository: Path, flags: list[str]) -> tuple[list[float], dict[str, Any]]:
+    """A fresh server's answers to ``_four_spread_requests``, and its statistics after."""
+    server = start_server(repository, flags)
     try:
         latencies = _four_spread_requests(server.http_url)
         client = httpclient.InferenceServerClient(server.http_url)
-        stats = client.get_inference_statistics("digits_cnn")["model_stats"][0]
+        stats: dict[str, Any] = client.get_inference_statistics("digits_cnn")["model_stats"][0]
         client.close()
     finally:
         assert server.stop() == 0
+    return latencies, stats
+
+
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_four_requests_within_the_delay_share_one_batch(tmp_path: Path, how: str) -> None:
+    flags = ["--wait-out-queue-delay", "true"] if how == "flag" else []
+    latencies, stats = _serve_four(_repository(tmp_path, own_field=how == "config"), flags)
     assert (int(stats["inference_count"]), int(stats["execution_count"])) == (4, 1)
     assert [int(b["batch_size"]) for b in stats["batch_stats"]] == [4]
     assert latencies[0] >= 0.9 * DELAY_US / 1e6  # the first waited out the delay
 
 
 def test_by_default_the_first_request_on_an_idle_server_goes_alone(tmp_path: Path) -> None:
-    server = start_server(_repository(tmp_path, own_field=False))
-    try:
-        latencies = _four_spread_requests(server.http_url)
-        client = httpclient.InferenceServerClient(server.http_url)
-        stats = client.get_inference_statistics("digits_cnn")["model_stats"][0]
-        client.close()
-    finally:
-        assert server.stop() == 0
+    latencies, stats = _serve_four(_repository(tmp_path, own_field=False), [])
     assert int(stats["inference_count"]) == 4
     assert int(stats["execution_count"]) > 1
     assert latencies[0] < 0.5
