@@ -526,3 +526,48 @@ def test_a_config_that_names_the_gpu_is_not_given_cpu_instances(
     tuning = tune(named, cores=2)
     assert tuning.chosen.cpu_instances == 0
     assert "CPU" not in tuning.reason
+
+
+class FixedCostBackend(CostedBackend):
+    """Takes ``run_s`` a run whatever its rows, as a model with a long fixed cost does."""
+
+    def __init__(self, run_s: float, log: list[tuple[str, int, str]]) -> None:
+        super().__init__(0.0, log, False, 0.0)
+        self.run_s = run_s
+
+    def infer(
+        self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        self.log.append(("infer", threading.get_ident(), str(len(inputs["x"]))))
+        time.sleep(self.run_s)
+        return {}
+
+
+def test_a_model_whose_runs_stay_long_on_fewer_rows_keeps_the_default_without_rounds(
+    monkeypatch: pytest.MonkeyPatch, log: list[tuple[str, int, str]]
+) -> None:
+    """A run of 0.3 s whatever its rows: four runs of each of two settings would take 2.4 s,
+    past the (here) 1 s a load may measure, so it stops after two runs of the default (a
+    4 s-a-run model spent 35-41 s of its load measuring)."""
+    monkeypatch.setattr(measured_defaults, "TIME_LIMIT_S", 1.0)
+    base = subject(0.0, log)
+    slow = replace(base, factory=lambda config, model_file: FixedCostBackend(0.3, log))
+    started = time.perf_counter()
+    tuning = tune(slow, cores=2)
+    assert time.perf_counter() - started < 1.0
+    assert tuning.chosen == DEFAULT
+    assert tuning.trials == ()
+    assert "took 0.3 s: measuring would take about 2 s, past the 1 s a load may spend" in (
+        tuning.reason
+    )
+    assert [entry[0] for entry in log].count("load") == 1  # no other setting was loaded
+    assert [entry[0] for entry in log].count("infer") == 2
+
+
+def test_a_long_run_that_fewer_rows_shorten_is_still_measured(
+    monkeypatch: pytest.MonkeyPatch, log: list[tuple[str, int, str]]
+) -> None:
+    monkeypatch.setattr(measured_defaults, "TIME_LIMIT_S", 1.0)
+    monkeypatch.setattr(measured_defaults, "RUN_S", 0.016)
+    tuning = tune(subject(0.004, log), cores=2)  # 16 rows: 32 ms; 4 rows: 8 ms
+    assert tuning.trials  # measured

@@ -406,6 +406,11 @@ def tune(subject: Subject, cores: int, *, graphs_possible: bool = False) -> Tuni
             first, run_s = (rate,), rows / rate
         if bar_ns and run_s > RUN_S:  # on a CPU, where fewer rows measure the same
             rows, first = _fewer_rows(rows, run_s, settings), ()
+            run_s = default.cold_run(subject.batch, rows)  # (one of its warm-up runs)
+            projected = run_s * (WARM_RUNS + 1) * len(settings)
+            if projected > TIME_LIMIT_S:  # even on fewer rows a run is long
+                reason = _too_slow(rows, run_s, projected)
+                return Tuning(DEFAULT, reason, (), time.perf_counter() - started)
         loaded, failed = [default], []
         for setting in settings[1:]:
             try:
@@ -420,6 +425,16 @@ def tune(subject: Subject, cores: int, *, graphs_possible: bool = False) -> Tuni
             cpu_instances, found = _cpu_beside(subject, default)
             chosen, reason = replace(chosen, cpu_instances=cpu_instances), f"{reason}; {found}"
     return Tuning(chosen, reason, tuple(trials), time.perf_counter() - started)
+
+
+def _too_slow(rows: int, run_s: float, projected_s: float) -> str:
+    """Why a model whose runs are long keeps the default: each candidate's warm-up runs
+    and first round alone would take longer than a load may spend measuring (a model that
+    took 4 s a run, whatever its rows, used to spend 35-41 s of its load measuring)."""
+    return (
+        f"one run of {rows} row(s) took {run_s:.1f} s: measuring would take about "
+        f"{projected_s:.0f} s, past the {TIME_LIMIT_S:g} s a load may spend"
+    )
 
 
 def _light_tuning(samples_per_s: float, bar_ns: float, seconds: float) -> Tuning:
