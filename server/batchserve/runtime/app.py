@@ -201,9 +201,9 @@ class Server:
         """Listen, load the models, serve until asked to stop, then drain."""
         gc_tuning.tune()
         listeners = [x for x in (self.http, self.metrics) if x is not None]
-        tasks = [asyncio.create_task(listener.serve()) for listener in listeners]
-        http_task = tasks[0] if self.http is not None else None
-        metrics_task = tasks[-1] if self.metrics is not None else None
+        http_task = asyncio.create_task(self.http.serve()) if self.http is not None else None
+        metrics_task = None if self.metrics is None else asyncio.create_task(self.metrics.serve())
+        tasks = [task for task in (http_task, metrics_task) if task is not None]
         if self.grpc is not None:
             await self.grpc.start()
         while not all(listener.started for listener in listeners):
