@@ -26,9 +26,6 @@ def _problems(extra: str, base: str = TENSORS) -> list[str]:
         ('sequence_batching { state [{ input_name: "s" output_name: "t" data_type: TYPE_FP32 '
          "dims: [1] use_growable_memory: true }] }",
          "sequence_batching.state[0].use_growable_memory"),
-        ("ensemble_scheduling { step [{ model_name: \"a\" model_version: -1 }] }",
-         "ensemble_scheduling"),
-        ('platform: "ensemble"', "platform"),
         ('sequence_batching {} batch_input [{ kind: BATCH_ELEMENT_COUNT target_name: "n" '
          'data_type: TYPE_FP32 source_input: "x" }]', "batch_input"),
         ('sequence_batching {} batch_output [{ target_name: "y" source_input: "x" }]',

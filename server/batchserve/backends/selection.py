@@ -66,10 +66,14 @@ def _named_format(source: str, field: str, value: str) -> ModelFormat | None:
     for fmt in FORMATS:
         if value == getattr(fmt, field):
             return fmt
-    what = "ensembles (pipelines of models)" if value == "ensemble" else f"the {field}"
+    if value == "ensemble":
+        raise ModelConfigError(
+            f"{source}: field '{field}' is 'ensemble': an ensemble has no model file of its "
+            "own to run; its config's ensemble_scheduling runs other models"
+        )
     raise ModelConfigError(
-        f"{source}: field '{field}' is '{value}': batchserve does not support {what} (yet); "
-        f"{SUPPORTED}"
+        f"{source}: field '{field}' is '{value}': batchserve does not support the {field} "
+        f"(yet); {SUPPORTED}"
     )
 
 

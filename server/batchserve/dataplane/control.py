@@ -134,10 +134,11 @@ class Control:
         authorization: str | None,
         parameters: Mapping[str, object] | None = None,
     ) -> None:
-        """``unload_dependents`` is checked and accepted; batchserve has no dependents."""
+        """``unload_dependents`` also unloads the composing models an ensemble alone kept
+        loaded."""
         self.check_control(authorization)
-        parse_unload_parameters(parameters or {})
-        await self.registry.unload(validate_model_name(name))
+        dependents = parse_unload_parameters(parameters or {})
+        await self.registry.unload(validate_model_name(name), dependents)
         self.trace.forget(name)
 
     def trace_settings(

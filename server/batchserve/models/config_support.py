@@ -2,7 +2,7 @@
 
 A Triton config is accepted as written, so a field batchserve would skip must not be
 skipped silently where that changes what clients get: a decoupled model answering once, a
-sequence model batched as stateless requests, an ensemble or a Python model served as
+sequence model batched as stateless requests, or a Python model served as
 something else. Fields that only tune performance or observability (``response_cache``,
 ``metric_tags``, ``optimization`` priorities) are ignored: results
 do not depend on them. The full list is in the README's config table.
@@ -38,9 +38,6 @@ def _found(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
     if scheduling == "sequence_batching":
         yield from _sequence_fields(config)
         yield from _ragged_sequence_fields(config)
-    if scheduling == "ensemble_scheduling" or config.platform == "ensemble":
-        field = "ensemble_scheduling" if scheduling == "ensemble_scheduling" else "platform"
-        yield field, "asks for an ensemble", "ensembles (pipelines of models)"
     if config.runtime:
         yield "runtime", f"is '{config.runtime}'", "choosing a backend runtime library"
     if config.cc_model_filenames:

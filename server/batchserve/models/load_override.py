@@ -200,8 +200,8 @@ def _write_new(model_dir: Path, path: PurePosixPath, content: bytes) -> None:
 
 
 def parse_unload_parameters(parameters: Mapping[str, ParameterValue]) -> bool:
-    """``unload_dependents``, Triton's only unload parameter; batchserve has no ensembles,
-    so there are never dependents, but the flag is checked and accepted as Triton does."""
+    """``unload_dependents``, Triton's only unload parameter: whether an ensemble's unload
+    also unloads the composing models loaded along with it."""
     dependents = False
     for name, value in parameters.items():
         if name != "unload_dependents":

@@ -39,6 +39,7 @@ from batchserve.models.config_validation import (
     without_gpu,
 )
 from batchserve.models.decoupled import builtin_backend, builtin_problems
+from batchserve.models.ensemble_config import is_ensemble, structure_problems
 from batchserve.models.labels import LabelMap, read_labels
 from batchserve.models.measured_defaults import wants_tuning
 from batchserve.models.model_config import (
@@ -258,8 +259,8 @@ class _ModelCheck:
             raise self.fail()
         config = self._read_config()
         dirs = self._contained(_version_dirs(self.dir))
-        if builtin_backend(config) is not None:
-            return self._builtin(config, dirs)
+        if builtin_backend(config) is not None or is_ensemble(config):
+            return self._without_file(config, dirs)
         model_format = self._format(config, dirs)
         if model_format is None:
             self.problems += config_problems(config, source=self.source, directory=self.name)
@@ -276,18 +277,22 @@ class _ModelCheck:
             self.name, resolved, tuple(versions), labels, self.dir, self.source, tunable
         )
 
-    def _builtin(self, config: ModelConfig, dirs: dict[int, Path]) -> ResolvedModel:
-        """A decoupled model served by a backend in the server: no model file to read."""
+    def _without_file(self, config: ModelConfig, dirs: dict[int, Path]) -> ResolvedModel:
+        """A model with no file to read: an ensemble, or a decoupled model served by a
+        backend in the server."""
         done = ModelConfig()
         done.CopyFrom(config)
         done.name = done.name or self.name
         done.version_policy.CopyFrom(version_policy(done))
         versions = [ModelVersion(n, dirs[n]) for n in self._selected(done, list(dirs))]
         self.problems += config_problems(done, source=self.source, directory=self.name)
-        self.problems += [f"{self.source}: {problem}" for problem in builtin_problems(done)]
+        own = structure_problems(done) if is_ensemble(done) else builtin_problems(done)
+        self.problems += [f"{self.source}: {problem}" for problem in own]
+        labels, problems = read_labels(done.output, self.dir, source=self.source)
+        self.problems += problems
         if self.problems:
             raise self.fail()
-        return ResolvedModel(self.name, done, tuple(versions), {}, self.dir, self.source)
+        return ResolvedModel(self.name, done, tuple(versions), labels, self.dir, self.source)
 
     def _read_config(self) -> ModelConfig:
         if self.override is not None:

@@ -33,6 +33,9 @@ from batchserve.core.errors import (
 from batchserve.core.metrics_config import TRITON_DEFAULTS, MetricsConfig
 from batchserve.devices.placement import Placement
 from batchserve.models.decoupled import build_responder, builtin_backend, step_model
+from batchserve.models.ensemble import EnsembleBatcher
+from batchserve.models.ensemble_config import is_ensemble
+from batchserve.models.ensemble_loading import EnsembleDependencies, composing_configs
 from batchserve.models.initial_states import read_initial_states
 from batchserve.models.instance_change import change_instances, reload_reason
 from batchserve.models.instance_loader import BackendFactory as BackendFactory  # re-exported
@@ -160,6 +163,7 @@ class ModelRegistry(ModelTable):
         """Triton's local cache (``--cache-config``), for models that enable it."""
         self._rate_limiter = rate_limiter
         """Triton's rate limiter (``--rate-limit execution_count``), shared by every model."""
+        self._dependencies = EnsembleDependencies()
 
     async def load(self, name: str, override: LoadOverride | None = None) -> None:
         """Load (or reload) every served version of a model. A failed first load leaves it
@@ -171,6 +175,7 @@ class ModelRegistry(ModelTable):
         the loaded versions' instances (``instance_change``) instead of rebuilding them.
         """
         started = time.monotonic()
+        self._dependencies.asked_for(name)
         resolved, files = await self._resolve_for_load(name, override)
         entry = self._entry(resolved.name)
         old: dict[int, ServedVersion] = {}
@@ -355,6 +360,9 @@ class ModelRegistry(ModelTable):
             raise
 
     async def _load_versions(self, resolved: ResolvedModel) -> dict[int, ServedVersion]:
+        if is_ensemble(resolved.config):  # the model's failure, as Triton's, not a version's
+            composing = await composing_configs(resolved.config, self._load_along, self.get)
+            self._dependencies.ensemble_loaded(resolved.name, composing)
         loaded: dict[int, ServedVersion] = {}
         try:
             for version in resolved.versions:
@@ -417,6 +425,13 @@ class ModelRegistry(ModelTable):
     async def _load_version(self, resolved: ResolvedModel, version: ModelVersion) -> ServedVersion:
         if builtin_backend(resolved.config) is not None:
             return await self._load_decoupled(resolved, version)
+        if is_ensemble(resolved.config):
+            return await self._load_ensemble(resolved, version)
+        return await self._load_with_instances(resolved, version)
+
+    async def _load_with_instances(
+        self, resolved: ResolvedModel, version: ModelVersion
+    ) -> ServedVersion:
         samples = await self._warmup_samples(resolved)
         config, tuning = await self._measured(resolved, version, samples)
         reservations = ModelReservations.from_config(config)
@@ -514,6 +529,22 @@ class ModelRegistry(ModelTable):
         return ServedVersion(resolved.name, version.version, config, batcher, stats,
                              responder=responder)  # fmt: skip
 
+    async def _load_ensemble(self, resolved: ResolvedModel, version: ModelVersion) -> ServedVersion:
+        """An ensemble, its composing models loaded and its steps checked against them
+        (``_load_versions``): its requests run through their batchers (``ensemble.py``)."""
+        config = resolved.config
+        stats = self._new_stats(config)
+        policy = BatchPolicy.from_config(config, self._max_queue_size, self._wait_out_queue_delay)
+        batcher = EnsembleBatcher(config, policy, stats, self.get)
+        return ServedVersion(
+            resolved.name, version.version, config, batcher, stats, labels=resolved.labels
+        )
+
+    async def _load_along(self, name: str) -> None:
+        """Load a composing model an ensemble needs, which no one asked to load."""
+        await self.load(name)
+        self._dependencies.loaded_along(name)
+
     def _new_stats(self, config: ModelConfig, objective_ns: int = 0) -> ModelStats:
         """A version's statistics, with the latency families ``--metrics-config`` asks for."""
         stats = ModelStats(latency_objective_ns=objective_ns)
@@ -530,8 +561,25 @@ class ModelRegistry(ModelTable):
             raise Unavailable(f"step model '{name}' has no sequence batcher")
         return batcher
 
-    async def unload(self, name: str) -> None:
-        """Stop taking requests for a model, finish those accepted, release it."""
+    async def unload(self, name: str, dependents: bool = False) -> None:
+        """Stop taking requests for a model, finish those accepted, release it; then the
+        ensembles that use it, and with ``dependents`` (Triton's ``unload_dependents``) the
+        composing models an ensemble alone kept loaded (``EnsembleDependencies``)."""
+        await self._unload_one(name)
+        for ensemble in self._dependencies.users_of(name):
+            await self._unload_one(
+                ensemble, f"ensemble '{ensemble}' depends on '{name}' which has no loaded version."
+            )
+            await self._unload_composing(ensemble, dependents)
+        await self._unload_composing(name, dependents)
+
+    async def _unload_composing(self, name: str, dependents: bool) -> None:
+        alone = self._dependencies.unloaded(name)
+        if dependents:
+            for model in alone:
+                await self.unload(model, dependents=True)
+
+    async def _unload_one(self, name: str, reason: str = UNLOADED) -> None:
         entry = self._entries.get(name)
         if entry is None or (entry.state is ModelState.UNAVAILABLE and not entry.versions):
             # As Triton: unloading what is not loaded changes nothing and succeeds
@@ -545,7 +593,7 @@ class ModelRegistry(ModelTable):
                 await served.close()
             if old_files is not None:
                 await asyncio.to_thread(old_files.remove)
-            entry.state, entry.reason = ModelState.UNAVAILABLE, UNLOADED
+            entry.state, entry.reason = ModelState.UNAVAILABLE, reason
         self._after_change()
         logger.info("model unloaded", extra={"model": name})
 
@@ -554,7 +602,7 @@ class ModelRegistry(ModelTable):
         for name, entry in list(self._entries.items()):
             versions = list(entry.versions.values())
             if versions:
-                await self.unload(name)
+                await self._unload_one(name)
             for served in versions:
                 stats = served.stats
                 logger.info(

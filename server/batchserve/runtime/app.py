@@ -276,11 +276,14 @@ class Server:
                 raise outcome
 
     async def _load_models(self) -> None:
-        """Load the start-up models in turn, until done or asked to stop."""
+        """Load the start-up models in turn, until done or asked to stop; an ensemble loads
+        its composing models itself, before their turn comes."""
         names = list(self.dataplane.expected_models)
         self._settle_deferred = True
         try:
             for index, name in enumerate(names):
+                if self.registry.is_ready(name):
+                    continue  # loaded already, as an ensemble's composing model
                 if self.signals.stopping.is_set() or not await self._load_unless_stopped(name):
                     logger.info("start-up stopped: models not loaded",
                                 extra={"models": names[index:]})  # fmt: skip

@@ -1,0 +1,226 @@
+"""An ensemble's scheduler: each request runs through the composing models' own batchers.
+
+A step is a request to its composing model like any client's: validated against that
+model's config, queued by its batcher (so concurrent ensemble requests batch there with
+each other and with direct clients), and counted in that model's statistics. A step starts
+as soon as the tensors it reads are written, so independent steps run at once. Tensors pass
+between steps as the arrays the steps returned, never copied; Triton's one reshape rule
+between a batching and a non-batching model is applied (``_fitted``). Errors come back in
+Triton's words, prefixed "in ensemble '<name>', ".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from batchserve.core.datatypes import DataType, from_config
+from batchserve.core.errors import BatchserveError, InvalidArgument, Unavailable
+from batchserve.core.types import RequestedOutput, Tensor
+from batchserve.core.validation import validate_request
+from batchserve.models import admission
+from batchserve.models.ensemble_config import EnsembleStep, ensemble_steps
+from batchserve.models.model_table import ServedVersion
+from batchserve.observability.stats import ModelStats
+from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.scheduler.batcher import Batcher
+from batchserve.scheduler.instances import InstancePool
+from batchserve.scheduler.policy import BatchPolicy
+from batchserve.scheduler.work import Arrays, WorkItem
+
+Lookup = Callable[[str, str], ServedVersion]
+"""A composing model's version as served now, by name and version ("" for its latest);
+raises as a client's request would (not found, not ready)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Value:
+    """An ensemble tensor once written: its type, elements, and the batch it holds (0 when
+    written by a model that does not batch)."""
+
+    datatype: DataType
+    data: np.ndarray
+    batch_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class _StepDone:
+    outputs: dict[str, _Value]
+    compute_ns: int
+
+
+class EnsembleBatcher(Batcher):
+    """Runs each request through the ensemble's steps; it holds no instances of its own."""
+
+    def __init__(
+        self, config: ModelConfig, policy: BatchPolicy, stats: ModelStats, lookup: Lookup
+    ) -> None:
+        super().__init__(InstancePool([]), policy, stats)
+        self.name = config.name
+        self.steps = ensemble_steps(config)
+        self._lookup = lookup
+        self._batching = config.max_batch_size > 0
+        self._input_types = {spec.name: from_config(spec.data_type) for spec in config.input}
+
+    def submit(self, item: WorkItem) -> None:
+        if self._closed:
+            raise Unavailable("model is being unloaded")
+        item.dispatched_ns = time.monotonic_ns()  # an ensemble queues nothing of its own
+        task = asyncio.get_running_loop().create_task(self._run(item))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        item.future.add_done_callback(partial(_stop_when_cancelled, task))
+
+    async def _run(self, item: WorkItem) -> None:
+        batch = item.batch_size if self._batching else 0
+        values = {
+            name: _Value(self._input_types[name], array, batch)
+            for name, array in item.inputs.items()
+        }
+        try:
+            compute_ns = await self._steps(item, values)
+            missing = [name for name in item.output_names if name not in values]
+            if missing:
+                raise InvalidArgument(
+                    "unexpected deadlock, at least one output is not set while no more "
+                    f"ensemble steps can be made (batchserve: {', '.join(missing)} not written)"
+                )
+        except asyncio.CancelledError:
+            item.finish(asyncio.CancelledError())
+            raise
+        except Exception as exc:
+            item.finish(_in_ensemble(self.name, exc))
+            return
+        _record_executions(self.stats, item, compute_ns)
+        item.finish({name: values[name].data for name in item.output_names})
+
+    async def _steps(self, item: WorkItem, values: dict[str, _Value]) -> int:
+        """Run every step once its inputs are written; the steps' compute time in all."""
+        waiting = list(self.steps)
+        running: set[asyncio.Task[_StepDone]] = set()
+        compute_ns = 0
+        try:
+            while waiting or running:
+                for step in [s for s in waiting if all(t in values for t in s.needs)]:
+                    waiting.remove(step)
+                    running.add(asyncio.ensure_future(self._step(step, item, values)))
+                if not running:
+                    break  # the rest read tensors nothing writes: answered as a deadlock
+                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    finished = task.result()
+                    values.update(finished.outputs)
+                    compute_ns += finished.compute_ns
+        finally:
+            for task in running:
+                task.cancel()
+        return compute_ns
+
+    async def _step(
+        self, step: EnsembleStep, item: WorkItem, values: dict[str, _Value]
+    ) -> _StepDone:
+        served = self._lookup(step.model, step.version)
+        batching = served.config.max_batch_size > 0
+        dims = {spec.name: tuple(spec.dims) for spec in served.config.input}
+        tensors = []
+        for model_input, tensor in step.inputs:
+            value = values[tensor]
+            data = _fitted(value, dims.get(model_input, ()), batching)
+            tensors.append(Tensor(model_input, value.datatype, data.shape, data))
+        wanted = [RequestedOutput(model_output) for model_output, _ in step.outputs]
+        started = time.monotonic_ns()
+        served.stats.received += item.clients
+        try:
+            valid = validate_request(tensors, wanted, served.schema)
+            work = admission.work_item(
+                served, valid, item.priority, _remaining_us(item, started), started,
+                item.is_cancelled,
+            )  # fmt: skip
+            work.clients = item.clients
+            served.batcher.submit(work)
+            try:
+                arrays: Arrays = await work.future
+            except asyncio.CancelledError:
+                work.future.cancel()
+                raise
+        except BaseException as exc:
+            admission.record_failure(served, started, exc, "", "", item.clients)
+            raise
+        admission.record_success(served, started, work, "", item.clients)
+        types = served.output_types
+        batch = valid.batch_size if batching else 0
+        outputs = {
+            tensor: _Value(types[model_output], arrays[model_output], batch)
+            for model_output, tensor in step.outputs
+        }
+        return _StepDone(outputs, time.monotonic_ns() - (work.dispatched_ns or started))
+
+
+def _record_executions(stats: ModelStats, item: WorkItem, compute_ns: int) -> None:
+    """Triton counts an ensemble's request as one execution of its batch, whose compute is
+    its steps'; a worker's group of requests (``item.clients``) counts each member's, their
+    samples shared out as evenly as the group's total allows."""
+    clients = item.clients
+    total = max(clients, item.batch_size)
+    for member in range(clients):
+        size = total // clients + (1 if member < total % clients else 0)
+        stats.record_batch(size, 0, compute_ns, 0)
+    stats.record_compute(clients, 0, compute_ns, 0)
+
+
+def _fitted(value: _Value, config_dims: tuple[int, ...], batching: bool) -> np.ndarray:
+    """Triton's ``ReshapeTensorDims``: a tensor from a model that does not batch gains a
+    batch of 1 for one that does, where its shape is the input's own; one of a batch of 1
+    loses the batch for a model that does not batch, where its shape is not the input's."""
+    data = value.data
+    if batching == (value.batch_size != 0):
+        return data
+    shape = tuple(data.shape)
+    if batching:
+        return data.reshape((1, *shape)) if _agree(config_dims, shape) else data
+    if not _agree(config_dims, shape) and value.batch_size == 1:
+        return data.reshape(shape[1:])
+    return data
+
+
+def _agree(config_dims: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    return len(config_dims) == len(shape) and all(
+        d == -1 or d == s for d, s in zip(config_dims, shape, strict=True)
+    )
+
+
+def _remaining_us(item: WorkItem, now: int) -> int:
+    """What is left of the ensemble request's timeout, for a step (0: none)."""
+    if item.deadline_ns is None:
+        return 0
+    left = item.deadline_ns - now
+    if left <= 0:
+        raise Unavailable(
+            "Request timeout expired (batchserve: the ensemble request's timeout ran out "
+            "before this step)"
+        )
+    return max(1, left // 1000)
+
+
+def _in_ensemble(name: str, error: Exception) -> Exception:
+    """A step's error as Triton's ensemble reports it: its message after the ensemble's."""
+    if not isinstance(error, BatchserveError):
+        return error
+    prefixed = copy.copy(error)
+    prefixed.message = f"in ensemble '{name}', {error.message}"
+    prefixed.args = (prefixed.message,)
+    return prefixed
+
+
+def _stop_when_cancelled(task: asyncio.Task[None], future: asyncio.Future[Arrays]) -> None:
+    """The client went away (its future cancelled): stop the steps still waiting."""
+    if future.cancelled() and not task.done():
+        with contextlib.suppress(RuntimeError):
+            task.cancel()

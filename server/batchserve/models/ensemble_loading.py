@@ -1,0 +1,134 @@
+"""Loading an ensemble: its composing models first, then Triton's checks against them.
+
+As Triton's repository manager does, loading an ensemble loads the composing models that
+are not loaded yet (one already loaded is used as it is), and an ensemble whose composing
+model cannot be loaded is not loaded, in Triton's words ("ensemble 'e' depends on 'm'
+which has no loaded version. ..."). A chain of ensembles that leads back to one being
+loaded is refused rather than waited on for ever.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+
+from batchserve.core.errors import BatchserveError, ModelConfigError
+from batchserve.models.ensemble_config import composing_models, composing_problems
+from batchserve.models.model_table import ServedVersion
+from batchserve.proto.model_config_pb2 import ModelConfig
+
+_LOADING: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "ensembles_loading", default=()
+)
+"""The ensembles whose loads led to this one, in this load's task."""
+
+
+async def composing_configs(
+    config: ModelConfig,
+    load: Callable[[str], Awaitable[None]],
+    served: Callable[[str, str], ServedVersion],
+) -> dict[str, ModelConfig]:
+    """Load what ``config``'s steps need and check the steps against it: each composing
+    model's config as loaded. ``served`` looks a version up as requests do."""
+    name = config.name
+    chain = _LOADING.get()
+    mark = _LOADING.set((*chain, name))
+    try:
+        for model in composing_models(config):
+            if model == name or model in chain:
+                raise ModelConfigError(
+                    f"ensemble '{name}' depends on '{model}' which depends on '{name}': "
+                    "circular dependency (batchserve: "
+                    f"{' -> '.join((*chain, name, model))})"
+                )
+            await _loaded(name, model, load, served)
+    finally:
+        _LOADING.reset(mark)
+    configs = {}
+    for step in config.ensemble_scheduling.step:
+        version = str(step.model_version) if step.model_version > 0 else ""
+        try:
+            configs[step.model_name] = served(step.model_name, version).config
+        except BatchserveError:
+            raise ModelConfigError(
+                f"ensemble '{name}' depends on '{step.model_name}' whose required version "
+                f"{step.model_version} is not loaded."
+            ) from None
+    problems = composing_problems(config, configs) or list(_unsupported(configs))
+    if problems:
+        raise ModelConfigError("\n".join(problems))
+    return configs
+
+
+def _unsupported(configs: Mapping[str, ModelConfig]) -> Iterator[str]:
+    """Composing models batchserve cannot run as a step (yet): a step is one request with
+    one answer, and carries no sequence."""
+    for model, config in configs.items():
+        if config.model_transaction_policy.decoupled:
+            yield (
+                f"model '{model}' is decoupled: batchserve does not support decoupled models "
+                "in an ensemble (yet)"
+            )
+        if config.WhichOneof("scheduling_choice") == "sequence_batching":
+            yield (
+                f"model '{model}' uses sequence batching: batchserve does not support "
+                "sequence models in an ensemble (yet)"
+            )
+
+
+async def _loaded(
+    ensemble: str,
+    model: str,
+    load: Callable[[str], Awaitable[None]],
+    served: Callable[[str, str], ServedVersion],
+) -> None:
+    try:
+        served(model, "")
+        return  # loaded already: used as it is
+    except BatchserveError:
+        pass
+    try:
+        await load(model)
+    except BatchserveError as exc:
+        raise ModelConfigError(
+            f"ensemble '{ensemble}' depends on '{model}' which has no loaded version. Model "
+            f"'{model}' loading failed with error: {exc.message}"
+        ) from None
+
+
+class EnsembleDependencies:
+    """Which loaded ensembles use which models, and which models were loaded only because
+    an ensemble needed them: what an unload touches beyond the model it names.
+
+    As Triton's repository manager: unloading a composing model leaves the ensembles that
+    use it without a loaded version of it, so they are unloaded too; unloading an ensemble
+    with ``unload_dependents`` also unloads the composing models loaded along with it that
+    no other ensemble uses and no one asked to load.
+    """
+
+    def __init__(self) -> None:
+        self._uses: dict[str, frozenset[str]] = {}
+        self._implicit: set[str] = set()
+
+    def asked_for(self, name: str) -> None:
+        """A load named ``name`` itself: it is no longer only a composing model."""
+        self._implicit.discard(name)
+
+    def loaded_along(self, name: str) -> None:
+        """``name`` was loaded because an ensemble needed it."""
+        self._implicit.add(name)
+
+    def ensemble_loaded(self, ensemble: str, composing: Iterable[str]) -> None:
+        self._uses[ensemble] = frozenset(composing)
+
+    def users_of(self, name: str) -> list[str]:
+        """The loaded ensembles whose steps run ``name``."""
+        return sorted(e for e, models in self._uses.items() if name in models)
+
+    def unloaded(self, name: str) -> list[str]:
+        """Forget ``name``; the composing models it alone kept loaded, which
+        ``unload_dependents`` unloads with it."""
+        self._implicit.discard(name)
+        composing = self._uses.pop(name, frozenset())
+        still_used = {m for models in self._uses.values() for m in models}
+        return sorted(m for m in composing if m in self._implicit and m not in still_used)

@@ -1,0 +1,294 @@
+"""Ensembles (``platform: "ensemble"``), served as Triton serves them: a real server, real
+tritonclient over HTTP and gRPC, by one process and by two request-handling workers.
+
+The ensemble (``tests/ensemble_models.py``) runs three ONNX models: ``doubler`` then
+``adder`` (which reads the doubler's output), and ``negater`` beside them. Its requests are
+the composing models' requests too, so they batch there and are counted there.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.ensemble_models import (
+    ENSEMBLE,
+    ENSEMBLE_CONFIG,
+    ROW,
+    write_ensemble,
+    write_pipeline_repository,
+)
+from tests.integration.server import CONTROL_TOKEN, ServerProcess, start_server
+
+HANDLING = {"one process": "1", "two workers": "2"}
+HEADERS = {"authorization": f"Bearer {CONTROL_TOKEN}"}
+
+
+@pytest.fixture(scope="module", params=list(HANDLING))
+def served(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ServerProcess]:
+    repo = write_pipeline_repository(tmp_path_factory.mktemp("ensemble_repo"))
+    labels = repo / ENSEMBLE / "out_labels.txt"
+    labels.write_text("".join(f"class{i}\n" for i in range(ROW)))
+    config = repo / ENSEMBLE / "config.pbtxt"
+    config.write_text(
+        config.read_text().replace(
+            'name: "OUT" data_type: TYPE_FP32 dims: [ 4 ]',
+            'name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "out_labels.txt"',
+        )
+    )
+    server = start_server(repo, ["--workers", HANDLING[request.param]])
+    yield server
+    assert server.stop() == 0
+
+
+def _rows(first: float, count: int = 2) -> np.ndarray:
+    return (first + np.arange(count * ROW, dtype=np.float32)).reshape(count, ROW)
+
+
+def _statistics(server: ServerProcess, model: str) -> dict[str, int]:
+    client = httpclient.InferenceServerClient(server.http_url)
+    stats = client.get_inference_statistics(model)["model_stats"][0]
+    client.close()
+    return {
+        "success": stats["inference_stats"]["success"]["count"],
+        "fail": stats["inference_stats"]["fail"]["count"],
+        "executions": stats["execution_count"],
+        "inferences": stats["inference_count"],
+    }
+
+
+def test_an_ensemble_answers_with_its_steps_outputs_over_both_protocols(
+    served: ServerProcess,
+) -> None:
+    http = httpclient.InferenceServerClient(served.http_url)
+    rows = _rows(1.0)
+    given = httpclient.InferInput("IN", list(rows.shape), "FP32")
+    given.set_data_from_numpy(rows)
+    answer = http.infer(ENSEMBLE, [given])
+    assert np.array_equal(answer.as_numpy("OUT"), 3 * rows)
+    assert np.array_equal(answer.as_numpy("NEG"), -rows)
+    assert answer.get_response()["model_name"] == ENSEMBLE
+    grpc = grpcclient.InferenceServerClient(served.grpc_url)
+    given_grpc = grpcclient.InferInput("IN", list(rows.shape), "FP32")
+    given_grpc.set_data_from_numpy(rows)
+    only_neg = [grpcclient.InferRequestedOutput("NEG")]
+    answer_grpc = grpc.infer(ENSEMBLE, [given_grpc], outputs=only_neg)
+    assert np.array_equal(answer_grpc.as_numpy("NEG"), -rows)
+    assert answer_grpc.as_numpy("OUT") is None  # only what was asked for
+    metadata = grpc.get_model_metadata(ENSEMBLE)
+    assert metadata.platform == "ensemble"
+    assert [(t.name, list(t.shape)) for t in metadata.inputs] == [("IN", [-1, ROW])]
+    config = grpc.get_model_config(ENSEMBLE).config
+    assert [step.model_name for step in config.ensemble_scheduling.step] == [
+        "doubler", "adder", "negater",
+    ]  # fmt: skip
+
+
+def test_concurrent_ensemble_requests_batch_in_the_composing_models(
+    served: ServerProcess,
+) -> None:
+    before = {m: _statistics(served, m) for m in (ENSEMBLE, "doubler", "adder", "negater")}
+
+    def ask(index: int) -> bool:
+        client = httpclient.InferenceServerClient(served.http_url)
+        rows = _rows(float(index), 1)
+        given = httpclient.InferInput("IN", [1, ROW], "FP32")
+        given.set_data_from_numpy(rows)
+        answer = client.infer(ENSEMBLE, [given])
+        client.close()
+        return bool(np.array_equal(answer.as_numpy("OUT"), 3 * rows)) and bool(
+            np.array_equal(answer.as_numpy("NEG"), -rows)
+        )
+
+    requests = 48
+    with ThreadPoolExecutor(16) as pool:
+        assert all(pool.map(ask, range(requests)))
+    after = {m: _statistics(served, m) for m in before}
+    grew = {m: {k: after[m][k] - before[m][k] for k in after[m]} for m in after}
+    assert grew[ENSEMBLE]["success"] == requests
+    assert grew[ENSEMBLE]["inferences"] == requests
+    assert grew[ENSEMBLE]["executions"] == requests  # Triton: one per ensemble request
+    for model in ("doubler", "adder", "negater"):
+        assert grew[model]["success"] == requests, (model, grew)
+        assert grew[model]["inferences"] == requests, (model, grew)
+        assert grew[model]["executions"] < requests, (model, grew)  # batched there
+
+
+def test_a_request_the_ensemble_refuses_names_it_and_a_fresh_one_is_answered(
+    served: ServerProcess,
+) -> None:
+    http = httpclient.InferenceServerClient(served.http_url)
+    wrong = httpclient.InferInput("IN", [1, ROW + 1], "FP32")
+    wrong.set_data_from_numpy(np.zeros((1, ROW + 1), dtype=np.float32))
+    with pytest.raises(InferenceServerException) as refused:
+        http.infer(ENSEMBLE, [wrong])
+    assert refused.value.status() == "400"
+    assert refused.value.message().startswith(
+        f"unexpected shape for input 'IN' for model '{ENSEMBLE}'. Expected [-1,{ROW}], got "
+        f"[1,{ROW + 1}]"
+    )
+    rows = _rows(5.0, 1)
+    given = httpclient.InferInput("IN", [1, ROW], "FP32")
+    given.set_data_from_numpy(rows)
+    assert np.array_equal(http.infer(ENSEMBLE, [given]).as_numpy("OUT"), 3 * rows)
+
+
+def test_classification_of_an_ensemble_output_uses_its_labels(served: ServerProcess) -> None:
+    """Triton's label_override ensembles: the ensemble's own output labels."""
+    http = httpclient.InferenceServerClient(served.http_url)
+    rows = np.array([[1.0, 4.0, 2.0, 3.0]], dtype=np.float32)
+    given = httpclient.InferInput("IN", [1, ROW], "FP32")
+    given.set_data_from_numpy(rows)
+    top = [httpclient.InferRequestedOutput("OUT", class_count=2)]
+    answer = http.infer(ENSEMBLE, [given], outputs=top).as_numpy("OUT")
+    assert [b.decode() for b in answer[0]] == ["12.000000:1:class1", "9.000000:3:class3"]
+
+
+def _explicit(repo: Path, workers: str, *load: str) -> ServerProcess:
+    args = ["--model-control-mode", "explicit", "--workers", workers]
+    for name in load:
+        args += ["--load-model", name]
+    return start_server(repo, args, extra_env={"BATCHSERVE_CONTROL_TOKEN": CONTROL_TOKEN})
+
+
+def _states(server: ServerProcess) -> dict[str, tuple[str, str]]:
+    client = httpclient.InferenceServerClient(server.http_url)
+    rows = client.get_model_repository_index(headers=HEADERS)
+    client.close()
+    return {row["name"]: (row.get("state", ""), row.get("reason", "")) for row in rows}
+
+
+@pytest.mark.parametrize("workers", list(HANDLING.values()), ids=list(HANDLING))
+def test_loading_an_ensemble_loads_its_models_and_unloading_follows_tritons_rules(
+    tmp_path: Path, workers: str
+) -> None:
+    repo = write_pipeline_repository(tmp_path)
+    server = _explicit(repo, workers, ENSEMBLE)
+    try:
+        states = _states(server)
+        assert {m: states[m][0] for m in states} == dict.fromkeys(
+            (ENSEMBLE, "doubler", "adder", "negater"), "READY"
+        )
+        http = httpclient.InferenceServerClient(server.http_url)
+        # unloading a composing model leaves the ensemble without it, in Triton's words
+        http.unload_model("adder", headers=HEADERS)
+        states = _states(server)
+        assert states["adder"][0] == "UNAVAILABLE"
+        assert states[ENSEMBLE] == (
+            "UNAVAILABLE",
+            f"ensemble '{ENSEMBLE}' depends on 'adder' which has no loaded version.",
+        )
+        assert states["doubler"][0] == "READY"
+        # adder loaded by name, then the ensemble again: unload_dependents then takes the
+        # composing models loaded along with it, but not the one loaded by name
+        http.load_model("adder", headers=HEADERS)
+        assert _states(server)[ENSEMBLE][0] == "UNAVAILABLE"  # not reloaded by itself
+        http.load_model(ENSEMBLE, headers=HEADERS)
+        assert {m: s for m, (s, _) in _states(server).items()} == dict.fromkeys(
+            (ENSEMBLE, "doubler", "adder", "negater"), "READY"
+        )
+        http.unload_model(ENSEMBLE, headers=HEADERS, unload_dependents=True)
+        states = _states(server)
+        assert states[ENSEMBLE][0] == "UNAVAILABLE"
+        assert states["doubler"][0] == "UNAVAILABLE"
+        assert states["negater"][0] == "UNAVAILABLE"
+        assert states["adder"][0] == "READY"  # loaded by name: not the ensemble's to unload
+        http.close()
+    finally:
+        assert server.stop() == 0
+
+
+def test_an_ensemble_whose_model_cannot_load_is_unavailable_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    repo = write_pipeline_repository(tmp_path)
+    shutil.rmtree(repo / "negater")
+    broken = ENSEMBLE_CONFIG.replace('"doubler"', '"doubler" model_version: 1', 1)
+    write_ensemble(repo, broken.replace("model_version: 1\n      model_version: -1", ""))
+    server = start_server(repo, ["--workers", "1"], wait_ready=False)
+    try:
+        server.wait_for("server not ready: a model failed to load")
+        states = _states(server)
+        state, reason = states[ENSEMBLE]
+        assert state == "UNAVAILABLE"
+        assert reason.startswith(
+            f"ensemble '{ENSEMBLE}' depends on 'negater' which has no loaded version. Model "
+            "'negater' loading failed with error: failed to load 'negater', failed to poll "
+            "from model repository"
+        ), reason
+        assert states["doubler"][0] == "READY"
+        http = httpclient.InferenceServerClient(server.http_url)
+        given = httpclient.InferInput("IN", [1, ROW], "FP32")
+        given.set_data_from_numpy(_rows(0.0, 1))
+        with pytest.raises(InferenceServerException) as refused:
+            http.infer(ENSEMBLE, [given])
+        assert refused.value.status() == "503"
+    finally:
+        assert server.stop() == 0
+
+
+def test_ensembles_that_lead_back_to_themselves_are_refused(tmp_path: Path) -> None:
+    repo = write_pipeline_repository(tmp_path)
+    loop = ENSEMBLE_CONFIG.replace('model_name: "negater"', f'model_name: "{ENSEMBLE}"', 1)
+    loop = loop.replace('key: "X" value: "IN"', 'key: "IN" value: "IN"')
+    loop = loop.replace('key: "Y" value: "NEG"', 'key: "NEG" value: "NEG"')
+    write_ensemble(repo, loop)
+    server = start_server(repo, ["--workers", "1"], wait_ready=False)
+    try:
+        server.wait_for("server not ready: a model failed to load")
+        state, reason = _states(server)[ENSEMBLE]
+        assert state == "UNAVAILABLE"
+        assert f"ensemble '{ENSEMBLE}' depends on '{ENSEMBLE}' which depends on" in reason
+        assert "circular dependency" in reason
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_step_that_fails_fails_the_request_in_tritons_words(tmp_path: Path) -> None:
+    """A composing model whose queue holds one request (and whose batches wait out their
+    delay, so that it fills) refuses a step, and the client reads which ensemble it was."""
+    repo = write_pipeline_repository(tmp_path, delay_us=300_000)
+    config = repo / "negater" / "config.pbtxt"
+    config.write_text(
+        config.read_text().replace(
+            "max_queue_delay_microseconds: 300000",
+            "max_queue_delay_microseconds: 300000 default_queue_policy { max_queue_size: 1 }",
+        )
+    )
+    server = start_server(repo, ["--workers", "1", "--wait-out-queue-delay", "true"])
+    try:
+
+        def ask(index: int) -> str:
+            client = httpclient.InferenceServerClient(server.http_url)
+            given = httpclient.InferInput("IN", [1, ROW], "FP32")
+            given.set_data_from_numpy(_rows(float(index), 1))
+            try:
+                client.infer(ENSEMBLE, [given])
+                return "ok"
+            except InferenceServerException as exc:
+                return f"{exc.status()} {exc.message()}"
+            finally:
+                client.close()
+
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(ask, range(6)))
+        refused = [a for a in answers if a != "ok"]
+        assert refused, answers
+        for answer in refused:
+            assert answer.startswith(f"503 in ensemble '{ENSEMBLE}', "), answer
+        assert "ok" in answers
+        metrics = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
+        assert f'nv_inference_request_failure{{model="{ENSEMBLE}",' in metrics
+    finally:
+        assert server.stop() == 0
