@@ -106,3 +106,43 @@ def write_pipeline_repository(repo: Path, delay_us: int = 20_000) -> Path:
     write_composing_models(repo, delay_us)
     write_ensemble(repo)
     return repo
+
+
+UNBATCHED = "pipeline_unbatched"
+UNBATCHED_CONFIG = f"""
+name: "{UNBATCHED}"
+platform: "ensemble"
+max_batch_size: 0
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]
+ensemble_scheduling {{
+  step [
+    {{
+      model_name: "doubler"
+      input_map {{ key: "INPUT0" value: "IN" }}
+      output_map {{ key: "OUTPUT0" value: "OUT" }}
+    }}
+  ]
+}}
+"""
+"""Triton's nobatch_to_batch: a request without a batch axis reaches the batching doubler as
+a batch of 1, and its answer comes back without one."""
+
+RESHAPED = "pipeline_reshaped"
+RESHAPED_CONFIG = f"""
+name: "{RESHAPED}"
+platform: "ensemble"
+max_batch_size: 8
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 2, 2 ] reshape: {{ shape: [ {ROW} ] }} }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 2, 2 ] reshape: {{ shape: [ {ROW} ] }} }} ]
+ensemble_scheduling {{
+  step [
+    {{
+      model_name: "doubler"
+      input_map {{ key: "INPUT0" value: "IN" }}
+      output_map {{ key: "OUTPUT0" value: "OUT" }}
+    }}
+  ]
+}}
+"""
+"""Clients send and receive [2, 2] rows; the steps see the reshaped [4]."""

@@ -12,6 +12,7 @@ import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -23,7 +24,11 @@ from tritonclient.utils import InferenceServerException
 from tests.ensemble_models import (
     ENSEMBLE,
     ENSEMBLE_CONFIG,
+    RESHAPED,
+    RESHAPED_CONFIG,
     ROW,
+    UNBATCHED,
+    UNBATCHED_CONFIG,
     write_ensemble,
     write_pipeline_repository,
 )
@@ -47,6 +52,8 @@ def served(
             'name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "out_labels.txt"',
         )
     )
+    write_ensemble(repo, UNBATCHED_CONFIG, UNBATCHED)
+    write_ensemble(repo, RESHAPED_CONFIG, RESHAPED)
     server = start_server(repo, ["--workers", HANDLING[request.param]])
     yield server
     assert server.stop() == 0
@@ -123,6 +130,26 @@ def test_concurrent_ensemble_requests_batch_in_the_composing_models(
         assert grew[model]["success"] == requests, (model, grew)
         assert grew[model]["inferences"] == requests, (model, grew)
         assert grew[model]["executions"] < requests, (model, grew)  # batched there
+
+
+@pytest.mark.parametrize("protocol", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_shapes_follow_tritons_rules_across_batching_and_reshape(
+    served: ServerProcess, protocol: Any
+) -> None:
+    url = served.http_url if protocol is httpclient else served.grpc_url
+    client = protocol.InferenceServerClient(url)
+    row = _rows(2.0, 1)[0]
+    given = protocol.InferInput("IN", [ROW], "FP32")  # no batch axis: the model does not batch
+    given.set_data_from_numpy(row)
+    answer = client.infer(UNBATCHED, [given]).as_numpy("OUT")
+    assert answer.shape == (ROW,)
+    assert np.array_equal(answer, 2 * row)
+    squares = _rows(1.0, 3).reshape(3, 2, 2)
+    given = protocol.InferInput("IN", [3, 2, 2], "FP32")
+    given.set_data_from_numpy(squares)
+    answer = client.infer(RESHAPED, [given]).as_numpy("OUT")
+    assert answer.shape == (3, 2, 2)  # the ensemble's dims, its steps saw [3, 4]
+    assert np.array_equal(answer, 2 * squares)
 
 
 def test_a_request_the_ensemble_refuses_names_it_and_a_fresh_one_is_answered(

@@ -93,7 +93,7 @@ def with_reshape(backend: Backend, config: ModelConfig) -> Backend:
     return ReshapedBackend(backend, inputs, outputs, batched=config.max_batch_size > 0)
 
 
-def _reshaped(
+def reshaped(
     array: np.ndarray, shapes: tuple[Shape, Shape], batched: bool, what: str
 ) -> np.ndarray:
     batch = array.shape[:1] if batched else ()
@@ -137,7 +137,7 @@ class ReshapedBackend:
         if not self._inputs and not self._outputs:  # dims of 1 that were not scalars after all
             return self.inner.infer(inputs, output_names)
         fed = {
-            name: _reshaped(array, self._inputs[name], self._batched, f"input '{name}'")
+            name: reshaped(array, self._inputs[name], self._batched, f"input '{name}'")
             if name in self._inputs
             else array
             for name, array in inputs.items()
@@ -145,7 +145,7 @@ class ReshapedBackend:
         outputs = self.inner.infer(fed, output_names)
         for name, shapes in self._outputs.items():
             if name in outputs:
-                outputs[name] = _reshaped(outputs[name], shapes, self._batched, f"output '{name}'")
+                outputs[name] = reshaped(outputs[name], shapes, self._batched, f"output '{name}'")
         return outputs
 
     def memory_bytes(self) -> int | None:

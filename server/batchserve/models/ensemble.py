@@ -21,6 +21,7 @@ from functools import partial
 
 import numpy as np
 
+from batchserve.backends.reshape import Shapes, reshaped, reshapes
 from batchserve.core.datatypes import DataType, from_config
 from batchserve.core.errors import BatchserveError, InvalidArgument, Unavailable
 from batchserve.core.types import RequestedOutput, Tensor
@@ -68,6 +69,13 @@ class EnsembleBatcher(Batcher):
         self._lookup = lookup
         self._batching = config.max_batch_size > 0
         self._input_types = {spec.name: from_config(spec.data_type) for spec in config.input}
+        self._output_dims = {
+            spec.name: tuple(spec.reshape.shape if spec.HasField("reshape") else spec.dims)
+            for spec in config.output
+        }
+        self._reshapes = reshapes(config)
+        """The ensemble's own ``reshape``s: its steps see an input as reshaped, and clients
+        get an output back in its dims, as from any model."""
 
     def submit(self, item: WorkItem) -> None:
         if self._closed:
@@ -79,27 +87,44 @@ class EnsembleBatcher(Batcher):
         item.future.add_done_callback(partial(_stop_when_cancelled, task))
 
     async def _run(self, item: WorkItem) -> None:
-        batch = item.batch_size if self._batching else 0
-        values = {
-            name: _Value(self._input_types[name], array, batch)
-            for name, array in item.inputs.items()
-        }
+        """Answer ``item``: its outputs, or its step's error after the ensemble's name."""
         try:
-            compute_ns = await self._steps(item, values)
-            missing = [name for name in item.output_names if name not in values]
-            if missing:
-                raise InvalidArgument(
-                    "unexpected deadlock, at least one output is not set while no more "
-                    f"ensemble steps can be made (batchserve: {', '.join(missing)} not written)"
-                )
+            outputs = await self._outputs(item)
         except asyncio.CancelledError:
             item.finish(asyncio.CancelledError())
             raise
         except Exception as exc:
             item.finish(_in_ensemble(self.name, exc))
             return
+        item.finish(outputs)
+
+    async def _outputs(self, item: WorkItem) -> Arrays:
+        batch = item.batch_size if self._batching else 0
+        into, back = self._reshapes
+        values = {
+            name: _Value(self._input_types[name], self._shaped(into, name, array), batch)
+            for name, array in item.inputs.items()
+        }
+        compute_ns = await self._steps(item, values)
+        missing = [name for name in item.output_names if name not in values]
+        if missing:
+            raise InvalidArgument(
+                "unexpected deadlock, at least one output is not set while no more "
+                f"ensemble steps can be made (batchserve: {', '.join(missing)} not written)"
+            )
+        outputs = {
+            name: self._shaped(
+                back, name, _fitted(values[name], self._output_dims[name], self._batching)
+            )
+            for name in item.output_names
+        }
         _record_executions(self.stats, item, compute_ns)
-        item.finish({name: values[name].data for name in item.output_names})
+        return outputs
+
+    def _shaped(self, shapes: Shapes, name: str, array: np.ndarray) -> np.ndarray:
+        if name not in shapes:
+            return array
+        return reshaped(array, shapes[name], self._batching, f"ensemble tensor '{name}'")
 
     async def _steps(self, item: WorkItem, values: dict[str, _Value]) -> int:
         """Run every step once its inputs are written; the steps' compute time in all."""
