@@ -20,6 +20,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from tests.ensemble_models import ENSEMBLE, write_pipeline_repository
 from tests.integration.server import MODEL_REPO
 from tests.integration.test_readme import BIN, COMMANDS
 
@@ -224,3 +225,21 @@ def test_a_built_in_decoupled_model_is_measured_over_streams_and_kept(
     assert (tmp_path / model / "config.pbtxt").read_text() == (
         MODEL_REPO / model / "config.pbtxt"
     ).read_text()
+
+
+def test_an_ensemble_is_measured_as_it_is_and_its_models_named(tmp_path: Path) -> None:
+    """An ensemble's steps batch in its composing models, which the profile loads with it
+    and names as what to profile instead."""
+    write_pipeline_repository(tmp_path)
+    before = (tmp_path / ENSEMBLE / "config.pbtxt").read_text()
+    argv = [str(BIN / "batchserve"), "profile", ENSEMBLE, "--model-repository", str(tmp_path),
+            "--quick", "--concurrency", "4"]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        "nothing to sweep: an ensemble has no instances or batching of its own; its steps "
+        "batch in its composing models: profile 'doubler', 'adder', 'negater'"
+    ) in result.stdout
+    (row,) = table_rows(result.stdout)
+    assert float(row[4]) > 0
+    assert (tmp_path / ENSEMBLE / "config.pbtxt").read_text() == before

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from batchserve.core.errors import InvalidArgument
 from batchserve.models.decoupled import builtin_backend, step_model
+from batchserve.models.ensemble_config import composing_models, is_ensemble
 from batchserve.profiling.config_edit import apply, current_setting
 from batchserve.profiling.errors import ProfileError, ServerRefused
 from batchserve.profiling.perf_analyzer import Measurement, Target, Window, measure
@@ -126,17 +127,24 @@ def _load_as_it_is(server: ProfiledServer, request: Request) -> tuple[Setting, M
 
 
 def _nothing_to_sweep(config: ModelConfig, axes: Axes) -> str:
-    """Why the model has no setting to sweep (a built-in backend's), else ""."""
+    """Why the model has no setting to sweep (an ensemble's, a built-in backend's), else ""."""
     backend = builtin_backend(config)
-    if backend is None:
+    if is_ensemble(config):
+        composing = ", ".join(f"'{name}'" for name in composing_models(config))
+        why = (
+            "nothing to sweep: an ensemble has no instances or batching of its own; its "
+            f"steps batch in its composing models: profile {composing}"
+        )
+    elif backend is not None:
+        why = (
+            f"nothing to sweep: backend '{backend}' runs in the server's event loop, without "
+            "instances or batching of its own"
+        )
+        called = step_model(config)
+        if called is not None:
+            why += f"; its throughput is that of its step model: profile '{called}'"
+    else:
         return ""
-    why = (
-        f"nothing to sweep: backend '{backend}' runs in the server's event loop, without "
-        "instances or batching of its own"
-    )
-    called = step_model(config)
-    if called is not None:
-        why += f"; its throughput is that of its step model: profile '{called}'"
     if axes != Axes():
         raise InvalidArgument(f"{why} (so --instance-counts and the other axes do not apply)")
     return why
