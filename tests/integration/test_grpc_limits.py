@@ -406,7 +406,8 @@ def test_calls_over_the_limit_are_refused_with_unavailable_and_counted(
 
 
 # streams at shutdown ----------------------------------------------------------------------
-SHUTTING_DOWN = "server is shutting down"
+SHUTTING_DOWN = "GRPC server is shutting down and has stopped accepting new requests."
+"""Triton's words, from its gRPC stream handler."""
 
 
 def test_an_idle_stream_does_not_hold_shutdown() -> None:

@@ -13,10 +13,10 @@ whose client read nothing held 1.2 GB (each answered request waits with its resp
 grpc.aio's stop(grace) waits for every call to end, and a stream's call ends only when its
 client closes it: one idle stream held each shutdown for the whole grace period. So the
 streams are known here, and ``drain`` ends them: an idle one at once, a busy one once its
-requests are answered, both with UNAVAILABLE "server is shutting down" (not OK: a client
-must not take the server's leaving for the end of its own requests, and UNAVAILABLE is the
-code clients reconnect and retry on). A request arriving on a stream while it drains is
-answered in the stream with that message, not run.
+requests are answered, both with UNAVAILABLE and Triton's "GRPC server is shutting down ..."
+(not OK: a client must not take the server's leaving for the end of its own requests, and
+UNAVAILABLE is the code clients reconnect and retry on). A request arriving on a stream while
+it drains is answered in the stream with that message, not run.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from batchserve.proto import grpc_service_pb2 as pb
 
 Infer = Callable[[Request], AsyncGenerator[pb.ModelInferResponse, None]]
 """A request's responses: one, or a decoupled model's any number."""
-SHUTTING_DOWN = "server is shutting down"
+SHUTTING_DOWN = "GRPC server is shutting down and has stopped accepting new requests."
+"""Triton's words (its stream and infer handlers'), for a request a draining stream refuses."""
 STREAM_WINDOW = 32
 """Responses a stream queues ahead of its client, over all its requests."""
 STREAM_REQUESTS = 256
