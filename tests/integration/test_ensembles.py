@@ -52,6 +52,14 @@ def served(
             'name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "out_labels.txt"',
         )
     )
+    negater = repo / "negater" / "config.pbtxt"  # labels the ensemble's NEG inherits
+    negater.write_text(
+        negater.read_text().replace(
+            'name: "Y" data_type: TYPE_FP32 dims: [ 4 ]',
+            'name: "Y" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "y_labels.txt"',
+        )
+    )
+    (repo / "negater" / "y_labels.txt").write_text("".join(f"neg{i}\n" for i in range(ROW)))
     write_ensemble(repo, UNBATCHED_CONFIG, UNBATCHED)
     write_ensemble(repo, RESHAPED_CONFIG, RESHAPED)
     server = start_server(repo, ["--workers", HANDLING[request.param]])
@@ -172,14 +180,18 @@ def test_a_request_the_ensemble_refuses_names_it_and_a_fresh_one_is_answered(
 
 
 def test_classification_of_an_ensemble_output_uses_its_labels(served: ServerProcess) -> None:
-    """Triton's label_override ensembles: the ensemble's own output labels."""
+    """Triton's label_override ensembles: the ensemble's own output labels; an output
+    without its own takes those of the composing model's output that writes it."""
     http = httpclient.InferenceServerClient(served.http_url)
     rows = np.array([[1.0, 4.0, 2.0, 3.0]], dtype=np.float32)
     given = httpclient.InferInput("IN", [1, ROW], "FP32")
     given.set_data_from_numpy(rows)
-    top = [httpclient.InferRequestedOutput("OUT", class_count=2)]
-    answer = http.infer(ENSEMBLE, [given], outputs=top).as_numpy("OUT")
-    assert [b.decode() for b in answer[0]] == ["12.000000:1:class1", "9.000000:3:class3"]
+    top = [httpclient.InferRequestedOutput(name, class_count=2) for name in ("OUT", "NEG")]
+    answer = http.infer(ENSEMBLE, [given], outputs=top)
+    out = [b.decode() for b in answer.as_numpy("OUT")[0]]
+    assert out == ["12.000000:1:class1", "9.000000:3:class3"]
+    neg = [b.decode() for b in answer.as_numpy("NEG")[0]]
+    assert neg == ["-1.000000:0:neg0", "-2.000000:2:neg2"]
 
 
 def _explicit(repo: Path, workers: str, *load: str) -> ServerProcess:

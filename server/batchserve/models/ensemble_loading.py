@@ -13,7 +13,12 @@ import contextvars
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 
 from batchserve.core.errors import BatchserveError, ModelConfigError
-from batchserve.models.ensemble_config import composing_models, composing_problems
+from batchserve.models.ensemble_config import (
+    composing_models,
+    composing_problems,
+    ensemble_steps,
+)
+from batchserve.models.labels import LabelMap
 from batchserve.models.model_table import ServedVersion
 from batchserve.proto.model_config_pb2 import ModelConfig
 
@@ -74,6 +79,22 @@ def _unsupported(configs: Mapping[str, ModelConfig]) -> Iterator[str]:
                 f"model '{model}' uses sequence batching: batchserve does not support "
                 "sequence models in an ensemble (yet)"
             )
+
+
+def inherited_labels(
+    config: ModelConfig, own: LabelMap, served: Callable[[str, str], ServedVersion]
+) -> LabelMap:
+    """The ensemble's output labels: its own ``label_filename``s, and for an output without
+    one those of the composing model's output that writes it, as Triton's model lifecycle
+    gives them (an ensemble's nested ensemble has inherited its own already)."""
+    labels = dict(own)
+    outputs = {spec.name for spec in config.output}
+    for step in ensemble_steps(config):
+        composing = served(step.model, step.version).labels
+        for model_output, tensor in step.outputs:
+            if tensor in outputs and tensor not in labels and model_output in composing:
+                labels[tensor] = composing[model_output]
+    return labels
 
 
 async def _loaded(

@@ -35,7 +35,11 @@ from batchserve.devices.placement import Placement
 from batchserve.models.decoupled import build_responder, builtin_backend, step_model
 from batchserve.models.ensemble import EnsembleBatcher
 from batchserve.models.ensemble_config import is_ensemble
-from batchserve.models.ensemble_loading import EnsembleDependencies, composing_configs
+from batchserve.models.ensemble_loading import (
+    EnsembleDependencies,
+    composing_configs,
+    inherited_labels,
+)
 from batchserve.models.initial_states import read_initial_states
 from batchserve.models.instance_change import change_instances, reload_reason
 from batchserve.models.instance_loader import BackendFactory as BackendFactory  # re-exported
@@ -536,9 +540,8 @@ class ModelRegistry(ModelTable):
         stats = self._new_stats(config)
         policy = BatchPolicy.from_config(config, self._max_queue_size, self._wait_out_queue_delay)
         batcher = EnsembleBatcher(config, policy, stats, self.get)
-        return ServedVersion(
-            resolved.name, version.version, config, batcher, stats, labels=resolved.labels
-        )
+        labels = inherited_labels(config, resolved.labels, self.get)
+        return ServedVersion(resolved.name, version.version, config, batcher, stats, labels=labels)
 
     async def _load_along(self, name: str) -> None:
         """Load a composing model an ensemble needs, which no one asked to load."""
