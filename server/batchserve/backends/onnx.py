@@ -89,14 +89,18 @@ def _open_instance(
             rollback.callback(memory.close)
         signature = session_signature(session, model_file)
         runner = None
+        where = f"model '{name}'"
         if io_binding or (io_binding is None and on_gpu):
             layout = IoLayout.plan(signature, config.max_batch_size)
             sizes = setup.graph_sizes if on_gpu else ()
-            where = f"model '{name}'"
             with graph_hint(setup.graph_sizes, model_file), map_ort_errors(where):
                 runner = BoundRunner(session, layout, memory, _run_options, sizes, where)
                 rollback.callback(runner.close)
                 runner.capture_graphs()
+        elif (layout := IoLayout.plan(signature, 0)).bf16:
+            # ``session.run`` types inputs by numpy dtype, and numpy has no bfloat16: bind
+            # per batch, from and to host memory, as ``run`` does.
+            runner = BoundRunner(session, layout, HostMemory(), _run_options, (), where)
         rollback.pop_all()
     if memory is not setup.memory:  # fell back to the CPU: the GPU stream is not needed
         setup.memory.close()
@@ -110,7 +114,8 @@ class OnnxBackend:
         memory_limit_bytes: cap on the session's memory arena: ``gpu_mem_limit`` on a GPU, an
             environment-registered CPU arena (``OrtArenaCfg.max_mem``) on the CPU. The I/O
             buffers ``onnx_io`` allocates once per GPU instance sit outside that arena.
-        io_binding: bind inputs and outputs explicitly; None means on GPUs only.
+        io_binding: bind inputs and outputs explicitly; None means on GPUs only. A model
+            with a BF16 tensor is bound per batch whatever this says (``onnx_bf16``).
     """
 
     def __init__(

@@ -10,7 +10,8 @@ addresses never change, ONNX Runtime can capture a CUDA graph per preferred batc
 ``HostMemory`` runs the same binding logic on plain numpy buffers, so the CPU ``io_binding``
 path is this code too, and every step but the CUDA copies is tested without a GPU. Tensors
 with another free axis (a sequence length) or string tensors are bound per batch instead:
-inputs from host memory, outputs to memory ONNX Runtime allocates.
+inputs from host memory, outputs to memory ONNX Runtime allocates. BF16 tensors are bound by
+ONNX's type (``onnx_bf16``); one ORT allocates is kept in host memory, where it can be read.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from batchserve.backends.base import Arrays
 from batchserve.backends.gpu_plan import padded_batch
+from batchserve.backends.onnx_bf16 import bf16_array, bf16_names, bf16_value, element_type
 from batchserve.backends.onnx_stop import RunStopper
 from batchserve.core.datatypes import BYTES, DataType
 from batchserve.core.errors import InvalidArgument
@@ -70,21 +72,24 @@ class IoLayout:
         inputs: the fixed-row inputs, by name.
         outputs: the fixed-row outputs, by name.
         complete: every input and output is fixed-row (CUDA graphs need that).
+        bf16: the BF16 tensors, fixed-row or not, by name.
     """
 
     capacity: int
     inputs: Mapping[str, FixedRows]
     outputs: Mapping[str, FixedRows]
     complete: bool
+    bf16: frozenset[str] = frozenset()
 
     @classmethod
     def plan(cls, signature: ModelSignature, capacity: int) -> IoLayout:
+        bf16 = bf16_names(signature)
         if capacity < 1:  # no batch axis: nothing to size for a batch
-            return cls(0, {}, {}, False)
+            return cls(0, {}, {}, False, bf16)
         inputs = {s.name: f for s in signature.inputs if (f := fixed_rows(s)) is not None}
         outputs = {s.name: f for s in signature.outputs if (f := fixed_rows(s)) is not None}
         complete = len(inputs) == len(signature.inputs) and len(outputs) == len(signature.outputs)
-        return cls(capacity, inputs, outputs, complete and bool(inputs))
+        return cls(capacity, inputs, outputs, complete and bool(inputs), bf16)
 
     def tensors(self) -> list[FixedRows]:
         return [*self.inputs.values(), *self.outputs.values()]
@@ -317,7 +322,11 @@ class BoundRunner:
         results = {n: self._copy_out(n, batch.rows) for n in fixed}
         if allocated:
             values = binding.get_outputs()
-            results |= {n: values[i].numpy() for n, i in allocated.items()}
+            bf16 = layout.bf16
+            results |= {
+                n: bf16_array(values[i]) if n in bf16 else values[i].numpy()
+                for n, i in allocated.items()
+            }
         return [results[n] for n in names]
 
     def _reusable(self, batch: BatchPlan, inputs: Arrays, names: Sequence[str]) -> bool:
@@ -340,7 +349,7 @@ class BoundRunner:
                 name,
                 memory.device_type,
                 memory.device_id,
-                tensor.datatype.numpy,
+                element_type(tensor.datatype),
                 tensor.shape(batch.bound_rows),
                 memory.pointer(name),
             )
@@ -365,13 +374,16 @@ class BoundRunner:
                     name,
                     memory.device_type,
                     memory.device_id,
-                    tensor.datatype.numpy,
+                    element_type(tensor.datatype),
                     shape,
                     memory.pointer(name),
                 )
             else:  # ORT copies it to the device for this run
                 held.append(contiguous)
-                binding.bind_cpu_input(name, contiguous)
+                if name in self._layout.bf16:
+                    binding.bind_ortvalue_input(name, bf16_value(contiguous))
+                else:
+                    binding.bind_cpu_input(name, contiguous)
         return held
 
     def _bind_outputs(self, binding: Any, names: Sequence[str], batch: BatchPlan) -> dict[str, int]:
@@ -384,7 +396,7 @@ class BoundRunner:
                     name,
                     memory.device_type,
                     memory.device_id,
-                    tensor.datatype.numpy,
+                    element_type(tensor.datatype),
                     list(tensor.shape(batch.bound_rows)),
                     memory.pointer(name),
                 )
@@ -393,7 +405,10 @@ class BoundRunner:
         for name in names:
             if name in order:
                 continue
-            binding.bind_output(name, memory.device_type, memory.device_id)
+            if name in self._layout.bf16:  # read back from host memory (``bf16_array``)
+                binding.bind_output(name, "cpu", 0)
+            else:
+                binding.bind_output(name, memory.device_type, memory.device_id)
             allocated[name] = len(order)
             order.append(name)
         return allocated

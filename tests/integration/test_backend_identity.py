@@ -1,0 +1,77 @@
+"""Identity models of each type, served as Triton's L0_backend_identity serves them: BF16
+through ONNX Runtime (batchserve carries it as uint16, ORT wants bfloat16), and empty
+outputs, which Triton answers without binary data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from onnx import TensorProto, helper
+
+from tests.integration.server import ServerProcess, start_server
+
+TYPES = {"bf16": (TensorProto.BFLOAT16, "TYPE_BF16"), "fp32": (TensorProto.FLOAT, "TYPE_FP32")}
+# normal, negative, largest finite, infinities, smallest subnormal, negative zero
+BF16_VALUES = np.array(
+    [[1.5, -0.1, 3.3895e38, np.inf, -np.inf, 9.2e-41, -0.0]], dtype=ml_dtypes.bfloat16
+)
+
+
+def _write_identity(repo: Path, name: str, element: int, config_type: str) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        name,
+        [helper.make_tensor_value_info("INPUT0", element, ["N", "D"])],
+        [helper.make_tensor_value_info("OUTPUT0", element, ["N", "D"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (repo / name / "1").mkdir(parents=True)
+    onnx.save(model, str(repo / name / "1" / "model.onnx"))
+    tensor = 'name: "{}" data_type: ' + config_type + " dims: [ -1 ]"
+    (repo / name / "config.pbtxt").write_text(
+        f'name: "{name}"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
+        f"input [ {{ {tensor.format('INPUT0')} }} ]\n"
+        f"output [ {{ {tensor.format('OUTPUT0')} }} ]\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def identities(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = tmp_path_factory.mktemp("identity_repo")
+    for name, (element, config_type) in TYPES.items():
+        _write_identity(repo, name, element, config_type)
+    server = start_server(repo)
+    yield server
+    assert server.stop() == 0
+
+
+def test_bf16_identity_over_http_binary_is_bit_exact(identities: ServerProcess) -> None:
+    tensor = httpclient.InferInput("INPUT0", list(BF16_VALUES.shape), "BF16")
+    tensor.set_data_from_numpy(BF16_VALUES, binary_data=True)
+    output = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
+    client = httpclient.InferenceServerClient(identities.http_url)
+    result = client.infer("bf16", [tensor], outputs=[output])
+    assert result.get_output("OUTPUT0")["datatype"] == "BF16"
+    got = result.as_numpy("OUTPUT0")
+    assert got.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(got.view(np.uint16), BF16_VALUES.view(np.uint16))
+
+
+def test_bf16_identity_over_grpc_is_bit_exact(identities: ServerProcess) -> None:
+    values = np.tile(BF16_VALUES, (3, 1))
+    tensor = grpcclient.InferInput("INPUT0", list(values.shape), "BF16")
+    tensor.set_data_from_numpy(values)
+    result = grpcclient.InferenceServerClient(identities.grpc_url).infer("bf16", [tensor])
+    assert result.get_output("OUTPUT0").datatype == "BF16"
+    got = result.as_numpy("OUTPUT0")
+    assert got.shape == values.shape
+    np.testing.assert_array_equal(got.view(np.uint16), values.view(np.uint16))
