@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import ml_dtypes
 import numpy as np
 import onnx
@@ -75,3 +76,36 @@ def test_bf16_identity_over_grpc_is_bit_exact(identities: ServerProcess) -> None
     got = result.as_numpy("OUTPUT0")
     assert got.shape == values.shape
     np.testing.assert_array_equal(got.view(np.uint16), values.view(np.uint16))
+
+
+def test_an_empty_binary_output_is_answered_as_plain_json(identities: ServerProcess) -> None:
+    """Triton adds an output's binary data only when it has bytes; with none, the answer is
+    JSON without Inference-Header-Content-Length (http_server.cc)."""
+    request = {
+        "inputs": [{"name": "INPUT0", "shape": [1, 0], "datatype": "FP32", "data": []}],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+    }
+    url = f"http://{identities.http_url}/v2/models/fp32/infer"
+    answer = httpx.post(url, json=request, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    assert "inference-header-content-length" not in answer.headers
+    assert answer.json()["outputs"] == [
+        {
+            "name": "OUTPUT0",
+            "datatype": "FP32",
+            "shape": [1, 0],
+            "parameters": {"binary_data_size": 0},
+        }
+    ]
+
+
+@pytest.mark.parametrize("model", ["fp32", "bf16"])
+def test_tritonclient_reads_an_empty_binary_output(identities: ServerProcess, model: str) -> None:
+    empty = np.zeros((1, 0), np.float32 if model == "fp32" else ml_dtypes.bfloat16)
+    tensor = httpclient.InferInput("INPUT0", [1, 0], model.upper())
+    tensor.set_data_from_numpy(empty, binary_data=True)
+    output = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
+    client = httpclient.InferenceServerClient(identities.http_url)
+    got = client.infer(model, [tensor], outputs=[output]).as_numpy("OUTPUT0")
+    assert (got.shape, got.dtype) == ((1, 0), empty.dtype)

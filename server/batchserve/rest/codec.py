@@ -318,7 +318,8 @@ def encode_infer_response(
     response: InferResponse, request: InferRequest
 ) -> tuple[list[Chunk], int | None]:
     """Body chunks (the JSON header, then binary outputs) and the header's length,
-    None when the whole body is JSON (no Inference-Header-Content-Length then)."""
+    None when the whole body is JSON (no Inference-Header-Content-Length then), as it is
+    when every binary output is empty."""
     wanted = {output.name: output.binary for output in request.outputs or ()}
     chunks: list[Chunk] = [b""]
     # As Triton: binary_data_output is the default only when no output is listed; a listed
@@ -357,7 +358,8 @@ def _encode_output(tensor: Tensor, binary: bool, chunks: list[Chunk]) -> Json:
             binary = True  # JSON strings cannot carry it; clients read either form
     if binary:
         raw = array_to_bytes(tensor.data, tensor.datatype, tensor=tensor.name)
-        chunks.append(raw)
+        if len(raw):  # as Triton: no bytes, no buffer (a body of none is plain JSON)
+            chunks.append(raw)
         parameters["binary_data_size"] = len(raw)
     if parameters:
         out["parameters"] = parameters

@@ -528,6 +528,22 @@ def test_binary_data_output_is_the_default_only_when_no_output_is_listed() -> No
     assert [o["parameters"] for o in doc["outputs"]] == [{"binary_data_size": 16}] * 2
 
 
+@pytest.mark.parametrize("wire", ["FP32", "BYTES"])
+def test_an_empty_binary_output_adds_no_binary_data(wire: str) -> None:
+    """As Triton (http_server.cc): an output's buffer goes in the body only when it has
+    bytes, and a body with none is plain JSON (no Inference-Header-Content-Length)."""
+    empty = Tensor("e", BY_WIRE[wire], (1, 0), np.zeros((1, 0), BY_WIRE[wire].numpy))
+    request = InferRequest("m", binary_output=True)
+    chunks, header_length = encode_infer_response(response_of(empty), request)
+    assert (header_length, len(chunks)) == (None, 1)
+    assert orjson.loads(chunks[0])["outputs"] == [
+        {"name": "e", "datatype": wire, "shape": [1, 0], "parameters": {"binary_data_size": 0}}
+    ]
+    chunks, header_length = encode_infer_response(response_of(empty, fp32_output()), request)
+    assert header_length == len(chunks[0])
+    assert [bytes(chunk) for chunk in chunks[1:]] == [fp32_output().data.tobytes()]
+
+
 def test_non_utf8_bytes_output_is_sent_as_binary_even_when_json_was_asked() -> None:
     data = object_array([b"\xff", b"ok"], (2,))
     chunks, header_length = encode_infer_response(
