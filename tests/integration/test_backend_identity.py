@@ -109,3 +109,12 @@ def test_tritonclient_reads_an_empty_binary_output(identities: ServerProcess, mo
     client = httpclient.InferenceServerClient(identities.http_url)
     got = client.infer(model, [tensor], outputs=[output]).as_numpy("OUTPUT0")
     assert (got.shape, got.dtype) == ((1, 0), empty.dtype)
+
+
+def test_json_data_of_an_input_with_no_elements_is_ignored(identities: ServerProcess) -> None:
+    """Triton never reads ``data`` when the shape has no elements, so accepts what it holds."""
+    request = {"inputs": [{"name": "INPUT0", "shape": [1, 0], "datatype": "FP32", "data": [1.0]}]}
+    url = f"http://{identities.http_url}/v2/models/fp32/infer"
+    answer = httpx.post(url, json=request, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["outputs"][0]["shape"] == [1, 0]

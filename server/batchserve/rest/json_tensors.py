@@ -4,7 +4,8 @@ Protocol choices:
 
 - JSON ``data`` may be flat or nested in any way, as Triton reads it: the values are
   taken in row-major (depth-first) order and only their count must match the shape.
-  Nesting is capped at 100 levels (Triton's limit) against hostile bodies.
+  Nesting is capped at 100 levels (Triton's limit) against hostile bodies. A shape with no
+  elements gives an empty tensor whatever ``data`` holds: Triton does not read it then.
 - BF16 cannot be sent as JSON numbers (numpy has no bfloat16 to round them into, and
   tritonclient refuses too): send it as binary data. BF16 outputs are written to JSON
   as their exact values.
@@ -64,10 +65,13 @@ class NotJsonRepresentable(InvalidArgument):
 def array_from_json(
     data: object, datatype: DataType, shape: tuple[int, ...], *, tensor: str
 ) -> Array:
-    """The JSON ``data`` field (flat or nested row-major) as an array of ``shape``."""
+    """The JSON ``data`` field (flat or nested row-major) as an array of ``shape``; with no
+    elements ``data`` is not read, whatever it holds, as Triton does not read it then."""
+    count = math.prod(shape)
+    if count == 0:
+        return array_from_values([], datatype, shape, tensor=tensor)
     _check_not_bf16(datatype, tensor)
     flat, kinds = _flatten(data, tensor)
-    count = math.prod(shape)
     if len(flat) != count:
         raise InvalidArgument(
             (_TOO_MANY if len(flat) > count else _TOO_FEW)

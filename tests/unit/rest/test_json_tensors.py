@@ -136,6 +136,24 @@ def test_json_data_rejected(data: object, wire: str, shape: tuple[int, ...], pro
         array_from_json(data, BY_WIRE[wire], shape, tensor="x")
 
 
+@pytest.mark.parametrize(
+    ("data", "wire", "shape"),
+    [
+        ([1.0, 2.0], "FP32", (1, 0)),
+        ([["a"], "b"], "BYTES", (0,)),
+        ("not even an array", "INT32", (2, 0, 3)),
+        ([], "BOOL", (0,)),
+    ],
+)
+def test_json_data_of_a_tensor_with_no_elements_is_not_read(
+    data: object, wire: str, shape: tuple[int, ...]
+) -> None:
+    """Triton (http_server.cc) appends an empty input when the shape has no elements and
+    never reads ``data`` then, whatever it holds."""
+    array = array_from_json(data, BY_WIRE[wire], shape, tensor="x")
+    assert (array.shape, array.dtype) == (shape, BY_WIRE[wire].numpy)
+
+
 def test_json_output_of_bytes_is_strings() -> None:
     data = array_to_json(np.array([[b"a\x00"], ["b"]], dtype=object), BYTES)
     assert data == ["a\x00", "b"]
