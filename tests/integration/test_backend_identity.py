@@ -5,6 +5,7 @@ outputs, which Triton answers without binary data.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,3 +119,34 @@ def test_json_data_of_an_input_with_no_elements_is_ignored(identities: ServerPro
     answer = httpx.post(url, json=request, timeout=30)
     assert answer.status_code == 200, answer.text
     assert answer.json()["outputs"][0]["shape"] == [1, 0]
+
+
+@pytest.mark.parametrize(
+    ("input_binary", "error"),
+    [
+        (False, "receiving BF16 data via JSON is not supported. Please use the binary data "
+         "format for input INPUT0 (batchserve:"),
+        (True, "sending BF16 data via JSON is not supported. Please use the binary data "
+         "format for output (batchserve:"),
+    ],
+)  # fmt: skip
+def test_bf16_over_json_is_refused_in_tritons_words(
+    identities: ServerProcess, input_binary: bool, error: str
+) -> None:
+    """BF16 JSON input, then a BF16 output asked for as JSON: 400, Triton's text first."""
+    bits = BF16_VALUES.view(np.uint16)
+    tensor = {"name": "INPUT0", "shape": list(bits.shape), "datatype": "BF16"}
+    output = {"name": "OUTPUT0", "parameters": {"binary_data": False}}
+    headers, body = {}, b""
+    if input_binary:
+        tensor["parameters"] = {"binary_data_size": bits.nbytes}
+        header = json.dumps({"inputs": [tensor], "outputs": [output]}).encode()
+        headers = {"Inference-Header-Content-Length": str(len(header))}
+        body = header + bits.tobytes()
+    else:
+        tensor["data"] = [1.5] * bits.size
+        body = json.dumps({"inputs": [tensor], "outputs": [output]}).encode()
+    url = f"http://{identities.http_url}/v2/models/bf16/infer"
+    answer = httpx.post(url, content=body, headers=headers, timeout=30)
+    assert answer.status_code == 400
+    assert answer.json()["error"].startswith(error)

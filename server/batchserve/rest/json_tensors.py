@@ -6,9 +6,9 @@ Protocol choices:
   taken in row-major (depth-first) order and only their count must match the shape.
   Nesting is capped at 100 levels (Triton's limit) against hostile bodies. A shape with no
   elements gives an empty tensor whatever ``data`` holds: Triton does not read it then.
-- BF16 cannot be sent as JSON numbers (numpy has no bfloat16 to round them into, and
-  tritonclient refuses too): send it as binary data. BF16 outputs are written to JSON
-  as their exact values.
+- BF16 travels as binary data only, both ways, refused in Triton's words otherwise (numpy
+  has no bfloat16 to round JSON numbers into; tritonclient refuses BF16 JSON too). FP16 is
+  accepted as JSON numbers: a leniency Triton does not have.
 - FP16/FP32 JSON numbers outside the type's range are rejected, not turned into inf.
 - BYTES elements are JSON strings (UTF-8). NaN and infinity are read and written as Triton
   does, as the words NaN, Infinity and -Infinity (``json_text``).
@@ -133,8 +133,9 @@ def _check_depth(depth: int, tensor: str) -> None:
 def _check_not_bf16(datatype: DataType, tensor: str) -> None:
     if datatype.wire == "BF16":
         raise InvalidArgument(
-            f"tensor '{tensor}': BF16 cannot be sent as JSON numbers; send it as binary data "
-            "(the binary_data_size parameter)"
+            "receiving BF16 data via JSON is not supported. Please use the binary data format "
+            f"for input {tensor} (batchserve: tensor '{tensor}': send it with the "
+            "binary_data_size parameter)"
         )
 
 
@@ -181,16 +182,17 @@ def array_to_json(
 ) -> list[Any] | Array | orjson.Fragment:
     """Row-major flat JSON data: a list of str for BYTES, else a 1-D array that
     ``orjson.dumps(..., option=JSON_OPTIONS)`` writes twice as fast as a ``tolist()``, or,
-    holding NaN or infinity, the JSON text Triton writes for it."""
+    holding NaN or infinity, the JSON text Triton writes for it. BF16 is refused as Triton
+    refuses it, failing the request (not ``NotJsonRepresentable``: no switch to binary)."""
     if datatype.wire == "BYTES":
         return _strings(array, tensor)
+    if datatype.wire == "BF16":
+        raise InvalidArgument(
+            "sending BF16 data via JSON is not supported. Please use the binary data format "
+            f"for output (batchserve: output '{tensor}': ask for it with the binary_data "
+            "parameter)"
+        )
     flat = native_array(array, datatype, tensor).reshape(-1)
-    if datatype.wire == "BF16":
-        flat = (flat.astype(np.uint32) << 16).view(np.float32)
-    # BF16 as float64, so that the shortest decimal orjson writes is the exact value
-    if datatype.wire == "BF16":
-        with np.errstate(invalid="ignore"):  # a signalling NaN stays a NaN
-            flat = flat.astype(np.float64)
     if flat.dtype.kind == "f" and not np.isfinite(flat).all():
         return with_non_finite(flat)
     return flat

@@ -128,7 +128,6 @@ def test_an_integer_a_64_bit_reader_takes_but_the_type_cannot_hold_keeps_our_ran
         ([2**63], "INT64", (1,), "out of range for INT64"),
         ([1e300], "FP32", (1,), "out of range for FP32"),
         ([70000.0], "FP16", (1,), "out of range for FP16"),
-        ([1.0], "BF16", (1,), "BF16 cannot be sent as JSON numbers; send it as binary data"),
     ],
 )
 def test_json_data_rejected(data: object, wire: str, shape: tuple[int, ...], problem: str) -> None:
@@ -143,6 +142,7 @@ def test_json_data_rejected(data: object, wire: str, shape: tuple[int, ...], pro
         ([["a"], "b"], "BYTES", (0,)),
         ("not even an array", "INT32", (2, 0, 3)),
         ([], "BOOL", (0,)),
+        ([1.0], "BF16", (1, 0)),  # nor refused for its datatype
     ],
 )
 def test_json_data_of_a_tensor_with_no_elements_is_not_read(
@@ -152,6 +152,15 @@ def test_json_data_of_a_tensor_with_no_elements_is_not_read(
     never reads ``data`` then, whatever it holds."""
     array = array_from_json(data, BY_WIRE[wire], shape, tensor="x")
     assert (array.shape, array.dtype) == (shape, BY_WIRE[wire].numpy)
+
+
+def test_bf16_json_input_is_refused_in_tritons_words() -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        array_from_json([1.0, 2.0], BF16, (1, 2), tensor="x")
+    assert str(caught.value).startswith(
+        "receiving BF16 data via JSON is not supported. Please use the binary data format "
+        "for input x (batchserve: tensor 'x': "
+    )
 
 
 def test_json_output_of_bytes_is_strings() -> None:
@@ -164,12 +173,9 @@ def test_json_output_of_non_utf8_bytes_is_refused() -> None:
         array_to_json(np.array([b"\xff"], dtype=object), BYTES, tensor="y")
 
 
-@pytest.mark.parametrize("wire", ["FP16", "FP32", "FP64", "BF16"])
+@pytest.mark.parametrize("wire", ["FP16", "FP32", "FP64"])
 def test_json_output_of_nan_or_infinity_is_written_as_triton_writes_it(wire: str) -> None:
-    values = np.array(
-        [1.0, np.nan, -np.inf], dtype=ml_dtypes.bfloat16 if wire == "BF16" else BY_WIRE[wire].numpy
-    )
-    data = values.view(np.uint16) if wire == "BF16" else values
+    data = np.array([1.0, np.nan, -np.inf], dtype=BY_WIRE[wire].numpy)
     written = orjson.dumps({"data": array_to_json(data, BY_WIRE[wire], tensor="y")})
     assert written == b'{"data":[1.0,NaN,-Infinity]}'
 
@@ -203,12 +209,18 @@ def test_json_text_refuses_what_orjson_refuses_besides_them(text: bytes, problem
         loads(text)
 
 
-def test_json_output_of_bf16_is_the_exact_float_value() -> None:
-    values = np.array([[1.5, -0.1], [3e38, 0.0]], dtype=ml_dtypes.bfloat16)
-    data = orjson.loads(
-        orjson.dumps(array_to_json(values.view(np.uint16), BF16), option=JSON_OPTIONS)
+@pytest.mark.parametrize("shape", [(2, 2), (1, 0)])
+def test_json_output_of_bf16_is_refused_in_tritons_words(shape: tuple[int, ...]) -> None:
+    """Not ``NotJsonRepresentable``: Triton refuses the request rather than switching the
+    output to binary data, even an output with no elements."""
+    bits = np.zeros(shape, dtype=ml_dtypes.bfloat16).view(np.uint16)
+    with pytest.raises(InvalidArgument) as caught:
+        array_to_json(bits, BF16, tensor="y")
+    assert not isinstance(caught.value, NotJsonRepresentable)
+    assert str(caught.value).startswith(
+        "sending BF16 data via JSON is not supported. Please use the binary data format "
+        "for output (batchserve: output 'y': "
     )
-    assert data == [float(v) for v in values.ravel()]
 
 
 @settings(max_examples=80, deadline=None)

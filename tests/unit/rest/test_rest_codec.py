@@ -373,7 +373,10 @@ MALFORMED = [
         struct.pack("<I", 1) + b"a" + b"extra",
     ),
     # row 24: BF16 as JSON
-    doc_case({"inputs": [fp32_input(datatype="BF16")]}, "tensor 'x': BF16 cannot be sent as JSON"),
+    doc_case(
+        {"inputs": [fp32_input(datatype="BF16")]},
+        "^receiving BF16 data via JSON is not supported. .* for input x",
+    ),
     doc_case({"inputs": [fp32_input(data=["1.0", 2.0])]}, "tensor 'x': FP32 data must be numbers"),
     # row 27: request parameters
     doc_case({"inputs": [fp32_input()], "parameters": {"priority": -1}}, "'priority' must be an"),
@@ -544,6 +547,16 @@ def test_an_empty_binary_output_adds_no_binary_data(wire: str) -> None:
     assert [bytes(chunk) for chunk in chunks[1:]] == [fp32_output().data.tobytes()]
 
 
+def test_a_bf16_output_asked_for_as_json_refuses_the_answer_as_triton_does() -> None:
+    bits = np.array([[1.5, -2.0]], dtype=ml_dtypes.bfloat16).view(np.uint16)
+    response = response_of(Tensor("b", BY_WIRE["BF16"], (1, 2), bits))
+    with pytest.raises(InvalidArgument, match=r"^sending BF16 data via JSON is not supported"):
+        encode_infer_response(response, InferRequest("m"))
+    chunks, header_length = encode_infer_response(response, InferRequest("m", binary_output=True))
+    assert header_length == len(chunks[0])
+    assert bytes(chunks[1]) == bits.tobytes()
+
+
 def test_non_utf8_bytes_output_is_sent_as_binary_even_when_json_was_asked() -> None:
     data = object_array([b"\xff", b"ok"], (2,))
     chunks, header_length = encode_infer_response(
@@ -574,9 +587,8 @@ def server_tensors(draw: st.DrawFn) -> tuple[Tensor, bool]:
     wire, array = draw(client_arrays(binary=True, finite=False))
     datatype: DataType = BY_WIRE[wire]
     data = array.view(np.uint16) if wire == "BF16" else array
-    return Tensor(f"o{draw(st.integers(0, 10**6))}", datatype, array.shape, data), draw(
-        st.booleans()
-    )
+    binary = wire == "BF16" or draw(st.booleans())  # as Triton, BF16 only as binary data
+    return Tensor(f"o{draw(st.integers(0, 10**6))}", datatype, array.shape, data), binary
 
 
 @settings(max_examples=60, deadline=None)
