@@ -146,3 +146,53 @@ ensemble_scheduling {{
 }}
 """
 """Clients send and receive [2, 2] rows; the steps see the reshaped [4]."""
+
+
+OPTIONAL = "pipeline_optional"
+OPTIONAL_CONFIG = f"""
+name: "{OPTIONAL}"
+platform: "ensemble"
+max_batch_size: 8
+input [
+  {{ name: "IN" data_type: TYPE_FP32 dims: [ {ROW} ] }},
+  {{ name: "SHIFT" data_type: TYPE_FP32 dims: [ {ROW} ] optional: true }}
+]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]
+ensemble_scheduling {{
+  step [
+    {{
+      model_name: "shifter"
+      input_map {{ key: "X" value: "IN" }}
+      input_map {{ key: "B" value: "SHIFT" }}
+      output_map {{ key: "Y" value: "OUT" }}
+    }}
+  ]
+}}
+"""
+"""Triton's optional ensemble inputs: SHIFT left out reaches ``shifter`` as nothing, so its
+own default (zeros) applies."""
+
+
+def write_shifter(repo: Path) -> None:
+    """Y = X + B, B optional: an ONNX initializer of zeros backs it when a request has none."""
+
+    def info(name: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", ROW])
+
+    zeros = helper.make_tensor("B", TensorProto.FLOAT, [1, ROW], [0.0] * ROW)
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["X", "B"], ["Y"])], "shifter",
+        [info("X"), helper.make_tensor_value_info("B", TensorProto.FLOAT, [None, ROW])],
+        [info("Y")], initializer=[zeros],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = repo / "shifter" / "1" / "model.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    (repo / "shifter" / "config.pbtxt").write_text(
+        f'name: "shifter"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
+        f'input [ {{ name: "X" data_type: TYPE_FP32 dims: [ {ROW} ] }}, '
+        f'{{ name: "B" data_type: TYPE_FP32 dims: [ {ROW} ] optional: true }} ]\n'
+        f'output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]\n'
+    )

@@ -24,6 +24,8 @@ from tritonclient.utils import InferenceServerException
 from tests.ensemble_models import (
     ENSEMBLE,
     ENSEMBLE_CONFIG,
+    OPTIONAL,
+    OPTIONAL_CONFIG,
     RESHAPED,
     RESHAPED_CONFIG,
     ROW,
@@ -31,6 +33,7 @@ from tests.ensemble_models import (
     UNBATCHED_CONFIG,
     write_ensemble,
     write_pipeline_repository,
+    write_shifter,
 )
 from tests.integration.server import CONTROL_TOKEN, ServerProcess, start_server
 
@@ -62,6 +65,8 @@ def served(
     (repo / "negater" / "y_labels.txt").write_text("".join(f"neg{i}\n" for i in range(ROW)))
     write_ensemble(repo, UNBATCHED_CONFIG, UNBATCHED)
     write_ensemble(repo, RESHAPED_CONFIG, RESHAPED)
+    write_shifter(repo)
+    write_ensemble(repo, OPTIONAL_CONFIG, OPTIONAL)
     server = start_server(repo, ["--workers", HANDLING[request.param]])
     yield server
     assert server.stop() == 0
@@ -158,6 +163,34 @@ def test_shapes_follow_tritons_rules_across_batching_and_reshape(
     answer = client.infer(RESHAPED, [given]).as_numpy("OUT")
     assert answer.shape == (3, 2, 2)  # the ensemble's dims, its steps saw [3, 4]
     assert np.array_equal(answer, 2 * squares)
+
+
+def test_steps_writing_nothing_asked_for_do_not_run(served: ServerProcess) -> None:
+    """Triton prunes them: asking for NEG alone runs the negater, not the doubler and adder."""
+    before = {m: _statistics(served, m)["success"] for m in ("doubler", "adder", "negater")}
+    grpc = grpcclient.InferenceServerClient(served.grpc_url)
+    rows = _rows(3.0)
+    given = grpcclient.InferInput("IN", list(rows.shape), "FP32")
+    given.set_data_from_numpy(rows)
+    answer = grpc.infer(ENSEMBLE, [given], outputs=[grpcclient.InferRequestedOutput("NEG")])
+    assert np.array_equal(answer.as_numpy("NEG"), -rows)
+    after = {m: _statistics(served, m)["success"] for m in before}
+    assert {m: after[m] - before[m] for m in before} == {"doubler": 0, "adder": 0, "negater": 1}
+
+
+@pytest.mark.parametrize("protocol", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_an_optional_input_left_out_reaches_its_step_as_nothing(
+    served: ServerProcess, protocol: Any
+) -> None:
+    url = served.http_url if protocol is httpclient else served.grpc_url
+    client = protocol.InferenceServerClient(url)
+    rows = _rows(1.0)
+    given = protocol.InferInput("IN", list(rows.shape), "FP32")
+    given.set_data_from_numpy(rows)
+    assert np.array_equal(client.infer(OPTIONAL, [given]).as_numpy("OUT"), rows)
+    shift = protocol.InferInput("SHIFT", list(rows.shape), "FP32")
+    shift.set_data_from_numpy(np.full(rows.shape, 10.0, dtype=np.float32))
+    assert np.array_equal(client.infer(OPTIONAL, [given, shift]).as_numpy("OUT"), rows + 10)
 
 
 def test_a_request_the_ensemble_refuses_names_it_and_a_fresh_one_is_answered(

@@ -13,6 +13,7 @@ from batchserve.models.ensemble_config import (
     composing_problems,
     ensemble_steps,
     is_ensemble,
+    needed_steps,
     structure_problems,
 )
 from batchserve.models.ensemble_loading import EnsembleDependencies
@@ -276,3 +277,20 @@ def test_an_unload_touches_the_models_an_ensemble_alone_kept_loaded() -> None:
     assert graph.unloaded("e") == ["first"]  # shared still used by f; second asked for
     assert graph.unloaded("f") == ["shared"]  # asked was never loaded along
     assert graph.users_of("shared") == []
+
+
+def test_only_the_steps_writing_what_is_asked_for_run() -> None:
+    """Triton's pruning: a step runs when one of its outputs is asked for, or read by a step
+    that runs."""
+    config = _ensemble(
+        _step("first", {"X": "IN"}, {"Y": "middle"}),
+        _step("second", {"X": "middle"}, {"Y": "OUT"}),
+        _step("side", {"X": "IN"}, {"Y": "OTHER", "Z": "spare"}),
+        _step("after_side", {"X": "spare"}, {"Y": "LAST"}),
+    )
+    steps = ensemble_steps(config)
+    assert [s.model for s in needed_steps(steps, ["OUT"])] == ["first", "second"]
+    assert [s.model for s in needed_steps(steps, ["OTHER"])] == ["side"]
+    assert [s.model for s in needed_steps(steps, ["LAST"])] == ["side", "after_side"]
+    assert needed_steps(steps, ["OUT", "OTHER", "LAST"]) == steps
+    assert needed_steps(steps, []) == ()

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import copy
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -27,7 +27,7 @@ from batchserve.core.errors import BatchserveError, InvalidArgument, Unavailable
 from batchserve.core.types import RequestedOutput, Tensor
 from batchserve.core.validation import validate_request
 from batchserve.models import admission
-from batchserve.models.ensemble_config import EnsembleStep, ensemble_steps
+from batchserve.models.ensemble_config import EnsembleStep, ensemble_steps, needed_steps
 from batchserve.models.model_table import ServedVersion
 from batchserve.observability.stats import ModelStats
 from batchserve.proto.model_config_pb2 import ModelConfig
@@ -51,9 +51,13 @@ class _Value:
     batch_size: int
 
 
+_Values = dict[str, _Value | None]
+"""The ensemble's tensors written so far (None: an optional input the request left out)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _StepDone:
-    outputs: dict[str, _Value]
+    outputs: Mapping[str, _Value]
     compute_ns: int
 
 
@@ -76,6 +80,8 @@ class EnsembleBatcher(Batcher):
         self._reshapes = reshapes(config)
         """The ensemble's own ``reshape``s: its steps see an input as reshaped, and clients
         get an output back in its dims, as from any model."""
+        self._pruned: dict[tuple[str, ...], tuple[EnsembleStep, ...]] = {}
+        """The steps a request runs, by the outputs it asks for (a few sets at most)."""
 
     def submit(self, item: WorkItem) -> None:
         if self._closed:
@@ -101,22 +107,28 @@ class EnsembleBatcher(Batcher):
     async def _outputs(self, item: WorkItem) -> Arrays:
         batch = item.batch_size if self._batching else 0
         into, back = self._reshapes
-        values = {
-            name: _Value(self._input_types[name], self._shaped(into, name, array), batch)
+        # An optional input left out is written as nothing: the steps reading it go without
+        # it, as in Triton (their own input must then be optional too).
+        values: _Values = dict.fromkeys(self._input_types)
+        values.update(
+            (name, _Value(self._input_types[name], self._shaped(into, name, array), batch))
             for name, array in item.inputs.items()
-        }
-        compute_ns = await self._steps(item, values)
-        missing = [name for name in item.output_names if name not in values]
+        )
+        steps = self._pruned.get(item.output_names)
+        if steps is None:
+            steps = self._pruned[item.output_names] = needed_steps(self.steps, item.output_names)
+        compute_ns = await self._steps(item, steps, values)
+        written = {name: values.get(name) for name in item.output_names}
+        missing = [name for name, value in written.items() if value is None]
         if missing:
             raise InvalidArgument(
                 "unexpected deadlock, at least one output is not set while no more "
                 f"ensemble steps can be made (batchserve: {', '.join(missing)} not written)"
             )
         outputs = {
-            name: self._shaped(
-                back, name, _fitted(values[name], self._output_dims[name], self._batching)
-            )
-            for name in item.output_names
+            name: self._shaped(back, name, _fitted(value, self._output_dims[name], self._batching))
+            for name, value in written.items()
+            if value is not None
         }
         _record_executions(self.stats, item, compute_ns)
         return outputs
@@ -126,9 +138,9 @@ class EnsembleBatcher(Batcher):
             return array
         return reshaped(array, shapes[name], self._batching, f"ensemble tensor '{name}'")
 
-    async def _steps(self, item: WorkItem, values: dict[str, _Value]) -> int:
-        """Run every step once its inputs are written; the steps' compute time in all."""
-        waiting = list(self.steps)
+    async def _steps(self, item: WorkItem, steps: tuple[EnsembleStep, ...], values: _Values) -> int:
+        """Run each step once its inputs are written; the steps' compute time in all."""
+        waiting = list(steps)
         running: set[asyncio.Task[_StepDone]] = set()
         compute_ns = 0
         try:
@@ -148,15 +160,15 @@ class EnsembleBatcher(Batcher):
                 task.cancel()
         return compute_ns
 
-    async def _step(
-        self, step: EnsembleStep, item: WorkItem, values: dict[str, _Value]
-    ) -> _StepDone:
+    async def _step(self, step: EnsembleStep, item: WorkItem, values: _Values) -> _StepDone:
         served = self._lookup(step.model, step.version)
         batching = served.config.max_batch_size > 0
         dims = {spec.name: tuple(spec.dims) for spec in served.config.input}
         tensors = []
         for model_input, tensor in step.inputs:
             value = values[tensor]
+            if value is None:
+                continue  # an optional input the request left out
             data = _fitted(value, dims.get(model_input, ()), batching)
             tensors.append(Tensor(model_input, value.datatype, data.shape, data))
         wanted = [RequestedOutput(model_output) for model_output, _ in step.outputs]

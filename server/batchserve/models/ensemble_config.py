@@ -59,6 +59,23 @@ def ensemble_steps(config: ModelConfig) -> tuple[EnsembleStep, ...]:
     )
 
 
+def needed_steps(steps: Sequence[EnsembleStep], wanted: Iterable[str]) -> tuple[EnsembleStep, ...]:
+    """The steps that write, directly or through later steps, one of the ``wanted`` tensors:
+    Triton prunes the others for a request that asks for fewer outputs than the ensemble
+    has (a step runs when any of its outputs is needed)."""
+    needed = set(wanted)
+    chosen: set[int] = set()
+    grew = True
+    while grew:
+        grew = False
+        for index, step in enumerate(steps):
+            if index not in chosen and any(tensor in needed for _, tensor in step.outputs):
+                chosen.add(index)
+                needed |= step.needs
+                grew = True
+    return tuple(step for index, step in enumerate(steps) if index in chosen)
+
+
 def composing_models(config: ModelConfig) -> list[str]:
     """The models an ensemble's steps run, each once, in the order the steps name them."""
     return list(dict.fromkeys(step.model_name for step in config.ensemble_scheduling.step))
