@@ -38,6 +38,8 @@ from tests.ensemble_models import (
 from tests.integration.server import CONTROL_TOKEN, ServerProcess, start_server
 
 HANDLING = {"one process": "1", "two workers": "2"}
+LIMITED = "pipeline_limited"
+"""The doubler as an ensemble of one step, with Triton's ``max_inflight_requests: 1``."""
 HEADERS = {"authorization": f"Bearer {CONTROL_TOKEN}"}
 
 
@@ -67,6 +69,10 @@ def served(
     write_ensemble(repo, RESHAPED_CONFIG, RESHAPED)
     write_shifter(repo)
     write_ensemble(repo, OPTIONAL_CONFIG, OPTIONAL)
+    limited = UNBATCHED_CONFIG.replace(UNBATCHED, LIMITED).replace(
+        "max_batch_size: 0", "max_batch_size: 8"
+    )
+    write_ensemble(repo, limited.replace("step [", "max_inflight_requests: 1\n  step ["), LIMITED)
     server = start_server(repo, ["--workers", HANDLING[request.param]])
     yield server
     assert server.stop() == 0
@@ -163,6 +169,27 @@ def test_shapes_follow_tritons_rules_across_batching_and_reshape(
     answer = client.infer(RESHAPED, [given]).as_numpy("OUT")
     assert answer.shape == (3, 2, 2)  # the ensemble's dims, its steps saw [3, 4]
     assert np.array_equal(answer, 2 * squares)
+
+
+def test_max_inflight_requests_holds_a_step_to_that_many_at_once(served: ServerProcess) -> None:
+    """With one request in flight at its step, the doubler never sees two at once from the
+    limited ensemble, so nothing batches there."""
+    before = _statistics(served, "doubler")
+
+    def ask(index: int) -> bool:
+        client = httpclient.InferenceServerClient(served.http_url)
+        rows = _rows(float(index), 1)
+        given = httpclient.InferInput("IN", [1, ROW], "FP32")
+        given.set_data_from_numpy(rows)
+        answer = client.infer(LIMITED, [given]).as_numpy("OUT")
+        client.close()
+        return bool(np.array_equal(answer, 2 * rows))
+
+    with ThreadPoolExecutor(12) as pool:
+        assert all(pool.map(ask, range(24)))
+    after = _statistics(served, "doubler")
+    assert after["success"] - before["success"] == 24
+    assert after["executions"] - before["executions"] == 24
 
 
 def test_steps_writing_nothing_asked_for_do_not_run(served: ServerProcess) -> None:

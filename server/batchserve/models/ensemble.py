@@ -80,6 +80,10 @@ class EnsembleBatcher(Batcher):
         self._reshapes = reshapes(config)
         """The ensemble's own ``reshape``s: its steps see an input as reshaped, and clients
         get an output back in its dims, as from any model."""
+        limit = config.ensemble_scheduling.max_inflight_requests
+        self._inflight = {step: asyncio.Semaphore(limit) for step in self.steps} if limit else {}
+        """Triton's ``max_inflight_requests``: requests each step holds at once across the
+        ensemble's requests (none: no limit); a step past it waits for room."""
         self._pruned: dict[tuple[str, ...], tuple[EnsembleStep, ...]] = {}
         """The steps a request runs, by the outputs it asks for (a few sets at most)."""
 
@@ -161,6 +165,13 @@ class EnsembleBatcher(Batcher):
         return compute_ns
 
     async def _step(self, step: EnsembleStep, item: WorkItem, values: _Values) -> _StepDone:
+        limit = self._inflight.get(step)
+        if limit is None:
+            return await self._run_step(step, item, values)
+        async with limit:
+            return await self._run_step(step, item, values)
+
+    async def _run_step(self, step: EnsembleStep, item: WorkItem, values: _Values) -> _StepDone:
         served = self._lookup(step.model, step.version)
         batching = served.config.max_batch_size > 0
         dims = {spec.name: tuple(spec.dims) for spec in served.config.input}

@@ -1200,19 +1200,19 @@ class ModelEnsembling(_message.Message):
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     STEP_FIELD_NUMBER: _builtins.int
-    MAX_INFLIGHT_RESPONSES_FIELD_NUMBER: _builtins.int
-    max_inflight_responses: _builtins.int
+    MAX_INFLIGHT_REQUESTS_FIELD_NUMBER: _builtins.int
+    max_inflight_requests: _builtins.int
     @_builtins.property
     def step(self) -> _containers.RepeatedCompositeFieldContainer[Global___ModelEnsembling.Step]: ...
     def __init__(
         self,
         *,
         step: _abc.Iterable[Global___ModelEnsembling.Step] | None = ...,
-        max_inflight_responses: _builtins.int = ...,
+        max_inflight_requests: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_inflight_responses", b"max_inflight_responses", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_inflight_requests", b"max_inflight_requests", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -71,13 +71,15 @@ class _Model:
     positions: AxesOf = ()
     groups: bool = field(init=False)
     """Whether requests to it can travel together: batched, fixed-size inputs only, and not
-    to a model with ragged batching, whose batch inputs count requests (``batch_io.py``)."""
+    to a model with ragged batching, whose batch inputs count requests (``batch_io.py``), or
+    to an ensemble whose steps each hold so many requests at once (a group would be one)."""
 
     def __post_init__(self) -> None:
         self.groups = (
             self.cap > 0
             and all(rule.datatype.itemsize for rule in self.schema.inputs)
             and BatchIO.from_config(self.config) is None
+            and not self.config.ensemble_scheduling.max_inflight_requests
         )
 
     def group_cap(self, inputs: Arrays) -> int:
