@@ -69,13 +69,14 @@ def expected(x: np.ndarray) -> np.ndarray:
     return x + x.sum(dtype=np.float32) / np.float32(SIZE)
 
 
-def write_slow_model(repo: Path, name: str, max_queue_size: int) -> None:
-    """``repo/name``: one CPU instance, one request per batch, a queue of ``max_queue_size``."""
+def write_slow_model(repo: Path, name: str, max_queue_size: int, max_batch_size: int = 1) -> None:
+    """``repo/name``: one CPU instance, ``max_batch_size`` samples a batch (one request by
+    default: the model's answer mixes its batch's rows), a queue of ``max_queue_size``."""
     (repo / name / "1").mkdir(parents=True)
     onnx.save(build_model(), str(repo / name / "1" / "model.onnx"))
     (repo / name / "config.pbtxt").write_text(
         f'name: "{name}"\n'
-        "max_batch_size: 1\n"
+        f"max_batch_size: {max_batch_size}\n"
         "instance_group [{ kind: KIND_CPU  count: 1 }]\n"
         f"dynamic_batching {{ default_queue_policy {{ max_queue_size: {max_queue_size} }} }}\n"
     )

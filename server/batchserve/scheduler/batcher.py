@@ -248,7 +248,7 @@ class Batcher:
             raise Unavailable("model is being unloaded")
         if self.cache is not None and item.clients == 1 and self._from_cache(self.cache, item):
             return
-        if self.queue.full_for(item.priority):  # places held by clients gone are free
+        if self.queue.full_for(item.priority, item.clients):  # clients gone hold no place
             for gone in self.queue.remove_abandoned():
                 self._settle(gone, asyncio.CancelledError())
         self._learn_arrival(item)

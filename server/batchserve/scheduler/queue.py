@@ -37,6 +37,10 @@ class PriorityQueue:
         self._level_sizes = {level: size for level, size in (level_sizes or {}).items() if size}
         self._aging_ns = aging_ns
         self._size = 0
+        self._requests = 0
+        """Requests queued: a worker's group is one item of several (``WorkItem.clients``),
+        and the limits count requests, as Triton's do."""
+        self._level_requests: dict[int, int] = {}
         self.samples = 0
         """Samples queued (an upper bound: abandoned items count until they leave)."""
         self.longest = 0
@@ -47,21 +51,33 @@ class PriorityQueue:
         return self._size
 
     def push(self, item: WorkItem) -> None:
-        """Queue an item, or refuse at once when the queue, or its level, is full."""
-        if self.full_for(item.priority):
+        """Queue an item, or refuse at once when the queue, or its level, has no room for
+        its requests."""
+        if self.full_for(item.priority, item.clients):
             level_size = self._level_sizes.get(item.priority)
             held = (
-                f"{self._max_size} requests waiting"
-                if self._size >= self._max_size or level_size is None
+                f"{self._requests} requests waiting, of {self._max_size}"
+                if self._requests + item.clients > self._max_size or level_size is None
                 else f"{level_size} requests of priority level {item.priority} waiting"
             )
             raise Overloaded(  # Triton's words first, which L0_model_queue reads
                 f"Exceeds maximum queue size (batchserve: queue is full, {held}; retry later)"
             )
         self._level(item.priority).append(item)
-        self._size += 1
-        self.samples += item.batch_size
+        self._counted(item, 1)
         self.longest = max(self.longest, item.row_positions)
+
+    def _counted(self, item: WorkItem, sign: int) -> None:
+        """Count ``item`` in (1) or out (-1)."""
+        self._size += sign
+        self.samples += sign * item.batch_size
+        self._requests += sign * item.clients
+        level = item.priority
+        held = self._level_requests.get(level, 0) + sign * item.clients
+        if held:
+            self._level_requests[level] = held
+        else:  # no entry for a level holding nothing, as no FIFO (see the module's note)
+            self._level_requests.pop(level, None)
 
     def _level(self, priority: int) -> deque[WorkItem]:
         level = self._levels.get(priority)
@@ -75,12 +91,14 @@ class PriorityQueue:
             del self._levels[priority]
             self._in_use.remove(priority)
 
-    def full_for(self, priority: int) -> bool:
-        """Whether a request of this level would be refused: the queue or its level full."""
-        if self._size >= self._max_size:
+    def full_for(self, priority: int, requests: int = 1) -> bool:
+        """Whether ``requests`` of this level would be refused: no room for them in the
+        queue or their level."""
+        if self._requests + requests > self._max_size:
             return True
         level_size = self._level_sizes.get(priority)
-        return level_size is not None and len(self._levels.get(priority, ())) >= level_size
+        held = self._level_requests.get(priority, 0)
+        return level_size is not None and held + requests > level_size
 
     def remove_abandoned(self) -> list[WorkItem]:
         """Take out every item nobody waits for any more, keeping the others' order.
@@ -113,8 +131,8 @@ class PriorityQueue:
                 else:
                     level.append(item)
             self._drop_if_empty(priority)
-        self._size -= len(removed)
-        self.samples -= sum(item.batch_size for item in removed)
+        for item in removed:
+            self._counted(item, -1)
         if not self._size:
             self.longest = 0
         return removed
@@ -130,8 +148,7 @@ class PriorityQueue:
             raise IndexError("pop from an empty queue")
         item = self._levels[priority].popleft()
         self._drop_if_empty(priority)
-        self._size -= 1
-        self.samples -= item.batch_size
+        self._counted(item, -1)
         if not self._size:
             self.longest = 0
         return item
@@ -144,8 +161,7 @@ class PriorityQueue:
         """Return items taken by ``pop``/``pop_many`` (in that order) to where they were."""
         for item in reversed(list(items)):
             self._level(item.priority).appendleft(item)
-            self._size += 1
-            self.samples += item.batch_size
+            self._counted(item, 1)
             self.longest = max(self.longest, item.row_positions)
 
     def oldest_enqueued_ns(self) -> int | None:

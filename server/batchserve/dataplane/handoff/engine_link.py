@@ -16,6 +16,7 @@ from batchserve.core.datatypes import BY_WIRE
 from batchserve.core.errors import (
     BatchserveError,
     InvalidArgument,
+    Overloaded,
     Unsupported,
     decoupled_refusal,
 )
@@ -219,6 +220,16 @@ class EngineLink:
             item = DataPlane.work_item(served, valid, priority, timeout_us, started)
             item.clients = members
             served.batcher.submit(item)
+        except Overloaded as exc:
+            if members > 1 and not served.batcher.queue.full_for(item.priority):
+                # the queue holds fewer than the group: its members go again one by one,
+                # so that as many are queued as it has room for and only the rest refused
+                served.stats.received -= members
+                self.send(("u", rid))
+                return
+            DataPlane.record_failure(served, started, exc, protocol, request_id, members)
+            self._answer_error(rid, exc)
+            return
         except BatchserveError as exc:
             DataPlane.record_failure(served, started, exc, protocol, request_id, members)
             self._answer_error(rid, exc)

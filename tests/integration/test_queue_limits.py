@@ -1,0 +1,60 @@
+"""A model's queue limit counts requests, however they reach it: Triton's L0_model_queue
+``test_max_queue_size``, by one process and by two request-handling workers, whose requests
+travel to the model-owning process in groups (``handoff/groups.py``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.integration.server import start_server
+from tests.integration.slow_model import WIDTH, write_slow_model
+
+QUEUE = 8
+SENT = 10
+
+
+def _ask(url: str, iterations: int) -> str:
+    client = httpclient.InferenceServerClient(url)
+    x = httpclient.InferInput("x", [1, WIDTH], "FP32")
+    x.set_data_from_numpy(np.ones((1, WIDTH), dtype=np.float32))
+    count = httpclient.InferInput("iterations", [1, 1], "INT64")
+    count.set_data_from_numpy(np.array([[iterations]], dtype=np.int64))
+    try:
+        client.infer("slow", [x, count])
+        return "ok"
+    except InferenceServerException as exc:
+        return exc.message()
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one process", "two workers"])
+def test_requests_past_the_queue_limit_are_refused_however_they_travel(
+    tmp_path: Path, workers: str
+) -> None:
+    """One request keeps the only instance busy for seconds; ten more arrive at once, of
+    which the queue holds eight: exactly two are refused, in Triton's words."""
+    write_slow_model(tmp_path, "slow", max_queue_size=QUEUE, max_batch_size=8)
+    server = start_server(tmp_path, ["--workers", workers])
+    try:
+        first: list[str] = []
+        busy = threading.Thread(target=lambda: first.append(_ask(server.http_url, 8000)))
+        busy.start()
+        time.sleep(1.0)  # it runs: the others queue behind it
+        with ThreadPoolExecutor(SENT) as pool:
+            answers = list(pool.map(lambda _: _ask(server.http_url, 1), range(SENT)))
+        busy.join()
+        assert first == ["ok"]
+        refused = [a for a in answers if a != "ok"]
+        assert len(refused) == SENT - QUEUE, answers
+        assert all(a.startswith("Exceeds maximum queue size") for a in refused), refused
+    finally:
+        assert server.stop() == 0
