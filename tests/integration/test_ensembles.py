@@ -78,6 +78,12 @@ def served(
     assert server.stop() == 0
 
 
+def _client(served: ServerProcess, protocol: Any) -> Any:
+    """tritonclient's HTTP or gRPC client (``protocol``) of the server."""
+    url = served.http_url if protocol is httpclient else served.grpc_url
+    return protocol.InferenceServerClient(url)
+
+
 def _rows(first: float, count: int = 2) -> np.ndarray:
     return (first + np.arange(count * ROW, dtype=np.float32)).reshape(count, ROW)
 
@@ -155,8 +161,7 @@ def test_concurrent_ensemble_requests_batch_in_the_composing_models(
 def test_shapes_follow_tritons_rules_across_batching_and_reshape(
     served: ServerProcess, protocol: Any
 ) -> None:
-    url = served.http_url if protocol is httpclient else served.grpc_url
-    client = protocol.InferenceServerClient(url)
+    client = _client(served, protocol)
     row = _rows(2.0, 1)[0]
     given = protocol.InferInput("IN", [ROW], "FP32")  # no batch axis: the model does not batch
     given.set_data_from_numpy(row)
@@ -209,8 +214,7 @@ def test_steps_writing_nothing_asked_for_do_not_run(served: ServerProcess) -> No
 def test_an_optional_input_left_out_reaches_its_step_as_nothing(
     served: ServerProcess, protocol: Any
 ) -> None:
-    url = served.http_url if protocol is httpclient else served.grpc_url
-    client = protocol.InferenceServerClient(url)
+    client = _client(served, protocol)
     rows = _rows(1.0)
     given = protocol.InferInput("IN", list(rows.shape), "FP32")
     given.set_data_from_numpy(rows)

@@ -220,17 +220,13 @@ class EngineLink:
             item = DataPlane.work_item(served, valid, priority, timeout_us, started)
             item.clients = members
             served.batcher.submit(item)
-        except Overloaded as exc:
-            if members > 1 and not served.batcher.queue.full_for(item.priority):
-                # the queue holds fewer than the group: its members go again one by one,
-                # so that as many are queued as it has room for and only the rest refused
-                served.stats.received -= members
-                self.send(("u", rid))
-                return
-            DataPlane.record_failure(served, started, exc, protocol, request_id, members)
-            self._answer_error(rid, exc)
-            return
         except BatchserveError as exc:
+            full = isinstance(exc, Overloaded)  # (only ``submit`` refuses so: ``item`` is made)
+            if full and members > 1 and not served.batcher.queue.full_for(item.priority):
+                # the queue holds fewer than the group: so that as many are queued as it has
+                # room for and only the rest refused
+                self._members_again(rid, served, members)
+                return
             DataPlane.record_failure(served, started, exc, protocol, request_id, members)
             self._answer_error(rid, exc)
             return
@@ -238,6 +234,12 @@ class EngineLink:
         item.future.add_done_callback(
             partial(self._finish, rid, served, item, started, protocol, request_id, members, timed)
         )
+
+    def _members_again(self, rid: int, served: ServedVersion, members: int) -> None:
+        """The worker sends a group's members again one by one, each to be counted and
+        answered on its own."""
+        served.stats.received -= members
+        self.send(("u", rid))
 
     def _finish(
         self, rid: int, served: ServedVersion, item: WorkItem, started: int, protocol: str,
@@ -248,10 +250,8 @@ class EngineLink:
         error = asyncio.CancelledError() if future.cancelled() else future.exception()
         if error is not None:
             if members > 1 and pinned_on_requests(error):
-                # a group failed alone, so one of its clients' requests may be poisoned: the
-                # worker sends each again on its own, to be counted and answered on its own
-                served.stats.received -= members
-                self.send(("u", rid))
+                # a group failed alone, so one of its clients' requests may be poisoned
+                self._members_again(rid, served, members)
                 return
             DataPlane.record_failure(served, started, error, protocol, request_id, members)
             self._answer_error(rid, error)
