@@ -255,6 +255,8 @@ class Batcher:
         if self.policy.position_inputs:
             item.row_positions = row_positions(self.policy.position_inputs, item.inputs)
         self.queue.push(item)
+        if self._timing is not None:  # (only a batch that could wait can be cut short)
+            self._forming.queued(item)
         if item.deadline_ns is not None:
             self._expiry.at(item.deadline_ns)
         self._urgent += item.urgent
@@ -385,7 +387,8 @@ class Batcher:
 
     def _target(self, timing: DispatchTiming, now: int) -> int:
         """Samples to dispatch now, or 0 to wait (with a wake-up set)."""
-        ready = self._forming.ready_size()
+        forming = self._forming
+        ready = forming.ready_size() or (self._cap if forming.cut_short(now) else 0)
         if ready:
             timing.went_ready()
             return ready

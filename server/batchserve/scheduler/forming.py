@@ -64,6 +64,9 @@ class BatchForming:
         self._most_steps = 0
         self._preferred: frozenset[int] = frozenset()
         self._largest_preferred = self._smallest_preferred = 1
+        self._head: WorkItem | None = None
+        self._blocked = False
+        """A request queued behind ``_head`` cannot join its batch (``cut_short``)."""
 
     def set_cap(self, cap: int, preferred: tuple[int, ...]) -> None:
         """The batch cap now, and the configured preferred sizes (those above it are dropped)."""
@@ -100,6 +103,39 @@ class BatchForming:
             if total >= limit:
                 return best or total
         return best
+
+    def cut_short(self, now: int) -> bool:
+        """Whether the head's batch cannot grow any more: a request queued behind it cannot
+        join it (other shapes, or other optional inputs), and every later arrival queues
+        behind that one (``take`` stops there). Waiting would then only delay it: Triton's
+        dynamic batcher sends such a batch at once. Told for one priority level in use
+        (where queue order is ``take``'s order); a sequence model pads instead."""
+        queue = self._queue
+        if self._grouping or not self._merge or queue.levels_in_use != 1:
+            return False
+        head = queue.peek(now)
+        if head is not self._head:  # a new head: looked for once, up to a batch's worth
+            self._head = head
+            self._blocked = head is not None and self._blocked_behind(head)
+        return self._blocked
+
+    def queued(self, item: WorkItem) -> None:
+        """``item`` joined the queue: whether it blocks the head's batch, in O(1)."""
+        head = self._head
+        if head is not None and not self._blocked and item.priority == head.priority:
+            self._blocked = not same_shapes(head, item, self._ragged)
+
+    def _blocked_behind(self, head: WorkItem) -> bool:
+        samples = head.batch_size
+        for item in self._queue:
+            if item is head or item.abandoned():
+                continue
+            if not same_shapes(head, item, self._ragged):
+                return True
+            samples += item.batch_size
+            if samples >= self._cap:
+                return False  # the batch fills before the mismatch: it goes full anyway
+        return False
 
     def take(self, target: int, now: int) -> list[WorkItem]:
         """The head (always) and then queued requests up to ``target`` samples."""

@@ -50,6 +50,11 @@ class PriorityQueue:
     def __len__(self) -> int:
         return self._size
 
+    @property
+    def levels_in_use(self) -> int:
+        """Priority levels holding requests now."""
+        return len(self._in_use)
+
     def push(self, item: WorkItem) -> None:
         """Queue an item, or refuse at once when the queue, or its level, has no room for
         its requests."""

@@ -9,19 +9,22 @@ is only expected from arrivals that found others queued (``DispatchTiming``, who
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from batchserve.observability.stats import ModelStats
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.dispatch_timing import DispatchTiming
 from batchserve.scheduler.instances import Instance, InstancePool
 from batchserve.scheduler.policy import BatchPolicy
+from batchserve.scheduler.work import WorkItem
 from fakes import FakeBackend, ManualClock, fake_config
-from harness import answer, answers, hold_first, item, make_batcher, submit
+from harness import answer, answers, hold_first, item, make_batcher, request, submit
 
 pytestmark = pytest.mark.anyio
 
 US = 1_000
 MS = 1_000_000
+WAIT_OUT = "batchserve { wait_out_queue_delay: true }"
 
 
 def _delayed(clock: ManualClock, backend: FakeBackend, delay_us: int = 1000) -> Batcher:
@@ -400,3 +403,48 @@ async def test_waiting_out_the_delay_holds_a_lone_request_the_whole_delay_as_tri
     clock.advance(200 * MS)  # the first request has now waited the whole delay
     await answers(*four)
     assert backend.batches == [4]
+
+
+def _width(width: int, clock: ManualClock) -> WorkItem:
+    return request({"x": np.full((1, width), 1.0, dtype=np.float32)}, at=clock)
+
+
+async def test_a_batch_a_queued_request_cannot_join_goes_without_waiting() -> None:
+    """Triton's rule, under its own waiting too: a request of other shapes queued behind
+    the head means the head's batch cannot grow (later arrivals queue behind that one), so
+    it goes at once, and the other waits for its own company."""
+    clock, backend = ManualClock(), FakeBackend()
+    extra = "dynamic_batching { max_queue_delay_microseconds: 1000000 } "
+    batcher = make_batcher([backend], clock=clock, extra=extra + WAIT_OUT)
+    first, same = _width(4, clock), _width(4, clock)
+    await submit(batcher, first)
+    await submit(batcher, same)
+    assert batcher.pool.busy_count() == 0  # both wait, as Triton's rule says
+    clock.advance(10 * MS)
+    other = _width(5, clock)
+    await submit(batcher, other)
+    await answers(first, same)
+    assert backend.shapes == [(2, 4)]  # went at once: 10 ms into a 1 s delay
+    assert len(batcher.queue) == 1
+    clock.advance(1000 * MS)
+    await answers(other)
+    assert backend.shapes == [(2, 4), (1, 5)]
+
+
+async def test_the_request_left_behind_waits_for_its_own_company() -> None:
+    """Once the batch ahead of it has gone, the request of other shapes heads the queue:
+    nothing queued behind it differs, so it waits out the delay (Triton's rule) rather than
+    going at once."""
+    clock, backend = ManualClock(), FakeBackend()
+    extra = "dynamic_batching { max_queue_delay_microseconds: 1000000 } "
+    batcher = make_batcher([backend], clock=clock, max_batch_size=2, extra=extra + WAIT_OUT)
+    queued = [_width(4, clock), _width(4, clock), _width(5, clock)]
+    await submit(batcher, *queued)
+    await answers(queued[0], queued[1])  # full at the cap: at once
+    assert backend.shapes == [(2, 4)]
+    clock.advance(999 * MS)
+    await submit(batcher)  # a pass of the loop: nothing is due yet
+    assert len(batcher.queue) == 1
+    clock.advance(1 * MS)
+    await answers(queued[2])
+    assert backend.shapes == [(2, 4), (1, 5)]
