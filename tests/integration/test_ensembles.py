@@ -9,6 +9,8 @@ the composing models' requests too, so they batch there and are counted there.
 from __future__ import annotations
 
 import shutil
+import signal
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,11 +33,13 @@ from tests.ensemble_models import (
     ROW,
     UNBATCHED,
     UNBATCHED_CONFIG,
+    write_composing_models,
     write_ensemble,
     write_pipeline_repository,
     write_shifter,
 )
 from tests.integration.server import CONTROL_TOKEN, ServerProcess, start_server
+from tests.integration.slow_model import expected, write_slow_model
 
 HANDLING = {"one process": "1", "two workers": "2"}
 LIMITED = "pipeline_limited"
@@ -395,3 +399,65 @@ def test_a_step_that_fails_fails_the_request_in_tritons_words(tmp_path: Path) ->
         assert f'nv_inference_request_failure{{model="{ENSEMBLE}",' in metrics
     finally:
         assert server.stop() == 0
+
+
+SLOW_PIPELINE = """
+name: "slow_pipeline"
+platform: "ensemble"
+max_batch_size: 1
+input [
+  { name: "x" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "iterations" data_type: TYPE_INT64 dims: [ 1 ] }
+]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "slow"
+      input_map { key: "x" value: "x" }
+      input_map { key: "iterations" value: "iterations" }
+      output_map { key: "y" value: "shifted" }
+    },
+    {
+      model_name: "doubler"
+      input_map { key: "INPUT0" value: "shifted" }
+      output_map { key: "OUTPUT0" value: "OUT" }
+    }
+  ]
+}
+"""
+
+
+@pytest.mark.parametrize("workers", list(HANDLING.values()), ids=list(HANDLING))
+def test_sigterm_answers_every_accepted_ensemble_request(tmp_path: Path, workers: str) -> None:
+    """Requests still in an ensemble's first step when the server is told to stop are
+    answered whole, though its second step's model was loaded first (by name) and would be
+    unloaded first: the drain answers what was accepted before any model unloads, and the
+    server exits 0."""
+    write_composing_models(tmp_path)
+    write_slow_model(tmp_path, "slow", max_queue_size=16, max_batch_size=1)
+    write_ensemble(tmp_path, SLOW_PIPELINE, "slow_pipeline")
+    server = start_server(tmp_path, ["--workers", workers])
+
+    def ask(index: int) -> np.ndarray:
+        client = httpclient.InferenceServerClient(server.http_url)
+        x = httpclient.InferInput("x", [1, ROW], "FP32")
+        x.set_data_from_numpy(np.full((1, ROW), float(index), dtype=np.float32))
+        count = httpclient.InferInput("iterations", [1, 1], "INT64")
+        count.set_data_from_numpy(np.array([[2000]], dtype=np.int64))
+        answer = client.infer("slow_pipeline", [x, count]).as_numpy("OUT")
+        client.close()
+        return np.asarray(answer)
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            asked = [pool.submit(ask, index) for index in range(4)]
+            time.sleep(0.5)  # the first runs its slow step; the others queue there
+            server.process.send_signal(signal.SIGTERM)
+            answers = [one.result(timeout=60) for one in asked]
+    finally:
+        code = server.stop()
+    for index, answer in enumerate(answers):
+        x = np.full((1, ROW), float(index), dtype=np.float32)
+        assert np.allclose(answer, 2 * expected(x)), (index, answer)
+    assert code == 0
