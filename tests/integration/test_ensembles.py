@@ -77,7 +77,10 @@ def served(
         "max_batch_size: 0", "max_batch_size: 8"
     )
     write_ensemble(repo, limited.replace("step [", "max_inflight_requests: 1\n  step ["), LIMITED)
-    server = start_server(repo, ["--workers", HANDLING[request.param]])
+    # Triton's waiting, so that concurrent requests surely meet in the composing models'
+    # queues however slowly a loaded machine lets the clients send them
+    flags = ["--workers", HANDLING[request.param], "--wait-out-queue-delay", "true"]
+    server = start_server(repo, flags)
     yield server
     assert server.stop() == 0
 
