@@ -77,6 +77,8 @@ class PriorityQueue:
         self._size += sign
         self.samples += sign * item.batch_size
         self._requests += sign * item.clients
+        if not self._level_sizes:
+            return  # no level has a limit of its own: nothing more to count
         level = item.priority
         held = self._level_requests.get(level, 0) + sign * item.clients
         if held:
