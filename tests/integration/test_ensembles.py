@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -38,7 +37,7 @@ from tests.ensemble_models import (
     write_pipeline_repository,
     write_shifter,
 )
-from tests.integration.server import CONTROL_TOKEN, ServerProcess, start_server
+from tests.integration.server import CONTROL_TOKEN, ServerProcess, metric, start_server
 from tests.integration.slow_model import expected, write_slow_model
 
 HANDLING = {"one process": "1", "two workers": "2"}
@@ -368,12 +367,12 @@ def test_ensembles_that_lead_back_to_themselves_are_refused(tmp_path: Path) -> N
 def test_a_step_that_fails_fails_the_request_in_tritons_words(tmp_path: Path) -> None:
     """A composing model whose queue holds one request (and whose batches wait out their
     delay, so that it fills) refuses a step, and the client reads which ensemble it was."""
-    repo = write_pipeline_repository(tmp_path, delay_us=300_000)
+    repo = write_pipeline_repository(tmp_path, delay_us=2_000_000)
     config = repo / "negater" / "config.pbtxt"
     config.write_text(
         config.read_text().replace(
-            "max_queue_delay_microseconds: 300000",
-            "max_queue_delay_microseconds: 300000 default_queue_policy { max_queue_size: 1 }",
+            "max_queue_delay_microseconds: 2000000",
+            "max_queue_delay_microseconds: 2000000 default_queue_policy { max_queue_size: 1 }",
         )
     )
     server = start_server(repo, ["--workers", "1", "--wait-out-queue-delay", "true"])
@@ -398,8 +397,10 @@ def test_a_step_that_fails_fails_the_request_in_tritons_words(tmp_path: Path) ->
         for answer in refused:
             assert answer.startswith(f"503 in ensemble '{ENSEMBLE}', "), answer
         assert "ok" in answers
-        metrics = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
-        assert f'nv_inference_request_failure{{model="{ENSEMBLE}",' in metrics
+        failed = "nv_inference_request_failure_total"  # Triton: an ensemble's are OTHER
+        assert metric(server, failed, model=ENSEMBLE, reason="OTHER") == len(refused)
+        assert metric(server, failed, model=ENSEMBLE, reason="REJECTED") == 0
+        assert metric(server, failed, model="negater", reason="REJECTED") == len(refused)
     finally:
         assert server.stop() == 0
 

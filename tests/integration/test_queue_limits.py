@@ -14,6 +14,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.ensemble_models import write_ensemble
 from tests.integration.server import start_server
 from tests.integration.slow_model import WIDTH, write_slow_model
 
@@ -21,14 +22,33 @@ QUEUE = 8
 SENT = 10
 
 
-def _ask(url: str, iterations: int) -> str:
+ENSEMBLE = """
+name: "through_ensemble"
+platform: "ensemble"
+max_batch_size: 8
+input [
+  { name: "x" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "iterations" data_type: TYPE_INT64 dims: [ 1 ] }
+]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "slow"
+  input_map { key: "x" value: "x" }
+  input_map { key: "iterations" value: "iterations" }
+  output_map { key: "y" value: "y" }
+} ] }
+"""
+"""The slow model behind an ensemble: its queue refuses the ensemble's steps."""
+
+
+def _ask(url: str, iterations: int, model: str = "slow") -> str:
     client = httpclient.InferenceServerClient(url)
     x = httpclient.InferInput("x", [1, WIDTH], "FP32")
     x.set_data_from_numpy(np.ones((1, WIDTH), dtype=np.float32))
     count = httpclient.InferInput("iterations", [1, 1], "INT64")
     count.set_data_from_numpy(np.array([[iterations]], dtype=np.int64))
     try:
-        client.infer("slow", [x, count])
+        client.infer(model, [x, count])
         return "ok"
     except InferenceServerException as exc:
         return exc.message()
@@ -36,25 +56,29 @@ def _ask(url: str, iterations: int) -> str:
         client.close()
 
 
+@pytest.mark.parametrize("model", ["slow", "through_ensemble"])
 @pytest.mark.parametrize("workers", ["1", "2"], ids=["one process", "two workers"])
 def test_requests_past_the_queue_limit_are_refused_however_they_travel(
-    tmp_path: Path, workers: str
+    tmp_path: Path, workers: str, model: str
 ) -> None:
     """One request keeps the only instance busy for seconds; ten more arrive at once, of
-    which the queue holds eight: exactly two are refused, in Triton's words."""
+    which the queue holds eight: exactly two are refused, in Triton's words, whether sent
+    to the model or through an ensemble whose step it is."""
     write_slow_model(tmp_path, "slow", max_queue_size=QUEUE, max_batch_size=8)
+    write_ensemble(tmp_path, ENSEMBLE, "through_ensemble")
     server = start_server(tmp_path, ["--workers", workers])
     try:
         first: list[str] = []
-        busy = threading.Thread(target=lambda: first.append(_ask(server.http_url, 8000)))
+        busy = threading.Thread(target=lambda: first.append(_ask(server.http_url, 8000, model)))
         busy.start()
         time.sleep(1.0)  # it runs: the others queue behind it
         with ThreadPoolExecutor(SENT) as pool:
-            answers = list(pool.map(lambda _: _ask(server.http_url, 1), range(SENT)))
+            answers = list(pool.map(lambda _: _ask(server.http_url, 1, model), range(SENT)))
         busy.join()
         assert first == ["ok"]
         refused = [a for a in answers if a != "ok"]
         assert len(refused) == SENT - QUEUE, answers
-        assert all(a.startswith("Exceeds maximum queue size") for a in refused), refused
+        prefix = "" if model == "slow" else f"in ensemble '{model}', "
+        assert all(a.startswith(f"{prefix}Exceeds maximum queue size") for a in refused), refused
     finally:
         assert server.stop() == 0

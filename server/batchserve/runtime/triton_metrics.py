@@ -150,7 +150,8 @@ def model_families(
         stats = served.stats
         labels = {"model": served.name, "version": str(served.version)}
         success.add(labels, stats.success.count)
-        for reason, n in failures(stats).items():
+        ensemble = served.config.HasField("ensemble_scheduling")
+        for reason, n in failures(stats, ensemble).items():
             failure.add({**labels, "reason": reason}, n)
         count.add(labels, stats.inference_count)
         executions.add(labels, stats.execution_count)
@@ -239,9 +240,14 @@ def _number_label(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def failures(stats: ModelStats) -> dict[str, int]:
-    """Failed requests by Triton's reasons; every reason is there, as Triton starts them."""
+def failures(stats: ModelStats, ensemble: bool = False) -> dict[str, int]:
+    """Failed requests by Triton's reasons; every reason is there, as Triton starts them.
+    An ensemble's are all OTHER, as Triton reports its failures whatever failed a step (the
+    step's own model counts the reason)."""
     counts = dict.fromkeys(FAILURE_REASONS, 0)
+    if ensemble:
+        counts["OTHER"] = stats.fail.count
+        return counts
     for rejection, n in stats.rejections.items():
         counts[_REASON_OF[rejection]] += n
     counts["BACKEND"] = stats.fail.count - sum(stats.rejections.values())

@@ -249,8 +249,9 @@ class EngineLink:
             return  # the worker went away
         error = asyncio.CancelledError() if future.cancelled() else future.exception()
         if error is not None:
-            if members > 1 and pinned_on_requests(error):
-                # a group failed alone, so one of its clients' requests may be poisoned
+            if members > 1 and (pinned_on_requests(error) or isinstance(error, Overloaded)):
+                # a group failed alone, so one of its clients' requests may be poisoned; or a
+                # queue (an ensemble step's) had room for fewer than the group
                 self._members_again(rid, served, members)
                 return
             DataPlane.record_failure(served, started, error, protocol, request_id, members)
