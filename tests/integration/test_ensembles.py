@@ -201,6 +201,9 @@ def test_max_inflight_requests_holds_a_step_to_that_many_at_once(served: ServerP
     after = _statistics(served, "doubler")
     assert after["success"] - before["success"] == 24
     assert after["executions"] - before["executions"] == 24
+    served.drain_logs()
+    said = f"Ensemble model '{LIMITED}' configured with max_inflight_requests: 1"
+    assert any(record.get("message") == said for record in served.logs)
 
 
 def test_steps_writing_nothing_asked_for_do_not_run(served: ServerProcess) -> None:
