@@ -39,6 +39,9 @@ from batchserve.scheduler.work import Arrays, WorkItem
 
 logger = logging.getLogger(__name__)
 
+PRUNED_KEPT = 64
+"""Sets of asked-for outputs whose steps are kept worked out (each set a few steps)."""
+
 Lookup = Callable[[str, str], ServedVersion]
 """A composing model's version as served now, by name and version ("" for its latest);
 raises as a client's request would (not found, not ready)."""
@@ -85,14 +88,15 @@ class EnsembleBatcher(Batcher):
         get an output back in its dims, as from any model."""
         limit = config.ensemble_scheduling.max_inflight_requests
         self._inflight = {step: asyncio.Semaphore(limit) for step in self.steps} if limit else {}
+        """Triton's ``max_inflight_requests``: requests each step holds at once across the
+        ensemble's requests (none: no limit); a step past it waits for room."""
         if limit:  # Triton's line, which its backpressure tests look for in the log
             logger.info(
                 "Ensemble model '%s' configured with max_inflight_requests: %d", self.name, limit
             )
-        """Triton's ``max_inflight_requests``: requests each step holds at once across the
-        ensemble's requests (none: no limit); a step past it waits for room."""
-        self._pruned: dict[tuple[str, ...], tuple[EnsembleStep, ...]] = {}
-        """The steps a request runs, by the outputs it asks for (a few sets at most)."""
+        self._pruned: dict[frozenset[str], tuple[EnsembleStep, ...]] = {}
+        """The steps a request runs, by the outputs it asks for: a few sets in practice,
+        and never more than ``PRUNED_KEPT`` (clients choose them)."""
 
     def submit(self, item: WorkItem) -> None:
         if self._closed:
@@ -125,9 +129,12 @@ class EnsembleBatcher(Batcher):
             (name, _Value(self._input_types[name], self._shaped(into, name, array), batch))
             for name, array in item.inputs.items()
         )
-        steps = self._pruned.get(item.output_names)
+        asked = frozenset(item.output_names)
+        steps = self._pruned.get(asked)
         if steps is None:
-            steps = self._pruned[item.output_names] = needed_steps(self.steps, item.output_names)
+            if len(self._pruned) >= PRUNED_KEPT:
+                self._pruned.clear()
+            steps = self._pruned[asked] = needed_steps(self.steps, asked)
         compute_ns = await self._steps(item, steps, values)
         written = {name: values.get(name) for name in item.output_names}
         missing = [name for name, value in written.items() if value is None]
