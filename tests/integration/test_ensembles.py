@@ -468,3 +468,27 @@ def test_sigterm_answers_every_accepted_ensemble_request(tmp_path: Path, workers
         x = np.full((1, ROW), float(index), dtype=np.float32)
         assert np.allclose(answer, 2 * expected(x)), (index, answer)
     assert code == 0
+
+
+def test_a_model_the_start_up_names_stays_when_its_ensemble_goes(tmp_path: Path) -> None:
+    """An ensemble loaded first (by name order) loads its composing models; one the start-up
+    also names is the user's, so ``unload_dependents`` leaves it, as Triton leaves every
+    model a start-up loads."""
+    write_composing_models(tmp_path)
+    first = "a_pipeline"  # sorts before its composing models
+    write_ensemble(tmp_path, ENSEMBLE_CONFIG.replace(f'"{ENSEMBLE}"', f'"{first}"'), first)
+    server = _explicit(tmp_path, "1", first, "negater")
+    try:
+        server.drain_logs()
+        loads = [r.get("model") for r in server.logs if r.get("message") == "model ready"]
+        assert loads.count("negater") == 1  # loaded for the ensemble, not again by name
+        http = httpclient.InferenceServerClient(server.http_url)
+        http.unload_model(first, headers=HEADERS, unload_dependents=True)
+        states = {m: s for m, (s, _) in _states(server).items()}
+        assert states == {
+            first: "UNAVAILABLE", "doubler": "UNAVAILABLE", "adder": "UNAVAILABLE",
+            "negater": "READY",
+        }  # fmt: skip
+        http.close()
+    finally:
+        assert server.stop() == 0

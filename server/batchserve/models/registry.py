@@ -543,6 +543,12 @@ class ModelRegistry(ModelTable):
         labels = inherited_labels(config, resolved.labels, self.get)
         return ServedVersion(resolved.name, version.version, config, batcher, stats, labels=labels)
 
+    def named(self, name: str) -> None:
+        """A start-up list names ``name``, which an ensemble loaded already: it is now the
+        user's too, and ``unload_dependents`` leaves it (Triton marks every model of a
+        start-up explicitly loaded)."""
+        self._dependencies.asked_for(name)
+
     async def _load_along(self, name: str) -> None:
         """Load a composing model an ensemble needs, which no one asked to load."""
         await self.load(name)

@@ -282,8 +282,9 @@ class Server:
         self._settle_deferred = True
         try:
             for index, name in enumerate(names):
-                if self.registry.is_ready(name):
-                    continue  # loaded already, as an ensemble's composing model
+                if self.registry.is_ready(name):  # loaded already, for an ensemble
+                    self.registry.named(name)
+                    continue
                 if self.signals.stopping.is_set() or not await self._load_unless_stopped(name):
                     logger.info("start-up stopped: models not loaded",
                                 extra={"models": names[index:]})  # fmt: skip
