@@ -8,6 +8,7 @@ the composing models' requests too, so they batch there and are counted there.
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import time
@@ -361,8 +362,10 @@ def test_ensembles_that_lead_back_to_themselves_are_refused(tmp_path: Path) -> N
         server.wait_for("server not ready: a model failed to load")
         state, reason = _states(server)[ENSEMBLE]
         assert state == "UNAVAILABLE"
-        assert f"ensemble '{ENSEMBLE}' depends on '{ENSEMBLE}' which depends on" in reason
-        assert "circular dependency" in reason
+        assert (
+            f"ensemble '{ENSEMBLE}' depends on '{ENSEMBLE}', whose steps lead back to it: "
+            f"circular dependency (batchserve: {ENSEMBLE} -> {ENSEMBLE})"
+        ) in reason
     finally:
         assert server.stop() == 0
 
@@ -490,5 +493,33 @@ def test_a_model_the_start_up_names_stays_when_its_ensemble_goes(tmp_path: Path)
             "negater": "READY",
         }  # fmt: skip
         http.close()
+    finally:
+        assert server.stop() == 0
+
+
+def test_two_ensembles_that_use_each_other_are_refused_not_waited_on(tmp_path: Path) -> None:
+    """loop_a runs loop_b, which runs loop_a: each load stops at the circle, naming the
+    chain, and the server starts (not ready) instead of waiting for ever."""
+    write_composing_models(tmp_path)
+    for name, other in (("loop_a", "loop_b"), ("loop_b", "loop_a")):
+        write_ensemble(
+            tmp_path,
+            f'name: "{name}" platform: "ensemble" max_batch_size: 8 '
+            f'input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ {ROW} ] }} ] '
+            f'output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ {ROW} ] }} ] '
+            f'ensemble_scheduling {{ step [ {{ model_name: "{other}" '
+            'input_map { key: "IN" value: "IN" } output_map { key: "OUT" value: "OUT" } } ] }',
+            name,
+        )
+    server = start_server(tmp_path, ["--workers", "1"], wait_ready=False)
+    try:
+        server.wait_for("server not ready: a model failed to load")
+        states = _states(server)
+        assert states["loop_a"][0] == states["loop_b"][0] == "UNAVAILABLE"
+        for name in ("loop_a", "loop_b"):  # the chain as the last load to try it met it
+            reason = states[name][1]
+            assert "whose steps lead back to it: circular dependency (batchserve: " in reason
+            assert re.search(r"\(batchserve: loop_(a|b) -> loop_(a|b) -> loop_(a|b)\)", reason)
+        assert states["doubler"][0] == "READY"
     finally:
         assert server.stop() == 0

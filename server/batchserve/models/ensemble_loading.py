@@ -42,9 +42,8 @@ async def composing_configs(
         for model in composing_models(config):
             if model == name or model in chain:
                 raise ModelConfigError(
-                    f"ensemble '{name}' depends on '{model}' which depends on '{name}': "
-                    "circular dependency (batchserve: "
-                    f"{' -> '.join((*chain, name, model))})"
+                    f"ensemble '{name}' depends on '{model}', whose steps lead back to it: "
+                    f"circular dependency (batchserve: {' -> '.join((*chain, name, model))})"
                 )
             await _loaded(name, model, load, served)
     finally:
