@@ -148,14 +148,24 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _grpc_live(address: str) -> bool:
+def _grpc_server(address: str) -> str | None:
+    """The name (``--id``) of the server answering gRPC at ``address``; None for none."""
     client = grpcclient.InferenceServerClient(address)
     try:
-        return bool(client.is_server_live(client_timeout=2))
+        return str(client.get_server_metadata(client_timeout=2).name)
     except InferenceServerException:
-        return False
+        return None
     finally:
         client.close()
+
+
+def _http_server(base: str) -> str | None:
+    """The name (``--id``) of the server answering HTTP at ``base``; None for none."""
+    try:
+        answer = httpx.get(f"{base}/v2", timeout=2)
+    except httpx.TransportError:
+        return None
+    return str(answer.json().get("name")) if answer.status_code == 200 else None
 
 
 @pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "two-workers"])
@@ -163,16 +173,17 @@ def test_each_listener_takes_its_own_address(tmp_path: Path, workers: str) -> No
     """Triton's --grpc-address and --metrics-address on loopback addresses of their own;
     HTTP stays on --host. Each port answers on its address and on no other."""
     shutil.copytree(MODEL_REPO / "digits_cnn", tmp_path / "digits_cnn")
-    args = ["--host", "127.0.0.1", "--grpc-address", "127.0.0.2",
+    name = f"addresses-{workers}-{tmp_path.name}"  # another server may hold a port number
+    args = ["--host", "127.0.0.1", "--grpc-address", "127.0.0.2", "--id", name,
             "--metrics-address", "127.0.0.3", "--workers", workers]  # fmt: skip
     server = start_server(tmp_path, args)
     try:
         (listening,) = [r for r in server.logs if r.get("message") == "listening"]
         http, grpc, metrics = server.http_port, server.grpc_port, server.metrics_port
-        assert _answers(f"http://127.0.0.1:{http}/v2/health/live")
-        assert not _answers(f"http://127.0.0.2:{http}/v2/health/live")
-        assert _grpc_live(f"127.0.0.2:{grpc}")
-        assert not _grpc_live(f"127.0.0.1:{grpc}")
+        assert _http_server(f"http://127.0.0.1:{http}") == name
+        assert _http_server(f"http://127.0.0.2:{http}") != name
+        assert _grpc_server(f"127.0.0.2:{grpc}") == name
+        assert _grpc_server(f"127.0.0.1:{grpc}") != name
         assert _answers(f"http://127.0.0.3:{metrics}/metrics")
         assert not _answers(f"http://127.0.0.1:{metrics}/metrics")
     finally:
