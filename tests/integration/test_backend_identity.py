@@ -60,8 +60,8 @@ def test_bf16_identity_over_http_binary_is_bit_exact(identities: ServerProcess) 
     tensor = httpclient.InferInput("INPUT0", list(BF16_VALUES.shape), "BF16")
     tensor.set_data_from_numpy(BF16_VALUES, binary_data=True)
     output = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
-    client = httpclient.InferenceServerClient(identities.http_url)
-    result = client.infer("bf16", [tensor], outputs=[output])
+    with httpclient.InferenceServerClient(identities.http_url) as client:
+        result = client.infer("bf16", [tensor], outputs=[output])
     assert result.get_output("OUTPUT0")["datatype"] == "BF16"
     got = result.as_numpy("OUTPUT0")
     assert got.dtype == ml_dtypes.bfloat16
@@ -72,7 +72,8 @@ def test_bf16_identity_over_grpc_is_bit_exact(identities: ServerProcess) -> None
     values = np.tile(BF16_VALUES, (3, 1))
     tensor = grpcclient.InferInput("INPUT0", list(values.shape), "BF16")
     tensor.set_data_from_numpy(values)
-    result = grpcclient.InferenceServerClient(identities.grpc_url).infer("bf16", [tensor])
+    with grpcclient.InferenceServerClient(identities.grpc_url) as client:
+        result = client.infer("bf16", [tensor])
     assert result.get_output("OUTPUT0").datatype == "BF16"
     got = result.as_numpy("OUTPUT0")
     assert got.shape == values.shape
@@ -107,8 +108,8 @@ def test_tritonclient_reads_an_empty_binary_output(identities: ServerProcess, mo
     tensor = httpclient.InferInput("INPUT0", [1, 0], model.upper())
     tensor.set_data_from_numpy(empty, binary_data=True)
     output = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
-    client = httpclient.InferenceServerClient(identities.http_url)
-    got = client.infer(model, [tensor], outputs=[output]).as_numpy("OUTPUT0")
+    with httpclient.InferenceServerClient(identities.http_url) as client:
+        got = client.infer(model, [tensor], outputs=[output]).as_numpy("OUTPUT0")
     assert (got.shape, got.dtype) == ((1, 0), empty.dtype)
 
 

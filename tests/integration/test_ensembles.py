@@ -85,10 +85,27 @@ def served(
     assert server.stop() == 0
 
 
-def _client(served: ServerProcess, protocol: Any) -> Any:
-    """tritonclient's HTTP or gRPC client (``protocol``) of the server."""
-    url = served.http_url if protocol is httpclient else served.grpc_url
-    return protocol.InferenceServerClient(url)
+_OPEN: list[Any] = []
+"""Clients the test's own thread made, closed when it ends: tritonclient's HTTP client
+collected later, in another test, fails that test with an unraisable error."""
+
+
+def _client(url: str, protocol: Any = httpclient) -> Any:
+    """tritonclient's HTTP or gRPC client (``protocol``) at ``url``, closed after the test."""
+    client = protocol.InferenceServerClient(url)
+    _OPEN.append(client)
+    return client
+
+
+def _url(served: ServerProcess, protocol: Any) -> str:
+    return served.http_url if protocol is httpclient else served.grpc_url
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
 
 
 def _rows(first: float, count: int = 2) -> np.ndarray:
@@ -110,7 +127,7 @@ def _statistics(server: ServerProcess, model: str) -> dict[str, int]:
 def test_an_ensemble_answers_with_its_steps_outputs_over_both_protocols(
     served: ServerProcess,
 ) -> None:
-    http = httpclient.InferenceServerClient(served.http_url)
+    http = _client(served.http_url)
     rows = _rows(1.0)
     given = httpclient.InferInput("IN", list(rows.shape), "FP32")
     given.set_data_from_numpy(rows)
@@ -118,7 +135,7 @@ def test_an_ensemble_answers_with_its_steps_outputs_over_both_protocols(
     assert np.array_equal(answer.as_numpy("OUT"), 3 * rows)
     assert np.array_equal(answer.as_numpy("NEG"), -rows)
     assert answer.get_response()["model_name"] == ENSEMBLE
-    grpc = grpcclient.InferenceServerClient(served.grpc_url)
+    grpc = _client(served.grpc_url, grpcclient)
     given_grpc = grpcclient.InferInput("IN", list(rows.shape), "FP32")
     given_grpc.set_data_from_numpy(rows)
     only_neg = [grpcclient.InferRequestedOutput("NEG")]
@@ -168,7 +185,7 @@ def test_concurrent_ensemble_requests_batch_in_the_composing_models(
 def test_shapes_follow_tritons_rules_across_batching_and_reshape(
     served: ServerProcess, protocol: Any
 ) -> None:
-    client = _client(served, protocol)
+    client = _client(_url(served, protocol), protocol)
     row = _rows(2.0, 1)[0]
     given = protocol.InferInput("IN", [ROW], "FP32")  # no batch axis: the model does not batch
     given.set_data_from_numpy(row)
@@ -210,7 +227,7 @@ def test_max_inflight_requests_holds_a_step_to_that_many_at_once(served: ServerP
 def test_steps_writing_nothing_asked_for_do_not_run(served: ServerProcess) -> None:
     """Triton prunes them: asking for NEG alone runs the negater, not the doubler and adder."""
     before = {m: _statistics(served, m)["success"] for m in ("doubler", "adder", "negater")}
-    grpc = grpcclient.InferenceServerClient(served.grpc_url)
+    grpc = _client(served.grpc_url, grpcclient)
     rows = _rows(3.0)
     given = grpcclient.InferInput("IN", list(rows.shape), "FP32")
     given.set_data_from_numpy(rows)
@@ -224,7 +241,7 @@ def test_steps_writing_nothing_asked_for_do_not_run(served: ServerProcess) -> No
 def test_an_optional_input_left_out_reaches_its_step_as_nothing(
     served: ServerProcess, protocol: Any
 ) -> None:
-    client = _client(served, protocol)
+    client = _client(_url(served, protocol), protocol)
     rows = _rows(1.0)
     given = protocol.InferInput("IN", list(rows.shape), "FP32")
     given.set_data_from_numpy(rows)
@@ -237,7 +254,7 @@ def test_an_optional_input_left_out_reaches_its_step_as_nothing(
 def test_a_request_the_ensemble_refuses_names_it_and_a_fresh_one_is_answered(
     served: ServerProcess,
 ) -> None:
-    http = httpclient.InferenceServerClient(served.http_url)
+    http = _client(served.http_url)
     wrong = httpclient.InferInput("IN", [1, ROW + 1], "FP32")
     wrong.set_data_from_numpy(np.zeros((1, ROW + 1), dtype=np.float32))
     with pytest.raises(InferenceServerException) as refused:
@@ -256,7 +273,7 @@ def test_a_request_the_ensemble_refuses_names_it_and_a_fresh_one_is_answered(
 def test_classification_of_an_ensemble_output_uses_its_labels(served: ServerProcess) -> None:
     """Triton's label_override ensembles: the ensemble's own output labels; an output
     without its own takes those of the composing model's output that writes it."""
-    http = httpclient.InferenceServerClient(served.http_url)
+    http = _client(served.http_url)
     rows = np.array([[1.0, 4.0, 2.0, 3.0]], dtype=np.float32)
     given = httpclient.InferInput("IN", [1, ROW], "FP32")
     given.set_data_from_numpy(rows)
@@ -293,7 +310,7 @@ def test_loading_an_ensemble_loads_its_models_and_unloading_follows_tritons_rule
         assert {m: states[m][0] for m in states} == dict.fromkeys(
             (ENSEMBLE, "doubler", "adder", "negater"), "READY"
         )
-        http = httpclient.InferenceServerClient(server.http_url)
+        http = _client(server.http_url)
         # unloading a composing model leaves the ensemble without it, in Triton's words
         http.unload_model("adder", headers=HEADERS)
         states = _states(server)
@@ -317,7 +334,6 @@ def test_loading_an_ensemble_loads_its_models_and_unloading_follows_tritons_rule
         assert states["doubler"][0] == "UNAVAILABLE"
         assert states["negater"][0] == "UNAVAILABLE"
         assert states["adder"][0] == "READY"  # loaded by name: not the ensemble's to unload
-        http.close()
     finally:
         assert server.stop() == 0
 
@@ -341,7 +357,7 @@ def test_an_ensemble_whose_model_cannot_load_is_unavailable_with_the_reason(
             "from model repository"
         ), reason
         assert states["doubler"][0] == "READY"
-        http = httpclient.InferenceServerClient(server.http_url)
+        http = _client(server.http_url)
         given = httpclient.InferInput("IN", [1, ROW], "FP32")
         given.set_data_from_numpy(_rows(0.0, 1))
         with pytest.raises(InferenceServerException) as refused:
@@ -485,14 +501,13 @@ def test_a_model_the_start_up_names_stays_when_its_ensemble_goes(tmp_path: Path)
         server.drain_logs()
         loads = [r.get("model") for r in server.logs if r.get("message") == "model ready"]
         assert loads.count("negater") == 1  # loaded for the ensemble, not again by name
-        http = httpclient.InferenceServerClient(server.http_url)
+        http = _client(server.http_url)
         http.unload_model(first, headers=HEADERS, unload_dependents=True)
         states = {m: s for m, (s, _) in _states(server).items()}
         assert states == {
             first: "UNAVAILABLE", "doubler": "UNAVAILABLE", "adder": "UNAVAILABLE",
             "negater": "READY",
         }  # fmt: skip
-        http.close()
     finally:
         assert server.stop() == 0
 
