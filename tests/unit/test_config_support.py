@@ -35,11 +35,6 @@ def _problems(extra: str, base: str = TENSORS) -> list[str]:
         ('model_operations { op_library_filename: "libops.so" }',
          "model_operations.op_library_filename"),
         ('model_repository_agents { agents [{ name: "checksum" }] }', "model_repository_agents"),
-        ("dynamic_batching { priority_levels: 2 default_priority_level: 1 "
-         "priority_queue_policy { key: 2 value: { timeout_action: DELAY } } }",
-         "dynamic_batching.priority_queue_policy[2].timeout_action"),
-        ("dynamic_batching { default_queue_policy { timeout_action: DELAY } }",
-         "dynamic_batching.default_queue_policy.timeout_action"),
     ],
 )  # fmt: skip
 def test_each_unsupported_field_is_refused_by_name(extra: str, field: str) -> None:

@@ -44,15 +44,17 @@ def work_item(
     if timeout_us and (level.allow_timeout_override or not timeout_ns):
         requested = timeout_us * 1000
         timeout_ns = min(timeout_ns, requested) if timeout_ns else requested
+    timeout_at = now + timeout_ns if timeout_ns else None
     return WorkItem(
         inputs=valid.inputs,
         batch_size=valid.batch_size,
         output_names=valid.output_names,
         priority=priority,
         enqueued_ns=now,
-        deadline_ns=now + timeout_ns if timeout_ns else None,
+        deadline_ns=None if level.delays else timeout_at,
         future=asyncio.get_running_loop().create_future(),
         is_cancelled=is_cancelled,
+        delay_at_ns=timeout_at if level.delays else None,
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from batchserve.models.decoupled import BUILTIN_BACKENDS
-from batchserve.proto.model_config_pb2 import ModelConfig, ModelQueuePolicy
+from batchserve.proto.model_config_pb2 import ModelConfig
 
 _NOT_SUPPORTED = "batchserve does not support"
 
@@ -47,7 +47,6 @@ def _found(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
     if config.model_repository_agents.agents:
         yield "model_repository_agents", "is set", "repository agents"
     yield from _tensor_fields(config)
-    yield from _queue_fields(config)
 
 
 def _sequence_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
@@ -85,20 +84,3 @@ def _tensor_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
                     f"is true for {where}",
                     "non-linear tensor formats",
                 )
-
-
-def _queue_fields(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
-    if config.WhichOneof("scheduling_choice") != "dynamic_batching":
-        return
-    batching = config.dynamic_batching
-    policies = [("default_queue_policy", batching.default_queue_policy)] + [
-        (f"priority_queue_policy[{level}]", policy)
-        for level, policy in sorted(batching.priority_queue_policy.items())
-    ]
-    for field, policy in policies:
-        if policy.timeout_action == ModelQueuePolicy.DELAY:
-            yield (
-                f"dynamic_batching.{field}.timeout_action",
-                "is DELAY",
-                "delaying timed-out requests (they are rejected)",
-            )

@@ -202,7 +202,7 @@ class EnsembleBatcher(Batcher):
         try:
             valid = validate_request(tensors, wanted, served.schema)
             work = admission.work_item(
-                served, valid, item.priority, _remaining_us(item, started), started,
+                served, valid, item.priority, _step_timeout_us(item), started,
                 item.is_cancelled,
             )  # fmt: skip
             work.clients = item.clients
@@ -258,17 +258,13 @@ def _agree(config_dims: tuple[int, ...], shape: tuple[int, ...]) -> bool:
     )
 
 
-def _remaining_us(item: WorkItem, now: int) -> int:
-    """What is left of the ensemble request's timeout, for a step (0: none)."""
+def _step_timeout_us(item: WorkItem) -> int:
+    """The timeout the ensemble's request named (0: none), which each step's request
+    carries as Triton's ensemble passes it on: a limit on a step's wait in its model's
+    queue, under that queue's policy (refused or delayed past it)."""
     if item.deadline_ns is None:
         return 0
-    left = item.deadline_ns - now
-    if left <= 0:
-        raise Unavailable(
-            "Request timeout expired (batchserve: the ensemble request's timeout ran out "
-            "before this step)"
-        )
-    return max(1, left // 1000)
+    return max(1, (item.deadline_ns - item.enqueued_ns) // 1000)
 
 
 def _in_ensemble(name: str, error: Exception) -> Exception:

@@ -259,6 +259,8 @@ class Batcher:
             self._forming.queued(item)
         if item.deadline_ns is not None:
             self._expiry.at(item.deadline_ns)
+        elif item.delay_at_ns is not None:
+            self._expiry.at(item.delay_at_ns)
         self._urgent += item.urgent
         if self._order is not None:
             item.ticket = self._order.ticket()
@@ -306,10 +308,23 @@ class Batcher:
             )
 
     def _expire_due(self) -> None:
-        for late in self.queue.remove_expired(self._clock()):
+        """Refuse the requests past their queue timeouts, and delay those whose level
+        delays them (``timeout_action: DELAY``); either may make a batch ready that was
+        not (Triton's test_priority_with_policy: a refused request had kept the others off
+        a preferred size), so dispatch looks again."""
+        now, queue = self._clock(), self.queue
+        expired = queue.remove_expired(now)
+        for late in expired:
             self._settle(late, DeadlineExceeded(QUEUE_TIMEOUT))
-        if (due := self.queue.earliest_deadline_ns()) is not None:
+        if (due := queue.earliest_deadline_ns()) is not None:
             self._expiry.at(due)
+        delayed = self.policy.delays_any and queue.delay_expired(now)
+        if delayed:
+            self._forming.reordered()
+        if self.policy.delays_any and (due := queue.earliest_delay_ns()) is not None:
+            self._expiry.at(due)
+        if expired or delayed:
+            self._dispatch_soon()
 
     def _deferred_dispatch(self) -> None:
         """Dispatch once per event-loop pass, after every request that pass decoded has

@@ -125,6 +125,11 @@ class BatchForming:
         if head is not None and not self._blocked and item.priority == head.priority:
             self._blocked = not same_shapes(head, item, self._ragged)
 
+    def reordered(self) -> None:
+        """The queue's order changed (delayed requests moved back): look for what blocks
+        the head's batch afresh."""
+        self._head = None
+
     def _blocked_behind(self, head: WorkItem) -> bool:
         samples = head.batch_size
         for item in self._queue:

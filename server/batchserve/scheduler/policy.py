@@ -12,10 +12,14 @@ from batchserve.proto.model_config_pb2 import (
     ModelDynamicBatching,
     ModelInput,
     ModelOutput,
+    ModelQueuePolicy,
 )
 from batchserve.scheduler.batch_io import BatchIO
 
 MS = 1_000_000
+ANY_LEVEL = 2**64 - 1
+"""An ensemble's priority levels: it queues nothing, and its steps get the priority its
+request named (0: each composing model's default), as in Triton."""
 AxisOf = tuple[tuple[str, int], ...]
 """(tensor name, axis) pairs, the axis counted with the batch axis as 0."""
 AxesOf = tuple[tuple[str, tuple[int, ...]], ...]
@@ -25,11 +29,13 @@ AxesOf = tuple[tuple[str, tuple[int, ...]], ...]
 class LevelPolicy(NamedTuple):
     """Triton's ``priority_queue_policy`` entry of one priority level, in place of the
     default queue policy for its requests: their timeout, whether they may ask for a
-    shorter one, and how many of them may wait (0: only the model's queue bound)."""
+    shorter one, how many of them may wait (0: only the model's queue bound), and whether
+    a timed-out one is delayed (``timeout_action: DELAY``) rather than refused."""
 
     timeout_ns: int
     allow_timeout_override: bool
     max_size: int
+    delays: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +52,8 @@ class BatchPolicy:
         default_priority: level of requests that name none.
         default_timeout_ns: queue timeout of requests that name none; 0 for none.
         allow_timeout_override: requests may ask for a shorter timeout.
+        default_delays: a request past its timeout is delayed, not refused (Triton's
+            ``timeout_action: DELAY``; ``queue.py``).
         level_policies: the levels with a queue policy of their own, by level.
         aging_ns: a request queued this long is served as if it were top priority.
         preserve_ordering: requests complete in the order they were submitted.
@@ -85,6 +93,7 @@ class BatchPolicy:
     default_priority: int = 1
     default_timeout_ns: int = 0
     allow_timeout_override: bool = True
+    default_delays: bool = False
     level_policies: tuple[tuple[int, LevelPolicy], ...] = ()
     aging_ns: int = 10 * MS
     preserve_ordering: bool = False
@@ -117,6 +126,10 @@ class BatchPolicy:
             return replace(steps, latency_objective_ns=objective_ns, refuse_late=refuse_late,
                            batch_io=batch_io, wait_out_queue_delay=wait_out)  # fmt: skip
         sequence_axes = _position_layout(config)
+        if config.HasField("ensemble_scheduling"):  # Triton's: any priority passes through
+            return replace(sequence_axes, max_batch_size=config.max_batch_size,
+                           merge_requests=False, max_queue_size=server_max_queue_size,
+                           priority_levels=ANY_LEVEL, default_priority=0)  # fmt: skip
         if not config.HasField("dynamic_batching"):
             return replace(sequence_axes, max_batch_size=config.max_batch_size,
                            merge_requests=False, max_queue_size=server_max_queue_size,
@@ -138,6 +151,7 @@ class BatchPolicy:
             default_timeout_ns=queue.default_timeout_microseconds * 1000,
             allow_timeout_override=queue.allow_timeout_override
             or not queue.default_timeout_microseconds,
+            default_delays=queue.timeout_action == ModelQueuePolicy.DELAY,
             level_policies=_level_policies(batching),
             aging_ns=10 * max(delay_ns, MS),
             preserve_ordering=batching.preserve_ordering,
@@ -149,12 +163,19 @@ class BatchPolicy:
             wait_out_queue_delay=wait_out,
         )
 
+    @property
+    def delays_any(self) -> bool:
+        """Some level delays timed-out requests: the queue has them to move."""
+        return self.default_delays or any(own.delays for _, own in self.level_policies)
+
     def queue_policy(self, priority: int) -> LevelPolicy:
         """The queue policy of a level: its own, or the default one."""
         for level, own in self.level_policies:
             if level == priority:
                 return own
-        return LevelPolicy(self.default_timeout_ns, self.allow_timeout_override, 0)
+        return LevelPolicy(
+            self.default_timeout_ns, self.allow_timeout_override, 0, self.default_delays
+        )
 
     @classmethod
     def _sequence_steps(cls, config: ModelConfig, server_max_queue_size: int) -> BatchPolicy:
@@ -190,6 +211,7 @@ def _level_policies(batching: ModelDynamicBatching) -> tuple[tuple[int, LevelPol
             queue.default_timeout_microseconds * 1000,
             queue.allow_timeout_override or not queue.default_timeout_microseconds,
             queue.max_queue_size,
+            queue.timeout_action == ModelQueuePolicy.DELAY,
         ))
         for level, queue in sorted(batching.priority_queue_policy.items())
     )  # fmt: skip

@@ -7,6 +7,11 @@ delays lower levels by at most that bound plus the older backlog, never forever.
 A level exists only while it holds requests: a config may declare 2^64-1 levels (Triton's
 field is a uint64), and one FIFO for each, made at load, took the server's memory until the
 kernel killed it. Memory and the time to choose the next request follow the levels in use.
+
+Triton's ``timeout_action: DELAY``: a request whose queue timeout passes moves to its
+level's delayed FIFO, served once the level holds no request still within its timeout (and
+before any lower level). A delayed request does not age: like Triton's, it may wait as long
+as timely requests keep coming. Without delayed requests nothing here is walked for them.
 """
 
 from __future__ import annotations
@@ -30,7 +35,10 @@ class PriorityQueue:
         the levels that hold at most so many requests of their own (Triton's
         ``priority_queue_policy`` ``max_queue_size``), within ``max_size`` in all."""
         self._levels: dict[int, deque[WorkItem]] = {}
-        """The levels holding requests, by priority."""
+        """The levels holding requests, by priority: their requests still within their
+        timeouts (empty where a level holds only delayed ones)."""
+        self._delayed: dict[int, deque[WorkItem]] = {}
+        """Each level's delayed requests, where it has some."""
         self._in_use: list[int] = []
         """Their priorities, highest level (smallest number) first."""
         self._max_size = max_size
@@ -94,9 +102,39 @@ class PriorityQueue:
         return level
 
     def _drop_if_empty(self, priority: int) -> None:
-        if not self._levels[priority]:
-            del self._levels[priority]
-            self._in_use.remove(priority)
+        if self._levels[priority]:
+            return
+        if self._delayed:
+            if self._delayed.get(priority):
+                return
+            self._delayed.pop(priority, None)
+        del self._levels[priority]
+        self._in_use.remove(priority)
+
+    def delay_expired(self, now_ns: int) -> bool:
+        """Move every request whose ``delay_at_ns`` has passed behind its level's timely
+        ones (Triton's DELAY action), keeping order; whether any moved."""
+        moved = False
+        for priority in self._in_use:
+            timely: deque[WorkItem] = deque()
+            late = self._delayed.get(priority) or deque()
+            for item in self._levels[priority]:
+                due = item.delay_at_ns
+                if due is not None and due <= now_ns:
+                    item.delay_at_ns, item.delayed = None, True
+                    late.append(item)
+                else:
+                    timely.append(item)
+            if late:
+                self._delayed[priority] = late
+            moved = moved or len(timely) < len(self._levels[priority])
+            self._levels[priority] = timely
+        return moved
+
+    def earliest_delay_ns(self) -> int | None:
+        """When the next timely request is to be delayed; None when none will be."""
+        due = [item.delay_at_ns for item in self if item.delay_at_ns is not None]
+        return min(due) if due else None
 
     def full_for(self, priority: int, requests: int = 1) -> bool:
         """Whether ``requests`` of this level would be refused: no room for them in the
@@ -130,13 +168,16 @@ class PriorityQueue:
         """Take out every item ``condition`` holds for, keeping the others' order."""
         removed: list[WorkItem] = []
         for priority in list(self._in_use):
-            level = self._levels[priority]
-            for _ in range(len(level)):
-                item = level.popleft()
-                if condition(item):
-                    removed.append(item)
-                else:
-                    level.append(item)
+            levels = [self._levels[priority]]
+            if (delayed := self._delayed.get(priority)) is not None:
+                levels.append(delayed)
+            for level in levels:
+                for _ in range(len(level)):
+                    item = level.popleft()
+                    if condition(item):
+                        removed.append(item)
+                    else:
+                        level.append(item)
             self._drop_if_empty(priority)
         for item in removed:
             self._counted(item, -1)
@@ -147,13 +188,17 @@ class PriorityQueue:
     def peek(self, now_ns: int) -> WorkItem | None:
         """The item that would be taken next at ``now_ns``."""
         priority = self._front(now_ns)
-        return None if priority is None else self._levels[priority][0]
+        if priority is None:
+            return None
+        level = self._levels[priority]
+        return level[0] if level else self._delayed[priority][0]
 
     def pop(self, now_ns: int) -> WorkItem:
         priority = self._front(now_ns)
         if priority is None:
             raise IndexError("pop from an empty queue")
-        item = self._levels[priority].popleft()
+        level = self._levels[priority]
+        item = level.popleft() if level else self._delayed[priority].popleft()
         self._drop_if_empty(priority)
         self._counted(item, -1)
         if not self._size:
@@ -167,18 +212,26 @@ class PriorityQueue:
     def push_front(self, items: Iterable[WorkItem]) -> None:
         """Return items taken by ``pop``/``pop_many`` (in that order) to where they were."""
         for item in reversed(list(items)):
-            self._level(item.priority).appendleft(item)
+            level = self._level(item.priority)
+            if item.delayed:
+                self._delayed.setdefault(item.priority, deque()).appendleft(item)
+            else:
+                level.appendleft(item)
             self._counted(item, 1)
             self.longest = max(self.longest, item.row_positions)
 
     def oldest_enqueued_ns(self) -> int | None:
         """When the longest-waiting item arrived, across levels."""
-        heads = [level[0].enqueued_ns for level in self._levels.values()]
+        heads = [level[0].enqueued_ns for level in self._levels.values() if level]
+        heads += [level[0].enqueued_ns for level in self._delayed.values() if level]
         return min(heads) if heads else None
 
     def __iter__(self) -> Iterator[WorkItem]:
+        """In the order ``pop`` would give them, but for aging."""
         for priority in self._in_use:
             yield from self._levels[priority]
+            if self._delayed:
+                yield from self._delayed.get(priority, ())
 
     def _front(self, now_ns: int) -> int | None:
         """The level whose head goes next: the highest, unless a lower one's has aged."""
@@ -188,12 +241,9 @@ class PriorityQueue:
         levels = self._levels
         cutoff = now_ns - self._aging_ns
         chosen = in_use[0]
+        head = levels[chosen][0] if levels[chosen] else self._delayed[chosen][0]
         for priority in in_use[1:]:
-            if levels[priority][0].enqueued_ns < _aged_before(levels[chosen], cutoff):
-                chosen = priority
+            level = levels[priority]  # (a delayed head does not age)
+            if level and level[0].enqueued_ns < min(cutoff + 1, head.enqueued_ns):
+                chosen, head = priority, level[0]  # aged, and older: it goes first
         return chosen
-
-
-def _aged_before(chosen: deque[WorkItem], cutoff: int) -> int:
-    """A lower level's head goes first if it arrived before this: aged, and older."""
-    return min(cutoff + 1, chosen[0].enqueued_ns)

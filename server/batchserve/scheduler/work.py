@@ -40,6 +40,10 @@ class WorkItem:
         sequence: its place in a stateful sequence (``sequences.py``); None otherwise.
         urgent: its batch goes at once, without waiting for company: the steps of a
             generation loop (``generation.py``), whose next step waits on this one.
+        delay_at_ns: under Triton's ``timeout_action: DELAY``, when its queue timeout
+            passes: it then waits behind its level's requests still within theirs
+            (``queue.py``) instead of being refused; None otherwise.
+        delayed: set by the queue once that has happened.
     """
 
     inputs: Arrays
@@ -58,6 +62,8 @@ class WorkItem:
     clients: int = 1
     sequence: SequenceFlags | None = None
     urgent: bool = False
+    delay_at_ns: int | None = None
+    delayed: bool = False
 
     def abandoned(self) -> bool:
         """True when nobody waits for the answer any more."""

@@ -60,9 +60,26 @@ def test_each_level_takes_its_own_queue_policy_or_the_default_one() -> None:
         "default_timeout_microseconds: 123 max_queue_size: 7 } } }"
     )
     policy = BatchPolicy.from_config(config, server_max_queue_size=8)
-    assert policy.queue_policy(1) == (500_000, True, 0)
-    assert policy.queue_policy(2) == (123_000, False, 7)  # no override: only its own timeout
+    assert policy.queue_policy(1) == (500_000, True, 0, False)
+    assert policy.queue_policy(2) == (123_000, False, 7, False)  # no override: its own timeout
     assert policy.queue_policy(3) == policy.queue_policy(1)
+    assert not policy.delays_any
+
+
+def test_each_level_delays_or_refuses_timed_out_requests_as_its_policy_says() -> None:
+    """Triton's L0_model_queue ``test_priority_with_policy`` config: the default policy
+    delays, level 2's own refuses."""
+    config = parse_pbtxt(
+        'name: "m" max_batch_size: 4 dynamic_batching { priority_levels: 2 '
+        "default_priority_level: 2 default_queue_policy { timeout_action: DELAY "
+        "allow_timeout_override: true default_timeout_microseconds: 11000000 } "
+        "priority_queue_policy { key: 2 value: { timeout_action: REJECT "
+        "allow_timeout_override: true default_timeout_microseconds: 11000000 } } }"
+    )
+    policy = BatchPolicy.from_config(config, server_max_queue_size=8)
+    assert policy.queue_policy(1) == (11_000_000_000, True, 0, True)
+    assert policy.queue_policy(2) == (11_000_000_000, True, 0, False)
+    assert policy.delays_any
 
 
 def test_level_policies_without_priority_levels_apply_to_nothing() -> None:
@@ -71,7 +88,7 @@ def test_level_policies_without_priority_levels_apply_to_nothing() -> None:
         "value: { default_timeout_microseconds: 123 } } }"
     )
     policy = BatchPolicy.from_config(config, server_max_queue_size=8)
-    assert policy.queue_policy(1) == (0, True, 0)  # the default policy: no timeout
+    assert policy.queue_policy(1) == (0, True, 0, False)  # the default policy: no timeout
 
 
 def test_waiting_out_the_queue_delay_comes_from_the_config_or_the_server() -> None:
