@@ -37,9 +37,10 @@ from batchserve.observability.metrics import (
     metrics_app,
     rejection_of,
 )
+from batchserve.observability.stats import ModelStats
 from batchserve.rest.responses import statistics
 from batchserve.runtime.metrics_collector import ServerCollector, metrics_registry
-from batchserve.runtime.triton_metrics import TritonMetrics
+from batchserve.runtime.triton_metrics import TritonMetrics, failures
 from batchserve.scheduler.memory import MemoryBudgets
 from fakes import FAKE_CONFIG, FP32, FakeBackend
 from onnx_models import FP32 as ONNX_FP32
@@ -416,3 +417,18 @@ async def test_a_request_the_codec_refuses_counts_as_invalid_for_its_model(serve
     )
     assert not any(dict(labels).get("model") == "unknown-model" for _, labels in samples)
     assert _of(samples, "batchserve_inflight_requests", **FAKE) == 0  # received and answered
+
+
+def test_an_ensemble_failing_in_its_steps_counts_twice_in_tritons_failure_metric() -> None:
+    """Triton's ensemble scheduler reports a failed request once when it answers with the
+    error and once when it lets the request go, both as OTHER (L0_model_queue
+    ``test_policy_reject`` expects 4 for two); refused before any step (invalid), once.
+    batchserve's own count stays one a request."""
+    stats = ModelStats()
+    stats.record_request(False, 1_000, 0, DeadlineExceeded("Request timeout expired"))
+    stats.record_request(False, 1_000, 0, Overloaded("Exceeds maximum queue size"))
+    stats.record_request(False, 1_000, 0, InvalidArgument("unexpected inference input 'x'"))
+    assert failures(stats, ensemble=True) == {"REJECTED": 0, "CANCELED": 0, "BACKEND": 0,
+                                              "OTHER": 5}  # fmt: skip
+    assert failures(stats) == {"REJECTED": 2, "CANCELED": 0, "BACKEND": 0, "OTHER": 1}
+    assert stats.fail.count == 3

@@ -243,10 +243,14 @@ def _number_label(value: float) -> str:
 def failures(stats: ModelStats, ensemble: bool = False) -> dict[str, int]:
     """Failed requests by Triton's reasons; every reason is there, as Triton starts them.
     An ensemble's are all OTHER, as Triton reports its failures whatever failed a step (the
-    step's own model counts the reason)."""
+    step's own model counts the reason), and twice for a request that failed in its steps:
+    Triton's ensemble scheduler counts one when it answers with the error and one when it
+    lets the request go (its L0_model_queue ``test_policy_reject`` reads both). batchserve's
+    own families and the statistics count each request once."""
     counts = dict.fromkeys(FAILURE_REASONS, 0)
     if ensemble:
-        counts["OTHER"] = stats.fail.count
+        refused_before_steps = stats.rejections.get(Rejection.INVALID, 0)
+        counts["OTHER"] = 2 * stats.fail.count - refused_before_steps
         return counts
     for rejection, n in stats.rejections.items():
         counts[_REASON_OF[rejection]] += n
