@@ -632,3 +632,132 @@ def test_a_client_that_leaves_before_the_first_response_stops_the_model(
         assert server.stop() == 0
     assert max(unloads) < 5, unloads
     assert time.monotonic() - stopped < 15, "the stop waited for a request nobody waits for"
+
+
+# repeat and square without ``decoupled: true`` ------------------------------------------
+DECOUPLED = "model_transaction_policy { decoupled: true }\n"
+
+
+@pytest.fixture(scope="module", params=["1", "2"], ids=["one-process", "two-workers"])
+def non_decoupled_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """repeat_int32 and square_int32 without ``decoupled: true``, as Triton's QA serves repeat
+    (L0_decoupled's NonDecoupledTest, L0_grpc_state_cleanup): they load, and each call gets
+    what Triton's front ends make of their replies."""
+    repository = tmp_path_factory.mktemp("not_decoupled")
+    for name in ("repeat_int32", "square_int32"):
+        shutil.copytree(MODEL_REPO / name, repository / name)
+        config = repository / name / "config.pbtxt"
+        assert DECOUPLED in config.read_text()
+        config.write_text(config.read_text().replace(DECOUPLED, ""))
+    server = start_server(repository, ["--workers", request.param])
+    yield server
+    assert server.stop() == 0
+
+
+def _repeat(module: Any, values: list[int], delays: list[int]) -> list[Any]:
+    return [_tensor(module, "IN", values, "INT32"), _tensor(module, "DELAY", delays, "UINT32"),
+            _tensor(module, "WAIT", [0], "UINT32")]  # fmt: skip
+
+
+@pytest.mark.parametrize("delay", [0, 300])
+def test_a_repeat_model_that_is_not_decoupled_answers_infer_once_as_tritons_qa_expects(
+    non_decoupled_server: ServerProcess, delay: int
+) -> None:
+    """L0_decoupled's NonDecoupledTest (shorter delays): IN [1] gets OUT [1] and IDX [0] over
+    HTTP, ModelInfer and its async form, though repeat sends the final flag apart from the
+    reply. The model was refused at load, asked for ``decoupled: true``."""
+    with httpclient.InferenceServerClient(non_decoupled_server.http_url) as http:
+        result = http.infer("repeat_int32", _repeat(httpclient, [1], [delay]))
+        assert (result.as_numpy("OUT").tolist(), result.as_numpy("IDX").tolist()) == ([1], [0])
+    with grpcclient.InferenceServerClient(non_decoupled_server.grpc_url) as grpc_client:
+        result = grpc_client.infer("repeat_int32", _repeat(grpcclient, [1], [delay]))
+        assert (result.as_numpy("OUT").tolist(), result.as_numpy("IDX").tolist()) == ([1], [0])
+        answers: queue.Queue[Result] = queue.Queue()
+        grpc_client.async_infer(
+            "repeat_int32", _repeat(grpcclient, [1], [delay]),
+            callback=lambda result, error: answers.put((result, error)),
+        )  # fmt: skip
+        result, error = answers.get(timeout=30)
+        assert error is None, error
+        assert (result.as_numpy("OUT").tolist(), result.as_numpy("IDX").tolist()) == ([1], [0])
+        assert grpc_client.is_model_ready("repeat_int32")
+
+
+@pytest.mark.parametrize(
+    ("model", "values", "count"),
+    [("repeat_int32", [], 0), ("repeat_int32", [4, 5, 6], 3), ("square_int32", [0], 0),
+     ("square_int32", [2], 2)],
+)  # fmt: skip
+def test_a_call_that_gets_other_than_one_response_is_refused_in_triton_s_words(
+    non_decoupled_server: ServerProcess, model: str, values: list[int], count: int
+) -> None:
+    """Triton's HTTP and ModelInfer handlers count a request's responses up to its final
+    flag: none, or more than one, is 500 / INTERNAL in their words. Each protocol's next
+    request is answered."""
+
+    def inputs(module: Any) -> list[Any]:
+        if model == "square_int32":
+            return [_tensor(module, "IN", values, "INT32")]
+        return _repeat(module, values, [0] * len(values))
+
+    expected = f"expected a single response, got {count}"
+    with httpclient.InferenceServerClient(non_decoupled_server.http_url) as http:
+        with pytest.raises(InferenceServerException) as refused:
+            http.infer(model, inputs(httpclient))
+        assert (refused.value.status(), refused.value.message()) == ("500", expected)
+        assert http.infer("square_int32", [_tensor(httpclient, "IN", [1], "INT32")])
+    with grpcclient.InferenceServerClient(non_decoupled_server.grpc_url) as grpc_client:
+        with pytest.raises(InferenceServerException) as refused:
+            grpc_client.infer(model, inputs(grpcclient))
+        assert refused.value.status() == "StatusCode.INTERNAL"
+        assert refused.value.message() == expected
+        assert grpc_client.infer("square_int32", [_tensor(grpcclient, "IN", [1], "INT32")])
+
+
+def test_a_stream_gets_the_first_response_of_a_model_that_is_not_decoupled(
+    non_decoupled_server: ServerProcess,
+) -> None:
+    """L0_grpc_state_cleanup's test_non_decoupled_streaming_multi_response: of repeat's four
+    replies the stream sends the first alone, once the last is made, flagged not final as
+    Triton leaves it, and no empty final response though the request asks for one. None at
+    all is the error ModelInfer gives (Triton's handler would write a response it never
+    made), and the stream goes on."""
+    stream = Stream(non_decoupled_server)
+    try:
+        started = time.monotonic()
+        stream.client.async_stream_infer(
+            "repeat_int32", _repeat(grpcclient, [100, 101, 102, 103], [0, 0, 0, 300]),
+            request_id="m", enable_empty_final_response=True,
+        )  # fmt: skip
+        result = stream.next()
+        assert time.monotonic() - started >= 0.29  # not before the last reply
+        assert (result.as_numpy("OUT").tolist(), result.as_numpy("IDX").tolist()) == ([100], [0])
+        assert (result.get_response().id, _final(result)) == ("m", False)
+        with pytest.raises(queue.Empty):
+            stream.results.get(timeout=0.3)
+        stream.client.async_stream_infer(
+            "square_int32", [_tensor(grpcclient, "IN", [0], "INT32")], request_id="none"
+        )
+        _, error = stream.results.get(timeout=30)
+        assert error is not None
+        assert "expected a single response, got 0" in str(error)
+        stream.client.async_stream_infer("square_int32", [_tensor(grpcclient, "IN", [1], "INT32")])
+        assert stream.next().as_numpy("OUT").tolist() == [1]
+    finally:
+        stream.close()
+
+
+def test_generate_reads_every_response_whatever_the_transaction_policy(
+    non_decoupled_server: ServerProcess,
+) -> None:
+    """Triton's generate endpoints do not look at the policy: generate_stream sends each
+    reply of a repeat model that is not decoupled, generate refuses two as for a decoupled
+    one."""
+    body = {"IN": [1, 2], "DELAY": [1, 1], "WAIT": 1}
+    events = _post(non_decoupled_server, "/v2/models/repeat_int32/generate_stream", body).events()
+    assert [(e["OUT"], e["IDX"]) for e in events] == [(1, 0), (2, 1)]
+    answer = _post(non_decoupled_server, "/v2/models/repeat_int32/generate", body)
+    assert answer.status == 400
+    assert answer.json()["error"].startswith("generate expects model to produce exactly 1 response")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from batchserve.core.errors import ModelConfigError
 from batchserve.models.decoupled import build_responder, builtin_problems
+from batchserve.models.ensemble_loading import composing_configs
 from batchserve.models.model_config import parse_pbtxt
 from batchserve.models.repository import ModelRepository
 from batchserve.proto.model_config_pb2 import ModelConfig
@@ -23,13 +26,47 @@ def test_the_shipped_decoupled_configs_are_clean(name: str) -> None:
     assert builtin_problems(_shipped(name)) == []
 
 
+@pytest.mark.parametrize("name", ["repeat_int32", "square_int32"])
+def test_repeat_and_square_load_without_decoupled_as_tritons_qa_serves_them(name: str) -> None:
+    """L0_decoupled's NonDecoupledTest and L0_grpc_state_cleanup serve repeat so; a
+    generation model answers any number of times and still needs it."""
+    config = _shipped(name)
+    config.model_transaction_policy.ClearField("decoupled")
+    assert builtin_problems(config) == []
+    generation = _shipped("char_lstm_generate")
+    generation.model_transaction_policy.ClearField("decoupled")
+    assert builtin_problems(generation) == [
+        "backend 'generation' answers with any number of responses: set "
+        "model_transaction_policy { decoupled: true }"
+    ]
+
+
+@pytest.mark.parametrize("decoupled", [True, False])
+def test_a_square_model_is_refused_as_an_ensemble_step(decoupled: bool) -> None:
+    """No step calls a responder: without ``decoupled: true``, square would have passed the
+    ensemble's checks to a batcher with no instances."""
+    square = _shipped("square_int32")
+    square.model_transaction_policy.decoupled = decoupled
+    ensemble = parse_pbtxt(
+        'name: "e" platform: "ensemble" max_batch_size: 0 '
+        'input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ] '
+        'output [ { name: "R" data_type: TYPE_INT32 dims: [ 1 ] } ] '
+        'ensemble_scheduling { step [ { model_name: "square_int32" model_version: -1 '
+        'input_map { key: "IN" value: "N" } output_map { key: "OUT" value: "R" } } ] }'
+    )
+
+    async def loaded(name: str) -> None:
+        return None
+
+    served = lambda name, version: SimpleNamespace(config=square)  # noqa: E731
+    with pytest.raises(ModelConfigError) as refused:
+        asyncio.run(composing_configs(ensemble, loaded, served))  # type: ignore[arg-type]
+    assert "in an ensemble (yet)" in str(refused.value)
+
+
 @pytest.mark.parametrize(
     ("edit", "problem"),
     [
-        (
-            lambda c: c.model_transaction_policy.ClearField("decoupled"),
-            "set model_transaction_policy",
-        ),
         (lambda c: setattr(c, "max_batch_size", 8), "set max_batch_size: 0"),
         (lambda c: c.input.pop(), "needs input 'WAIT' (UINT32)"),
         (lambda c: setattr(c.output[0], "data_type", 11), "output 'OUT' is FP32"),

@@ -15,6 +15,7 @@ from batchserve import __version__
 from batchserve.core.datatypes import from_config
 from batchserve.core.errors import (
     BatchserveError,
+    InternalRefusal,
     InvalidArgument,
     NotFound,
     Unavailable,
@@ -212,6 +213,8 @@ class DataPlane:
         # close, so load balancers have the shutdown delay to stop sending traffic.
         served = self.served(request.model_name, request.model_version)
         if served.responder is not None:
+            if not served.config.model_transaction_policy.decoupled:
+                return await self._answered_once(request, served, stream=False)
             refused = decoupled_refusal(request.protocol)
             self.record_malformed(request.model_name, request.model_version, request.protocol,
                                   refused)  # fmt: skip
@@ -239,18 +242,50 @@ class DataPlane:
         return response
 
     async def respond(
-        self, request: InferRequest, streaming: bool = True
+        self, request: InferRequest, streaming: bool = True, every: bool = False
     ) -> AsyncGenerator[InferResponse, None]:
         """Every response to a request: one from a model that answers once, any number from
         a decoupled model (``scheduler/responders.py``), the last marked final. A decoupled
         model's bare final flag is a response without outputs, sent only when the request
         asked for one (``empty_final``). ``streaming``: whether the client reads them as they
-        come."""
+        come. ``every``: all a built-in backend's model sends even when it is not decoupled,
+        as Triton's generate endpoints, which ignore the transaction policy, relay them."""
         served = self.served(request.model_name, request.model_version)
-        responder = served.responder
-        if responder is None:
+        if served.responder is None:
             yield await self.infer(request)
-            return
+        elif every or served.config.model_transaction_policy.decoupled:
+            replies = self._replies(request, served, streaming, request.empty_final)
+            async with contextlib.aclosing(replies):
+                async for response in replies:
+                    yield response
+        else:
+            yield await self._answered_once(request, served, stream=True)
+
+    async def _answered_once(
+        self, request: InferRequest, served: ServedVersion, stream: bool
+    ) -> InferResponse:
+        """A built-in backend's model that is not decoupled (Triton's QA serves repeat so):
+        its replies are read to the last, as Triton's front ends answer at the final flag.
+        HTTP infer and ModelInfer need exactly one; a stream sends the first and drops the
+        rest (its handler keeps one response object), none being the same error."""
+        first: InferResponse | None = None
+        count = 0
+        replies = self._replies(request, served, streaming=False, empty_final=False)
+        async with contextlib.aclosing(replies):
+            async for response in replies:
+                count += 1
+                if count == 1:
+                    first = response
+        if first is None or (count != 1 and not stream):
+            raise InternalRefusal(f"expected a single response, got {count}")
+        return first
+
+    async def _replies(
+        self, request: InferRequest, served: ServedVersion, streaming: bool, empty_final: bool
+    ) -> AsyncGenerator[InferResponse, None]:
+        """A responder's replies as responses, counted into the model's statistics."""
+        responder = served.responder
+        assert responder is not None, "only models of a built-in backend have replies"
         self.busy_poll.touch()
         started = time.monotonic_ns()
         served.stats.received += 1
@@ -269,7 +304,7 @@ class DataPlane:
                     ready = time.monotonic_ns()
                     if not reply.outputs:
                         counts.empty()
-                        if not request.empty_final:
+                        if not empty_final:
                             continue
                     tensors = [
                         Tensor(n, types[n], reply.outputs[n].shape, reply.outputs[n])

@@ -5,7 +5,10 @@ A config names one in ``backend`` and sets ``model_transaction_policy { decouple
   (``scheduler/generation.py``); its parameters name the step model, its token input and
   logits output, and the JSON file of the step model's vocabulary in this model's directory;
 - ``repeat`` and ``square``: the contracts of Triton's example decoupled backends, so that
-  NVIDIA's decoupled client examples run (``scheduler/example_responders.py``).
+  NVIDIA's decoupled client examples run (``scheduler/example_responders.py``). These two
+  also load without ``decoupled: true``, as Triton loads them (its QA's ``L0_decoupled`` and
+  ``L0_grpc_state_cleanup`` do): each call then gets one response, or Triton's error where
+  the request gets another number of them (``DataPlane._answered_once``).
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ def builtin_problems(config: ModelConfig) -> list[str]:
     """What a config for a built-in decoupled backend gets wrong, visible in it alone."""
     backend = config.backend
     problems = []
-    if not config.model_transaction_policy.decoupled:
+    if backend == GENERATION and not config.model_transaction_policy.decoupled:
         problems.append(
             f"backend '{backend}' answers with any number of responses: set "
             "model_transaction_policy { decoupled: true }"

@@ -13,6 +13,7 @@ import contextvars
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 
 from batchserve.core.errors import BatchserveError, ModelConfigError
+from batchserve.models.decoupled import builtin_backend
 from batchserve.models.ensemble_config import (
     composing_models,
     composing_problems,
@@ -72,6 +73,11 @@ def _unsupported(configs: Mapping[str, ModelConfig]) -> Iterator[str]:
             yield (
                 f"model '{model}' is decoupled: batchserve does not support decoupled models "
                 "in an ensemble (yet)"
+            )
+        elif (backend := builtin_backend(config)) is not None:
+            yield (
+                f"model '{model}' is served by the built-in backend '{backend}', which may "
+                "answer any number of times: batchserve does not support it in an ensemble (yet)"
             )
         if config.WhichOneof("scheduling_choice") == "sequence_batching":
             yield (

@@ -94,8 +94,8 @@ class ServedVersion:
     reservations: ModelReservations | None = None
     labels: LabelMap = field(default_factory=dict)
     responder: Responder | None = None
-    """A decoupled model's: its requests go there, not to ``batcher`` (which has no
-    instances then)."""
+    """A built-in backend's model's (decoupled, or repeat and square without it): its
+    requests go there, not to ``batcher`` (which has no instances then)."""
     source: ModelVersion | None = None
     """The files it was loaded from (None: a decoupled model's, with none of its own)."""
     tuning: Tuning | None = None

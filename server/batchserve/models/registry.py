@@ -518,7 +518,8 @@ class ModelRegistry(ModelTable):
     async def _load_decoupled(
         self, resolved: ResolvedModel, version: ModelVersion
     ) -> ServedVersion:
-        """A decoupled model of a built-in backend: a responder, no instances of its own."""
+        """A model of a built-in backend (decoupled, or repeat and square without it): a
+        responder, no instances of its own."""
         config = resolved.config
         step_name = step_model(config)
         step_config = None  # checked against the step model as the repository holds it

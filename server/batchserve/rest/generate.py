@@ -7,7 +7,8 @@ the elements, the innermost variable dim takes the rest and the others are 1); `
 the request id; ``parameters`` is a nested object read the same way; any other key is a
 request parameter. A response is one JSON object: ``model_name``, ``model_version``, ``id``
 when set, and each output (one element as a bare value, more as a flat list).
-``generate_stream`` sends each response of a decoupled model as a server-sent event
+``generate_stream`` sends each response of a decoupled model (or of repeat or square without
+``decoupled: true``: Triton's generate endpoints ignore the policy) as a server-sent event
 (``data: {...}``) as it comes, and an error after the first as ``data: {"error": ...}``;
 ``generate`` answers the one response the request gets, as Triton does, and a request to a
 model that may answer many times asks it for one (``streaming=False``).
@@ -61,7 +62,7 @@ def add_generate_routes(app: FastAPI, dataplane: DataPlane, settings: Settings) 
         @app.post(f"{prefix}/generate_stream", summary="Generate (server-sent events)")
         async def generate_stream(name: str, request: Request, version: str = "") -> Response:
             infer = await request_of(request, name, version)
-            responses = dataplane.respond(infer, streaming=True)
+            responses = dataplane.respond(infer, streaming=True, every=True)
             try:  # an error before the first response is an HTTP error
                 first = await until_disconnect(anext(responses), request.receive)
             except StopAsyncIteration:
@@ -77,7 +78,9 @@ async def _two_at_most(dataplane: DataPlane, infer: InferRequest) -> list[InferR
     Run until the client leaves (``until_disconnect``): a client gone before the first
     response used to leave the model answering nobody, and an unload waiting for it."""
     answers: list[InferResponse] = []
-    async with contextlib.aclosing(dataplane.respond(infer, streaming=False)) as replies:
+    async with contextlib.aclosing(
+        dataplane.respond(infer, streaming=False, every=True)
+    ) as replies:
         async for answer in replies:
             answers.append(answer)
             if len(answers) > 1:

@@ -365,7 +365,7 @@ class Server:
         self._admit()
         try:
             served = self.dataplane.served(request.model_name, request.model_version)
-            if served.responder is not None:
+            if served.config.model_transaction_policy.decoupled:
                 refused = _decoupled_refusal(served.name)
                 self.dataplane.record_malformed(request.model_name, request.model_version,
                                                 request.protocol, refused)  # fmt: skip

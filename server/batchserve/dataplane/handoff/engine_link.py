@@ -153,7 +153,11 @@ class EngineLink:
         self.handoffs += 1
         if verdict is not None:  # validated by the worker; plain inputs and outputs
             served = self.plane.served_or_none(model, version)
-            if served is not None and served.schema.generation == verdict[0]:
+            if (
+                served is not None
+                and served.responder is None  # a built-in backend's: ``plane.infer`` answers
+                and served.schema.generation == verdict[0]
+            ):
                 self._admit(rid, served, frame)
                 return
         try:

@@ -37,6 +37,7 @@ from batchserve.dataplane.handoff.read_mark import ReadMark
 from batchserve.dataplane.raw_input import raw_request
 from batchserve.dataplane.shared_memory import tensors as shm
 from batchserve.dataplane.shared_memory.parameters import REGION
+from batchserve.models.decoupled import builtin_backend
 from batchserve.observability import log_settings
 from batchserve.observability.tracing import RequestTracer, current
 from batchserve.proto.model_config_pb2 import ModelConfig
@@ -381,9 +382,10 @@ class WorkerPlane:
     async def respond(
         self, request: InferRequest, streaming: bool = True
     ) -> AsyncGenerator[InferResponse, None]:
-        """``DataPlane.respond``: a decoupled model's responses come one frame each."""
+        """``DataPlane.respond``: a built-in backend's model's responses come one frame each
+        (one that is not decoupled sends one there, as a stream of it gets)."""
         known = self._models.get((request.model_name, request.model_version))
-        if known is None or not known.config.model_transaction_policy.decoupled:
+        if known is None or builtin_backend(known.config) is None:
             yield await self.infer(request)
             return
         self.busy_poll.touch()
