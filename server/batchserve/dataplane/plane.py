@@ -41,12 +41,12 @@ from batchserve.dataplane.shared_memory.clients import ClientRegions
 from batchserve.dataplane.shared_memory.manager import SharedMemoryManager
 from batchserve.dataplane.statistics import ModelStatistics, model_statistics
 from batchserve.models import admission
+from batchserve.models.ensemble import EnsembleBatcher, takes_sequences
 from batchserve.models.model_names import requested_model_name
 from batchserve.models.model_table import ServedVersion, unknown_model
 from batchserve.models.registry import ModelRegistry
 from batchserve.observability.tracing import RequestTracer
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
-from batchserve.scheduler.sequences import SequenceBatcher
 from batchserve.scheduler.work import WorkItem
 
 EXTENSIONS = (  # Triton's order (core src/server.cc), less those not served
@@ -364,8 +364,13 @@ class DataPlane:
 def _check_sequence(request: InferRequest, served: ServedVersion) -> None:
     """Sequence parameters only to a model that batches sequences: elsewhere they would be
     silently ignored (they were, through ``generate`` and to decoupled models)."""
-    if request.sequence is not None and not isinstance(served.batcher, SequenceBatcher):
+    if request.sequence is not None and not takes_sequences(served.batcher):
+        detail = (
+            "nor does any step of the ensemble"
+            if isinstance(served.batcher, EnsembleBatcher)
+            else "its config has no sequence_batching"
+        )
         raise InvalidArgument(
             f"request parameter 'sequence_id': model '{served.name}' does not use "
-            "sequence batching (its config has no sequence_batching)"
+            f"sequence batching ({detail})"
         )

@@ -35,6 +35,7 @@ from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.instances import InstancePool
 from batchserve.scheduler.policy import BatchPolicy
+from batchserve.scheduler.sequences import SequenceBatcher
 from batchserve.scheduler.work import Arrays, WorkItem
 
 logger = logging.getLogger(__name__)
@@ -97,6 +98,18 @@ class EnsembleBatcher(Batcher):
         self._pruned: dict[frozenset[str], tuple[EnsembleStep, ...]] = {}
         """The steps a request runs, by the outputs it asks for: a few sets in practice,
         and never more than ``PRUNED_KEPT`` (clients choose them)."""
+
+    def steps_take_sequences(self) -> bool:
+        """Whether a step's model batches sequences (or is an ensemble one of whose does):
+        a request's sequence parameters then go to those steps."""
+        for step in self.steps:
+            try:
+                served = self._lookup(step.model, step.version)
+            except BatchserveError:
+                continue  # (being reloaded: its requests fail in their own words)
+            if takes_sequences(served.batcher):
+                return True
+        return False
 
     def submit(self, item: WorkItem) -> None:
         if self._closed:
@@ -206,6 +219,9 @@ class EnsembleBatcher(Batcher):
                 item.is_cancelled,
             )  # fmt: skip
             work.clients = item.clients
+            # as Triton's ensemble passes them: a model that does not batch sequences
+            # ignores them there (a client sending them to it directly is refused)
+            work.sequence = item.sequence if takes_sequences(served.batcher) else None
             served.batcher.submit(work)
             try:
                 arrays: Arrays = await work.future
@@ -223,6 +239,15 @@ class EnsembleBatcher(Batcher):
             for model_output, tensor in step.outputs
         }
         return _StepDone(outputs, time.monotonic_ns() - (work.dispatched_ns or started))
+
+
+def takes_sequences(batcher: Batcher) -> bool:
+    """Whether requests to this batcher's model may carry sequence parameters: its model
+    batches sequences, or it is an ensemble with a step that does (Triton passes them to
+    every step)."""
+    if isinstance(batcher, SequenceBatcher):
+        return True
+    return isinstance(batcher, EnsembleBatcher) and batcher.steps_take_sequences()
 
 
 def _record_executions(stats: ModelStats, item: WorkItem, compute_ns: int) -> None:

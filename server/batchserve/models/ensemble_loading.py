@@ -67,7 +67,7 @@ async def composing_configs(
 
 def _unsupported(configs: Mapping[str, ModelConfig]) -> Iterator[str]:
     """Composing models batchserve cannot run as a step (yet): a step is one request with
-    one answer, and carries no sequence."""
+    one answer."""
     for model, config in configs.items():
         if config.model_transaction_policy.decoupled:
             yield (
@@ -78,11 +78,6 @@ def _unsupported(configs: Mapping[str, ModelConfig]) -> Iterator[str]:
             yield (
                 f"model '{model}' is served by the built-in backend '{backend}', which may "
                 "answer any number of times: batchserve does not support it in an ensemble (yet)"
-            )
-        if config.WhichOneof("scheduling_choice") == "sequence_batching":
-            yield (
-                f"model '{model}' uses sequence batching: batchserve does not support "
-                "sequence models in an ensemble (yet)"
             )
 
 
