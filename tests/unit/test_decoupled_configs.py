@@ -42,9 +42,10 @@ def test_repeat_and_square_load_without_decoupled_as_tritons_qa_serves_them(name
 
 
 @pytest.mark.parametrize("decoupled", [True, False])
-def test_a_square_model_is_refused_as_an_ensemble_step(decoupled: bool) -> None:
-    """No step calls a responder: without ``decoupled: true``, square would have passed the
-    ensemble's checks to a batcher with no instances."""
+def test_a_square_model_is_an_ensemble_step_only_when_decoupled(decoupled: bool) -> None:
+    """A decoupled square is a decoupled step (``ensemble_flow.py``); without
+    ``decoupled: true`` no step could pass on its many replies, and the ensemble would
+    have handed its requests to a batcher with no instances: refused."""
     square = _shipped("square_int32")
     square.model_transaction_policy.decoupled = decoupled
     ensemble = parse_pbtxt(
@@ -59,9 +60,15 @@ def test_a_square_model_is_refused_as_an_ensemble_step(decoupled: bool) -> None:
         return None
 
     served = lambda name, version: SimpleNamespace(config=square)  # noqa: E731
+    if decoupled:
+        found = asyncio.run(composing_configs(ensemble, loaded, served))  # type: ignore[arg-type]
+        assert found == {"square_int32": square}
+        return
     with pytest.raises(ModelConfigError) as refused:
         asyncio.run(composing_configs(ensemble, loaded, served))  # type: ignore[arg-type]
-    assert "in an ensemble (yet)" in str(refused.value)
+    assert "and is not decoupled: batchserve does not support it in an ensemble (yet)" in str(
+        refused.value
+    )
 
 
 @pytest.mark.parametrize(

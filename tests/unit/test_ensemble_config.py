@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from batchserve.core.datatypes import BY_WIRE
-from batchserve.models.ensemble import _fitted, _Value
+from batchserve.models.ensemble import Value, _fitted
 from batchserve.models.ensemble_config import (
     composing_models,
     composing_problems,
+    decoupled_labels,
     ensemble_steps,
     is_ensemble,
     needed_steps,
@@ -259,7 +260,7 @@ def test_tensors_between_batching_and_non_batching_steps_follow_tritons_rule(
     fitted: tuple[int, ...],
 ) -> None:
     data = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
-    out = _fitted(_Value(FP32, data, batch), dims, batching)
+    out = _fitted(Value(FP32, data, batch), dims, batching)
     assert out.shape == fitted
     assert np.shares_memory(out, data)  # a view: no copy between steps
 
@@ -294,3 +295,45 @@ def test_only_the_steps_writing_what_is_asked_for_run() -> None:
     assert [s.model for s in needed_steps(steps, ["LAST"])] == ["side", "after_side"]
     assert needed_steps(steps, ["OUT", "OTHER", "LAST"]) == steps
     assert needed_steps(steps, []) == ()
+
+
+def _decoupled(name: str) -> ModelConfig:
+    model = _model(name, _tensor("X"), _tensor("Y"))
+    model.model_transaction_policy.decoupled = True
+    return model
+
+
+def test_each_decoupled_step_gives_what_follows_it_a_label_of_its_own() -> None:
+    """Triton's decoupled workflow labels: the ensemble's inputs 0, each decoupled step's
+    outputs a new one, inherited by what is made from them alone."""
+    config = _ensemble(*TWO_STEPS)
+    labels, problems = decoupled_labels(config, _composing(first=_decoupled("first")))
+    assert problems == []
+    assert labels == {"IN": 0, "middle": 1, "OUT": 1}
+    labels, _ = decoupled_labels(config, _composing())
+    assert labels == {"IN": 0, "middle": 0, "OUT": 0}
+
+
+def test_a_step_reading_two_decoupled_origins_is_refused_in_tritons_words() -> None:
+    """A step reading the ensemble's input and a decoupled step's output could pair no
+    response of the one with the other: Triton refuses the ensemble, and so its outputs
+    written from two origins."""
+    mixing = _ensemble(
+        _step("first", {"X": "IN"}, {"Y": "middle"}),
+        _step("second", {"X": "middle", "Z": "IN"}, {"Y": "OUT"}),
+    )
+    composing = _composing(first=_decoupled("first"))
+    assert decoupled_labels(mixing, composing)[1] == [
+        "in ensemble e, step of model 'second' receives inputs originated from different "
+        "decoupled models"
+    ]
+    two_outputs = _ensemble(
+        _step("first", {"X": "IN"}, {"Y": "OUT"}),
+        _step("second", {"X": "IN"}, {"Y": "OTHER"}),
+        head=HEAD.replace("output [ ", 'output [ { name: "OTHER" data_type: TYPE_FP32 '
+                          "dims: [ 4 ] }, "),
+    )  # fmt: skip
+    assert decoupled_labels(two_outputs, composing)[1] == [
+        "in ensemble e, step of model 'e' receives inputs originated from different "
+        "decoupled models"
+    ]

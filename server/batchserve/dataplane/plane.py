@@ -35,16 +35,17 @@ from batchserve.dataplane.busy_poll import BusyPoll
 from batchserve.dataplane.classification import classify_outputs, requested_counts
 from batchserve.dataplane.control import Control
 from batchserve.dataplane.raw_input import raw_request
-from batchserve.dataplane.reply_counts import ReplyCounts
 from batchserve.dataplane.shared_memory import tensors as shm
 from batchserve.dataplane.shared_memory.clients import ClientRegions
 from batchserve.dataplane.shared_memory.manager import SharedMemoryManager
 from batchserve.dataplane.statistics import ModelStatistics, model_statistics
 from batchserve.models import admission
 from batchserve.models.ensemble import EnsembleBatcher, takes_sequences
+from batchserve.models.ensemble_flow import EnsembleResponder
 from batchserve.models.model_names import requested_model_name
 from batchserve.models.model_table import ServedVersion, unknown_model
 from batchserve.models.registry import ModelRegistry
+from batchserve.models.replies import counted as replies_counted
 from batchserve.observability.tracing import RequestTracer
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
 from batchserve.scheduler.work import WorkItem
@@ -290,46 +291,33 @@ class DataPlane:
         started = time.monotonic_ns()
         served.stats.received += 1
         types = served.output_types
-        counts: ReplyCounts | None = None  # once its replies begin
         try:
             _check_sequence(request, served)  # a decoupled model's requests too (generate)
             valid = validate_request(
                 request.inputs, request.outputs, served.schema, request.layout, request.verdict
             )
-            replies = responder.replies(valid.inputs, request.is_cancelled, streaming)
-            began = time.monotonic_ns()
-            counts = ReplyCounts(served.stats, began)
-            async with contextlib.aclosing(replies):
-                async for reply in replies:
-                    ready = time.monotonic_ns()
-                    if not reply.outputs:
-                        counts.empty()
-                        if not empty_final:
-                            continue
-                    tensors = [
-                        Tensor(n, types[n], reply.outputs[n].shape, reply.outputs[n])
-                        for n in valid.output_names
-                        if n in reply.outputs
-                    ]
-                    response = self._response(request, served, tensors)
-                    response.final = reply.final
-                    if reply.outputs:
-                        counts.written(ready)
-                    yield response
+            if isinstance(responder, EnsembleResponder):  # its steps take the whole request
+                item = self.work_item(served, valid, request.priority, request.timeout_us,
+                                      started, request.is_cancelled)  # fmt: skip
+                item.sequence = request.sequence
+                replies = responder.replies_to(item, streaming)
+            else:
+                replies = responder.replies(valid.inputs, request.is_cancelled, streaming)
         except BaseException as exc:
-            if counts is not None:  # the reply it stopped at is counted
-                counts.ended(exc)
             self.record_failure(served, started, exc, request.protocol, request.id)
             raise
-        finished = time.monotonic_ns()
-        # one execution of one request, its replies the compute, as Triton's repeat backend
-        # reports a decoupled request: without it the model's counts and compute stay 0
-        served.stats.record_batch(1, 0, finished - began, 0)
-        served.stats.record_compute(1, 0, finished - began, 0, responses=False)
-        served.stats.record_request(
-            True, finished - started, 0, protocol=request.protocol,
-            first_response_ns=(counts.first_ns or finished) - started,
-        )  # fmt: skip
+        counted = replies_counted(served, replies, started, request.protocol, request.id,
+                                  empty_final)  # fmt: skip
+        async with contextlib.aclosing(counted):
+            async for reply in counted:
+                tensors = [
+                    Tensor(n, types[n], reply.outputs[n].shape, reply.outputs[n])
+                    for n in valid.output_names
+                    if n in reply.outputs
+                ]
+                response = self._response(request, served, tensors)
+                response.final = reply.final
+                yield response
 
     record_success = staticmethod(admission.record_success)
     record_failure = staticmethod(admission.record_failure)

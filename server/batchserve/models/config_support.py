@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from batchserve.models.decoupled import BUILTIN_BACKENDS
+from batchserve.models.ensemble_config import is_ensemble
 from batchserve.proto.model_config_pb2 import ModelConfig
 
 _NOT_SUPPORTED = "batchserve does not support"
@@ -27,7 +28,8 @@ def unsupported_problems(config: ModelConfig) -> list[str]:
 
 
 def _found(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
-    if config.model_transaction_policy.decoupled and config.backend not in BUILTIN_BACKENDS:
+    decoupled = config.model_transaction_policy.decoupled
+    if decoupled and config.backend not in BUILTIN_BACKENDS and not is_ensemble(config):
         yield (
             "model_transaction_policy.decoupled",
             f"is true for backend '{config.backend or config.platform}'",

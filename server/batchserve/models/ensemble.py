@@ -49,7 +49,7 @@ raises as a client's request would (not found, not ready)."""
 
 
 @dataclass(frozen=True, slots=True)
-class _Value:
+class Value:
     """An ensemble tensor once written: its type, elements, and the batch it holds (0 when
     written by a model that does not batch)."""
 
@@ -58,13 +58,13 @@ class _Value:
     batch_size: int
 
 
-_Values = dict[str, _Value | None]
+Values = dict[str, Value | None]
 """The ensemble's tensors written so far (None: an optional input the request left out)."""
 
 
 @dataclass(frozen=True, slots=True)
-class _StepDone:
-    outputs: Mapping[str, _Value]
+class StepDone:
+    outputs: Mapping[str, Value]
     compute_ns: int
 
 
@@ -98,6 +98,10 @@ class EnsembleBatcher(Batcher):
         self._pruned: dict[frozenset[str], tuple[EnsembleStep, ...]] = {}
         """The steps a request runs, by the outputs it asks for: a few sets in practice,
         and never more than ``PRUNED_KEPT`` (clients choose them)."""
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(self._output_dims)
 
     def steps_take_sequences(self) -> bool:
         """Whether a step's model batches sequences (or is an ensemble one of whose does):
@@ -133,52 +137,67 @@ class EnsembleBatcher(Batcher):
         item.finish(outputs)
 
     async def _outputs(self, item: WorkItem) -> Arrays:
+        values = self.start_values(item)
+        compute_ns = await self._steps(item, self.steps_for(item), values)
+        outputs = self.outputs_of(values, item.output_names)
+        _record_executions(self.stats, item, compute_ns)
+        return outputs
+
+    def start_values(self, item: WorkItem) -> Values:
+        """The ensemble's tensors as ``item`` writes them: its inputs (reshaped as the
+        ensemble's config says), and None for an optional one it left out (the steps
+        reading it then go without it, as in Triton: their own input must be optional)."""
         batch = item.batch_size if self._batching else 0
-        into, back = self._reshapes
-        # An optional input left out is written as nothing: the steps reading it go without
-        # it, as in Triton (their own input must then be optional too).
-        values: _Values = dict.fromkeys(self._input_types)
+        into, _ = self._reshapes
+        values: Values = dict.fromkeys(self._input_types)
         values.update(
-            (name, _Value(self._input_types[name], self._shaped(into, name, array), batch))
+            (name, Value(self._input_types[name], self._shaped(into, name, array), batch))
             for name, array in item.inputs.items()
         )
+        return values
+
+    def steps_for(self, item: WorkItem) -> tuple[EnsembleStep, ...]:
+        """The steps that write what ``item`` asks for (Triton prunes the others)."""
         asked = frozenset(item.output_names)
         steps = self._pruned.get(asked)
         if steps is None:
             if len(self._pruned) >= PRUNED_KEPT:
                 self._pruned.clear()
             steps = self._pruned[asked] = needed_steps(self.steps, asked)
-        compute_ns = await self._steps(item, steps, values)
-        written = {name: values.get(name) for name in item.output_names}
+        return steps
+
+    def outputs_of(self, values: Values, names: tuple[str, ...]) -> Arrays:
+        """The outputs ``names`` from the written tensors, shaped for the client; Triton's
+        deadlock error when one is not written."""
+        written = {name: values.get(name) for name in names}
         missing = [name for name, value in written.items() if value is None]
         if missing:
             raise InvalidArgument(
                 "unexpected deadlock, at least one output is not set while no more "
                 f"ensemble steps can be made (batchserve: {', '.join(missing)} not written)"
             )
-        outputs = {
+        _, back = self._reshapes
+        return {
             name: self._shaped(back, name, _fitted(value, self._output_dims[name], self._batching))
             for name, value in written.items()
             if value is not None
         }
-        _record_executions(self.stats, item, compute_ns)
-        return outputs
 
     def _shaped(self, shapes: Shapes, name: str, array: np.ndarray) -> np.ndarray:
         if name not in shapes:
             return array
         return reshaped(array, shapes[name], self._batching, f"ensemble tensor '{name}'")
 
-    async def _steps(self, item: WorkItem, steps: tuple[EnsembleStep, ...], values: _Values) -> int:
+    async def _steps(self, item: WorkItem, steps: tuple[EnsembleStep, ...], values: Values) -> int:
         """Run each step once its inputs are written; the steps' compute time in all."""
         waiting = list(steps)
-        running: set[asyncio.Task[_StepDone]] = set()
+        running: set[asyncio.Task[StepDone]] = set()
         compute_ns = 0
         try:
             while waiting or running:
                 for step in [s for s in waiting if all(t in values for t in s.needs)]:
                     waiting.remove(step)
-                    running.add(asyncio.ensure_future(self._step(step, item, values)))
+                    running.add(asyncio.ensure_future(self.run_step(step, item, values)))
                 if not running:
                     break  # the rest read tensors nothing writes: answered as a deadlock
                 done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -191,31 +210,30 @@ class EnsembleBatcher(Batcher):
                 task.cancel()
         return compute_ns
 
-    async def _step(self, step: EnsembleStep, item: WorkItem, values: _Values) -> _StepDone:
+    async def run_step(self, step: EnsembleStep, item: WorkItem, values: Values) -> StepDone:
         limit = self._inflight.get(step)
         if limit is None:
             return await self._run_step(step, item, values)
         async with limit:
             return await self._run_step(step, item, values)
 
-    async def _run_step(self, step: EnsembleStep, item: WorkItem, values: _Values) -> _StepDone:
+    def inflight_limit(self, step: EnsembleStep) -> asyncio.Semaphore | None:
+        """``max_inflight_requests``' hold on ``step``, if set."""
+        return self._inflight.get(step)
+
+    def composing(self, step: EnsembleStep) -> ServedVersion:
+        return self._lookup(step.model, step.version)
+
+    async def _run_step(self, step: EnsembleStep, item: WorkItem, values: Values) -> StepDone:
         served = self._lookup(step.model, step.version)
         batching = served.config.max_batch_size > 0
-        dims = {spec.name: tuple(spec.dims) for spec in served.config.input}
-        tensors = []
-        for model_input, tensor in step.inputs:
-            value = values[tensor]
-            if value is None:
-                continue  # an optional input the request left out
-            data = _fitted(value, dims.get(model_input, ()), batching)
-            tensors.append(Tensor(model_input, value.datatype, data.shape, data))
-        wanted = [RequestedOutput(model_output) for model_output, _ in step.outputs]
+        tensors, wanted = step_request(step, served, values)
         started = time.monotonic_ns()
         served.stats.received += item.clients
         try:
             valid = validate_request(tensors, wanted, served.schema)
             work = admission.work_item(
-                served, valid, item.priority, _step_timeout_us(item), started,
+                served, valid, item.priority, step_timeout_us(item), started,
                 item.is_cancelled,
             )  # fmt: skip
             work.clients = item.clients
@@ -235,10 +253,36 @@ class EnsembleBatcher(Batcher):
         types = served.output_types
         batch = valid.batch_size if batching else 0
         outputs = {
-            tensor: _Value(types[model_output], arrays[model_output], batch)
+            tensor: Value(types[model_output], arrays[model_output], batch)
             for model_output, tensor in step.outputs
         }
-        return _StepDone(outputs, time.monotonic_ns() - (work.dispatched_ns or started))
+        return StepDone(outputs, time.monotonic_ns() - (work.dispatched_ns or started))
+
+
+def step_request(
+    step: EnsembleStep, served: ServedVersion, values: Values
+) -> tuple[list[Tensor], list[RequestedOutput]]:
+    """A step's request to its model: the tensors it reads, fitted to the model's batching,
+    and the outputs it writes."""
+    batching = served.config.max_batch_size > 0
+    dims = {spec.name: tuple(spec.dims) for spec in served.config.input}
+    tensors = []
+    for model_input, tensor in step.inputs:
+        value = values[tensor]
+        if value is None:
+            continue  # an optional input the request left out
+        data = _fitted(value, dims.get(model_input, ()), batching)
+        tensors.append(Tensor(model_input, value.datatype, data.shape, data))
+    return tensors, [RequestedOutput(model_output) for model_output, _ in step.outputs]
+
+
+def step_timeout_us(item: WorkItem) -> int:
+    """The timeout the ensemble's request named (0: none), which each step's request
+    carries as Triton's ensemble passes it on: a limit on a step's wait in its model's
+    queue, under that queue's policy (refused or delayed past it)."""
+    if item.deadline_ns is None:
+        return 0
+    return max(1, (item.deadline_ns - item.enqueued_ns) // 1000)
 
 
 def takes_sequences(batcher: Batcher) -> bool:
@@ -262,7 +306,7 @@ def _record_executions(stats: ModelStats, item: WorkItem, compute_ns: int) -> No
     stats.record_compute(clients, 0, compute_ns, 0)
 
 
-def _fitted(value: _Value, config_dims: tuple[int, ...], batching: bool) -> np.ndarray:
+def _fitted(value: Value, config_dims: tuple[int, ...], batching: bool) -> np.ndarray:
     """Triton's ``ReshapeTensorDims``: a tensor from a model that does not batch gains a
     batch of 1 for one that does, where its shape is the input's own; one of a batch of 1
     loses the batch for a model that does not batch, where its shape is not the input's."""
@@ -281,15 +325,6 @@ def _agree(config_dims: tuple[int, ...], shape: tuple[int, ...]) -> bool:
     return len(config_dims) == len(shape) and all(
         d == -1 or d == s for d, s in zip(config_dims, shape, strict=True)
     )
-
-
-def _step_timeout_us(item: WorkItem) -> int:
-    """The timeout the ensemble's request named (0: none), which each step's request
-    carries as Triton's ensemble passes it on: a limit on a step's wait in its model's
-    queue, under that queue's policy (refused or delayed past it)."""
-    if item.deadline_ns is None:
-        return 0
-    return max(1, (item.deadline_ns - item.enqueued_ns) // 1000)
 
 
 def _in_ensemble(name: str, error: Exception) -> Exception:

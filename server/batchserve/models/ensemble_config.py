@@ -300,3 +300,47 @@ def _record(tensors: dict[str, _TensorNode], name: str, node: _TensorNode, prefi
         tensors[name] = node
         return ""
     return _consistency(known, node, prefix)
+
+
+def answers_many(config: ModelConfig) -> bool:
+    """Whether a model may answer a request any number of times: decoupled (an ensemble
+    with a decoupled step is made so at load, as Triton makes it)."""
+    return config.model_transaction_policy.decoupled
+
+
+def decoupled_labels(
+    config: ModelConfig, composing: Mapping[str, ModelConfig]
+) -> tuple[dict[str, int], list[str]]:
+    """Triton's decoupled workflow check (``ValidateEnsembleConfig``): each tensor's label,
+    0 for the ensemble's inputs and what is made from them alone, a new one for the outputs
+    of each decoupled step (one response, one set of them), inherited by what is made from
+    those; and the problems: a step, or the ensemble's outputs, reading tensors of two
+    labels, which no response of either could pair up."""
+    labels = {spec.name: 0 for spec in config.input}
+    steps = list(ensemble_steps(config))
+    fresh = 0
+    while steps:
+        ready = [s for s in steps if all(t in labels for t in s.needs)]
+        if not ready:
+            break  # the rest read tensors nothing writes: a structure problem, told apart
+        for step in ready:
+            steps.remove(step)
+            read = {labels[tensor] for tensor in step.needs} or {0}
+            if len(read) > 1:
+                return labels, [_mixed(config.name, step.model)]
+            label = read.pop()
+            if answers_many(composing[step.model]):
+                fresh += 1
+                label = fresh
+            for _, tensor in step.outputs:
+                labels[tensor] = label
+    if len({labels[spec.name] for spec in config.output if spec.name in labels}) > 1:
+        return labels, [_mixed(config.name, config.name)]
+    return labels, []
+
+
+def _mixed(ensemble: str, model: str) -> str:
+    return (
+        f"in ensemble {ensemble}, step of model '{model}' receives inputs originated from "
+        "different decoupled models"
+    )

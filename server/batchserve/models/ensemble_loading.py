@@ -15,8 +15,10 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from batchserve.core.errors import BatchserveError, ModelConfigError
 from batchserve.models.decoupled import builtin_backend
 from batchserve.models.ensemble_config import (
+    answers_many,
     composing_models,
     composing_problems,
+    decoupled_labels,
     ensemble_steps,
 )
 from batchserve.models.labels import LabelMap
@@ -59,25 +61,25 @@ async def composing_configs(
                 f"ensemble '{name}' depends on '{step.model_name}' whose required version "
                 f"{step.model_version} is not loaded."
             ) from None
-    problems = composing_problems(config, configs) or list(_unsupported(configs))
+    problems = (
+        composing_problems(config, configs)
+        or list(_unsupported(configs))
+        or decoupled_labels(config, configs)[1]
+    )
     if problems:
         raise ModelConfigError("\n".join(problems))
     return configs
 
 
 def _unsupported(configs: Mapping[str, ModelConfig]) -> Iterator[str]:
-    """Composing models batchserve cannot run as a step (yet): a step is one request with
-    one answer."""
+    """Composing models batchserve cannot run as a step (yet): a built-in backend's model
+    that is not decoupled, whose many replies a step could not pass on."""
     for model, config in configs.items():
-        if config.model_transaction_policy.decoupled:
-            yield (
-                f"model '{model}' is decoupled: batchserve does not support decoupled models "
-                "in an ensemble (yet)"
-            )
-        elif (backend := builtin_backend(config)) is not None:
+        if (backend := builtin_backend(config)) is not None and not answers_many(config):
             yield (
                 f"model '{model}' is served by the built-in backend '{backend}', which may "
-                "answer any number of times: batchserve does not support it in an ensemble (yet)"
+                "answer any number of times, and is not decoupled: batchserve does not "
+                "support it in an ensemble (yet)"
             )
 
 

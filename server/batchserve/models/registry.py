@@ -34,7 +34,8 @@ from batchserve.core.metrics_config import TRITON_DEFAULTS, MetricsConfig
 from batchserve.devices.placement import Placement
 from batchserve.models.decoupled import build_responder, builtin_backend, step_model
 from batchserve.models.ensemble import EnsembleBatcher
-from batchserve.models.ensemble_config import is_ensemble
+from batchserve.models.ensemble_config import answers_many, is_ensemble
+from batchserve.models.ensemble_flow import EnsembleResponder
 from batchserve.models.ensemble_loading import (
     EnsembleDependencies,
     composing_configs,
@@ -542,7 +543,15 @@ class ModelRegistry(ModelTable):
         policy = BatchPolicy.from_config(config, self._max_queue_size, self._wait_out_queue_delay)
         batcher = EnsembleBatcher(config, policy, stats, self.get)
         labels = inherited_labels(config, resolved.labels, self.get)
-        return ServedVersion(resolved.name, version.version, config, batcher, stats, labels=labels)
+        decoupled = [s for s in batcher.steps if answers_many(self.get(s.model, s.version).config)]
+        responder = None
+        if decoupled:  # Triton makes such an ensemble decoupled, whatever its config says
+            config = ModelConfig()
+            config.CopyFrom(resolved.config)
+            config.model_transaction_policy.decoupled = True
+            responder = EnsembleResponder(batcher, decoupled)
+        return ServedVersion(resolved.name, version.version, config, batcher, stats,
+                             labels=labels, responder=responder)  # fmt: skip
 
     def named(self, name: str) -> None:
         """A start-up list names ``name``, which an ensemble loaded already: it is now the

@@ -38,6 +38,7 @@ from batchserve.dataplane.raw_input import raw_request
 from batchserve.dataplane.shared_memory import tensors as shm
 from batchserve.dataplane.shared_memory.parameters import REGION
 from batchserve.models.decoupled import builtin_backend
+from batchserve.models.ensemble_config import answers_many
 from batchserve.observability import log_settings
 from batchserve.observability.tracing import RequestTracer, current
 from batchserve.proto.model_config_pb2 import ModelConfig
@@ -385,7 +386,7 @@ class WorkerPlane:
         """``DataPlane.respond``: a built-in backend's model's responses come one frame each
         (one that is not decoupled sends one there, as a stream of it gets)."""
         known = self._models.get((request.model_name, request.model_version))
-        if known is None or builtin_backend(known.config) is None:
+        if known is None or not (builtin_backend(known.config) or answers_many(known.config)):
             yield await self.infer(request)
             return
         self.busy_poll.touch()

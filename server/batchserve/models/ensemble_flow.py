@@ -1,0 +1,222 @@
+"""A decoupled ensemble: one whose steps include a decoupled model, answering any number of
+times, as Triton runs it.
+
+Triton gives each response of a decoupled step its own copy of the tensors it writes, and
+runs the steps that read them once per response; the ensemble answers each time its
+outputs are all written, and ends with a final flag once every step is done. Its load
+check (``ensemble_config.decoupled_labels``) makes sure no step reads tensors of two
+decoupled origins, so the steps after a decoupled one read only what one of its responses
+wrote (and what was written from that): each response starts a flow of those steps on a
+copy of the tensors, independent of the others. The ensemble's outputs all come from one
+origin, so each flow that writes them answers once, when its steps are done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection
+
+from batchserve.core.validation import ValidRequest, validate_request
+from batchserve.models import admission
+from batchserve.models.ensemble import (
+    EnsembleBatcher,
+    StepDone,
+    Value,
+    Values,
+    step_request,
+    step_timeout_us,
+)
+from batchserve.models.ensemble_config import EnsembleStep
+from batchserve.models.model_table import ServedVersion
+from batchserve.models.replies import counted
+from batchserve.scheduler.responders import Reply
+from batchserve.scheduler.work import Arrays, WorkItem
+
+Emit = Callable[[Values], None]
+"""Takes a flow's tensors once its steps are done."""
+
+
+class EnsembleResponder:
+    """Answers a decoupled ensemble's requests through its ``EnsembleBatcher``'s steps,
+    the decoupled ones (``decoupled``) streamed, one flow of what follows per response."""
+
+    def __init__(self, batcher: EnsembleBatcher, decoupled: Collection[EnsembleStep]) -> None:
+        self._batcher = batcher
+        self._decoupled = frozenset(decoupled)
+        self._active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+    async def close(self) -> None:
+        await self._idle.wait()
+
+    def replies(
+        self, inputs: Arrays, cancelled: Callable[[], bool] | None, streaming: bool = True
+    ) -> AsyncGenerator[Reply, None]:
+        """A request with no priority, timeout or sequence of its own, asking for every
+        output (the dataplane uses ``replies_to``, which carries them)."""
+        rows = next(iter(inputs.values())).shape[0] if inputs else 1
+        item = WorkItem(inputs, rows, self._batcher.output_names, 0, time.monotonic_ns(), None,
+                        asyncio.get_running_loop().create_future(), cancelled)  # fmt: skip
+        return self.replies_to(item, streaming)
+
+    async def replies_to(self, item: WorkItem, streaming: bool) -> AsyncGenerator[Reply, None]:
+        """Each set of outputs as a flow writes them, then the final flag."""
+        answers: asyncio.Queue[Values | None] = asyncio.Queue()
+        steps = list(self._batcher.steps_for(item))
+
+        async def run() -> None:
+            try:
+                await self._flow(item, steps, self._batcher.start_values(item), answers.put_nowait)
+            finally:
+                answers.put_nowait(None)  # (after a failure too: the loop below ends)
+
+        self._active += 1
+        self._idle.clear()
+        flow = asyncio.ensure_future(run())
+        try:
+            while (values := await answers.get()) is not None:
+                yield Reply(self._batcher.outputs_of(values, item.output_names))
+            await flow  # a step's failure ends the request with it
+            yield Reply(final=True)
+        finally:
+            if not flow.done():
+                flow.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await flow
+            self._active -= 1
+            if not self._active:
+                self._idle.set()
+
+    async def _flow(
+        self, item: WorkItem, steps: list[EnsembleStep], values: Values, emit: Emit
+    ) -> None:
+        """Run ``steps`` on ``values`` as their inputs are written; a decoupled step's each
+        response starts a flow of the steps after it. Once done, hand on the tensors if they
+        hold every output asked for (a flow before the decoupled step that writes them
+        does not)."""
+        running: set[asyncio.Future[StepDone | None]] = set()
+        run_step = self._batcher.run_step
+        try:
+            while steps or running:
+                for step in [s for s in steps if all(t in values for t in s.needs)]:
+                    steps.remove(step)
+                    if step in self._decoupled:
+                        after = _after(step, steps)
+                        steps[:] = [s for s in steps if s not in after]
+                        running.add(asyncio.ensure_future(
+                            self._fan_out(step, item, values, after, emit)
+                        ))  # fmt: skip
+                    else:
+                        running.add(asyncio.ensure_future(_step(run_step, step, item, values)))
+                if not running:
+                    break  # the rest read tensors nothing writes: answered as a deadlock
+                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if (finished := task.result()) is not None:
+                        values.update(finished.outputs)
+        finally:
+            for task in running:
+                task.cancel()
+        if all(values.get(name) is not None for name in item.output_names):
+            emit(values)
+
+    async def _fan_out(
+        self,
+        step: EnsembleStep,
+        item: WorkItem,
+        values: Values,
+        after: list[EnsembleStep],
+        emit: Emit,
+    ) -> StepDone | None:
+        """Run the decoupled ``step``; each response starts a flow of ``after`` on a copy of
+        the tensors with what it wrote. Done when the step and every flow are."""
+        flows: set[asyncio.Future[None]] = set()
+        limit = self._batcher.inflight_limit(step)
+        try:
+            async with limit if limit is not None else contextlib.nullcontext():
+                async for written in self._responses(step, item, values):
+                    fork = dict(values)
+                    fork.update(written)
+                    flows.add(asyncio.ensure_future(self._flow(item, list(after), fork, emit)))
+            for finished in asyncio.as_completed(flows):
+                await finished
+        finally:
+            for flow in flows:
+                flow.cancel()
+        return None  # what it wrote went to its flows
+
+    async def _responses(
+        self, step: EnsembleStep, item: WorkItem, values: Values
+    ) -> AsyncGenerator[dict[str, Value], None]:
+        """The tensors each response of the decoupled ``step`` writes, its model's
+        statistics counting the request as a client's."""
+        served = self._batcher.composing(step)
+        tensors, wanted = step_request(step, served, values)
+        started = time.monotonic_ns()
+        served.stats.received += 1
+        try:
+            valid = validate_request(tensors, wanted, served.schema)
+            replies = _step_replies(served, valid, item, started)
+        except BaseException as exc:
+            admission.record_failure(served, started, exc, "", "")
+            raise
+        batch = valid.batch_size if served.config.max_batch_size > 0 else 0
+        types = served.output_types
+        stream = counted(served, replies, started, "", "", empty_final=False)
+        async with contextlib.aclosing(stream):
+            async for reply in stream:
+                yield {
+                    tensor: Value(types[model_output], reply.outputs[model_output], batch)
+                    for model_output, tensor in step.outputs
+                    if model_output in reply.outputs
+                }
+
+
+async def _step(
+    run_step: Callable[[EnsembleStep, WorkItem, Values], Awaitable[StepDone]],
+    step: EnsembleStep,
+    item: WorkItem,
+    values: Values,
+) -> StepDone | None:
+    return await run_step(step, item, values)
+
+
+def _step_replies(
+    served: ServedVersion, valid: ValidRequest, item: WorkItem, started: int
+) -> AsyncGenerator[Reply, None]:
+    """A decoupled step's replies: a nested decoupled ensemble's carry the request's
+    priority, timeout and sequence on to its own steps."""
+    responder = served.responder
+    assert responder is not None, "a decoupled step's model has a responder"
+    if isinstance(responder, EnsembleResponder):
+        timeout_us = step_timeout_us(item)
+        nested = WorkItem(
+            valid.inputs, valid.batch_size, valid.output_names, item.priority, started,
+            started + timeout_us * 1000 if timeout_us else None,
+            asyncio.get_running_loop().create_future(), item.is_cancelled,
+        )  # fmt: skip
+        nested.sequence = item.sequence
+        return responder.replies_to(nested, True)
+    return responder.replies(valid.inputs, item.is_cancelled, True)
+
+
+def _after(step: EnsembleStep, steps: list[EnsembleStep]) -> list[EnsembleStep]:
+    """The steps of ``steps`` that read, directly or not, what ``step`` writes."""
+    written = {tensor for _, tensor in step.outputs}
+    after: list[EnsembleStep] = []
+    grew = True
+    while grew:
+        grew = False
+        for other in steps:
+            if other not in after and other.needs & written:
+                after.append(other)
+                written.update(tensor for _, tensor in other.outputs)
+                grew = True
+    return [s for s in steps if s in after]
