@@ -3,16 +3,32 @@ protocols, refuses the rest, unloads, and exits 0 in bounded time."""
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import json
+import signal
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
 import httpx
 import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from tests.integration.server import ServerProcess, start_server
+from tests.integration.server import ServerProcess, metric, start_server
+from tests.integration.slow_model import WIDTH, expected, write_slow_model
+from tests.integration.test_faults import (
+    X,
+    assert_slow_answer,
+    assert_slow_grpc_answer,
+    slow_body,
+    slow_grpc_request,
+    slow_http,
+    wait_until,
+)
 
 IMAGE = (np.arange(64, dtype=np.float32).reshape(1, 1, 8, 8) % 17).tobytes()
 
@@ -95,13 +111,133 @@ def test_sigterm_under_load_loses_no_accepted_request() -> None:
     assert seen["http ok"] + seen["grpc ok"] == answered, seen
     assert seen["http ok"] > 0
     assert seen["grpc ok"] > 0
-    # Refusals: the listener is closed (HTTP), or grpc core turns the call away before any
-    # handler ran (UNAVAILABLE, or CANCELLED for a call caught mid-shutdown); the accounting
-    # above proves none of those reached the model.
-    refusals = ("http refused", "grpc UNAVAILABLE", "grpc CANCELLED")
+    # Refusals: the listener is closed, or a connection open when the delay ended answers
+    # 503 (HTTP); the handler refuses, or grpc core turns the call away before any handler
+    # ran (UNAVAILABLE, or CANCELLED for a call caught mid-shutdown); the accounting above
+    # proves none of those reached the model.
+    refusals = ("http refused", "http 503", "grpc UNAVAILABLE", "grpc CANCELLED")
     unexpected = {k: v for k, v in seen.items() if k not in ("http ok", "grpc ok", *refusals)}
     assert not unexpected, seen
     draining = [r.get("message") for r in server.logs].index(
         "shutting down: draining accepted requests"
     )
     assert "heap frozen" not in [r.get("message") for r in server.logs[draining:]]  # exiting
+
+
+# requests that arrive with the signal -------------------------------------------------------
+BLOCK_ITERATIONS = 500
+"""The request holding the only instance (~5 s on an idle core): the queued requests are all
+in the queue, accepted and waiting, when the signal comes."""
+QUEUED = 3
+"""Requests per protocol accepted and waiting behind it."""
+LATE = 4
+"""Connections per protocol opened (and used once) before the signal, each sending one
+request while the server is stopped with the signal pending."""
+NEW_HTTP = 2
+"""HTTP connections made while the server is stopped: the kernel completes them."""
+
+
+def _send_slow(connection: http.client.HTTPConnection, iterations: int) -> None:
+    body = json.dumps(slow_body(iterations))
+    connection.request("POST", "/v2/models/slow/infer", body, {"Content-Type": "application/json"})
+
+
+def _grpc_slow(server: ServerProcess, iterations: int) -> service_pb2.ModelInferResponse:
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        response: service_pb2.ModelInferResponse = stub.ModelInfer(
+            slow_grpc_request(iterations), timeout=60
+        )
+        return response
+
+
+def _http_outcome(connection: http.client.HTTPConnection) -> str:
+    """ "ok" (200 and the model's answer), "503 <error>", or "closed" (no answer at all)."""
+    try:
+        response = connection.getresponse()
+        body = response.read()
+    except (http.client.RemoteDisconnected, ConnectionError):
+        return "closed"
+    if response.status != 200:
+        return f"{response.status} {json.loads(body)['error']}"
+    y = np.array(json.loads(body)["outputs"][0]["data"], dtype=np.float32).reshape(1, WIDTH)
+    return "ok" if np.allclose(y, expected(X), rtol=1e-6) else "wrong answer"
+
+
+def _grpc_outcome(call: grpc.Future) -> str:
+    try:
+        assert_slow_grpc_answer(call.result())
+    except grpc.RpcError as error:
+        return f"{error.code().name} {error.details()}"
+    return "ok"
+
+
+def test_requests_arriving_with_the_stop_signal_are_refused_and_accepted_ones_answered(
+    tmp_path: Path,
+) -> None:
+    """Requests the event loop reads in the same pass as the stop signal were accepted and
+    answered: the loop ran its handler only after dispatching them, and the listeners closed
+    passes later. Triton refuses what comes after the signal (UNAVAILABLE, "GRPC server is
+    shutting down and has stopped accepting new requests."; an HTTP connection refused) and
+    answers what it accepted before.
+
+    The race made certain: the server is stopped (SIGSTOP) while requests wait accepted in the
+    model's queue; on connections it already served, HTTP and gRPC requests are sent, new HTTP
+    connections are made, and SIGINT is sent; then it continues, with the signal and all those
+    bytes waiting. Every accepted request must be answered, every later one refused (never
+    answered, never left hanging), and the server must exit 0."""
+    write_slow_model(tmp_path, "slow", max_queue_size=64)
+    server = start_server(tmp_path, ["--shutdown-timeout", "20"])
+    host, port = "127.0.0.1", server.http_port
+    with ThreadPoolExecutor(2 * QUEUED + 1) as pool, contextlib.ExitStack() as opened:
+        channels = [
+            opened.enter_context(grpc.insecure_channel(server.grpc_url)) for _ in range(LATE)
+        ]
+        stubs = [service_pb2_grpc.GRPCInferenceServiceStub(channel) for channel in channels]
+        kept = [http.client.HTTPConnection(host, port, timeout=60) for _ in range(LATE)]
+        fresh = [http.client.HTTPConnection(host, port, timeout=60) for _ in range(NEW_HTTP)]
+        for connection in kept + fresh:
+            opened.callback(connection.close)
+        for stub in stubs:  # each channel connected, and idle when the signal comes
+            assert_slow_grpc_answer(stub.ModelInfer(slow_grpc_request(1), timeout=30))
+        for connection in kept:  # each kept alive, and idle when the signal comes
+            _send_slow(connection, 1)
+            assert _http_outcome(connection) == "ok"
+
+        blocker = pool.submit(slow_http, server, BLOCK_ITERATIONS)
+        wait_until(lambda: metric(server, "batchserve_busy_instances", model="slow") == 1)
+        accepted_http = [pool.submit(slow_http, server, 1) for _ in range(QUEUED)]
+        accepted_grpc = [pool.submit(_grpc_slow, server, 1) for _ in range(QUEUED)]
+        wait_until(lambda: metric(server, "batchserve_queue_depth", model="slow") == 2 * QUEUED)
+
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            late_grpc = [stub.ModelInfer.future(slow_grpc_request(1), timeout=60) for stub in stubs]
+            for connection in kept + fresh:
+                _send_slow(connection, 1)
+            time.sleep(0.5)  # the gRPC client's thread has written its requests too
+            server.process.send_signal(signal.SIGINT)
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        code = server.process.wait(60)
+        late = Counter(
+            [_grpc_outcome(call) for call in late_grpc]
+            + [_http_outcome(connection) for connection in kept + fresh]
+        )
+        assert_slow_answer(blocker.result(timeout=5))
+        for answer in accepted_http:
+            assert_slow_answer(answer.result(timeout=5))
+        for rpc in accepted_grpc:
+            assert_slow_grpc_answer(rpc.result(timeout=5))
+    server.stop()
+
+    assert code == 0
+    # Refused: in Triton's words by the handler; by grpc core once the listener stops (a call
+    # it had not handed over yet: UNAVAILABLE or CANCELLED); 503 on a connection opened
+    # before the signal; a connection made after it closed unanswered, as Triton resets it.
+    refused = ("UNAVAILABLE ", "CANCELLED ", "503 server is shutting down", "closed")
+    assert all(outcome.startswith(refused) for outcome in late), late
+    assert sum(late.values()) == 2 * LATE + NEW_HTTP
+    finals = [r for r in server.logs if r.get("message") == "final statistics"]
+    warm_ups = 2 * LATE
+    assert [(r["success"], r["fail"]) for r in finals] == [(warm_ups + 1 + 2 * QUEUED, 0)]

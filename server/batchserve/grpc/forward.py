@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 
 from batchserve.core import errors
 from batchserve.core.errors import BatchserveError
+from batchserve.core.intake import Intake
 from batchserve.dataplane.inference_path import KnownModels
 from batchserve.grpc.head import METHODS, Request, read
 from batchserve.grpc.layout_cache import MessageLayouts
@@ -138,7 +139,8 @@ class WorkerServicer(InferenceServicer):
         self.inference = plane
         self.plane = plane
         self.layouts = MessageLayouts()
-        self.streams = InferStreams()
+        self.intake = Intake()  # never closed: the model-owning process orders the drain
+        self.streams = InferStreams(self.intake)
         self.forwarder = forwarder
 
     async def _decodes_here(self, request: Request) -> bool:

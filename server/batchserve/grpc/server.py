@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha import reflection
 
 from batchserve.core.addresses import host_port
 from batchserve.core.errors import CannotStart
+from batchserve.core.intake import Intake
 from batchserve.core.settings import Settings
 from batchserve.dataplane.inference_path import KnownModels
 from batchserve.dataplane.plane import DataPlane
@@ -123,14 +124,17 @@ class GrpcServer(_Listener):
         settings: Settings,
         internal_path: str | None = None,
         reuse_port: bool = False,
+        intake: Intake | None = None,
     ) -> None:
         """Serves ``settings``' port, or with ``internal_path`` a Unix socket that only the
         server's workers reach (plain text; the client's address is the one they name);
-        ``reuse_port``: other processes may bind the port too (``--reuse-grpc-port``)."""
+        ``reuse_port``: other processes may bind the port too (``--reuse-grpc-port``);
+        ``intake``: the server's, closed as its stop begins (inference refused from then)."""
         servicer = InferenceServicer if internal_path is None else InternalServicer
         super().__init__(
-            settings, servicer(dataplane), reuse_port=reuse_port, public=internal_path is None
-        )
+            settings, servicer(dataplane, intake), reuse_port=reuse_port,
+            public=internal_path is None,
+        )  # fmt: skip
         # the generated code calls only the two add_* methods of its server
         registrations = cast(grpc.aio.Server, self.registrations)
         pb_grpc.add_GRPCInferenceServiceServicer_to_server(self.servicer, registrations)

@@ -13,7 +13,8 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from batchserve.core.errors import NotFound, public_message
+from batchserve.core.errors import NotFound, Unavailable, public_message
+from batchserve.core.intake import Intake
 from batchserve.core.types import InferRequest
 from batchserve.dataplane.inference_path import InferencePath
 from batchserve.dataplane.plane import DataPlane
@@ -23,7 +24,7 @@ from batchserve.grpc.failures import report_failure
 from batchserve.grpc.head import METHODS, Request, read
 from batchserve.grpc.layout_cache import MessageLayouts
 from batchserve.grpc.message_limits import Refusal, bounded
-from batchserve.grpc.streams import InferStreams
+from batchserve.grpc.streams import SHUTTING_DOWN, InferStreams
 from batchserve.observability import tracing
 from batchserve.proto import grpc_service_pb2 as pb
 from batchserve.proto import grpc_service_pb2_grpc as pb_grpc
@@ -55,13 +56,15 @@ def _choices(parameters: Mapping[str, Any], oneof: str) -> dict[str, object]:
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """Translation only: no validation, lookup or error handling here."""
 
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlane, intake: Intake | None = None) -> None:
+        """``intake``: the server's, which its stop closes; none, one that stays open."""
         self.dataplane = dataplane
         self.inference: InferencePath = dataplane
         self.control = dataplane.control
         self.regions = dataplane.regions
         self.layouts = MessageLayouts()
-        self.streams = InferStreams()
+        self.intake = intake or Intake()
+        self.streams = InferStreams(self.intake)
 
     def peer(self, context: Context) -> str:
         """The client's address, for the calls only local clients may make."""
@@ -111,7 +114,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return messages.statistics(self.dataplane.model_statistics(request.name, request.version))
 
     async def ModelInfer(self, request: Request, context: Context) -> pb.ModelInferResponse:
-        """Served, ``request`` is a head (``head.py``): its typed contents not yet parsed."""
+        """Served, ``request`` is a head (``head.py``): its typed contents not yet parsed;
+        refused once the stop has begun, as Triton's infer handler refuses it."""
+        if not self.intake.open:
+            raise Unavailable(SHUTTING_DOWN)
         if self.inference.tracing.on:
             return await self._traced(request, context)
         return await self._infer(request, self.peer(context))

@@ -16,7 +16,9 @@ streams are known here, and ``drain`` ends them: an idle one at once, a busy one
 requests are answered, both with UNAVAILABLE and Triton's "GRPC server is shutting down ..."
 (not OK: a client must not take the server's leaving for the end of its own requests, and
 UNAVAILABLE is the code clients reconnect and retry on). A request arriving on a stream while
-it drains is answered in the stream with that message, not run.
+it drains is answered in the stream with that message, not run; and so is one that arrives
+once the server's intake has closed (``core/intake.py``), from the stop signal on, before the
+drain reaches the streams.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 import grpc
 
 from batchserve.core.errors import Unavailable, public_message
+from batchserve.core.intake import Intake
 from batchserve.grpc.failures import report_failure
 from batchserve.grpc.head import Request
 from batchserve.observability.refusals import REFUSALS, Protocol
@@ -112,8 +115,10 @@ class _Stream:
 class InferStreams:
     """The open ModelStreamInfer calls, so that a drain can end them."""
 
-    def __init__(self) -> None:
+    def __init__(self, intake: Intake | None = None) -> None:
         self.draining = False
+        self.intake = intake or Intake()
+        """The server's: closed, new streams and requests are refused before the drain."""
         self._open: set[_Stream] = set()
 
     def drain(self) -> None:
@@ -129,7 +134,7 @@ class InferStreams:
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
         stream = _Stream()
-        if self.draining:
+        if self.draining or not self.intake.open:
             REFUSALS.count_error(Protocol.GRPC, Unavailable(SHUTTING_DOWN))
             _end_for_shutdown(context)
             return
@@ -153,10 +158,10 @@ class InferStreams:
         running: set[asyncio.Task[None]] = set()
         try:
             async for request in requests:
-                if self.draining:
+                if self.draining or not self.intake.open:
                     refused = Unavailable(SHUTTING_DOWN)
                     REFUSALS.count_error(Protocol.GRPC, refused)
-                    stream.answers.put_nowait((_error_answer(refused), False))
+                    stream.answers.put_nowait((_error_answer(refused, request.id), False))
                     continue
                 if (turn := stream.running.take()) is not None:  # read on once one ends
                     await stream.running.wait(turn)

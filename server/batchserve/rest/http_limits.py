@@ -16,8 +16,10 @@ framing) is a 400 in the protocol's JSON error shape rather than uvicorn's plain
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, ClassVar
 
+from batchserve.core.intake import Intake
 from batchserve.observability.refusals import Protocol, Reason
 from batchserve.rest.disconnect import DisconnectNoticeProtocol
 from batchserve.rest.http_timeouts import ReadTimeoutProtocol, ReadTimeouts
@@ -147,10 +149,24 @@ class HeadLimitProtocol(
 class LimitedHttpToolsProtocol(UpgradeDecliningProtocol, PipelineLimitProtocol, HeadLimitProtocol):
     """The server's httptools protocol: the head limits above, counted on the bytes the
     parser is given, which the pipelining bound hands over only as requests make room;
-    requests offering another protocol served as HTTP/1.1."""
+    requests offering another protocol served as HTTP/1.1; no connection once the server's
+    intake has closed."""
+
+    intake: ClassVar[Intake | None] = None
+    """The server's, for its public listener (each listener sets its own)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """A connection made once the stop has begun is closed unanswered, as Triton resets
+        it: whatever it sends is not accepted (the listener itself closes a little later)."""
+        super().connection_made(transport)
+        intake = self.intake
+        if intake is not None and not intake.open:
+            self.refuse(Reason.UNAVAILABLE, None, "")
 
 
-def protocol_for(listener: Protocol, timeouts: ReadTimeouts) -> type[LimitedHttpToolsProtocol]:
+def protocol_for(
+    listener: Protocol, timeouts: ReadTimeouts, intake: Intake | None = None
+) -> type[LimitedHttpToolsProtocol]:
     """The protocol class of one listener. uvicorn instantiates the class it is given with
     fixed arguments, so the listener's own settings travel as class attributes."""
 
@@ -159,5 +175,6 @@ def protocol_for(listener: Protocol, timeouts: ReadTimeouts) -> type[LimitedHttp
 
     ListenerProtocol.listener = listener
     ListenerProtocol.read_timeouts = timeouts
+    ListenerProtocol.intake = intake
     ListenerProtocol.__name__ = ListenerProtocol.__qualname__ = f"{listener.name.title()}Protocol"
     return ListenerProtocol

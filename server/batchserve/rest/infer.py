@@ -13,7 +13,8 @@ from functools import partial
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from batchserve.core.errors import InvalidArgument
+from batchserve.core.errors import InvalidArgument, Unavailable
+from batchserve.core.intake import Intake
 from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest
 from batchserve.dataplane.inference_path import InferencePath
@@ -31,6 +32,7 @@ from batchserve.rest.compression import (
 from batchserve.rest.disconnect import ClientDisconnected, until_disconnect
 from batchserve.rest.errors import error_body, error_headers
 from batchserve.rest.header_cache import HeaderCache
+from batchserve.rest.http_timeouts import SHUTTING_DOWN
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -233,10 +235,15 @@ async def _send(
         await send({"type": "http.response.body", "body": chunk, "more_body": more})
 
 
-def in_front_of(endpoint: InferEndpoint, app: ASGIApp) -> ASGIApp:
-    """An ASGI app sending inference requests to ``endpoint`` and the rest to ``app``."""
+def in_front_of(endpoint: InferEndpoint, app: ASGIApp, intake: Intake | None = None) -> ASGIApp:
+    """An ASGI app sending inference requests to ``endpoint`` and the rest to ``app``; once
+    ``intake`` has closed (the server's stop has begun), refusing every request."""
+    intake = intake or Intake()
 
     async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
+        if not intake.open:
+            await refuse_at_shutdown(send)
+            return
         match = endpoint.match(scope)
         if match is None:
             await app(scope, receive, send)
@@ -244,3 +251,12 @@ def in_front_of(endpoint: InferEndpoint, app: ASGIApp) -> ASGIApp:
             await endpoint.answer(scope, receive, send, match)
 
     return dispatch
+
+
+async def refuse_at_shutdown(send: Send) -> None:
+    """503 to a request on a connection opened before the stop, which the connection then
+    closes: Triton refuses new connections from the stop on; one that was open when the
+    stop came gets this rather than an answer (or a close it could not tell from a loss)."""
+    refusal = Unavailable(SHUTTING_DOWN)
+    status, body = error_body(refusal)
+    await _send(send, status, [*error_headers(refusal), (b"connection", b"close")], [body])

@@ -22,6 +22,7 @@ from uvicorn.config import STARTUP_FAILURE
 from batchserve.backends.selection import create_backend
 from batchserve.core.cpu_budget import available_cpus, declare_cpus
 from batchserve.core.errors import BatchserveError, CannotStart, NotFound
+from batchserve.core.intake import Intake
 from batchserve.core.settings import ModelControlMode, Settings
 from batchserve.core.tls import TlsMode
 from batchserve.dataplane.plane import DataPlane
@@ -96,6 +97,9 @@ class Server:
         self.poller = self._poller(repository)
         self._polling: asyncio.Task[None] | None = None
         self.gpus = GpuMonitor.open(settings.allow_gpu_metrics)
+        self.intake = Intake()
+        """Closed as the stop begins: the public listeners of a single process accept no
+        request from then on (the workers' are told by this process, and stop in turn)."""
         workers = resolve_workers(settings.workers, cpus)
         self.http: HttpListener | None = None
         self.grpc: GrpcServer | None = None
@@ -107,8 +111,9 @@ class Server:
                 self.http = self._public_http()
             if settings.allow_grpc:
                 self.grpc = GrpcServer(
-                    self.dataplane, settings, reuse_port=settings.reuse_grpc_port
-                )
+                    self.dataplane, settings, reuse_port=settings.reuse_grpc_port,
+                    intake=self.intake,
+                )  # fmt: skip
             collector = ServerCollector(self.registry, self.gpus, self.registry.load_seconds)
         else:
             collector = self._serve_through_workers(workers)
@@ -121,8 +126,9 @@ class Server:
 
     def _public_http(self) -> HttpListener:
         settings = self.settings
-        listener = http_listener(build_http_app(self.dataplane, settings), settings,
-                                 settings.http_port, Protocol.HTTP, settings.tls)  # fmt: skip
+        listener = http_listener(build_http_app(self.dataplane, settings, self.intake),
+                                 settings, settings.http_port, Protocol.HTTP, settings.tls,
+                                 intake=self.intake)  # fmt: skip
         if settings.reuse_http_port:  # Triton's flag: other servers may bind it too
             listener.sockets = [reuse_port_socket(
                 "HTTP", settings.http_host(), settings.http_port, listening=True
@@ -196,6 +202,14 @@ class Server:
 
     def request_stop(self) -> None:
         self.signals.stopping.set()
+
+    def stop_signal_delivered(self, signals: int) -> None:
+        """Run the moment a stop signal is delivered, before the event loop dispatches another
+        request (``StopSignals.install``): none is accepted from then on, unless the
+        ``--shutdown-delay`` is still to be served (the first signal to a server that was
+        ready; a later one skips the delay)."""
+        if signals > 1 or not self._started or not self.settings.shutdown_delay_seconds:
+            self.intake.close()
 
     async def run(self) -> None:
         """Listen, load the models, serve until asked to stop, then drain."""
@@ -356,6 +370,7 @@ class Server:
         if self.grpc is not None:
             await self.grpc.set_serving(False)
         await self._shutdown_delay()
+        self.intake.close()  # at the signal already, unless there was a delay to serve
         if self.pool is not None:  # the workers drain first: this process answers for them
             grace = self.settings.shutdown_timeout_seconds + WORKER_EXIT_GRACE_S
             self.workers_drained = await self.pool.stop(grace)
@@ -385,7 +400,7 @@ async def serve(
     """Run a server until SIGTERM or SIGINT; a second signal hurries the drain. False when
     a worker had to be killed (its accepted requests may have gone unanswered)."""
     server = Server(settings, backend_factory, forks)
-    server.signals.install(asyncio.get_running_loop())
+    server.signals.install(asyncio.get_running_loop(), server.stop_signal_delivered)
     await server.run()
     return server.workers_drained
 

@@ -12,6 +12,7 @@ import uvicorn
 
 from batchserve.core.addresses import host_port
 from batchserve.core.errors import CannotStart
+from batchserve.core.intake import Intake
 from batchserve.core.settings import Settings
 from batchserve.core.tls import TlsFiles
 from batchserve.observability.refusals import Protocol
@@ -57,9 +58,11 @@ def http_listener(
     listener: Protocol,
     tls: TlsFiles | None = None,
     uds: str | None = None,
+    intake: Intake | None = None,
 ) -> HttpListener:
     """A uvicorn server on ``port`` (or the Unix socket ``uds``), serving TLS when ``tls``
-    is given; its refusals are counted under ``listener``."""
+    is given; its refusals are counted under ``listener``; no new connection once
+    ``intake`` has closed."""
     timeouts = ReadTimeouts(
         settings.http_header_timeout_seconds,
         settings.http_body_timeout_seconds,
@@ -71,7 +74,7 @@ def http_listener(
         port=port,
         uds=uds,
         loop="none",
-        http=protocol_for(listener, timeouts),
+        http=protocol_for(listener, timeouts, intake),
         ws="none",  # no route is a WebSocket: an offer to switch is declined (rest/upgrades.py)
         lifespan="off",
         access_log=False,

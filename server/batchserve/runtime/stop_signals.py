@@ -13,6 +13,11 @@ SIGHUP (the terminal or session that started the server closed, or an operator u
 servers that reload on it) killed the server at once, its default: no drain, no log line,
 and with ``--workers N`` every worker too, since a hangup reaches the whole process group.
 Reloading on it is not offered: the model repository has its own load and unload calls.
+
+What cannot wait for the event loop runs as the signal is delivered (``install``): the
+loop's handler runs only after the requests it read in the same pass are dispatched, so
+requests sent just after a SIGINT were accepted and answered (two runs in ten of Triton's
+``L0_grpc_state_cleanup`` shutdown case, where Triton refuses them).
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Callable
 from functools import partial
+from types import FrameType
 
 logger = logging.getLogger(__name__)
 
@@ -39,11 +46,38 @@ class StopSignals:
         self.hurried = asyncio.Event()
         """Set by any later signal: skip the waits that hold no accepted request."""
         self.count = 0
+        self.delivered = 0
+        """Signals delivered so far: counted as each arrives, ahead of ``count``."""
 
-    def install(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Handle the stop signals on ``loop`` (replacing Python's KeyboardInterrupt)."""
+    def install(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        at_delivery: Callable[[int], None] | None = None,
+    ) -> None:
+        """Handle the stop signals on ``loop`` (replacing Python's KeyboardInterrupt); call
+        ``at_delivery`` with ``delivered`` the moment each signal is delivered.
+
+        The loop runs its handler (``receive``) as a callback, after the I/O of the pass that
+        saw the signal: requests read in that pass are dispatched first. Python runs a
+        signal's own handler in this thread at the next bytecode, so ``at_delivery`` runs
+        before any of them; it may only set plain attributes, since it interrupts whatever
+        the thread was doing. The loop's own handler is chained after it, unchanged."""
         for sig in SIGNALS:
             loop.add_signal_handler(sig, partial(self.receive, sig.name))
+            if at_delivery is not None:
+                signal.signal(sig, partial(self._deliver, at_delivery, signal.getsignal(sig)))
+
+    def _deliver(
+        self,
+        at_delivery: Callable[[int], None],
+        loop_handler: object,
+        signum: int,
+        frame: FrameType | None,
+    ) -> None:
+        self.delivered += 1
+        at_delivery(self.delivered)
+        if callable(loop_handler):  # the one the loop installed; its wakeup fd still wakes it
+            loop_handler(signum, frame)
 
     def receive(self, name: str) -> None:
         """One signal: the first stops, every later one hurries (idempotent, never raises)."""

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from batchserve.core.intake import Intake
 from batchserve.observability.refusals import REFUSALS, Protocol, Reason
 from batchserve.rest.http_limits import MAX_CHUNKS, LimitedHttpToolsProtocol, protocol_for
 from batchserve.rest.http_timeouts import SHUTDOWN_BODY_GRACE_SECONDS, ReadTimeouts
@@ -132,13 +133,17 @@ class ReadingApp:
 
 class Connection:
     def __init__(
-        self, app: ReadingApp, timeouts: ReadTimeouts = TIMEOUTS, listener: Protocol = Protocol.HTTP
+        self,
+        app: ReadingApp,
+        timeouts: ReadTimeouts = TIMEOUTS,
+        listener: Protocol = Protocol.HTTP,
+        intake: Intake | None = None,
     ) -> None:
         self.loop = ManualClockLoop(asyncio.get_running_loop())
         config = uvicorn.Config(app, lifespan="off", log_config=None, proxy_headers=False,
                                 timeout_keep_alive=30)  # fmt: skip
         config.load()
-        protocol_class = protocol_for(listener, timeouts)
+        protocol_class = protocol_for(listener, timeouts, intake)
         self.protocol: LimitedHttpToolsProtocol = protocol_class(
             config=config, server_state=ServerState(), app_state={}, _loop=self.loop
         )
@@ -323,6 +328,21 @@ async def test_at_shutdown_a_body_still_arriving_gets_503_after_the_grace() -> N
     status, headers, _ = whole.answer()
     assert (status, headers["connection"]) == (200, "close")
     assert _refused(Protocol.HTTP, Reason.UNAVAILABLE) == before + 1
+
+
+async def test_a_connection_made_once_the_intake_has_closed_is_closed_unanswered() -> None:
+    """Triton resets a connection made once its stop has begun; one made before is served."""
+    before = _refused(Protocol.HTTP, Reason.UNAVAILABLE)
+    intake = Intake()
+    before_stop = Connection(ReadingApp(), intake=intake)
+    intake.close()
+    after_stop = Connection(ReadingApp(), intake=intake)
+    assert after_stop.closed
+    assert after_stop.transport.written == b""
+    assert not before_stop.closed
+    assert _refused(Protocol.HTTP, Reason.UNAVAILABLE) == before + 1
+    metrics = Connection(ReadingApp(), listener=Protocol.METRICS)  # a listener without one
+    assert not metrics.closed
 
 
 async def test_at_shutdown_a_body_that_finishes_within_the_grace_is_served() -> None:

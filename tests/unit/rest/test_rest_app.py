@@ -12,6 +12,7 @@ import numpy as np
 import orjson
 import pytest
 from batchserve.core.budgets import parse_budgets
+from batchserve.core.intake import Intake
 from batchserve.core.settings import Settings
 from batchserve.dataplane.plane import DataPlane
 from batchserve.models.memory_probe import device_total_bytes
@@ -47,6 +48,35 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=build_http_app(dataplane, settings))
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         yield client
+    await registry.close()
+
+
+async def test_once_the_intake_has_closed_every_request_gets_503_and_a_close(
+    tmp_path: Path,
+) -> None:
+    """The stop closes the server's intake as its signal arrives: a request on a connection
+    opened before is refused (any route), and the connection closes after the answer."""
+    settings = Settings(model_repository=tmp_path)
+    registry = ModelRegistry(
+        _repository(tmp_path), 8, _budgets(), lambda config, path: FakeBackend()
+    )
+    dataplane = DataPlane(settings, registry, ["fake"])
+    await registry.load("fake")
+    intake = Intake()
+    transport = httpx.ASGITransport(app=build_http_app(dataplane, settings, intake))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        body = _body([1, 2, 3, 4], [1, 4])
+        assert (await client.post("/v2/models/fake/infer", json=body)).status_code == 200
+        intake.close()
+        for response in (
+            await client.post("/v2/models/fake/infer", json=body),
+            await client.get("/v2/models/fake"),
+            await client.get("/v2/health/live"),
+        ):
+            assert response.status_code == 503
+            assert response.json() == {"error": "server is shutting down"}
+            assert response.headers["connection"] == "close"
+    assert dataplane.model_statistics("fake")[0].inference_stats.success.count == 1
     await registry.close()
 
 
