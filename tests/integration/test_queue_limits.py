@@ -41,14 +41,15 @@ ensemble_scheduling { step [ {
 """The slow model behind an ensemble: its queue refuses the ensemble's steps."""
 
 
-def _ask(url: str, iterations: int, model: str = "slow") -> str:
+def ask(url: str, iterations: int, model: str = "slow", priority: int = 0) -> str:
+    """One request of ``iterations`` to ``model``: "ok", or the error's message."""
     client = httpclient.InferenceServerClient(url)
     x = httpclient.InferInput("x", [1, WIDTH], "FP32")
     x.set_data_from_numpy(np.ones((1, WIDTH), dtype=np.float32))
     count = httpclient.InferInput("iterations", [1, 1], "INT64")
     count.set_data_from_numpy(np.array([[iterations]], dtype=np.int64))
     try:
-        client.infer(model, [x, count])
+        client.infer(model, [x, count], priority=priority)
         return "ok"
     except InferenceServerException as exc:
         return exc.message()
@@ -69,11 +70,11 @@ def test_requests_past_the_queue_limit_are_refused_however_they_travel(
     server = start_server(tmp_path, ["--workers", workers])
     try:
         first: list[str] = []
-        busy = threading.Thread(target=lambda: first.append(_ask(server.http_url, 8000, model)))
+        busy = threading.Thread(target=lambda: first.append(ask(server.http_url, 8000, model)))
         busy.start()
         time.sleep(1.0)  # it runs: the others queue behind it
         with ThreadPoolExecutor(SENT) as pool:
-            answers = list(pool.map(lambda _: _ask(server.http_url, 1, model), range(SENT)))
+            answers = list(pool.map(lambda _: ask(server.http_url, 1, model), range(SENT)))
         busy.join()
         assert first == ["ok"]
         refused = [a for a in answers if a != "ok"]

@@ -15,12 +15,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException
 
 from tests.ensemble_models import ROW, write_composing_models, write_ensemble
 from tests.integration.server import start_server
-from tests.integration.slow_model import WIDTH, write_slow_model
-from tests.integration.test_queue_limits import ENSEMBLE
+from tests.integration.slow_model import write_slow_model
+from tests.integration.test_queue_limits import ENSEMBLE, ask
 
 QUEUE_DELAY_S = 2.0
 CONFIG = f"""
@@ -124,32 +123,17 @@ def test_an_ensemble_passes_its_requests_priority_to_its_steps(
                    "through_ensemble")  # fmt: skip
     server = start_server(tmp_path, ["--workers", workers])
     try:
-        busy = threading.Thread(target=_ask_slow, args=(server.http_url, 8000, "slow", 0))
+        busy = threading.Thread(target=ask, args=(server.http_url, 8000, "slow", 0))
         busy.start()
         time.sleep(0.5)  # it runs: the ensemble's step queues behind it
         started = time.monotonic()
-        refused = _ask_slow(server.http_url, 1, "through_ensemble", 2)
+        refused = ask(server.http_url, 1, "through_ensemble", 2)
         took = time.monotonic() - started
         busy.join()
         assert refused.startswith("in ensemble 'through_ensemble', Request timeout expired"), (
             refused
         )
         assert took < 2.0
-        assert _ask_slow(server.http_url, 1, "through_ensemble", 1) == "ok"
+        assert ask(server.http_url, 1, "through_ensemble", 1) == "ok"
     finally:
         assert server.stop() == 0
-
-
-def _ask_slow(url: str, iterations: int, model: str, priority: int) -> str:
-    client = httpclient.InferenceServerClient(url)
-    x = httpclient.InferInput("x", [1, WIDTH], "FP32")
-    x.set_data_from_numpy(np.ones((1, WIDTH), dtype=np.float32))
-    count = httpclient.InferInput("iterations", [1, 1], "INT64")
-    count.set_data_from_numpy(np.array([[iterations]], dtype=np.int64))
-    try:
-        client.infer(model, [x, count], priority=priority)
-        return "ok"
-    except InferenceServerException as exc:
-        return exc.message()
-    finally:
-        client.close()

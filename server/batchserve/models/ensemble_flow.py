@@ -31,30 +31,21 @@ from batchserve.models.ensemble import (
 from batchserve.models.ensemble_config import EnsembleStep
 from batchserve.models.model_table import ServedVersion
 from batchserve.models.replies import counted
-from batchserve.scheduler.responders import Reply
+from batchserve.scheduler.responders import CountedRequests, Reply
 from batchserve.scheduler.work import Arrays, WorkItem
 
 Emit = Callable[[Values], None]
 """Takes a flow's tensors once its steps are done."""
 
 
-class EnsembleResponder:
+class EnsembleResponder(CountedRequests):
     """Answers a decoupled ensemble's requests through its ``EnsembleBatcher``'s steps,
     the decoupled ones (``decoupled``) streamed, one flow of what follows per response."""
 
     def __init__(self, batcher: EnsembleBatcher, decoupled: Collection[EnsembleStep]) -> None:
+        super().__init__()
         self._batcher = batcher
         self._decoupled = frozenset(decoupled)
-        self._active = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    @property
-    def active(self) -> int:
-        return self._active
-
-    async def close(self) -> None:
-        await self._idle.wait()
 
     def replies(
         self, inputs: Arrays, cancelled: Callable[[], bool] | None, streaming: bool = True
@@ -77,8 +68,7 @@ class EnsembleResponder:
             finally:
                 answers.put_nowait(None)  # (after a failure too: the loop below ends)
 
-        self._active += 1
-        self._idle.clear()
+        self._began()
         flow = asyncio.ensure_future(run())
         try:
             while (values := await answers.get()) is not None:
@@ -90,9 +80,7 @@ class EnsembleResponder:
                 flow.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await flow
-            self._active -= 1
-            if not self._active:
-                self._idle.set()
+            self._ended()
 
     async def _flow(
         self, item: WorkItem, steps: list[EnsembleStep], values: Values, emit: Emit

@@ -15,36 +15,11 @@ from collections.abc import AsyncGenerator, Callable
 import numpy as np
 
 from batchserve.core.errors import InvalidArgument
-from batchserve.scheduler.responders import Reply
+from batchserve.scheduler.responders import CountedRequests, Reply
 from batchserve.scheduler.work import Arrays
 
 
-class _Counted:
-    """Counts requests being answered, and lets ``close`` wait for them."""
-
-    def __init__(self) -> None:
-        self._active = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    @property
-    def active(self) -> int:
-        return self._active
-
-    def _began(self) -> None:
-        self._active += 1
-        self._idle.clear()
-
-    def _ended(self) -> None:
-        self._active -= 1
-        if not self._active:
-            self._idle.set()
-
-    async def close(self) -> None:
-        await self._idle.wait()
-
-
-class RepeatResponder(_Counted):
+class RepeatResponder(CountedRequests):
     """``repeat``: one response per element of IN (OUT = the element, IDX = its index), the
     i-th after waiting DELAY[i] milliseconds; WAIT only delays the original's return from
     execution, which no client observes."""
@@ -73,7 +48,7 @@ class RepeatResponder(_Counted):
             self._ended()
 
 
-class SquareResponder(_Counted):
+class SquareResponder(CountedRequests):
     """``square``: N responses for IN = [N], each with OUT = [N] (the original's name
     notwithstanding, nothing is squared); none for N = 0."""
 

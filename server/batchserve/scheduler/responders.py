@@ -8,6 +8,7 @@ as an empty response only to clients that ask for one).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -46,3 +47,29 @@ class Responder(Protocol):
     async def close(self) -> None:
         """Stop taking requests; those being answered finish first."""
         ...
+
+
+class CountedRequests:
+    """Counts requests being answered, and lets ``close`` wait for them: the ``active`` and
+    ``close`` of a ``Responder``; ``_began`` and ``_ended`` around each request."""
+
+    def __init__(self) -> None:
+        self._active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+    def _began(self) -> None:
+        self._active += 1
+        self._idle.clear()
+
+    def _ended(self) -> None:
+        self._active -= 1
+        if not self._active:
+            self._idle.set()
+
+    async def close(self) -> None:
+        await self._idle.wait()
