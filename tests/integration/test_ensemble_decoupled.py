@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 import pytest
 import tritonclient.grpc as grpcclient
+from batchserve.zoo.sequence_models import write_accumulator
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
@@ -57,6 +58,12 @@ ENSEMBLES = {
                       '{ model_name: "square_int32" input_map { key: "IN" value: '
                       '"repeat_out" } output_map { key: "OUT" value: "OUT" } }',
                       'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]'),
+    # a sequence model after repeat: the request's sequence parameters reach each of its
+    # requests (Triton passes them to every step, flags included)
+    "repeat_accumulate": (REPEAT_STEP % ("repeat_out", "")
+                          + ', { model_name: "accumulator" input_map { key: "INPUT" value: '
+                          '"repeat_out" } output_map { key: "OUTPUT" value: "OUT" } }',
+                          'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]'),
 }  # fmt: skip
 
 
@@ -80,6 +87,7 @@ def _write_onnx(repo: Path, name: str, node: onnx.NodeProto, inputs: list[str],
 def write_repository(repo: Path) -> None:
     for model in ("repeat_int32", "square_int32"):
         shutil.copytree(MODEL_REPO / model, repo / model)
+    write_accumulator(repo)
     _write_onnx(repo, "identity_int32", helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"]),
                 ["INPUT0"], "OUTPUT0")  # fmt: skip
     _write_onnx(repo, "adder_int32", helper.make_node("Add", ["A", "B"], ["SUM"]),
@@ -111,8 +119,8 @@ def _inputs(values: list[int], delay_ms: int) -> list[grpcclient.InferInput]:
     return tensors
 
 
-def _stream(server: ServerProcess, model: str, values: list[int],
-            delay_ms: int = 20) -> list[tuple[list[int] | None, bool]]:  # fmt: skip
+def _stream(server: ServerProcess, model: str, values: list[int], delay_ms: int = 20,
+            **sequence: object) -> list[tuple[list[int] | None, bool]]:  # fmt: skip
     """Each response to one request over a gRPC stream: OUT (None: a bare final flag), and
     whether it is marked final."""
     answers: queue.Queue[object] = queue.Queue()
@@ -122,6 +130,7 @@ def _stream(server: ServerProcess, model: str, values: list[int],
         client.async_stream_infer(
             model, _inputs(values, delay_ms), request_id="r1",
             outputs=[grpcclient.InferRequestedOutput("OUT")], enable_empty_final_response=True,
+            **sequence,
         )  # fmt: skip
         got: list[tuple[list[int] | None, bool]] = []
         while True:
@@ -204,3 +213,21 @@ def test_the_decoupled_steps_model_counts_the_step_as_a_request(server: ServerPr
     before = executions()
     _stream(server, "repeat_square", [1, 2, 1], delay_ms=0)
     assert executions() - before == 3  # one square request per repeat response
+
+
+def test_a_sequence_step_after_a_decoupled_step_gets_the_requests_sequence(
+    server: ServerProcess,
+) -> None:
+    """Through workers too: a stream's sequence parameters travel with the request to the
+    model-owning process. Each of the accumulator's requests carries the request's flags
+    (START on each here: each sums one value); without an id its step refuses, in its words
+    after the ensemble's."""
+    sequence = {"sequence_id": 42, "sequence_start": True, "sequence_end": True}
+    got = _stream(server, "repeat_accumulate", [4, 5], **sequence)
+    assert got == [([4], False), ([5], False), (None, True)]
+    with pytest.raises(InferenceServerException) as refused:
+        _stream(server, "repeat_accumulate", [4])
+    assert refused.value.message().startswith(
+        "in ensemble 'repeat_accumulate', inference request to model 'accumulator' must "
+        "specify a non-zero or non-empty correlation ID"
+    )

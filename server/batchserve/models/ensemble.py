@@ -132,7 +132,7 @@ class EnsembleBatcher(Batcher):
             item.finish(asyncio.CancelledError())
             raise
         except Exception as exc:
-            item.finish(_in_ensemble(self.name, exc))
+            item.finish(in_ensemble(self.name, exc))
             return
         item.finish(outputs)
 
@@ -327,7 +327,7 @@ def _agree(config_dims: tuple[int, ...], shape: tuple[int, ...]) -> bool:
     )
 
 
-def _in_ensemble(name: str, error: Exception) -> Exception:
+def in_ensemble(name: str, error: Exception) -> Exception:
     """A step's error as Triton's ensemble reports it: its message after the ensemble's."""
     if not isinstance(error, BatchserveError):
         return error

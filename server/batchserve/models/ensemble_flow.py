@@ -25,6 +25,7 @@ from batchserve.models.ensemble import (
     StepDone,
     Value,
     Values,
+    in_ensemble,
     step_request,
     step_timeout_us,
 )
@@ -73,7 +74,10 @@ class EnsembleResponder(CountedRequests):
         try:
             while (values := await answers.get()) is not None:
                 yield Reply(self._batcher.outputs_of(values, item.output_names))
-            await flow  # a step's failure ends the request with it
+            try:
+                await flow  # a step's failure ends the request with it
+            except Exception as exc:
+                raise in_ensemble(self._batcher.name, exc) from exc
             yield Reply(final=True)
         finally:
             if not flow.done():

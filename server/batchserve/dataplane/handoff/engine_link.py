@@ -344,13 +344,15 @@ class EngineLink:
         then "z" (or "e"): a decoupled model's."""
         self._unacknowledged += 1
         (_, rid, model, version, request_id, protocol, priority, timeout_us, peer, block,
-         inline, inputs, outputs, streaming, empty_final) = frame  # fmt: skip
+         inline, inputs, outputs, streaming, empty_final, sequence) = frame  # fmt: skip
         self.handed_over += 1
         self.handoffs += 1
         try:
             request = self._request(model, version, request_id, protocol, priority, timeout_us,
                                     block, inline, inputs, outputs)  # fmt: skip
             request.empty_final = empty_final
+            if sequence is not None:  # (a decoupled ensemble's sequence steps take it)
+                request.sequence = SequenceFlags(*sequence)
             if any(tensor.parameters for tensor in request.inputs):
                 request = self.plane.decode(lambda: request, model, version, protocol, peer)
         except BatchserveError as exc:

@@ -394,9 +394,11 @@ class WorkerPlane:
         rid = next(self._ids)
         streamed = self._streams[rid] = _Streamed(asyncio.Queue(), block)
         peer = request.peer if shm.uses_shared_memory(request) else None
+        sequence = None if request.sequence is None else request.sequence.as_tuple()
         self._send_request(("s", rid, request.model_name, request.model_version, request.id,
                             request.protocol, request.priority, request.timeout_us, peer, block,
-                            inline, inputs, outputs, streaming, request.empty_final))  # fmt: skip
+                            inline, inputs, outputs, streaming, request.empty_final,
+                            sequence))  # fmt: skip
         taken = 0
         try:
             while (frame := await streamed.frames.get())[0] == "p":
