@@ -188,12 +188,8 @@ def _step_replies(
     responder = served.responder
     assert responder is not None, "a decoupled step's model has a responder"
     if isinstance(responder, EnsembleResponder):
-        timeout_us = step_timeout_us(item)
-        nested = WorkItem(
-            valid.inputs, valid.batch_size, valid.output_names, item.priority, started,
-            started + timeout_us * 1000 if timeout_us else None,
-            asyncio.get_running_loop().create_future(), item.is_cancelled,
-        )  # fmt: skip
+        nested = admission.work_item(served, valid, item.priority, step_timeout_us(item),
+                                     started, item.is_cancelled)  # fmt: skip
         nested.sequence = item.sequence
         return responder.replies_to(nested, True)
     return responder.replies(valid.inputs, item.is_cancelled, True)
