@@ -433,9 +433,13 @@ def _generate_inputs(prompt: str, tokens: int, temperature: float, seed: int) ->
 
 
 def _stream_generation(server: ServerProcess, prompt: str, tokens: int, temperature: float,
-                       seed: int) -> list[str]:  # fmt: skip
+                       seed: int, start: threading.Barrier | None = None) -> list[str]:  # fmt: skip
+    """The pieces a generation streams; with ``start``, its request waits for the others'
+    streams to open (opening one takes longer than a short generation runs)."""
     stream = Stream(server)
     try:
+        if start is not None:
+            start.wait(timeout=30)
         stream.client.async_stream_infer(
             "char_lstm_generate", _generate_inputs(prompt, tokens, temperature, seed),
             request_id=f"g{seed}",
@@ -475,9 +479,10 @@ def test_concurrent_generations_share_steps_and_each_is_what_it_is_alone(
     prompts = [("import ", 11), ("class ", 12), ("    return ", 13), ("for i in ", 14)] * 2
     alone = [_stream_generation(decoupled_server, p, 30, 0.8, seed) for p, seed in prompts[:4]]
     before = _statistics(decoupled_server, "char_lstm_step")
+    start = threading.Barrier(len(prompts))
     with ThreadPoolExecutor(len(prompts)) as pool:
         together = list(pool.map(lambda ps: _stream_generation(
-            decoupled_server, ps[0], 30, 0.8, ps[1]), prompts))  # fmt: skip
+            decoupled_server, ps[0], 30, 0.8, ps[1], start), prompts))  # fmt: skip
     assert together == alone + alone
     after = _statistics(decoupled_server, "char_lstm_step")
     steps = int(after["execution_count"]) - int(before["execution_count"])
