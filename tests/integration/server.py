@@ -77,6 +77,15 @@ class ServerProcess:
             if line is not None:
                 self.logs.append(_parse(line))
 
+    def worker_pids(self) -> dict[int, int]:
+        """The latest pid of each worker slot (``--workers N``), from the log."""
+        self.drain_logs()
+        pids: dict[int, int] = {}
+        for record in self.logs:
+            if record.get("message") == "worker started":
+                pids[int(str(record["worker"]))] = int(str(record["pid"]))
+        return pids
+
     def stop(self, timeout: float = 60.0) -> int:
         """SIGTERM, wait for a clean exit, and collect the last log records."""
         if self.process.poll() is None:

@@ -50,16 +50,6 @@ def workers_server() -> Iterator[ServerProcess]:
     assert server.stop() == 0
 
 
-def _worker_pids(server: ServerProcess) -> dict[int, int]:
-    """The latest pid of each worker slot, from the log."""
-    server.drain_logs()
-    pids: dict[int, int] = {}
-    for record in server.logs:
-        if record.get("message") == "worker started":
-            pids[int(str(record["worker"]))] = int(str(record["pid"]))
-    return pids
-
-
 def _images(count: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).random((count, 1, 8, 8), dtype=np.float32)
 
@@ -280,7 +270,7 @@ def _under_load(server: ServerProcess) -> Iterator[Counter[str]]:
 def test_a_stop_signal_sent_to_a_worker_alone_is_ignored(workers_server: ServerProcess) -> None:
     """Stop signals are the model-owning process's (a terminal's Ctrl-C reaches the whole
     group); a worker sent one alone keeps serving, and nothing it had is lost."""
-    pids = _worker_pids(workers_server)
+    pids = workers_server.worker_pids()
     with _under_load(workers_server) as seen:
         time.sleep(0.5)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -289,14 +279,14 @@ def test_a_stop_signal_sent_to_a_worker_alone_is_ignored(workers_server: ServerP
     assert set(seen) == {"ok"}, seen
     assert seen["ok"] > 10
     os.kill(pids[0], 0)  # still there
-    assert _worker_pids(workers_server) == pids
+    assert workers_server.worker_pids() == pids
     assert not [r for r in workers_server.logs if r.get("message", "").startswith("worker exited")]
 
 
 def test_a_killed_worker_is_replaced_and_no_request_hangs() -> None:
     server = start_server(extra_args=WORKERS)
     try:
-        pids = _worker_pids(server)
+        pids = server.worker_pids()
         assert len(pids) == 2
         assert _arenas_mapped(server) == 4
         stop = threading.Event()
@@ -359,7 +349,7 @@ def test_a_worker_awaiting_its_replacement_is_counted_once_and_a_stop_exits_0() 
     made the server exit 1: the drain was judged by that worker's SIGKILL."""
     server = start_server(extra_args=WORKERS)
     try:
-        pids = _worker_pids(server)
+        pids = server.worker_pids()
         _infer_on_new_connections(server, 30, seed=5)  # both workers hand some over
         handed = metric(server, "batchserve_worker_requests_total")
         assert handed == 30
@@ -386,7 +376,7 @@ def test_a_worker_that_cannot_be_started_is_tried_again() -> None:
     pid = server.process.pid
     limits = resource.prlimit(pid, resource.RLIMIT_NOFILE)
     try:
-        pids = _worker_pids(server)
+        pids = server.worker_pids()
         os.kill(pids[0], signal.SIGKILL)
         deadline = time.monotonic() + 30
         while not _logged_exit(server) and time.monotonic() < deadline:
@@ -423,19 +413,19 @@ def test_a_worker_that_stops_answering_is_killed_and_replaced() -> None:
     replaced; workers that answer, under load, are left alone."""
     server = start_server(extra_args=[*WORKERS, "--worker-timeout", "2"])
     try:
-        pids = _worker_pids(server)
+        pids = server.worker_pids()
         with _under_load(server) as seen:
             time.sleep(3.0)  # longer than the timeout: busy workers answer in time
         assert seen["ok"] > 0
         assert set(seen) == {"ok"}, seen
-        assert _worker_pids(server) == pids
+        assert server.worker_pids() == pids
         # the model-owning process itself stalled past the timeout: the answers waiting
         # unread in its sockets are no worker's fault
         os.kill(server.process.pid, signal.SIGSTOP)
         time.sleep(3.0)
         os.kill(server.process.pid, signal.SIGCONT)
         time.sleep(1.5)
-        assert _worker_pids(server) == pids
+        assert server.worker_pids() == pids
         assert not [r for r in server.logs if r.get("message", "").startswith("worker did not")]
         os.kill(pids[0], signal.SIGSTOP)
         killed = server.wait_for(
@@ -448,7 +438,7 @@ def test_a_worker_that_stops_answering_is_killed_and_replaced() -> None:
         before = metric(server, "batchserve_worker_requests_total", worker="0")
         _infer_on_new_connections(server, 30, seed=7)  # the new one takes its share
         assert metric(server, "batchserve_worker_requests_total", worker="0") > before
-        assert _worker_pids(server)[1] == pids[1]
+        assert server.worker_pids()[1] == pids[1]
     finally:
         code = server.stop()
     assert code == 0
@@ -456,7 +446,7 @@ def test_a_worker_that_stops_answering_is_killed_and_replaced() -> None:
 
 def test_workers_exit_when_the_model_owning_process_dies() -> None:
     server = start_server(extra_args=WORKERS)
-    pids = list(_worker_pids(server).values())
+    pids = list(server.worker_pids().values())
     server.process.kill()
     assert server.process.wait(10) != 0
     deadline = time.monotonic() + 10
@@ -530,7 +520,7 @@ def test_every_thread_of_every_process_runs_under_sched_batch(
     (fork_server,) = [
         r["pid"] for r in workers_server.logs if r.get("message") == "fork server started"
     ]
-    pids = [workers_server.process.pid, *_worker_pids(workers_server).values()]
+    pids = [workers_server.process.pid, *workers_server.worker_pids().values()]
     assert len(pids) == 3
     assert set(_policies(int(str(fork_server)))) == {os.SCHED_BATCH}  # its forks start there
     for pid in pids:
@@ -545,7 +535,7 @@ def test_cpu_scheduling_normal_leaves_every_thread_under_the_normal_policy() -> 
         extra_args=[*WORKERS, "--cpu-scheduling", "normal", "--model-control-mode", "explicit"]
     )
     try:
-        pids = [server.process.pid, *_worker_pids(server).values()]
+        pids = [server.process.pid, *server.worker_pids().values()]
         assert len(pids) == 3
         inherited = os.sched_getscheduler(0)  # the server starts under the test's policy
         for pid in pids:

@@ -134,12 +134,12 @@ async def _abort(context: Context, error: grpc.aio.AioRpcError) -> None:
 class WorkerServicer(InferenceServicer):
     """A worker's inference calls: decoded here and handed off (``WorkerPlane``)."""
 
-    def __init__(self, plane: KnownModels, forwarder: Forwarder) -> None:
+    def __init__(self, plane: KnownModels, forwarder: Forwarder, intake: Intake) -> None:
         # Not InferenceServicer.__init__: control and regions live in the other process.
         self.inference = plane
         self.plane = plane
         self.layouts = MessageLayouts()
-        self.intake = Intake()  # never closed: the model-owning process orders the drain
+        self.intake = intake  # closed by the model-owning process, the stop signal's
         self.streams = InferStreams(self.intake)
         self.forwarder = forwarder
 

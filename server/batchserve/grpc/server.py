@@ -161,11 +161,15 @@ class GrpcServer(_Listener):
 class WorkerGrpcServer(_Listener):
     """A worker's share of the gRPC port: inference here, the rest forwarded."""
 
-    def __init__(self, plane: KnownModels, settings: Settings, port: int, path: str) -> None:
+    def __init__(
+        self, plane: KnownModels, settings: Settings, port: int, path: str, intake: Intake
+    ) -> None:
+        """``intake``: the worker's, which the model-owning process closes at its stop."""
         self.forwarder = Forwarder(path)
         super().__init__(
-            settings, WorkerServicer(plane, self.forwarder), reuse_port=True, public=True
-        )
+            settings, WorkerServicer(plane, self.forwarder, intake), reuse_port=True,
+            public=True,
+        )  # fmt: skip
         assert isinstance(self.servicer, WorkerServicer)
         handlers = WorkerHandlers(self.servicer, self.forwarder)
         # registered, so that inference calls can have more than one accept outstanding

@@ -209,7 +209,13 @@ class Server:
         ``--shutdown-delay`` is still to be served (the first signal to a server that was
         ready; a later one skips the delay)."""
         if signals > 1 or not self._started or not self.settings.shutdown_delay_seconds:
-            self.intake.close()
+            self._close_intake()
+
+    def _close_intake(self) -> None:
+        """No public listener accepts a request from now on, this process's or a worker's."""
+        self.intake.close()
+        if self.pool is not None:
+            self.pool.close_intakes()
 
     async def run(self) -> None:
         """Listen, load the models, serve until asked to stop, then drain."""
@@ -370,7 +376,7 @@ class Server:
         if self.grpc is not None:
             await self.grpc.set_serving(False)
         await self._shutdown_delay()
-        self.intake.close()  # at the signal already, unless there was a delay to serve
+        self._close_intake()  # at the signal already, unless there was a delay to serve
         if self.pool is not None:  # the workers drain first: this process answers for them
             grace = self.settings.shutdown_timeout_seconds + WORKER_EXIT_GRACE_S
             self.workers_drained = await self.pool.stop(grace)

@@ -23,6 +23,7 @@ from batchserve.core.settings import Settings
 from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.engine_link import EngineLink
 from batchserve.dataplane.handoff.frames import pack_frame
+from batchserve.dataplane.handoff.intake_word import worker_intake
 from batchserve.dataplane.plane import DataPlane
 from batchserve.observability import log_settings
 from batchserve.observability.trace_settings import Snapshot
@@ -82,6 +83,8 @@ class WorkerPool:
         self.counts = counts
         self.workers: dict[int, _Worker] = {}
         self.stopping = False
+        self.intakes_closed = False
+        """Set with ``close_intakes``: a worker started later starts closed."""
         self._gone: dict[int, tuple[int, int]] = {}  # (requests, handoffs) of replaced workers
         self._watchers: list[asyncio.Task[None]] = []
         self._unmapping: set[asyncio.Task[None]] = set()
@@ -114,6 +117,8 @@ class WorkerPool:
             for kind in ("requests", "responses"):
                 arenas.append(Arena.create(f"batchserve-worker{index}-{kind}", ARENA_BYTES))
             requests, responses = arenas
+            if self.intakes_closed:
+                worker_intake(requests).close()
             process = await self._process((theirs.fileno(), requests.fd, responses.fd))
             self._claim(process)
         except BaseException:
@@ -305,6 +310,13 @@ class WorkerPool:
         sent after a reload must not be refused by a worker's copy of the old config."""
         for worker in self.workers.values():
             worker.link.send_now(("v",))
+
+    def close_intakes(self) -> None:
+        """Every worker refuses requests from now on, before its drain frame is read: safe
+        in a signal handler (stores into shared memory, over a copy of the workers)."""
+        self.intakes_closed = True
+        for worker in list(self.workers.values()):
+            worker_intake(worker.link.requests).close()
 
     async def stop(self, timeout: float) -> bool:
         """Drain every worker (they stop listening and answer what they accepted); True

@@ -25,6 +25,7 @@ import uvloop
 from batchserve.core.settings import Settings
 from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.frames import Frame, read_frame
+from batchserve.dataplane.handoff.intake_word import worker_intake
 from batchserve.dataplane.handoff.worker_plane import WorkerPlane
 from batchserve.grpc.server import WorkerGrpcServer
 from batchserve.observability.grpc_core_counts import read_core_call_counts
@@ -69,19 +70,21 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
     requests = Arena(start.requests_fd, start.arena_bytes)
     responses = Arena(start.responses_fd, start.arena_bytes)
     plane = WorkerPlane(settings, requests, responses, _counts)
+    intake = worker_intake(requests)  # closed by the model-owning process as its stop begins
     sock.setblocking(False)
     await loop.connect_accepted_socket(lambda: plane.protocol, sock)
     forwarder = HttpForwarder(start.http_path)
     http, http_task = None, None
     if start.http_port is not None:  # None: --allow-http false
-        app = in_front_of(WorkerInferEndpoint(plane, settings, forwarder), forwarder)
+        app = in_front_of(WorkerInferEndpoint(plane, settings, forwarder), forwarder, intake)
         app = restricted(app, settings.http_restrictions())  # inference is answered here
-        http = http_listener(app, settings, start.http_port, Protocol.HTTP, settings.tls)
+        http = http_listener(app, settings, start.http_port, Protocol.HTTP, settings.tls,
+                             intake=intake)  # fmt: skip
         listening = reuse_port_socket("HTTP", settings.http_host(), start.http_port, listening=True)
         http_task = asyncio.create_task(http.serve(sockets=[listening]))
     grpc = None
     if start.grpc_port is not None:  # None: --allow-grpc false
-        grpc = WorkerGrpcServer(plane, settings, start.grpc_port, start.grpc_path)
+        grpc = WorkerGrpcServer(plane, settings, start.grpc_port, start.grpc_path, intake)
         await grpc.start()
     while http is not None and http_task is not None and not http.started:
         if http_task.done():
