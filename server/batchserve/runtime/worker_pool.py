@@ -117,8 +117,6 @@ class WorkerPool:
             for kind in ("requests", "responses"):
                 arenas.append(Arena.create(f"batchserve-worker{index}-{kind}", ARENA_BYTES))
             requests, responses = arenas
-            if self.intakes_closed:
-                worker_intake(requests).close()
             process = await self._process((theirs.fileno(), requests.fd, responses.fd))
             self._claim(process)
         except BaseException:
@@ -142,6 +140,8 @@ class WorkerPool:
         link.send(("t", self.plane.control.trace.snapshot()))
         worker = _Worker(process, link)
         self.workers[index] = worker
+        if self.intakes_closed:  # after the line above: a stop's signal now closes it either way
+            worker_intake(requests).close()
         forked = isinstance(process, ForkedWorker)
         logger.info("worker started", extra={"worker": index, "pid": process.pid, "forked": forked})
         return worker
