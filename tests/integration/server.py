@@ -10,17 +10,47 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
+import tritonclient.http as tritonhttp
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_REPO = REPO_ROOT / "model_repo"
+WAITED_FOR_CLIENTS = "waited for HTTP clients to close their connections"
+"""The server's line as its stop's wait for HTTP clients ends (``runtime/http_listener.py``;
+not imported: the server's protos and tritonclient's share file names)."""
+LONGEST_CLIENT_WAIT_S = 5.0
+"""Longer, and a test's stop waited for an idle connection it left open (the keep-alive
+timer or the exit timeout ended it), not for answers still on their way."""
 CONTROL_TOKEN = "s3cret-token"
 """The model-control token of the ``explicit_server`` fixture."""
+
+
+TRITON_HTTP_CLIENTS: weakref.WeakSet[tritonhttp.InferenceServerClient] = weakref.WeakSet()
+"""Every tritonclient HTTP client the tests make, for ``ServerProcess.stop`` to close."""
+
+
+def _track_triton_http_clients() -> None:
+    """A program using tritonclient closes its connections when it exits; a test's client
+    lives on past the server's stop, which (as Triton's) waits for connections its clients
+    still hold. So the harness notes each client made, and closes those of a server before
+    stopping it. The client itself is unchanged."""
+    made = tritonhttp.InferenceServerClient.__init__
+
+    def init(self: tritonhttp.InferenceServerClient, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        TRITON_HTTP_CLIENTS.add(self)
+
+    tritonhttp.InferenceServerClient.__init__ = init
+
+
+_track_triton_http_clients()
 
 
 @dataclass
@@ -86,8 +116,14 @@ class ServerProcess:
                 pids[int(str(record["worker"]))] = int(str(record["pid"]))
         return pids
 
-    def stop(self, timeout: float = 60.0) -> int:
-        """SIGTERM, wait for a clean exit, and collect the last log records."""
+    def stop(self, timeout: float = 60.0, clients_may_linger: bool = False) -> int:
+        """SIGTERM, wait for a clean exit, and collect the last log records. The stop waits,
+        as Triton's does, for HTTP clients to close connections they opened before it (up to
+        the exit timeout): a test that left one open (a tritonclient client not closed) fails
+        here, unless it says it kept one on purpose, rather than making the suite wait."""
+        for client in list(TRITON_HTTP_CLIENTS):
+            if client._parsed_url.port == self.http_port:
+                client.close()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         code = self.process.wait(timeout)
@@ -96,6 +132,10 @@ class ServerProcess:
         self.drain_logs()
         if self.process.stderr is not None:
             self.process.stderr.close()
+        waits = [r for r in self.logs if r.get("message") == WAITED_FOR_CLIENTS]
+        long = [r for r in waits if float(str(r["seconds"])) > LONGEST_CLIENT_WAIT_S]
+        if long and not clients_may_linger:
+            raise AssertionError(f"the stop waited for a client the test left connected: {long}")
         return code
 
 

@@ -18,6 +18,7 @@ import grpc
 import httpx
 import numpy as np
 import pytest
+import tritonclient.http as tritonhttp
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tests.integration.server import ServerProcess, metric, start_server
@@ -100,7 +101,7 @@ def test_sigterm_under_load_loses_no_accepted_request() -> None:
     stop.set()
     for thread in threads:
         thread.join(30)
-    server.stop()
+    server.stop(clients_may_linger=True)
 
     assert code == 0
     assert elapsed < 25
@@ -154,16 +155,18 @@ def _grpc_slow(server: ServerProcess, iterations: int) -> service_pb2.ModelInfer
 
 
 def _http_outcome(connection: http.client.HTTPConnection) -> str:
-    """ "ok" (200 and the model's answer), "503 <error>", or "closed" (no answer at all)."""
+    """ "ok" (200 and the model's answer), "<status> <error>", or "closed" (no answer at
+    all); ", then closed" where the answer said the server closes the connection."""
     try:
         response = connection.getresponse()
         body = response.read()
     except (http.client.RemoteDisconnected, ConnectionError):
         return "closed"
+    closing = ", then closed" if response.getheader("connection") == "close" else ""
     if response.status != 200:
-        return f"{response.status} {json.loads(body)['error']}"
+        return f"{response.status} {json.loads(body)['error']}{closing}"
     y = np.array(json.loads(body)["outputs"][0]["data"], dtype=np.float32).reshape(1, WIDTH)
-    return "ok" if np.allclose(y, expected(X), rtol=1e-6) else "wrong answer"
+    return ("ok" if np.allclose(y, expected(X), rtol=1e-6) else "wrong answer") + closing
 
 
 def _grpc_outcome(call: grpc.Future) -> str:
@@ -181,18 +184,20 @@ def test_requests_arriving_with_the_stop_signal_are_refused_and_accepted_ones_an
     """Requests the event loop reads in the same pass as the stop signal were accepted and
     answered: the loop ran its handler only after dispatching them, and the listeners closed
     passes later. Triton refuses what comes after the signal (UNAVAILABLE, "GRPC server is
-    shutting down and has stopped accepting new requests."; an HTTP connection refused) and
-    answers what it accepted before.
+    shutting down and has stopped accepting new requests."; a new HTTP connection reset) and
+    answers what it accepted before; an HTTP connection opened before the signal it still
+    serves while it waits for its clients to close theirs.
 
     The race made certain: the server is stopped (SIGSTOP) while requests wait accepted in the
     model's queue; on connections it already served, HTTP and gRPC requests are sent, new HTTP
     connections are made, and SIGINT is sent; then it continues, with the signal and all those
-    bytes waiting. Every accepted request must be answered, every later one refused (never
-    answered, never left hanging), and the server must exit 0.
+    bytes waiting. Every accepted request must be answered, every later gRPC call and new
+    connection refused (never answered, never left hanging), every request on an HTTP
+    connection opened before answered and its connection closed, and the server must exit 0.
 
     With workers the signal reaches the model-owning process only, and the workers, which
     read the late requests, learned of it from a drain frame (they answered 3 to 5 late
-    requests in 20 runs of Triton's shutdown case). Here they are stopped too, and continue
+    gRPC calls in 20 runs of Triton's shutdown case). Here they are stopped too, and continue
     only once the model-owning process has begun its drain: each must refuse what it reads,
     although its drain frame waits unread alongside."""
     write_slow_model(tmp_path, "slow", max_queue_size=64)
@@ -235,24 +240,70 @@ def test_requests_arriving_with_the_stop_signal_are_refused_and_accepted_ones_an
             for pid in reversed(frozen):
                 os.kill(pid, signal.SIGCONT)
         code = server.process.wait(60)
-        late = Counter(
-            [_grpc_outcome(call) for call in late_grpc]
-            + [_http_outcome(connection) for connection in kept + fresh]
-        )
+        late_grpc_outcomes = Counter(_grpc_outcome(call) for call in late_grpc)
+        late_kept = Counter(_http_outcome(connection) for connection in kept)
+        late_fresh = Counter(_http_outcome(connection) for connection in fresh)
         assert_slow_answer(blocker.result(timeout=5))
         for answer in accepted_http:
             assert_slow_answer(answer.result(timeout=5))
         for rpc in accepted_grpc:
             assert_slow_grpc_answer(rpc.result(timeout=5))
-    server.stop()
+    server.stop(clients_may_linger=True)
 
     assert code == 0
-    # Refused: in Triton's words by the handler; by grpc core once the listener stops (a call
-    # it had not handed over yet: UNAVAILABLE or CANCELLED); 503 on a connection opened
-    # before the signal; a connection made after it closed unanswered, as Triton resets it.
-    refused = ("UNAVAILABLE ", "CANCELLED ", "503 server is shutting down", "closed")
-    assert all(outcome.startswith(refused) for outcome in late), late
-    assert sum(late.values()) == 2 * LATE + NEW_HTTP
+    # gRPC refused: in Triton's words by the handler; by grpc core once the listener stops (a
+    # call it had not handed over yet: UNAVAILABLE or CANCELLED). HTTP, as Triton: a
+    # connection opened before the signal still served, and closed after its answer; one
+    # made after it closed unanswered, as Triton resets it.
+    refused = ("UNAVAILABLE ", "CANCELLED ")
+    assert all(outcome.startswith(refused) for outcome in late_grpc_outcomes), late_grpc_outcomes
+    assert sum(late_grpc_outcomes.values()) == LATE
+    assert late_kept == {"ok, then closed": LATE}
+    assert late_fresh == {"closed": NEW_HTTP}
     finals = [r for r in server.logs if r.get("message") == "final statistics"]
     warm_ups = 2 * LATE
-    assert [(r["success"], r["fail"]) for r in finals] == [(warm_ups + 1 + 2 * QUEUED, 0)]
+    answered = warm_ups + 1 + 2 * QUEUED + LATE
+    assert [(r["success"], r["fail"]) for r in finals] == [(answered, 0)]
+
+
+# a connection open at the stop ----------------------------------------------------------------
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "two-workers"])
+def test_a_connection_open_at_the_stop_is_served_until_its_client_closes_it(
+    workers: str,
+) -> None:
+    """Triton's ``L0_lifecycle`` ``test_shutdown_with_live_connection``, with its client: a
+    connection made before SIGINT, idle when it comes, is still served two seconds later,
+    and the stop waits for its client to close it (Triton's HTTP service counts down its
+    exit timeout meanwhile, once a second, and the countdown never starts again). A new
+    connection is closed unanswered; the served request's answer closes its connection."""
+    server = start_server(extra_args=["--workers", workers])
+    inputs = [tritonhttp.InferInput("image", [1, 1, 8, 8], "FP32")]
+    inputs[0].set_data_from_numpy(np.frombuffer(IMAGE, np.float32).reshape(1, 1, 8, 8))
+    client = tritonhttp.InferenceServerClient(server.http_url)
+    try:
+        before = client.infer("digits_cnn", inputs).as_numpy("probabilities")
+        server.process.send_signal(signal.SIGINT)
+        time.sleep(2)
+        with pytest.raises(httpx.TransportError):  # refused, or closed unanswered
+            httpx.get(f"http://{server.http_url}/v2/health/live")
+        after = client.infer("digits_cnn", inputs).as_numpy("probabilities")
+        still_running = server.process.poll() is None
+    finally:
+        client.close()
+    started = time.monotonic()
+    code = server.process.wait(20)
+    seconds = time.monotonic() - started
+    server.stop(clients_may_linger=True)
+
+    assert before is not None
+    assert after is not None
+    np.testing.assert_array_equal(after, before)
+    assert still_running
+    assert code == 0
+    assert seconds < 10, "the stop must end once the client has closed, not at the timeout"
+    messages = [str(record.get("message")) for record in server.logs]
+    assert sum(m.startswith("Timeout 30: Found 1 HTTP service connections") for m in messages) == 1
+    assert "Waiting for in-flight requests to complete." in messages
+    finals = [r for r in server.logs if r.get("message") == "final statistics"]
+    digits = [(r["success"], r["fail"]) for r in finals if r["model"] == "digits_cnn"]
+    assert digits == [(2, 0)]

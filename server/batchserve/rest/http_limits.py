@@ -163,6 +163,14 @@ class LimitedHttpToolsProtocol(UpgradeDecliningProtocol, PipelineLimitProtocol, 
         if intake is not None and not intake.open:
             self.refuse(Reason.UNAVAILABLE, None, "")
 
+    def close_after_answer(self) -> None:
+        """The request being served when the stop came (read before the intake closed) has
+        its answer say ``Connection: close`` and the connection closes after it, as every
+        later request's does (``rest/infer.closing_after``); an idle connection stays open."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.keep_alive = False
+
 
 def protocol_for(
     listener: Protocol, timeouts: ReadTimeouts, intake: Intake | None = None

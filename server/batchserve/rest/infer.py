@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from batchserve.core.errors import InvalidArgument, Unavailable
+from batchserve.core.errors import InvalidArgument
 from batchserve.core.intake import Intake
 from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest
@@ -32,7 +32,6 @@ from batchserve.rest.compression import (
 from batchserve.rest.disconnect import ClientDisconnected, until_disconnect
 from batchserve.rest.errors import error_body, error_headers
 from batchserve.rest.header_cache import HeaderCache
-from batchserve.rest.http_timeouts import SHUTTING_DOWN
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -237,13 +236,13 @@ async def _send(
 
 def in_front_of(endpoint: InferEndpoint, app: ASGIApp, intake: Intake | None = None) -> ASGIApp:
     """An ASGI app sending inference requests to ``endpoint`` and the rest to ``app``; once
-    ``intake`` has closed (the server's stop has begun), refusing every request."""
+    ``intake`` has closed (the server's stop has begun), each request is still served and
+    its connection closed after the answer (``closing_after``)."""
     intake = intake or Intake()
 
     async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
         if not intake.open:
-            await refuse_at_shutdown(send)
-            return
+            send = closing_after(send)
         match = endpoint.match(scope)
         if match is None:
             await app(scope, receive, send)
@@ -253,10 +252,20 @@ def in_front_of(endpoint: InferEndpoint, app: ASGIApp, intake: Intake | None = N
     return dispatch
 
 
-async def refuse_at_shutdown(send: Send) -> None:
-    """503 to a request on a connection opened before the stop, which the connection then
-    closes: Triton refuses new connections from the stop on; one that was open when the
-    stop came gets this rather than an answer (or a close it could not tell from a loss)."""
-    refusal = Unavailable(SHUTTING_DOWN)
-    status, body = error_body(refusal)
-    await _send(send, status, [*error_headers(refusal), (b"connection", b"close")], [body])
+def closing_after(send: Send) -> Send:
+    """``send`` with ``Connection: close`` on the response, for a request on a connection
+    opened before the stop. Triton keeps serving such a connection while its HTTP service
+    waits, up to the exit timeout, for clients to close theirs (L0_lifecycle's
+    ``test_shutdown_with_live_connection``: an idle connection's next request answered two
+    seconds after SIGINT); a refusal there failed a request a client had every reason to
+    send. The close then tells the client to take its next request elsewhere, so a pooled
+    connection does not hold the stop until the timeout."""
+
+    async def send_then_close(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", ()))
+            if (b"connection", b"close") not in headers:
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+        await send(message)
+
+    return send_then_close

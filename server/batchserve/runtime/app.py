@@ -62,7 +62,11 @@ from batchserve.scheduler.response_cache import local_cache
 logger = logging.getLogger(__name__)
 
 WORKER_EXIT_GRACE_S = 5.0
-"""Beyond the drain timeout, for a worker to close its listeners and exit."""
+"""Beyond a worker's two timeouts (its HTTP clients', then its accepted requests'), for it to
+close its listeners and exit."""
+IN_FLIGHT = "Waiting for in-flight requests to complete."
+"""Triton's line once its stop has only the accepted requests to wait for, in its words:
+scripts (and Triton's ``L0_lifecycle`` tests) read the log for it."""
 
 
 class Server:
@@ -377,15 +381,19 @@ class Server:
             await self.grpc.set_serving(False)
         await self._shutdown_delay()
         self._close_intake()  # at the signal already, unless there was a delay to serve
+        timeout = self.settings.shutdown_timeout_seconds
         if self.pool is not None:  # the workers drain first: this process answers for them
-            grace = self.settings.shutdown_timeout_seconds + WORKER_EXIT_GRACE_S
-            self.workers_drained = await self.pool.stop(grace)
+            logger.info(IN_FLIGHT)
+            self.workers_drained = await self.pool.stop(2 * timeout + WORKER_EXIT_GRACE_S)
+        elif self.http is not None:
+            await self.http.wait_for_clients(asyncio.get_running_loop().time() + timeout)
+            logger.info(IN_FLIGHT)
         stopping: list[Awaitable[None]] = []
         if self.http is not None and http_task is not None:
-            self.http.should_exit = True
+            self.http.should_exit = True  # what it accepted has the timeout again
             stopping.append(http_task)
         if self.grpc is not None:
-            stopping.append(self.grpc.stop(self.settings.shutdown_timeout_seconds))
+            stopping.append(self.grpc.stop(timeout))
         await asyncio.gather(*stopping)
         self._settle_deferred = True  # for good: the process is about to exit
         await self.registry.close()

@@ -3,7 +3,9 @@ own signal handling."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -16,10 +18,15 @@ from batchserve.core.intake import Intake
 from batchserve.core.settings import Settings
 from batchserve.core.tls import TlsFiles
 from batchserve.observability.refusals import Protocol
-from batchserve.rest.http_limits import protocol_for
+from batchserve.rest.http_limits import LimitedHttpToolsProtocol, protocol_for
 from batchserve.rest.http_timeouts import ReadTimeouts
 
 KEEP_ALIVE_SECONDS = 30
+CLIENTS_POLL_SECONDS = 0.05
+"""How often the stop looks whether the clients have closed their connections."""
+WAITED_FOR_CLIENTS = "waited for HTTP clients to close their connections"
+
+logger = logging.getLogger(__name__)
 
 
 class HttpListener(uvicorn.Server):
@@ -49,6 +56,30 @@ class HttpListener(uvicorn.Server):
 
     def bound_port(self) -> int:
         return int(self.servers[0].sockets[0].getsockname()[1])
+
+    async def wait_for_clients(self, deadline: float) -> None:
+        """Until the clients have closed every connection made before the stop, or the event
+        loop's clock reaches ``deadline``, as Triton's HTTP service waits at its stop, in its
+        words each second. Meanwhile those connections are served, each closed after its
+        next answer (``rest/infer.in_front_of``; one answering already, ``close_after_answer``),
+        and new ones closed unanswered (``http_limits``); an idle one is closed by the
+        keep-alive timer at the latest."""
+        for connection in list(self.server_state.connections):
+            if isinstance(connection, LimitedHttpToolsProtocol):
+                connection.close_after_answer()
+        loop = asyncio.get_running_loop()
+        began = say_at = loop.time()
+        if not self.server_state.connections:
+            return
+        while self.server_state.connections and (now := loop.time()) < deadline:
+            if now >= say_at:
+                logger.info("Timeout %d: Found %d HTTP service connections",
+                            round(deadline - now), len(self.server_state.connections))  # fmt: skip
+                say_at += 1.0
+            await asyncio.sleep(CLIENTS_POLL_SECONDS)
+        left = len(self.server_state.connections)  # the listener's stop closes them
+        logger.log(logging.WARNING if left else logging.INFO, WAITED_FOR_CLIENTS,
+                   extra={"seconds": round(loop.time() - began, 2), "left_open": left})  # fmt: skip
 
 
 def http_listener(

@@ -120,7 +120,13 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "preempt one another on busy cores; normal: the policy it was started with",
     ),
     ("--shutdown-delay", "shutdown_delay_seconds", float, "seconds not-ready before draining"),
-    ("--shutdown-timeout", "shutdown_timeout_seconds", float, "longest drain, in seconds"),
+    (
+        "--shutdown-timeout",
+        "shutdown_timeout_seconds",
+        float,
+        "longest wait, in seconds, for HTTP clients to close their connections, then again "
+        "for the accepted requests",
+    ),
     (
         "--exit-timeout-secs",
         "shutdown_timeout_seconds",

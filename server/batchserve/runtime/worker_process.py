@@ -100,12 +100,14 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
             "the model-owning process is gone: worker exiting", extra={"worker": start.index}
         )
         return 1
+    timeout = settings.shutdown_timeout_seconds
     stopping: list[Awaitable[None]] = []
     if http is not None and http_task is not None:
-        http.should_exit = True
+        await http.wait_for_clients(loop.time() + timeout)
+        http.should_exit = True  # what it accepted has the timeout again
         stopping.append(http_task)
     if grpc is not None:
-        stopping.append(grpc.stop(settings.shutdown_timeout_seconds))
+        stopping.append(grpc.stop(timeout))
     await asyncio.gather(*stopping)
     counting.cancel()
     plane.protocol.send(_counts())

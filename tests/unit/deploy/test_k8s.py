@@ -239,7 +239,8 @@ def test_grace_period_covers_pre_stop_delay_and_drain(
     pod = _pod(rendered[variant])
     settings = _settings(rendered[variant], monkeypatch)
     pre_stop = container(pod, SERVER)["lifecycle"]["preStop"]["sleep"]["seconds"]
-    drain = settings.shutdown_delay_seconds + settings.shutdown_timeout_seconds
+    # the delay, then two waits of the timeout: HTTP clients closing, accepted requests
+    drain = settings.shutdown_delay_seconds + 2 * settings.shutdown_timeout_seconds
     assert pre_stop > 0
     assert settings.shutdown_delay_seconds > 0
     assert pod["terminationGracePeriodSeconds"] > pre_stop + drain

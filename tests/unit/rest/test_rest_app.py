@@ -51,11 +51,12 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     await registry.close()
 
 
-async def test_once_the_intake_has_closed_every_request_gets_503_and_a_close(
+async def test_once_the_intake_has_closed_every_request_is_answered_then_its_connection_closed(
     tmp_path: Path,
 ) -> None:
     """The stop closes the server's intake as its signal arrives: a request on a connection
-    opened before is refused (any route), and the connection closes after the answer."""
+    opened before is still served (any route), as Triton serves a live connection while it
+    waits for its clients, and the answer closes the connection."""
     settings = Settings(model_repository=tmp_path)
     registry = ModelRegistry(
         _repository(tmp_path), 8, _budgets(), lambda config, path: FakeBackend()
@@ -67,16 +68,20 @@ async def test_once_the_intake_has_closed_every_request_gets_503_and_a_close(
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         body = _body([1, 2, 3, 4], [1, 4])
         assert (await client.post("/v2/models/fake/infer", json=body)).status_code == 200
+        assert "connection" not in (await client.get("/v2/health/live")).headers
         intake.close()
-        for response in (
-            await client.post("/v2/models/fake/infer", json=body),
-            await client.get("/v2/models/fake"),
-            await client.get("/v2/health/live"),
-        ):
-            assert response.status_code == 503
-            assert response.json() == {"error": "server is shutting down"}
-            assert response.headers["connection"] == "close"
-    assert dataplane.model_statistics("fake")[0].inference_stats.success.count == 1
+        inferred = await client.post("/v2/models/fake/infer", json=body)
+        described = await client.get("/v2/models/fake")
+        live = await client.get("/v2/health/live")
+        failed = await client.post("/v2/models/fake/infer", json=_body([1, 2], [1, 2]))
+        outputs = {o["name"]: o["data"] for o in inferred.json()["outputs"]}
+        assert outputs == {"y": [3, 5, 7, 9], "total": [10]}
+        assert described.json()["name"] == "fake"
+        assert live.status_code == 200
+        assert failed.status_code == 400
+        for response in (inferred, described, live, failed):
+            assert response.headers.get_list("connection") == ["close"]
+    assert dataplane.model_statistics("fake")[0].inference_stats.success.count == 2
     await registry.close()
 
 
