@@ -197,9 +197,9 @@ def test_log_switches_change_what_the_server_writes(settings_server: ServerProce
     text = [
         i
         for i, line in enumerate(lines)
-        if line.endswith("batchserve.models.registry: model ready")
+        if "batchserve.models.registry: model ready (model=digits_cnn" in line
     ]
-    assert text  # written as a text line, not JSON
+    assert text  # written as a text line, not JSON, with the call's fields
     assert not any("ignoring training.json" in line for line in lines[text[0] :])  # verbose 0
     assert http.get_log_settings() == LOG_DEFAULTS
 

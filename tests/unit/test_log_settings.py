@@ -132,3 +132,22 @@ def test_tritons_line_formats_are_written_as_triton_writes_them(fmt: str, line: 
     )
     record.created = calendar.timegm((2026, 11, 25, 1, 2, 3)) + 0.25
     assert re.match(line, formatter(fmt).format(record))
+
+
+@pytest.mark.parametrize(
+    ("fmt", "line"),
+    [
+        ("text", r"^\S+ \S+ ERROR x: model failed to load \(model=m, reason=a\.onnx: no file; "
+                 r"b\.pbtxt: bad\)$"),
+        ("default", r"^E\d{4} [\d:.]+ \d+ test_log_settings\.py:\d+\] model failed to load "
+                    r"\(model=m, reason=a\.onnx: no file; b\.pbtxt: bad\)$"),
+    ],
+)  # fmt: skip
+def test_line_formats_carry_the_fields_of_the_call_on_one_line(fmt: str, line: str) -> None:
+    """A model's failed load in a line format said "model failed to load" alone: which model
+    and why were in ``extra``, which only the JSON lines wrote."""
+    record = logging.getLogger("x").makeRecord(
+        "x", logging.ERROR, __file__, 7, "model failed to load", (), None,
+        extra={"model": "m", "reason": "a.onnx: no file\nb.pbtxt: bad"},
+    )  # fmt: skip
+    assert re.match(line, formatter(fmt).format(record))

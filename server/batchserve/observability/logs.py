@@ -26,7 +26,8 @@ FORMATS = ("json", "text", "default", "ISO8601")  # the last two are Triton's li
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _TRITON_LEVELS = {logging.ERROR: "E", logging.WARNING: "W", logging.INFO: "I"}
 # uvicorn adds a copy of its messages with terminal colour codes: noise in a JSON line.
-_NOT_FIELDS = (*RESERVED_ATTRS, "color_message")
+# taskName: Python 3.12's record attribute (the asyncio task), which the JSON lines leave out too.
+_NOT_FIELDS = (*RESERVED_ATTRS, "color_message", "taskName")
 
 _request: ContextVar[tuple[str, str] | None] = ContextVar("batchserve_request", default=None)
 
@@ -50,6 +51,32 @@ class RequestFields(logging.Filter):
         return True
 
 
+def with_fields(record: logging.LogRecord) -> str:
+    """The record's message, then the fields its call passed in ``extra`` (``model``,
+    ``reason``, ...), on one line: ``message (model=m, reason=...)``. The line formats wrote
+    the message alone, so a model's load failure said "model failed to load" and not which
+    model or why. A value's line breaks (a load's problems, one a line) become "; ", so that
+    each record stays one line for tools that read a line as a record (and grep Triton's)."""
+    fields = [
+        f"{key}={str(value).replace(chr(10), '; ')}"
+        for key, value in record.__dict__.items()
+        if key not in _NOT_FIELDS and not key.startswith("_")
+    ]
+    message = record.getMessage()
+    return f"{message} ({', '.join(fields)})" if fields else message
+
+
+class TextFormatter(logging.Formatter):
+    """``text``: ``time LEVEL logger: message (fields)``."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        record.message = with_fields(record)
+        return super().formatMessage(record)
+
+
 class TritonFormatter(logging.Formatter):
     """Triton's line preamble (its common/src/logging.cc), for log tooling written for it:
     ``default`` is ``I1125 01:02:03.456789 <pid> <file>:<line>] message`` and ``ISO8601`` is
@@ -62,7 +89,7 @@ class TritonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         level = _TRITON_LEVELS.get(min(record.levelno, logging.ERROR) // 10 * 10, "V")
         when = time.gmtime(record.created)
-        where = f"{os.getpid()} {record.filename}:{record.lineno}] {record.getMessage()}"
+        where = f"{os.getpid()} {record.filename}:{record.lineno}] {with_fields(record)}"
         if self.iso8601:
             return f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', when)} {level} {where}"
         micros = int(record.created % 1 * 1_000_000)
@@ -79,7 +106,7 @@ def formatter(fmt: str) -> logging.Formatter:
             rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
             reserved_attrs=_NOT_FIELDS,
         )
-    return logging.Formatter(TEXT_FORMAT)
+    return TextFormatter()
 
 
 def release_log_file() -> None:
