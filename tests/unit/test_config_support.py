@@ -194,3 +194,16 @@ def test_a_ragged_input_of_a_sequence_model_is_refused_by_name() -> None:
         "m/config.pbtxt: field 'input.allow_ragged_batch' is true for input 'x': batchserve does "
         "not support ragged batching in a sequence model (yet)"
     ]
+
+
+def test_a_negative_gpu_id_is_refused_in_tritons_words_before_any_model_file_is_read() -> None:
+    """Triton's L0_model_config ``negative_gpu`` case: its version directory is empty, and
+    Triton names the group (``<model>_<position>`` when unnamed) and the id before anything
+    about the file. The GPUs present are counted only at load, so here they are not listed."""
+    problems = _problems("instance_group [{ gpus: [0] }, { kind: KIND_GPU gpus: [-1] }]")
+    assert problems == [
+        "m/config.pbtxt: instance group m_1 of model m specifies invalid or unsupported gpu id "
+        "-1. GPUs with at least the minimum required CUDA compute compatibility (batchserve "
+        "sets none) are: numbered from 0 (batchserve: instance_group[1] lists gpus [-1]: a GPU "
+        "index is 0 or more)"
+    ]

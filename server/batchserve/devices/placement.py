@@ -87,6 +87,30 @@ def _nvml_count() -> int:
         pynvml.nvmlShutdown()
 
 
+def group_name(config: ModelConfig, group: ModelInstanceGroup, position: int) -> str:
+    """An instance group's name as Triton names it: its own, else ``<model>_<position>``."""
+    return group.name or f"{config.name}_{position}"
+
+
+def unsupported_gpu(
+    config: ModelConfig, group: ModelInstanceGroup, position: int, index: int, present: str
+) -> str:
+    """Triton's words for an instance group naming GPU ``index``, which this process cannot
+    use (Triton's ``ValidateInstanceGroup``; its ``L0_model_config`` reads them), ``present``
+    naming the GPUs it can. batchserve sets no minimum compute capability: it uses every GPU
+    CUDA sees."""
+    return (
+        f"instance group {group_name(config, group, position)} of model {config.name} specifies "
+        f"invalid or unsupported gpu id {index}. GPUs with at least the minimum required CUDA "
+        f"compute compatibility (batchserve sets none) are: {present}"
+    )
+
+
+def gpus_present(available_gpus: int) -> str:
+    """The GPUs this process can use, as ``unsupported_gpu`` lists them."""
+    return ", ".join(str(gpu) for gpu in range(available_gpus)) or "none"
+
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where ``instance_group`` puts one instance, as Triton's instance signature: its device
@@ -151,8 +175,12 @@ def _group_devices(
     if group.count < 0:
         raise ModelConfigError(f"{label}: count {group.count} is negative")
     count = group.count or 1
-    if any(index < 0 for index in group.gpus):
-        raise ModelConfigError(f"{label}: gpus {list(group.gpus)} lists a negative index")
+    negative = next((index for index in group.gpus if index < 0), None)
+    if negative is not None:
+        triton = unsupported_gpu(config, group, position, negative, gpus_present(available_gpus))
+        raise ModelConfigError(
+            f"{triton} (batchserve: {label}: gpus {list(group.gpus)} lists a negative index)"
+        )
     kind = group.kind
     if kind == ModelInstanceGroup.KIND_AUTO:
         unusable = not auto_gpu or available_gpus == 0
@@ -160,7 +188,7 @@ def _group_devices(
             return [CPU] * count
         kind = ModelInstanceGroup.KIND_GPU
     if kind == ModelInstanceGroup.KIND_GPU:
-        return _gpu_devices(config, group, label, count, available_gpus)
+        return _gpu_devices(config, group, position, label, count, available_gpus)
     if kind == ModelInstanceGroup.KIND_CPU and not group.gpus:
         return [CPU] * count
     if kind == ModelInstanceGroup.KIND_CPU:
@@ -169,7 +197,12 @@ def _group_devices(
 
 
 def _gpu_devices(
-    config: ModelConfig, group: ModelInstanceGroup, label: str, count: int, available_gpus: int
+    config: ModelConfig,
+    group: ModelInstanceGroup,
+    position: int,
+    label: str,
+    count: int,
+    available_gpus: int,
 ) -> list[Device]:
     indices = list(group.gpus) or list(range(available_gpus))
     missing = [index for index in indices if index >= available_gpus]
@@ -180,7 +213,15 @@ def _gpu_devices(
     if config.batchserve.allow_cpu_fallback:
         _log.warning("%s; running its instances on the CPU (allow_cpu_fallback)", problem)
         return [CPU] * (count * max(1, len(indices)))
+    name = group_name(config, group, position)
+    triton = (  # Triton's words first, as its ValidateInstanceGroup says it
+        unsupported_gpu(config, group, position, missing[0], gpus_present(available_gpus))
+        if missing
+        else f"instance group {name} of model {config.name} has kind KIND_GPU but no GPUs "
+        "are available"
+    )
     raise DeviceUnavailable(
-        f"{problem}. Install an NVIDIA driver and expose the GPUs to this process, list only "
-        "GPUs that exist, or set `batchserve { allow_cpu_fallback: true }` to run on the CPU"
+        f"{triton} (batchserve: {problem}. Install an NVIDIA driver and expose the GPUs to "
+        "this process, list only GPUs that exist, or set `batchserve { allow_cpu_fallback: "
+        "true }` to run on the CPU)"
     )

@@ -14,6 +14,7 @@ from batchserve.backends.reshape import scalar_as_ones
 from batchserve.core.datatypes import BY_CONFIG, config_name
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
 from batchserve.core.tensors import MAX_ELEMENTS
+from batchserve.devices.placement import group_name, unsupported_gpu
 from batchserve.models.batch_io_config import (
     batch_input_targets,
     batch_io_problems,
@@ -142,9 +143,16 @@ def _instance_problems(config: ModelConfig) -> list[str]:
             problems.append(f"{field}.count {group.count} is negative")
         if group.kind == ModelInstanceGroup.KIND_CPU and group.gpus:
             problems.append(
-                f"instance group {group.name or f'{config.name}_{index}'} of model "
+                f"instance group {group_name(config, group, index)} of model "
                 f"{config.name} has kind KIND_CPU but specifies one or more GPUs (batchserve: "
                 f"{field} lists gpus {list(group.gpus)})"
+            )
+        # wrong on any machine: said before the model file is read, as Triton says it
+        elif any(gpu < 0 for gpu in group.gpus):
+            triton = unsupported_gpu(config, group, index, min(group.gpus), "numbered from 0")
+            problems.append(
+                f"{triton} (batchserve: {field} lists gpus {list(group.gpus)}: a GPU index is 0 "
+                "or more)"
             )
     groups = config.instance_group
     if groups and all(group.passive for group in groups):

@@ -123,3 +123,44 @@ def test_a_runtime_without_gpu_support_leaves_only_the_servers_choice_to_the_cpu
     groups: str, expected: list[Device]
 ):
     assert resolve_devices(config(groups), 2, auto_gpu=False) == expected
+
+
+TRITON_GPU_ID = (
+    "instance group {group} of model {model} specifies invalid or unsupported gpu id {gpu}. "
+    "GPUs with at least the minimum required CUDA compute compatibility"
+)
+"""Triton's words (its ValidateInstanceGroup), as its L0_model_config reads them."""
+
+
+def test_a_gpu_id_the_machine_lacks_is_refused_in_tritons_words_first():
+    """Triton's L0_model_config ``invalid_gpu`` and ``negative_gpu``: an unnamed group is
+    named ``<model>_<position>``; the GPUs present follow, then batchserve's account."""
+    absent = ModelConfig()
+    text_format.Parse('name: "invalid_gpu" instance_group { kind: KIND_GPU gpus: [ 42 ] }', absent)
+    with pytest.raises(DeviceUnavailable) as caught:
+        resolve_devices(absent, 2)
+    message = str(caught.value)
+    assert message.startswith(
+        TRITON_GPU_ID.format(group="invalid_gpu_0", model="invalid_gpu", gpu=42)
+    )
+    assert "(batchserve sets none) are: 0, 1 (batchserve: " in message
+    assert "asks for GPUs [42], but this machine has 2 GPU(s)" in message
+    negative = ModelConfig()
+    text_format.Parse(
+        'name: "negative_gpu" instance_group { gpus: [ 0 ] } '
+        "instance_group { kind: KIND_GPU gpus: [ -1 ] }",
+        negative,
+    )
+    with pytest.raises(ModelConfigError) as refused:
+        resolve_devices(negative, 1)
+    assert str(refused.value).startswith(
+        TRITON_GPU_ID.format(group="negative_gpu_1", model="negative_gpu", gpu=-1)
+    )
+
+
+def test_kind_gpu_with_no_gpu_present_is_refused_in_tritons_words_first():
+    with pytest.raises(DeviceUnavailable) as caught:
+        resolve_devices(config("instance_group { name: 'fast' kind: KIND_GPU }"), 0)
+    assert str(caught.value).startswith(
+        "instance group fast of model m has kind KIND_GPU but no GPUs are available (batchserve: "
+    )
