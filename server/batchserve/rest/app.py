@@ -17,7 +17,6 @@ from starlette.responses import Response
 
 from batchserve import __version__
 from batchserve.core.errors import BatchserveError, InvalidArgument, Unavailable
-from batchserve.core.intake import Intake
 from batchserve.core.settings import Settings
 from batchserve.dataplane.plane import DataPlane
 from batchserve.observability.trace_settings import json_updates as trace_updates
@@ -201,11 +200,8 @@ def build_fastapi(dataplane: DataPlane, endpoint: InferEndpoint) -> FastAPI:
     return app
 
 
-def build_http_app(
-    dataplane: DataPlane, settings: Settings, intake: Intake | None = None
-) -> ASGIApp:
-    """The ASGI application uvicorn serves; ``intake``: the server's, once it has closed
-    every request is refused (``in_front_of``)."""
+def build_http_app(dataplane: DataPlane, settings: Settings) -> ASGIApp:
+    """The ASGI application uvicorn serves."""
     endpoint = InferEndpoint(dataplane, settings)
-    app = in_front_of(endpoint, build_fastapi(dataplane, endpoint), intake)
+    app = in_front_of(endpoint, build_fastapi(dataplane, endpoint))
     return restricted(app, settings.http_restrictions())

@@ -149,8 +149,8 @@ class HeadLimitProtocol(
 class LimitedHttpToolsProtocol(UpgradeDecliningProtocol, PipelineLimitProtocol, HeadLimitProtocol):
     """The server's httptools protocol: the head limits above, counted on the bytes the
     parser is given, which the pipelining bound hands over only as requests make room;
-    requests offering another protocol served as HTTP/1.1; no connection once the server's
-    intake has closed."""
+    requests offering another protocol served as HTTP/1.1; no new connection once the
+    server's intake has closed, and each older one closed after its next answer."""
 
     intake: ClassVar[Intake | None] = None
     """The server's, for its public listener (each listener sets its own)."""
@@ -163,10 +163,24 @@ class LimitedHttpToolsProtocol(UpgradeDecliningProtocol, PipelineLimitProtocol, 
         if intake is not None and not intake.open:
             self.refuse(Reason.UNAVAILABLE, None, "")
 
+    def on_headers_complete(self) -> None:
+        """A request read once the stop has begun, on a connection made before, is served,
+        and its answer closes the connection (``close_after_answer``)."""
+        super().on_headers_complete()
+        intake = self.intake
+        if intake is not None and not intake.open:
+            self.close_after_answer()
+
     def close_after_answer(self) -> None:
-        """The request being served when the stop came (read before the intake closed) has
-        its answer say ``Connection: close`` and the connection closes after it, as every
-        later request's does (``rest/infer.closing_after``); an idle connection stays open."""
+        """The request being served has its answer say ``Connection: close``, and the
+        connection closes after it; an idle connection stays open. Triton keeps serving a
+        connection made before its stop while its HTTP service waits, up to the exit
+        timeout, for clients to close theirs (L0_lifecycle's
+        ``test_shutdown_with_live_connection``: an idle connection's next request answered
+        two seconds after SIGINT); the close tells the client to take its next request
+        elsewhere, so a pooled connection does not hold the stop until the timeout. Called
+        for each request read after the stop began, and for the one being served as the
+        stop's wait for clients begins (``HttpListener.wait_for_clients``)."""
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             cycle.keep_alive = False

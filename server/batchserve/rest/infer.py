@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from batchserve.core.errors import InvalidArgument
-from batchserve.core.intake import Intake
 from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest
 from batchserve.dataplane.inference_path import InferencePath
@@ -234,15 +233,10 @@ async def _send(
         await send({"type": "http.response.body", "body": chunk, "more_body": more})
 
 
-def in_front_of(endpoint: InferEndpoint, app: ASGIApp, intake: Intake | None = None) -> ASGIApp:
-    """An ASGI app sending inference requests to ``endpoint`` and the rest to ``app``; once
-    ``intake`` has closed (the server's stop has begun), each request is still served and
-    its connection closed after the answer (``closing_after``)."""
-    intake = intake or Intake()
+def in_front_of(endpoint: InferEndpoint, app: ASGIApp) -> ASGIApp:
+    """An ASGI app sending inference requests to ``endpoint`` and the rest to ``app``."""
 
     async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
-        if not intake.open:
-            send = closing_after(send)
         match = endpoint.match(scope)
         if match is None:
             await app(scope, receive, send)
@@ -250,22 +244,3 @@ def in_front_of(endpoint: InferEndpoint, app: ASGIApp, intake: Intake | None = N
             await endpoint.answer(scope, receive, send, match)
 
     return dispatch
-
-
-def closing_after(send: Send) -> Send:
-    """``send`` with ``Connection: close`` on the response, for a request on a connection
-    opened before the stop. Triton keeps serving such a connection while its HTTP service
-    waits, up to the exit timeout, for clients to close theirs (L0_lifecycle's
-    ``test_shutdown_with_live_connection``: an idle connection's next request answered two
-    seconds after SIGINT); a refusal there failed a request a client had every reason to
-    send. The close then tells the client to take its next request elsewhere, so a pooled
-    connection does not hold the stop until the timeout."""
-
-    async def send_then_close(message: MutableMapping[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            headers = list(message.get("headers", ()))
-            if (b"connection", b"close") not in headers:
-                message = {**message, "headers": [*headers, (b"connection", b"close")]}
-        await send(message)
-
-    return send_then_close

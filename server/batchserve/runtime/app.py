@@ -130,7 +130,7 @@ class Server:
 
     def _public_http(self) -> HttpListener:
         settings = self.settings
-        listener = http_listener(build_http_app(self.dataplane, settings, self.intake),
+        listener = http_listener(build_http_app(self.dataplane, settings),
                                  settings, settings.http_port, Protocol.HTTP, settings.tls,
                                  intake=self.intake)  # fmt: skip
         if settings.reuse_http_port:  # Triton's flag: other servers may bind it too

@@ -61,8 +61,8 @@ class HttpListener(uvicorn.Server):
         """Until the clients have closed every connection made before the stop, or the event
         loop's clock reaches ``deadline``, as Triton's HTTP service waits at its stop, in its
         words each second. Meanwhile those connections are served, each closed after its
-        next answer (``rest/infer.in_front_of``; one answering already, ``close_after_answer``),
-        and new ones closed unanswered (``http_limits``); an idle one is closed by the
+        next answer (``LimitedHttpToolsProtocol.close_after_answer``, called here for one
+        answering already), and new ones closed unanswered; an idle one is closed by the
         keep-alive timer at the latest."""
         for connection in list(self.server_state.connections):
             if isinstance(connection, LimitedHttpToolsProtocol):

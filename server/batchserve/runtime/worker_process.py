@@ -76,7 +76,7 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
     forwarder = HttpForwarder(start.http_path)
     http, http_task = None, None
     if start.http_port is not None:  # None: --allow-http false
-        app = in_front_of(WorkerInferEndpoint(plane, settings, forwarder), forwarder, intake)
+        app = in_front_of(WorkerInferEndpoint(plane, settings, forwarder), forwarder)
         app = restricted(app, settings.http_restrictions())  # inference is answered here
         http = http_listener(app, settings, start.http_port, Protocol.HTTP, settings.tls,
                              intake=intake)  # fmt: skip

@@ -345,6 +345,44 @@ async def test_a_connection_made_once_the_intake_has_closed_is_closed_unanswered
     assert not metrics.closed
 
 
+async def test_once_the_intake_has_closed_an_older_connection_is_served_and_closed_after() -> None:
+    """Triton keeps serving a connection made before its stop; each answer on it from then
+    on says ``Connection: close``, and the connection closes after it."""
+    intake = Intake()
+    connection = Connection(ReadingApp(), intake=intake)
+    connection.send(HEAD % 2 + b"\r\nok")
+    await _settle()
+    status, headers, _ = connection.answer()
+    assert status == 200
+    assert "connection" not in headers
+    assert not connection.closed
+    connection.transport.written = b""
+    intake.close()
+    connection.send(HEAD % 2 + b"\r\nok")
+    await _settle()
+    status, headers, body = connection.answer()
+    assert (status, headers["connection"], body) == (200, "close", b"ok")
+    assert connection.closed
+
+
+async def test_the_request_being_served_as_the_wait_for_clients_begins_closes_after_it() -> None:
+    """Read before the intake closed, its answer still closes the connection; an idle
+    connection is left open for its client's next request."""
+    app = ReadingApp(read_at_once=False)
+    busy = Connection(app)
+    busy.send(HEAD % 2 + b"\r\nok")
+    await _settle()
+    busy.protocol.close_after_answer()
+    app.may_read.set()
+    await _settle()
+    status, headers, _ = busy.answer()
+    assert (status, headers["connection"]) == (200, "close")
+    assert busy.closed
+    idle = Connection(ReadingApp())
+    idle.protocol.close_after_answer()
+    assert not idle.closed
+
+
 async def test_at_shutdown_a_body_that_finishes_within_the_grace_is_served() -> None:
     connection = Connection(ReadingApp())
     connection.send(HEAD % 10 + b"\r\n01234")

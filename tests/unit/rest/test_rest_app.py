@@ -12,7 +12,6 @@ import numpy as np
 import orjson
 import pytest
 from batchserve.core.budgets import parse_budgets
-from batchserve.core.intake import Intake
 from batchserve.core.settings import Settings
 from batchserve.dataplane.plane import DataPlane
 from batchserve.models.memory_probe import device_total_bytes
@@ -48,40 +47,6 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=build_http_app(dataplane, settings))
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         yield client
-    await registry.close()
-
-
-async def test_once_the_intake_has_closed_every_request_is_answered_then_its_connection_closed(
-    tmp_path: Path,
-) -> None:
-    """The stop closes the server's intake as its signal arrives: a request on a connection
-    opened before is still served (any route), as Triton serves a live connection while it
-    waits for its clients, and the answer closes the connection."""
-    settings = Settings(model_repository=tmp_path)
-    registry = ModelRegistry(
-        _repository(tmp_path), 8, _budgets(), lambda config, path: FakeBackend()
-    )
-    dataplane = DataPlane(settings, registry, ["fake"])
-    await registry.load("fake")
-    intake = Intake()
-    transport = httpx.ASGITransport(app=build_http_app(dataplane, settings, intake))
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        body = _body([1, 2, 3, 4], [1, 4])
-        assert (await client.post("/v2/models/fake/infer", json=body)).status_code == 200
-        assert "connection" not in (await client.get("/v2/health/live")).headers
-        intake.close()
-        inferred = await client.post("/v2/models/fake/infer", json=body)
-        described = await client.get("/v2/models/fake")
-        live = await client.get("/v2/health/live")
-        failed = await client.post("/v2/models/fake/infer", json=_body([1, 2], [1, 2]))
-        outputs = {o["name"]: o["data"] for o in inferred.json()["outputs"]}
-        assert outputs == {"y": [3, 5, 7, 9], "total": [10]}
-        assert described.json()["name"] == "fake"
-        assert live.status_code == 200
-        assert failed.status_code == 400
-        for response in (inferred, described, live, failed):
-            assert response.headers.get_list("connection") == ["close"]
-    assert dataplane.model_statistics("fake")[0].inference_stats.success.count == 2
     await registry.close()
 
 
