@@ -411,14 +411,15 @@ def test_gpu_instances_are_timed_each_on_its_own_as_each_takes_whole_batches(
 ) -> None:
     # Two GPU instances, runs of 10 and 30 ms whatever the rows: the batcher gives each whole
     # batches, so together they run 8 rows every 10 ms and 8 every 30 ms, 1,067/s; in step,
-    # 16 rows every 30 ms would be 533/s
+    # 16 rows every 30 ms would be 533/s. The median, the figure the choice is made on: one
+    # round slowed by a loaded host may fall below the bar.
     backends = [CostedBackend(0.0, log, False, run_s) for run_s in (0.01, 0.01, 0.03)]
     named = "instance_group [{ kind: KIND_GPU }]"
     gpu = replace(subject(0.0, log, device=GPU, extra=named), factory=_instances_of(backends))
     tuning = tune(gpu, cores=2)
     _, two = tuning.trials
     assert two.setting == Setting(2)
-    assert min(two.rounds) > 1.4 * 16 / 0.03, two
+    assert two.samples_per_s > 1.4 * 16 / 0.03, two
 
 
 class _FailsOnRun(CostedBackend):
