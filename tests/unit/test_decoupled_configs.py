@@ -61,11 +61,11 @@ def test_a_square_model_is_an_ensemble_step_only_when_decoupled(decoupled: bool)
 
     served = lambda name, version: SimpleNamespace(config=square)  # noqa: E731
     if decoupled:
-        found = asyncio.run(composing_configs(ensemble, loaded, served))  # type: ignore[arg-type]
+        found = asyncio.run(composing_configs(ensemble, loaded, served, lambda _: True))  # type: ignore[arg-type]
         assert found == {"square_int32": square}
         return
     with pytest.raises(ModelConfigError) as refused:
-        asyncio.run(composing_configs(ensemble, loaded, served))  # type: ignore[arg-type]
+        asyncio.run(composing_configs(ensemble, loaded, served, lambda _: True))  # type: ignore[arg-type]
     assert "and is not decoupled: batchserve does not support it in an ensemble (yet)" in str(
         refused.value
     )

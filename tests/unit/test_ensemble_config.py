@@ -4,9 +4,14 @@ models an unload touches."""
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from batchserve.core.datatypes import BY_WIRE
+from batchserve.core.errors import ModelConfigError, NotFound
+from batchserve.models.config_validation import config_problems
 from batchserve.models.ensemble import Value, _fitted
 from batchserve.models.ensemble_config import (
     composing_models,
@@ -17,7 +22,7 @@ from batchserve.models.ensemble_config import (
     needed_steps,
     structure_problems,
 )
-from batchserve.models.ensemble_loading import EnsembleDependencies
+from batchserve.models.ensemble_loading import EnsembleDependencies, composing_configs
 from batchserve.models.model_config import parse_pbtxt
 from batchserve.proto.model_config_pb2 import ModelConfig
 
@@ -337,3 +342,70 @@ def test_a_step_reading_two_decoupled_origins_is_refused_in_tritons_words() -> N
         "in ensemble e, step of model 'e' receives inputs originated from different "
         "decoupled models"
     ]
+
+
+def test_an_ensemble_that_names_a_backend_is_refused_in_tritons_words() -> None:
+    """Triton's ``ValidateModelConfig`` (L0_model_config ``has_backend``)."""
+    config = _ensemble(
+        _step("first", {"X": "IN"}, {"Y": "OUT"}), head=HEAD + 'backend: "onnxruntime"'
+    )
+    assert config_problems(config, source="e/config.pbtxt", directory="e") == [
+        "e/config.pbtxt: Ensemble model 'e' must have platform type 'ensemble' and empty "
+        "backend type (batchserve: it names backend 'onnxruntime')"
+    ]
+
+
+def _load_ensembles(
+    name: str, ensembles: dict[str, ModelConfig], available: set[str]
+) -> tuple[list[str], str]:
+    """Load the ensemble ``name`` as the registry does, an ensemble step by loading that
+    ensemble in turn: the models loaded, and the error the load ended with."""
+    loaded: list[str] = []
+
+    async def load(model: str) -> None:
+        if model in ensembles:
+            await composing_configs(ensembles[model], load, served, available.__contains__)
+        loaded.append(model)
+
+    def served(model: str, version: str) -> SimpleNamespace:
+        if model not in loaded:
+            raise NotFound(f"model '{model}' is not loaded")
+        return SimpleNamespace(config=_model(model, _tensor("X"), _tensor("Y")))
+
+    try:
+        asyncio.run(composing_configs(ensembles[name], load, served, available.__contains__))
+    except ModelConfigError as exc:
+        return loaded, exc.message
+    return loaded, ""
+
+
+def test_models_not_in_the_repository_are_listed_before_an_ensemble_loads_any() -> None:
+    """Triton's dependency graph (L0_model_config ``non_existing_model``): every step's
+    model that is neither loaded nor in the repository once, sorted, and nothing loaded."""
+    ensemble = _ensemble(
+        _step("first", {"X": "IN"}, {"Y": "A"}),
+        _step("zeta", {"X": "A"}, {"Y": "B"}),
+        _step("gamma", {"X": "B"}, {"Y": "OUT"}),
+    )
+    loaded, error = _load_ensembles("e", {"e": ensemble}, {"first"})
+    assert error == "ensemble e contains models that are not available or ambiguous: gamma, zeta"
+    assert loaded == []
+    loaded, error = _load_ensembles("e", {"e": ensemble}, {"first", "gamma", "zeta"})
+    assert (loaded, error) == (["first", "zeta", "gamma"], "")
+
+
+def test_ensembles_that_lead_back_to_themselves_are_refused_in_tritons_words() -> None:
+    """Triton's ``CircularDependencyCheck`` (L0_model_config ``self_circular_dependency``
+    and ``circular_dependency``): the circle from the ensemble it starts at back to it."""
+    itself = _ensemble(_step("e", {"IN": "IN"}, {"OUT": "OUT"}))
+    _, error = _load_ensembles("e", {"e": itself}, {"e"})
+    assert error == (
+        "circular dependency between ensembles: e -> ... -> e -> e (batchserve: e -> e)"
+    )
+    a = _ensemble(_step("b", {"IN": "IN"}, {"OUT": "OUT"}), head=HEAD.replace('"e"', '"a"'))
+    b = _ensemble(_step("a", {"IN": "IN"}, {"OUT": "OUT"}), head=HEAD.replace('"e"', '"b"'))
+    loaded, error = _load_ensembles("a", {"a": a, "b": b}, {"a", "b"})
+    assert error == (
+        "circular dependency between ensembles: a -> ... -> b -> a (batchserve: a -> b -> a)"
+    )
+    assert loaded == []

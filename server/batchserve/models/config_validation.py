@@ -124,8 +124,13 @@ def _priority_problems(name: str, batching: ModelDynamicBatching) -> list[str]:
 
 
 def _ensemble_problems(config: ModelConfig) -> list[str]:
-    """Triton's check that only an ensemble has ensemble scheduling, in its words (ensembles
-    themselves are refused as not supported: ``config_support``)."""
+    """Triton's checks that only an ensemble has ensemble scheduling and that an ensemble
+    names no backend, in its words."""
+    if config.platform == "ensemble" and config.backend:
+        return [
+            f"Ensemble model '{config.name}' must have platform type 'ensemble' and empty "
+            f"backend type (batchserve: it names backend '{config.backend}')"
+        ]
     scheduled = config.WhichOneof("scheduling_choice") == "ensemble_scheduling"
     if scheduled and config.platform != "ensemble":
         return [

@@ -3,8 +3,11 @@
 As Triton's repository manager does, loading an ensemble loads the composing models that
 are not loaded yet (one already loaded is used as it is), and an ensemble whose composing
 model cannot be loaded is not loaded, in Triton's words ("ensemble 'e' depends on 'm'
-which has no loaded version. ..."). A chain of ensembles that leads back to one being
-loaded is refused rather than waited on for ever.
+which has no loaded version. ..."). As its dependency graph does, an ensemble naming a
+model that is neither loaded nor in the repository once is refused before anything loads
+("... contains models that are not available or ambiguous: ..."), and a chain of ensembles
+that leads back to one being loaded is refused rather than waited on for ever
+("circular dependency between ensembles: ...").
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from batchserve.models.labels import LabelMap
 from batchserve.models.model_table import ServedVersion
 from batchserve.proto.model_config_pb2 import ModelConfig
 
+CIRCULAR = "circular dependency between ensembles: "
+
 _LOADING: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
     "ensembles_loading", default=()
 )
@@ -35,18 +40,27 @@ async def composing_configs(
     config: ModelConfig,
     load: Callable[[str], Awaitable[None]],
     served: Callable[[str, str], ServedVersion],
+    available: Callable[[str], bool],
 ) -> dict[str, ModelConfig]:
     """Load what ``config``'s steps need and check the steps against it: each composing
-    model's config as loaded. ``served`` looks a version up as requests do."""
+    model's config as loaded. ``served`` looks a version up as requests do; ``available``
+    says whether a model is loaded or can be (in the repository once)."""
     name = config.name
+    missing = sorted({model for model in composing_models(config) if not available(model)})
+    if missing:
+        raise ModelConfigError(
+            f"ensemble {name} contains models that are not available or ambiguous: "
+            + ", ".join(missing)
+        )
     chain = _LOADING.get()
     mark = _LOADING.set((*chain, name))
     try:
         for model in composing_models(config):
             if model == name or model in chain:
+                # Triton's words: from the ensemble the circle starts at, back to it
                 raise ModelConfigError(
-                    f"ensemble '{name}' depends on '{model}', whose steps lead back to it: "
-                    f"circular dependency (batchserve: {' -> '.join((*chain, name, model))})"
+                    f"{CIRCULAR}{model} -> ... -> {name} -> {model} "
+                    f"(batchserve: {' -> '.join((*chain, name, model))})"
                 )
             await _loaded(name, model, load, served)
     finally:
@@ -113,6 +127,8 @@ async def _loaded(
     try:
         await load(model)
     except BatchserveError as exc:
+        if exc.message.startswith(CIRCULAR):  # every ensemble on the circle says it, as Triton's
+            raise ModelConfigError(exc.message) from None
         raise ModelConfigError(
             f"ensemble '{ensemble}' depends on '{model}' which has no loaded version. Model "
             f"'{model}' loading failed with error: {exc.message}"

@@ -366,7 +366,9 @@ class ModelRegistry(ModelTable):
 
     async def _load_versions(self, resolved: ResolvedModel) -> dict[int, ServedVersion]:
         if is_ensemble(resolved.config):  # the model's failure, as Triton's, not a version's
-            composing = await composing_configs(resolved.config, self._load_along, self.get)
+            composing = await composing_configs(
+                resolved.config, self._load_along, self.get, self._available
+            )
             self._dependencies.ensemble_loaded(resolved.name, composing)
         loaded: dict[int, ServedVersion] = {}
         try:
@@ -558,6 +560,14 @@ class ModelRegistry(ModelTable):
         user's too, and ``unload_dependents`` leaves it (Triton marks every model of a
         start-up explicitly loaded)."""
         self._dependencies.asked_for(name)
+
+    def _available(self, name: str) -> bool:
+        """Loaded, or in the repository once: what an ensemble's step may name."""
+        try:
+            self.get(name, "")
+            return True
+        except BatchserveError:
+            return len(self.repository.directories(name)) == 1
 
     async def _load_along(self, name: str) -> None:
         """Load a composing model an ensemble needs, which no one asked to load."""
