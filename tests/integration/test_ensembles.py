@@ -148,6 +148,10 @@ def test_an_ensemble_answers_with_its_steps_outputs_over_both_protocols(
     assert [step.model_name for step in config.ensemble_scheduling.step] == [
         "doubler", "adder", "negater",
     ]  # fmt: skip
+    # Triton's ensemble says whether it is decoupled even when not: L0_model_config expects it
+    assert config.HasField("model_transaction_policy")
+    assert not config.model_transaction_policy.decoupled
+    assert http.get_model_config(ENSEMBLE)["model_transaction_policy"] == {"decoupled": False}
 
 
 def test_concurrent_ensemble_requests_batch_in_the_composing_models(

@@ -546,12 +546,12 @@ class ModelRegistry(ModelTable):
         batcher = EnsembleBatcher(config, policy, stats, self.get)
         labels = inherited_labels(config, resolved.labels, self.get)
         decoupled = [s for s in batcher.steps if answers_many(self.get(s.model, s.version).config)]
-        responder = None
-        if decoupled:  # Triton makes such an ensemble decoupled, whatever its config says
-            config = ModelConfig()
-            config.CopyFrom(resolved.config)
-            config.model_transaction_policy.decoupled = True
-            responder = EnsembleResponder(batcher, decoupled)
+        # Triton's ensemble is decoupled exactly when a step is, whatever its config says, and
+        # its served config says so either way (``model_transaction_policy {}`` when not)
+        config = ModelConfig()
+        config.CopyFrom(resolved.config)
+        config.model_transaction_policy.decoupled = bool(decoupled)
+        responder = EnsembleResponder(batcher, decoupled) if decoupled else None
         return ServedVersion(resolved.name, version.version, config, batcher, stats,
                              labels=labels, responder=responder)  # fmt: skip
 
