@@ -358,6 +358,8 @@ def test_with_completion_off_a_model_file_alone_is_refused_saying_what_to_write(
             "must list every input and output with data_type and dims"
             for kind in ("input", "output")
         ),
+        "digits/config.pbtxt: unable to load model 'digits', configuration expects 0 inputs, "
+        "model provides 1 (digits/1/model.onnx)",
         "digits/config.pbtxt: model input 'image' is missing from the config's inputs "
         "(digits/1/model.onnx)",
     )
@@ -681,3 +683,57 @@ def test_backend_config_sets_the_batch_size_of_a_completed_config(
     config = repository.resolve("digits").config
     assert config.max_batch_size == batch
     assert config.HasField("dynamic_batching") is (batch > 0)
+
+
+# --- Triton's L0_model_config autofill_noplatform/onnx cases, in its backend's words ---------
+
+
+TWO_INPUTS = (("INPUT0", FP32, [-1, 16]), ("INPUT1", FP32, [-1, 16]))
+ONE_OUTPUT = (("OUTPUT0", FP32, [-1, 16]),)
+
+
+def _tensors(kind: str, names: tuple[str, ...]) -> str:
+    return " ".join(f'{kind} [{{ name: "{n}" data_type: TYPE_FP32 dims: [ 16 ] }}]' for n in names)
+
+
+@pytest.mark.parametrize(
+    ("listed", "count"),
+    [
+        (("INPUT1",), "configuration expects 1 inputs, model provides 2"),
+        (("INPUT0", "INPUT1", "INPUT_EXTRA"), "configuration expects 3 inputs, model provides 2"),
+    ],
+)
+def test_a_config_listing_too_few_or_too_many_inputs_is_refused_by_count_first(
+    tmp_path: Path, listed: tuple[str, ...], count: str
+) -> None:
+    """L0_model_config too_few_inputs and too_many_inputs: the ONNX Runtime backend's count
+    check, then batchserve's account of which names differ."""
+    write_model(tmp_path / "m" / "1" / "model.onnx", build_model(TWO_INPUTS, ONE_OUTPUT))
+    (tmp_path / "m" / "config.pbtxt").write_text(
+        "max_batch_size: 1 " + _tensors("input", listed) + " " + _tensors("output", ("OUTPUT0",))
+    )
+    found = problems(tmp_path, "m")
+    assert found[0] == f"m/config.pbtxt: unable to load model 'm', {count} (m/1/model.onnx)"
+    assert len(found) == 2  # and which name
+
+
+@pytest.mark.parametrize("auto_complete", [True, False])
+def test_batching_a_model_without_a_batch_axis_is_refused_as_tritons_autofill_says(
+    tmp_path: Path, auto_complete: bool
+) -> None:
+    """L0_model_config bad_max_batch_size: the ONNX Runtime backend's auto-complete refuses
+    a max_batch_size for a model none of whose tensors has a free leading axis."""
+    fixed = tuple((name, FP32, [16]) for name, _, _ in TWO_INPUTS)
+    write_model(tmp_path / "m" / "1" / "model.onnx", build_model(fixed, (("OUTPUT0", FP32, [16]),)))
+    (tmp_path / "m" / "config.pbtxt").write_text(
+        "max_batch_size: 1 " + _tensors("input", ("INPUT0", "INPUT1"))
+        + " " + _tensors("output", ("OUTPUT0",))
+    )  # fmt: skip
+    with pytest.raises(InvalidModel) as caught:
+        ModelRepository(tmp_path, auto_complete=auto_complete).resolve("m")
+    autofill = (
+        "m/config.pbtxt: autofill failed for model 'm': model does not support batching while "
+        "non-zero max_batch_size is specified (m/1/model.onnx)"
+    )
+    assert (autofill in caught.value.problems) is auto_complete, caught.value.problems
+    assert any("needs a leading dynamic batch axis" in p for p in caught.value.problems)

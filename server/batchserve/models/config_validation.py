@@ -284,11 +284,23 @@ def _sequence_length_problems(config: ModelConfig) -> list[str]:
 
 
 def model_problems(
-    config: ModelConfig, signature: ModelSignature, *, source: str, model_file: str
+    config: ModelConfig,
+    signature: ModelSignature,
+    *,
+    source: str,
+    model_file: str,
+    auto_complete: bool = True,
 ) -> list[str]:
-    """Where the config contradicts the model file (``model_file`` is named in each message)."""
+    """Where the config contradicts the model file (``model_file`` is named in each message);
+    ``auto_complete``: the config was completed from the file, as Triton's would be."""
     batched = config.max_batch_size > 0
     problems = _batch_axis_problems(config.max_batch_size, signature)
+    if problems and auto_complete:  # the ONNX Runtime backend's auto-complete says it so
+        problems.insert(
+            0,
+            f"autofill failed for model '{config.name}': model does not support batching "
+            "while non-zero max_batch_size is specified",
+        )
     # controls that cannot be read are the config's own problem (``control_problems``)
     sequences = None if control_problems(config) else SequencePolicy.from_config(config)
     filled = filled_inputs(config)
@@ -306,6 +318,9 @@ def model_problems(
             if sequences is not None:
                 problems += _sequence_name_problems(filled, sequences, signature)
             specs = tuple(spec for spec in specs if spec.name not in filled | computed)
+        model_inputs = {spec.name for spec in signature.inputs}
+        if kind == "input" and filled | computed <= model_inputs:  # else said as the names'
+            problems += _count_problems(config, signature, len(filled | computed))
         problems += _name_problems(kind, listed, specs, signature.defaulted)
         if kind == "input":
             specs += signature.defaulted
@@ -372,6 +387,20 @@ def _batch_axis_problems(max_batch_size: int, signature: ModelSignature) -> list
         for kind, specs in (("input", signature.inputs), ("output", signature.outputs))
         for spec in specs
         if not spec.shape or spec.shape[0] not in allowed
+    ]
+
+
+def _count_problems(config: ModelConfig, signature: ModelSignature, filled_in: int) -> list[str]:
+    """The backends' first check, in their words: the config's inputs and the ``filled_in``
+    ones the server fills (sequence controls and states, batch inputs), as many as the
+    model's. An input the model defaults may be listed or not."""
+    optional = {spec.name for spec in signature.defaulted}
+    expects = sum(1 for tensor in config.input if tensor.name not in optional) + filled_in
+    if expects == len(signature.inputs):
+        return []
+    return [
+        f"unable to load model '{config.name}', configuration expects {expects} inputs, "
+        f"model provides {len(signature.inputs)}"
     ]
 
 

@@ -472,7 +472,11 @@ class _ModelCheck:
         for version, signature in signatures:
             if signature is not None:
                 label = self.label(version.model_file)
-                self._in_file(model_problems(done, signature, source=self.source, model_file=label))
+                found = model_problems(
+                    done, signature, source=self.source, model_file=label,
+                    auto_complete=self.auto_complete,
+                )  # fmt: skip
+                self._in_file(found)
         if self.without_gpu:
             label = self.label(self.without_gpu[-1].model_file)
             if self.auto_complete:  # else its problems are already listed
