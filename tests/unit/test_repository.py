@@ -186,9 +186,17 @@ def test_specific_versions_that_do_not_exist_are_said_and_the_others_served(
     )
 
 
+NO_BACKEND = (
+    "digits: Invalid model name: Could not determine backend for model 'digits' with no "
+    "backend in model configuration. Expected model name of the form 'model.<backend_name>'."
+)
+"""Triton's words when neither the config nor a model file tells the backend."""
+
+
 def test_no_version_directory(tmp_path: Path) -> None:
     (tmp_path / "digits").mkdir()
     assert problems(tmp_path) == (
+        NO_BACKEND,
         "digits: no version directory (expected e.g. digits/1/model.onnx)",
     )
 
@@ -249,8 +257,22 @@ def test_other_frameworks_are_a_clear_error(tmp_path: Path, entry: str) -> None:
 def test_version_directory_without_any_model_file(tmp_path: Path) -> None:
     (tmp_path / "digits" / "1").mkdir(parents=True)
     assert problems(tmp_path) == (
+        NO_BACKEND,
         "digits: no model file in any version directory "
         "(expected model.onnx, model.plan or model.pt2)",
+    )
+
+
+def test_a_model_named_for_a_backend_batchserve_lacks_is_refused_in_tritons_words(
+    tmp_path: Path,
+) -> None:
+    """L0_model_config custom/unknown_backend.unknown: Triton takes a backend from a name
+    ``model.<backend>`` when nothing else tells it, and finds no library for it."""
+    (tmp_path / "digits.unknown" / "1").mkdir(parents=True)
+    assert problems(tmp_path, "digits.unknown")[0] == (
+        "digits.unknown: unable to find backend library for backend 'unknown', try specifying "
+        "runtime on the model configuration. (batchserve: batchserve serves ONNX (.onnx), "
+        "TensorRT (.plan) and torch.export (.pt2, platform torch_export) models)"
     )
 
 

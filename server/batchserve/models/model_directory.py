@@ -233,6 +233,7 @@ class _ModelCheck:
         self.problems: list[str] = []
         self.file_problems = 0  # of those, found in a model file
         self.without_gpu: list[ModelVersion] = []  # plans that could not be read here
+        self.refused_dirs = False  # a version directory leading outside the repository
 
     def label(self, path: Path) -> str:
         """A path as the user knows it: relative to the repository root."""
@@ -325,6 +326,7 @@ class _ModelCheck:
                 inside[number] = version_dir
             else:
                 self.problems.append(f"{self.label(version_dir)}: version directory {escape}")
+                self.refused_dirs = True
         return inside
 
     def _format(self, config: ModelConfig, dirs: dict[int, Path]) -> ModelFormat | None:
@@ -344,7 +346,29 @@ class _ModelCheck:
             return named
         if filename:
             return self._format_from_filename(filename)
-        return self._format_from_files(dirs) if dirs else None
+        found = self._format_from_files(dirs) if dirs else None
+        if found is None and not self.refused_dirs and not self._model_files(dirs):
+            self.problems.insert(0, self._no_backend())
+        return found
+
+    def _model_files(self, dirs: dict[int, Path]) -> list[Path]:
+        return [e for d in dirs.values() for e in d.iterdir() if e.name.startswith("model")]
+
+    def _no_backend(self) -> str:
+        """Triton's words when nothing tells the backend: its custom-backend rule takes one
+        from a name ``model.<backend>``, which batchserve has none of (its are built in)."""
+        where = f"{self.name}: "
+        _, dot, backend = self.name.partition(".")
+        if dot:
+            return (
+                f"{where}unable to find backend library for backend '{backend}', try specifying "
+                f"runtime on the model configuration. (batchserve: {SUPPORTED})"
+            )
+        return (
+            f"{where}Invalid model name: Could not determine backend for model '{self.name}' "
+            "with no backend in model configuration. Expected model name of the form "
+            "'model.<backend_name>'."
+        )
 
     def _format_from_filename(self, filename: str) -> ModelFormat | None:
         found = format_from_filename(filename)
@@ -367,9 +391,7 @@ class _ModelCheck:
                 f"{self.name}: {both}{present} are present; set platform in {self.source}"
             )
             return None
-        others = sorted(
-            self.label(e) for d in dirs.values() for e in d.iterdir() if e.name.startswith("model")
-        )
+        others = sorted(self.label(e) for e in self._model_files(dirs))
         if others:
             self.problems.append(f"{others[0]}: unsupported backend; {SUPPORTED}")
         else:
