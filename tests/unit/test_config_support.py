@@ -30,7 +30,6 @@ def _problems(extra: str, base: str = TENSORS) -> list[str]:
          'data_type: TYPE_FP32 source_input: "x" }]', "batch_input"),
         ('sequence_batching {} batch_output [{ target_name: "y" source_input: "x" }]',
          "batch_output"),
-        ('runtime: "model.py"', "runtime"),
         ('cc_model_filenames { key: "7.5" value: "model_75.plan" }', "cc_model_filenames"),
         ('model_operations { op_library_filename: "libops.so" }',
          "model_operations.op_library_filename"),
@@ -74,6 +73,46 @@ def test_unsupported_tensor_fields_name_the_tensor(tensor: str, field: str) -> N
 )
 def test_fields_that_do_not_change_results_still_load(extra: str) -> None:
     assert _problems(extra) == []
+
+
+@pytest.mark.parametrize(
+    ("runtime", "triton"),
+    [
+        ("model.py", "unable to find backend library 'model.py' for model 'm'"),
+        (
+            "__invalid_runtime__",
+            "unable to find backend library '__invalid_runtime__' for model 'm'",
+        ),
+        (
+            "../dummy_runtime/libtriton_identity.so",
+            "backend library name '../dummy_runtime/libtriton_identity.so' escapes backend "
+            "directory",
+        ),
+        (
+            "/opt/libtriton_x.so",
+            "backend library name '/opt/libtriton_x.so' escapes backend directory",
+        ),
+    ],
+)  # fmt: skip
+def test_a_runtime_library_batchserve_lacks_is_refused_in_tritons_words(
+    runtime: str, triton: str
+) -> None:
+    """L0_model_config special_cases invalid_runtime and runtime_escape: Triton's words, then
+    batchserve's, which runs its own backends."""
+    assert _problems(f'backend: "onnxruntime" runtime: "{runtime}"') == [
+        f"m/config.pbtxt: {triton} (batchserve: field 'runtime' is '{runtime}': batchserve does "
+        "not support choosing a backend runtime library (yet))"
+    ]
+
+
+@pytest.mark.parametrize(
+    "named", ['backend: "onnxruntime"', 'platform: "onnxruntime_onnx"', 'backend: "tensorrt"']
+)
+def test_a_runtime_naming_the_backends_own_library_is_accepted(named: str) -> None:
+    """As Triton loads it: the library batchserve's own backend stands for, written out."""
+    library = "libtriton_tensorrt.so" if "tensorrt" in named else "libtriton_onnxruntime.so"
+    assert _problems(f'{named} runtime: "{library}"') == []
+    assert _problems(f'{named} runtime: "libtriton_pytorch.so"') != []
 
 
 def test_a_sequence_model_without_a_batch_axis_is_accepted() -> None:

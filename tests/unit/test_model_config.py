@@ -179,9 +179,16 @@ def test_completion_leaves_the_input_untouched() -> None:
             'platform: "pytorch_libtorch"',
             "field 'platform' is 'pytorch_libtorch': batchserve does not support",
         ),
-        (
+        (  # Triton's words first (its ValidateModelConfig)
             'platform: "onnxruntime_onnx" backend: "tensorrt"',
-            "platform 'onnxruntime_onnx' contradicts backend 'tensorrt'",
+            "m/config.pbtxt: unexpected 'platform' and 'backend' pair, got:onnxruntime_onnx, "
+            "tensorrt (batchserve: platform 'onnxruntime_onnx' contradicts backend 'tensorrt'",
+        ),
+        (  # L0_model_config special_cases/invalid_platform: the backend from the file name
+            'platform: "onnxruntim" default_model_filename: "model.onnx"',
+            "m/config.pbtxt: unexpected 'platform' and 'backend' pair, got:onnxruntim, "
+            "onnxruntime (batchserve: field 'platform' is 'onnxruntim': batchserve does not "
+            "support the platform (yet)",
         ),
     ],
 )

@@ -50,14 +50,29 @@ def format_from_config(config: ModelConfig, *, source: str) -> ModelFormat | Non
 
     ``source`` (the config file, or the model file) starts every error message.
     """
-    by_platform = _named_format(source, "platform", config.platform)
     by_backend = _named_format(source, "backend", config.backend)
+    backend = config.backend or _filename_backend(config.default_model_filename)
+    # Triton's ValidateModelConfig words, the backend filled from the file name as it fills it
+    pair = f"unexpected 'platform' and 'backend' pair, got:{config.platform}, {backend}"
+    try:
+        by_platform = _named_format(source, "platform", config.platform)
+    except ModelConfigError as exc:
+        if backend and config.platform != "ensemble":
+            ours = exc.message.removeprefix(f"{source}: ")
+            raise ModelConfigError(f"{source}: {pair} (batchserve: {ours})") from None
+        raise
     if by_platform and by_backend and by_platform != by_backend:
         raise ModelConfigError(
-            f"{source}: platform '{config.platform}' contradicts backend '{config.backend}': "
-            "the two disagree on the runtime; set one of them, or both to the same runtime"
+            f"{source}: {pair} (batchserve: platform '{config.platform}' contradicts backend "
+            f"'{config.backend}': the two disagree on the runtime; set one of them, or both to "
+            "the same runtime)"
         )
     return by_platform or by_backend
+
+
+def _filename_backend(filename: str) -> str:
+    found = format_from_filename(filename) if filename else None
+    return found.backend if found else ""
 
 
 def _named_format(source: str, field: str, value: str) -> ModelFormat | None:

@@ -10,8 +10,10 @@ do not depend on them. The full list is in the README's config table.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
+from batchserve.backends.selection import FORMATS
 from batchserve.models.decoupled import BUILTIN_BACKENDS
 from batchserve.models.ensemble_config import is_ensemble
 from batchserve.proto.model_config_pb2 import ModelConfig
@@ -22,9 +24,29 @@ _NOT_SUPPORTED = "batchserve does not support"
 def unsupported_problems(config: ModelConfig) -> list[str]:
     """One message per field that would otherwise be ignored in a way that changes results."""
     return [
-        f"field '{field}' {detail}: {_NOT_SUPPORTED} {what} (yet)"
+        _in_tritons_words(config, field, f"field '{field}' {detail}: {_NOT_SUPPORTED} {what} (yet)")
         for field, detail, what in _found(config)
     ]
+
+
+def _in_tritons_words(config: ModelConfig, field: str, ours: str) -> str:
+    """A ``runtime`` is a backend library to Triton: one it cannot find, or whose name leads
+    out of the backend directory, is refused in its words (its ``backend_model.cc``)."""
+    if field != "runtime":
+        return ours
+    runtime = config.runtime
+    if os.path.isabs(runtime) or os.path.normpath(runtime).startswith(".."):
+        return f"backend library name '{runtime}' escapes backend directory (batchserve: {ours})"
+    return (
+        f"unable to find backend library '{runtime}' for model '{config.name}' (batchserve: {ours})"
+    )
+
+
+def _own_library(config: ModelConfig) -> bool:
+    """``runtime`` names the library of the backend batchserve runs for this model, as a
+    Triton config may: the default, written out."""
+    backends = {config.backend} | {f.backend for f in FORMATS if f.platform == config.platform}
+    return config.runtime in {f"libtriton_{backend}.so" for backend in backends if backend}
 
 
 def _found(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
@@ -40,7 +62,7 @@ def _found(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
     if scheduling == "sequence_batching":
         yield from _sequence_fields(config)
         yield from _ragged_sequence_fields(config)
-    if config.runtime:
+    if config.runtime and not _own_library(config):
         yield "runtime", f"is '{config.runtime}'", "choosing a backend runtime library"
     if config.cc_model_filenames:
         yield "cc_model_filenames", "is set", "per-GPU-architecture model files"
