@@ -759,3 +759,21 @@ def test_batching_a_model_without_a_batch_axis_is_refused_as_tritons_autofill_sa
     )
     assert (autofill in caught.value.problems) is auto_complete, caught.value.problems
     assert any("needs a leading dynamic batch axis" in p for p in caught.value.problems)
+
+
+def test_with_completion_off_a_missing_data_type_is_said_whatever_the_platform(
+    tmp_path: Path,
+) -> None:
+    """L0_model_config noautofill_platform/missing_datatype with platform pytorch_libtorch:
+    the config's own gap is said beside the platform batchserve lacks."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.pbtxt").write_text(
+        'name: "m" platform: "pytorch_libtorch" max_batch_size: 1 '
+        'input [{ name: "input" dims: [ 16 ] }] '
+        'output [{ name: "output" data_type: TYPE_FP32 dims: [ 16 ] }]'
+    )
+    with pytest.raises(InvalidModel) as caught:
+        ModelRepository(tmp_path, auto_complete=False).resolve("m")
+    found = caught.value.problems
+    assert any("field 'platform' is 'pytorch_libtorch'" in p for p in found), found
+    assert any("model input 'input' must specify 'data_type' for m" in p for p in found), found

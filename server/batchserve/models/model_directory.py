@@ -265,6 +265,10 @@ class _ModelCheck:
         model_format = self._format(config, dirs)
         if model_format is None:
             self.problems += config_problems(config, source=self.source, directory=self.name)
+            if not self.auto_complete:  # what the config lacks is wrong whatever runs it
+                self.problems += completeness_problems(
+                    config, source=self.source, need=AUTO_COMPLETE_OFF
+                )
             raise self.fail()
         versions = self._served(config, dirs, model_format)
         signatures = [(v, self._signature(model_format, v)) for v in versions]
