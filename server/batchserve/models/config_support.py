@@ -23,23 +23,25 @@ _NOT_SUPPORTED = "batchserve does not support"
 
 def unsupported_problems(config: ModelConfig) -> list[str]:
     """One message per field that would otherwise be ignored in a way that changes results."""
-    return [
-        _in_tritons_words(config, field, f"field '{field}' {detail}: {_NOT_SUPPORTED} {what} (yet)")
+    return _runtime_problems(config) + [
+        f"field '{field}' {detail}: {_NOT_SUPPORTED} {what} (yet)"
         for field, detail, what in _found(config)
     ]
 
 
-def _in_tritons_words(config: ModelConfig, field: str, ours: str) -> str:
-    """A ``runtime`` is a backend library to Triton: one it cannot find, or whose name leads
-    out of the backend directory, is refused in its words (its ``backend_model.cc``)."""
-    if field != "runtime":
-        return ours
+def _runtime_problems(config: ModelConfig) -> list[str]:
+    """A ``runtime`` is a backend library to Triton: one other than the library of the
+    backend batchserve runs is refused in Triton's words (its ``backend_model.cc``: one it
+    cannot find, or whose name leads out of the backend directory), then batchserve's."""
     runtime = config.runtime
+    if not runtime or _own_library(config):
+        return []
+    ours = f"field 'runtime' is '{runtime}': {_NOT_SUPPORTED} choosing a backend runtime library"
     if os.path.isabs(runtime) or os.path.normpath(runtime).startswith(".."):
-        return f"backend library name '{runtime}' escapes backend directory (batchserve: {ours})"
-    return (
-        f"unable to find backend library '{runtime}' for model '{config.name}' (batchserve: {ours})"
-    )
+        triton = f"backend library name '{runtime}' escapes backend directory"
+    else:
+        triton = f"unable to find backend library '{runtime}' for model '{config.name}'"
+    return [f"{triton} (batchserve: {ours} (yet))"]
 
 
 def _own_library(config: ModelConfig) -> bool:
@@ -62,8 +64,6 @@ def _found(config: ModelConfig) -> Iterator[tuple[str, str, str]]:
     if scheduling == "sequence_batching":
         yield from _sequence_fields(config)
         yield from _ragged_sequence_fields(config)
-    if config.runtime and not _own_library(config):
-        yield "runtime", f"is '{config.runtime}'", "choosing a backend runtime library"
     if config.cc_model_filenames:
         yield "cc_model_filenames", "is set", "per-GPU-architecture model files"
     if config.model_operations.op_library_filename:

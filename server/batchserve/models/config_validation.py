@@ -310,6 +310,7 @@ def model_problems(
     own_shapes = batch_output_targets(config) | {
         t.name for t in config.input if t.allow_ragged_batch
     }
+    problems += _count_problems(config, signature, filled | computed)
     for kind, listed, specs in (
         ("input", config.input, signature.inputs),
         ("output", config.output, signature.outputs),
@@ -318,9 +319,6 @@ def model_problems(
             if sequences is not None:
                 problems += _sequence_name_problems(filled, sequences, signature)
             specs = tuple(spec for spec in specs if spec.name not in filled | computed)
-        model_inputs = {spec.name for spec in signature.inputs}
-        if kind == "input" and filled | computed <= model_inputs:  # else said as the names'
-            problems += _count_problems(config, signature, len(filled | computed))
         problems += _name_problems(kind, listed, specs, signature.defaulted)
         if kind == "input":
             specs += signature.defaulted
@@ -390,12 +388,17 @@ def _batch_axis_problems(max_batch_size: int, signature: ModelSignature) -> list
     ]
 
 
-def _count_problems(config: ModelConfig, signature: ModelSignature, filled_in: int) -> list[str]:
-    """The backends' first check, in their words: the config's inputs and the ``filled_in``
+def _count_problems(
+    config: ModelConfig, signature: ModelSignature, filled: frozenset[str] | set[str]
+) -> list[str]:
+    """The backends' first check, in their words: the config's inputs and the ``filled``
     ones the server fills (sequence controls and states, batch inputs), as many as the
-    model's. An input the model defaults may be listed or not."""
+    model's. An input the model defaults may be listed or not; a filled name the model lacks
+    is said by the name checks instead."""
+    if not filled <= {spec.name for spec in signature.inputs}:
+        return []
     optional = {spec.name for spec in signature.defaulted}
-    expects = sum(1 for tensor in config.input if tensor.name not in optional) + filled_in
+    expects = sum(1 for tensor in config.input if tensor.name not in optional) + len(filled)
     if expects == len(signature.inputs):
         return []
     return [
