@@ -512,6 +512,7 @@ def test_kind_auto_on_a_gpu_adds_a_cpu_instance_where_the_cpu_runs_one_sample_fa
     kinds = [(g.kind, g.count) for g in written.instance_group]
     assert kinds[-1] == (ModelInstanceGroup.KIND_CPU, 1)
     assert len(kinds) == 2
+    assert written.instance_group[-1].name == f"{written.name}_1"  # Triton's name for it
 
 
 def test_a_gpu_faster_at_one_sample_keeps_every_batch(log: list[tuple[str, int, str]]) -> None:

@@ -100,9 +100,30 @@ def test_full_triton_config_is_kept_as_written(tmp_path: Path) -> None:
     assert [v.version for v in model.versions] == [1, 2]
     assert model.labels == {"logits": (b"zero", b"one")}
     config = model.config
-    assert config.backend == "onnxruntime"  # the one field completion adds
+    # the fields completion adds, as Triton's normalization adds them
+    assert config.backend == "onnxruntime"
+    assert config.default_model_filename == "model.onnx"
+    assert [group.name for group in config.instance_group] == ["digits_0"]
     config.ClearField("backend")
+    config.ClearField("default_model_filename")
+    config.instance_group[0].ClearField("name")
     assert config == parse_pbtxt(TRITON_CONFIG)
+
+
+def test_instance_groups_are_named_as_triton_names_them(tmp_path: Path) -> None:
+    add_model(tmp_path)
+    config_file = tmp_path / "digits" / "config.pbtxt"
+    config_file.write_text("")
+    added = ModelRepository(tmp_path).resolve("digits").config
+    assert [group.name for group in added.instance_group] == ["digits"]
+    config_file.write_text(
+        'instance_group [ { count: 1 kind: KIND_CPU }, { name: "mine" kind: KIND_CPU }, '
+        "{ kind: KIND_CPU } ]"
+    )
+    listed = ModelRepository(tmp_path).resolve("digits").config
+    assert [group.name for group in listed.instance_group] == ["digits_0", "mine", "digits_2"]
+    config_file.write_text('default_model_filename: "model.onnx"')
+    assert ModelRepository(tmp_path).resolve("digits").config.default_model_filename == "model.onnx"
 
 
 def test_a_missing_label_file_fails_the_model(tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ from batchserve.backends.torch_threads import PARAMETERS as TORCH_THREAD_PARAMET
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import BatchserveError
 from batchserve.core.python_speed import loop_seconds
-from batchserve.devices.placement import places_auto
+from batchserve.devices.placement import group_name, places_auto
 from batchserve.models.measuring_gate import MEASURING
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
@@ -212,7 +212,10 @@ def configured(config: ModelConfig, setting: Setting) -> ModelConfig:
     if setting.cuda_graphs:
         result.optimization.cuda.graphs = True
     if setting.cpu_instances:
-        result.instance_group.add(kind=ModelInstanceGroup.KIND_CPU, count=setting.cpu_instances)
+        added = result.instance_group.add(
+            kind=ModelInstanceGroup.KIND_CPU, count=setting.cpu_instances
+        )
+        added.name = group_name(result, added, len(result.instance_group) - 1)
     return result
 
 

@@ -21,6 +21,7 @@ from batchserve.core.datatypes import config_name
 from batchserve.core.errors import ModelConfigError
 from batchserve.core.repository_files import UnusableFile, read_regular_file
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
+from batchserve.devices.placement import group_name
 from batchserve.models.batch_io_config import batch_input_targets
 from batchserve.proto.model_config_pb2 import (
     DataType,
@@ -153,6 +154,8 @@ def complete_config(
         _complete_tensors(done.input, inputs, batched, signature.defaulted)
         _complete_tensors(done.output, signature.outputs, batched)
     _complete_instances(done)
+    # Triton's AutoCompleteBackendFields names the file whether or not completion is on
+    done.default_model_filename = done.default_model_filename or model_format.default_filename
     done.version_policy.CopyFrom(version_policy(done))
     return done
 
@@ -217,9 +220,15 @@ def _complete_tensors(
 
 
 def _complete_instances(config: ModelConfig) -> None:
-    """One instance by default; a group's ``count: 0`` is proto3's "unset", so it means 1."""
+    """One instance by default; a group's ``count: 0`` is proto3's "unset", so it means 1.
+
+    Groups are named as Triton's NormalizeModelConfig names them: a group it adds takes the
+    model's name, a listed group without one ``<model>_<index>``; tools that read the served
+    config (Model Analyzer, the instance labels of statistics) expect a name on every group.
+    """
     if not config.instance_group:
-        config.instance_group.add(count=1, kind=ModelInstanceGroup.KIND_AUTO)
-    for group in config.instance_group:
+        config.instance_group.add(name=config.name, count=1, kind=ModelInstanceGroup.KIND_AUTO)
+    for index, group in enumerate(config.instance_group):
+        group.name = group_name(config, group, index)
         if group.count == 0:
             group.count = 1
