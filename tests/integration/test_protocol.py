@@ -11,6 +11,7 @@ import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from tests.integration.server import MODEL_REPO, ServerProcess
@@ -115,6 +116,20 @@ def test_model_config_matches_on_both_protocols(
     # batchserve's own settings travel as field 1000, which Triton's message skips.
     assert http.get_model_config(LSTM)["batchserve"]["sequence_length_input"] == "lengths"
     assert grpc_config.HasField("dynamic_batching")
+
+
+def test_served_config_shows_where_instances_run_as_triton_shows_it(
+    http: httpclient.InferenceServerClient, grpc: grpcclient.InferenceServerClient
+) -> None:
+    # digits_cnn's config names no instance group: the server adds one after the model and
+    # chooses its device (KIND_AUTO), which the served config shows resolved, as Triton's does
+    config = http.get_model_config(DIGITS)
+    assert [group["name"] for group in config["instance_group"]] == [DIGITS]
+    assert config["instance_group"][0]["kind"] == "KIND_CPU"  # no GPU this ONNX Runtime uses
+    assert config["default_model_filename"] == "model.onnx"
+    grpc_groups = grpc.get_model_config(DIGITS).config.instance_group
+    kind_cpu = model_config_pb2.ModelInstanceGroup.KIND_CPU
+    assert [(group.name, group.kind) for group in grpc_groups] == [(DIGITS, kind_cpu)]
 
 
 @pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])

@@ -42,8 +42,10 @@ from batchserve.devices.placement import gpu_count
 from batchserve.models.memory_probe import device_total_bytes
 from batchserve.models.model_config import load_pbtxt
 from batchserve.models.model_table import ServedVersion
+from batchserve.models.placing import as_placed
 from batchserve.models.registry import ModelRegistry
 from batchserve.models.repository import ModelRepository
+from batchserve.proto.model_config_pb2 import ModelInstanceGroup
 from batchserve.scheduler.batch_time import crossover
 from batchserve.scheduler.execution import BatchRun
 from batchserve.scheduler.memory import MemoryBudgets, derive_cap
@@ -248,6 +250,7 @@ import asyncio, json, sys
 from pathlib import Path
 from batchserve.core.errors import BatchserveError
 from batchserve.models.registry import ModelRegistry
+from batchserve.proto.model_config_pb2 import ModelInstanceGroup
 from batchserve.models.repository import ModelRepository
 from batchserve.core.budgets import parse_budgets
 from batchserve.scheduler.memory import MemoryBudgets
@@ -369,6 +372,10 @@ async def test_f_left_to_the_server_a_model_is_timed_on_both_devices_and_split_b
     on_gpu = [i for i in instances if i.backend.device.kind == "gpu"]
     assert len(on_gpu) == tuning.chosen.instances * gpu_count()  # a count is per GPU
     assert len(on_cpu) == tuning.chosen.cpu_instances == int(cpu_faster), tuning.reason
+    shown = as_placed(served.config, [loaded.placement for loaded in served.instances])
+    groups = [(g.kind, list(g.gpus)) for g in shown.instance_group]  # as a client reads it
+    assert groups[0] == (ModelInstanceGroup.KIND_GPU, list(range(gpu_count())))
+    assert groups[1:] == [(ModelInstanceGroup.KIND_CPU, [])] * int(cpu_faster)
     x = np.random.default_rng(3).standard_normal((4, CHAIN_WIDTH)).astype(np.float32)
     answers = [(await i.run(partial(i.backend.infer, {"x": x})))["y"] for i in instances]
     routing = batcher.routing

@@ -14,8 +14,10 @@ import pytest
 from batchserve.backends.selection import gpu_unusable
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import DeviceUnavailable
+from batchserve.devices.placement import Placement, group_signature
 from batchserve.models import placing
 from batchserve.models.model_config import parse_pbtxt
+from batchserve.proto.model_config_pb2 import ModelInstanceGroup
 
 ONNX = Path("model.onnx")
 
@@ -72,3 +74,32 @@ def test_without_a_gpu_nothing_is_asked_of_the_runtime(monkeypatch: pytest.Monke
     _on_a_gpu_machine(monkeypatch, gpus=0)
     with pytest.raises(DeviceUnavailable, match="has 0 GPU"):
         placing.placements(parse_pbtxt('name: "m" instance_group { kind: KIND_GPU }'), ONNX)
+
+
+def _placed(config_text: str, devices: list[Device]) -> list[Placement]:
+    """Every group's placement key with ``devices`` in turn, one device per group."""
+    config = parse_pbtxt(config_text)
+    keys = [group_signature(group) for group in config.instance_group]
+    return [Placement(device, key) for device, key in zip(devices, keys, strict=True)]
+
+
+def test_a_served_config_shows_kind_auto_as_the_kind_its_instances_got() -> None:
+    text = (
+        'name: "m" instance_group [ { name: "a" }, { name: "b" gpus: [ 3 ] }, '
+        '{ name: "c" kind: KIND_GPU }, { name: "d" kind: KIND_CPU } ]'
+    )
+    config = parse_pbtxt(text)
+    placed = _placed(text, [CPU, Device("gpu", 3), Device("gpu", 1), CPU])
+    shown = placing.as_placed(config, placed)
+    assert [(g.name, g.kind, list(g.gpus)) for g in shown.instance_group] == [
+        ("a", ModelInstanceGroup.KIND_CPU, []),
+        ("b", ModelInstanceGroup.KIND_GPU, [3]),
+        ("c", ModelInstanceGroup.KIND_GPU, [1]),  # Triton lists the GPUs of a group that named none
+        ("d", ModelInstanceGroup.KIND_CPU, []),
+    ]
+    assert config == parse_pbtxt(text)  # the written config is kept: reloads compare it
+
+
+def test_a_group_with_no_instance_loaded_is_shown_as_written() -> None:
+    config = parse_pbtxt('name: "m" instance_group [ { name: "a" } ]')
+    assert placing.as_placed(config, []) == config

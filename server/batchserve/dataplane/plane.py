@@ -44,6 +44,7 @@ from batchserve.models.ensemble import EnsembleBatcher, takes_sequences
 from batchserve.models.ensemble_flow import EnsembleResponder
 from batchserve.models.model_names import requested_model_name
 from batchserve.models.model_table import ServedVersion, unknown_model
+from batchserve.models.placing import as_placed
 from batchserve.models.registry import ModelRegistry
 from batchserve.models.replies import counted as replies_counted
 from batchserve.observability.tracing import RequestTracer
@@ -133,7 +134,8 @@ class DataPlane:
         )
 
     def model_config(self, name: str, version: str = "") -> ModelConfig:
-        return self.served(name, version).config
+        served = self.served(name, version)
+        return as_placed(served.config, [loaded.placement for loaded in served.instances])
 
     def model_statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:
         """Every served version when ``name`` is empty; else that model's (or one version).

@@ -147,14 +147,19 @@ def resolve_placements(
     groups = list(config.instance_group) or [ModelInstanceGroup(kind=ModelInstanceGroup.KIND_AUTO)]
     placements: list[Placement] = []
     for position, group in enumerate(groups):
-        signature = ModelInstanceGroup()
-        signature.CopyFrom(group)
-        signature.ClearField("name")
-        signature.ClearField("count")
-        key = signature.SerializeToString(deterministic=True)
+        key = group_signature(group)
         devices = _group_devices(config, group, position, available_gpus, auto_gpu)
         placements.extend(Placement(device, key) for device in devices)
     return placements
+
+
+def group_signature(group: ModelInstanceGroup) -> bytes:
+    """A group's settings but name and count: ``Placement.group``."""
+    signature = ModelInstanceGroup()
+    signature.CopyFrom(group)
+    signature.ClearField("name")
+    signature.ClearField("count")
+    return signature.SerializeToString(deterministic=True)
 
 
 def places_auto(config: ModelConfig) -> bool:

@@ -5,11 +5,18 @@ machine's GPUs."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from batchserve.backends.selection import gpu_unusable
-from batchserve.devices.placement import Placement, gpu_count, places_auto, resolve_placements
-from batchserve.proto.model_config_pb2 import ModelConfig
+from batchserve.devices.placement import (
+    Placement,
+    gpu_count,
+    group_signature,
+    places_auto,
+    resolve_placements,
+)
+from batchserve.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 
 _log = logging.getLogger(__name__)
 
@@ -31,3 +38,23 @@ def placements(
             config.name, gpus, unusable,
         )  # fmt: skip
     return resolve_placements(config, gpus, auto_gpu=not unusable)
+
+
+def as_placed(config: ModelConfig, placed: Sequence[Placement]) -> ModelConfig:
+    """``config`` as Triton serves it once placed: a ``KIND_AUTO`` group shows the kind its
+    instances got, and a GPU group without ``gpus`` the GPUs they are on, so a client that
+    reads the config learns where the model runs (Triton's NormalizeInstanceGroup never
+    leaves ``KIND_AUTO``). ``config`` itself keeps what was written: reloads compare it."""
+    shown = ModelConfig()
+    shown.CopyFrom(config)
+    for group in shown.instance_group:
+        key = group_signature(group)
+        devices = [placement.device for placement in placed if placement.group == key]
+        if not devices:
+            continue
+        gpus = sorted({device.index for device in devices if device.kind == "gpu"})
+        if group.kind == ModelInstanceGroup.KIND_AUTO:
+            group.kind = ModelInstanceGroup.KIND_GPU if gpus else ModelInstanceGroup.KIND_CPU
+        if group.kind == ModelInstanceGroup.KIND_GPU and not group.gpus:
+            group.gpus.extend(gpus)
+    return shown
