@@ -7,11 +7,17 @@ import os
 from pathlib import Path
 
 import pytest
+from batchserve.backends.selection import ONNX
 from batchserve.core.backend_config import parse_backend_config
 from batchserve.core.errors import InvalidArgument, ModelConfigError, ModelFileError, NotFound
 from batchserve.core.settings import Settings
 from batchserve.devices.placement import gpu_count
-from batchserve.models.model_config import DEFAULT_MAX_BATCH_SIZE, MAX_CONFIG_BYTES, parse_pbtxt
+from batchserve.models.model_config import (
+    DEFAULT_MAX_BATCH_SIZE,
+    MAX_CONFIG_BYTES,
+    complete_config,
+    parse_pbtxt,
+)
 from batchserve.models.model_directory import InvalidModel, ModelVersion
 from batchserve.models.repository import ModelProblem, ModelRepository, startup_models
 from onnx_models import (
@@ -104,10 +110,51 @@ def test_full_triton_config_is_kept_as_written(tmp_path: Path) -> None:
     assert config.backend == "onnxruntime"
     assert config.default_model_filename == "model.onnx"
     assert [group.name for group in config.instance_group] == ["digits_0"]
+    pinned = config.optimization
+    assert pinned.input_pinned_memory.enable
+    assert pinned.output_pinned_memory.enable
     config.ClearField("backend")
     config.ClearField("default_model_filename")
     config.instance_group[0].ClearField("name")
-    assert config == parse_pbtxt(TRITON_CONFIG)
+    pinned.ClearField("input_pinned_memory")
+    pinned.ClearField("output_pinned_memory")
+    assert config == parse_pbtxt(TRITON_CONFIG)  # preferred sizes as written, not replaced
+
+
+@pytest.mark.parametrize(
+    ("written", "normalized"),
+    [
+        ("max_batch_size: 8 dynamic_batching { }", "dynamic_batching { preferred_batch_size: 8 }"),
+        ("dynamic_batching { }", "dynamic_batching { }"),  # no batching: nothing preferred
+        (
+            "max_batch_size: 8 sequence_batching { oldest { } }",
+            "sequence_batching { max_sequence_idle_microseconds: 1000000 "
+            "oldest { preferred_batch_size: 8 } }",
+        ),
+        (
+            "sequence_batching { max_sequence_idle_microseconds: 5 }",
+            "sequence_batching { max_sequence_idle_microseconds: 5 }",
+        ),
+    ],
+)
+def test_scheduler_defaults_are_written_as_tritons_normalization_writes_them(
+    written: str, normalized: str
+) -> None:
+    config = complete_config(
+        parse_pbtxt(f'name: "m" {written}'), name="m", model_format=ONNX, signature=None
+    )
+    expected = parse_pbtxt(normalized)
+    assert config.dynamic_batching == expected.dynamic_batching
+    assert config.sequence_batching == expected.sequence_batching
+    assert config.optimization.input_pinned_memory.enable
+    assert config.optimization.output_pinned_memory.enable
+
+
+def test_pinned_memory_written_off_stays_off() -> None:
+    written = parse_pbtxt('name: "m" optimization { input_pinned_memory { enable: false } }')
+    config = complete_config(written, name="m", model_format=ONNX, signature=None)
+    assert config.optimization.input_pinned_memory == written.optimization.input_pinned_memory
+    assert config.optimization.output_pinned_memory.enable
 
 
 def test_instance_groups_are_named_as_triton_names_them(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from batchserve.proto.model_config_pb2 import (
     ModelOutput,
     ModelVersionPolicy,
 )
+from batchserve.scheduler.sequences import DEFAULT_IDLE_US
 
 CONFIG_FILENAME = "config.pbtxt"
 MAX_CONFIG_BYTES = 1 << 20  # Triton's largest configs (long ensembles) are a few KiB
@@ -157,7 +158,30 @@ def complete_config(
     # Triton's AutoCompleteBackendFields names the file whether or not completion is on
     done.default_model_filename = done.default_model_filename or model_format.default_filename
     done.version_policy.CopyFrom(version_policy(done))
+    _normalize(done)
     return done
+
+
+def _normalize(config: ModelConfig) -> None:
+    """The defaults Triton's NormalizeModelConfig writes into every served config, each one
+    what batchserve does when the field is unset, so that clients and tools reading the config
+    see Triton's: a batching model's scheduler prefers ``max_batch_size`` (a full batch goes
+    at once either way), a sequence is released after Triton's idle time, and inputs and
+    outputs go through pinned host memory (on a GPU batchserve always stages them there)."""
+    biggest = [config.max_batch_size] if config.max_batch_size > 0 else []
+    if config.HasField("dynamic_batching") and not config.dynamic_batching.preferred_batch_size:
+        config.dynamic_batching.preferred_batch_size.extend(biggest)
+    if config.HasField("sequence_batching"):
+        sequences = config.sequence_batching
+        if not sequences.max_sequence_idle_microseconds:
+            sequences.max_sequence_idle_microseconds = DEFAULT_IDLE_US
+        if sequences.HasField("oldest") and not sequences.oldest.preferred_batch_size:
+            sequences.oldest.preferred_batch_size.extend(biggest)
+    optimization = config.optimization
+    if not optimization.HasField("input_pinned_memory"):
+        optimization.input_pinned_memory.enable = True
+    if not optimization.HasField("output_pinned_memory"):
+        optimization.output_pinned_memory.enable = True
 
 
 def _complete_batching(config: ModelConfig, signature: ModelSignature, batch: int) -> None:
