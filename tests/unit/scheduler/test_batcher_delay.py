@@ -280,13 +280,16 @@ async def test_the_largest_preferred_size_reached_goes_at_once() -> None:
     assert backend.batches == [1, 4, 2, 1]
 
 
-async def test_a_full_batch_goes_at_once_and_the_rest_waits() -> None:
+# preferred [max]: what Triton's normalization (and batchserve's) writes where none is given,
+# so it must batch exactly as no preferred size does
+@pytest.mark.parametrize("preferred", ["", "preferred_batch_size: [4]"], ids=["none", "max"])
+async def test_a_full_batch_goes_at_once_and_the_rest_waits(preferred: str) -> None:
     clock, backend = ManualClock(), FakeBackend()
     batcher = make_batcher(
         [backend],
         clock=clock,
         max_batch_size=4,
-        extra="dynamic_batching { max_queue_delay_microseconds: 60000000 }",
+        extra=f"dynamic_batching {{ max_queue_delay_microseconds: 60000000 {preferred} }}",
     )
     first = await hold_first(batcher, backend, at=clock)
     items = []
