@@ -24,6 +24,7 @@ from batchserve.models.batch_io_config import (
 from batchserve.models.config_support import unsupported_problems
 from batchserve.models.initial_states import initial_state_problems
 from batchserve.models.model_config import model_dims
+from batchserve.models.model_metrics import model_metrics_problems
 from batchserve.models.sequence_controls import control_problems
 from batchserve.models.warmup_samples import warmup_problems
 from batchserve.proto.model_config_pb2 import (
@@ -66,6 +67,7 @@ def config_problems(config: ModelConfig, *, source: str, directory: str) -> list
     problems += warmup_problems(config)
     problems += batch_io_problems(config)
     problems += unsupported_problems(config)
+    problems += model_metrics_problems(config)
     return [f"{source}: {problem}" for problem in problems]
 
 

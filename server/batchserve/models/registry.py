@@ -48,6 +48,7 @@ from batchserve.models.instance_loader import InstanceLoader, active_instances
 from batchserve.models.load_override import LoadOverride, OverrideDirectory
 from batchserve.models.measured_defaults import Subject, Tuning, configured, log_tuning, tune
 from batchserve.models.model_directory import ModelVersion, ResolvedModel
+from batchserve.models.model_metrics import uncustomizable_family_warnings
 from batchserve.models.model_table import (
     UNLOADED,
     LoadedInstance,
@@ -576,6 +577,8 @@ class ModelRegistry(ModelTable):
 
     def _new_stats(self, config: ModelConfig, objective_ns: int = 0) -> ModelStats:
         """A version's statistics, with the latency families ``--metrics-config`` asks for."""
+        for warning in uncustomizable_family_warnings(config):
+            logger.warning("%s", warning)
         stats = ModelStats(latency_objective_ns=objective_ns)
         if self._metrics.summary_latencies:
             stats.summaries = LatencySummaries()
