@@ -52,11 +52,31 @@ def test_each_unsupported_field_is_refused_by_name(extra: str, field: str) -> No
 )
 def test_unsupported_tensor_fields_name_the_tensor(tensor: str, field: str) -> None:
     base = TENSORS.replace("dims: [ 4 ] }]\noutput", f"dims: [ 4 ] {tensor} }}]\noutput")
-    problems = _problems("", base)
+    problems = _problems('platform: "tensorrt_plan"', base)  # the one platform Triton allows
     assert problems == [
         f"m/config.pbtxt: field '{field}' is true for input 'x': batchserve does not support "
         + problems[0].split("batchserve does not support ", 1)[1]
     ]
+
+
+@pytest.mark.parametrize(
+    ("tensor", "triton"),
+    [
+        ("is_shape_tensor: true", "shape tensors are only supported for TensorRT platform"),
+        (
+            "is_non_linear_format_io: true",
+            "Non-linear IO format is only supported for the TensorRT platform",
+        ),
+    ],
+)
+def test_tensorrt_only_tensor_fields_elsewhere_get_tritons_words_first(
+    tensor: str, triton: str
+) -> None:
+    base = TENSORS.replace("dims: [ 4 ] }]\noutput", f"dims: [ 4 ] {tensor} }}]\noutput")
+    problems = _problems('platform: "onnxruntime_onnx"', base)
+    assert len(problems) == 2, problems  # Triton's, then what batchserve lacks
+    assert problems[0].startswith(f"m/config.pbtxt: {triton} for m (batchserve: input 'x' ")
+    assert "batchserve does not support" in problems[1]
 
 
 @pytest.mark.parametrize(

@@ -289,6 +289,58 @@ def problems_of(tmp_path: Path, config: str, inputs: tuple[Tensor, ...] = (IMAGE
             "dynamic_batching.preferred_batch_size 2 is outside 1..max_batch_size (0)",
         ),
         (
+            "max_batch_size: 8 dynamic_batching { preferred_batch_size: [16] }",
+            (IMAGE,),
+            "dynamic batching preferred size must be <= max batch size for digits (batchserve: ",
+        ),
+        (
+            "dynamic_batching { preferred_batch_size: [-1] }",
+            (IMAGE,),
+            "dynamic batching preferred size must be positive for digits (batchserve: ",
+        ),
+        (
+            "max_batch_size: 8 sequence_batching { oldest { preferred_batch_size: [9] } }",
+            (IMAGE,),
+            "sequence batching preferred batch size must be <= max batch size for digits "
+            "(batchserve: sequence_batching.oldest.preferred_batch_size 9 is outside "
+            "1..max_batch_size (8))",
+        ),
+        (
+            'input { name: "" }',
+            (IMAGE,),
+            "model input must specify 'name' for digits (batchserve: input[0] has no name)",
+        ),
+        (
+            'input { name: "image" format: FORMAT_NCHW dims: [1, 64] }',
+            (IMAGE,),
+            "model input NHWC/NCHW require 3 dims for digits (batchserve: input 'image' has "
+            "format FORMAT_NCHW and dims [1, 64]",
+        ),
+        (
+            "sequence_batching { } response_cache { enable: true }",
+            (IMAGE,),
+            "Response Cache does not currently support model digits with sequence batching "
+            "scheduler. Please disable the response cache.",
+        ),
+        (
+            "model_transaction_policy { decoupled: true } response_cache { enable: true }",
+            (IMAGE,),
+            "Response Cache does not currently support model digits with 'decoupled' "
+            "transaction policy. Please disable the response cache.",
+        ),
+        (
+            "instance_group { kind: KIND_MODEL gpus: [0] }",
+            (IMAGE,),
+            "instance group digits_0 of model digits has kind KIND_MODEL but specifies one or "
+            "more GPUs (batchserve: ",
+        ),
+        (
+            'instance_group { kind: KIND_CPU profile: ["0"] }',
+            (IMAGE,),
+            "instance group digits_0 of model digits and platform onnxruntime_onnxspecifies "
+            "profile field which is only supported for TensorRT models (batchserve: ",
+        ),
+        (
             "dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
             (IMAGE,),
             "default priority level must be in range [1, 2] for digits "

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from batchserve.backends.reshape import scalar_as_ones
+from batchserve.backends.selection import TENSORRT
 from batchserve.core.datatypes import BY_CONFIG, config_name
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
 from batchserve.core.tensors import MAX_ELEMENTS
@@ -23,6 +24,7 @@ from batchserve.models.batch_io_config import (
 )
 from batchserve.models.config_support import unsupported_problems
 from batchserve.models.initial_states import initial_state_problems
+from batchserve.models.io_config import io_problems
 from batchserve.models.model_config import model_dims
 from batchserve.models.model_metrics import model_metrics_problems
 from batchserve.models.sequence_controls import control_problems
@@ -63,6 +65,8 @@ def config_problems(config: ModelConfig, *, source: str, directory: str) -> list
             if tensor.HasField("reshape")
             for problem in _reshape_problems(f"{kind} '{tensor.name}'", tensor, config)
         ]
+    problems += io_problems(config)
+    problems += _response_cache_problems(config)
     problems += _sequence_length_problems(config)
     problems += warmup_problems(config)
     problems += batch_io_problems(config)
@@ -91,12 +95,25 @@ def _batching_problems(config: ModelConfig) -> list[str]:
     ]
     # With max_batch_size 0 Triton's dynamic batcher still queues (priorities, queue policy)
     # and runs each request alone; only a preferred size cannot hold.
-    problems += [
-        f"dynamic_batching.preferred_batch_size {size} is outside 1..max_batch_size "
-        f"({config.max_batch_size})"
-        for size in batching.preferred_batch_size
-        if not 0 < size <= config.max_batch_size
-    ]
+    problems += _preferred_size_problems(
+        "dynamic batching preferred size", "dynamic_batching", batching.preferred_batch_size, config
+    )
+    return problems
+
+
+def _preferred_size_problems(
+    what: str, field: str, sizes: Iterable[int], config: ModelConfig
+) -> list[str]:
+    """Each preferred batch size not in 1..max_batch_size, in Triton's words."""
+    problems = []
+    for size in sizes:
+        if 0 < size <= config.max_batch_size:
+            continue
+        rule = "positive" if size <= 0 else "<= max batch size"
+        problems.append(
+            f"{what} must be {rule} for {config.name} (batchserve: {field}.preferred_batch_size "
+            f"{size} is outside 1..max_batch_size ({config.max_batch_size}))"
+        )
     return problems
 
 
@@ -142,6 +159,23 @@ def _ensemble_problems(config: ModelConfig) -> list[str]:
     return []
 
 
+def _response_cache_problems(config: ModelConfig) -> list[str]:
+    """The response cache where Triton refuses it: a sequence model's answers depend on its
+    state, and a decoupled model's are a stream, so neither can be answered from a cache."""
+    if not config.response_cache.enable:
+        return []
+    unsupported = []
+    if config.HasField("sequence_batching"):
+        unsupported.append("sequence batching scheduler")
+    if config.model_transaction_policy.decoupled:
+        unsupported.append("'decoupled' transaction policy")
+    return [
+        f"Response Cache does not currently support model {config.name} with {what}. Please "
+        "disable the response cache. (batchserve: response_cache.enable is true)"
+        for what in unsupported
+    ]
+
+
 def _instance_problems(config: ModelConfig) -> list[str]:
     problems = []
     for index, group in enumerate(config.instance_group):
@@ -154,12 +188,26 @@ def _instance_problems(config: ModelConfig) -> list[str]:
                 f"{config.name} has kind KIND_CPU but specifies one or more GPUs (batchserve: "
                 f"{field} lists gpus {list(group.gpus)})"
             )
+        elif group.kind == ModelInstanceGroup.KIND_MODEL and group.gpus:
+            problems.append(
+                f"instance group {group_name(config, group, index)} of model {config.name} has "
+                f"kind KIND_MODEL but specifies one or more GPUs (batchserve: {field} lists "
+                f"gpus {list(group.gpus)}; batchserve places no KIND_MODEL group either)"
+            )
         # wrong on any machine: said before the model file is read, as Triton says it
         elif any(gpu < 0 for gpu in group.gpus):
             triton = unsupported_gpu(config, group, index, min(group.gpus), "numbered from 0")
             problems.append(
                 f"{triton} (batchserve: {field} lists gpus {list(group.gpus)}: a GPU index is 0 "
                 "or more)"
+            )
+        if group.profile and config.platform != TENSORRT.platform:
+            # Triton's text as it prints it, no space before "specifies"
+            problems.append(
+                f"instance group {group_name(config, group, index)} of model {config.name} and "
+                f"platform {config.platform}specifies profile field which is only supported "
+                f"for TensorRT models (batchserve: {field} lists profiles "
+                f"{list(group.profile)}, which only a TensorRT engine has)"
             )
     groups = config.instance_group
     if groups and all(group.passive for group in groups):
@@ -186,7 +234,6 @@ def _policy_problems(config: ModelConfig) -> list[str]:
 def _tensor_list_problems(kind: str, tensors: Sequence[Tensor], model: str) -> list[str]:
     counts = Counter(tensor.name for tensor in tensors)
     problems = [f"{kind} '{name}' is listed {n} times" for name, n in counts.items() if n > 1]
-    problems += [f"{kind} with no name" for tensor in tensors if not tensor.name]
     for tensor in tensors:
         problems += _dims_value_problems(f"{kind} '{tensor.name}'", list(tensor.dims), model)
     return problems
@@ -348,6 +395,13 @@ def _sequence_strategy_problems(config: ModelConfig) -> list[str]:
             f"sequence_batching.oldest.max_candidate_sequences "
             f"{batching.oldest.max_candidate_sequences} is negative"
         ]
+    if batching.HasField("oldest"):
+        return _preferred_size_problems(
+            "sequence batching preferred batch size",
+            "sequence_batching.oldest",
+            batching.oldest.preferred_batch_size,
+            config,
+        )
     return []
 
 
