@@ -86,16 +86,17 @@ def _placed(config_text: str, devices: list[Device]) -> list[Placement]:
 def test_a_served_config_shows_kind_auto_as_the_kind_its_instances_got() -> None:
     text = (
         'name: "m" instance_group [ { name: "a" }, { name: "b" gpus: [ 3 ] }, '
-        '{ name: "c" kind: KIND_GPU }, { name: "d" kind: KIND_CPU } ]'
+        '{ name: "c" kind: KIND_GPU }, { name: "d" kind: KIND_CPU }, { name: "e" gpus: [ 7 ] } ]'
     )
     config = parse_pbtxt(text)
-    placed = _placed(text, [CPU, Device("gpu", 3), Device("gpu", 1), CPU])
+    placed = _placed(text, [CPU, Device("gpu", 3), Device("gpu", 1), CPU, CPU])
     shown = placing.as_placed(config, placed)
     assert [(g.name, g.kind, list(g.gpus)) for g in shown.instance_group] == [
         ("a", ModelInstanceGroup.KIND_CPU, []),
         ("b", ModelInstanceGroup.KIND_GPU, [3]),
         ("c", ModelInstanceGroup.KIND_GPU, [1]),  # Triton lists the GPUs of a group that named none
         ("d", ModelInstanceGroup.KIND_CPU, []),
+        ("e", ModelInstanceGroup.KIND_CPU, []),  # its GPU is missing: placed on the CPU
     ]
     assert config == parse_pbtxt(text)  # the written config is kept: reloads compare it
 

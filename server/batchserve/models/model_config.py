@@ -248,7 +248,7 @@ def _complete_instances(config: ModelConfig) -> None:
 
     Groups are named as Triton's NormalizeModelConfig names them: a group it adds takes the
     model's name, a listed group without one ``<model>_<index>``; tools that read the served
-    config (Model Analyzer, the instance labels of statistics) expect a name on every group.
+    config (Model Analyzer among them) expect a name on every group.
     """
     if not config.instance_group:
         config.instance_group.add(name=config.name, count=1, kind=ModelInstanceGroup.KIND_AUTO)

@@ -55,6 +55,8 @@ def as_placed(config: ModelConfig, placed: Sequence[Placement]) -> ModelConfig:
         gpus = sorted({device.index for device in devices if device.kind == "gpu"})
         if group.kind == ModelInstanceGroup.KIND_AUTO:
             group.kind = ModelInstanceGroup.KIND_GPU if gpus else ModelInstanceGroup.KIND_CPU
+            if not gpus:  # GPUs it listed that this machine lacks: a CPU group lists none
+                group.ClearField("gpus")
         if group.kind == ModelInstanceGroup.KIND_GPU and not group.gpus:
             group.gpus.extend(gpus)
     return shown
