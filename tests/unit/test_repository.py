@@ -318,7 +318,8 @@ def test_other_frameworks_are_a_clear_error(tmp_path: Path, entry: str) -> None:
         (version_dir / entry).write_bytes(b"not ours")
     assert problems(tmp_path) == (
         f"digits/1/{entry}: unsupported backend; batchserve serves ONNX (.onnx), "
-        "TensorRT (.plan) and torch.export (.pt2, platform torch_export) models",
+        "TensorRT (.plan) and torch.export (.pt2, platform torch_export) models, and Triton's "
+        "identity backend (no file)",
     )
 
 
@@ -340,7 +341,8 @@ def test_a_model_named_for_a_backend_batchserve_lacks_is_refused_in_tritons_word
     assert problems(tmp_path, "digits.unknown")[0] == (
         "digits.unknown: unable to find backend library for backend 'unknown', try specifying "
         "runtime on the model configuration. (batchserve: batchserve serves ONNX (.onnx), "
-        "TensorRT (.plan) and torch.export (.pt2, platform torch_export) models)"
+        "TensorRT (.plan) and torch.export (.pt2, platform torch_export) models, and Triton's "
+        "identity backend (no file))"
     )
 
 

@@ -38,10 +38,15 @@ TENSORRT: Final = ModelFormat("tensorrt_plan", "tensorrt", ".plan")
 # model.pt) and AOTInductor builds (torch_aoti), neither of which a torch.export program is.
 PT2: Final = ModelFormat("torch_export", "pytorch", ".pt2")
 FORMATS: Final = (ONNX, TENSORRT, PT2)
+"""The formats a model file is found by: a repository's version directories are searched
+for these files."""
+IDENTITY: Final = ModelFormat("", "identity", ".identity")
+"""Triton's identity backend (``backends/identity.py``): chosen by name, never by a file, for
+it reads none (Triton names its file ``model.identity`` all the same)."""
 
 SUPPORTED: Final = (
     "batchserve serves ONNX (.onnx), TensorRT (.plan) and torch.export (.pt2, platform "
-    "torch_export) models"
+    "torch_export) models, and Triton's identity backend (no file)"
 )
 
 
@@ -78,7 +83,7 @@ def _filename_backend(filename: str) -> str:
 def _named_format(source: str, field: str, value: str) -> ModelFormat | None:
     if not value:
         return None
-    for fmt in FORMATS:
+    for fmt in (*FORMATS, IDENTITY):
         if value == getattr(fmt, field):
             return fmt
     if value == "ensemble":
@@ -122,8 +127,8 @@ def gpu_unusable(config: ModelConfig, model_file: Path) -> str:
     Triton does for a backend built without GPU support (a CUDA host whose onnxruntime is the
     CPU wheel serves its ONNX models on the CPU, its PyTorch programs on the GPU)."""
     runtime = runtime_name(config, model_file)
-    if runtime == TENSORRT.backend:
-        return ""  # a GPU-only runtime: without TensorRT the load says so itself
+    if runtime in (TENSORRT.backend, IDENTITY.backend):
+        return ""  # GPU-only, or copies on the host wherever placed (as Triton's identity)
     if runtime == PT2.backend:
         from batchserve.backends.torch_archive import import_torch
         from batchserve.backends.torch_pt2 import gpu_problem
@@ -154,6 +159,10 @@ def _runtime_backend(
     config: ModelConfig, model_file: Path, memory_limit_bytes: int | None
 ) -> Backend:
     runtime = runtime_name(config, model_file)
+    if runtime == IDENTITY.backend:
+        from batchserve.backends.identity import IdentityBackend
+
+        return IdentityBackend()
     if runtime == TENSORRT.backend:
         from batchserve.backends.tensorrt import TensorRTBackend
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from batchserve.backends.base import Arrays, Backend
-from batchserve.backends.selection import PT2, runtime_name
+from batchserve.backends.selection import IDENTITY, PT2, runtime_name
 from batchserve.backends.torch_threads import PARAMETERS as TORCH_THREAD_PARAMETERS
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import BatchserveError
@@ -173,7 +173,10 @@ class Tuning:
 def wants_tuning(config: ModelConfig) -> bool:
     """Whether a config leaves instances and threads to the server: no count, no thread
     parameter, at most one instance group, and a model the dynamic batcher schedules
-    (sequence slots and decoupled responders are per instance by design)."""
+    (sequence slots and decoupled responders are per instance by design) that computes
+    something (the identity backend copies: one instance, as Triton gives it)."""
+    if config.backend == IDENTITY.backend:
+        return False
     if len(config.instance_group) > 1 or any(g.count for g in config.instance_group):
         return False
     if any(name in config.parameters for name in THREAD_PARAMETERS):

@@ -16,9 +16,11 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from batchserve.backends.identity import identity_problems
 from batchserve.backends.onnx_file import external_data_problems, read_onnx_signature
 from batchserve.backends.selection import (
     FORMATS,
+    IDENTITY,
     ONNX,
     PT2,
     SUPPORTED,
@@ -273,6 +275,8 @@ class _ModelCheck:
         versions = self._served(config, dirs, model_format)
         signatures = [(v, self._signature(model_format, v)) for v in versions]
         resolved = self._complete(config, model_format, signatures)
+        if model_format == IDENTITY:
+            self.problems += [f"{self.source}: {p}" for p in identity_problems(resolved)]
         labels, problems = read_labels(resolved.output, self.dir, source=self.source)
         self.problems += problems
         if self.problems:
@@ -350,10 +354,23 @@ class _ModelCheck:
             return named
         if filename:
             return self._format_from_filename(filename)
+        if self._backend_in_name(config, dirs) == IDENTITY.backend:
+            return IDENTITY
         found = self._format_from_files(dirs) if dirs else None
         if found is None and not self.refused_dirs and not self._model_files(dirs):
             self.problems.insert(0, self._no_backend())
         return found
+
+    def _backend_in_name(self, config: ModelConfig, dirs: dict[int, Path]) -> str:
+        """Triton's last resort for a config that names no backend, platform or file, when
+        no version holds a file it knows: the backend from a model named ``m.<backend>``."""
+        if (
+            config.platform
+            or config.backend
+            or any(_present(d / f.default_filename) for d in dirs.values() for f in FORMATS)
+        ):
+            return ""
+        return self.name.partition(".")[2]
 
     def _model_files(self, dirs: dict[int, Path]) -> list[Path]:
         return [e for d in dirs.values() for e in d.iterdir() if e.name.startswith("model")]
@@ -419,7 +436,8 @@ class _ModelCheck:
             ])  # fmt: skip
         for number in selected:
             model_file = dirs[number] / filename
-            if self._usable(model_file):
+            # the identity backend reads no file: its version directory is enough
+            if model_format == IDENTITY or self._usable(model_file):
                 served.append(ModelVersion(number, model_file, directory_stamp(dirs[number])))
         return served
 
@@ -453,7 +471,10 @@ class _ModelCheck:
         return True
 
     def _signature(self, model_format: ModelFormat, version: ModelVersion) -> ModelSignature | None:
-        """The file's signature; None when it cannot be read (a problem, or no GPU for a plan)."""
+        """The file's signature; None when it cannot be read (a problem, or no GPU for a plan)
+        or there is no file (the identity backend's config is all it declares)."""
+        if model_format == IDENTITY:
+            return None
         try:
             if model_format == PT2:
                 return _pt2_signature(version.model_file)

@@ -1,0 +1,145 @@
+"""Triton's identity backend served end to end: model repositories written for Triton (its
+L0 tests, its perf_analyzer examples) answered by tritonclient over HTTP and gRPC and by
+perf_analyzer, batched by the dynamic batcher, by one process and by two workers."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.integration.server import ServerProcess, run_perf_analyzer, start_server
+
+DELAY_MS = 40
+MODELS = {
+    "ident": f"""
+backend: "identity"
+max_batch_size: 16
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
+dynamic_batching {{ }}
+parameters {{ key: "execute_delay_ms" value {{ string_value: "{DELAY_MS}" }} }}
+""",
+    "words": """
+backend: "identity"
+input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+""",
+    "named.identity": None,  # no config: the backend comes from the name, as in Triton
+    "mismatched": """
+backend: "identity"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 2 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]
+""",
+}
+
+
+@pytest.fixture(scope="module", params=["1", "2"], ids=["one-process", "two-workers"])
+def identities(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    repo = tmp_path_factory.mktemp("identity")
+    for name, text in MODELS.items():
+        (repo / name / "1").mkdir(parents=True)
+        if text is not None:
+            (repo / name / "config.pbtxt").write_text(text)
+    # not ready as a whole while "mismatched" fails (Triton's strict readiness)
+    args = ["--workers", request.param, "--exit-on-error", "false"]
+    server = start_server(repo, args, wait_ready=False)
+    server.wait_for("server not ready: a model failed to load")
+    yield server
+    assert server.stop() == 0
+
+
+def _fp32(client: Any, rows: np.ndarray) -> Any:
+    module = grpcclient if isinstance(client, grpcclient.InferenceServerClient) else httpclient
+    tensor = module.InferInput("INPUT0", list(rows.shape), "FP32")
+    tensor.set_data_from_numpy(rows)
+    return tensor
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_outputs_are_the_inputs_over_both_protocols(
+    identities: ServerProcess, protocol: str
+) -> None:
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5
+    words = np.array([b"one", b"", b"\x00\xff"], dtype=object)
+    if protocol == "http":
+        client: Any = httpclient.InferenceServerClient(identities.http_url)
+        text = httpclient.InferInput("INPUT0", [3], "BYTES")
+    else:
+        client = grpcclient.InferenceServerClient(identities.grpc_url)
+        text = grpcclient.InferInput("INPUT0", [3], "BYTES")
+    text.set_data_from_numpy(words)
+    with client:
+        np.testing.assert_array_equal(
+            client.infer("ident", [_fp32(client, rows)]).as_numpy("OUTPUT0"), rows
+        )
+        assert client.infer("words", [text]).as_numpy("OUTPUT0").tolist() == words.tolist()
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(
+    identities: ServerProcess,
+) -> None:
+    """While one execution sleeps ``execute_delay_ms``, the requests behind it form a batch:
+    fewer executions than requests, and every answer still the request's own input."""
+    answers: queue.Queue[tuple[int, Any, Any]] = queue.Queue()
+    with grpcclient.InferenceServerClient(identities.grpc_url) as client:
+        before = client.get_inference_statistics("ident", as_json=True)["model_stats"][0]
+        for k in range(12):
+            rows = np.full((1, 4), k, np.float32)
+            client.async_infer(
+                "ident", [_fp32(client, rows)],
+                callback=lambda result, error, k=k: answers.put((k, result, error)),
+            )  # fmt: skip
+        for _ in range(12):
+            k, result, error = answers.get(timeout=30)
+            assert error is None, error
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 4), k))
+        after = client.get_inference_statistics("ident", as_json=True)["model_stats"][0]
+    inferences = int(after["inference_count"]) - int(before.get("inference_count", 0))
+    executions = int(after["execution_count"]) - int(before.get("execution_count", 0))
+    assert inferences == 12
+    assert executions < 12
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_measures_an_identity_model(identities: ServerProcess, protocol: str) -> None:
+    url = identities.http_url if protocol == "http" else identities.grpc_url
+    output = run_perf_analyzer("ident", protocol, url, "--concurrency-range", "4")
+    assert "Throughput:" in output
+
+
+def test_the_served_config_is_tritons(identities: ServerProcess) -> None:
+    """As Triton's L0_model_config expects of an identity model on a host without GPUs."""
+    with grpcclient.InferenceServerClient(identities.grpc_url) as client:
+        named = client.get_model_config("named.identity", as_json=True)["config"]
+        ident = client.get_model_config("ident", as_json=True)["config"]
+    assert named["backend"] == "identity"
+    assert named["default_model_filename"] == "model.identity"
+    assert "input" not in named
+    assert "platform" not in named
+    assert named["instance_group"] == [{"name": "named.identity", "count": 1, "kind": "KIND_CPU"}]
+    assert ident["parameters"]["execute_delay_ms"] == {"string_value": str(DELAY_MS)}
+
+
+def test_a_config_tritons_identity_refuses_fails_its_load_in_its_words(
+    identities: ServerProcess,
+) -> None:
+    with httpclient.InferenceServerClient(identities.http_url) as client:
+        index = {m["name"]: m for m in client.get_model_repository_index()}
+        with pytest.raises(InferenceServerException):
+            client.infer("mismatched", [_fp32(client, np.zeros((1, 2), np.float32))])
+    assert index["mismatched"]["state"] == "UNAVAILABLE"
+    assert (
+        "expected input and output datatype to match, got TYPE_INT32 and TYPE_FP32"
+        in index["mismatched"]["reason"]
+    )
+    assert index["ident"]["state"] == "READY"
