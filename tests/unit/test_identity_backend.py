@@ -13,6 +13,7 @@ from batchserve.backends.selection import create_backend
 from batchserve.core.device import CPU
 from batchserve.core.errors import BackendError
 from batchserve.models.measured_defaults import wants_tuning
+from batchserve.models.memory_probe import declared_profile, probe_backend
 from batchserve.models.model_config import parse_pbtxt
 from batchserve.models.model_directory import InvalidModel
 from batchserve.models.repository import ModelRepository
@@ -175,3 +176,17 @@ def test_a_refused_config_fails_the_load_too() -> None:
 
 def test_the_load_measures_no_instances_for_a_copy() -> None:
     assert not wants_tuning(config())
+
+
+def test_the_load_takes_its_declared_memory_without_running_it() -> None:
+    """Probing runs batches of several sizes and warms the cap: with Triton's QA delay of 3 s
+    an execution (L0_client_timeout) the load took 20 s, where Triton's takes none."""
+    written = config()
+    written.parameters["execute_delay_ms"].string_value = "3000"
+    backend = create_backend(written, Path("ident/1/model.identity"))
+    started = time.perf_counter()
+    profile = probe_backend(backend, Path("ident/1/model.identity"), written, CPU)
+    assert time.perf_counter() - started < 1.0
+    assert (profile.fixed_bytes, profile.per_sample_bytes) == (0, 4 * 4)  # INT32 x [4]
+    assert profile.samples == ()
+    assert declared_profile(backend) == profile

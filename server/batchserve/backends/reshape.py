@@ -8,7 +8,7 @@ model batches, both shapes are per sample: the batch axis stays in front.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -121,6 +121,13 @@ class ReshapedBackend:
     @property
     def signature(self) -> ModelSignature:
         return self.inner.signature
+
+    @property
+    def declared_memory(self) -> Callable[[], tuple[int, int]] | None:
+        """The inner backend's, where it declares its memory (``memory_probe``)."""
+        declared: Callable[[], tuple[int, int]] | None
+        declared = getattr(self.inner, "declared_memory", None)
+        return declared
 
     @property
     def graph_batch_sizes(self) -> tuple[int, ...]:

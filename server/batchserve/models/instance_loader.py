@@ -20,7 +20,7 @@ from batchserve.core.device import Device
 from batchserve.core.errors import BatchserveError, ModelConfigError
 from batchserve.devices.placement import Placement
 from batchserve.models.measuring_gate import MEASURING
-from batchserve.models.memory_probe import probe_backend
+from batchserve.models.memory_probe import declared_profile, probe_backend
 from batchserve.models.model_directory import ModelVersion
 from batchserve.models.model_table import InstanceMemory, LoadedInstance
 from batchserve.models.warmup import synthetic_batch
@@ -96,7 +96,8 @@ def load_twin(
         backend.load(model_file, config, device)
         if backend.device != twin:
             return False
-        backend.infer(batch)
+        if declared_profile(backend) is None:
+            backend.infer(batch)
     return True
 
 
@@ -222,7 +223,8 @@ class InstanceLoader:
             started = time.perf_counter()
             for sample in samples:
                 await _run_sample(config, loading.instance, sample)
-            if cap not in {measured.batch_size for measured in profile.samples}:
+            declared = not profile.samples  # nothing to warm (memory_probe.declared_profile)
+            if not declared and cap not in {measured.batch_size for measured in profile.samples}:
                 batch = synthetic_batch(config, cap, free_dim, first)
                 await loading.instance.run(partial(backend.infer, batch))
             _log_phase(name, "warm-up", started)

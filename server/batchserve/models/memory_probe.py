@@ -301,6 +301,9 @@ def probe_backend(
         cpu = ProcessMemory()
         gpu = _optional_gpu_meter(stack, device, backend)
         backend.load(model_file, config, device)
+        declared = declared_profile(backend)
+        if declared is not None:
+            return declared
         meter = cpu if backend.device.kind == "cpu" else gpu
         if meter is None:
             raise DeviceUnavailable(
@@ -312,6 +315,19 @@ def probe_backend(
 
         sizes = probe_batch_sizes(config.max_batch_size)
         return probe_instance(run, meter, sizes, limit_bytes)
+
+
+def declared_profile(backend: Backend) -> MemoryProfile | None:
+    """The memory a loaded backend says it holds, where it knows (the identity backend: the
+    copies of its outputs, nothing between runs); None for the runtimes, which are measured.
+    Such an instance is neither probed nor run at its cap at load: a run of it costs what it
+    declares, and may only sleep (Triton's identity ``execute_delay_ms``, which would make
+    its load take seconds, as Triton's takes none). Its batch times are learned in service."""
+    declared = getattr(backend, "declared_memory", None)
+    if declared is None:
+        return None
+    fixed, per_sample = declared()
+    return MemoryProfile(fixed, per_sample)
 
 
 def _optional_gpu_meter(stack: ExitStack, device: Device, backend: Backend) -> Meter | None:
