@@ -47,11 +47,24 @@ def test_tritons_settings_are_read_and_the_defaults_are_tritons() -> None:
         ("counter_latencies=maybe", "expected true or false"),
         ("summary_quantiles=0.5", "invalid option [0.5]"),
         ("summary_quantiles=1.5:0.1", "invalid option [1.5:0.1]"),
+        ("summary_quantiles=0.5:x", "invalid option [0.5:x]"),
     ],
 )
 def test_a_bad_entry_is_refused_naming_it(entry: str, words: str) -> None:
     with pytest.raises(ValueError, match=re.escape(words)):
         parse_metrics_config([entry])
+
+
+def test_quantile_numbers_are_read_from_their_start_as_triton_reads_them() -> None:
+    """Triton's std::stod reads a number's longest decimal start, and its L0_metrics starts
+    the server with ``0.1:0.0.1``: batchserve starts too, reading the same, and says so."""
+    given = parse_metrics_config(["summary_quantiles=0.1:0.0.1,0.7:0.01,0.75:1e-2x"])
+    assert given.summary_quantiles == ((0.1, 0.0), (0.7, 0.01), (0.75, 0.01))
+    assert given.read_as == (
+        "summary_quantiles: '0.0.1' read as 0.0, as Triton reads it",
+        "summary_quantiles: '1e-2x' read as 0.01, as Triton reads it",
+    )
+    assert parse_metrics_config(["summary_quantiles=0.5:0.05"]).read_as == ()
 
 
 class Clock:

@@ -97,6 +97,8 @@ class Server:
         )  # fmt: skip
         for setting in settings.metrics().unknown:  # Triton ignores them too
             logger.warning("--metrics-config setting ignored", extra={"setting": setting})
+        for reading in settings.metrics().read_as:
+            logger.warning("--metrics-config number read in part", extra={"reading": reading})
         self.dataplane = DataPlane(settings, self.registry, startup_models(settings, repository))
         self.poller = self._poller(repository)
         self._polling: asyncio.Task[None] | None = None
