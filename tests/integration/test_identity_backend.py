@@ -5,6 +5,7 @@ perf_analyzer, batched by the dynamic batcher, by one process and by two workers
 from __future__ import annotations
 
 import queue
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.server import ServerProcess, run_perf_analyzer, start_server
+from tests.integration.server import ServerProcess, metric, run_perf_analyzer, start_server
 
 DELAY_MS = 40
 MODELS = {
@@ -30,6 +31,14 @@ parameters {{ key: "execute_delay_ms" value {{ string_value: "{DELAY_MS}" }} }}
 backend: "identity"
 input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+""",
+    "stepped": """
+backend: "identity"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+sequence_batching { }
+parameters { key: "execute_delay_ms" value { string_value: "1500" } }
 """,
     "named.identity": None,  # no config: the backend comes from the name, as in Triton
     "mismatched": """
@@ -143,3 +152,25 @@ def test_a_config_tritons_identity_refuses_fails_its_load_in_its_words(
         in index["mismatched"]["reason"]
     )
     assert index["ident"]["state"] == "READY"
+
+
+def test_steps_held_behind_their_sequence_count_as_pending(identities: ServerProcess) -> None:
+    """Triton's nv_inference_pending_request_count counts the requests its sequence batcher
+    holds (L0_metrics' queue-size cases): while a sequence's first step runs, its next two
+    wait behind it. (The START goes first on its own: separate unary calls may arrive in
+    any order.)"""
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    with grpcclient.InferenceServerClient(identities.grpc_url) as client:
+        for step in range(3):
+            client.async_infer(
+                "stepped", [_fp32(client, np.full((1, 4), step, np.float32))],
+                sequence_id=7, sequence_start=step == 0,
+                callback=lambda result, error: answers.put((result, error)),
+            )  # fmt: skip
+            time.sleep(0.3 if step == 0 else 0)  # the first step runs for 1.5 s
+        time.sleep(0.3)
+        assert metric(identities, "nv_inference_pending_request_count", model="stepped") == 2
+        for _ in range(3):
+            _, error = answers.get(timeout=30)
+            assert error is None, error
+    assert metric(identities, "nv_inference_pending_request_count", model="stepped") == 0

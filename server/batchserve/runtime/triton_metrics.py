@@ -157,7 +157,7 @@ def model_families(
         executions.add(labels, stats.execution_count)
         for family, of in durations:
             family.add(labels, of(stats) // 1000)
-        pending.add(labels, sum(item.clients for item in served.batcher.queue))
+        pending.add(labels, served.batcher.pending_requests())
         if served.name in load_seconds:
             load.add(labels, load_seconds[served.name])
     yield from (success, failure, count, executions)

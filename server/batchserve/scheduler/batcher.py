@@ -242,6 +242,12 @@ class Batcher:
         """Samples per batch now: the configured maximum, lowered after running out of memory."""
         return self._cap
 
+    def pending_requests(self) -> int:
+        """Requests accepted and not yet running (Triton's
+        ``nv_inference_pending_request_count``): those in the queue, a group counting each
+        of its clients."""
+        return sum(item.clients for item in self.queue)
+
     def submit(self, item: WorkItem) -> None:
         """Queue a request (Overloaded when full, Unavailable when closed) and dispatch."""
         if self._closed:

@@ -277,6 +277,12 @@ class SequenceBatcher(Batcher):
         """Sequences waiting for a candidate slot."""
         return len(self._backlog)
 
+    def pending_requests(self) -> int:
+        """The queue's, and the steps held behind their sequence's previous step or in the
+        backlog: Triton counts those waiting in its sequence batcher too."""
+        held = sum(len(sequence.pending) for sequence in self._live.values())
+        return super().pending_requests() + held
+
     def submit(self, item: WorkItem) -> None:
         flags = self._flags(item)
         sequence = self._live.get(flags.id)
