@@ -314,15 +314,18 @@ def test_loading_an_ensemble_loads_its_models_and_unloading_follows_tritons_rule
             (ENSEMBLE, "doubler", "adder", "negater"), "READY"
         )
         http = _client(server.http_url)
-        # unloading a composing model leaves the ensemble without it, in Triton's words
+        # unloading a composing model unloads the ensemble as Triton does (its error logged,
+        # its state "unloaded"): a strictly ready server stays ready (L0_lifecycle)
         http.unload_model("adder", headers=HEADERS)
         states = _states(server)
         assert states["adder"][0] == "UNAVAILABLE"
-        assert states[ENSEMBLE] == (
-            "UNAVAILABLE",
-            f"ensemble '{ENSEMBLE}' depends on 'adder' which has no loaded version.",
-        )
+        assert states[ENSEMBLE] == ("UNAVAILABLE", "unloaded")
         assert states["doubler"][0] == "READY"
+        assert http.is_server_ready(headers=HEADERS)
+        server.wait_for(
+            f"Invalid argument: ensemble '{ENSEMBLE}' depends on 'adder' which has no loaded "
+            "version."
+        )
         # adder loaded by name, then the ensemble again: unload_dependents then takes the
         # composing models loaded along with it, but not the one loaded by name
         http.load_model("adder", headers=HEADERS)

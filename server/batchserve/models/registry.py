@@ -599,9 +599,13 @@ class ModelRegistry(ModelTable):
         composing models an ensemble alone kept loaded (``EnsembleDependencies``)."""
         await self._unload_one(name)
         for ensemble in self._dependencies.users_of(name):
-            await self._unload_one(
-                ensemble, f"ensemble '{ensemble}' depends on '{name}' which has no loaded version."
-            )
+            # as Triton: the error is logged, the ensemble unloaded like any model (its state
+            # "unloaded", so that a strictly ready server stays ready)
+            logger.error(
+                "Invalid argument: ensemble '%s' depends on '%s' which has no loaded version.",
+                ensemble, name,
+            )  # fmt: skip
+            await self._unload_one(ensemble)
             await self._unload_composing(ensemble, dependents)
         await self._unload_composing(name, dependents)
 
@@ -611,7 +615,7 @@ class ModelRegistry(ModelTable):
             for model in alone:
                 await self.unload(model, dependents=True)
 
-    async def _unload_one(self, name: str, reason: str = UNLOADED) -> None:
+    async def _unload_one(self, name: str) -> None:
         entry = self._entries.get(name)
         if entry is None or (entry.state is ModelState.UNAVAILABLE and not entry.versions):
             # As Triton: unloading what is not loaded changes nothing and succeeds
@@ -625,7 +629,7 @@ class ModelRegistry(ModelTable):
                 await served.close()
             if old_files is not None:
                 await asyncio.to_thread(old_files.remove)
-            entry.state, entry.reason = ModelState.UNAVAILABLE, reason
+            entry.state, entry.reason = ModelState.UNAVAILABLE, UNLOADED
         self._after_change()
         logger.info("model unloaded", extra={"model": name})
 
