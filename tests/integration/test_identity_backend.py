@@ -174,3 +174,42 @@ def test_steps_held_behind_their_sequence_count_as_pending(identities: ServerPro
             _, error = answers.get(timeout=30)
             assert error is None, error
     assert metric(identities, "nv_inference_pending_request_count", model="stepped") == 0
+
+
+def test_cancelling_a_held_step_cancels_its_sequence(identities: ServerProcess) -> None:
+    """As Triton's sequence batcher (L0_request_cancellation's scheduler cases): a client
+    that cancels a step held behind its sequence's running step cancels the whole sequence,
+    so the sequence's other held step is answered CANCELLED at once, and both count as
+    CANCELED failures."""
+    before = metric(
+        identities, "nv_inference_request_failure_total", model="stepped", reason="CANCELED"
+    )
+    answers: list[queue.Queue[tuple[Any, Any]]] = [queue.Queue() for _ in range(3)]
+    with grpcclient.InferenceServerClient(identities.grpc_url) as client:
+        held = []
+        for step in range(3):
+            held.append(
+                client.async_infer(
+                    "stepped",
+                    [_fp32(client, np.full((1, 4), step, np.float32))],
+                    sequence_id=8,
+                    sequence_start=step == 0,
+                    callback=lambda result, error, step=step: answers[step].put((result, error)),
+                )
+            )
+            time.sleep(0.3 if step == 0 else 0)  # the first step runs for 1.5 s
+        time.sleep(0.3)
+        held[1].cancel()
+        result, error = answers[2].get(timeout=1.0)  # well before the running step ends
+        assert result is None
+        assert error.status() == "StatusCode.CANCELLED"
+        first, error = answers[0].get(timeout=30)
+        assert error is None, error
+        np.testing.assert_array_equal(first.as_numpy("OUTPUT0"), np.zeros((1, 4)))
+        # the sequence has ended: a step without START is refused
+        with pytest.raises(InferenceServerException, match="must specify the START flag"):
+            client.infer("stepped", [_fp32(client, np.ones((1, 4), np.float32))], sequence_id=8)
+    after = metric(
+        identities, "nv_inference_request_failure_total", model="stepped", reason="CANCELED"
+    )
+    assert after - before == 2

@@ -92,6 +92,12 @@ class DeadlineExceeded(BatchserveError):
     """The request's deadline passed before it could be answered."""
 
 
+class Cancelled(BatchserveError):
+    """Cancelled by the server on its client's behalf: another request of its sequence was
+    cancelled, which cancels the whole sequence (Triton's CANCELLED: gRPC CANCELLED, and
+    400 over HTTP, which has no code of its own for it there)."""
+
+
 class PermissionDenied(BatchserveError):
     """The call is disabled by the server's configuration."""
 
@@ -141,6 +147,7 @@ HTTP_STATUS: Final[dict[type[BaseException], int]] = {
     NotFound: 404,
     Unavailable: 503,
     DeadlineExceeded: 504,
+    Cancelled: 400,
     Unsupported: 501,
     Internal: 500,
     BaseException: 500,
@@ -155,6 +162,7 @@ GRPC_STATUS: Final[dict[type[BaseException], grpc.StatusCode]] = {
     NotFound: grpc.StatusCode.NOT_FOUND,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    Cancelled: grpc.StatusCode.CANCELLED,
     Unsupported: grpc.StatusCode.UNIMPLEMENTED,
     Internal: grpc.StatusCode.INTERNAL,
     BaseException: grpc.StatusCode.INTERNAL,
@@ -166,6 +174,7 @@ TRITON_CODE: Final[dict[type[BaseException], str]] = {
     AlreadyExists: "Already exists",
     NotFound: "Not found",
     Unavailable: "Unavailable",
+    Cancelled: "Cancelled",
     Unsupported: "Unsupported",
     Internal: "Internal",
     BaseException: "Unknown",

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
 
-from batchserve.core.errors import DeadlineExceeded, InvalidArgument, Overloaded
+from batchserve.core.errors import Cancelled, DeadlineExceeded, InvalidArgument, Overloaded
 from batchserve.observability.exposition import FamilySource, metrics_body
 
 NS = 1_000_000_000
@@ -102,7 +102,7 @@ def rejection_of(error: BaseException) -> Rejection | None:
         return Rejection.QUEUE_FULL
     if isinstance(error, DeadlineExceeded):
         return Rejection.TIMEOUT
-    if isinstance(error, asyncio.CancelledError):
+    if isinstance(error, asyncio.CancelledError | Cancelled):
         return Rejection.CANCELLED
     if isinstance(error, InvalidArgument):
         return Rejection.INVALID

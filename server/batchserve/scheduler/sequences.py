@@ -8,7 +8,9 @@ sequence's implicit state (``state { input_name output_name ... }``): the initia
 START step, else what the sequence's previous step output. State outputs are kept, not
 answered. A sequence is forgotten after its END step, or after
 ``max_sequence_idle_microseconds`` with no request (counted as expired); a later request
-for it without START is refused, as Triton refuses it.
+for it without START is refused, as Triton refuses it. A client that cancels a step still
+held (behind its sequence's running step, or in the backlog) cancels the whole sequence, as
+in Triton: its other held steps are answered CANCELLED and it ends.
 
 Both strategies hold a fixed number of candidate sequences per instance, as Triton's do:
 ``direct`` one per batch slot (``max_batch_size``), ``oldest`` ``max_candidate_sequences``.
@@ -33,7 +35,7 @@ from functools import partial
 import numpy as np
 
 from batchserve.core.datatypes import from_config, from_numpy
-from batchserve.core.errors import InvalidArgument, Overloaded, Unavailable
+from batchserve.core.errors import Cancelled, InvalidArgument, Overloaded, Unavailable
 from batchserve.core.types import SequenceFlags
 from batchserve.observability.stats import ModelStats
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelSequenceBatching
@@ -48,6 +50,10 @@ BACKLOG_TIMEOUT = (
     "for a free sequence slot past a request's timeout and was dropped; start it again)"
 )
 """Triton's words first (its sequence batcher's reaper), which its QA tests read."""
+SEQUENCE_CANCELLED = (
+    "request cancelled (batchserve: another request of its sequence was cancelled, which "
+    "cancels the whole sequence, as in Triton; start it again)"
+)
 DEFAULT_IDLE_US = 1_000_000
 """Triton's default ``max_sequence_idle_microseconds``."""
 MAX_LIVE_SEQUENCES = 4096
@@ -305,10 +311,36 @@ class SequenceBatcher(Batcher):
             sequence.idle = None
         sequence.ending = flags.end
         sequence.pending.append(item)
+        item.future.add_done_callback(partial(self._left, sequence, item))
         if sequence.candidate and not sequence.running:
             self._next(sequence)
         elif not sequence.candidate:
             self._watch_backlog(sequence, item.deadline_ns)
+
+    def _left(self, sequence: _Sequence, item: WorkItem, future: asyncio.Future[Arrays]) -> None:
+        """A held step's client left: as in Triton, cancelling any queued request of a
+        sequence cancels the whole sequence. Its other held steps are answered cancelled,
+        and it ends (only a new START may follow) once the step running now, if any, is
+        done; a backlogged sequence leaves the backlog."""
+        if not future.cancelled() or item not in sequence.pending:
+            return  # answered, or already running (the batcher stops a queued step)
+        sequence.pending.remove(item)
+        self._cancel_rest(sequence)
+        if sequence.running:
+            return  # _next forgets it after the running step
+        if sequence in self._backlog:
+            self._backlog.remove(sequence)
+            if sequence.expiry is not None:
+                sequence.expiry.cancel()
+                sequence.expiry = None
+        self._forget(sequence)
+
+    @staticmethod
+    def _cancel_rest(sequence: _Sequence) -> None:
+        """Answer the sequence's held steps cancelled, and end it (only a START may follow)."""
+        while sequence.pending:
+            sequence.pending.popleft().finish(Cancelled(SEQUENCE_CANCELLED))
+        sequence.ending = True
 
     def _watch_backlog(self, sequence: _Sequence, deadline_ns: int | None) -> None:
         """Drop the backlogged sequence once the earliest of its requests' timeouts passes
@@ -374,8 +406,9 @@ class SequenceBatcher(Batcher):
         """Queue the sequence's next step, or, with none waiting, let it idle or go."""
         while sequence.pending:
             item = sequence.pending.popleft()
-            if item.abandoned():  # its client left before it ran: the state stays
+            if item.abandoned():  # its client left before it ran: as in _left
                 item.finish(asyncio.CancelledError())
+                self._cancel_rest(sequence)
                 continue
             flags = item.sequence
             assert flags is not None  # checked by submit

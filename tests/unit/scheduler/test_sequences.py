@@ -12,7 +12,7 @@ import onnx
 import pytest
 from batchserve.backends.onnx import OnnxBackend
 from batchserve.core.device import CPU
-from batchserve.core.errors import InvalidArgument, Overloaded, Unavailable
+from batchserve.core.errors import Cancelled, InvalidArgument, Overloaded, Unavailable
 from batchserve.core.types import SequenceFlags
 from batchserve.models.model_config import parse_pbtxt
 from batchserve.observability.stats import ModelStats
@@ -194,13 +194,40 @@ async def test_requests_without_a_sequence_or_of_several_rows_are_refused(
         harness.batcher.submit(rows)
 
 
-async def test_a_step_whose_client_left_is_skipped_and_the_state_stays(accumulator: Path) -> None:
+async def test_a_held_step_whose_client_left_cancels_its_sequence(accumulator: Path) -> None:
+    """Triton's rule (its L0_request_cancellation): cancelling a request held in a sequence
+    cancels the whole sequence. The other held step is answered CANCELLED at once, the
+    running step finishes, and the sequence has ended: only a new START may follow."""
     harness = Harness(accumulator)
     first = harness.step(4, 10, start=True)
-    gone = harness.step(4, 1000)  # queued behind the first
+    gone = harness.step(4, 1000)  # held behind the first
+    other = harness.step(4, 100)
     gone.future.cancel()
-    await _outputs(first)
-    assert (await _outputs(harness.step(4, 1)))[0] == 11
+    with pytest.raises(Cancelled, match="another request of its sequence was cancelled"):
+        await other.future
+    assert (await _outputs(first))[0] == 10
+    with pytest.raises(InvalidArgument, match="must specify the START flag"):
+        harness.step(4, 1)
+    assert (await _outputs(harness.step(4, 1, start=True)))[0] == 1
+
+
+async def test_a_backlogged_sequence_whose_step_is_cancelled_leaves_the_backlog(
+    accumulator: Path,
+) -> None:
+    harness = Harness(accumulator)
+    harness.batcher.max_candidates = 1
+    harness.batcher.sequences = replace(harness.batcher.sequences, idle_ns=10**10)
+    await _outputs(harness.step(1, 1, start=True))
+    waiting = harness.step(2, 2, start=True)
+    later = harness.step(2, 3)
+    assert harness.batcher.backlog == 1
+    assert harness.batcher.pending_requests() == 2
+    waiting.future.cancel()
+    with pytest.raises(Cancelled):
+        await later.future
+    assert harness.batcher.backlog == 0
+    assert harness.batcher.live == 1
+    assert harness.batcher.pending_requests() == 0
 
 
 async def test_a_start_past_the_live_cap_is_refused_until_one_ends(accumulator: Path) -> None:
