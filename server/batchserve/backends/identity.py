@@ -39,7 +39,6 @@ from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutp
 
 logger = logging.getLogger(__name__)
 
-BACKEND = "identity"
 EXECUTE_DELAY = "execute_delay_ms"
 CREATION_DELAY = "creation_delay_sec"
 UNSUPPORTED_MULTIPLIER = "instance_wise_delay_multiplier"
@@ -161,7 +160,7 @@ class IdentityBackend:
         self._delay_s = 0.0
         self._batched = False
         self._missing: dict[str, tuple[np.dtype[np.generic], tuple[int, ...]]] = {}
-        """For each optional input: its output's name, dtype and per-request shape."""
+        """For each optional input: its dtype and a request's shape (free axes as 1)."""
         self._pairs: dict[str, str] = {}
         self._per_sample = 0
 

@@ -223,7 +223,7 @@ class InstanceLoader:
             started = time.perf_counter()
             for sample in samples:
                 await _run_sample(config, loading.instance, sample)
-            declared = not profile.samples  # nothing to warm (memory_probe.declared_profile)
+            declared = declared_profile(backend) is not None  # not run at load
             if not declared and cap not in {measured.batch_size for measured in profile.samples}:
                 batch = synthetic_batch(config, cap, free_dim, first)
                 await loading.instance.run(partial(backend.infer, batch))
