@@ -79,13 +79,19 @@ def _quantiles(value: str, read_as: list[str]) -> tuple[tuple[float, float], ...
         if not text:
             continue
         quantile, colon, error = text.partition(":")
-        pair = (_stod(quantile, read_as), _stod(error, read_as))
-        if not colon or not all(number is not None and 0 <= number <= 1 for number in pair):
+        read_quantile, read_error = _stod(quantile, read_as), _stod(error, read_as)
+        if (
+            not colon
+            or read_quantile is None
+            or read_error is None
+            or not 0 <= read_quantile <= 1
+            or not 0 <= read_error <= 1
+        ):
             raise ValueError(
                 f"--metrics-config summary_quantiles: invalid option [{text[:32]}]; expected "
                 "<quantile>:<error>, each between 0 and 1"
             )
-        pairs.append((float(pair[0] or 0), float(pair[1] or 0)))
+        pairs.append((read_quantile, read_error))
     if not pairs:
         raise ValueError("--metrics-config summary_quantiles: no <quantile>:<error> pair given")
     return tuple(pairs)
