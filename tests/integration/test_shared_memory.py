@@ -379,6 +379,35 @@ def _plain_inputs(mod: Any) -> list[Any]:
     return inputs
 
 
+def test_http_offsets_and_sizes_past_int64_get_the_regions_check_in_tritons_words(
+    shm_server: ServerProcess, regions: list[Any]
+) -> None:
+    """HTTP carries offsets and sizes as JSON unsigned 64-bit integers, as Triton reads them,
+    and Triton's shared-memory tests send 2**64 - 32 to find a wrapped sum: the region's
+    check answers, in the words those tests read, and the server carries on."""
+    triton = client(shm_server, "http")
+    handle, key = region(regions, "out", INT32_BYTES)
+    triton.register_system_shared_memory("out", key, INT32_BYTES)
+
+    def infer_into(size: int, offset: int) -> Any:
+        output = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
+        output.set_shared_memory("out", size, offset=offset)
+        return triton.infer("simple", _plain_inputs(httpclient), outputs=[output])
+
+    _refused(lambda: infer_into(INT32_BYTES, 2**64 - 32),
+             "Invalid offset for shared memory region: 'out'")  # fmt: skip
+    overflow = _refused(
+        lambda: infer_into(2**64 - 32, 32),
+        "Integer overflow detected: byte_size (18446744073709551584) + offset (32) exceeds "
+        "maximum value (18446744073709551615) for region 'out'",
+    )
+    assert overflow.status() == "400"
+    _refused(lambda: infer_into(INT32_BYTES, 2**64), "invalid value for 'shared_memory_offset'")
+    infer_into(INT32_BYTES, 0)
+    written = shm.get_contents_as_numpy(handle, np.int32, [1, 16])
+    np.testing.assert_array_equal(written, np.full((1, 16), 2, np.int32))  # ones + ones
+
+
 def test_http_register_bodies_are_checked(shm_server: ServerProcess) -> None:
     import requests
 
@@ -425,17 +454,18 @@ def test_cuda_shared_memory_is_refused_clearly_without_a_gpu(
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_unregistering_a_region_a_request_uses(
+def test_unregistering_regions_a_request_uses_waits_for_it_as_in_triton(
     shm_server: ServerProcess, regions: list[Any], protocol: str
 ) -> None:
-    """Inputs are copied when the request arrives: their region may go at once. An output
-    region unregistered while the model runs fails that request, and only that one."""
+    """Triton's L0_shared_memory (TestSharedMemoryUnregister): regions unregistered while a
+    request that names them runs stay listed and usable, the request gets its output
+    written, and they are gone once it ends, without unregistering again."""
     triton, mod = client(shm_server, protocol), module(protocol)
     x = np.arange(4, dtype=np.float32).reshape(1, 4)
     handle, key = region(regions, "x", 16)
     shm.set_shared_memory_region(handle, [x])
     triton.register_system_shared_memory("x", key, 16)
-    _, out_key = region(regions, "y", 16)
+    out_handle, out_key = region(regions, "y", 16)
     triton.register_system_shared_memory("y", out_key, 16)
     inputs = [mod.InferInput("x", [1, 4], "FP32"), mod.InferInput("iterations", [1, 1], "INT64")]
     inputs[0].set_shared_memory("x", 16)
@@ -453,12 +483,19 @@ def test_unregistering_a_region_a_request_uses(
 
     worker = threading.Thread(target=run)
     worker.start()
-    time.sleep(0.2)
-    triton.unregister_system_shared_memory("x")
-    triton.unregister_system_shared_memory("y")
+    time.sleep(0.3)
+    triton.unregister_system_shared_memory()  # both, while the request runs: no error
+    listed = triton.get_system_shared_memory_status()
+    names = sorted(row["name"] for row in listed) if protocol == "http" else sorted(listed.regions)
     worker.join(30)
-    assert errors == ["Unable to find shared memory region: 'y'"]
-    assert triton.is_server_live()
+    assert not worker.is_alive()
+    assert errors == []
+    assert names == ["x", "y"]  # still listed while the request held them
+    written = shm.get_contents_as_numpy(out_handle, np.float32, [1, 4])
+    np.testing.assert_allclose(written, x + x.sum() / 512)
+    _refused(lambda: triton.get_system_shared_memory_status("y"),
+             "Unable to find system shared memory region: 'y'")  # fmt: skip
+    assert len(triton.get_system_shared_memory_status(**_as_json(protocol))) == 0
 
 
 def test_statistics_count_shared_memory_requests(

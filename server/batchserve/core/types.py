@@ -83,7 +83,7 @@ class Verdict:
     output_names: tuple[str, ...]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)  # shared-memory holds end with it (``tensors.hold``)
 class InferRequest:
     """An inference request after decoding, before validation against the model.
 

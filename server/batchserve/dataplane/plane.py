@@ -178,6 +178,7 @@ class DataPlane:
                 schema = self.served(model, version).schema
                 shm.read_inputs(request, self.shared_memory, schema.input_names)
                 shm.check_outputs(request, self.shared_memory)
+                shm.hold_while_in_flight(request, self.shared_memory)
             return request
         except (InvalidArgument, NotFound) as exc:
             self.record_malformed(model, version, protocol, exc)

@@ -188,6 +188,12 @@ def test_a_failed_close_is_reported_and_the_region_still_goes(
         (99, 1, "Invalid offset for shared memory region: 'r'"),
         (8, 9, r"Invalid offset \+ byte size for shared memory region: 'r'"),
         (0, 17, r"Invalid offset \+ byte size"),
+        (  # a sum a C size_t could not hold, refused before it is compared (Triton's words)
+            8,
+            2**64 - 8,
+            r"Integer overflow detected: byte_size \(18446744073709551608\) \+ offset \(8\) "
+            r"exceeds maximum value \(18446744073709551615\) for region 'r'",
+        ),
     ],
 )
 def test_every_access_is_checked_against_the_region(
@@ -243,6 +249,63 @@ def test_unregistering_closes_the_descriptor(
     assert len(os.listdir("/proc/self/fd")) == before + 1
     manager.unregister("system", "r")
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_region_unregistered_while_held_waits_for_its_last_request(
+    manager: SharedMemoryManager, shm_object: MakeObject
+) -> None:
+    """Triton's ``awaiting_unregister_``: the unregister succeeds, the region stays listed,
+    usable and its name taken until the last request holding it ends; then it is gone."""
+    manager.register_system("r", shm_object(64), 0, 64)
+    manager.register_system("free", shm_object(8), 0, 8)
+    manager.hold(["r"])
+    manager.hold(["r"])
+    manager.unregister("system")
+    assert [row.name for row in manager.status("system")] == ["r"]  # "free" went at once
+    assert manager.region("r", 0, 8).read(0, 8, "x") == bytes(range(8))
+    with pytest.raises(AlreadyExists, match="shared memory region 'r' already in manager"):
+        manager.register_system("r", shm_object(8), 0, 8)
+    manager.release(["r"])
+    assert len(manager) == 1
+    manager.release(["r"])
+    assert len(manager) == 0
+    with pytest.raises(NotFound, match="Unable to find shared memory region: 'r'"):
+        manager.region("r", 0, 8)
+
+
+def test_a_hold_released_without_an_unregister_leaves_the_region_registered(
+    manager: SharedMemoryManager, shm_object: MakeObject
+) -> None:
+    manager.register_system("r", shm_object(8), 0, 8)
+    manager.hold(["r", "r"])  # a request naming it twice (an input and an output)
+    manager.release(["r", "r"])
+    assert len(manager) == 1
+    manager.unregister("system", "r")  # nothing holds it now: at once
+    assert len(manager) == 0
+
+
+def test_a_request_holds_its_regions_until_it_is_gone(
+    manager: SharedMemoryManager, shm_object: MakeObject
+) -> None:
+    """However a request ends, dropping it releases its regions: no path can leak a hold."""
+    manager.register_system("in", shm_object(16), 0, 16)
+    manager.register_system("out", shm_object(16), 0, 16)
+    int32 = from_wire("INT32", tensor="a")
+    params = _placed("a", "in", 16)
+    placeholder = parameters.placeholder(params, False, int32, (1, 4), "a")
+    assert placeholder is not None
+    request = InferRequest(
+        "m",
+        inputs=[Tensor("a", int32, (1, 4), placeholder, params)],
+        outputs=[RequestedOutput("b", parameters=_placed("b", "out", 16))],
+    )
+    shm.read_inputs(request, manager, {"a"})
+    shm.check_outputs(request, manager)
+    shm.hold_while_in_flight(request, manager)
+    manager.unregister("system")
+    assert sorted(row.name for row in manager.status("system")) == ["in", "out"]
+    del request
+    assert len(manager) == 0
 
 
 # tensors -----------------------------------------------------------------------------

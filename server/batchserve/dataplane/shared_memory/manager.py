@@ -5,20 +5,27 @@ name is registered once whatever its kind; unregistering a name that is not regi
 (or is of the other kind) succeeds and does nothing; every access checks ``offset`` and
 ``byte_size`` against the registered region.
 
-All calls run on the event loop thread, one at a time, and each access is a synchronous
-copy: a region is never unregistered in the middle of one. A request reads its input
-regions while it is decoded and writes its output regions when its outputs are ready,
-looking each one up again then: unregistering a region between the two fails that request
-with a clear error (Triton instead defers the unregistration until the request ends).
+A request holds the regions it names from its decoding until it is gone (``hold``): it reads
+its input regions while it is decoded and writes its output regions when its outputs are
+ready. Unregistering a region a request holds is deferred, as Triton's manager defers it
+(``awaiting_unregister_``): the call succeeds, the region stays listed and usable, and it is
+unmapped when the last request holding it ends. So a client that unregisters its regions
+while its request runs (Triton's L0_shared_memory does) still gets its outputs written.
+Calls run on the event loop thread; a hold's release may come from whichever thread drops
+the request, so the bookkeeping takes a lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
 from batchserve.core.errors import AlreadyExists, Internal, InvalidArgument, NotFound
+from batchserve.core.tensors import UINT64_MAX
 from batchserve.dataplane.shared_memory.cuda import CudaRegion
 from batchserve.dataplane.shared_memory.system import SystemRegion
 
@@ -63,6 +70,31 @@ class SharedMemoryManager:
     def __init__(self, max_regions: int = MAX_REGIONS) -> None:
         self._regions: dict[str, Region] = {}
         self._max = max_regions
+        self._holds: Counter[str] = Counter()
+        """Requests in flight that name each region."""
+        self._awaiting: set[str] = set()
+        """Regions unregistered while held: unmapped when their last hold is released."""
+        self._lock = threading.Lock()
+
+    def hold(self, names: Iterable[str]) -> None:
+        """A request in flight uses these (registered) regions until ``release``."""
+        with self._lock:
+            self._holds.update(names)
+
+    def release(self, names: Iterable[str]) -> None:
+        """The request that held these regions has ended: unmap those unregistered since."""
+        with self._lock:
+            for name in names:
+                self._holds[name] -= 1
+                if self._holds[name] > 0:
+                    continue
+                del self._holds[name]
+                if name in self._awaiting:
+                    self._awaiting.discard(name)
+                    region = self._regions.pop(name, None)
+                    if region is not None:
+                        with contextlib.suppress(Exception):  # Triton logs and goes on
+                            region.close()
 
     def _check_new(self, name: str, kind: Kind) -> None:
         if not name:
@@ -95,10 +127,14 @@ class SharedMemoryManager:
         names = [name] if name else list(self._regions)
         failed = []
         for each in names:
-            region = self._regions.get(each)
-            if region is None or _kind(region) != kind:
-                continue
-            del self._regions[each]
+            with self._lock:
+                region = self._regions.get(each)
+                if region is None or _kind(region) != kind:
+                    continue
+                if self._holds[each] > 0:  # in use: unmapped when its last request ends
+                    self._awaiting.add(each)
+                    continue
+                del self._regions[each]
             try:
                 region.close()
             except Exception:
@@ -134,6 +170,11 @@ class SharedMemoryManager:
                 f"Invalid offset for shared memory region: '{name}' (offset {offset}, the "
                 f"region has {region.byte_size} bytes)"
             )
+        if byte_size > UINT64_MAX - offset:  # where Triton's size_t sum would wrap
+            raise InvalidArgument(
+                f"Integer overflow detected: byte_size ({byte_size}) + offset ({offset}) "
+                f"exceeds maximum value ({UINT64_MAX}) for region '{name}'"
+            )
         if offset + byte_size > region.byte_size:
             raise InvalidArgument(
                 f"Invalid offset + byte size for shared memory region: '{name}' (offset "
@@ -145,7 +186,10 @@ class SharedMemoryManager:
         return len(self._regions)
 
     def close(self) -> None:
-        """Release every region (server shutdown)."""
+        """Release every region (server shutdown), held or not."""
+        with self._lock:
+            self._holds.clear()
+            self._awaiting.clear()
         kinds: tuple[Kind, ...] = ("system", "cuda")
         for kind in kinds:
             with contextlib.suppress(Internal):

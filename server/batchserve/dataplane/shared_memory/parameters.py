@@ -17,12 +17,11 @@ import numpy as np
 
 from batchserve.core.datatypes import DataType
 from batchserve.core.errors import InvalidArgument
-from batchserve.core.tensors import MAX_BYTES, Array, describe
+from batchserve.core.tensors import UINT64_MAX, Array, describe
 
 REGION: Final = "shared_memory_region"
 OFFSET: Final = "shared_memory_offset"
 BYTE_SIZE: Final = "shared_memory_byte_size"
-MAX_OFFSET: Final = 2**63 - 1  # an int64_param, as tritonclient sends it
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +59,14 @@ def placement(parameters: Mapping[str, object], tensor: str) -> Placement | None
 
 
 def _size(value: object, key: str, tensor: str) -> int:
-    limit = MAX_BYTES if key == BYTE_SIZE else MAX_OFFSET
-    if type(value) is not int or not 0 <= value <= limit:
+    """An offset or byte size as Triton's HTTP front end reads it, any JSON unsigned 64-bit
+    integer (gRPC's int64_param cannot go past 2**63 - 1): where it does not fit its region
+    the region's own check refuses it in Triton's words (``SharedMemoryManager.region``), as
+    Triton's shared-memory tests expect, rather than this parse in words of its own."""
+    if type(value) is not int or not 0 <= value <= UINT64_MAX:
         raise InvalidArgument(
             f"invalid value for '{key}' parameter for tensor '{tensor}': expected an integer "
-            f"in 0..{limit}, got {describe(value)}"
+            f"in 0..{UINT64_MAX}, got {describe(value)}"
         )
     return value
 

@@ -7,6 +7,7 @@ is a placeholder until ``read_inputs`` fills it); the words of the errors are Tr
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Collection, Sequence
 
 from batchserve.core.errors import InvalidArgument
@@ -71,6 +72,17 @@ def _read_inputs(
         region = manager.region(where.region, where.offset, where.byte_size)
         data = region.read(where.offset, where.byte_size, tensor.name)
         tensor.data = array_from_bytes(data, tensor.datatype, tensor.shape, tensor=tensor.name)
+
+
+def hold_while_in_flight(request: InferRequest, manager: SharedMemoryManager) -> None:
+    """Hold the regions the request names until the request object is gone, whichever way
+    it ends (answered, failed, cancelled, its client gone), so that unregistering one
+    meanwhile waits for it, as in Triton. Call once its regions were checked."""
+    names = [t.parameters[REGION] for t in request.inputs if REGION in t.parameters]
+    names += [o.parameters[REGION] for o in request.outputs or () if REGION in o.parameters]
+    held = [name for name in names if isinstance(name, str)]
+    manager.hold(held)
+    weakref.finalize(request, manager.release, held)
 
 
 def output_placements(outputs: Sequence[RequestedOutput] | None) -> dict[str, Placement]:
