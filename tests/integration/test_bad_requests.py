@@ -24,6 +24,8 @@ from tritonclient.utils import InferenceServerException
 
 from tests.integration.server import ServerProcess
 
+INVALID_HTTP = "Invalid HTTP request received."  # uvicorn's warning
+
 
 @pytest.fixture(scope="module")
 def server(server_either_way: ServerProcess) -> ServerProcess:
@@ -159,6 +161,25 @@ def test_a_transfer_coding_other_than_chunked_is_400(
     assert status.startswith(b"HTTP/1.1 400 "), answer[:100]
     assert json.loads(body)["error"].startswith("malformed HTTP request")
     _assert_good_http(http)
+
+
+def test_a_flood_of_malformed_requests_is_answered_each_and_logged_once(
+    server: ServerProcess, http: httpx.Client
+) -> None:
+    """Triton's HTTP fuzz test sends 80,420 malformed request lines; each one used to write
+    the same warning line (uvicorn's). Each is still answered; the log says it once per
+    process (one per worker) in 10 s, and the next line reports how many it held back."""
+    server.drain_logs()
+    before = len(server.logs)
+    for attempt in range(40):
+        with socket.create_connection(("127.0.0.1", server.http_port), timeout=5) as sock:
+            sock.sendall(b"GET /v2/health/live\x00%d HTTP/1.1\r\n\r\n" % attempt)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 400 "), attempt
+    _assert_good_http(http)
+    server.drain_logs()
+    warned = [i for i, r in enumerate(server.logs) if r.get("message") == INVALID_HTTP]
+    assert warned, "the malformed requests are logged"  # here, or by a test < 10 s before
+    assert len([i for i in warned if i >= before]) <= 2, server.logs[before:]
 
 
 def test_a_chunked_body_over_the_limit_is_413(http: httpx.Client) -> None:

@@ -8,17 +8,18 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-from batchserve.observability.logs import bind_request, configure_logging
+from batchserve.observability.logs import RepeatLimit, bind_request, configure_logging
 
 
 @pytest.fixture
 def json_logs(capsys: pytest.CaptureFixture[str]) -> Iterator[None]:
     """The root logger restored after a test that calls configure_logging (which must run in
     the test itself: its handler writes to the sys.stderr of the moment, capsys' there)."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
+    root, server_logger = logging.getLogger(), logging.getLogger("uvicorn.error")
+    handlers, level, filters = root.handlers[:], root.level, server_logger.filters[:]
     yield
     root.handlers[:], root.level = handlers, level
+    server_logger.filters[:] = filters
 
 
 def _lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
@@ -60,3 +61,42 @@ def test_a_bound_request_tags_the_records_of_its_own_task_only(
     assert (explicit["model"], explicit["request_id"]) == ("other", "req-7")
     assert "model" not in outside
     assert "request_id" not in outside
+
+
+def test_a_repeated_warning_is_written_once_per_interval_and_counts_the_rest() -> None:
+    now = [0.0]
+    limit = RepeatLimit(interval=10.0, clock=lambda: now[0])
+    log = logging.getLogger("uvicorn.error")
+
+    def record(level: int, text: str) -> logging.LogRecord:
+        return log.makeRecord(log.name, level, __file__, 1, text, (), None)
+
+    passed = [limit.filter(record(logging.WARNING, "Invalid HTTP request received."))
+              for _ in range(5)]  # fmt: skip
+    assert passed == [True, False, False, False, False]
+    assert limit.filter(record(logging.WARNING, "another text"))
+    assert limit.filter(record(logging.ERROR, "Invalid HTTP request received."))
+    assert limit.filter(record(logging.INFO, "Invalid HTTP request received."))
+    now[0] = 10.5
+    later = record(logging.WARNING, "Invalid HTTP request received.")
+    assert limit.filter(later)
+    assert later.repeats_not_logged == 4
+    assert not limit.filter(record(logging.WARNING, "Invalid HTTP request received."))
+
+
+def test_the_repeat_limit_remembers_a_bounded_number_of_texts() -> None:
+    limit = RepeatLimit(interval=10.0, clock=lambda: 0.0)
+    log = logging.getLogger("uvicorn.error")
+    for n in range(RepeatLimit.MAX_TEXTS * 3):  # texts that vary: each passes, none piles up
+        assert limit.filter(log.makeRecord(log.name, logging.WARNING, __file__, 1,
+                                           f"from 10.0.0.{n}", (), None))  # fmt: skip
+    assert len(limit._last) <= RepeatLimit.MAX_TEXTS
+
+
+def test_the_http_servers_warnings_are_limited_once_however_often_logging_is_set_up(
+    json_logs: None,
+) -> None:
+    configure_logging("info", "json")
+    configure_logging("info", "text")
+    server_logger = logging.getLogger("uvicorn.error")
+    assert sum(isinstance(f, RepeatLimit) for f in server_logger.filters) == 1

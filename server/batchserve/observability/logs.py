@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
 
@@ -48,6 +48,40 @@ class RequestFields(logging.Filter):
                 record.model = model
             if request_id and not hasattr(record, "request_id"):
                 record.request_id = request_id
+        return True
+
+
+class RepeatLimit(logging.Filter):
+    """Lets one record of each warning text through per ``interval`` seconds and counts the
+    rest, which the next one through reports (``repeats_not_logged``). On the HTTP server's
+    logger: uvicorn writes a warning line for every malformed request, so Triton's HTTP fuzz
+    test (80,420 malformed request lines) wrote 76,960 identical lines; one client can fill
+    a disk that way. Other levels always pass; at most ``MAX_TEXTS`` texts are remembered."""
+
+    MAX_TEXTS = 256
+
+    def __init__(self, interval: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._interval = interval
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING:
+            return True
+        text, now = record.getMessage(), self._clock()
+        if len(self._last) >= self.MAX_TEXTS and text not in self._last:
+            self._last.clear()  # texts that vary (an address in each) must not grow this
+            self._held.clear()
+        last = self._last.get(text)
+        if last is not None and now - last < self._interval:
+            self._held[text] = self._held.get(text, 0) + 1
+            return False
+        self._last[text] = now
+        held = self._held.pop(text, 0)
+        if held:
+            record.repeats_not_logged = held
         return True
 
 
@@ -146,4 +180,7 @@ def configure_logging(
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
+    http_server = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, RepeatLimit) for f in http_server.filters):
+        http_server.addFilter(RepeatLimit())
     logging.getLogger("uvicorn.access").disabled = True
