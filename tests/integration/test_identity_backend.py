@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -41,6 +42,12 @@ sequence_batching { }
 parameters { key: "execute_delay_ms" value { string_value: "1500" } }
 """,
     "named.identity": None,  # no config: the backend comes from the name, as in Triton
+    "counted": """
+backend: "identity"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 2 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 2 ] } ]
+""",
     "mismatched": """
 backend: "identity"
 max_batch_size: 4
@@ -88,10 +95,44 @@ def test_outputs_are_the_inputs_over_both_protocols(
         text = grpcclient.InferInput("INPUT0", [3], "BYTES")
     text.set_data_from_numpy(words)
     with client:
-        np.testing.assert_array_equal(
-            client.infer("ident", [_fp32(client, rows)]).as_numpy("OUTPUT0"), rows
-        )
-        assert client.infer("words", [text]).as_numpy("OUTPUT0").tolist() == words.tolist()
+        result = client.infer("ident", [_fp32(client, rows)])
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), rows)
+        assert _parameters(result.get_response(), protocol) == EXAMPLE_PARAMETERS
+        result = client.infer("words", [text])
+        assert result.as_numpy("OUTPUT0").tolist() == words.tolist()
+        assert _parameters(result.get_response(), protocol) == EXAMPLE_PARAMETERS
+
+
+EXAMPLE_PARAMETERS = {
+    "param0": "an example string parameter", "param1": 42, "param2": False, "param3": 123.123,
+}  # fmt: skip
+"""What Triton's identity backend attaches to every response (its L0_backend_identity reads
+them back)."""
+
+
+def _parameters(response: Any, protocol: str) -> dict[str, object]:
+    if protocol == "http":
+        return dict(response["parameters"])
+    return {
+        key: getattr(value, value.WhichOneof("parameter_choice"))
+        for key, value in response.parameters.items()
+    }
+
+
+def test_its_own_metric_counts_the_input_bytes_per_model_version(
+    identities: ServerProcess,
+) -> None:
+    """Triton's identity backend registers ``input_byte_size_counter`` and adds each
+    request's input bytes; the series exists from the load on, at 0."""
+    exposition = httpx.get(f"http://127.0.0.1:{identities.metrics_port}/metrics", timeout=10)
+    assert 'input_byte_size_counter{model="counted",version="1"} 0\n' in exposition.text
+    with httpclient.InferenceServerClient(identities.http_url) as client:
+        for rows in (1, 3, 2):  # 8 bytes a row
+            tensor = httpclient.InferInput("INPUT0", [rows, 2], "INT32")
+            tensor.set_data_from_numpy(np.ones((rows, 2), np.int32))
+            client.infer("counted", [tensor])
+    counted = metric(identities, "input_byte_size_counter_total", model="counted", version="1")
+    assert counted == 48  # the parser reads a bare counter as <name>_total
 
 
 def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from batchserve.backends.base import Backend
 from batchserve.backends.identity import IdentityBackend, identity_problems
 from batchserve.backends.selection import create_backend
 from batchserve.core.device import CPU
 from batchserve.core.errors import BackendError
+from batchserve.core.validation import RequestSchema
 from batchserve.models.measured_defaults import wants_tuning
 from batchserve.models.memory_probe import declared_profile, probe_backend
 from batchserve.models.model_config import parse_pbtxt
@@ -125,14 +127,22 @@ def test_reshaped_pairs_are_compared_as_the_model_sees_them() -> None:
     assert identity_problems(written) == []
 
 
-def test_a_run_copies_every_input_to_its_output() -> None:
-    words_pair = """
+WORDS_PAIR = """
 input [ { name: "INPUT1" data_type: TYPE_STRING dims: [ 1 ] } ]
 output [ { name: "OUTPUT1" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
-    written = config(PAIR + words_pair)
+
+
+def _numbers_and_words() -> Backend:
+    """A loaded identity model of two pairs: INT32 [4] and BYTES [1]."""
+    written = config(PAIR + WORDS_PAIR)
     backend = create_backend(written, Path("ident/1/model.identity"))
     backend.load(Path("ident/1/model.identity"), written, CPU)
+    return backend
+
+
+def test_a_run_copies_every_input_to_its_output() -> None:
+    backend = _numbers_and_words()
     numbers = np.arange(8, dtype=np.int32).reshape(2, 4)
     words = np.array([[b"a"], [b""]], dtype=object)
     got = backend.infer({"INPUT0": numbers, "INPUT1": words})
@@ -190,3 +200,26 @@ def test_the_load_takes_its_declared_memory_without_running_it() -> None:
     assert (profile.fixed_bytes, profile.per_sample_bytes) == (0, 4 * 4)  # INT32 x [4]
     assert profile.samples == ()
     assert declared_profile(backend) == profile
+
+
+def test_it_counts_its_input_bytes_as_tritons_backend_does() -> None:
+    """Triton's identity backend adds each request's input bytes (BYTES as serialized: a
+    4-byte length, then the bytes) to its ``input_byte_size_counter``."""
+    backend = _numbers_and_words()
+    counters = getattr(backend, "backend_counters")  # noqa: B009 (an optional hook)
+    name, doc, value = counters()[0]
+    assert (name, value) == ("input_byte_size_counter", 0)
+    assert doc == "Cumulative input byte size of all requests received by the model"
+    words = np.array([[b"abc"], [b""]], dtype=object)
+    backend.infer({"INPUT0": np.zeros((2, 4), np.int32), "INPUT1": words})
+    backend.infer({"INPUT0": np.zeros((1, 4), np.int32), "INPUT1": words[:1]})
+    assert counters()[0][2] == (32 + 7 + 4) + (16 + 7)
+
+
+def test_its_responses_carry_tritons_example_parameters_and_others_none() -> None:
+    identity = RequestSchema.of(config())
+    assert dict(identity.response_parameters) == {
+        "param0": "an example string parameter", "param1": 42, "param2": False, "param3": 123.123,
+    }  # fmt: skip
+    other = config(PAIR.replace('backend: "identity"', 'platform: "onnxruntime_onnx"'))
+    assert not RequestSchema.of(other).response_parameters

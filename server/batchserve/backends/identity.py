@@ -17,6 +17,11 @@ config's dims (free axes 1), as Triton's backend does; here with the batch axis 
 when the model batches, so that each request of the batch gets its row.
 ``instance_wise_delay_multiplier`` is not supported: the delay is the same on every
 instance (the load warns).
+
+Like Triton's, it counts the bytes of the inputs it is given in its own metric family,
+``input_byte_size_counter`` (``backend_counters``, served on the metrics port per model
+version), and every response carries its four example parameters
+(``core/response_parameters.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 
@@ -150,6 +156,18 @@ def config_signature(config: ModelConfig) -> ModelSignature:
     )
 
 
+INPUT_BYTES_FAMILY: Final = "input_byte_size_counter"
+INPUT_BYTES_HELP: Final = "Cumulative input byte size of all requests received by the model"
+
+
+def _byte_size(array: np.ndarray) -> int:
+    """Bytes as Triton counts an input's: BYTES elements as serialized (a 4-byte length,
+    then the bytes)."""
+    if array.dtype.kind != "O":
+        return int(array.nbytes)
+    return sum(4 + len(element) for element in array.flat)
+
+
 class IdentityBackend:
     """One identity instance: outputs copied from inputs, on the host whatever the device
     (Triton's backend copies through host memory too)."""
@@ -163,6 +181,7 @@ class IdentityBackend:
         """For each optional input: its dtype and a request's shape (free axes as 1)."""
         self._pairs: dict[str, str] = {}
         self._per_sample = 0
+        self._input_bytes = 0
 
     @property
     def device(self) -> Device:
@@ -200,6 +219,7 @@ class IdentityBackend:
     ) -> dict[str, np.ndarray]:
         if self._delay_s:
             time.sleep(self._delay_s)
+        self._input_bytes += sum(_byte_size(array) for array in inputs.values())
         names = list(self._pairs) if output_names is None else output_names
         rows = next(iter(inputs.values())).shape[0] if self._batched and inputs else 1
         outputs = {}
@@ -218,6 +238,10 @@ class IdentityBackend:
         """(fixed, per sample) bytes: nothing between runs, and a run's output copies; the
         load takes it instead of probing (``memory_probe.declared_profile``)."""
         return 0, self._per_sample
+
+    def backend_counters(self) -> list[tuple[str, str, int]]:
+        """Its own metric family as Triton's backend registers it: (name, help, value)."""
+        return [(INPUT_BYTES_FAMILY, INPUT_BYTES_HELP, self._input_bytes)]
 
     def memory_bytes(self) -> int | None:
         return 0  # it holds nothing between runs

@@ -130,6 +130,13 @@ class ReshapedBackend:
         return declared
 
     @property
+    def backend_counters(self) -> Callable[[], list[tuple[str, str, int]]] | None:
+        """The inner backend's own metric families, where it has any (``triton_metrics``)."""
+        counters: Callable[[], list[tuple[str, str, int]]] | None
+        counters = getattr(self.inner, "backend_counters", None)
+        return counters
+
+    @property
     def graph_batch_sizes(self) -> tuple[int, ...]:
         return tuple(getattr(self.inner, "graph_batch_sizes", ()))
 

@@ -10,7 +10,7 @@ model's configuration, once for both protocols.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +18,7 @@ import numpy as np
 from batchserve.core.datatypes import DataType, from_config
 from batchserve.core.errors import InvalidArgument
 from batchserve.core.lru import LruCache
+from batchserve.core.response_parameters import NONE, response_parameters
 from batchserve.core.types import RequestedOutput, Tensor, Verdict
 from batchserve.proto.model_config_pb2 import ModelConfig
 
@@ -78,6 +79,8 @@ class RequestSchema:
     generation: int = field(default_factory=lambda: next(_GENERATIONS), compare=False)
     """Tells schemas of the same model apart across processes: a worker validated a
     request against this very schema when it names this generation."""
+    response_parameters: Mapping[str, object] = field(default_factory=lambda: NONE, compare=False)
+    """Parameters every response carries, from the config (``core/response_parameters.py``)."""
 
     @classmethod
     def of(cls, config: ModelConfig) -> RequestSchema:
@@ -97,6 +100,7 @@ class RequestSchema:
             input_names=frozenset(rule.name for rule in rules),
             outputs=tuple(spec.name for spec in config.output),
             max_batch_size=config.max_batch_size,
+            response_parameters=response_parameters(config),
         )
 
 

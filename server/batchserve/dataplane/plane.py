@@ -336,6 +336,8 @@ class DataPlane:
             id=request.id,
             outputs=tensors,
         )
+        if served.schema.response_parameters:
+            response.parameters = dict(served.schema.response_parameters)
         placements = shm.output_placements(request.outputs)
         if placements:
             shm.write_outputs(response.outputs, placements, self.shared_memory)

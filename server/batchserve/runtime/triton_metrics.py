@@ -109,6 +109,7 @@ class TritonMetrics:
             *summary_families(versions, self._metrics.summary_quantiles),
             histogram_family(versions),
             *cache_families(versions),
+            *backend_families(versions),
             *gpu_families(gpus),
             *host_families(self._host.read() if self._host is not None else None),
         ]
@@ -211,6 +212,24 @@ def cache_families(versions: list[ServedVersion]) -> Iterator[Family]:
         misses.add(labels, stats.cache_miss.count)
         miss_us.add(labels, stats.cache_miss.ns // 1000)
     yield from (hits, hit_us, misses, miss_us)
+
+
+def backend_families(versions: list[ServedVersion]) -> list[Family]:
+    """The counter families a backend registers itself, as Triton's backends do through its
+    metrics API (the identity backend's ``input_byte_size_counter``): summed over a version's
+    instances, one series per model version from its load on."""
+    families: dict[str, Family] = {}
+    for served in versions:
+        totals: dict[str, int] = {}
+        for loaded in served.instances:
+            counters = getattr(loaded.instance.backend, "backend_counters", None)
+            for name, doc, value in counters() if counters is not None else ():
+                families.setdefault(name, Family(name, doc, "counter"))
+                totals[name] = totals.get(name, 0) + value
+        labels = {"model": served.name, "version": str(served.version)}
+        for name, total in totals.items():
+            families[name].add(labels, total)
+    return list(families.values())
 
 
 def histogram_family(versions: list[ServedVersion]) -> Family:

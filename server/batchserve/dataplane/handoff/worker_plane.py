@@ -441,7 +441,10 @@ class WorkerPlane:
             for name, wire, shape, _, _ in frame[6]
         ]
         by_name = {t.name: t for t in outputs}
-        return InferResponse(frame[2], frame[3], request.id, [by_name[n] for n in frame[8]])
+        response = InferResponse(frame[2], frame[3], request.id, [by_name[n] for n in frame[8]])
+        if known.schema.response_parameters:
+            response.parameters = dict(known.schema.response_parameters)
+        return response
 
     def _left(self, member: Member) -> None:
         """A client left: once every client of its group has, the group is cancelled there
@@ -527,7 +530,11 @@ class WorkerPlane:
             placeholder = np.empty(0, dtype=datatype.numpy)
             tensors[name] = Tensor(name, datatype, tuple(shape), placeholder, dict(parameters),
                                    in_shared_memory=True)  # fmt: skip
-        return InferResponse(model_name, model_version, request.id, [tensors[n] for n in order])
+        response = InferResponse(model_name, model_version, request.id, [tensors[n] for n in order])
+        known = self._models.get((request.model_name, request.model_version))
+        if known is not None and known.schema.response_parameters:
+            response.parameters = dict(known.schema.response_parameters)
+        return response
 
     # response blocks -----------------------------------------------------------------
     def _lease_ended(self, block: int, offset: int) -> None:
