@@ -165,7 +165,7 @@ def _byte_size(array: np.ndarray) -> int:
     then the bytes)."""
     if array.dtype.kind != "O":
         return int(array.nbytes)
-    return sum(4 + len(element) for element in array.flat)
+    return 4 * array.size + sum(map(len, array.flat))
 
 
 class IdentityBackend:

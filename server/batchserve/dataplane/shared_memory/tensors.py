@@ -80,9 +80,8 @@ def hold_while_in_flight(request: InferRequest, manager: SharedMemoryManager) ->
     meanwhile waits for it, as in Triton. Call once its regions were checked."""
     names = [t.parameters[REGION] for t in request.inputs if REGION in t.parameters]
     names += [o.parameters[REGION] for o in request.outputs or () if REGION in o.parameters]
-    held = [name for name in names if isinstance(name, str)]
-    manager.hold(held)
-    weakref.finalize(request, manager.release, held)
+    manager.hold(names)
+    weakref.finalize(request, manager.release, names)
 
 
 def output_placements(outputs: Sequence[RequestedOutput] | None) -> dict[str, Placement]:
