@@ -259,10 +259,14 @@ def test_requests_arriving_with_the_stop_signal_are_refused_and_accepted_ones_an
     assert all(outcome.startswith(refused) for outcome in late_grpc_outcomes), late_grpc_outcomes
     assert sum(late_grpc_outcomes.values()) == LATE
     assert late_kept == {"ok, then closed": LATE}
-    assert late_fresh == {"closed": NEW_HTTP}
+    # A new connection the loop accepted in the same pass as the signal, before its handler
+    # ran, was accepted before the stop: it is answered and closed, like a kept one. On a
+    # loaded machine epoll may list the listener ahead of the signal's wakeup.
+    assert set(late_fresh) <= {"closed", "ok, then closed"}, late_fresh
+    assert sum(late_fresh.values()) == NEW_HTTP
     finals = [r for r in server.logs if r.get("message") == "final statistics"]
     warm_ups = 2 * LATE
-    answered = warm_ups + 1 + 2 * QUEUED + LATE
+    answered = warm_ups + 1 + 2 * QUEUED + LATE + late_fresh["ok, then closed"]
     assert [(r["success"], r["fail"]) for r in finals] == [(answered, 0)]
 
 
