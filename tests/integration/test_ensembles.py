@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import signal
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -39,6 +38,7 @@ from tests.ensemble_models import (
 )
 from tests.integration.server import CONTROL_TOKEN, ServerProcess, metric, start_server
 from tests.integration.slow_model import expected, write_slow_model
+from tests.integration.test_faults import wait_until
 
 HANDLING = {"one process": "1", "two workers": "2"}
 LIMITED = "pipeline_limited"
@@ -477,7 +477,7 @@ def test_sigterm_answers_every_accepted_ensemble_request(tmp_path: Path, workers
         x = httpclient.InferInput("x", [1, ROW], "FP32")
         x.set_data_from_numpy(np.full((1, ROW), float(index), dtype=np.float32))
         count = httpclient.InferInput("iterations", [1, 1], "INT64")
-        count.set_data_from_numpy(np.array([[2000]], dtype=np.int64))
+        count.set_data_from_numpy(np.array([[500]], dtype=np.int64))
         answer = client.infer("slow_pipeline", [x, count]).as_numpy("OUT")
         client.close()
         return np.asarray(answer)
@@ -485,7 +485,8 @@ def test_sigterm_answers_every_accepted_ensemble_request(tmp_path: Path, workers
     try:
         with ThreadPoolExecutor(4) as pool:
             asked = [pool.submit(ask, index) for index in range(4)]
-            time.sleep(0.5)  # the first runs its slow step; the others queue there
+            # the first runs its slow step; the others queue there
+            wait_until(lambda: metric(server, "batchserve_queue_depth", model="slow") == 3)
             server.process.send_signal(signal.SIGTERM)
             answers = [one.result(timeout=60) for one in asked]
     finally:

@@ -5,7 +5,6 @@ travel to the model-owning process in groups (``handoff/groups.py``)."""
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -15,11 +14,15 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.ensemble_models import write_ensemble
-from tests.integration.server import start_server
+from tests.integration.server import metric, start_server
 from tests.integration.slow_model import WIDTH, write_slow_model
+from tests.integration.test_faults import wait_until
 
 QUEUE = 8
 SENT = 10
+BLOCK_ITERATIONS = 2000
+"""Seconds of work on a 2-core machine, and still a second where many cores share it: the ten
+requests, sent once the instance is busy, reach the queue in milliseconds."""
 
 
 ENSEMBLE = """
@@ -70,9 +73,11 @@ def test_requests_past_the_queue_limit_are_refused_however_they_travel(
     server = start_server(tmp_path, ["--workers", workers])
     try:
         first: list[str] = []
-        busy = threading.Thread(target=lambda: first.append(ask(server.http_url, 8000, model)))
+        busy = threading.Thread(
+            target=lambda: first.append(ask(server.http_url, BLOCK_ITERATIONS, model))
+        )
         busy.start()
-        time.sleep(1.0)  # it runs: the others queue behind it
+        wait_until(lambda: metric(server, "batchserve_busy_instances", model="slow") == 1)
         with ThreadPoolExecutor(SENT) as pool:
             answers = list(pool.map(lambda _: ask(server.http_url, 1, model), range(SENT)))
         busy.join()

@@ -17,9 +17,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.ensemble_models import ROW, write_composing_models, write_ensemble
-from tests.integration.server import start_server
+from tests.integration.server import metric, start_server
 from tests.integration.slow_model import write_slow_model
-from tests.integration.test_queue_limits import ENSEMBLE, ask
+from tests.integration.test_faults import wait_until
+from tests.integration.test_queue_limits import BLOCK_ITERATIONS, ENSEMBLE, ask
 
 QUEUE_DELAY_S = 2.0
 CONFIG = f"""
@@ -123,9 +124,10 @@ def test_an_ensemble_passes_its_requests_priority_to_its_steps(
                    "through_ensemble")  # fmt: skip
     server = start_server(tmp_path, ["--workers", workers])
     try:
-        busy = threading.Thread(target=ask, args=(server.http_url, 8000, "slow", 0))
+        busy = threading.Thread(target=ask, args=(server.http_url, BLOCK_ITERATIONS, "slow", 0))
         busy.start()
-        time.sleep(0.5)  # it runs: the ensemble's step queues behind it
+        # it runs: the ensemble's step queues behind it
+        wait_until(lambda: metric(server, "batchserve_busy_instances", model="slow") == 1)
         started = time.monotonic()
         refused = ask(server.http_url, 1, "through_ensemble", 2)
         took = time.monotonic() - started

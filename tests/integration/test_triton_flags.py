@@ -279,13 +279,17 @@ def test_log_file_takes_every_process_s_logs_and_the_logging_api_names_it(
             assert time.monotonic() < deadline
             time.sleep(0.2)
         assert _answers(f"http://127.0.0.1:{http}/v2/health/ready")
-        http_client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
-        grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
-        assert http_client.get_log_settings()["log_file"] == str(log_file)
-        assert grpc_client.get_log_settings(as_json=True)["settings"]["log_file"] == {
-            "string_param": str(log_file)
-        }
-        assert _infer(http_client, 2).shape == (2, 10)
+        # Closed before the stop: the server serves an open connection until its client
+        # closes it (Triton's drain), and would wait out its shutdown timeout for these.
+        with (
+            httpclient.InferenceServerClient(f"127.0.0.1:{http}") as http_client,
+            grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as grpc_client,
+        ):
+            assert http_client.get_log_settings()["log_file"] == str(log_file)
+            assert grpc_client.get_log_settings(as_json=True)["settings"]["log_file"] == {
+                "string_param": str(log_file)
+            }
+            assert _infer(http_client, 2).shape == (2, 10)
     finally:
         process.terminate()
         _, stderr = process.communicate(timeout=60)
