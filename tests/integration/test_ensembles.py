@@ -477,7 +477,7 @@ def test_sigterm_answers_every_accepted_ensemble_request(tmp_path: Path, workers
         x = httpclient.InferInput("x", [1, ROW], "FP32")
         x.set_data_from_numpy(np.full((1, ROW), float(index), dtype=np.float32))
         count = httpclient.InferInput("iterations", [1, 1], "INT64")
-        count.set_data_from_numpy(np.array([[500]], dtype=np.int64))
+        count.set_data_from_numpy(np.array([[1000]], dtype=np.int64))
         answer = client.infer("slow_pipeline", [x, count]).as_numpy("OUT")
         client.close()
         return np.asarray(answer)
