@@ -715,3 +715,14 @@ def test_waiting_out_the_queue_delay_is_off_unless_asked(monkeypatch: pytest.Mon
     assert _settings("--wait-out-queue-delay", "true").wait_out_queue_delay is True
     monkeypatch.setenv("BATCHSERVE_WAIT_OUT_QUEUE_DELAY", "1")
     assert _settings().wait_out_queue_delay is True
+
+
+def test_the_scheduler_delay_for_tests_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--delay-scheduler N``: Triton's ``TRITONSERVER_DELAY_SCHEDULER``; never negative."""
+    _clear_environment(monkeypatch)
+    assert _settings().delay_scheduler == 0
+    assert _settings("--delay-scheduler", "3").delay_scheduler == 3
+    monkeypatch.setenv("BATCHSERVE_DELAY_SCHEDULER", "6")
+    assert _settings().delay_scheduler == 6
+    with pytest.raises(ValidationError, match="delay_scheduler"):
+        _settings("--delay-scheduler", "-1")

@@ -170,6 +170,9 @@ class Settings(BaseSettings):
     wait_out_queue_delay: bool = False
     """Every model's batches wait out their whole queue delay, as in Triton
     (``scheduler/dispatch_timing.py``); a config turns it on for its model alone."""
+    delay_scheduler: int = Field(0, ge=0)
+    """For tests, Triton's ``TRITONSERVER_DELAY_SCHEDULER``: each batcher forms no batch until
+    this many requests are queued, once, so a test's requests are queued together first."""
     # The --memory-budget text in, its parsed budget per device kind out (NoDecode: the
     # environment variable's text is the flag's syntax, not JSON).
     memory_budget: Annotated[dict[DeviceKind, BudgetSpec], NoDecode] = Field(

@@ -150,6 +150,7 @@ class ModelRegistry(ModelTable):
         response_cache: ResponseCache | None = None,
         rate_limiter: RateLimiter | None = None,
         wait_out_queue_delay: bool = False,
+        delay_scheduler: int = 0,
     ) -> None:
         """``after_change`` runs once a load or unload has finished swapping models (the
         server settles its heap there: ``gc_tuning.settle``); ``cpus``: the cores models may
@@ -161,6 +162,8 @@ class ModelRegistry(ModelTable):
         self._max_queue_size = max_queue_size
         self._wait_out_queue_delay = wait_out_queue_delay
         """``--wait-out-queue-delay``: every model's batches wait their whole delay."""
+        self._delay_scheduler = delay_scheduler
+        """``--delay-scheduler``: each batcher holds its first batch until this many queued."""
         self._loader = InstanceLoader(budgets, backend_factory)
         self._after_change = after_change
         self._cpus = cpus
@@ -455,7 +458,7 @@ class ModelRegistry(ModelTable):
         loaded = [by_index[index] for index in sorted(by_index)]
         objective_ns = config.batchserve.latency_objective_microseconds * 1000
         stats = self._new_stats(config, objective_ns)
-        policy = BatchPolicy.from_config(config, self._max_queue_size, self._wait_out_queue_delay)
+        policy = self._policy(config)
         if config.max_batch_size > 0:
             policy = replace(
                 policy,
@@ -499,6 +502,13 @@ class ModelRegistry(ModelTable):
             resolved.labels, source=version, tuning=tuning,
         )  # fmt: skip
 
+    def _policy(self, config: ModelConfig) -> BatchPolicy:
+        """How ``config``'s requests are batched, with the server's batching flags."""
+        return BatchPolicy.from_config(
+            config, self._max_queue_size, self._wait_out_queue_delay,
+            delay_scheduler=self._delay_scheduler,
+        )  # fmt: skip
+
     async def _measured(
         self, resolved: ResolvedModel, version: ModelVersion, samples: tuple[WarmupSample, ...]
     ) -> tuple[ModelConfig, Tuning | None]:
@@ -533,7 +543,7 @@ class ModelRegistry(ModelTable):
         directory = self._directory_of(resolved)
         responder = build_responder(config, directory, self._step_batcher, step_config)
         stats = self._new_stats(config)
-        policy = BatchPolicy.from_config(config, self._max_queue_size, self._wait_out_queue_delay)
+        policy = self._policy(config)
         batcher = Batcher(InstancePool([]), policy, stats)
         return ServedVersion(resolved.name, version.version, config, batcher, stats,
                              responder=responder)  # fmt: skip
@@ -543,7 +553,7 @@ class ModelRegistry(ModelTable):
         (``_load_versions``): its requests run through their batchers (``ensemble.py``)."""
         config = resolved.config
         stats = self._new_stats(config)
-        policy = BatchPolicy.from_config(config, self._max_queue_size, self._wait_out_queue_delay)
+        policy = self._policy(config)
         batcher = EnsembleBatcher(config, policy, stats, self.get)
         labels = inherited_labels(config, resolved.labels, self.get)
         decoupled = [s for s in batcher.steps if answers_many(self.get(s.model, s.version).config)]

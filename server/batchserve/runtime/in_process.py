@@ -116,6 +116,8 @@ class Server:
             rate_limiter=rate_limiter_for(
                 self.settings.rate_limit, self.settings.rate_limit_resources()
             ),
+            wait_out_queue_delay=self.settings.wait_out_queue_delay,
+            delay_scheduler=self.settings.delay_scheduler,
         )  # fmt: skip
         expected = startup_models(self.settings, repository)
         self.dataplane = DataPlane(self.settings, self.registry, expected)

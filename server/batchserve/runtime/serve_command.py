@@ -79,6 +79,13 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
     ),
     ("--max-queue-size", "max_queue_size", int, "requests queued per model before 503"),
     (
+        "--delay-scheduler",
+        "delay_scheduler",
+        int,
+        "testing: each batcher forms no batch until N requests are queued, once (Triton's "
+        "TRITONSERVER_DELAY_SCHEDULER, which its batcher tests set; default 0: none)",
+    ),
+    (
         "--max-json-body-bytes",
         "max_json_body_bytes",
         int,

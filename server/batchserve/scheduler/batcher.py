@@ -2,7 +2,8 @@
 
 Requests are queued per priority level (with aging). Whenever an instance is free, a batch
 is formed from the head of the queue up to the batch cap and dispatched:
-- at once when no delay is configured (greedy: batches grow with load by themselves);
+- at once when no delay is configured (greedy: batches grow with load by themselves), as
+  the largest preferred size the queue reaches where it reaches one (Triton's rule);
 - otherwise (Triton's rules) when the queue reaches a preferred size (the largest one it
   reaches), when the batch cannot grow without passing the cap or the largest preferred
   size, or when ``dispatch_timing.DispatchTiming`` says it has waited long enough for
@@ -136,6 +137,8 @@ class Batcher:
         self._closed = False
         self._urgent = 0
         """Urgent items queued: while there are any, batches go without waiting."""
+        self._held_until = policy.hold_first_batch
+        """Requests to be queued before the first batch forms (testing hook; 0: none)."""
         self._batch_times = {instance.name: BatchTimeModel() for instance in pool.instances}
         self._busy_times = {instance.name: BatchTimeModel() for instance in pool.instances}
         """With an objective: how long a batch keeps its instance's share of the machine, by
@@ -346,6 +349,8 @@ class Batcher:
     # forming batches ----------------------------------------------------------------
     def _dispatch(self) -> None:
         queue = self.queue
+        if self._held():
+            return
         # under a rate limiter a free instance first asks for its resources (``stage``)
         while queue and (self.pool.has_free() or self.pool.stage()):
             now = self._clock()
@@ -364,13 +369,24 @@ class Batcher:
             for part in self._spread(batch) if batch else ():
                 self._start(part, now)
         if not queue:
-            self.pool.withdraw()
+            self._emptied()
+
+    def _emptied(self) -> None:
+        """The queue ran empty: free the resources held for it, and tell the waiting rules."""
+        self.pool.withdraw()
         timing = self._timing
-        if not queue and timing is not None:
+        if timing is not None:
             if self._timing_learns:
                 timing.emptied()
             if self._objective is not None:
                 self._objective.queue_emptied()
+
+    def _held(self) -> bool:
+        """Whether the first batch is still held for the testing hook (``hold_first_batch``)."""
+        if self._held_until and self.pending_requests() < self._held_until:
+            return True
+        self._held_until = 0
+        return False
 
     def _routed_target(self, now: int) -> int:
         """``_batch_target``, bounded by what the free instances' devices should take."""
@@ -384,8 +400,10 @@ class Batcher:
     def _batch_target(self, now: int) -> int:
         """Samples to dispatch now (0: wait): all that fit, unless the waiting rules apply."""
         timing = self._timing
-        if timing is None or self._urgent:
+        if self._urgent:
             return self._cap
+        if timing is None:  # no delay: at once, the largest preferred size reached (Triton's)
+            return self._forming.ready_size() or self._cap
         objective = self._objective
         if objective is not None:
             pays = self._waiting_pays(objective, now)
@@ -410,11 +428,14 @@ class Batcher:
         """Samples to dispatch now, or 0 to wait (with a wake-up set)."""
         forming = self._forming
         ready = forming.ready_size() or (self._cap if forming.cut_short(now) else 0)
-        if ready:
-            timing.went_ready()
-            return ready
         oldest = self.queue.oldest_enqueued_ns()
         assert oldest is not None
+        if ready:
+            timing.went_ready()
+            # Triton's rule: once the oldest request has waited the whole delay, the batch
+            # takes all it can, up to the cap, past the preferred sizes
+            overdue = timing.delay_ns and now - oldest >= timing.delay_ns
+            return self._cap if overdue else ready
         due = timing.wait_until(now, oldest, len(self.queue), self._objective_due(oldest, now))
         if due is None:
             return self._cap

@@ -337,6 +337,72 @@ async def test_without_a_delay_batches_are_greedy() -> None:
     assert clock.pending == []
 
 
+@pytest.mark.parametrize(("queued", "batches"), [(5, [1, 4, 1]), (7, [1, 6, 1]), (3, [1, 3])])
+async def test_without_a_delay_the_largest_preferred_size_reached_goes_first(
+    queued: int, batches: list[int]
+) -> None:
+    """Triton's rule with no queue delay (its L0_batcher ``test_preferred_batch_only_*``):
+    the queue reaching a preferred size sends the largest one reached, the rest next; short
+    of every preferred size, all of it."""
+    clock, backend = ManualClock(), FakeBackend()
+    batcher = make_batcher(
+        [backend], clock=clock, extra="dynamic_batching { preferred_batch_size: [4, 6] }"
+    )
+    first = await hold_first(batcher, backend, at=clock)
+    items = [item(1, 1.0, at=clock) for _ in range(queued)]
+    for one in items:
+        await submit(batcher, one)
+    backend.gate.set()
+    await answers(first, *items)
+    assert backend.batches == batches
+    assert clock.pending == []
+
+
+@pytest.mark.parametrize(("overdue", "batches"), [(True, [1, 8]), (False, [1, 3])])
+async def test_once_the_oldest_has_waited_the_delay_the_batch_takes_all_up_to_the_cap(
+    overdue: bool, batches: list[int]
+) -> None:
+    """Triton's rule (its L0_batcher ``test_multi_batch_delayed_use_max_batch``): 3 + 4
+    rows pass the largest preferred size (6), so 3 go first while the delay runs; once the
+    oldest has waited it all, preferred sizes no longer bound the batch: 3 + 4 + 1 go as
+    one batch of the cap (8)."""
+    clock, backend = ManualClock(), FakeBackend()
+    extra = "dynamic_batching { max_queue_delay_microseconds: 10000 preferred_batch_size: [2, 6] }"
+    batcher = make_batcher([backend], clock=clock, max_batch_size=8, extra=extra)
+    first = await hold_first(batcher, backend, at=clock)
+    three, four, one = item(3, 1.0, at=clock), item(4, 1.0, at=clock), item(1, 1.0, at=clock)
+    await submit(batcher, three, four)
+    if overdue:
+        clock.advance(10 * MS)
+    await submit(batcher, one)
+    backend.gate.set()
+    await answers(first, three)
+    assert backend.batches[: len(batches)] == batches
+    clock.advance(10 * MS)
+    await answers(four, one)
+
+
+async def test_the_scheduler_delay_holds_the_first_batch_until_enough_are_queued() -> None:
+    """``--delay-scheduler 3`` (Triton's ``TRITONSERVER_DELAY_SCHEDULER``, for tests): an
+    idle model runs nothing until three requests are queued, then batches them together;
+    the hold is over after that."""
+    clock, backend = ManualClock(), FakeBackend()
+    policy = BatchPolicy.from_config(fake_config(""), 64, delay_scheduler=3)
+    pool = InstancePool([Instance("fake-0", backend)])
+    batcher = Batcher(pool, policy, ModelStats(), clock=clock, timer=clock)
+    held = [item(1, float(i), at=clock) for i in range(3)]
+    await submit(batcher, held[0], held[1])
+    assert batcher.pool.busy_count() == 0
+    assert len(batcher.queue) == 2
+    await submit(batcher, held[2])
+    await answers(*held)
+    assert backend.batches == [3]
+    lone = item(1, 5.0, at=clock)
+    await submit(batcher, lone)
+    assert (await answer(lone))["y"][0, 0] == 11.0
+    assert backend.batches == [3, 1]
+
+
 async def test_an_urgent_item_takes_the_waiting_requests_with_it_at_once() -> None:
     """A generation loop's step waits for nobody: it and whatever is queued go now."""
     clock, backend = ManualClock(), FakeBackend()

@@ -107,3 +107,26 @@ def test_waiting_out_the_queue_delay_comes_from_the_config_or_the_server() -> No
     )
     assert BatchPolicy.from_config(steps, 8, wait_out_queue_delay=True).wait_out_queue_delay
     assert not BatchPolicy.from_config(steps, 8).wait_out_queue_delay
+
+
+def test_the_scheduler_delay_holds_dynamic_and_sequence_batchers_only() -> None:
+    """``--delay-scheduler``, as Triton's ``TRITONSERVER_DELAY_SCHEDULER``: the batchers of
+    dynamic and sequence batching hold their first batch; an ensemble's does not."""
+    batching = parse_pbtxt(CHAR_LSTM)
+    assert batching.HasField("dynamic_batching")
+    assert BatchPolicy.from_config(batching, 8, delay_scheduler=3).hold_first_batch == 3
+    assert BatchPolicy.from_config(batching, 8).hold_first_batch == 0
+    steps = parse_pbtxt(
+        'name: "s" max_batch_size: 4 input [{ name: "x" data_type: TYPE_FP32 dims: [1] }] '
+        'output [{ name: "y" data_type: TYPE_FP32 dims: [1] }] '
+        "sequence_batching { oldest { max_queue_delay_microseconds: 5000 } }"
+    )
+    assert BatchPolicy.from_config(steps, 8, delay_scheduler=2).hold_first_batch == 2
+    ensemble = parse_pbtxt(
+        'name: "e" platform: "ensemble" max_batch_size: 4 '
+        'input [{ name: "x" data_type: TYPE_FP32 dims: [1] }] '
+        'output [{ name: "y" data_type: TYPE_FP32 dims: [1] }] '
+        'ensemble_scheduling { step [{ model_name: "m" model_version: -1 '
+        'input_map { key: "x" value: "x" } output_map { key: "y" value: "y" } }] }'
+    )
+    assert BatchPolicy.from_config(ensemble, 8, delay_scheduler=2).hold_first_batch == 0
