@@ -451,6 +451,17 @@ def test_settings_are_the_servers() -> None:
         Server(model_repository=MODEL_REPO, max_queue_size=0)
 
 
+def test_the_batching_settings_reach_the_models() -> None:
+    """``wait_out_queue_delay`` and ``delay_scheduler`` are the served models' too, as with
+    ``batchserve serve`` (the in-process server once dropped the first)."""
+    with _server("digits_cnn", wait_out_queue_delay=True, delay_scheduler=2) as server:
+        policy = server.registry.get("digits_cnn").batcher.policy
+    assert (policy.wait_out_queue_delay, policy.hold_first_batch) == (True, 2)
+    with _server("digits_cnn") as server:
+        policy = server.registry.get("digits_cnn").batcher.policy
+    assert (policy.wait_out_queue_delay, policy.hold_first_batch) == (False, 0)
+
+
 def test_a_stopped_server_refuses_to_start_again_and_calls_are_told_why() -> None:
     server = _server("digits_cnn")
     with pytest.raises(RuntimeError, match="the server is not started"):
