@@ -454,12 +454,18 @@ def test_settings_are_the_servers() -> None:
 def test_the_batching_settings_reach_the_models() -> None:
     """``wait_out_queue_delay`` and ``delay_scheduler`` are the served models' too, as with
     ``batchserve serve`` (the in-process server once dropped the first)."""
-    with _server("digits_cnn", wait_out_queue_delay=True, delay_scheduler=2) as server:
+    with _server(
+        "digits_cnn", "simple_sequence", wait_out_queue_delay=True, delay_scheduler=2,
+        backlog_delay_scheduler=1,
+    ) as server:  # fmt: skip
         policy = server.registry.get("digits_cnn").batcher.policy
+        steps = server.registry.get("simple_sequence").batcher.policy
     assert (policy.wait_out_queue_delay, policy.hold_first_batch) == (True, 2)
+    assert (steps.hold_first_batch, steps.hold_backlog) == (2, 1)  # a sequence model's backlog
     with _server("digits_cnn") as server:
         policy = server.registry.get("digits_cnn").batcher.policy
-    assert (policy.wait_out_queue_delay, policy.hold_first_batch) == (False, 0)
+    assert (policy.wait_out_queue_delay, policy.hold_first_batch, policy.hold_backlog) == (
+        False, 0, 0)  # fmt: skip
 
 
 def test_a_stopped_server_refuses_to_start_again_and_calls_are_told_why() -> None:

@@ -726,3 +726,5 @@ def test_the_scheduler_delay_for_tests_is_off_unless_asked(monkeypatch: pytest.M
     assert _settings().delay_scheduler == 6
     with pytest.raises(ValidationError, match="delay_scheduler"):
         _settings("--delay-scheduler", "-1")
+    assert _settings().backlog_delay_scheduler == 0
+    assert _settings("--backlog-delay-scheduler", "2").backlog_delay_scheduler == 2

@@ -173,6 +173,9 @@ class Settings(BaseSettings):
     delay_scheduler: int = Field(0, ge=0)
     """For tests, Triton's ``TRITONSERVER_DELAY_SCHEDULER``: each batcher forms no batch until
     this many requests are queued, once, so a test's requests are queued together first."""
+    backlog_delay_scheduler: int = Field(0, ge=0)
+    """With ``delay_scheduler``, Triton's ``TRITONSERVER_BACKLOG_DELAY_SCHEDULER``: a sequence
+    model's hold also lasts until this many requests wait in its backlog."""
     # The --memory-budget text in, its parsed budget per device kind out (NoDecode: the
     # environment variable's text is the flag's syntax, not JSON).
     memory_budget: Annotated[dict[DeviceKind, BudgetSpec], NoDecode] = Field(

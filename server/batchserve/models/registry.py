@@ -151,6 +151,7 @@ class ModelRegistry(ModelTable):
         rate_limiter: RateLimiter | None = None,
         wait_out_queue_delay: bool = False,
         delay_scheduler: int = 0,
+        backlog_delay_scheduler: int = 0,
     ) -> None:
         """``after_change`` runs once a load or unload has finished swapping models (the
         server settles its heap there: ``gc_tuning.settle``); ``cpus``: the cores models may
@@ -164,6 +165,8 @@ class ModelRegistry(ModelTable):
         """``--wait-out-queue-delay``: every model's batches wait their whole delay."""
         self._delay_scheduler = delay_scheduler
         """``--delay-scheduler``: each batcher holds its first batch until this many queued."""
+        self._backlog_delay_scheduler = backlog_delay_scheduler
+        """``--backlog-delay-scheduler``: a sequence model's hold waits for its backlog too."""
         self._loader = InstanceLoader(budgets, backend_factory)
         self._after_change = after_change
         self._cpus = cpus
@@ -507,6 +510,7 @@ class ModelRegistry(ModelTable):
         return BatchPolicy.from_config(
             config, self._max_queue_size, self._wait_out_queue_delay,
             delay_scheduler=self._delay_scheduler,
+            backlog_delay_scheduler=self._backlog_delay_scheduler,
         )  # fmt: skip
 
     async def _measured(

@@ -95,6 +95,7 @@ class Server:
             rate_limiter=rate_limiter_for(settings.rate_limit, settings.rate_limit_resources()),
             wait_out_queue_delay=settings.wait_out_queue_delay,
             delay_scheduler=settings.delay_scheduler,
+            backlog_delay_scheduler=settings.backlog_delay_scheduler,
         )  # fmt: skip
         for setting in settings.metrics().unknown:  # Triton ignores them too
             logger.warning("--metrics-config setting ignored", extra={"setting": setting})

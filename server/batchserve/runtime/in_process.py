@@ -118,6 +118,7 @@ class Server:
             ),
             wait_out_queue_delay=self.settings.wait_out_queue_delay,
             delay_scheduler=self.settings.delay_scheduler,
+            backlog_delay_scheduler=self.settings.backlog_delay_scheduler,
         )  # fmt: skip
         expected = startup_models(self.settings, repository)
         self.dataplane = DataPlane(self.settings, self.registry, expected)

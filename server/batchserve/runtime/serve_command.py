@@ -86,6 +86,13 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "TRITONSERVER_DELAY_SCHEDULER, which its batcher tests set; default 0: none)",
     ),
     (
+        "--backlog-delay-scheduler",
+        "backlog_delay_scheduler",
+        int,
+        "testing, with --delay-scheduler: a sequence model's hold also lasts until N requests "
+        "wait in its backlog (Triton's TRITONSERVER_BACKLOG_DELAY_SCHEDULER; default 0)",
+    ),
+    (
         "--max-json-body-bytes",
         "max_json_body_bytes",
         int,

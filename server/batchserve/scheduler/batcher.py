@@ -381,12 +381,22 @@ class Batcher:
             if self._objective is not None:
                 self._objective.queue_emptied()
 
+    def _counted_toward_hold(self) -> None:
+        """A request was accepted outside the queue (a sequence's step held behind the one
+        before): while the first batch is held, it counts, and may end the hold."""
+        if self._held_until:
+            self._dispatch_soon()
+
     def _held(self) -> bool:
         """Whether the first batch is still held for the testing hook (``hold_first_batch``)."""
-        if self._held_until and self.pending_requests() < self._held_until:
+        if self._held_until and not self._hold_reached(self._held_until):
             return True
         self._held_until = 0
         return False
+
+    def _hold_reached(self, queued: int) -> bool:
+        """Whether enough requests are queued to end the testing hook's hold."""
+        return self.pending_requests() >= queued
 
     def _routed_target(self, now: int) -> int:
         """``_batch_target``, bounded by what the free instances' devices should take."""

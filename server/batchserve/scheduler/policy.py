@@ -85,6 +85,9 @@ class BatchPolicy:
         hold_first_batch: for testing, as Triton's ``TRITONSERVER_DELAY_SCHEDULER``: the
             batcher dispatches nothing until this many requests are queued, once, so that a
             test's requests are all queued before the first batch forms (0: no hold).
+        hold_backlog: with ``hold_first_batch``, for a sequence model, as Triton's
+            ``TRITONSERVER_BACKLOG_DELAY_SCHEDULER``: the hold also lasts until this many
+            requests wait in the backlog (sequences without a slot yet).
     """
 
     max_batch_size: int
@@ -112,6 +115,7 @@ class BatchPolicy:
     batch_io: BatchIO | None = None
     wait_out_queue_delay: bool = False
     hold_first_batch: int = 0
+    hold_backlog: int = 0
 
     @classmethod
     def from_config(
@@ -121,13 +125,15 @@ class BatchPolicy:
         wait_out_queue_delay: bool = False,
         *,
         delay_scheduler: int = 0,
+        backlog_delay_scheduler: int = 0,
     ) -> BatchPolicy:
         """Triton's fields; a model without dynamic_batching runs each request alone (but
         for sequence_batching: its steps of different sequences share batches).
         ``wait_out_queue_delay``: the server's ``--wait-out-queue-delay``, which the
         config's own field turns on for one model. ``delay_scheduler``: the server's
         ``--delay-scheduler``, held by the batchers of dynamic and sequence batching, as
-        Triton holds them."""
+        Triton holds them; ``backlog_delay_scheduler``: ``--backlog-delay-scheduler``, a
+        sequence model's backlog's part of that hold."""
         objective_ns = config.batchserve.latency_objective_microseconds * 1000
         refuse_late = config.batchserve.refuse_late_requests
         batch_io = BatchIO.from_config(config)
@@ -136,7 +142,8 @@ class BatchPolicy:
             steps = cls._sequence_steps(config, server_max_queue_size)
             return replace(steps, latency_objective_ns=objective_ns, refuse_late=refuse_late,
                            batch_io=batch_io, wait_out_queue_delay=wait_out,
-                           hold_first_batch=delay_scheduler)  # fmt: skip
+                           hold_first_batch=delay_scheduler,
+                           hold_backlog=backlog_delay_scheduler)  # fmt: skip
         sequence_axes = _position_layout(config)
         if config.HasField("ensemble_scheduling"):  # Triton's: any priority passes through
             return replace(sequence_axes, max_batch_size=config.max_batch_size,

@@ -270,7 +270,9 @@ class SequenceBatcher(Batcher):
         self.max_candidates = sequences.slots_per_instance * max(1, len(pool.instances))
         """Sequences whose steps may run; later ones wait in the backlog."""
         self._live: dict[int | str, _Sequence] = {}
-        self._candidates = 0
+        self._slotted: set[_Sequence] = set()
+        """The candidate sequences, a replaced one (a START for an id whose sequence was
+        still ending) included until it ends."""
         self._backlog: deque[_Sequence] = deque()
 
     @property
@@ -286,8 +288,18 @@ class SequenceBatcher(Batcher):
     def pending_requests(self) -> int:
         """The queue's, and the steps held behind their sequence's previous step or in the
         backlog: Triton counts those waiting in its sequence batcher too."""
-        held = sum(len(sequence.pending) for sequence in self._live.values())
+        held = sum(len(sequence.pending) for sequence in (*self._slotted, *self._backlog))
         return super().pending_requests() + held
+
+    def _hold_reached(self, queued: int) -> bool:
+        """Triton's count for its sequence batcher's hold: the requests of sequences with a
+        slot (queued, or held behind their previous step), and, with ``hold_backlog``, those
+        of the backlog's sequences."""
+        in_slots = sum(len(sequence.pending) for sequence in self._slotted)
+        if Batcher.pending_requests(self) + in_slots < queued:
+            return False
+        backlogged = sum(len(sequence.pending) for sequence in self._backlog)
+        return backlogged >= self.policy.hold_backlog
 
     def submit(self, item: WorkItem) -> None:
         flags = self._flags(item)
@@ -316,6 +328,7 @@ class SequenceBatcher(Batcher):
             self._next(sequence)
         elif not sequence.candidate:
             self._watch_backlog(sequence, item.deadline_ns)
+        self._counted_toward_hold()
 
     def _left(self, sequence: _Sequence, item: WorkItem, future: asyncio.Future[Arrays]) -> None:
         """A held step's client left: as in Triton, cancelling any queued request of a
@@ -366,9 +379,9 @@ class SequenceBatcher(Batcher):
 
     def _admit(self, sequence: _Sequence) -> None:
         """Make a new sequence a candidate, or queue it in the backlog when none is free."""
-        if self._candidates < self.max_candidates:
+        if len(self._slotted) < self.max_candidates:
             sequence.candidate = True
-            self._candidates += 1
+            self._slotted.add(sequence)
         else:
             self._backlog.append(sequence)
 
@@ -463,14 +476,14 @@ class SequenceBatcher(Batcher):
             del self._live[sequence.id]
         if sequence.candidate:
             sequence.candidate = False
-            self._candidates -= 1
-        while self._backlog and self._candidates < self.max_candidates:
+            self._slotted.discard(sequence)
+        while self._backlog and len(self._slotted) < self.max_candidates:
             promoted = self._backlog.popleft()
             if promoted.expiry is not None:  # its steps' timeouts are the batcher's now
                 promoted.expiry.cancel()
                 promoted.expiry = None
             promoted.candidate = True
-            self._candidates += 1
+            self._slotted.add(promoted)
             self._next(promoted)
 
     async def close(self) -> None:

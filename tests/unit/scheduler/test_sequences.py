@@ -71,18 +71,18 @@ def accumulator(tmp_path: Path) -> Path:
 
 
 class Harness:
-    def __init__(self, model_file: Path) -> None:
+    def __init__(self, model_file: Path, *, hold: tuple[int, int] = (0, 0)) -> None:
+        """``hold``: the server's ``--delay-scheduler`` and ``--backlog-delay-scheduler``."""
         config = parse_pbtxt(CONFIG)
         self.backend = OnnxBackend()
         self.backend.load(model_file, config, CPU)
         sequences = SequencePolicy.from_config(config)
         assert sequences is not None
+        policy = BatchPolicy.from_config(
+            config, 64, delay_scheduler=hold[0], backlog_delay_scheduler=hold[1]
+        )
         self.batcher = SequenceBatcher(
-            "acc",
-            InstancePool([Instance("acc-0", self.backend)]),
-            BatchPolicy.from_config(config, server_max_queue_size=64),
-            ModelStats(),
-            sequences,
+            "acc", InstancePool([Instance("acc-0", self.backend)]), policy, ModelStats(), sequences
         )
 
     def step(
@@ -395,3 +395,39 @@ async def test_a_state_of_variable_size_starts_at_one_element_and_grows(tmp_path
              step(2, [20, 30]), step(1, [6])]  # fmt: skip
     assert [await answer(item) for item in steps] == [(3, 3), (10, 2), (15, 6), (60, 4), (21, 7)]
     await batcher.close()
+
+
+async def test_the_scheduler_delay_counts_steps_held_in_slots_then_the_backlog(
+    accumulator: Path,
+) -> None:
+    """``--delay-scheduler 4 --backlog-delay-scheduler 2``, as Triton's sequence batcher
+    counts them: four requests of sequences with a slot (queued, or held behind their
+    sequence's previous step), then two waiting in the backlog, before the first batch."""
+    harness = Harness(accumulator, hold=(4, 2))
+    harness.batcher.max_candidates = 2
+    slotted = [harness.step(1, 1, start=True), harness.step(2, 10, start=True)]
+    slotted += [harness.step(1, 2, end=True), harness.step(2, 20, end=True)]
+    backlogged = [harness.step(3, 100, start=True)]
+    await asyncio.sleep(0.05)
+    assert not any(item.future.done() for item in slotted + backlogged)
+    assert harness.batcher.pending_requests() == 5
+    backlogged.append(harness.step(3, 200, end=True))
+    results = [await _outputs(item) for item in slotted + backlogged]
+    assert results == [(1, 1, 0), (10, 2, 0), (3, 1, 1), (30, 2, 1), (100, 3, 0), (300, 3, 1)]
+    batches = harness.batcher.stats.batches  # the slotted two together, then the third alone
+    assert {size: one.compute_infer.count for size, one in batches.items()} == {2: 2, 1: 2}
+
+
+async def test_a_sequence_restarted_while_ending_keeps_its_held_steps_counted(
+    accumulator: Path,
+) -> None:
+    """A START for an id whose sequence has its END queued starts a new sequence; the old
+    one's steps still held count as pending (Triton's ``nv_inference_pending_request_count``)
+    and are answered."""
+    harness = Harness(accumulator)
+    old = [harness.step(5, 1, start=True), harness.step(5, 2), harness.step(5, 3, end=True)]
+    new = harness.step(5, 7, start=True)
+    assert harness.batcher.pending_requests() == 4
+    assert [(await _outputs(item))[0] for item in old] == [1, 3, 6]
+    assert (await _outputs(new))[0] == 7
+    assert harness.batcher.pending_requests() == 0
