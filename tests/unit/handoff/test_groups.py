@@ -312,3 +312,21 @@ def test_freed_response_blocks_go_on_their_own_when_no_request_follows() -> None
         return engine.frames
 
     assert asyncio.run(run()) == [("r", [64])]
+
+
+def test_a_model_with_preferred_sizes_below_its_cap_takes_requests_one_by_one() -> None:
+    """A batch takes whole work items: a group of 3 beside one of 2 would make a batch of 5
+    where Triton sends its preferred 4 first. Preferred sizes at the cap (what Triton's
+    normalization writes where none is given) change nothing."""
+
+    def model(preferred: list[int]) -> _Model:
+        config = ModelConfig(name="m", max_batch_size=8)
+        config.input.add(name="x", data_type=11, dims=[2])  # TYPE_FP32
+        config.output.add(name="y", data_type=11, dims=[2])
+        config.dynamic_batching.preferred_batch_size.extend(preferred)
+        return _Model(config, RequestSchema.of(config), 1, 8)
+
+    assert model([]).groups
+    assert model([8]).groups
+    assert not model([4, 8]).groups
+    assert not model([2]).groups

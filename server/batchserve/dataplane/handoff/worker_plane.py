@@ -73,15 +73,20 @@ class _Model:
     positions: AxesOf = ()
     groups: bool = field(init=False)
     """Whether requests to it can travel together: batched, fixed-size inputs only, and not
-    to a model with ragged batching, whose batch inputs count requests (``batch_io.py``), or
-    to an ensemble whose steps each hold so many requests at once (a group would be one)."""
+    to a model with ragged batching, whose batch inputs count requests (``batch_io.py``), to
+    an ensemble whose steps each hold so many requests at once (a group would be one), or to
+    a model with preferred batch sizes below its cap: a batch takes whole requests, and a
+    group straddling a preferred size would keep the batcher from sending it (Triton's
+    ``L0_batcher`` counts the batches its requests make)."""
 
     def __post_init__(self) -> None:
+        preferred = self.config.dynamic_batching.preferred_batch_size
         self.groups = (
             self.cap > 0
             and all(rule.datatype.itemsize for rule in self.schema.inputs)
             and BatchIO.from_config(self.config) is None
             and not self.config.ensemble_scheduling.max_inflight_requests
+            and all(size >= self.config.max_batch_size for size in preferred)
         )
 
     def group_cap(self, inputs: Arrays) -> int:
