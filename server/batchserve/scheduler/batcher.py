@@ -349,7 +349,7 @@ class Batcher:
     # forming batches ----------------------------------------------------------------
     def _dispatch(self) -> None:
         queue = self.queue
-        if self._held():
+        if self._held_until and self._held():
             return
         # under a rate limiter a free instance first asks for its resources (``stage``)
         while queue and (self.pool.has_free() or self.pool.stage()):
@@ -388,8 +388,9 @@ class Batcher:
             self._dispatch_soon()
 
     def _held(self) -> bool:
-        """Whether the first batch is still held for the testing hook (``hold_first_batch``)."""
-        if self._held_until and not self._hold_reached(self._held_until):
+        """Whether the first batch is still held for the testing hook (``hold_first_batch``);
+        asked only while it is."""
+        if not self._hold_reached(self._held_until):
             return True
         self._held_until = 0
         return False
@@ -413,7 +414,8 @@ class Batcher:
         if self._urgent:
             return self._cap
         if timing is None:  # no delay: at once, the largest preferred size reached (Triton's)
-            return self._forming.ready_size() or self._cap
+            forming = self._forming
+            return (forming.ready_size() if forming.prefers_sizes else 0) or self._cap
         objective = self._objective
         if objective is not None:
             pays = self._waiting_pays(objective, now)

@@ -64,6 +64,8 @@ class BatchForming:
         self._most_steps = 0
         self._preferred: frozenset[int] = frozenset()
         self._largest_preferred = self._smallest_preferred = 1
+        self.prefers_sizes = False
+        """Some preferred size lies below the cap: the queue may reach one short of it."""
         self._head: WorkItem | None = None
         self._blocked = False
         """A request queued behind ``_head`` cannot join its batch (``cut_short``)."""
@@ -75,6 +77,7 @@ class BatchForming:
         self._preferred = frozenset(fitting)
         self._largest_preferred = max(fitting, default=cap)
         self._smallest_preferred = min(fitting, default=cap)
+        self.prefers_sizes = self._smallest_preferred < cap
 
     def set_most_steps(self, steps: int) -> None:
         """The positions (rows times a row's positions, padded) a batch may hold: a
