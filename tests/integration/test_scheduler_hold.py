@@ -1,18 +1,20 @@
 """``--delay-scheduler`` (Triton's ``TRITONSERVER_DELAY_SCHEDULER``) on a real server, and
 Triton's preferred-size rule with no queue delay, as its ``L0_batcher`` checks them: the
 requests are all queued before the first batch forms, which then takes the largest preferred
-size the queue reaches, the rest going next. One process and two workers: the hold counts
-the requests every worker hands over."""
+size the queue reaches, the rest going next. One process and two workers, tritonclient over
+HTTP and gRPC: the hold counts the requests every worker hands over, whichever protocol."""
 
 from __future__ import annotations
 
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 
 from tests.integration.server import MODEL_REPO, start_server
 
@@ -29,16 +31,17 @@ def _repository(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _ask_together(url: str, count: int) -> list[np.ndarray]:
+def _ask_together(url: str, protocol: str, count: int) -> list[np.ndarray]:
     """``count`` requests at once, each from its own client; their answers in order."""
+    module: Any = grpcclient if protocol == "grpc" else httpclient
 
     def ask(index: int) -> np.ndarray:
-        client = grpcclient.InferenceServerClient(url)
-        image = grpcclient.InferInput("image", [1, 1, 8, 8], "FP32")
+        client = module.InferenceServerClient(url)
+        image = module.InferInput("image", [1, 1, 8, 8], "FP32")
         image.set_data_from_numpy(np.full((1, 1, 8, 8), index / count, dtype=np.float32))
-        result = client.infer("digits_cnn", [image], client_timeout=60)
+        result = client.infer("digits_cnn", [image])
         client.close()
-        answer = result.as_numpy("logits")
+        answer: np.ndarray | None = result.as_numpy("logits")
         assert answer is not None
         return answer
 
@@ -46,18 +49,20 @@ def _ask_together(url: str, count: int) -> list[np.ndarray]:
         return list(pool.map(ask, range(count)))
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
 @pytest.mark.parametrize("workers", ["1", "2"])
 @pytest.mark.parametrize(("count", "batches"), [(5, {4: 1, 1: 1}), (7, {6: 1, 1: 1})])
 def test_held_requests_go_as_the_largest_preferred_size_then_the_rest(
-    tmp_path: Path, count: int, batches: dict[int, int], workers: str
+    tmp_path: Path, count: int, batches: dict[int, int], workers: str, protocol: str
 ) -> None:
     flags = ["--delay-scheduler", str(count), "--workers", workers]
     server = start_server(_repository(tmp_path), flags)
+    url = server.grpc_url if protocol == "grpc" else server.http_url
     try:
-        answers = _ask_together(server.grpc_url, count)
+        answers = _ask_together(url, protocol, count)
         client = grpcclient.InferenceServerClient(server.grpc_url)
         stats = client.get_inference_statistics("digits_cnn", as_json=True)["model_stats"][0]
-        alone = _ask_together(server.grpc_url, 1)  # the hold was once: a lone request goes
+        alone = _ask_together(url, protocol, 1)  # the hold was once: a lone request goes
         client.close()
     finally:
         assert server.stop() == 0
