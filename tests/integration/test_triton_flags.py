@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -520,6 +522,16 @@ def _refuses_connections(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) != 0
 
 
+@contextlib.contextmanager
+def _held_free_port() -> Iterator[int]:
+    """A free port the test keeps bound, not listening: connections to it are refused, no
+    other test's server can take it meanwhile (one that did read as this server listening
+    there), and a server that tried to serve on it could not start."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        yield int(holder.getsockname()[1])
+
+
 def _started(server: ServerProcess, service: str) -> bool:
     """Whether the server logged Triton's line for ``service`` (HTTPService, ...)."""
     return any(f"Started {service} at" in str(record.get("message")) for record in server.logs)
@@ -534,32 +546,37 @@ def test_allow_http_false_serves_grpc_alone_and_leaves_the_http_port_free(
     metrics port serves, and SIGTERM drains to exit 0."""
     shutil.copytree(MODEL_REPO / "digits_cnn", tmp_path / "digits_cnn")
     grpc_port = free_port()
-    for http_port in (free_port(), grpc_port, -47):
-        server = start_server(
-            tmp_path,
-            ["--allow-http", "0", "--http-port", str(http_port), "--grpc-port", str(grpc_port)],
-            extra_env={"BATCHSERVE_WORKERS": workers},
-        )
-        try:
-            assert server.http_port == 0
-            assert (_started(server, "HTTPService"), _started(server, "GRPCInferenceService")) == (
-                False,
-                True,
-            )
-            if 0 < http_port != grpc_port:
-                assert _refuses_connections(http_port)
-            client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
-            assert client.is_server_ready()
-            image = grpcclient.InferInput("image", [2, 1, 8, 8], "FP32")
-            image.set_data_from_numpy(np.ones((2, 1, 8, 8), dtype=np.float32))
-            answer = client.infer("digits_cnn", [image]).as_numpy("probabilities")
-            np.testing.assert_allclose(answer.sum(axis=1), 1.0, rtol=1e-5)
-            metrics = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10)
-            success = 'nv_inference_request_success{model="digits_cnn",version="1"} 1\n'
-            assert success in metrics.text
-            client.close()
-        finally:
-            assert server.stop() == 0
+    with _held_free_port() as unused:
+        for http_port in (unused, grpc_port, -47):
+            server = start_server(
+                tmp_path,
+                ["--allow-http", "0", "--http-port", str(http_port),
+                 "--grpc-port", str(grpc_port)],
+                extra_env={"BATCHSERVE_WORKERS": workers},
+            )  # fmt: skip
+            try:
+                assert server.http_port == 0
+                assert (
+                    _started(server, "HTTPService"),
+                    _started(server, "GRPCInferenceService"),
+                ) == (
+                    False,
+                    True,
+                )
+                if 0 < http_port != grpc_port:
+                    assert _refuses_connections(http_port)
+                client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+                assert client.is_server_ready()
+                image = grpcclient.InferInput("image", [2, 1, 8, 8], "FP32")
+                image.set_data_from_numpy(np.ones((2, 1, 8, 8), dtype=np.float32))
+                answer = client.infer("digits_cnn", [image]).as_numpy("probabilities")
+                np.testing.assert_allclose(answer.sum(axis=1), 1.0, rtol=1e-5)
+                metrics = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10)
+                success = 'nv_inference_request_success{model="digits_cnn",version="1"} 1\n'
+                assert success in metrics.text
+                client.close()
+            finally:
+                assert server.stop() == 0
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -568,27 +585,31 @@ def test_allow_grpc_false_serves_http_alone_and_leaves_the_grpc_port_free(
 ) -> None:
     shutil.copytree(MODEL_REPO / "digits_cnn", tmp_path / "digits_cnn")
     http_port = free_port()
-    for grpc_port in (free_port(), http_port):
-        server = start_server(
-            tmp_path,
-            ["--allow-grpc", "false", "--http-port", str(http_port),
-             "--grpc-port", str(grpc_port)],
-            extra_env={"BATCHSERVE_WORKERS": workers},
-        )  # fmt: skip
-        try:
-            assert server.grpc_port == 0
-            assert (_started(server, "HTTPService"), _started(server, "GRPCInferenceService")) == (
-                True,
-                False,
-            )
-            if grpc_port != http_port:
-                assert _refuses_connections(grpc_port)
-            client = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
-            assert client.is_server_ready()
-            assert _infer(client, 3).shape == (3, 10)
-            client.close()
-        finally:
-            assert server.stop() == 0
+    with _held_free_port() as unused:
+        for grpc_port in (unused, http_port):
+            server = start_server(
+                tmp_path,
+                ["--allow-grpc", "false", "--http-port", str(http_port),
+                 "--grpc-port", str(grpc_port)],
+                extra_env={"BATCHSERVE_WORKERS": workers},
+            )  # fmt: skip
+            try:
+                assert server.grpc_port == 0
+                assert (
+                    _started(server, "HTTPService"),
+                    _started(server, "GRPCInferenceService"),
+                ) == (
+                    True,
+                    False,
+                )
+                if grpc_port != http_port:
+                    assert _refuses_connections(grpc_port)
+                client = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
+                assert client.is_server_ready()
+                assert _infer(client, 3).shape == (3, 10)
+                client.close()
+            finally:
+                assert server.stop() == 0
 
 
 def test_with_neither_protocol_the_server_loads_its_models_and_serves_metrics(
