@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from batchserve.core.intake import Intake
 from batchserve.observability.refusals import Protocol, Reason
 from batchserve.rest.disconnect import DisconnectNoticeProtocol
+from batchserve.rest.framing import DoubleFramingProtocol
 from batchserve.rest.http_timeouts import ReadTimeoutProtocol, ReadTimeouts
 from batchserve.rest.pipelining import PipelineLimitProtocol
 from batchserve.rest.request_body import UncopiedBodyProtocol
@@ -146,11 +147,14 @@ class HeadLimitProtocol(
         self.refuse(Reason.MALFORMED, None if answered else 400, MALFORMED)
 
 
-class LimitedHttpToolsProtocol(UpgradeDecliningProtocol, PipelineLimitProtocol, HeadLimitProtocol):
+class LimitedHttpToolsProtocol(
+    UpgradeDecliningProtocol, DoubleFramingProtocol, PipelineLimitProtocol, HeadLimitProtocol
+):
     """The server's httptools protocol: the head limits above, counted on the bytes the
     parser is given, which the pipelining bound hands over only as requests make room;
-    requests offering another protocol served as HTTP/1.1; no new connection once the
-    server's intake has closed, and each older one closed after its next answer."""
+    requests offering another protocol served as HTTP/1.1; a chunked body that also declares
+    a length read by its chunks; no new connection once the server's intake has closed, and
+    each older one closed after its next answer."""
 
     intake: ClassVar[Intake | None] = None
     """The server's, for its public listener (each listener sets its own)."""

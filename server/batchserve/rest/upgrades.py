@@ -25,6 +25,8 @@ from typing import Any, Final
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from batchserve.rest.framing import request_parser
+
 _DROPPED_HEADER: Final = b"upgrade"  # without it llhttp sees no offer
 
 
@@ -61,9 +63,7 @@ class UpgradeDecliningProtocol(HttpToolsProtocol):
         lines = [b"%s %s HTTP/%s\r\n" % (self.parser.get_method(), self.url, version)]
         lines += [b"%s: %s\r\n" % pair for pair in self.headers if pair[0] != _DROPPED_HEADER]
         lines.append(b"\r\n")
-        callbacks = _HeadReadAgain(self)
-        parser = httptools.HttpRequestParser(callbacks)
-        parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn's own
+        parser = request_parser(_HeadReadAgain(self))
         self.parser = parser
         parser.feed_data(b"".join(lines))  # a request without a body also ends here
         self._old_message_ending = True
