@@ -123,6 +123,7 @@ def test_an_http_max_input_size_that_is_no_size_is_refused_once_by_name(
     with pytest.raises(ValidationError) as refusal:
         _settings(f"--http-max-input-size={size}")
     assert [error["loc"] for error in refusal.value.errors()] == [("http_max_input_size",)]
+    assert "Error: --http-max-input-size must be greater than 0." in str(refusal.value)
 
 
 @pytest.mark.parametrize(("flag", "field"), [("--allow-http", "allow_http"),

@@ -285,6 +285,16 @@ class Settings(BaseSettings):
         text (a mapping already parsed) is left to the field's type."""
         return parse_budgets(value) if value is None or isinstance(value, str) else value
 
+    @field_validator("http_max_input_size", mode="before")
+    @classmethod
+    def _positive_input_size(cls, value: object) -> object:
+        """A size of 0 or less refused in Triton's words (its L0_http reads them in the
+        server's log); anything else is left to the field's type and bound."""
+        text = str(value).strip()
+        if text.lstrip("-").isdigit() and int(text) <= 0:
+            raise ValueError("Error: --http-max-input-size must be greater than 0.")
+        return value
+
     @field_validator("model_repository", mode="before")
     @classmethod
     def _repositories(cls, value: object) -> object:
