@@ -14,7 +14,7 @@ import pytest
 
 from tests.unit.rest.test_pipelining import PausingTransport
 from tests.unit.rest.test_request_body import protocol_over
-from tests.unit.rest.test_upgrades import H2C, _answers, _settle
+from tests.unit.rest.test_upgrades import H2C, Echo, _answers, _settle
 
 pytestmark = pytest.mark.anyio
 
@@ -22,26 +22,16 @@ CHUNKED_ABCDEFG = b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n"
 NEXT = b"GET /next HTTP/1.1\r\nHost: t\r\n\r\n"
 
 
-class HeaderEcho:
-    """Answers each request with its body's length, and keeps the headers it saw."""
+class HeaderEcho(Echo):
+    """The upgrade tests' echo, keeping the headers each request came with as well."""
 
     def __init__(self) -> None:
-        self.seen: list[tuple[str, bytes, list[tuple[bytes, bytes]]]] = []
+        super().__init__()
+        self.headers: list[list[tuple[bytes, bytes]]] = []
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        body = b""
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
-        self.seen.append((scope["path"], body, list(scope["headers"])))
-        reply = str(len(body)).encode()
-        headers = [(b"content-length", str(len(reply)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": reply})
+        self.headers.append(list(scope["headers"]))
+        await super().__call__(scope, receive, send)
 
 
 async def _send(data: bytes) -> tuple[HeaderEcho, PausingTransport]:
@@ -70,19 +60,19 @@ async def test_a_body_framed_twice_is_read_by_its_chunks_and_the_connection_clos
     """The Content-Length (4) would have ended the body inside its first chunk and left the
     rest to be read as the next request: the chunks win, and nothing after them is read."""
     app, transport = await _send(_head(*framing) + CHUNKED_ABCDEFG + NEXT)
-    assert [(path, body) for path, body, _ in app.seen] == [("/a", b"abcdefg")]
-    names = [name for name, _ in app.seen[0][2]]
+    assert app.seen == [("POST", "/a", b"abcdefg")]
+    names = [name for name, _ in app.headers[0]]
     assert b"content-length" not in names
     assert b"transfer-encoding" in names
-    assert _answers(transport) == [(200, b"7")]
+    assert _answers(transport) == [(200, b"POST /a 7")]
     assert b"connection: close" in transport.written().lower()
     assert transport.closing
 
 
 async def test_a_chunked_body_without_a_length_keeps_its_connection() -> None:
     app, transport = await _send(_head(b"Transfer-Encoding: chunked\r\n") + CHUNKED_ABCDEFG + NEXT)
-    assert [(path, body) for path, body, _ in app.seen] == [("/a", b"abcdefg"), ("/next", b"")]
-    assert _answers(transport) == [(200, b"7"), (200, b"0")]
+    assert app.seen == [("POST", "/a", b"abcdefg"), ("GET", "/next", b"")]
+    assert _answers(transport) == [(200, b"POST /a 7"), (200, b"GET /next 0")]
     assert not transport.closing
 
 
@@ -92,8 +82,9 @@ async def test_a_chunked_body_without_a_length_keeps_its_connection() -> None:
         (b"Transfer-Encoding: gzip\r\n",),
         (b"Transfer-Encoding: gzip\r\n", b"Content-Length: 7\r\n"),
         (b"Transfer-Encoding: chunked\r\n", b"Transfer-Encoding: gzip\r\n"),
+        (H2C, b"Transfer-Encoding: gzip\r\n", b"Content-Length: 7\r\n"),
     ],
-    ids=["gzip", "gzip-with-length", "chunked-then-gzip"],
+    ids=["gzip", "gzip-with-length", "chunked-then-gzip", "gzip-offering-h2c"],
 )
 async def test_a_body_whose_last_coding_is_not_chunked_is_refused(
     framing: tuple[bytes, ...],
@@ -109,6 +100,6 @@ async def test_a_body_framed_twice_offering_h2c_is_read_by_its_chunks() -> None:
     """The parser that reads an offering request again has the same leniency."""
     framing = (H2C, b"Transfer-Encoding: chunked\r\n", b"Content-Length: 4\r\n")
     app, transport = await _send(_head(*framing) + CHUNKED_ABCDEFG + NEXT)
-    assert [(path, body) for path, body, _ in app.seen] == [("/a", b"abcdefg")]
-    assert _answers(transport) == [(200, b"7")]
+    assert app.seen == [("POST", "/a", b"abcdefg")]
+    assert _answers(transport) == [(200, b"POST /a 7")]
     assert transport.closing
