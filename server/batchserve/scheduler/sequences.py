@@ -238,8 +238,6 @@ class _Sequence:
     ending: bool = False
     """Its END request has come: only a new START may follow."""
     idle: asyncio.TimerHandle | None = None
-    candidate: bool = False
-    """Its steps may run; False while it waits in the backlog."""
     expires_ns: int | None = None
     """In the backlog: when its earliest request's timeout passes."""
     expiry: TimerHandle | None = None
@@ -271,8 +269,9 @@ class SequenceBatcher(Batcher):
         """Sequences whose steps may run; later ones wait in the backlog."""
         self._live: dict[int | str, _Sequence] = {}
         self._slotted: set[_Sequence] = set()
-        """The candidate sequences, a replaced one (a START for an id whose sequence was
-        still ending) included until it ends."""
+        """The candidate sequences, whose steps may run (the others wait in the backlog), a
+        replaced one (a START for an id whose sequence was still ending) included until it
+        ends."""
         self._backlog: deque[_Sequence] = deque()
 
     @property
@@ -324,10 +323,10 @@ class SequenceBatcher(Batcher):
         sequence.ending = flags.end
         sequence.pending.append(item)
         item.future.add_done_callback(partial(self._left, sequence, item))
-        if sequence.candidate and not sequence.running:
-            self._next(sequence)
-        elif not sequence.candidate:
+        if sequence not in self._slotted:
             self._watch_backlog(sequence, item.deadline_ns)
+        elif not sequence.running:
+            self._next(sequence)
         self._counted_toward_hold()
 
     def _left(self, sequence: _Sequence, item: WorkItem, future: asyncio.Future[Arrays]) -> None:
@@ -369,7 +368,7 @@ class SequenceBatcher(Batcher):
 
     def _drop_backlog(self, sequence: _Sequence) -> None:
         sequence.expiry = None
-        if sequence.candidate or sequence not in self._backlog:
+        if sequence in self._slotted or sequence not in self._backlog:
             return
         self._backlog.remove(sequence)
         if self._live.get(sequence.id) is sequence:
@@ -380,7 +379,6 @@ class SequenceBatcher(Batcher):
     def _admit(self, sequence: _Sequence) -> None:
         """Make a new sequence a candidate, or queue it in the backlog when none is free."""
         if len(self._slotted) < self.max_candidates:
-            sequence.candidate = True
             self._slotted.add(sequence)
         else:
             self._backlog.append(sequence)
@@ -474,15 +472,12 @@ class SequenceBatcher(Batcher):
     def _forget(self, sequence: _Sequence) -> None:
         if self._live.get(sequence.id) is sequence:
             del self._live[sequence.id]
-        if sequence.candidate:
-            sequence.candidate = False
-            self._slotted.discard(sequence)
+        self._slotted.discard(sequence)
         while self._backlog and len(self._slotted) < self.max_candidates:
             promoted = self._backlog.popleft()
             if promoted.expiry is not None:  # its steps' timeouts are the batcher's now
                 promoted.expiry.cancel()
                 promoted.expiry = None
-            promoted.candidate = True
             self._slotted.add(promoted)
             self._next(promoted)
 
