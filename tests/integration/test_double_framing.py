@@ -5,9 +5,13 @@ as a request. A body whose last transfer coding is not chunked is refused at onc
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import numpy as np
 import pytest
+import requests
+import tritonclient.http as httpclient
 
 from tests.integration.server import ServerProcess
 from tests.integration.test_upgrade_offers import BODY, INFER, _exchange, _logits
@@ -42,6 +46,38 @@ def test_a_chunked_body_with_a_content_length_is_answered_then_the_connection_cl
         assert [body[:4] for body in bodies] == [b"200 "], bodies
         np.testing.assert_array_equal(_logits(bodies[0][4:]), _logits(plain.content))
         assert closed
+
+
+def test_requests_with_a_chunked_header_on_bytes_is_answered_as_triton_answers_it(
+    server: ServerProcess,
+) -> None:
+    """Triton's L0_http ``test_content_encoding_chunked_manually``, as it calls the server:
+    Python's ``requests`` given a chunk-encoded body of bytes and ``Transfer-Encoding:
+    chunked`` adds a Content-Length of the encoded bytes. A raw binary input (a header of 0
+    bytes) comes back from the model; tritonclient's next request is served as usual."""
+    image = (np.arange(64, dtype=np.float32) % 7).reshape(1, 1, 8, 8)
+    answer = requests.post(
+        f"http://{server.http_url}{INFER}",
+        data=_chunked(image.tobytes(), piece=100),
+        headers={"Inference-Header-Content-Length": "0", "Transfer-Encoding": "chunked"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.request.headers["Content-Length"] == str(len(_chunked(image.tobytes(), 100)))
+    assert answer.headers["connection"] == "close"
+    header = json.loads(answer.content[: int(answer.headers["Inference-Header-Content-Length"])])
+    assert [output["name"] for output in header["outputs"]] == ["logits", "probabilities"]
+    assert header["outputs"][0]["parameters"]["binary_data_size"] == 40
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        tensor = httpclient.InferInput("image", [1, 1, 8, 8], "FP32")
+        tensor.set_data_from_numpy(image)
+        expected = client.infer("digits_cnn", [tensor]).as_numpy("logits")
+    finally:
+        client.close()
+    offset = int(answer.headers["Inference-Header-Content-Length"])
+    logits = np.frombuffer(answer.content[offset : offset + 40], dtype=np.float32)
+    np.testing.assert_array_equal(logits, expected.reshape(-1))
 
 
 def test_a_body_whose_last_transfer_coding_is_not_chunked_is_refused(
