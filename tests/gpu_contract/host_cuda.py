@@ -6,8 +6,10 @@ replaces the runtime functions it simulates in the installed ``cuda.bindings.run
 the one the project calls: each replacement takes its arguments as the real function's
 signature does and answers as cuda-bindings does, ``(cudaError_t.cudaSuccess, value)``, with
 real cuda-bindings types where the project reads fields (``cudaDeviceProp``). Device memory is
-host memory, a stream runs work at once, and a CUDA graph records the work queued while it
-captures and replays it. Every other function stays the real one over the stub driver, so a
+host memory; a stream keeps the work queued on it (copies, kernels, graph launches) until a
+wait on the stream or on an event recorded there runs it, so a result read without such a
+wait is stale, as on a GPU; and a CUDA graph records the work queued while it captures and
+replays it. Every other function stays the real one over the stub driver, so a
 call this does not simulate fails as on a machine without a GPU, naming itself.
 """
 
@@ -18,6 +20,7 @@ import inspect
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pytest
@@ -51,6 +54,12 @@ class HostCuda:
     device: dict[int, bytearray] = field(default_factory=dict)
     pinned: dict[int, Any] = field(default_factory=dict)
     streams: set[int] = field(default_factory=set)
+    queued: dict[int, list[Work]] = field(default_factory=dict)
+    """Work on each stream, not yet run."""
+    events: dict[int, int] = field(default_factory=dict)
+    """Each event's creation flags."""
+    recorded: dict[int, int] = field(default_factory=dict)
+    """The stream each event was last recorded on."""
     graphs: dict[int, list[Work]] = field(default_factory=dict)
     executables: dict[int, list[Work]] = field(default_factory=dict)
     capture: list[Work] | None = None
@@ -79,11 +88,16 @@ class HostCuda:
 
         return entry
 
-    def enqueue(self, work: Work) -> None:
-        """Work a kernel does on a stream: recorded while capturing, else run now."""
+    def enqueue(self, work: Work, stream: int) -> None:
+        """Work queued on ``stream``: recorded while capturing, else run at the next wait."""
+        assert stream in self.streams, f"work queued on unknown stream {stream}"
         if self.capture is not None:
             self.capture.append(work)
         else:
+            self.queued.setdefault(stream, []).append(work)
+
+    def _drain(self, stream: int) -> None:
+        for work in self.queued.pop(stream, []):
             work()
 
     def leaks(self) -> dict[str, int]:
@@ -91,6 +105,7 @@ class HostCuda:
             "device buffers": len(self.device),
             "pinned buffers": len(self.pinned),
             "streams": len(self.streams),
+            "events": len(self.events),
             "graphs": len(self.graphs),
             "graph executables": len(self.executables),
         }
@@ -130,9 +145,30 @@ class HostCuda:
 
     def _cudaStreamSynchronize(self, stream: int) -> None:  # noqa: N802
         assert stream in self.streams, f"cudaStreamSynchronize on unknown stream {stream}"
+        self._drain(stream)
 
     def _cudaStreamDestroy(self, stream: int) -> None:  # noqa: N802
+        self._drain(stream)  # as CUDA does: destroying a stream lets its work finish
         self.streams.remove(stream)
+
+    def _cudaEventCreateWithFlags(self, flags: int) -> int:  # noqa: N802
+        handle = self._new_handle()
+        self.events[handle] = int(flags)
+        return handle
+
+    def _cudaEventRecord(self, event: int, stream: int) -> None:  # noqa: N802
+        assert event in self.events, f"cudaEventRecord of unknown event {event}"
+        assert stream in self.streams, f"cudaEventRecord on unknown stream {stream}"
+        assert self.capture is None, "an event recorded while capturing joins the graph"
+        self.recorded[event] = stream
+
+    def _cudaEventSynchronize(self, event: int) -> None:  # noqa: N802
+        assert event in self.recorded, f"cudaEventSynchronize on event {event} never recorded"
+        self._drain(self.recorded[event])
+
+    def _cudaEventDestroy(self, event: int) -> None:  # noqa: N802
+        del self.events[event]
+        self.recorded.pop(event, None)
 
     def _cudaMalloc(self, size: int) -> int:  # noqa: N802
         pointer = self._new_handle()
@@ -153,18 +189,25 @@ class HostCuda:
     def _cudaMemcpyAsync(  # noqa: N802
         self, target: int, source: int, nbytes: int, kind: Any, stream: int
     ) -> None:
-        assert stream in self.streams, "cudaMemcpyAsync on an unknown stream"
+        work: Work
         if kind == self.cudart.cudaMemcpyKind.cudaMemcpyHostToDevice:
-            self.write(target, ctypes.string_at(source, nbytes))
+            work = partial(self._to_device, target, source, nbytes)
         elif kind == self.cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost:
-            ctypes.memmove(target, self.read(source, nbytes), nbytes)
+            work = partial(self._to_host, target, source, nbytes)
         else:
             raise AssertionError(f"HostCuda does not simulate copies of kind {kind!r}")
+        self.enqueue(work, stream)
+
+    def _to_device(self, target: int, source: int, nbytes: int) -> None:
+        self.write(target, ctypes.string_at(source, nbytes))  # read when it runs, as a GPU
+
+    def _to_host(self, target: int, source: int, nbytes: int) -> None:
+        ctypes.memmove(target, self.read(source, nbytes), nbytes)
 
     def _cudaMemsetAsync(  # noqa: N802
         self, target: int, value: int, nbytes: int, stream: int
     ) -> None:
-        self.write(target, bytes([value]) * nbytes)
+        self.enqueue(partial(self.write, target, bytes([value]) * nbytes), stream)
 
     def _cudaStreamBeginCapture(self, stream: int, mode: Any) -> None:  # noqa: N802
         assert self.capture is None, "a capture is already under way"
@@ -186,7 +229,7 @@ class HostCuda:
 
     def _cudaGraphLaunch(self, executable: int, stream: int) -> None:  # noqa: N802
         for work in self.executables[executable]:
-            work()
+            self.enqueue(work, stream)
 
     def _cudaGraphExecDestroy(self, executable: int) -> None:  # noqa: N802
         del self.executables[executable]

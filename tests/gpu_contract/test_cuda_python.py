@@ -110,6 +110,15 @@ def test_the_scan_finds_the_calls_it_must() -> None:
     assert uses["cudaMemcpyAsync"] == 5
     assert uses["cudaGetErrorString"] == 1
     assert "cudaMemcpyKind.cudaMemcpyHostToDevice" in uses
+    assert uses["cudaEventRecord"] == 2
+    assert "cudaEventBlockingSync" in uses
+
+
+def test_the_blocking_event_flags_are_taken_by_the_real_call() -> None:
+    """The flags ``cuda.Stream`` creates its event with get as far as the (stub) driver."""
+    flags = cudart.cudaEventBlockingSync | cudart.cudaEventDisableTiming
+    error, _ = cudart.cudaEventCreateWithFlags(flags)
+    assert error == cudart.cudaError_t.cudaErrorNoDevice
 
 
 def test_the_stub_driver_has_no_device() -> None:

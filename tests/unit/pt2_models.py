@@ -60,6 +60,22 @@ class Huge(nn.Module):
         return wide[:, :1] + x[:, :1]
 
 
+class SlowOnGpu(nn.Module):
+    """x[batch, 8] -> {"y": x}, after a chain of 4096 x 4096 products of an identity matrix:
+    some 80 ms of work on a GPU whatever the batch (values stay exact)."""
+
+    def __init__(self, products: int = 40) -> None:
+        super().__init__()
+        self.products = products
+        self.register_buffer("eye", torch.eye(4096))
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        m = self.eye
+        for _ in range(self.products):
+            m = m @ self.eye
+        return {"y": x * m[0, 0]}
+
+
 def save_program(
     path: Path,
     module: nn.Module,

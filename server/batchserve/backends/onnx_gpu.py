@@ -67,7 +67,7 @@ class GpuSetup:
             return cls(plan, host, warnings=(note,) if ignored else ())
         uses_trt = any(name == TENSORRT_EP for name, _ in plan.providers)
         sizes, signature, warnings = _usable_graph_sizes(config, model_file, binds, uses_trt)
-        memory, problem = _gpu_memory(plan.device)
+        memory, problem = _gpu_memory(plan.device, config.optimization.cuda.busy_wait_events)
         rollback.callback(memory.close)
         if problem:
             warnings.append(f"{model_file}: {problem}")
@@ -123,8 +123,9 @@ def _tensorrt_ep_profile(signature: ModelSignature | None, config: ModelConfig) 
     return tensorrt_profile(fixed, config.max_batch_size, preferred_sizes(config))
 
 
-def _gpu_memory(device: Device) -> tuple[Memory, str]:
-    """CudaMemory for the device, or host memory and why not (ORT then does the copies)."""
+def _gpu_memory(device: Device, busy_wait: bool) -> tuple[Memory, str]:
+    """CudaMemory for the device, or host memory and why not (ORT then does the copies);
+    ``busy_wait``: its thread spins while the GPU works (``cuda.Stream``)."""
     try:
         cuda.runtime()
     except DeviceUnavailable:
@@ -134,7 +135,7 @@ def _gpu_memory(device: Device) -> tuple[Memory, str]:
             "'batchserve[gpu]' for pinned buffers and a stream per instance"
         )
     try:
-        return CudaMemory(device.index), ""
+        return CudaMemory(device.index, busy_wait), ""
     except DeviceUnavailable as exc:  # no driver: the session will say so too
         return HostMemory(), f"no CUDA stream on {device}: {exc.message}"
 

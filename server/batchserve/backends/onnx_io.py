@@ -192,10 +192,10 @@ class CudaMemory:
 
     device_type = "cuda"
 
-    def __init__(self, device_index: int) -> None:
+    def __init__(self, device_index: int, busy_wait: bool = False) -> None:
         cuda.set_device(device_index)
         self.device_id = device_index
-        self.stream = cuda.Stream()
+        self.stream = cuda.Stream(busy_wait)
         self._device: dict[str, cuda.DeviceBuffer] = {}
         self._pinned: dict[str, cuda.PinnedBuffer] = {}
 

@@ -94,7 +94,8 @@ class TensorRTBackend:
             if not profiles:
                 count = engine.num_optimization_profiles
                 profiles = instance_profiles(config, device, count, model_file)
-            instance = open_instance(trt, runtime, engine, profiles, model_file)
+            busy_wait = config.optimization.cuda.busy_wait_events
+            instance = open_instance(trt, runtime, engine, profiles, model_file, busy_wait)
             try:
                 for warning in instance.capture_graphs(trt, sizes, model_file):
                     _log.warning(warning)

@@ -55,9 +55,9 @@ class EngineInstance:
     one batch at a time on its one stream, so no two of them use it at once.
     """
 
-    def __init__(self, runtime: Any, engine: Any) -> None:
+    def __init__(self, runtime: Any, engine: Any, busy_wait: bool = False) -> None:
         self.runtime, self.engine = runtime, engine
-        self.stream = cuda.Stream()
+        self.stream = cuda.Stream(busy_wait)
         self.scratch: cuda.DeviceBuffer | None = None
         self.profiles: list[Profile] = []
         self.contexts: dict[int, Any] = {}
@@ -246,10 +246,16 @@ def _batch_only(tensor: EngineTensor) -> bool:
 
 
 def open_instance(
-    trt: Any, runtime: Any, engine: Any, profiles: Sequence[int], path: Path
+    trt: Any,
+    runtime: Any,
+    engine: Any,
+    profiles: Sequence[int],
+    path: Path,
+    busy_wait: bool = False,
 ) -> EngineInstance:
-    """An instance with its contexts and buffers for ``profiles``; closed again on failure."""
-    instance = EngineInstance(runtime, engine)
+    """An instance with its contexts and buffers for ``profiles``; closed again on failure.
+    ``busy_wait``: its thread spins while the GPU works (``cuda.Stream``)."""
+    instance = EngineInstance(runtime, engine, busy_wait)
     try:
         instance.open(trt, profiles, path)
     except BaseException:

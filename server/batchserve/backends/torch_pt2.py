@@ -237,7 +237,8 @@ def _runner(
     call = ProgramCall(torch, moved.module(), layout)
     graphs = sizes if io.complete else ()
     try:
-        return CudaRunner(call, io, device.index, graphs, base)
+        busy_wait = config.optimization.cuda.busy_wait_events
+        return CudaRunner(call, io, device.index, graphs, base, busy_wait)
     except Exception as exc:
         error = translate_torch_error(exc, config.name, loading=True)
         if not graphs or isinstance(error, OutOfMemory):

@@ -101,6 +101,9 @@ class CudaRunner:
         graph_sizes: batch sizes to capture CUDA graphs for (needs ``io.complete``).
         base_bytes: what torch had allocated on the device before the instance's weights
             (``start_meter``), so ``memory_bytes`` counts this instance's share.
+        busy_wait: wait for a batch spinning in ``cudaStreamSynchronize`` (the config's
+            ``optimization.cuda.busy_wait_events``); by default the thread blocks on an
+            event instead, as ``devices.cuda.Stream`` does and for the same reason.
     """
 
     def __init__(
@@ -110,10 +113,12 @@ class CudaRunner:
         index: int,
         graph_sizes: Sequence[int] = (),
         base_bytes: int = 0,
+        busy_wait: bool = False,
     ) -> None:
         torch = call.torch
         self._call, self._io, self.index, self._base = call, io, index, base_bytes
         self.stream = torch.cuda.Stream(device=index)
+        self._done = None if busy_wait else torch.cuda.Event(blocking=True)
         self._pinned: dict[str, Any] = {}
         self._device: dict[str, Any] = {}
         self._graphs: dict[int, tuple[Any, dict[str, Any]]] = {}
@@ -144,11 +149,19 @@ class CudaRunner:
             else:
                 outputs = self._call(self._device_inputs(inputs, plan.rows, plan.fixed))
             fetched = self._fetch({name: outputs[name] for name in names}, plan.rows)
-        self.stream.synchronize()
+        self._wait()
         # Pinned buffers are reused by the next batch: what lies in them is handed out copied.
         return {
             name: t.numpy().copy() if reused else t.numpy() for name, (t, reused) in fetched.items()
         }
+
+    def _wait(self) -> None:
+        """Return once the batch queued on the stream is done."""
+        if self._done is None:
+            self.stream.synchronize()
+            return
+        self._done.record(self.stream)
+        self._done.synchronize()
 
     def release_cached(self) -> None:
         """Give the caching allocator's free blocks back to the device (after a run on

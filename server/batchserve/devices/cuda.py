@@ -64,10 +64,26 @@ def set_device(index: int) -> None:
 
 
 class Stream:
-    """A non-blocking CUDA stream: one per model instance, so instances overlap."""
+    """A non-blocking CUDA stream: one per model instance, so instances overlap.
 
-    def __init__(self) -> None:
-        self._handle: Any = call("cudaStreamCreateWithFlags", runtime().cudaStreamNonBlocking)
+    ``synchronize`` waits on an event that blocks the thread (``cudaEventBlockingSync``),
+    as Triton does unless a model's ``optimization.cuda.busy_wait_events`` is true
+    (``busy_wait``): ``cudaStreamSynchronize`` under CUDA's default scheduling spins
+    whenever the process has fewer contexts than the host has cores, so an instance waiting
+    for its GPU would hold a core busy the whole time, a core request handling needs.
+    """
+
+    def __init__(self, busy_wait: bool = False) -> None:
+        cudart = runtime()
+        self._handle: Any = call("cudaStreamCreateWithFlags", cudart.cudaStreamNonBlocking)
+        self._done: Any = None
+        if not busy_wait:
+            flags = cudart.cudaEventBlockingSync | cudart.cudaEventDisableTiming
+            try:
+                self._done = call("cudaEventCreateWithFlags", flags)
+            except BatchserveError:
+                self.close()
+                raise
 
     @property
     def handle(self) -> int:
@@ -75,9 +91,17 @@ class Stream:
         return int(self._handle)
 
     def synchronize(self) -> None:
-        call("cudaStreamSynchronize", self._handle)
+        """Return once the work queued so far on this stream is done."""
+        if self._done is None:
+            call("cudaStreamSynchronize", self._handle)
+            return
+        call("cudaEventRecord", self._done, self._handle)
+        call("cudaEventSynchronize", self._done)
 
     def close(self) -> None:
+        if self._done is not None:
+            done, self._done = self._done, None
+            call("cudaEventDestroy", done)
         if self._handle is not None:
             handle, self._handle = self._handle, None
             call("cudaStreamDestroy", handle)

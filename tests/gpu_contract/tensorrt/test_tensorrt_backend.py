@@ -92,7 +92,7 @@ class FakeContext:
 
     def execute_async_v3(self, stream_handle: int) -> bool:
         rows = self.shapes["x"][0]
-        self.gpu.enqueue(lambda: self._run(rows))
+        self.gpu.enqueue(lambda: self._run(rows), stream_handle)
         return True
 
     def _run(self, rows: int) -> None:
@@ -208,6 +208,40 @@ def test_cuda_graphs_are_captured_per_preferred_size_and_replayed(world: World) 
         x = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
         np.testing.assert_allclose(backend.infer({"x": x})["y"], compute(x), rtol=1e-6)
         assert world.gpu.calls.count("cudaGraphLaunch") == launches + 1
+    finally:
+        backend.unload()
+
+
+def _waits_of_one_batch(world: World, backend: TensorRTBackend) -> list[str]:
+    """The CUDA waits an inference makes, with its answer checked (the simulated stream runs
+    its work only when waited for)."""
+    before = len(world.gpu.calls)
+    x = np.random.default_rng(2).standard_normal((3, 8)).astype(np.float32)
+    np.testing.assert_allclose(backend.infer({"x": x})["y"], compute(x), rtol=1e-6)
+    waits = ("cudaStreamSynchronize", "cudaEventRecord", "cudaEventSynchronize")
+    return [call for call in world.gpu.calls[before:] if call in waits]
+
+
+@pytest.mark.parametrize("extra", ["", GRAPHS], ids=["plain", "graphs"])
+def test_a_batch_is_waited_for_on_an_event_that_blocks_the_thread(world: World, extra: str) -> None:
+    backend = load(world, extra)
+    try:
+        assert list(world.gpu.events.values()) == [
+            cudart.cudaEventBlockingSync | cudart.cudaEventDisableTiming
+        ]
+        assert _waits_of_one_batch(world, backend) == ["cudaEventRecord", "cudaEventSynchronize"]
+    finally:
+        backend.unload()
+    assert world.gpu.leaks() == {}
+
+
+def test_busy_wait_events_spins_in_stream_synchronize_as_triton_s_field_says(
+    world: World,
+) -> None:
+    backend = load(world, "optimization { cuda { busy_wait_events: true } }")
+    try:
+        assert world.gpu.events == {}
+        assert _waits_of_one_batch(world, backend) == ["cudaStreamSynchronize"]
     finally:
         backend.unload()
 

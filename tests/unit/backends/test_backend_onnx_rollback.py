@@ -185,7 +185,9 @@ def gpu_memory(monkeypatch: pytest.MonkeyPatch, built: Built) -> list[RecordingM
     """The memory the GPU setup opens (a stream and buffers on a real GPU)."""
     made: list[RecordingMemory] = []
     monkeypatch.setattr(ort, "get_available_providers", lambda: [CUDA_EP, CPU_EP])
-    monkeypatch.setattr(onnx_gpu, "_gpu_memory", lambda device: (RecordingMemory(made), ""))
+    monkeypatch.setattr(
+        onnx_gpu, "_gpu_memory", lambda device, busy_wait: (RecordingMemory(made), "")
+    )
     return made
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ from pt2_models import (  # noqa: E402
     WIDE_COPIES,
     Huge,
     Mlp,
+    SlowOnGpu,
     TwoInputs,
     Wide,
     mlp_program,
@@ -223,6 +225,31 @@ def test_on_a_gpu_the_program_runs_on_its_own_stream_and_matches_the_cpu(tmp_pat
     assert memory >= 32 * ROW * 4  # at least the input buffer
     gpu.unload()
     assert gpu.memory_bytes() is None
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("busy_wait", [False, True], ids=["blocking", "busy_wait_events"])
+def test_while_the_gpu_computes_the_thread_blocks_unless_busy_wait_events(
+    tmp_path: Path, busy_wait: bool
+) -> None:
+    """By default the instance's thread sleeps while its batch runs on the GPU, leaving its
+    core to request handling; ``busy_wait_events`` makes it spin, as Triton's field does."""
+    path = save_program(tmp_path / "model.pt2", SlowOnGpu(), (torch.randn(3, ROW),))
+    config = ModelConfig(name="slow", max_batch_size=32)
+    config.optimization.cuda.busy_wait_events = busy_wait
+    gpu = loaded(path, config, Device("gpu", 0))
+    x = np.random.default_rng(0).standard_normal((4, ROW)).astype(np.float32)
+    gpu.infer({"x": x})  # first run: the libraries' one-time set-up
+    wall, cpu = time.perf_counter(), time.thread_time()
+    np.testing.assert_array_equal(gpu.infer({"x": x})["y"], x)
+    wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+    gpu.unload()
+    assert wall > 0.02, f"the GPU took {wall * 1e3:.1f} ms: too little to tell waits apart"
+    if busy_wait:
+        assert cpu > 0.5 * wall, f"{cpu * 1e3:.1f} ms of CPU in {wall * 1e3:.1f} ms"
+    else:
+        assert cpu < 0.3 * wall, f"{cpu * 1e3:.1f} ms of CPU in {wall * 1e3:.1f} ms"
 
 
 @pytest.mark.parametrize(
