@@ -162,10 +162,14 @@ def test_on_a_gpu_host_the_phase_serves_the_first_gpu_runtime_s_fp32_export_on_t
                exported(tmp_path, "pt2", "fp32")]  # fmt: skip
     model = cores.served_model(exports, False, tmp_path / "work")
     assert model.name == "digits_cnn_trt"
-    assert model.description == "digits_cnn as exported for TensorRT engine, FP32, on the GPU"
+    assert model.description == (
+        "digits_cnn as exported for TensorRT engine, FP32, CUDA graphs, on the GPU"
+    )
     config = load_pbtxt(model.repository / model.name / CONFIG_FILENAME)
     assert [g.kind for g in config.instance_group] == [ModelInstanceGroup.KIND_GPU]
     assert config.HasField("dynamic_batching")
+    assert config.optimization.cuda.graphs  # a launch cost per batch is not request handling
+    assert list(config.optimization.cuda.graph_spec)
     assert (model.repository / model.name / "1" / "model.plan").read_bytes() == b"model"
 
 
@@ -177,6 +181,7 @@ def test_the_dry_run_serves_a_cpu_export_and_without_one_the_model_as_shipped(
     assert pt2.description.endswith("PyTorch pt2 program, CPU, FP32, on the CPU")
     config = load_pbtxt(pt2.repository / "digits_cnn" / CONFIG_FILENAME)
     assert [g.kind for g in config.instance_group] == [ModelInstanceGroup.KIND_CPU]
+    assert not config.HasField("optimization")  # graphs would only be ignored on the CPU
     # a GPU export is no use to the dry run, nor an FP16 one to either
     others = [exported(tmp_path / "b", "pt2", "fp32"), exported(tmp_path / "b", "ort-cpu", "fp16")]
     fallback = cores.served_model(others, True, tmp_path / "c")
