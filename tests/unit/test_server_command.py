@@ -386,6 +386,24 @@ def test_the_memory_budget_is_parsed_once_into_a_budget_per_device_kind(
     ]
 
 
+def test_the_memory_for_requests_is_a_share_of_the_memory_or_a_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("BATCHSERVE_MAX_REQUEST_MEMORY", raising=False)
+    assert _settings().max_request_memory == BudgetSpec(0.25)
+    assert _settings("--max-request-memory", "4GiB").max_request_memory == BudgetSpec(
+        nbytes=4 * GIB
+    )
+    monkeypatch.setenv("BATCHSERVE_MAX_REQUEST_MEMORY", "10%")
+    assert _settings().max_request_memory == BudgetSpec(0.1)
+    with pytest.raises(ValidationError) as refused:
+        _settings("--max-request-memory", "lots")
+    assert settings_errors(refused.value) == [
+        "max_request_memory: memory budget 'lots' is neither a fraction (0.8, 80%) nor a size "
+        "(512MiB, 8GiB, 2147483648)"
+    ]
+
+
 def test_workers_are_auto_or_a_count_and_cpus_a_positive_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

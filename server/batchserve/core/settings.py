@@ -15,7 +15,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from batchserve.core.backend_config import parse_backend_config
-from batchserve.core.budgets import BudgetSpec, parse_budgets
+from batchserve.core.budgets import BudgetSpec, parse_budget, parse_budgets
 from batchserve.core.cache_config import parse_cache_config
 from batchserve.core.device import DeviceKind
 from batchserve.core.metrics_config import MetricsConfig, parse_metrics_config
@@ -24,6 +24,7 @@ from batchserve.core.rate_limit import (
     ExplicitResources,
     parse_rate_limit_resources,
 )
+from batchserve.core.request_memory import DEFAULT_SHARE
 from batchserve.core.restrictions import GRPC_HEADER_PREFIX, Restriction, parse_restrictions
 from batchserve.core.tls import TlsFiles
 from batchserve.core.trace_config import parse_trace_config
@@ -181,6 +182,9 @@ class Settings(BaseSettings):
     memory_budget: Annotated[dict[DeviceKind, BudgetSpec], NoDecode] = Field(
         default=None, validate_default=True
     )
+    max_request_memory: Annotated[BudgetSpec, NoDecode] = DEFAULT_SHARE
+    """Bytes of requests and answers in flight, shared by the request-handling processes
+    (``core/request_memory.py``): a fraction of the memory or a size, as a budget is."""
     busy_poll_us: int = Field(0, ge=0, le=100_000)
     cpu_scheduling: CpuScheduling = "batch"
     """Linux scheduling policy of the server's threads (``runtime/cpu_scheduling.py``)."""
@@ -284,6 +288,11 @@ class Settings(BaseSettings):
         """Parsed once, here: a bad budget stops the server before it starts. Anything but
         text (a mapping already parsed) is left to the field's type."""
         return parse_budgets(value) if value is None or isinstance(value, str) else value
+
+    @field_validator("max_request_memory", mode="before")
+    @classmethod
+    def _parse_request_memory(cls, value: object) -> object:
+        return parse_budget(value) if isinstance(value, str) else value
 
     @field_validator("http_max_input_size", mode="before")
     @classmethod

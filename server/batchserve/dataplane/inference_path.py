@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable
 from typing import Protocol
 
+from batchserve.core.request_memory import RequestMemory
 from batchserve.core.types import InferRequest, InferResponse
 from batchserve.core.validation import SchemaLookup
 from batchserve.observability.tracing import RequestTracer
@@ -14,6 +15,8 @@ from batchserve.observability.tracing import RequestTracer
 class InferencePath(Protocol):
     tracing: RequestTracer
     """Which requests are traced; the adapters check ``tracing.on`` first."""
+    request_memory: RequestMemory
+    """This process's bytes of requests in flight, which the adapters take and give."""
 
     def schema_lookup(self, model: str, version: str) -> SchemaLookup: ...
 

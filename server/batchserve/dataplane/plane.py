@@ -21,6 +21,7 @@ from batchserve.core.errors import (
     Unavailable,
     decoupled_refusal,
 )
+from batchserve.core.request_memory import UNBOUNDED, RequestMemory
 from batchserve.core.settings import Settings
 from batchserve.core.types import (
     InferRequest,
@@ -77,8 +78,17 @@ class DataPlane:
     """One instance per server; every protocol method maps to exactly one call here, or on
     its ``control`` (repository and settings) or ``regions`` (shared-memory regions)."""
 
-    def __init__(self, settings: Settings, registry: ModelRegistry, expected: list[str]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        registry: ModelRegistry,
+        expected: list[str],
+        request_memory: RequestMemory | None = None,
+    ) -> None:
+        """``request_memory``: the process's bound on requests in flight (none: unbounded,
+        as for the in-process server, which reads no bodies)."""
         self.settings = settings
+        self.request_memory = request_memory or RequestMemory(UNBOUNDED)
         self.registry = registry
         self.expected_models = list(expected)
         self.draining = False

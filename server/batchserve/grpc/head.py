@@ -207,6 +207,11 @@ class WireRequest:
             del self.head.raw_input_contents[:]
 
     @property
+    def nbytes(self) -> int:
+        """The message's size as it arrived."""
+        return len(self._data)
+
+    @property
     def model_name(self) -> str:
         return self.head.model_name
 
@@ -239,6 +244,12 @@ def read(data: bytes) -> WireRequest:
 Request = ModelInferRequest | ModelInferRequestHead | WireRequest
 """What the codec takes: the server's requests off the wire, heads, or a full message from
 an in-process caller."""
+
+
+def wire_bytes(request: Request) -> int:
+    """A request's size as a message: as it arrived, or as it would be sent."""
+    return request.nbytes if isinstance(request, WireRequest) else request.ByteSize()
+
 
 METHODS: Final = (
     "/inference.GRPCInferenceService/ModelInfer",

@@ -21,7 +21,7 @@ from batchserve.dataplane.plane import DataPlane
 from batchserve.grpc import codec, messages
 from batchserve.grpc.call_limit import CallLimit
 from batchserve.grpc.failures import report_failure
-from batchserve.grpc.head import METHODS, Request, read
+from batchserve.grpc.head import METHODS, Request, read, wire_bytes
 from batchserve.grpc.layout_cache import MessageLayouts
 from batchserve.grpc.message_limits import Refusal, bounded
 from batchserve.grpc.streams import SHUTTING_DOWN, InferStreams
@@ -118,9 +118,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         refused once the stop has begun, as Triton's infer handler refuses it."""
         if not self.intake.open:
             raise Unavailable(SHUTTING_DOWN)
-        if self.inference.tracing.on:
-            return await self._traced(request, context)
-        return await self._infer(request, self.peer(context))
+        memory, nbytes = self.inference.request_memory, wire_bytes(request)
+        memory.take(nbytes)  # grpc read the message before this: refused, it goes at once
+        try:
+            if self.inference.tracing.on:
+                return await self._traced(request, context)
+            return await self._infer(request, self.peer(context))
+        finally:
+            memory.give(nbytes)
 
     async def _traced(self, request: Request, context: Context) -> pb.ModelInferResponse:
         """``_infer`` under a trace, when the trace settings sample this request; its
@@ -172,11 +177,23 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             encoded.parameters[FINAL_RESPONSE].bool_param = response.final
             yield encoded
 
+    async def _counted_responses(
+        self, request: Request, peer: str | None
+    ) -> AsyncGenerator[pb.ModelInferResponse, None]:
+        """``_responses``, with the request counted in ``request_memory`` until its last."""
+        memory, nbytes = self.inference.request_memory, wire_bytes(request)
+        memory.take(nbytes)
+        try:
+            async for response in self._responses(request, peer):
+                yield response
+        finally:
+            memory.give(nbytes)
+
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Request], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Requests of one stream run concurrently; each answer carries its request's id."""
-        infer = partial(self._responses, peer=self.peer(context))
+        infer = partial(self._counted_responses, peer=self.peer(context))
         serving = self.streams.serve(request_iterator, infer, context)
         async with contextlib.aclosing(serving) as answers:  # its reader ends with the call
             async for answer in answers:

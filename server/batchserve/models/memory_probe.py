@@ -33,13 +33,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, cast
 
 from batchserve.backends.base import Arrays, Backend
 from batchserve.core.device import Device
-from batchserve.core.digits import ascii_digits
 from batchserve.core.errors import DeviceUnavailable
+from batchserve.devices.host_memory import cpu_total_bytes
 from batchserve.devices.placement import nvml_handle
 from batchserve.models.measuring_gate import MEASURING
 from batchserve.models.warmup import synthetic_batch
@@ -47,58 +47,6 @@ from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.memory import MemoryProfile, MemorySample
 
 Meter = Callable[[], int]  # bytes an instance holds now, counted from when the meter started
-
-_CGROUP_ROOT = Path("/sys/fs/cgroup")
-_CGROUP_MEMBERSHIP = Path("/proc/self/cgroup")
-
-
-def physical_memory_bytes() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def cgroup_memory_limit(
-    root: Path = _CGROUP_ROOT, membership: Path = _CGROUP_MEMBERSHIP
-) -> int | None:
-    """The tightest memory limit over this process's cgroups and their parents (v2 or v1);
-    None where there is none or none is readable."""
-    try:
-        lines = membership.read_text().splitlines()
-    except OSError:
-        lines = []
-    limits = [_read_limit(path) for path in _limit_files(root, lines)]
-    return min((limit for limit in limits if limit is not None), default=None)
-
-
-def _limit_files(root: Path, membership: Sequence[str]) -> list[Path]:
-    files = [root / "memory.max", root / "memory" / "memory.limit_in_bytes"]
-    for line in membership:
-        fields = line.split(":", 2)
-        if len(fields) != 3:
-            continue
-        _, controllers, path = fields
-        if controllers == "":
-            base, name = root, "memory.max"
-        elif "memory" in controllers.split(","):
-            base, name = root / "memory", "memory.limit_in_bytes"
-        else:
-            continue
-        parts = PurePosixPath(path).parts[1:]
-        files += [base.joinpath(*parts[:depth]) / name for depth in range(1, len(parts) + 1)]
-    return files
-
-
-def _read_limit(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if ascii_digits(text) else None  # v2 writes "max" for no limit
-
-
-def cpu_total_bytes() -> int:
-    """Physical memory, or the cgroup limit where lower (v1 writes ~2**63 for none)."""
-    physical = physical_memory_bytes()
-    return min(physical, cgroup_memory_limit() or physical)
 
 
 @contextmanager

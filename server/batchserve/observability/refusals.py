@@ -21,6 +21,7 @@ from batchserve.core.errors import (
     Unauthenticated,
     Unavailable,
 )
+from batchserve.core.request_memory import RequestMemoryFull
 
 
 class Protocol(StrEnum):
@@ -38,6 +39,7 @@ class Reason(StrEnum):
     BODY_TOO_LARGE = "body_too_large"
     MALFORMED = "malformed"
     OVERLOADED = "overloaded"
+    REQUEST_MEMORY = "request_memory"
     UNAVAILABLE = "unavailable"
     CONTROL_DISABLED = "control_disabled"
     UNAUTHENTICATED = "unauthenticated"
@@ -49,8 +51,10 @@ class Reason(StrEnum):
 
 
 _ERROR_REASONS: tuple[tuple[type[BatchserveError], Reason], ...] = (
-    # Most specific first: Overloaded and ControlDisabled are Unavailable too.
+    # Most specific first: RequestMemoryFull is Overloaded, and Overloaded and
+    # ControlDisabled are Unavailable too.
     (PayloadTooLarge, Reason.BODY_TOO_LARGE),
+    (RequestMemoryFull, Reason.REQUEST_MEMORY),
     (Overloaded, Reason.OVERLOADED),
     (ControlDisabled, Reason.CONTROL_DISABLED),
     (Unavailable, Reason.UNAVAILABLE),

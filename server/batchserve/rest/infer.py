@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from batchserve.core.errors import InvalidArgument
+from batchserve.core.request_memory import Ticket
 from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest
 from batchserve.dataplane.inference_path import InferencePath
@@ -147,9 +148,25 @@ class InferEndpoint:
         trace: RequestTrace | None,
     ) -> None:
         headers = _headers(scope)
+        ticket = self.dataplane.request_memory.ticket()
+        try:
+            await self._answer_counted(headers, receive, send, match, trace, ticket, scope)
+        finally:
+            ticket.close()  # the body and the answer: both gone once the answer is sent
+
+    async def _answer_counted(
+        self,
+        headers: dict[bytes, bytes],
+        receive: Receive,
+        send: Send,
+        match: re.Match[bytes],
+        trace: RequestTrace | None,
+        ticket: Ticket,
+        scope: Scope,
+    ) -> None:
         try:
             chunks, header_length = await self._respond(
-                headers, receive, match, _peer(scope), trace
+                headers, receive, match, _peer(scope), trace, ticket
             )
             coding = response_encoding(headers.get(b"accept-encoding"))
             if coding is not None:
@@ -167,6 +184,7 @@ class InferEndpoint:
             return
         if trace is not None:
             trace.mark("encode")
+        ticket.hold(sum(len(chunk) for chunk in chunks))
         answer = [(b"content-type", JSON if header_length is None else BINARY)]
         if header_length is not None:
             answer.append((HEADER_LENGTH, str(header_length).encode()))
@@ -182,14 +200,21 @@ class InferEndpoint:
         receive: Receive,
         match: re.Match[bytes],
         peer: str | None,
-        trace: RequestTrace | None = None,
+        trace: RequestTrace | None,
+        ticket: Ticket,
     ) -> tuple[list[bytes | memoryview], int | None]:
         encoding = request_encoding(headers.get(b"content-encoding"))
         header_value = headers.get(HEADER_LENGTH)
         limit, too_large = self._body_limit(header_value)
-        body = await read_body(receive, limit, headers.get(b"content-length"), too_large)
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) <= limit:
+            ticket.take(int(declared))  # refused here, the body still unread
+        body = await read_body(receive, limit, declared, too_large)
+        if not ticket.nbytes:  # chunked: its size known once read
+            ticket.take(len(body))
         if encoding is not None:
             body = await inflate_async(body, encoding, limit)
+            ticket.take(len(body))
         if trace is not None:
             trace.mark("receive")
         header_length = parse_header_length(

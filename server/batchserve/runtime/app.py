@@ -23,10 +23,12 @@ from batchserve.backends.selection import create_backend
 from batchserve.core.cpu_budget import available_cpus, declare_cpus
 from batchserve.core.errors import BatchserveError, CannotStart, NotFound
 from batchserve.core.intake import Intake
+from batchserve.core.request_memory import RequestMemory
 from batchserve.core.settings import ModelControlMode, Settings
 from batchserve.core.tls import TlsMode
 from batchserve.dataplane.plane import DataPlane
 from batchserve.devices.host import HostUsage
+from batchserve.devices.host_memory import cpu_total_bytes
 from batchserve.devices.nvml import GpuMonitor
 from batchserve.grpc.server import GrpcServer
 from batchserve.models.memory_probe import device_total_bytes
@@ -101,7 +103,10 @@ class Server:
             logger.warning("--metrics-config setting ignored", extra={"setting": setting})
         for reading in settings.metrics().read_as:
             logger.warning("--metrics-config number read in part", extra={"reading": reading})
-        self.dataplane = DataPlane(settings, self.registry, startup_models(settings, repository))
+        memory = RequestMemory.share(settings.max_request_memory, cpu_total_bytes(), 1)
+        self.dataplane = DataPlane(
+            settings, self.registry, startup_models(settings, repository), memory
+        )
         self.poller = self._poller(repository)
         self._polling: asyncio.Task[None] | None = None
         self.gpus = GpuMonitor.open(settings.allow_gpu_metrics)

@@ -120,6 +120,14 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         "or per kind: cpu=8GiB,gpu=0.9",
     ),
     (
+        "--max-request-memory",
+        "max_request_memory",
+        str,
+        "memory for requests and answers in flight, shared by the request-handling "
+        "processes: a fraction of the memory (0.25, the default) or a size (4GiB); past it "
+        "new requests get 503 / UNAVAILABLE",
+    ),
+    (
         "--busy-poll-us",
         "busy_poll_us",
         int,

@@ -131,7 +131,8 @@ class WorkerPool:
         requests.close_descriptor()  # the mappings stay; the worker has its own copies
         responses.close_descriptor()
         ep = self.endpoints
-        ours.sendall(pack_frame((self.settings.model_dump_json(), index, ep.http_port,
+        settings = self.settings.model_copy(update={"workers": str(self.count)})
+        ours.sendall(pack_frame((settings.model_dump_json(), index, ep.http_port,
                                  ep.grpc_port, ep.http_path, ep.grpc_path, fds[0], fds[1],
                                  ARENA_BYTES)))  # fmt: skip
         link = EngineLink(index, self.plane, requests, responses, self.counts.update)

@@ -22,11 +22,13 @@ from collections.abc import Awaitable, Sequence
 
 import uvloop
 
+from batchserve.core.request_memory import RequestMemory
 from batchserve.core.settings import Settings
 from batchserve.dataplane.handoff.arena import Arena
 from batchserve.dataplane.handoff.frames import Frame, read_frame
 from batchserve.dataplane.handoff.intake_word import worker_intake
 from batchserve.dataplane.handoff.worker_plane import WorkerPlane
+from batchserve.devices.host_memory import cpu_total_bytes
 from batchserve.grpc.server import WorkerGrpcServer
 from batchserve.observability.grpc_core_counts import read_core_call_counts
 from batchserve.observability.logs import configure_logging
@@ -69,7 +71,10 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
     loop = asyncio.get_running_loop()
     requests = Arena(start.requests_fd, start.arena_bytes)
     responses = Arena(start.responses_fd, start.arena_bytes)
-    plane = WorkerPlane(settings, requests, responses, _counts)
+    memory = RequestMemory.share(
+        settings.max_request_memory, cpu_total_bytes(), int(settings.workers)
+    )  # the pool writes its count of workers in their settings
+    plane = WorkerPlane(settings, requests, responses, _counts, memory)
     intake = worker_intake(requests)  # closed by the model-owning process as its stop begins
     sock.setblocking(False)
     await loop.connect_accepted_socket(lambda: plane.protocol, sock)

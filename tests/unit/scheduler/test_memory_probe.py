@@ -14,16 +14,18 @@ from batchserve.backends.onnx import OnnxBackend
 from batchserve.core.budgets import parse_budgets
 from batchserve.core.device import CPU, Device
 from batchserve.core.errors import DeviceUnavailable, OutOfMemory
+from batchserve.devices.host_memory import (
+    cgroup_memory_limit,
+    cpu_total_bytes,
+    physical_memory_bytes,
+)
 from batchserve.devices.placement import gpu_count
 from batchserve.models.instance_loader import probe_row_positions
 from batchserve.models.memory_probe import (
     ProcessMemory,
-    cgroup_memory_limit,
-    cpu_total_bytes,
     device_total_bytes,
     gpu_meter,
     gpu_total_bytes,
-    physical_memory_bytes,
     probe_backend,
     probe_batch_sizes,
     probe_instance,

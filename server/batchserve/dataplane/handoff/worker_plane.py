@@ -24,6 +24,7 @@ from batchserve.core.errors import (
     NotFound,
     Unavailable,
 )
+from batchserve.core.request_memory import UNBOUNDED, RequestMemory
 from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest, InferResponse, Tensor
 from batchserve.core.validation import RequestSchema, SchemaLookup, ValidRequest, validate_request
@@ -119,10 +120,14 @@ class WorkerPlane:
         requests: Arena,
         responses: Arena,
         counts: Callable[[int], Frame] | None = None,
+        request_memory: RequestMemory | None = None,
     ) -> None:
         """``counts``: this worker's counts frame, answering the question numbered by its
-        argument (the model-owning process asks before a scrape of its metrics)."""
+        argument (the model-owning process asks before a scrape of its metrics).
+        ``request_memory``: this worker's share of the bound on requests in flight (none:
+        unbounded)."""
         self.settings = settings
+        self.request_memory = request_memory or RequestMemory(UNBOUNDED)
         self._counts = counts
         self.requests = requests
         self.responses = responses

@@ -1,0 +1,147 @@
+"""Requests in flight are bounded by the memory they hold (``--max-request-memory``): past
+it, new ones are refused at once with 503 / UNAVAILABLE, counted, and what was admitted is
+answered whole; once they are answered, their memory is free for the next.
+
+Eight 16 MiB requests reach an identity model that holds each for 1.5 s, all at once, with
+40 MiB for requests: one process admits two (32 MiB; a third would make 48), and each of
+two workers, with a share of 20 MiB, admits one. Sixty such requests to an unbounded
+server held 6.3 GiB of one process on the 2-core reference machine.
+"""
+
+from __future__ import annotations
+
+import queue
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.integration.server import ServerProcess, metric, start_server
+
+MIB = 1 << 20
+ELEMENTS = 4 * MIB  # FP32: 16 MiB a request
+SENT = 8
+LIMIT = "40MiB"
+CONFIG = """
+name: "held"
+backend: "identity"
+max_batch_size: 0
+input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1] }]
+output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1] }]
+parameters [{ key: "execute_delay_ms" value: { string_value: "1500" } }]
+"""
+REFUSED = "the server is out of memory for requests"
+
+
+def _write_repository(root: Path) -> Path:
+    (root / "held" / "1").mkdir(parents=True)
+    (root / "held" / "config.pbtxt").write_text(CONFIG)
+    return root
+
+
+def _payload(seed: int) -> np.ndarray:
+    return (np.arange(ELEMENTS, dtype=np.float32) + seed) % 1009
+
+
+def _ask_http(server: ServerProcess, seed: int) -> str:
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    try:
+        tensor = httpclient.InferInput("INPUT0", [ELEMENTS], "FP32")
+        tensor.set_data_from_numpy(_payload(seed), binary_data=True)
+        output = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
+        result = client.infer("held", [tensor], outputs=[output])
+        echoed = result.as_numpy("OUTPUT0")
+        return "ok" if np.array_equal(echoed, _payload(seed)) else "wrong answer"
+    except InferenceServerException as exc:
+        return str(exc.message())
+    finally:
+        client.close()
+
+
+def _ask_grpc(server: ServerProcess, seed: int) -> str:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        tensor = grpcclient.InferInput("INPUT0", [ELEMENTS], "FP32")
+        tensor.set_data_from_numpy(_payload(seed))
+        result = client.infer("held", [tensor], client_timeout=60)
+        echoed = result.as_numpy("OUTPUT0")
+        return "ok" if np.array_equal(echoed, _payload(seed)) else "wrong answer"
+    except InferenceServerException as exc:
+        return f"{exc.status()} {exc.message()}"
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize(
+    ("workers", "admitted"), [("1", 2), ("2", 2)], ids=["one process", "two workers"]
+)
+def test_requests_past_the_memory_for_requests_are_refused_and_the_rest_answered(
+    tmp_path: Path, protocol: str, workers: str, admitted: int
+) -> None:
+    server = start_server(
+        _write_repository(tmp_path), ["--workers", workers, "--max-request-memory", LIMIT]
+    )
+    ask = _ask_http if protocol == "http" else _ask_grpc
+    try:
+        with ThreadPoolExecutor(SENT) as pool:
+            answers = list(pool.map(lambda seed: ask(server, seed), range(SENT)))
+        answered = [a for a in answers if a == "ok"]
+        refused = [a for a in answers if a != "ok"]
+        if workers == "1":
+            assert len(answered) == admitted, answers
+        else:  # each worker admits one: two, unless the port gave one worker all eight
+            assert 1 <= len(answered) <= admitted, answers
+        assert all(REFUSED in a and "--max-request-memory" in a for a in refused), refused
+        if protocol == "grpc":
+            assert all(a.startswith("StatusCode.UNAVAILABLE") for a in refused), refused
+        counted = metric(
+            server, "batchserve_refusals_total", protocol=protocol, reason="request_memory"
+        )
+        assert counted == len(refused)
+        # Their memory was given back: one at a time, every request is admitted.
+        assert [ask(server, seed) for seed in range(2)] == ["ok", "ok"]
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_stream_s_requests_past_the_memory_for_requests_get_errors_on_the_stream(
+    tmp_path: Path,
+) -> None:
+    """Over one ModelStreamInfer stream: each request is counted until its last response;
+    those refused get their error on the stream, which goes on serving."""
+    server = start_server(_write_repository(tmp_path), ["--max-request-memory", LIMIT])
+    results: queue.Queue[tuple[object, object]] = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        for seed in range(5):
+            tensor = grpcclient.InferInput("INPUT0", [ELEMENTS], "FP32")
+            tensor.set_data_from_numpy(_payload(seed))
+            client.async_stream_infer("held", [tensor], request_id=str(seed))
+        got = [results.get(timeout=60) for _ in range(5)]
+        answered = {
+            result.get_response().id: result.as_numpy("OUTPUT0")  # type: ignore[attr-defined]
+            for result, error in got
+            if error is None
+        }
+        errors = [str(error) for _, error in got if error is not None]
+        assert sorted(answered) == ["0", "1"], errors
+        for seed, echoed in answered.items():
+            np.testing.assert_array_equal(echoed, _payload(int(seed)))
+        assert len(errors) == 3, errors
+        assert all(REFUSED in e for e in errors), errors
+        tensor = grpcclient.InferInput("INPUT0", [ELEMENTS], "FP32")
+        tensor.set_data_from_numpy(_payload(9))
+        client.async_stream_infer("held", [tensor], request_id="9")
+        result, error = results.get(timeout=60)
+        assert error is None, error
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), _payload(9))  # type: ignore[attr-defined]
+        client.stop_stream()
+    finally:
+        client.close()
+        assert server.stop() == 0
