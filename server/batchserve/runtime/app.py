@@ -103,7 +103,10 @@ class Server:
             logger.warning("--metrics-config setting ignored", extra={"setting": setting})
         for reading in settings.metrics().read_as:
             logger.warning("--metrics-config number read in part", extra={"reading": reading})
-        memory = RequestMemory.share(settings.max_request_memory, cpu_total_bytes(), 1)
+        workers = resolve_workers(settings.workers, cpus)
+        # With workers, this process reads only the requests they forward whole (for models
+        # they do not know yet): it takes a share as each of them does.
+        memory = RequestMemory.share(settings.max_request_memory, cpu_total_bytes(), workers)
         self.dataplane = DataPlane(
             settings, self.registry, startup_models(settings, repository), memory
         )
@@ -113,7 +116,6 @@ class Server:
         self.intake = Intake()
         """Closed as the stop begins: the public listeners of a single process accept no
         request from then on (the workers' are told by this process, and stop in turn)."""
-        workers = resolve_workers(settings.workers, cpus)
         self.http: HttpListener | None = None
         self.grpc: GrpcServer | None = None
         """The protocols' listeners: public in one process, where Triton's ``--allow-http`` or
