@@ -1,6 +1,7 @@
 """Requests in flight are bounded by the memory they hold (``--max-request-memory``): past
 it, new ones are refused at once with 503 / UNAVAILABLE, counted, and what was admitted is
-answered whole; once they are answered, their memory is free for the next.
+answered whole; once they are answered, their memory is free for the next. An answer its
+client stops taking holds its share until ``--http-send-timeout`` aborts the connection.
 
 Eight 16 MiB requests reach an identity model that holds each for 1.5 s, all at once, with
 40 MiB for requests: one process admits two (32 MiB; a third would make 48), and each of
@@ -10,7 +11,10 @@ server held 6.3 GiB of one process on the 2-core reference machine.
 
 from __future__ import annotations
 
+import json
 import queue
+import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -37,9 +41,9 @@ parameters [{ key: "execute_delay_ms" value: { string_value: "1500" } }]
 REFUSED = "the server is out of memory for requests"
 
 
-def _write_repository(root: Path) -> Path:
+def _write_repository(root: Path, delay_ms: int = 1500) -> Path:
     (root / "held" / "1").mkdir(parents=True)
-    (root / "held" / "config.pbtxt").write_text(CONFIG)
+    (root / "held" / "config.pbtxt").write_text(CONFIG.replace("1500", str(delay_ms)))
     return root
 
 
@@ -144,4 +148,67 @@ def test_a_stream_s_requests_past_the_memory_for_requests_get_errors_on_the_stre
         client.stop_stream()
     finally:
         client.close()
+        assert server.stop() == 0
+
+
+def _raw_request(seed: int) -> bytes:
+    """A binary HTTP inference request for ``_payload(seed)`` and its echo."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": "INPUT0", "shape": [ELEMENTS], "datatype": "FP32",
+                 "parameters": {"binary_data_size": ELEMENTS * 4}}
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()  # fmt: skip
+    body = header + _payload(seed).tobytes()
+    head = (
+        "POST /v2/models/held/infer HTTP/1.1\r\nHost: test\r\n"
+        f"Inference-Header-Content-Length: {len(header)}\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _read_until_closed(sock: socket.socket) -> int:
+    """Bytes read before the connection closed or was reset."""
+    received = 0
+    try:
+        while chunk := sock.recv(1 << 20):
+            received += len(chunk)
+    except ConnectionResetError:
+        pass
+    return received
+
+
+def test_an_answer_never_taken_holds_its_memory_until_the_send_timeout_aborts_it(
+    tmp_path: Path,
+) -> None:
+    """A client that sends a 16 MiB request and never reads its 16 MiB answer holds 32 of
+    the 40 MiB: the next request is refused until ``--http-send-timeout`` (2 s) aborts the
+    stuck connection, counted; then it is served."""
+    server = start_server(
+        _write_repository(tmp_path, delay_ms=0),
+        ["--max-request-memory", LIMIT, "--http-send-timeout", "2"],
+    )
+    stuck = socket.socket()
+    try:
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        stuck.connect(("127.0.0.1", server.http_port))
+        stuck.sendall(_raw_request(0))
+        time.sleep(0.5)  # its answer is written, and waits in the server
+        assert REFUSED in _ask_http(server, 1)
+        started = time.monotonic()
+        deadline = started + 30
+        while _ask_http(server, 2) != "ok":
+            assert time.monotonic() < deadline, "the stuck answer was never dropped"
+            time.sleep(0.2)
+        assert time.monotonic() - started > 0.5  # held until the timeout, not at once
+        assert (
+            metric(server, "batchserve_refusals_total", protocol="http", reason="send_timeout") == 1
+        )
+        stuck.settimeout(10)
+        assert _read_until_closed(stuck) < ELEMENTS * 4, "the dropped answer came whole"
+    finally:
+        stuck.close()
         assert server.stop() == 0

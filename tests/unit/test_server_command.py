@@ -404,6 +404,17 @@ def test_the_memory_for_requests_is_a_share_of_the_memory_or_a_size(
     ]
 
 
+def test_an_untaken_answer_is_dropped_after_the_send_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("BATCHSERVE_HTTP_SEND_TIMEOUT", raising=False)
+    assert _settings().http_send_timeout_seconds == 60.0
+    assert _settings("--http-send-timeout", "2.5").http_send_timeout_seconds == 2.5
+    for bad in ("0", "-1", "3601"):
+        with pytest.raises(ValidationError, match="http_send_timeout_seconds"):
+            _settings("--http-send-timeout", bad)
+
+
 def test_workers_are_auto_or_a_count_and_cpus_a_positive_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

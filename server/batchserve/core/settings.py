@@ -194,6 +194,7 @@ class Settings(BaseSettings):
     http_header_timeout_seconds: float = Field(20.0, gt=0, le=3600)
     http_body_timeout_seconds: float = Field(20.0, gt=0, le=3600)
     http_body_min_rate: float = Field(500.0, gt=0)
+    http_send_timeout_seconds: float = Field(60.0, gt=0, le=3600)
     log_level: str = "info"
     log_format: str = Field("json", pattern="^(json|text|default|ISO8601)$")
     log_verbose: int | None = Field(None, ge=0, le=2**32 - 1)

@@ -46,6 +46,7 @@ class Reason(StrEnum):
     PERMISSION_DENIED = "permission_denied"
     HEADER_TIMEOUT = "header_timeout"
     BODY_TIMEOUT = "body_timeout"
+    SEND_TIMEOUT = "send_timeout"
     TOO_MANY_CALLS = "too_many_calls"
     HANDSHAKE_TIMEOUT = "handshake_timeout"
 

@@ -23,7 +23,7 @@ from batchserve.core.intake import Intake
 from batchserve.observability.refusals import Protocol, Reason
 from batchserve.rest.disconnect import DisconnectNoticeProtocol
 from batchserve.rest.framing import DoubleFramingProtocol
-from batchserve.rest.http_timeouts import ReadTimeoutProtocol, ReadTimeouts
+from batchserve.rest.http_timeouts import ReadTimeoutProtocol, ReadTimeouts, SendTimeoutProtocol
 from batchserve.rest.pipelining import PipelineLimitProtocol
 from batchserve.rest.request_body import UncopiedBodyProtocol
 from batchserve.rest.transport import CoalescingHttpToolsProtocol
@@ -54,10 +54,10 @@ MALFORMED = "malformed HTTP request: its request line, headers or body framing d
 
 
 class HeadLimitProtocol(
-    ReadTimeoutProtocol, DisconnectNoticeProtocol, CoalescingHttpToolsProtocol,
-    UncopiedBodyProtocol, UpgradeResumingFeed,
+    ReadTimeoutProtocol, SendTimeoutProtocol, DisconnectNoticeProtocol,
+    CoalescingHttpToolsProtocol, UncopiedBodyProtocol, UpgradeResumingFeed,
 ):  # fmt: skip
-    """One write per response, a disconnect notice per request, read timeouts, request
+    """One write per response, a disconnect notice per request, read and send timeouts, request
     bodies without uvicorn's copies, 431 ``{"error": ...}`` for oversized heads and 400 for
     unparseable requests."""
 
@@ -191,7 +191,10 @@ class LimitedHttpToolsProtocol(
 
 
 def protocol_for(
-    listener: Protocol, timeouts: ReadTimeouts, intake: Intake | None = None
+    listener: Protocol,
+    timeouts: ReadTimeouts,
+    intake: Intake | None = None,
+    send_seconds: float = SendTimeoutProtocol.send_seconds,
 ) -> type[LimitedHttpToolsProtocol]:
     """The protocol class of one listener. uvicorn instantiates the class it is given with
     fixed arguments, so the listener's own settings travel as class attributes."""
@@ -201,6 +204,7 @@ def protocol_for(
 
     ListenerProtocol.listener = listener
     ListenerProtocol.read_timeouts = timeouts
+    ListenerProtocol.send_seconds = send_seconds
     ListenerProtocol.intake = intake
     ListenerProtocol.__name__ = ListenerProtocol.__qualname__ = f"{listener.name.title()}Protocol"
     return ListenerProtocol

@@ -1,5 +1,5 @@
-"""How long an HTTP client may take to send its request, and what becomes of a request still
-arriving when the server shuts down.
+"""How long an HTTP client may take to send its request and to take its answer, and what
+becomes of a request still arriving when the server shuts down.
 
 uvicorn times out only the idle gap after a response (keep-alive): a connection that never
 sends a byte, or sends one a second, is held for ever, and a few hundred of them exhaust the
@@ -15,6 +15,12 @@ taken the body yet, or a ``100 Continue`` it has not sent) is not counted agains
 
 One timer per connection: data only moves the deadline later, so the timer is re-armed when
 it fires early, never per chunk received.
+
+An answer the client stops taking holds its bytes in the server, and its request's share of
+``--max-request-memory``, for as long as the connection stays open. As nginx's
+``send_timeout`` (60 s), a connection whose writes stay paused (the transport's buffer over
+its high-water mark, never drained to its low-water mark) for ``send_seconds`` is aborted,
+its buffered answer dropped.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import Any, ClassVar, cast
 
 from uvicorn.protocols.http.flow_control import FlowControl
 
-from batchserve.observability.refusals import Reason
+from batchserve.observability.refusals import REFUSALS, Reason
 from batchserve.rest.connection_refusals import RefusingProtocol
 
 SHUTTING_DOWN = "server is shutting down"
@@ -82,6 +88,44 @@ class PauseTimingFlowControl(FlowControl):
 _NOTHING = 0  # a request is being served, or uvicorn's keep-alive timer runs
 _HEAD = 1
 _BODY = 2
+
+
+class SendTimeoutProtocol(RefusingProtocol):
+    """Aborts a connection whose client has not taken its answer for ``send_seconds``."""
+
+    send_seconds: ClassVar[float] = 60.0
+    """This listener's limit: each server sets its own."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._send_timer: asyncio.TimerHandle | None = None
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(self.send_seconds, self._answer_not_taken)
+
+    def resume_writing(self) -> None:
+        self._stop_send_timer()
+        super().resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_send_timer()
+        super().connection_lost(exc)
+
+    def _stop_send_timer(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _answer_not_taken(self) -> None:
+        """Count it and abort: closing would wait for the buffer to drain, which it never
+        does. The application sees a disconnect, and its send returns."""
+        self._send_timer = None
+        if self.transport.is_closing():
+            return
+        REFUSALS.count(self.listener, Reason.SEND_TIMEOUT)
+        self.transport.abort()
 
 
 class ReadTimeoutProtocol(RefusingProtocol):

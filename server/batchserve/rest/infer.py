@@ -7,6 +7,7 @@ and pydantic. Everything else (health, metadata, ...) is left to FastAPI.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from functools import partial
@@ -245,17 +246,23 @@ async def _send(
     send: Send, status: int, headers: list[tuple[bytes, bytes]], chunks: list[bytes | memoryview]
 ) -> None:
     """Large binary outputs go out as the codec's memoryviews: the transport writes any
-    bytes-like object, so copying them into ``bytes`` first would only cost time."""
+    bytes-like object, so copying them into ``bytes`` first would only cost time.
+
+    A large answer ends with an empty message sent a loop pass later, once the coalesced
+    write has reached the socket: uvicorn then waits for a client that is not reading to
+    take what the server buffered, so the answer stays counted in the request's share of
+    ``--max-request-memory`` while it is still held here (until ``--http-send-timeout``)."""
     total = sum(len(c) for c in chunks)
     headers.append((b"content-length", str(total).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
-    if total < SEND_WHOLE_BELOW or len(chunks) == 1:
+    if total < SEND_WHOLE_BELOW:
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         await send({"type": "http.response.body", "body": body})
         return
-    for index, chunk in enumerate(chunks):
-        more = index < len(chunks) - 1
-        await send({"type": "http.response.body", "body": chunk, "more_body": more})
+    for chunk in chunks:
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await asyncio.sleep(0)
+    await send({"type": "http.response.body", "body": b""})
 
 
 def in_front_of(endpoint: InferEndpoint, app: ASGIApp) -> ASGIApp:

@@ -105,7 +105,7 @@ def http_listener(
         port=port,
         uds=uds,
         loop="none",
-        http=protocol_for(listener, timeouts, intake),
+        http=protocol_for(listener, timeouts, intake, settings.http_send_timeout_seconds),
         ws="none",  # no route is a WebSocket: an offer to switch is declined (rest/upgrades.py)
         lifespan="off",
         access_log=False,

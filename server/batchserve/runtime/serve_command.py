@@ -175,6 +175,13 @@ FLAGS: tuple[tuple[str, str, Any, str], ...] = (
         float,
         "bytes per second of request body that earn an HTTP client more time (default 500)",
     ),
+    (
+        "--http-send-timeout",
+        "http_send_timeout_seconds",
+        float,
+        "seconds an HTTP client may leave its answer untaken (the server's send buffer full) "
+        "before the connection is aborted (default 60; nginx's send_timeout)",
+    ),
     ("--log-level", "log_level", str, "debug, info (default), warning, error"),
     ("--log-format", "log_format", str, "json (default), text, or Triton's default or ISO8601"),
     (
