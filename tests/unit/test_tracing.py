@@ -37,6 +37,7 @@ SCRIPT = textwrap.dedent(
     class Context:
         def peer(self): return "ipv4:127.0.0.1:1"
         def invocation_metadata(self): return ()
+        def add_done_callback(self, callback): callback(self)
 
 
     async def main(root: Path, trace_config: list[str]) -> dict[str, object]:

@@ -9,7 +9,7 @@ import contextlib
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from functools import partial
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import grpc
 
@@ -30,6 +30,7 @@ from batchserve.proto import grpc_service_pb2 as pb
 from batchserve.proto import grpc_service_pb2_grpc as pb_grpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
+DoneCallback: TypeAlias = "grpc.aio.DoneCallback[Any, Any]"  # a class in the stubs alone
 FINAL_RESPONSE = "triton_final_response"
 """Set on every response of a stream: false on all but a request's last (perf_analyzer
 and Triton's clients read the end of a decoupled model's responses from it)."""
@@ -118,14 +119,20 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         refused once the stop has begun, as Triton's infer handler refuses it."""
         if not self.intake.open:
             raise Unavailable(SHUTTING_DOWN)
-        memory, nbytes = self.inference.request_memory, wire_bytes(request)
-        memory.take(nbytes)  # grpc read the message before this: refused, it goes at once
+        ticket = self.inference.request_memory.ticket()
+        ticket.take(wire_bytes(request))  # grpc read the message before this: refused, it goes
         try:
             if self.inference.tracing.on:
-                return await self._traced(request, context)
-            return await self._infer(request, self.peer(context))
-        finally:
-            memory.give(nbytes)
+                answer = await self._traced(request, context)
+            else:
+                answer = await self._infer(request, self.peer(context))
+            ticket.hold(answer.ByteSize())
+        except BaseException:
+            ticket.close()
+            raise
+        # Counted until the call ends: an answer its client does not read stays in grpc core.
+        context.add_done_callback(cast("DoneCallback", lambda _: ticket.close()))
+        return answer
 
     async def _traced(self, request: Request, context: Context) -> pb.ModelInferResponse:
         """``_infer`` under a trace, when the trace settings sample this request; its
