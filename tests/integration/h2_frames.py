@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x1, 0x3, 0x4, 0x6, 0x7
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
+END_STREAM = 0x1
 END_HEADERS = 0x4
 CANCEL = 0x8  # RST_STREAM's error code
 ACK_FLAG = 0x1

@@ -18,12 +18,27 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import numpy as np
+import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from tests.integration.h2_frames import (
+    ACK_FLAG,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    HEADERS,
+    PREFACE,
+    SETTINGS,
+    frame,
+    grpc_call_headers,
+    read_frame,
+)
 from tests.integration.server import ServerProcess, metric, start_server
 
 MIB = 1 << 20
@@ -39,6 +54,7 @@ output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1] }]
 parameters [{ key: "execute_delay_ms" value: { string_value: "1500" } }]
 """
 REFUSED = "the server is out of memory for requests"
+MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
 def _write_repository(root: Path, delay_ms: int = 1500) -> Path:
@@ -211,4 +227,92 @@ def test_an_answer_never_taken_holds_its_memory_until_the_send_timeout_aborts_it
         assert _read_until_closed(stuck) < ELEMENTS * 4, "the dropped answer came whole"
     finally:
         stuck.close()
+        assert server.stop() == 0
+
+
+EXPAND = f"""
+name: "expand"
+platform: "onnxruntime_onnx"
+max_batch_size: 0
+input [{{ name: "x" data_type: TYPE_FP32 dims: [1] }}]
+output [{{ name: "y" data_type: TYPE_FP32 dims: [{ELEMENTS}] }}]
+"""
+"""A 4-byte request, a 16 MiB answer: what a client that stops reading leaves in the server."""
+
+
+def _write_expand(root: Path) -> Path:
+    shape = onnx.numpy_helper.from_array(np.array([ELEMENTS], dtype=np.int64), "shape")
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Expand", ["x", "shape"], ["y"])],
+        "expand",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [ELEMENTS])],
+        [shape],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
+    (root / "expand" / "1").mkdir(parents=True)
+    onnx.save(model, str(root / "expand" / "1" / "model.onnx"))
+    (root / "expand" / "config.pbtxt").write_text(EXPAND)
+    return root
+
+
+def _expand_request() -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name="expand")
+    request.inputs.add(name="x", datatype="FP32", shape=[1])
+    request.raw_input_contents.append(np.array([3.0], dtype=np.float32).tobytes())
+    return request
+
+
+def _stuck_grpc_call(server: ServerProcess) -> socket.socket:
+    """An HTTP/2 connection that makes one ModelInfer call and never grants the server more
+    than the first 64 KiB of window: the 16 MiB answer stays in the server."""
+    message = _expand_request().SerializeToString()
+    sock = socket.create_connection(("127.0.0.1", server.grpc_port))
+    sock.sendall(PREFACE + frame(SETTINGS, 0, 0))
+    sock.sendall(frame(HEADERS, END_HEADERS, 1, grpc_call_headers(MODEL_INFER)))
+    sock.sendall(frame(DATA, END_STREAM, 1, b"\0" + len(message).to_bytes(4, "big") + message))
+    sock.settimeout(10)
+    deadline = time.monotonic() + 10
+    answered = 0  # DATA bytes of the answer received: the window's worth, then no more
+    while answered < 60_000 and time.monotonic() < deadline:
+        received = read_frame(sock)
+        assert received is not None, "the server closed the connection"
+        if received.kind == SETTINGS and not received.flags & ACK_FLAG:
+            sock.sendall(frame(SETTINGS, ACK_FLAG, 0))
+        elif received.kind == DATA:
+            answered += len(received.payload)
+    assert answered >= 60_000, answered
+    return sock
+
+
+def _expand_served(server: ServerProcess) -> str:
+    options = [("grpc.max_receive_message_length", 64 * MIB)]
+    with grpc.insecure_channel(server.grpc_url, options) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        try:
+            answer = stub.ModelInfer(_expand_request(), timeout=30)
+        except grpc.RpcError as exc:
+            return f"{exc.code()} {exc.details()}"
+    values = np.frombuffer(answer.raw_output_contents[0], dtype=np.float32)
+    return "ok" if values.shape == (ELEMENTS,) and np.all(values == 3.0) else "wrong answer"
+
+
+def test_a_grpc_answer_never_read_stays_counted_until_its_call_ends(tmp_path: Path) -> None:
+    """Over gRPC the answer of a call whose client stops reading waits in grpc core, after the
+    handler has returned: its 16 MiB stay counted (16 MiB allowed), so the next call is
+    refused, until the stuck client leaves and its call ends."""
+    server = start_server(_write_expand(tmp_path), ["--max-request-memory", "16MiB"])
+    try:
+        stuck = _stuck_grpc_call(server)
+        try:
+            refused = _expand_served(server)
+            assert refused.startswith("StatusCode.UNAVAILABLE"), refused
+            assert REFUSED in refused
+        finally:
+            stuck.close()
+        deadline = time.monotonic() + 30
+        while (served := _expand_served(server)) != "ok":
+            assert time.monotonic() < deadline, served
+            time.sleep(0.2)
+    finally:
         assert server.stop() == 0
