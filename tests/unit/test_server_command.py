@@ -367,6 +367,18 @@ def test_serve_refuses_an_unknown_log_level_in_one_line_before_starting(tmp_path
     ]
 
 
+NOT_A_BUDGET = (
+    "memory budget 'lots' is neither a fraction (0.8, 80%) nor a size (512MiB, 8GiB, 2147483648)"
+)
+
+
+def _refused(flag: str, value: str) -> list[str]:
+    """The settings' errors for ``flag value``."""
+    with pytest.raises(ValidationError) as refused:
+        _settings(flag, value)
+    return settings_errors(refused.value)
+
+
 def test_the_memory_budget_is_parsed_once_into_a_budget_per_device_kind(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -378,12 +390,7 @@ def test_the_memory_budget_is_parsed_once_into_a_budget_per_device_kind(
     }
     monkeypatch.setenv("BATCHSERVE_MEMORY_BUDGET", "gpu=50%")  # the flag's syntax, not JSON
     assert _settings().memory_budget == {"cpu": DEFAULT_BUDGET, "gpu": BudgetSpec(0.5)}
-    with pytest.raises(ValidationError) as refused:
-        _settings("--memory-budget", "lots")
-    assert settings_errors(refused.value) == [
-        "memory_budget: memory budget 'lots' is neither a fraction (0.8, 80%) nor a size "
-        "(512MiB, 8GiB, 2147483648)"
-    ]
+    assert _refused("--memory-budget", "lots") == [f"memory_budget: {NOT_A_BUDGET}"]
 
 
 def test_the_memory_for_requests_is_a_share_of_the_memory_or_a_size(
@@ -396,12 +403,7 @@ def test_the_memory_for_requests_is_a_share_of_the_memory_or_a_size(
     )
     monkeypatch.setenv("BATCHSERVE_MAX_REQUEST_MEMORY", "10%")
     assert _settings().max_request_memory == BudgetSpec(0.1)
-    with pytest.raises(ValidationError) as refused:
-        _settings("--max-request-memory", "lots")
-    assert settings_errors(refused.value) == [
-        "max_request_memory: memory budget 'lots' is neither a fraction (0.8, 80%) nor a size "
-        "(512MiB, 8GiB, 2147483648)"
-    ]
+    assert _refused("--max-request-memory", "lots") == [f"max_request_memory: {NOT_A_BUDGET}"]
 
 
 def test_an_untaken_answer_is_dropped_after_the_send_timeout(
