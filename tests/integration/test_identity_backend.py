@@ -7,6 +7,7 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -47,6 +48,17 @@ backend: "identity"
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 2 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 2 ] } ]
+""",
+    "staggered": """
+backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+instance_group [ { kind: KIND_CPU count: 2 } ]
+parameters [
+  { key: "execute_delay_ms" value { string_value: "100" } },
+  { key: "instance_wise_delay_multiplier" value { string_value: "4" } }
+]
 """,
     "mismatched": """
 backend: "identity"
@@ -254,3 +266,26 @@ def test_cancelling_a_held_step_cancels_its_sequence(identities: ServerProcess) 
         identities, "nv_inference_request_failure_total", model="stepped", reason="CANCELED"
     )
     assert after - before == 2
+
+
+def test_instance_wise_delay_multiplier_makes_one_instance_slower_as_tritons_does(
+    identities: ServerProcess,
+) -> None:
+    """Two instances, 100 ms and the multiplier 4: instance 0 waits 100 ms (at least one
+    delay), instance 1 waits 400 ms, so of two requests at once one is answered well before
+    the other (L0_batcher's preserve-ordering model)."""
+
+    def timed(value: float) -> float:
+        client = httpclient.InferenceServerClient(identities.http_url)
+        try:
+            started = time.perf_counter()
+            result = client.infer("staggered", [_fp32(client, np.full((4,), value, np.float32))])
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((4,), value))
+            return time.perf_counter() - started
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(2) as pool:
+        fast, slow = sorted(pool.map(timed, (1.0, 2.0)))
+    assert 0.1 <= fast < 0.35, (fast, slow)
+    assert slow >= 0.4, (fast, slow)

@@ -14,6 +14,7 @@ from batchserve.backends.selection import create_backend
 from batchserve.core.device import CPU
 from batchserve.core.errors import BackendError
 from batchserve.core.validation import RequestSchema
+from batchserve.models.instance_loader import instance_ordinal
 from batchserve.models.measured_defaults import wants_tuning
 from batchserve.models.memory_probe import declared_profile, probe_backend
 from batchserve.models.model_config import parse_pbtxt
@@ -175,6 +176,24 @@ def test_execute_delay_ms_delays_each_run() -> None:
     started = time.perf_counter()
     backend.infer({"INPUT0": np.zeros((1, 4), np.int32)})
     assert time.perf_counter() - started >= 0.03
+
+
+def test_instance_wise_delay_multiplier_sets_instances_apart_by_their_place() -> None:
+    written = config()
+    written.parameters["execute_delay_ms"].string_value = "20"
+    written.parameters["instance_wise_delay_multiplier"].string_value = "3"
+    slept = []
+    for name in ("m-1-0", "m-1-1", "m-1-2"):
+        backend = IdentityBackend()
+        backend.number_instance(instance_ordinal(name))
+        backend.load(Path("model.identity"), written, CPU)
+        started = time.perf_counter()
+        backend.infer({"INPUT0": np.zeros((1, 4), np.int32)})
+        slept.append(time.perf_counter() - started)
+    assert slept[0] >= 0.02  # instance 0 waits once, as 1 x 20 ms
+    assert slept[1] >= 0.06
+    assert slept[2] >= 0.12
+    assert instance_ordinal("name-with-dashes-2-7") == 7
 
 
 def test_a_refused_config_fails_the_load_too() -> None:

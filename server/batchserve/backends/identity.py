@@ -9,15 +9,15 @@ repository written for Triton's identity backend is served as written.
 Its config parameters, as Triton's backend reads them:
 
 - ``execute_delay_ms``: each execution (one batch) sleeps this long first;
+- ``instance_wise_delay_multiplier``: with it, instance *i* (the model's instances counted
+  from 0 in the config's order) sleeps ``execute_delay_ms`` times ``multiplier * i``, at
+  least once: Triton's tests make one instance slower than another with it;
 - ``creation_delay_sec``: each instance's load sleeps this long first (Triton's sleeps
   once per model).
 
 An ``optional`` input a request leaves out gives zeros for its output, shaped by the
 config's dims (free axes 1), as Triton's backend does; here with the batch axis in front
 when the model batches, so that each request of the batch gets its row.
-``instance_wise_delay_multiplier`` is not supported: the delay is the same on every
-instance (the load warns).
-
 Like Triton's, it counts the bytes of the inputs it is given in its own metric family,
 ``input_byte_size_counter`` (``backend_counters``, served on the metrics port per model
 version), and every response carries its four example parameters
@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 
 EXECUTE_DELAY = "execute_delay_ms"
 CREATION_DELAY = "creation_delay_sec"
-UNSUPPORTED_MULTIPLIER = "instance_wise_delay_multiplier"
+DELAY_MULTIPLIER = "instance_wise_delay_multiplier"
 _INDEX = re.compile(r"(INPUT|OUTPUT)(\d+)$")
 
 
@@ -58,7 +58,7 @@ def identity_problems(config: ModelConfig) -> list[str]:
     as integers."""
     problems = [
         f"parameter '{key}' must be an integer, got '{value}'"
-        for key in (EXECUTE_DELAY, CREATION_DELAY)
+        for key in (EXECUTE_DELAY, CREATION_DELAY, DELAY_MULTIPLIER)
         if (value := _parameter(config, key)) and _integer(value) is None
     ]
     if len(config.input) != len(config.output):
@@ -182,6 +182,11 @@ class IdentityBackend:
         self._pairs: dict[str, str] = {}
         self._per_sample = 0
         self._input_bytes = 0
+        self._ordinal = 0
+
+    def number_instance(self, ordinal: int) -> None:
+        """This instance's place among its model's, counted from 0 (before ``load``)."""
+        self._ordinal = ordinal
 
     @property
     def device(self) -> Device:
@@ -195,15 +200,11 @@ class IdentityBackend:
         problems = identity_problems(config)
         if problems:
             raise BackendError(f"{config.name}: {problems[0]}")
-        if UNSUPPORTED_MULTIPLIER in config.parameters:
-            logger.warning(
-                "model '%s': parameter '%s' is not supported: every instance waits "
-                "execute_delay_ms", config.name, UNSUPPORTED_MULTIPLIER,
-            )  # fmt: skip
         time.sleep(_seconds(config, CREATION_DELAY, 1.0))
         self._device = device
         self._signature = config_signature(config)
-        self._delay_s = _seconds(config, EXECUTE_DELAY, 1e-3)
+        multiplier = max(0, _integer(_parameter(config, DELAY_MULTIPLIER)) or 0)
+        self._delay_s = _seconds(config, EXECUTE_DELAY, 1e-3) * max(multiplier * self._ordinal, 1)
         self._batched = config.max_batch_size > 0
         self._per_sample = sum(_sample_bytes(t) for t in config.output)
         inputs = {_index(t.name): t.name for t in config.input}

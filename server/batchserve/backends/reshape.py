@@ -137,6 +137,12 @@ class ReshapedBackend:
         return counters
 
     @property
+    def number_instance(self) -> Callable[[int], None] | None:
+        """The inner backend's, where it tells its instances apart (``instance_loader``)."""
+        number: Callable[[int], None] | None = getattr(self.inner, "number_instance", None)
+        return number
+
+    @property
     def graph_batch_sizes(self) -> tuple[int, ...]:
         return tuple(getattr(self.inner, "graph_batch_sizes", ()))
 

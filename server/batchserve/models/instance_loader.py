@@ -101,6 +101,12 @@ def load_twin(
     return True
 
 
+def instance_ordinal(name: str) -> int:
+    """An instance's place among its model's, from its name (``<model>-<version>-<n>``)."""
+    tail = name.rpartition("-")[2]
+    return int(tail) if tail.isdecimal() else 0
+
+
 def instance_of(name: str, backend: Backend, placement: Placement) -> Instance:
     """An instance to be, with what its group's ``rate_limiter`` says it needs."""
     group = ModelInstanceGroup.FromString(placement.group)
@@ -178,7 +184,11 @@ class InstanceLoader:
     def _instance(
         self, name: str, config: ModelConfig, version: ModelVersion, placement: Placement
     ) -> Instance:
-        return instance_of(name, self.backend_factory(config, version.model_file), placement)
+        backend = self.backend_factory(config, version.model_file)
+        number = getattr(backend, "number_instance", None)
+        if number is not None:  # Triton's identity backend delays its instances apart
+            number(instance_ordinal(name))
+        return instance_of(name, backend, placement)
 
     async def load(
         self,
