@@ -240,12 +240,15 @@ def memory() -> list[Panel]:
             "bytes",
             "Per pod and device: the budget, what loaded models reserved of it, what is lent "
             "to batches larger than their reservation while they run, and on GPUs the memory "
-            "in use (NVML) and installed.",
+            "in use (NVML) and installed. Per pod: the bodies and answers of requests in "
+            "flight, and what --max-request-memory allows them (past it, 503 / UNAVAILABLE).",
             _query("batchserve_memory_budget_bytes", "{{instance}} {{device}} budget"),
             _query("batchserve_memory_reserved_bytes", "{{instance}} {{device}} reserved"),
             _query("batchserve_memory_lent_bytes", "{{instance}} {{device}} lent"),
             _query("batchserve_gpu_memory_used_bytes", "{{instance}} {{device}} used"),
             _query("batchserve_gpu_memory_total_bytes", "{{instance}} {{device}} total"),
+            _query("batchserve_request_memory_held_bytes", "{{instance}} requests in flight"),
+            _query("batchserve_request_memory_limit_bytes", "{{instance}} requests' limit"),
             width=12,
         ),
     ]

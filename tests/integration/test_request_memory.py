@@ -125,6 +125,8 @@ def test_requests_past_the_memory_for_requests_are_refused_and_the_rest_answered
         assert counted == len(refused)
         # Their memory was given back: one at a time, every request is admitted.
         assert [ask(server, seed) for seed in range(2)] == ["ok", "ok"]
+        assert metric(server, "batchserve_request_memory_held_bytes") == 0
+        assert metric(server, "batchserve_request_memory_limit_bytes") == 40 * MIB
     finally:
         assert server.stop() == 0
 
@@ -214,6 +216,9 @@ def test_an_answer_never_taken_holds_its_memory_until_the_send_timeout_aborts_it
         stuck.sendall(_raw_request(0))
         time.sleep(0.5)  # its answer is written, and waits in the server
         assert REFUSED in _ask_http(server, 1)
+        # its body and its answer, 16 MiB each, to within the answer's JSON header
+        held = metric(server, "batchserve_request_memory_held_bytes")
+        assert 32 * MIB <= held < 33 * MIB, held
         started = time.monotonic()
         deadline = started + 30
         while _ask_http(server, 2) != "ok":

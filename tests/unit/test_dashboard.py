@@ -18,7 +18,7 @@ from grafana_foundation_sdk.models import prometheus, timeseries
 
 GRAFANA = Path(__file__).resolve().parents[2] / "deploy" / "grafana"
 POD_OR_DEVICE_METRICS = re.compile(
-    r"batchserve_(saturation|memory_budget|memory_reserved|memory_lent|gpu_)"
+    r"batchserve_(saturation|memory_budget|memory_reserved|memory_lent|request_memory|gpu_)"
 )
 
 

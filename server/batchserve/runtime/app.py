@@ -129,7 +129,11 @@ class Server:
                     self.dataplane, settings, reuse_port=settings.reuse_grpc_port,
                     intake=self.intake,
                 )  # fmt: skip
-            collector = ServerCollector(self.registry, self.gpus, self.registry.load_seconds)
+            memory = self.dataplane.request_memory
+            collector = ServerCollector(
+                self.registry, self.gpus, self.registry.load_seconds,
+                request_memory=lambda: (memory.held, memory.limit),
+            )  # fmt: skip
         else:
             collector = self._serve_through_workers(workers)
         self.metrics = self._metrics_listener(collector) if settings.allow_metrics else None
@@ -200,9 +204,15 @@ class Server:
         counts = WorkerCounts(REFUSALS)
         endpoints = Endpoints(ports[0], ports[1], http_path, grpc_path)
         self.pool = WorkerPool(settings, self.dataplane, workers, endpoints, counts, self._forks)
+        own = self.dataplane.request_memory  # a worker's share, for the requests forwarded
+
+        def request_memory() -> tuple[int, int]:
+            return own.held + counts.request_memory_held(), own.limit * workers
+
         return ServerCollector(self.registry, self.gpus, self.registry.load_seconds,
                                refusals=counts, grpc_core=counts.grpc_core,
-                               workers=self.pool.handed_over)  # fmt: skip
+                               workers=self.pool.handed_over,
+                               request_memory=request_memory)  # fmt: skip
 
     def _repository_changed(self) -> None:
         """Workers learn of every change at once; the heap is settled after each change while

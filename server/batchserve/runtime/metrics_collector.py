@@ -100,6 +100,8 @@ class ServerCollector(Collector):
         gpus: the NVML monitor; None where there is no GPU (no GPU series then).
         load_seconds: how long the latest load of each model took.
         clock: monotonic nanoseconds, the batchers' clock (queue ages are measured on it).
+        request_memory: (bytes held, bytes allowed) by the requests in flight of every
+            request-handling process (``core/request_memory.py``); None: no such series.
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class ServerCollector(Collector):
         refusals: Refusals = REFUSALS,
         grpc_core: Callable[[], CoreCallCounts | None] = read_core_call_counts,
         workers: Callable[[], Mapping[int, tuple[int, int]]] | None = None,
+        request_memory: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
         self._registry = registry
         self._gpus = gpus
@@ -119,6 +122,7 @@ class ServerCollector(Collector):
         self._refusals = refusals
         self._grpc_core = grpc_core
         self._workers = workers
+        self._request_memory = request_memory
 
     def collect(self) -> Iterator[Metric]:
         versions = self._registry.loaded()
@@ -133,6 +137,8 @@ class ServerCollector(Collector):
             yield from gpu_families(self._gpus.read())
         yield _saturation_family(versions, now_ns)
         yield _refusal_family(self._refusals)
+        if self._request_memory is not None:
+            yield from _request_memory_families(*self._request_memory())
         core = self._grpc_core()
         if core is not None:
             yield from _grpc_core_families(core)
@@ -149,6 +155,21 @@ def metrics_registry(collector: ServerCollector) -> CollectorRegistry:
     GCCollector(registry=registry)
     registry.register(collector)
     return registry
+
+
+def _request_memory_families(held: int, limit: int) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "batchserve_request_memory_held_bytes",
+        "Bytes the requests in flight hold, bodies and answers not yet taken, summed over "
+        "the request-handling processes (--max-request-memory).",
+        value=held,
+    )
+    yield GaugeMetricFamily(
+        "batchserve_request_memory_limit_bytes",
+        "What --max-request-memory allows them, each request-handling process an even share: "
+        "past its share a process refuses new requests (reason request_memory).",
+        value=limit,
+    )
 
 
 def _refusal_family(refusals: Refusals) -> Metric:

@@ -19,6 +19,7 @@ import signal
 import socket
 import sys
 from collections.abc import Awaitable, Sequence
+from functools import partial
 
 import uvloop
 
@@ -74,7 +75,7 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
     memory = RequestMemory.share(
         settings.max_request_memory, cpu_total_bytes(), int(settings.workers)
     )  # the pool writes its count of workers in their settings
-    plane = WorkerPlane(settings, requests, responses, _counts, memory)
+    plane = WorkerPlane(settings, requests, responses, partial(_counts, memory), memory)
     intake = worker_intake(requests)  # closed by the model-owning process as its stop begins
     sock.setblocking(False)
     await loop.connect_accepted_socket(lambda: plane.protocol, sock)
@@ -115,7 +116,7 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
         stopping.append(grpc.stop(timeout))
     await asyncio.gather(*stopping)
     counting.cancel()
-    plane.protocol.send(_counts())
+    plane.protocol.send(_counts(memory))
     forwarder.close()
     plane.protocol.close()
     return 0
@@ -124,11 +125,11 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
 async def _send_counts(plane: WorkerPlane, interval_s: float) -> None:
     while True:
         await asyncio.sleep(interval_s)
-        plane.protocol.send(_counts())
+        plane.protocol.send(_counts(plane.request_memory))
 
 
-def _counts(asked: int = -1) -> Frame:
-    return counts_frame(REFUSALS, read_core_call_counts(), asked)
+def _counts(memory: RequestMemory, asked: int = -1) -> Frame:
+    return counts_frame(REFUSALS, read_core_call_counts(), asked, memory.held)
 
 
 def main(argv: list[str]) -> int:

@@ -64,3 +64,14 @@ def test_the_totals_add_every_worker_and_keep_a_gone_workers_counts() -> None:
     counts.update(0, _worker({body: 1}, (1, 1, 0)))  # its replacement starts from zero
     assert counts.snapshot()[body] == 5
     assert counts.grpc_core() == CoreCallCounts(18, 17, 1)
+
+
+def test_the_memory_held_is_the_live_workers_latest_and_nothing_of_a_gone_one() -> None:
+    counts = WorkerCounts(Refusals())
+    nothing = Refusals()
+    counts.update(0, counts_frame(nothing, None, held=16 << 20))
+    counts.update(1, counts_frame(nothing, None, held=4 << 20))
+    counts.update(0, counts_frame(nothing, None, asked=3, held=1 << 20))  # the latest counts
+    assert counts.request_memory_held() == 5 << 20
+    counts.retire(1)  # a gauge, not a counter: what a gone worker held is free
+    assert counts.request_memory_held() == 1 << 20
