@@ -18,6 +18,7 @@ Its config parameters, as Triton's backend reads them:
 An ``optional`` input a request leaves out gives zeros for its output, shaped by the
 config's dims (free axes 1), as Triton's backend does; here with the batch axis in front
 when the model batches, so that each request of the batch gets its row.
+
 Like Triton's, it counts the bytes of the inputs it is given in its own metric family,
 ``input_byte_size_counter`` (``backend_counters``, served on the metrics port per model
 version), and every response carries its four example parameters
@@ -26,7 +27,6 @@ version), and every response carries its four example parameters
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 import time
@@ -42,8 +42,6 @@ from batchserve.core.device import CPU, Device
 from batchserve.core.errors import BackendError
 from batchserve.core.signature import DYNAMIC, ModelSignature, TensorSpec
 from batchserve.proto.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
-
-logger = logging.getLogger(__name__)
 
 EXECUTE_DELAY = "execute_delay_ms"
 CREATION_DELAY = "creation_delay_sec"

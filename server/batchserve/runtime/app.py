@@ -129,7 +129,6 @@ class Server:
                     self.dataplane, settings, reuse_port=settings.reuse_grpc_port,
                     intake=self.intake,
                 )  # fmt: skip
-            memory = self.dataplane.request_memory
             collector = ServerCollector(
                 self.registry, self.gpus, self.registry.load_seconds,
                 request_memory=lambda: (memory.held, memory.limit),
