@@ -247,6 +247,12 @@ def _count_error(name: str, sent: int, shape: tuple[int, ...]) -> InvalidArgumen
     )
 
 
+def answer_bytes(response: InferResponse) -> int:
+    """About the bytes the encoded answer holds: its outputs' (a BYTES element counted as the
+    pointer numpy holds for it), none for an output written into shared memory."""
+    return sum(t.data.nbytes for t in response.outputs if not t.in_shared_memory)
+
+
 def encode_infer_response(response: InferResponse) -> ModelInferResponse:
     """The response with every output's bytes in raw_output_contents (BYTES length-prefixed)."""
     outputs = [

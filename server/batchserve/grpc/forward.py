@@ -15,6 +15,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 from batchserve.core import errors
 from batchserve.core.errors import BatchserveError
 from batchserve.core.intake import Intake
+from batchserve.core.request_memory import Ticket
 from batchserve.dataplane.inference_path import KnownModels
 from batchserve.grpc.head import METHODS, Request, read
 from batchserve.grpc.layout_cache import MessageLayouts
@@ -148,9 +149,12 @@ class WorkerServicer(InferenceServicer):
         model, version = request.model_name, request.model_version
         return self.plane.knows(model, version) or await self.plane.learn(model, version)
 
-    async def _infer(self, request: Request, peer: str | None) -> pb.ModelInferResponse:
+    async def _infer(
+        self, request: Request, peer: str | None, ticket: Ticket
+    ) -> pb.ModelInferResponse:
         if await self._decodes_here(request):
-            return await super()._infer(request, peer)
+            return await super()._infer(request, peer, ticket)
+        # Forwarded whole: the model-owning process counts it while it answers.
         return await self.forwarder.infer(request, peer or "")
 
     async def _responses(
