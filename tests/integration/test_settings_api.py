@@ -20,10 +20,10 @@ TRACE_DEFAULTS = {
     "trace_level": ["OFF"],
     "trace_rate": "1000",
     "trace_count": "-1",
-    "log_frequency": "0",
-    "trace_file": "",
     "trace_mode": "opentelemetry",
 }
+"""As Triton answers them in its ``opentelemetry`` mode: no ``log_frequency`` or
+``trace_file``, which only its ``triton`` mode (trace files) has."""
 LOG_DEFAULTS = {
     "log_file": "",
     "log_info": True,

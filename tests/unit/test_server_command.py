@@ -577,8 +577,10 @@ def test_each_listener_takes_tritons_address_flag_else_the_host() -> None:
 def test_tritons_older_trace_flags_are_read_as_their_trace_config_settings() -> None:
     given = _settings("--trace-level", "TIMESTAMPS", "--trace-rate=5", "--trace-config", "count=3")
     assert given.trace_config == ("level=TIMESTAMPS", "rate=5", "count=3")
-    with pytest.raises(ValidationError, match="opentelemetry only"):
-        _settings("--trace-file", "/tmp/trace.json")  # Triton's triton mode, refused as such
+    traced = _settings("--trace-file=trace.json", "--trace-level=MIN", "--trace-log-frequency=2")
+    assert traced.trace_config == ("triton,file=trace.json", "level=MIN", "triton,log-frequency=2")
+    with pytest.raises(ValidationError, match="trace file name is not given"):
+        _settings("--trace-level=TIMESTAMPS", "--trace-config", "mode=triton")
 
 
 def test_tritons_thread_counts_and_header_patterns_are_checked_as_triton_checks_them() -> None:

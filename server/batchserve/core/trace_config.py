@@ -1,10 +1,15 @@
 """Triton's ``--trace-config`` entries, parsed once at start: the global trace settings a
-server starts with (``level=``, ``rate=``, ``count=``, ``mode=``) and where its OpenTelemetry
-spans go (``opentelemetry,url=``, ``resource=`` and the batch span processor's sizes).
+server starts with (``level=``, ``rate=``, ``count=``, ``mode=``), where its ``triton`` mode
+writes trace files (``triton,file=``, ``triton,log-frequency=``) and where its
+``opentelemetry`` mode sends spans (``opentelemetry,url=``, ``resource=`` and the batch span
+processor's sizes).
+
+The mode: ``mode=`` where given; else ``triton`` where a ``triton,`` setting is (a file to
+write), else ``opentelemetry``. Triton's default mode is ``triton`` even without a file, where
+it can trace nothing; batchserve keeps the mode that can trace.
 
 Pure parsing: ``Settings`` refuses a bad entry before the server starts, and tracing reads
-the result (``observability/tracing.py``). batchserve traces in Triton's ``opentelemetry``
-mode only: its ``triton`` mode writes JSON trace files, which batchserve does not.
+the result (``observability/tracing.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
-MODE = "opentelemetry"
+ALIASES = {"FALSE": "OFF", "ON": "TIMESTAMPS", "TRUE": "TIMESTAMPS", "MIN": "TIMESTAMPS",
+           "MAX": "TIMESTAMPS"}  # fmt: skip
+"""Triton's older level words (``--trace-level=MIN`` in its QA), read as it reads them."""
+TRITON = "triton"
+OPENTELEMETRY = "opentelemetry"
+MODES = (TRITON, OPENTELEMETRY)
+NO_FILE = "trace file name is not given"
+"""Triton's reason a ``triton`` mode setting without a file cannot trace."""
 UINT32_MAX = 2**32 - 1
 INT32_MAX = 2**31 - 1
 BATCH_KEYS = ("bsp_max_queue_size", "bsp_schedule_delay", "bsp_max_export_batch_size")
@@ -34,11 +46,16 @@ class TraceConfig:
     url: str | None = None
     resource: dict[str, str] = field(default_factory=dict)
     batch: dict[str, int] = field(default_factory=dict)
+    mode: str = OPENTELEMETRY
+    file: str = ""
+    """``triton`` mode: the trace file, as given (relative to the server's directory)."""
+    log_frequency: int = 0
+    """``triton`` mode: write every N traces to the next indexed file; 0: to the file."""
 
 
 def parse_trace_config(entries: Sequence[str]) -> TraceConfig:
     """Triton's ``[<mode>,]<setting>=<value>`` entries; ValueError names a bad one."""
-    parts: dict[str, Any] = {"levels": [], "resource": {}, "batch": {}}
+    parts: dict[str, Any] = {"levels": [], "resource": {}, "batch": {}, "given": set()}
     for entry in entries:
         head, equals, value = entry.partition("=")
         mode, _, key = head.rpartition(",")
@@ -46,19 +63,26 @@ def parse_trace_config(entries: Sequence[str]) -> TraceConfig:
             raise ValueError(f"--trace-config {entry[:64]!r}: expected <setting>=<value>")
         if mode == "":
             _global_entry(parts, entry, key, value)
-        elif mode == MODE:
+        elif mode.lower() == OPENTELEMETRY:
             _opentelemetry_entry(parts, entry, key, value)
+            parts["given"].add(OPENTELEMETRY)
+        elif mode.lower() == TRITON:
+            _triton_entry(parts, entry, key, value)
+            parts["given"].add(TRITON)
         else:
-            raise ValueError(
-                f"--trace-config {entry[:64]!r}: batchserve traces in mode {MODE} only "
-                "(Triton's triton mode writes trace files, which batchserve does not)"
-            )
+            raise ValueError(f"--trace-config {entry[:64]!r}: the modes are {' and '.join(MODES)}")
     level = _joined(parts["levels"])
-    if level != "OFF" and (missing := sdk_missing()) is not None:
+    mode = parts.get("mode") or (TRITON if TRITON in parts["given"] else OPENTELEMETRY)
+    if mode == TRITON and level != "OFF" and not parts.get("file"):
+        raise ValueError(
+            f"--trace-config mode=triton at level {level}: {NO_FILE} (triton,file=<path>)"
+        )
+    if mode == OPENTELEMETRY and level != "OFF" and (missing := sdk_missing()) is not None:
         raise ValueError(missing)
     return TraceConfig(
         level, parts.get("rate", 1000), parts.get("count", -1),
         parts.get("url"), parts["resource"], parts["batch"],
+        mode, parts.get("file", ""), parts.get("log_frequency", 0),
     )  # fmt: skip
 
 
@@ -70,8 +94,9 @@ def _global_entry(parts: dict[str, Any], entry: str, key: str, value: str) -> No
     elif key == "count":
         parts["count"] = _number(entry, value, -1, INT32_MAX)
     elif key == "mode":
-        if value != MODE:
-            raise ValueError(f"--trace-config {entry[:64]!r}: batchserve's mode is {MODE}")
+        if value.lower() not in MODES:
+            raise ValueError(f"--trace-config {entry[:64]!r}: the modes are {' and '.join(MODES)}")
+        parts["mode"] = value.lower()
     else:
         raise ValueError(
             f"--trace-config {entry[:64]!r}: the global settings are level, rate, count and mode"
@@ -95,6 +120,19 @@ def _opentelemetry_entry(parts: dict[str, Any], entry: str, key: str, value: str
         )
 
 
+def _triton_entry(parts: dict[str, Any], entry: str, key: str, value: str) -> None:
+    if key == "file":
+        if not value:
+            raise ValueError(f"--trace-config {entry[:64]!r}: the file needs a path")
+        parts["file"] = value
+    elif key == "log-frequency":
+        parts["log_frequency"] = _number(entry, value, 0, UINT32_MAX)
+    else:
+        raise ValueError(
+            f"--trace-config {entry[:64]!r}: the triton settings are file and log-frequency"
+        )
+
+
 def sdk_missing() -> str | None:
     """Why tracing cannot switch on here, or None: the SDK is the ``tracing`` extra, and a
     level refused at once beats every traced request failing."""
@@ -109,9 +147,10 @@ def sdk_missing() -> str | None:
 
 
 def _level(entry: str, value: str) -> str:
-    if value.upper() not in LEVELS:
+    level = ALIASES.get(value.upper(), value.upper())
+    if level not in LEVELS:
         raise ValueError(f"--trace-config {entry[:64]!r}: the levels are {', '.join(LEVELS)}")
-    return value.upper()
+    return level
 
 
 def _joined(levels: list[str]) -> str:

@@ -26,7 +26,7 @@ from batchserve.grpc.head import METHODS, Request, read, wire_bytes
 from batchserve.grpc.layout_cache import MessageLayouts
 from batchserve.grpc.message_limits import Refusal, bounded
 from batchserve.grpc.streams import SHUTTING_DOWN, InferStreams
-from batchserve.observability import tracing
+from batchserve.observability import request_trace
 from batchserve.proto import grpc_service_pb2 as pb
 from batchserve.proto import grpc_service_pb2_grpc as pb_grpc
 
@@ -149,7 +149,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             trace.failed(exc)
             raise
         finally:
-            trace.finish()
+            if trace.sent_at_call_end:  # a trace file's: it has the answer's send
+                trace.leave()
+                context.add_done_callback(cast("DoneCallback", lambda _: trace.finish()))
+            else:
+                trace.finish()
 
     def _decoded(self, request: Request, peer: str | None) -> InferRequest:
         model, version = request.model_name, request.model_version
@@ -163,7 +167,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """The answer to a unary call; ``ticket`` holds its bytes from here on (read off the
         outputs: protobuf's ``ByteSize`` serializes the message to count it, 55 ms for a
         16 MiB answer here)."""
-        if self.inference.tracing.on and (trace := tracing.current()) is not None:
+        if self.inference.tracing.on and (trace := request_trace.current()) is not None:
             return await self._infer_traced(request, peer, trace, ticket)
         response = await self.inference.infer(self._decoded(request, peer))
         ticket.hold(codec.answer_bytes(response))
@@ -171,7 +175,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return encoded
 
     async def _infer_traced(
-        self, request: Request, peer: str | None, trace: tracing.RequestTrace, ticket: Ticket
+        self, request: Request, peer: str | None, trace: request_trace.RequestTrace, ticket: Ticket
     ) -> pb.ModelInferResponse:
         decoded = self._decoded(request, peer)
         trace.mark("decode")

@@ -30,7 +30,9 @@ from batchserve.core.validation import validate_request
 from batchserve.models import admission
 from batchserve.models.ensemble_config import EnsembleStep, ensemble_steps, needed_steps
 from batchserve.models.model_table import ServedVersion
+from batchserve.observability import trace_records
 from batchserve.observability.stats import ModelStats
+from batchserve.observability.trace_records import StepTrace
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batcher import Batcher
 from batchserve.scheduler.instances import InstancePool
@@ -119,6 +121,7 @@ class EnsembleBatcher(Batcher):
         if self._closed:
             raise Unavailable("model is being unloaded")
         item.dispatched_ns = time.monotonic_ns()  # an ensemble queues nothing of its own
+        trace_records.mark_composite()
         task = asyncio.get_running_loop().create_task(self._run(item))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
@@ -230,6 +233,8 @@ class EnsembleBatcher(Batcher):
         tensors, wanted = step_request(step, served, values)
         started = time.monotonic_ns()
         served.stats.received += item.clients
+        traced = trace_records.step_of(served.name, str(served.version))
+        arrays: Arrays = {}
         try:
             valid = validate_request(tensors, wanted, served.schema)
             work = admission.work_item(
@@ -240,15 +245,21 @@ class EnsembleBatcher(Batcher):
             # as Triton's ensemble passes them: a model that does not batch sequences
             # ignores them there (a client sending them to it directly is refused)
             work.sequence = item.sequence if takes_sequences(served.batcher) else None
-            served.batcher.submit(work)
+            if traced is None:
+                served.batcher.submit(work)
+            else:
+                _submit_traced(served, work, traced)
             try:
-                arrays: Arrays = await work.future
+                arrays = await work.future
             except asyncio.CancelledError:
                 work.future.cancel()
                 raise
         except BaseException as exc:
             admission.record_failure(served, started, exc, "", "", item.clients)
             raise
+        finally:
+            if traced is not None:
+                traced.done(tensors, _step_outputs(served, arrays))
         admission.record_success(served, started, work, "", item.clients)
         types = served.output_types
         batch = valid.batch_size if batching else 0
@@ -274,6 +285,22 @@ def step_request(
         data = _fitted(value, dims.get(model_input, ()), batching)
         tensors.append(Tensor(model_input, value.datatype, data.shape, data))
     return tensors, [RequestedOutput(model_output) for model_output, _ in step.outputs]
+
+
+def _submit_traced(served: ServedVersion, work: WorkItem, traced: StepTrace) -> None:
+    """Submit a step traced to a trace file: the trace is current meanwhile, so that a
+    nested ensemble's steps are traced under it."""
+    traced.queued(work)
+    token = trace_records.enter_step(traced)
+    try:
+        served.batcher.submit(work)
+    finally:
+        trace_records.leave_step(token)
+
+
+def _step_outputs(served: ServedVersion, arrays: Arrays) -> list[Tensor]:
+    types = served.output_types
+    return [Tensor(name, types[name], array.shape, array) for name, array in arrays.items()]
 
 
 def step_timeout_us(item: WorkItem) -> int:

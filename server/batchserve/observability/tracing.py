@@ -1,7 +1,7 @@
-"""OpenTelemetry spans for the inference requests the trace settings sample.
+"""The traces of sampled inference requests, in the mode ``--trace-config`` chose.
 
-A traced request's trace, under its caller's W3C ``traceparent`` (and ``tracestate``)
-when it sent one:
+``opentelemetry``: OpenTelemetry spans, under the caller's W3C ``traceparent`` (and
+``tracestate``) when it sent one:
 
     InferRequest            the whole request, model_name / model_version / request_id
       receive               HTTP: reading (and inflating) the body
@@ -12,38 +12,38 @@ when it sent one:
       encode                the response to the wire format (and deflating it)
       send                  HTTP: writing the response
 
-The request path only marks phase boundaries (a clock read each) while a request is traced;
-the spans are built when it ends, with explicit start and end times, and leave through the
-SDK's batch span processor, whose thread exports them over OTLP/HTTP: a slow or absent
-receiver costs the requests nothing (spans past its queue are dropped). The queue and
-compute spans come from the batcher's own timestamps on the work item, so the scheduler
-knows nothing of tracing.
+built with explicit start and end times when the request ends, and sent by the SDK's batch
+span processor from its own thread over OTLP/HTTP: a slow or absent receiver costs the
+requests nothing (spans past its queue are dropped).
+
+``triton``: Triton's JSON trace files (``trace_records.py``, ``trace_files.py``).
 
 While tracing is off, the adapters check ``RequestTracer.on`` and nothing else, and no part
-of the OpenTelemetry SDK is imported: it is imported when the first request is traced.
+of the OpenTelemetry SDK is imported: it is imported when the first span is built.
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from contextvars import ContextVar, Token
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from batchserve.core.trace_config import TraceConfig, parse_trace_config
+from batchserve.core.trace_config import TRITON, TraceConfig, parse_trace_config
+from batchserve.observability.request_trace import QueuedWork, RequestTrace, current
+from batchserve.observability.trace_files import Sink, TraceFiles
+from batchserve.observability.trace_records import FileTrace
 from batchserve.observability.trace_settings import TraceSettings
 
 if TYPE_CHECKING:
-    from asyncio import Future
-
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Tracer
 
-    from batchserve.core.types import InferResponse, Tensor
+    from batchserve.core.types import Tensor
 
 Header = Callable[[str], str | None]
 """A request's header (HTTP) or metadata (gRPC) value by lower-case name."""
@@ -52,38 +52,32 @@ SHUTDOWN_TIMEOUT_S = 2.0
 SERVICE_NAME = "batchserve"
 
 
-class QueuedWork(Protocol):
-    """What a request's spans read from the batcher's work item (``scheduler/work.py``)."""
-
-    batch_size: int
-    executed_batch_size: int
-    priority: int
-    enqueued_ns: int
-    dispatched_ns: int
-    future: Future[Any]
-
-
-_current: ContextVar[RequestTrace | None] = ContextVar("batchserve_request_trace", default=None)
-
-
-def current() -> RequestTrace | None:
-    """The traced request this task serves, if any (set by ``RequestTracer.begin``)."""
-    return _current.get()
-
-
 class RequestTracer:
-    """One per process: samples requests by the trace settings and builds their spans."""
+    """One per process: samples requests by the trace settings and writes their traces.
 
-    def __init__(self, settings: TraceSettings, config: TraceConfig | None = None) -> None:
+    ``sink``: where a worker's trace-file traces go (a frame to the model-owning process);
+    without one, this process writes the trace file itself."""
+
+    def __init__(
+        self, settings: TraceSettings, config: TraceConfig | None = None, sink: Sink | None = None
+    ) -> None:
         self.settings = settings
         self.config = config or TraceConfig()
         self._tracer: Tracer | None = None
+        self.files: TraceFiles | None = None
+        self._sink = sink
+        self._ids: Callable[[], int] = itertools.count(1).__next__
+        if self.config.mode == TRITON and sink is None:
+            self.files = TraceFiles(self.config.file)
+            self._sink, self._ids = self.files.collect, self.files.next_id
+            settings.on_counted(self.files.counted)
+            settings.on_reset(self.files.reset)
 
     @classmethod
-    def configured(cls, entries: Iterable[str]) -> RequestTracer:
+    def configured(cls, entries: Iterable[str], sink: Sink | None = None) -> RequestTracer:
         """A tracer with its own settings, started as ``--trace-config`` says (a worker's)."""
         config = parse_trace_config(tuple(entries))
-        return cls(TraceSettings(config), config)
+        return cls(TraceSettings(config), config, sink)
 
     @property
     def on(self) -> bool:
@@ -92,6 +86,21 @@ class RequestTracer:
 
     def begin(self, protocol: str, model: str, header: Header) -> RequestTrace | None:
         """Decide whether this request is traced; when it is, its trace becomes current."""
+        trace: RequestTrace
+        if self.settings.mode == TRITON:
+            sample = self.settings.sample(model, False)
+            if sample is None or self._sink is None:
+                return None
+            trace = FileTrace(protocol, model, sample, self._ids, self._sink)
+        else:
+            span_trace = self._span_trace(protocol, model, header)
+            if span_trace is None:
+                return None
+            trace = span_trace
+        trace.enter()
+        return trace
+
+    def _span_trace(self, protocol: str, model: str, header: Header) -> SpanTrace | None:
         from opentelemetry.trace import get_current_span
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -103,20 +112,22 @@ class RequestTracer:
         parent = TraceContextTextMapPropagator().extract(carrier) if carrier else None
         caller = get_current_span(parent).get_span_context() if parent is not None else None
         propagated = caller is not None and caller.is_valid and caller.trace_flags.sampled
-        levels = self.settings.sample(model, propagated)
-        if levels is None:
+        sample = self.settings.sample(model, propagated)
+        if sample is None:
             return None
-        trace = RequestTrace(self._otel(), parent, protocol, model, "TENSORS" in levels)
-        trace.token = _current.set(trace)
-        return trace
+        return SpanTrace(self._otel(), parent, protocol, model, "TENSORS" in sample.levels)
 
     def watch(self, item: QueuedWork) -> None:
-        """The current traced request's work item: its queue and compute spans are taken
+        """The current traced request's work item: its queue and compute times are taken
         from the batcher's timestamps once it is answered."""
-        trace = _current.get()
+        trace = current()
         if trace is not None:
-            trace.item = item
-            item.future.add_done_callback(lambda future: trace.executed(item, future))
+            trace.watch(item)
+
+    def close(self) -> None:
+        """Write what the trace file has collected (the server stops)."""
+        if self.files is not None:
+            self.files.close()
 
     def _otel(self) -> Tracer:
         if self._tracer is None:
@@ -158,93 +169,56 @@ def _shut_down(provider: TracerProvider) -> None:
     sending.join(SHUTDOWN_TIMEOUT_S)
 
 
-class RequestTrace:
-    """One traced request: phase boundaries on the monotonic clock, turned into spans
-    (on the wall clock, which OpenTelemetry wants) when the request ends."""
+class SpanTrace(RequestTrace):
+    """A traced request written as OpenTelemetry spans (on the wall clock, which
+    OpenTelemetry wants) when it ends."""
 
     def __init__(
         self, tracer: Tracer, parent: Context | None, protocol: str, model: str, tensors: bool
     ) -> None:
+        super().__init__(protocol, model, tensors)
         self.tracer = tracer
         self.parent = parent
-        self.tensors = tensors
-        self.token: Token[RequestTrace | None] | None = None
         self.offset = time.time_ns() - time.monotonic_ns()
-        self.start = self.last = time.monotonic_ns()
-        self.phases: list[tuple[str, int, int]] = []
-        self.attributes: dict[str, Any] = {"model_name": model, "protocol": protocol}
-        self.item: QueuedWork | None = None
-        self.batch: tuple[int, int, int, dict[str, Any]] | None = None
-        self.error: str | None = None
-
-    def mark(self, phase: str) -> None:
-        """``phase`` ended now; it began where the previous one ended."""
-        now = time.monotonic_ns()
-        self.phases.append((phase, self.last, now))
-        self.last = now
-
-    def failed(self, error: BaseException) -> None:
-        from batchserve.core.errors import public_message
-
-        self.error = f"{type(error).__name__}: {public_message(error)}"
-
-    def answered(self, response: InferResponse) -> None:
-        """The served model version, request id, and output tensors at level TENSORS."""
-        self.attributes["model_version"] = response.model_version
-        self.attributes["request_id"] = response.id
-        if self.tensors:
-            self.attributes.update(_tensor_attributes("output", response.outputs))
-
-    def decoded(self, inputs: Iterable[Tensor]) -> None:
-        if self.tensors:
-            self.attributes.update(_tensor_attributes("input", inputs))
-
-    def executed(self, item: QueuedWork, future: Future[Any], now: int = 0) -> None:
-        """The batcher answered the request's work item: queue from its enqueue time to its
-        dispatch (or to now, when it never ran), compute from dispatch to now."""
-        now = now or time.monotonic_ns()
-        ok = not future.cancelled() and future.exception() is None
-        self.ran(*batch_times(item, now, ok))
-
-    def ran(
-        self, enqueued: int, dispatched: int, answered: int, attributes: dict[str, Any]
-    ) -> None:
-        """The batch times of ``executed``, as the model-owning process sends a worker them
-        (the monotonic clock is the machine's, the same in both processes)."""
-        self.batch = (enqueued, dispatched, answered, attributes)
 
     def finish(self) -> None:
         """Build and end every span; the request's trace stops being current."""
         from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
         end = time.monotonic_ns()
-        if self.token is not None:
-            _current.reset(self.token)
-            self.token = None
+        self.leave()
         wall = self.offset
         root = self.tracer.start_span(
             "InferRequest", context=self.parent, kind=SpanKind.SERVER,
-            attributes=self.attributes, start_time=self.start + wall,
+            attributes=self._attributes(), start_time=self.start + wall,
         )  # fmt: skip
         if self.error is not None:
             root.set_status(Status(StatusCode.ERROR, self.error))
         within = set_span_in_context(root)
-        if self.batch is None and self.item is not None and self.item.future.done():
-            # Answered within the request's own step: its callback has not run yet.
-            answered = next((end for phase, _, end in self.phases if phase == "infer"), 0)
-            self.executed(self.item, self.item.future, answered)
-        for phase, start, end in self.phases:
+        self.settle_batch()
+        for phase, start, end_ns in self.phases:
             span = self.tracer.start_span(phase, context=within, start_time=start + wall)
             if phase == "infer" and self.batch is not None:
                 self._batch_spans(set_span_in_context(span))
-            span.end(end_time=end + wall)
+            span.end(end_time=end_ns + wall)
         root.end(end_time=end + wall)
+
+    def _attributes(self) -> dict[str, Any]:
+        attributes: dict[str, Any] = {"model_name": self.model, "protocol": self.protocol}
+        if self.response is not None:
+            attributes["model_version"] = self.response.model_version
+            attributes["request_id"] = self.response.id
+        if self.tensors:
+            attributes.update(_tensor_attributes("input", self.inputs))
+            if self.response is not None:
+                attributes.update(_tensor_attributes("output", self.response.outputs))
+        return attributes
 
     def _batch_spans(self, within: Context) -> None:
         from opentelemetry.trace import Status, StatusCode
 
         assert self.batch is not None
-        enqueued, dispatched, answered, attributes = self.batch
+        enqueued, dispatched, answered, attributes, _ = self.batch
         wall = self.offset
         queue = self.tracer.start_span("queue", context=within, start_time=enqueued + wall)
         queue.end(end_time=dispatched + wall)
@@ -254,18 +228,6 @@ class RequestTrace:
         if not answered:
             compute.set_status(Status(StatusCode.ERROR, "the batch failed or never ran"))
         compute.end(end_time=(answered or dispatched) + wall)
-
-
-def batch_times(item: QueuedWork, now: int, ok: bool) -> tuple[int, int, int, dict[str, Any]]:
-    """What ``RequestTrace.ran`` takes of a work item answered ``now``: queued from its
-    enqueue time to its dispatch (or to now, when it never ran), computed from dispatch to
-    now (0: it failed), and the batch's attributes."""
-    attributes = {
-        "request_batch_size": item.batch_size,
-        "batch_size": item.executed_batch_size,
-        "priority": item.priority,
-    }
-    return item.enqueued_ns, item.dispatched_ns or now, now if ok else 0, attributes
 
 
 def _tensor_attributes(role: str, tensors: Iterable[Tensor]) -> dict[str, str]:

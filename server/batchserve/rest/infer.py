@@ -19,7 +19,7 @@ from batchserve.core.request_memory import Ticket
 from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest
 from batchserve.dataplane.inference_path import InferencePath
-from batchserve.observability.tracing import RequestTrace
+from batchserve.observability.request_trace import RequestTrace
 from batchserve.rest.bodies import TooLarge, binary_too_large, json_too_large, raw_too_large
 from batchserve.rest.codec import encode_infer_response, parse_header_length
 from batchserve.rest.compression import (

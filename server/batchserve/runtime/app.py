@@ -416,6 +416,7 @@ class Server:
             stopping.append(self.grpc.stop(timeout))
         await asyncio.gather(*stopping)
         self._settle_deferred = True  # for good: the process is about to exit
+        self.dataplane.tracing.close()  # every trace answered: the trace file is whole
         await self.registry.close()
         self.dataplane.shared_memory.close()  # CUDA IPC mappings before the GPUs go
         if self.metrics is not None and metrics_task is not None:

@@ -432,6 +432,7 @@ REPEATED: tuple[tuple[str, str, str, str], ...] = (
     ("--model-store", "model_repository", "DIR", "as --model-repository (Triton's older flag)"),
     ("--trace-config", "trace_config", "[MODE,]SETTING=VALUE",
      "Triton's trace settings (repeatable): level=TIMESTAMPS, rate=N, count=N, "
+     "mode=triton|opentelemetry, triton,file=PATH, triton,log-frequency=N, "
      "opentelemetry,url=HOST:PORT/v1/traces, opentelemetry,resource=KEY=VALUE"),
     ("--cache-config", "cache_config", "local,size=BYTES",
      "Triton's response cache: local,size=BYTES of responses kept in memory, for the models "

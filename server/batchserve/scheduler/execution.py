@@ -163,6 +163,9 @@ class BatchRun:
         self.largest_ok = max(self.largest_ok, samples)
         t3 = time.monotonic_ns()
         cpu = time.thread_time_ns() - c0 if self._cpu_clock else 0
+        stamps = (t0, t1, t2, t3)
+        for item in items:
+            item.compute_ns = stamps
         self.executions.append(
             Execution(samples, t1 - t0, t2 - t1, t3 - t2, merged.padding, merged.elements, cpu)
         )

@@ -453,6 +453,7 @@ class SequenceBatcher(Batcher):
         self, sequence: _Sequence, item: WorkItem, run: WorkItem, step: asyncio.Future[Arrays]
     ) -> None:
         item.dispatched_ns = run.dispatched_ns  # its queue time is the step's
+        item.compute_ns = run.compute_ns
         if step.cancelled():
             item.finish(asyncio.CancelledError())
         elif (error := step.exception()) is not None:

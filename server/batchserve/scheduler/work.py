@@ -44,6 +44,9 @@ class WorkItem:
             passes: it then waits behind its level's requests still within theirs
             (``queue.py``) instead of being refused; None otherwise.
         delayed: set by the queue once that has happened.
+        compute_ns: set by the run that answered it: when the run began, its inputs were
+            gathered, the model returned and the outputs were split (a trace's compute
+            timestamps); () until then.
     """
 
     inputs: Arrays
@@ -64,6 +67,7 @@ class WorkItem:
     urgent: bool = False
     delay_at_ns: int | None = None
     delayed: bool = False
+    compute_ns: tuple[int, int, int, int] | tuple[()] = ()
 
     def abandoned(self) -> bool:
         """True when nobody waits for the answer any more."""

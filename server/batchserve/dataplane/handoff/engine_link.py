@@ -36,7 +36,7 @@ from batchserve.dataplane.handoff.read_mark import ReadMark
 from batchserve.dataplane.plane import DataPlane
 from batchserve.dataplane.shared_memory.parameters import placeholder
 from batchserve.models.model_table import ServedVersion
-from batchserve.observability.tracing import batch_times
+from batchserve.observability.request_trace import batch_times
 from batchserve.scheduler.execution import pinned_on_requests
 from batchserve.scheduler.work import Arrays, WorkItem
 
@@ -89,10 +89,17 @@ class EngineLink:
             "y": self._answered_check,
             "a": self._credited,
             "t": lambda frame: self.plane.control.trace.taken(frame[1]),
+            "w": self._trace_written,
         }
         self.protocol = FrameProtocol(
             dispatch(self._handlers, f"worker {index}"), self._lost, self._acknowledge
         )
+
+    def _trace_written(self, frame: Frame) -> None:
+        """A trace the worker traced to the trace file, which this process writes."""
+        files = self.plane.tracing.files
+        if files is not None:
+            files.collect_renumbered(frame[1], frame[2], frame[3])
 
     def _lost(self) -> None:
         """The worker is gone: nobody waits for its requests any more."""

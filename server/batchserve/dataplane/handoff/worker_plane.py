@@ -41,7 +41,9 @@ from batchserve.dataplane.shared_memory.parameters import REGION
 from batchserve.models.decoupled import builtin_backend
 from batchserve.models.ensemble_config import answers_many
 from batchserve.observability import log_settings
-from batchserve.observability.tracing import RequestTracer, current
+from batchserve.observability.request_trace import current
+from batchserve.observability.trace_files import Record
+from batchserve.observability.tracing import RequestTracer
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batch_io import BatchIO
 from batchserve.scheduler.padding import row_positions
@@ -132,7 +134,7 @@ class WorkerPlane:
         self.requests = requests
         self.responses = responses
         self.busy_poll = BusyPoll(settings.busy_poll_us * 1000)
-        self.tracing = RequestTracer.configured(settings.trace_config)
+        self.tracing = RequestTracer.configured(settings.trace_config, sink=self._trace_written)
         self.tracing.settings.on_taken(lambda scope: self.protocol.send(("t", scope)))
         self._loop = asyncio.get_running_loop()
         self.lost = self._loop.create_future()
@@ -329,6 +331,10 @@ class WorkerPlane:
 
     def _malformed(self, model: str, version: str, protocol: str, error: BatchserveError) -> None:
         self.protocol.send(("x", model, version, protocol, *error_frame(error)))
+
+    def _trace_written(self, scope: str, log_frequency: int, records: list[Record]) -> None:
+        """A trace-file trace: the model-owning process writes the file."""
+        self.protocol.send(("w", scope, log_frequency, records))
 
     async def infer(self, request: InferRequest) -> InferResponse:
         self.busy_poll.touch()

@@ -1,0 +1,326 @@
+"""Triton's ``triton`` trace mode end to end: a real server writes JSON trace files, driven
+by tritonclient over HTTP and gRPC and by Triton's trace settings API, and read back here
+as Triton's ``trace_summary.py`` reads them: records grouped by ``id``, one naming the
+model, one per timestamp, one per tensor at level TENSORS, an ensemble's steps as traces
+whose ``parent_id`` is the ensemble's.
+
+The files are written where Triton writes them: ``<file>`` at the stop (or when its setting
+is set again), ``<file>.N`` every ``log_frequency`` traces or once a count runs out.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.ensemble_models import ENSEMBLE, ROW, write_ensemble, write_pipeline_repository
+from tests.integration.server import CONTROL_TOKEN, ServerProcess, start_server
+from tests.integration.test_faults import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+HEADERS = {"authorization": f"Bearer {CONTROL_TOKEN}"}
+NESTED = "nested"
+NESTED_CONFIG = f"""
+name: "{NESTED}"
+platform: "ensemble"
+max_batch_size: 8
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]
+ensemble_scheduling {{
+  step [
+    {{
+      model_name: "{ENSEMBLE}"
+      model_version: -1
+      input_map {{ key: "IN" value: "X" }}
+      output_map {{ key: "OUT" value: "Y" }}
+    }}
+  ]
+}}
+"""
+"""The pipeline as the one step of another ensemble: its steps are the grandchildren."""
+HTTP_ORDER = (
+    "HTTP_RECV_START", "HTTP_RECV_END", "REQUEST_START", "QUEUE_START", "COMPUTE_START",
+    "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END", "INFER_RESPONSE_COMPLETE",
+    "REQUEST_END", "HTTP_SEND_START", "HTTP_SEND_END",
+)  # fmt: skip
+"""A request's timestamps over HTTP in the order they must happen (``trace_summary.py``
+refuses a span whose end precedes its start)."""
+GRPC_ORDER = (
+    "GRPC_WAITREAD_START", "GRPC_WAITREAD_END", *HTTP_ORDER[2:10], "GRPC_SEND_START",
+    "GRPC_SEND_END",
+)  # fmt: skip
+
+Client = httpclient.InferenceServerClient | grpcclient.InferenceServerClient
+
+
+def _repository(root: Path) -> Path:
+    repo = write_pipeline_repository(root, delay_us=0)
+    write_ensemble(repo, NESTED_CONFIG, NESTED)
+    return repo
+
+
+def _server(root: Path, *trace: str, workers: str = "1") -> ServerProcess:
+    args = [arg for entry in trace for arg in ("--trace-config", entry)]
+    env = {"BATCHSERVE_CONTROL_TOKEN": CONTROL_TOKEN, "BATCHSERVE_WORKERS": workers}
+    return start_server(_repository(root / "repo"), args, extra_env=env)
+
+
+@pytest.fixture(params=["http", "grpc"])
+def protocol(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _client(server: ServerProcess, protocol: str) -> Client:
+    if protocol == "http":
+        return httpclient.InferenceServerClient(server.http_url)
+    return grpcclient.InferenceServerClient(server.grpc_url)
+
+
+def _infer(client: Client, model: str, x: np.ndarray, request_id: str) -> Any:
+    module = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
+    name = {NESTED: "X", ENSEMBLE: "IN", "negater": "X"}.get(model, "INPUT0")
+    tensor = module.InferInput(name, list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    return client.infer(model, [tensor], request_id=request_id)
+
+
+def _traces(path: Path) -> dict[int, list[dict[str, Any]]]:
+    """The file's records by trace id, as ``trace_summary.py`` groups them."""
+    records = json.loads(path.read_text())
+    assert isinstance(records, list)
+    grouped: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        grouped[record["id"]].append(record)
+    return dict(grouped)
+
+
+def _head(records: list[dict[str, Any]]) -> dict[str, Any]:
+    (head,) = [r for r in records if "model_name" in r]
+    return head
+
+
+def _stamps(records: list[dict[str, Any]]) -> dict[str, int]:
+    stamps: dict[str, int] = {}
+    for record in records:
+        for stamp in record.get("timestamps", ()):
+            assert stamp["name"] not in stamps, f"{stamp['name']} twice"
+            stamps[stamp["name"]] = stamp["ns"]
+    return stamps
+
+
+def test_each_request_is_a_trace_with_triton_s_timestamps_in_order(
+    tmp_path: Path, protocol: str
+) -> None:
+    """Three requests to the doubler at rate 1: the file appears at the stop, as Triton
+    writes it with no log frequency, and holds three traces numbered 1-3, each naming its
+    model and request id, with every timestamp Triton writes, in order."""
+    trace = tmp_path / "trace.json"
+    server = _server(tmp_path, f"triton,file={trace}", "level=TIMESTAMPS", "rate=1")
+    client = _client(server, protocol)
+    try:
+        x = np.arange(ROW, dtype=np.float32).reshape(1, ROW)
+        for n in range(3):
+            answer = _infer(client, "doubler", x + n, f"r{n}")
+            np.testing.assert_array_equal(answer.as_numpy("OUTPUT0"), 2 * (x + n))
+        assert not trace.exists()  # written when its setting ends: here, the stop
+    finally:
+        client.close()
+        assert server.stop() == 0
+    traces = _traces(trace)
+    assert sorted(traces) == [1, 2, 3]
+    order = HTTP_ORDER if protocol == "http" else GRPC_ORDER
+    for number, records in traces.items():
+        head = _head(records)
+        assert head == {"id": number, "model_name": "doubler", "model_version": 1,
+                        "request_id": f"r{number - 1}"}  # fmt: skip
+        stamps = _stamps(records)
+        assert tuple(sorted(stamps, key=stamps.__getitem__)) == order or (
+            # the handler's start and its read are one instant over gRPC
+            protocol == "grpc" and set(stamps) == set(order)
+        )
+        times = [stamps[name] for name in order]
+        assert times == sorted(times), f"trace {number} out of order: {stamps}"
+        assert stamps["COMPUTE_OUTPUT_START"] > stamps["COMPUTE_INPUT_END"]
+
+
+def test_log_frequency_writes_indexed_files_as_the_traces_come(tmp_path: Path) -> None:
+    """``log-frequency=2``: every two traces to the next ``<file>.N`` while the server runs,
+    the odd one out at the stop, and no ``<file>`` at all."""
+    trace = tmp_path / "trace.json"
+    server = _server(
+        tmp_path, f"triton,file={trace}", "triton,log-frequency=2", "level=TIMESTAMPS", "rate=1"
+    )
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        x = np.ones((1, ROW), np.float32)
+        for n in range(5):
+            _infer(client, "doubler", x, f"r{n}")
+        wait_until(lambda: Path(f"{trace}.1").exists(), what="two indexed files while serving")
+        assert not Path(f"{trace}.2").exists()
+    finally:
+        client.close()
+        assert server.stop() == 0
+    assert [sorted(_traces(Path(f"{trace}.{n}"))) for n in range(3)] == [[1, 2], [3, 4], [5]]
+    assert not trace.exists()
+
+
+def test_the_settings_api_answers_and_drives_the_trace_files(tmp_path: Path) -> None:
+    """Triton's L0_trace sequence through tritonclient: tracing switched on through the API
+    (what came before it untraced); a model's own log frequency writes its indexed files
+    apart; a count set at rate 1 writes its traces to an indexed file the moment the last
+    is collected, the traces before it to ``<file>`` as their setting ends; the file itself
+    cannot be moved."""
+    trace = tmp_path / "trace.json"
+    server = _server(tmp_path, f"triton,file={trace}", "level=OFF", "rate=1")
+    http = httpclient.InferenceServerClient(server.http_url)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    x = np.ones((1, ROW), np.float32)
+    try:
+        _infer(http, "doubler", x, "untraced")
+        answer = http.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]},
+                                            headers=HEADERS)  # fmt: skip
+        assert answer == {"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "-1",
+                          "log_frequency": "0", "trace_file": str(trace),
+                          "trace_mode": "triton"}  # fmt: skip
+        grpc_answer = grpc.get_trace_settings("negater", as_json=True)["settings"]
+        assert grpc_answer["trace_file"] == {"value": [str(trace)]}
+        assert grpc_answer["trace_mode"] == {"value": ["triton"]}
+        moved = r"^\[501\] trace file location can not be updated through network protocol"
+        with pytest.raises(InferenceServerException, match=moved):
+            http.update_trace_settings("negater", {"trace_file": "elsewhere.json"},
+                                       headers=HEADERS)  # fmt: skip
+        http.update_trace_settings("negater", {"log_frequency": "1"}, headers=HEADERS)
+        _infer(grpc, "negater", x, "own-1")
+        wait_until(lambda: Path(f"{trace}.0").exists(), what="the model's own indexed file")
+        for n in range(2):
+            _infer(http, "doubler", x, f"global-{n}")
+        http.update_trace_settings(settings={"trace_count": "2"}, headers=HEADERS)
+        for n in range(3):
+            _infer(grpc, "doubler", x, f"counted-{n}")
+        wait_until(lambda: Path(f"{trace}.1").exists(), what="the count's indexed file")
+        assert http.get_trace_settings()["trace_count"] == "0"
+    finally:
+        http.close()
+        grpc.close()
+        assert server.stop() == 0
+    ids = {p: {_head(r)["request_id"] for r in _traces(p).values()}
+           for p in (trace, Path(f"{trace}.0"), Path(f"{trace}.1"))}  # fmt: skip
+    assert ids == {
+        trace: {"global-0", "global-1"},  # written when the count was set
+        Path(f"{trace}.0"): {"own-1"},
+        Path(f"{trace}.1"): {"counted-0", "counted-1"},
+    }
+
+
+def test_tensors_level_writes_each_tensor_s_data(tmp_path: Path, protocol: str) -> None:
+    """TENSORS: each input as it was queued and each output as the model wrote it, their
+    values read back as ``trace_summary.py`` reads them (comma-separated)."""
+    trace = tmp_path / "trace.json"
+    server = _server(tmp_path, f"triton,file={trace}", "level=TENSORS", "rate=1")
+    client = _client(server, protocol)
+    x = np.array([[0.5, -1.25, 3e-8, 7.0]], np.float32)
+    try:
+        _infer(client, "doubler", x, "tensors")
+    finally:
+        client.close()
+        assert server.stop() == 0
+    ((_, records),) = _traces(trace).items()
+    tensors = {(r["activity"], r["tensor"]["name"]): r["tensor"] for r in records
+               if "activity" in r}  # fmt: skip
+    assert set(tensors) == {("TENSOR_QUEUE_INPUT", "INPUT0"), ("TENSOR_BACKEND_OUTPUT", "OUTPUT0")}
+    for key, array in {"INPUT0": x, "OUTPUT0": 2 * x}.items():
+        activity = "TENSOR_QUEUE_INPUT" if key == "INPUT0" else "TENSOR_BACKEND_OUTPUT"
+        tensor = tensors[(activity, key)]
+        assert (tensor["shape"], tensor["dtype"]) == ("1,4", "FP32")
+        values = np.array([float(v) for v in tensor["data"].split(",")], np.float32)
+        np.testing.assert_array_equal(values.reshape(1, ROW), array)
+    assert "timestamps" not in json.dumps(records)  # TENSORS alone: no timestamps
+
+
+def test_an_ensemble_s_steps_are_traces_under_it_nested_ones_under_theirs(tmp_path: Path) -> None:
+    """Triton's numbering: the ensemble's request first, then each step as it starts (a
+    nested ensemble's steps after it), each naming its parent and the request's id; the
+    ensembles have no queue or compute of their own, their steps do."""
+    trace = tmp_path / "trace.json"
+    server = _server(
+        tmp_path, f"triton,file={trace}", "level=TIMESTAMPS", "level=TENSORS", "rate=1"
+    )
+    client = httpclient.InferenceServerClient(server.http_url)
+    x = np.arange(ROW, dtype=np.float32).reshape(1, ROW)
+    try:
+        np.testing.assert_array_equal(_infer(client, NESTED, x, "n1").as_numpy("Y"), 3 * x)
+    finally:
+        client.close()
+        assert server.stop() == 0
+    traces = _traces(trace)
+    heads = {number: _head(records) for number, records in traces.items()}
+    assert [(h["model_name"], h.get("parent_id")) for _, h in sorted(heads.items())] == [
+        (NESTED, None),
+        (ENSEMBLE, 1),
+        ("doubler", 2),
+        ("adder", 2),
+    ]  # fmt: skip (the negater's NEG is not asked for: its step is pruned, as Triton does)
+    assert {h["request_id"] for h in heads.values()} == {"n1"}
+    for number, records in traces.items():
+        stamps = _stamps(records)
+        composite = heads[number]["model_name"] in (NESTED, ENSEMBLE)
+        assert ("COMPUTE_INPUT_END" in stamps) is not composite
+        assert stamps["REQUEST_START"] <= stamps["REQUEST_END"]
+    adder = {r["tensor"]["name"]: r["tensor"]["data"] for r in traces[4] if "activity" in r}
+    assert {name: [float(v) for v in next(csv.reader([data]))] for name, data in adder.items()} == {
+        "A": [0, 2, 4, 6], "B": [0, 1, 2, 3], "SUM": [0, 3, 6, 9],
+    }  # fmt: skip
+
+
+def test_workers_send_their_traces_to_the_file(tmp_path: Path) -> None:
+    """With two request-handling workers, each traces its own requests and the
+    model-owning process writes them, numbered apart."""
+    trace = tmp_path / "trace.json"
+    server = _server(tmp_path, f"triton,file={trace}", "level=TIMESTAMPS", "rate=1", workers="2")
+    clients: list[Client] = [httpclient.InferenceServerClient(server.http_url),
+                             grpcclient.InferenceServerClient(server.grpc_url)]  # fmt: skip
+    x = np.ones((1, ROW), np.float32)
+    try:
+        for n in range(6):
+            _infer(clients[n % 2], "doubler", x, f"w{n}")
+    finally:
+        for client in clients:
+            client.close()
+        assert server.stop() == 0
+    traces = _traces(trace)
+    assert sorted(traces) == list(range(1, 7))
+    assert {_head(r)["request_id"] for r in traces.values()} == {f"w{n}" for n in range(6)}
+    for records in traces.values():
+        stamps = _stamps(records)
+        assert stamps["COMPUTE_START"] < stamps["COMPUTE_END"] <= stamps["REQUEST_END"]
+
+
+def test_a_trace_file_that_cannot_be_written_never_fails_a_request(tmp_path: Path) -> None:
+    """Logged once; every request answered; the stop still clean."""
+    unwritable = tmp_path / "gone" / "trace.json"  # its directory is never made
+    server = _server(
+        tmp_path, f"triton,file={unwritable}", "triton,log-frequency=1", "level=TIMESTAMPS",
+        "rate=1",
+    )  # fmt: skip
+    client = httpclient.InferenceServerClient(server.http_url)
+    x = np.ones((1, ROW), np.float32)
+    try:
+        for n in range(3):
+            np.testing.assert_array_equal(
+                _infer(client, "doubler", x, f"r{n}").as_numpy("OUTPUT0"), 2 * x
+            )
+        assert server.wait_for("failed creating trace file", timeout=20)["path"] == str(unwritable)
+    finally:
+        client.close()
+        assert server.stop() == 0
+    assert sum(log.get("message") == "failed creating trace file" for log in server.logs) == 1
