@@ -217,8 +217,11 @@ def test_the_load_takes_its_declared_memory_without_running_it() -> None:
     profile = probe_backend(backend, Path("ident/1/model.identity"), written, CPU)
     assert time.perf_counter() - started < 1.0
     assert (profile.fixed_bytes, profile.per_sample_bytes) == (0, 4 * 4)  # INT32 x [4]
-    assert profile.samples == ()
     assert declared_profile(backend) == profile
+    # its delay, whatever the batch's size, is where the batcher's batch times start
+    assert [(s.batch_size, s.run_ns) for s in profile.samples] == [(1, 3 * 10**9), (2, 3 * 10**9)]
+    undelayed = create_backend(config(), Path("ident/1/model.identity"))
+    assert probe_backend(undelayed, Path("ident/1/model.identity"), config(), CPU).samples == ()
 
 
 def test_it_counts_its_input_bytes_as_tritons_backend_does() -> None:

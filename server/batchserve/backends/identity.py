@@ -238,6 +238,10 @@ class IdentityBackend:
         load takes it instead of probing (``memory_probe.declared_profile``)."""
         return 0, self._per_sample
 
+    def declared_run_ns(self) -> int:
+        """How long a run takes whatever its size: its delay (0 without one, a copy)."""
+        return int(self._delay_s * 1e9)
+
     def backend_counters(self) -> list[tuple[str, str, int]]:
         """Its own metric family as Triton's backend registers it: (name, help, value)."""
         return [(INPUT_BYTES_FAMILY, INPUT_BYTES_HELP, self._input_bytes)]

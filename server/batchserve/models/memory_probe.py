@@ -267,15 +267,23 @@ def probe_backend(
 
 def declared_profile(backend: Backend) -> MemoryProfile | None:
     """The memory a loaded backend says it holds, where it knows (the identity backend: the
-    copies of its outputs, nothing between runs); None for the runtimes, which are measured.
-    Such an instance is neither probed nor run at its cap at load: a run of it costs what it
-    declares, and may only sleep (Triton's identity ``execute_delay_ms``, which would make
-    its load take seconds, as Triton's takes none). Its batch times are learned in service."""
+        copies of its outputs, nothing between runs); None for the runtimes, which are measured.
+        Such an instance is neither probed nor run at its cap at load: a run of it costs what it
+        declares, and may only sleep (Triton's identity ``execute_delay_ms``, which would make
+        its load take seconds, as Triton's takes none). A backend that also declares its run time
+    (``declared_run_ns``: the identity backend's delay) starts the batcher's batch-time model
+    from it; otherwise batch times are learned in service."""
     declared = getattr(backend, "declared_memory", None)
     if declared is None:
         return None
     fixed, per_sample = declared()
-    return MemoryProfile(fixed, per_sample)
+    run = getattr(backend, "declared_run_ns", None)
+    run_ns = int(run()) if run is not None else 0
+    if not run_ns:
+        return MemoryProfile(fixed, per_sample)
+    # Its batch time too, where it sleeps: any size takes as long (the batcher starts there).
+    timed = tuple(MemorySample(size, fixed + per_sample * size, run_ns) for size in (1, 2))
+    return MemoryProfile(fixed, per_sample, timed)
 
 
 def _optional_gpu_meter(stack: ExitStack, device: Device, backend: Backend) -> Meter | None:

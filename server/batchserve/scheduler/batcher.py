@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 
@@ -57,6 +58,10 @@ from batchserve.scheduler.work import Arrays, Outcome, WorkItem
 
 logger = logging.getLogger(__name__)
 
+SPLIT_WORTH = 0.75
+"""A batch is split across free CPU instances only where each part is measured to take at
+most this share of the whole's time: a quarter saved, or the parts' extra runs cost more
+than they save."""
 UNBOUNDED_WORK = 1 << 40
 """The most work of a batch of a model with free axes whose memory does not bound its
 positions: more positions than any batch holds (a crossover past it sends all to the CPU)."""
@@ -485,7 +490,9 @@ class Batcher:
         """The batch, split evenly across the free instances when they are all on the CPU.
 
         A CPU batch costs about its size in time, so two instances finish two halves in
-        half the time one takes for the whole; on a GPU one larger batch is the faster. A
+        half the time one takes for the whole; on a GPU one larger batch is the faster, and
+        so on a CPU where the instances' measured batch times say the parts would end no
+        sooner (``_parts_sooner``). A
         batch is not split when it or its parts are fast enough to run on the event loop:
         the parts would run there one after another. Nor is a length-bucketed run while
         requests are still queued: the next free instance takes the next run of the cut,
@@ -498,10 +505,31 @@ class Batcher:
         if len(free) < 2 or any(i.backend.device.kind != "cpu" for i in free):
             return [batch]
         samples, positions = sum(item.batch_size for item in batch), self._row_positions(batch)
+        part = -(-samples // len(free))
         inline = self._inline.inline
-        if inline(samples, positions) or inline(-(-samples // len(free)), positions):
+        if inline(samples, positions) or inline(part, positions):
+            return [batch]
+        if not self._parts_sooner(
+            free, self._work(samples, positions), self._work(part, positions)
+        ):
             return [batch]
         return split_evenly(batch, len(free))
+
+    def _parts_sooner(self, free: Sequence[Instance], whole: int, part: int) -> bool:
+        """Whether each free instance is measured to finish a part in at most
+        ``SPLIT_WORTH`` of the whole batch's time (an instance not yet measured is taken to:
+        a CPU batch costs about its size). A batch whose time is mostly fixed (a model that
+        waits, or a small batch's per-run cost) is not split: its parts would end no sooner,
+        each paying the fixed cost again."""
+        for instance in free:
+            model = self._batch_times.get(instance.name)
+            if (
+                model is not None
+                and model.known
+                and (model.predict(part) > SPLIT_WORTH * model.predict(whole))
+            ):
+                return False
+        return True
 
     # running them -------------------------------------------------------------------
     def _start(self, batch: list[WorkItem], now: int) -> None:
@@ -572,8 +600,9 @@ class Batcher:
         self._learn(batch, run, instance)
         self._record_compute(batch, run, outcomes)
         timed = self._objective is not None or self.routing.mixed
-        if timed and len(run.executions) == 1:  # run whole: the batch's time
-            e = run.executions[0]
+        # several instances: whether a batch is split across them reads the times too
+        if (timed or len(self.pool.instances) > 1) and len(run.executions) == 1:
+            e = run.executions[0]  # run whole: the batch's time
             measured = e.input_ns + e.infer_ns + e.output_ns
             work = self._work(e.samples, self._row_positions(batch))
             self.batch_time(instance.name).record(work, measured)
@@ -582,7 +611,8 @@ class Batcher:
                 busy.record(work, e.cpu_ns or measured)
             if predicted_ns:
                 self.stats.record_batch_time(predicted_ns, measured)
-            self.routing.recorded(self.pool, self._batch_times, self._most_work())
+            if timed:
+                self.routing.recorded(self.pool, self._batch_times, self._most_work())
         if self._grouping and len(run.executions) == 1:  # run whole, not split after OOM
             e = run.executions[0]
             steps = max(item.row_positions for item in batch)

@@ -1,5 +1,6 @@
 """A batch formed while several CPU instances are free is split evenly across them; GPU
-batches, batches fast enough for the event loop and batches with one free instance are not."""
+batches, batches fast enough for the event loop, batches whose measured time would hardly
+shrink and batches with one free instance are not."""
 
 from __future__ import annotations
 
@@ -130,3 +131,50 @@ async def test_a_batch_fast_enough_for_the_loop_is_not_split() -> None:
     loop = threading.get_ident()
     assert [size for size, _ in runs] == [2, 2, 4, 4]
     assert [thread == loop for _, thread in runs] == [False, False, False, True]
+
+
+MS = 1_000_000
+
+
+async def _burst_after_seeding(runs: list[tuple[int, int]]) -> list[list[int]]:
+    """A burst of four to two free CPU instances whose batch times start from ``runs``."""
+    backends = [FakeBackend(), FakeBackend()]
+    batcher = _batcher(backends)
+    for i in range(2):
+        batcher.seed_batch_times(f"fake-{i}", runs)
+    burst = [item(1, float(i)) for i in range(4)]
+    for request in burst:
+        batcher.submit(request)
+    await answers(*burst)
+    return sorted(b.batches for b in backends)
+
+
+async def test_a_batch_whose_time_is_fixed_is_not_split() -> None:
+    """A model that waits rather than computes (Triton's identity backend with
+    ``execute_delay_ms``): two halves would each take the whole batch's time."""
+    assert await _burst_after_seeding([(1, 100 * MS), (4, 100 * MS)]) == [[], [4]]
+    # mostly fixed: each half would take 5.7 of the whole's 7 ms
+    assert await _burst_after_seeding([(1, 5 * MS), (4, 7 * MS)]) == [[], [4]]
+
+
+async def test_a_batch_whose_time_grows_with_its_size_is_split() -> None:
+    assert await _burst_after_seeding([(1, 1 * MS), (4, 4 * MS)]) == [[2], [2]]
+    # a quarter saved, just: each half takes 3 of the whole's 4 ms
+    assert await _burst_after_seeding([(1, 5 * MS // 2), (4, 4 * MS)]) == [[2], [2]]
+
+
+async def test_several_instances_learn_their_batch_times_without_an_objective() -> None:
+    """The split reads them: they must follow the instances' own runs, not only the load's."""
+    backends = [FakeBackend(), FakeBackend()]
+    batcher = _batcher(backends)
+    burst = [item(1, float(i)) for i in range(4)]
+    for request in burst:
+        batcher.submit(request)
+    await answers(*burst)
+    assert batcher.batch_time("fake-0").known
+    assert batcher.batch_time("fake-1").known
+    alone = _batcher([FakeBackend()])
+    lone = item(1, 1.0)
+    alone.submit(lone)
+    await answer(lone)
+    assert not alone.batch_time("fake-0").known  # one instance: nothing reads them
