@@ -101,6 +101,20 @@ def test_a_served_config_shows_kind_auto_as_the_kind_its_instances_got() -> None
     assert config == parse_pbtxt(text)  # the written config is kept: reloads compare it
 
 
+def test_a_gpu_group_whose_instances_fell_back_to_the_cpu_is_shown_on_the_cpu() -> None:
+    """Its runtime could not use the GPU (an ONNX Runtime without CUDA, where falling back is
+    allowed): the config a client reads says where it runs."""
+    text = (
+        'name: "m" instance_group [ { name: "g" kind: KIND_GPU gpus: [ 0 ] }, '
+        '{ name: "h" kind: KIND_GPU } ]'
+    )
+    shown = placing.as_placed(parse_pbtxt(text), _placed(text, [CPU, Device("gpu", 1)]))
+    assert [(g.name, g.kind, list(g.gpus)) for g in shown.instance_group] == [
+        ("g", ModelInstanceGroup.KIND_CPU, []),
+        ("h", ModelInstanceGroup.KIND_GPU, [1]),
+    ]
+
+
 def test_a_group_with_no_instance_loaded_is_shown_as_written() -> None:
     config = parse_pbtxt('name: "m" instance_group [ { name: "a" } ]')
     assert placing.as_placed(config, []) == config

@@ -40,6 +40,7 @@ from batchserve.dataplane.shared_memory import tensors as shm
 from batchserve.dataplane.shared_memory.clients import ClientRegions
 from batchserve.dataplane.shared_memory.manager import SharedMemoryManager
 from batchserve.dataplane.statistics import ModelStatistics, model_statistics
+from batchserve.devices.placement import Placement
 from batchserve.models import admission
 from batchserve.models.ensemble import EnsembleBatcher, takes_sequences
 from batchserve.models.ensemble_flow import EnsembleResponder
@@ -145,7 +146,10 @@ class DataPlane:
 
     def model_config(self, name: str, version: str = "") -> ModelConfig:
         served = self.served(name, version)
-        return as_placed(served.config, [loaded.placement for loaded in served.instances])
+        running = [
+            Placement(loaded.memory.device, loaded.placement.group) for loaded in served.instances
+        ]  # fmt: skip (fallen back: on the CPU)
+        return as_placed(served.config, running)
 
     def model_statistics(self, name: str = "", version: str = "") -> list[ModelStatistics]:
         """Every served version when ``name`` is empty; else that model's (or one version).

@@ -41,9 +41,11 @@ def placements(
 
 
 def as_placed(config: ModelConfig, placed: Sequence[Placement]) -> ModelConfig:
-    """``config`` as Triton serves it once placed: a ``KIND_AUTO`` group shows the kind its
-    instances got, and a GPU group without ``gpus`` the GPUs they are on, so a client that
-    reads the config learns where the model runs (Triton's NormalizeInstanceGroup never
+    """``config`` as Triton serves it once placed on ``placed``'s devices (where the
+    instances run: a GPU instance whose runtime fell back to the CPU is on the CPU): a
+    ``KIND_AUTO`` group shows the kind its instances got, a GPU group without ``gpus`` the
+    GPUs they are on, and a GPU group whose every instance fell back ``KIND_CPU``, so a client
+    that reads the config learns where the model runs (Triton's NormalizeInstanceGroup never
     leaves ``KIND_AUTO``). ``config`` itself keeps what was written: reloads compare it."""
     shown = ModelConfig()
     shown.CopyFrom(config)
@@ -53,7 +55,9 @@ def as_placed(config: ModelConfig, placed: Sequence[Placement]) -> ModelConfig:
         if not devices:
             continue
         gpus = sorted({device.index for device in devices if device.kind == "gpu"})
-        if group.kind == ModelInstanceGroup.KIND_AUTO:
+        if group.kind == ModelInstanceGroup.KIND_AUTO or (
+            group.kind == ModelInstanceGroup.KIND_GPU and not gpus  # every one fell back
+        ):
             group.kind = ModelInstanceGroup.KIND_GPU if gpus else ModelInstanceGroup.KIND_CPU
             if not gpus:  # GPUs it listed that this machine lacks: a CPU group lists none
                 group.ClearField("gpus")
