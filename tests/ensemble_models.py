@@ -108,6 +108,27 @@ def write_pipeline_repository(repo: Path, delay_us: int = 20_000) -> Path:
     return repo
 
 
+NESTED = "nested"
+NESTED_CONFIG = f"""
+name: "{NESTED}"
+platform: "ensemble"
+max_batch_size: 8
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]
+ensemble_scheduling {{
+  step [
+    {{
+      model_name: "{ENSEMBLE}"
+      model_version: -1
+      input_map {{ key: "IN" value: "X" }}
+      output_map {{ key: "OUT" value: "Y" }}
+    }}
+  ]
+}}
+"""
+"""The pipeline as the one step of another ensemble: its steps are the grandchildren."""
+
+
 UNBATCHED = "pipeline_unbatched"
 UNBATCHED_CONFIG = f"""
 name: "{UNBATCHED}"

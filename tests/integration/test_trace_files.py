@@ -22,32 +22,20 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.ensemble_models import ENSEMBLE, ROW, write_ensemble, write_pipeline_repository
+from tests.ensemble_models import (
+    ENSEMBLE,
+    NESTED,
+    NESTED_CONFIG,
+    ROW,
+    write_ensemble,
+    write_pipeline_repository,
+)
 from tests.integration.server import CONTROL_TOKEN, ServerProcess, start_server
 from tests.integration.test_faults import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HEADERS = {"authorization": f"Bearer {CONTROL_TOKEN}"}
-NESTED = "nested"
-NESTED_CONFIG = f"""
-name: "{NESTED}"
-platform: "ensemble"
-max_batch_size: 8
-input [ {{ name: "X" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]
-output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]
-ensemble_scheduling {{
-  step [
-    {{
-      model_name: "{ENSEMBLE}"
-      model_version: -1
-      input_map {{ key: "IN" value: "X" }}
-      output_map {{ key: "OUT" value: "Y" }}
-    }}
-  ]
-}}
-"""
-"""The pipeline as the one step of another ensemble: its steps are the grandchildren."""
 HTTP_ORDER = (
     "HTTP_RECV_START", "HTTP_RECV_END", "REQUEST_START", "QUEUE_START", "COMPUTE_START",
     "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END", "INFER_RESPONSE_COMPLETE",

@@ -60,13 +60,18 @@ def _batcher(backends: list[FakeBackend], *, inline: bool = False) -> Batcher:
     return inline_batcher(backends, inline=inline)
 
 
+async def _burst(batcher: Batcher, size: int = 4) -> list[dict[str, np.ndarray]]:
+    """``size`` requests of one sample submitted in one pass, answered."""
+    burst = [item(1, float(i)) for i in range(size)]
+    for request in burst:
+        batcher.submit(request)
+    return await answers(*burst)
+
+
 async def test_a_burst_is_shared_by_two_free_cpu_instances() -> None:
     backends = [FakeBackend(), FakeBackend()]
     batcher = _batcher(backends)
-    burst = [item(1, float(i)) for i in range(4)]
-    for request in burst:
-        batcher.submit(request)
-    outputs = await answers(*burst)
+    outputs = await _burst(batcher)
     assert [b.batches for b in backends] == [[2], [2]]
     for i, out in enumerate(outputs):
         np.testing.assert_array_equal(out["y"], np.full((1, 4), 2 * i + 1))
@@ -142,10 +147,7 @@ async def _burst_after_seeding(runs: list[tuple[int, int]]) -> list[list[int]]:
     batcher = _batcher(backends)
     for i in range(2):
         batcher.seed_batch_times(f"fake-{i}", runs)
-    burst = [item(1, float(i)) for i in range(4)]
-    for request in burst:
-        batcher.submit(request)
-    await answers(*burst)
+    await _burst(batcher)
     return sorted(b.batches for b in backends)
 
 
@@ -165,12 +167,8 @@ async def test_a_batch_whose_time_grows_with_its_size_is_split() -> None:
 
 async def test_several_instances_learn_their_batch_times_without_an_objective() -> None:
     """The split reads them: they must follow the instances' own runs, not only the load's."""
-    backends = [FakeBackend(), FakeBackend()]
-    batcher = _batcher(backends)
-    burst = [item(1, float(i)) for i in range(4)]
-    for request in burst:
-        batcher.submit(request)
-    await answers(*burst)
+    batcher = _batcher([FakeBackend(), FakeBackend()])
+    await _burst(batcher)
     assert batcher.batch_time("fake-0").known
     assert batcher.batch_time("fake-1").known
     alone = _batcher([FakeBackend()])
