@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import queue
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,40 @@ def test_each_request_is_a_trace_with_triton_s_timestamps_in_order(
         times = [stamps[name] for name in order]
         assert times == sorted(times), f"trace {number} out of order: {stamps}"
         assert stamps["COMPUTE_OUTPUT_START"] > stamps["COMPUTE_INPUT_END"]
+
+
+def test_each_request_of_a_grpc_stream_is_a_trace_of_its_own(tmp_path: Path) -> None:
+    """``ModelStreamInfer``: three requests on one stream, three traces, as Triton traces
+    them; each ends when its response is queued for the stream."""
+    trace = tmp_path / "trace.json"
+    server = _server(tmp_path, f"triton,file={trace}", "level=TIMESTAMPS", "rate=1")
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    answers: queue.Queue[Any] = queue.Queue()
+    x = np.arange(ROW, dtype=np.float32).reshape(1, ROW)
+    try:
+        client.start_stream(callback=lambda result, error: answers.put(error or result))
+        for n in range(3):
+            tensor = grpcclient.InferInput("INPUT0", [1, ROW], "FP32")
+            tensor.set_data_from_numpy(x + n)
+            client.async_stream_infer("doubler", [tensor], request_id=f"s{n}")
+        got = {}
+        for _ in range(3):
+            result = answers.get(timeout=30)
+            assert not isinstance(result, Exception), result
+            got[result.get_response().id] = result.as_numpy("OUTPUT0")
+        for n in range(3):
+            np.testing.assert_array_equal(got[f"s{n}"], 2 * (x + n))
+        client.stop_stream()
+    finally:
+        client.close()
+        assert server.stop() == 0
+    traces = _traces(trace)
+    assert {_head(r)["request_id"] for r in traces.values()} == {"s0", "s1", "s2"}
+    for records in traces.values():
+        stamps = _stamps(records)
+        assert set(stamps) == set(GRPC_ORDER)
+        times = [stamps[name] for name in GRPC_ORDER]
+        assert times == sorted(times), stamps
 
 
 def test_log_frequency_writes_indexed_files_as_the_traces_come(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ uses, so the receiver is a small OTLP/HTTP endpoint: it parses each export with
 
 from __future__ import annotations
 
+import queue
 import shutil
 import socket
 import threading
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -209,6 +211,37 @@ def test_a_traced_request_has_one_trace_with_every_phase(
     assert compute.attributes["batch_size"] >= 2  # the whole batch it ran in
     assert spans["decode"].end <= infer.start
     assert infer.end <= spans["encode"].start
+
+
+def test_a_stream_s_requests_are_traced_each_under_the_stream_s_context(
+    server: ServerProcess, receiver: Receiver
+) -> None:
+    """``ModelStreamInfer``: each request its own trace, with the phases of a unary call,
+    continuing the caller's trace sent as the stream's metadata."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    answers: queue.Queue[Any] = queue.Queue()
+    try:
+        _settings(client, trace_level=["TIMESTAMPS"], trace_rate="1")
+        traceparent = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
+        client.start_stream(
+            callback=lambda result, error: answers.put(error or result),
+            headers={"traceparent": traceparent},
+        )
+        for n in range(2):
+            tensor = grpcclient.InferInput("image", [2, 1, 8, 8], "FP32")
+            tensor.set_data_from_numpy(np.zeros((2, 1, 8, 8), dtype=np.float32))
+            client.async_stream_infer(MODEL, [tensor], request_id=f"stream-{n}")
+        for _ in range(2):
+            assert not isinstance(answers.get(timeout=30), Exception)
+        client.stop_stream()
+        for n in range(2):
+            (trace,) = receiver.traces(f"stream-{n}")
+            spans = _named(trace)
+            assert set(spans) == {"InferRequest", "decode", "infer", "queue", "compute", "encode"}
+            assert spans["InferRequest"].trace_id == CALLER_TRACE
+    finally:
+        _settings(client, trace_level=None, trace_rate=None)
+        client.close()
 
 
 def test_the_caller_s_trace_continues_from_traceparent(client: Client, receiver: Receiver) -> None:

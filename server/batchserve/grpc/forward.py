@@ -21,6 +21,7 @@ from batchserve.grpc.head import METHODS, Request, read
 from batchserve.grpc.layout_cache import MessageLayouts
 from batchserve.grpc.servicer import FINAL_RESPONSE, Context, InferenceServicer
 from batchserve.grpc.streams import InferStreams
+from batchserve.observability.request_trace import RequestTrace
 from batchserve.proto import grpc_service_pb2 as pb
 
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
@@ -158,10 +159,10 @@ class WorkerServicer(InferenceServicer):
         return await self.forwarder.infer(request, peer or "")
 
     async def _responses(
-        self, request: Request, peer: str | None
+        self, request: Request, peer: str | None, trace: RequestTrace | None
     ) -> AsyncGenerator[pb.ModelInferResponse, None]:
         if await self._decodes_here(request):
-            async for response in super()._responses(request, peer):
+            async for response in super()._responses(request, peer, trace):
                 yield response
             return
         answer = await self.forwarder.infer(request, peer or "")  # its error, as there

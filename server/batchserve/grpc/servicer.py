@@ -189,31 +189,53 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return encoded
 
     async def _responses(
-        self, request: Request, peer: str | None
+        self, request: Request, peer: str | None, trace: request_trace.RequestTrace | None
     ) -> AsyncGenerator[pb.ModelInferResponse, None]:
-        """A stream request's responses, each flagged final or not, as Triton flags them."""
-        async for response in self.inference.respond(self._decoded(request, peer)):
+        """A stream request's responses, each flagged final or not, as Triton flags them;
+        ``trace`` marks its phases, its last response ending them."""
+        decoded = self._decoded(request, peer)
+        if trace is not None:
+            trace.mark("decode")
+            trace.decoded(decoded.inputs)
+        async for response in self.inference.respond(decoded):
+            if trace is not None and response.final:
+                trace.mark("infer")
+                trace.answered(response)
             encoded: pb.ModelInferResponse = codec.encode_infer_response(response)
             encoded.parameters[FINAL_RESPONSE].bool_param = response.final
+            if trace is not None and response.final:
+                trace.mark("encode")
             yield encoded
 
     async def _counted_responses(
-        self, request: Request, peer: str | None
+        self, request: Request, peer: str | None, metadata: dict[str, str]
     ) -> AsyncGenerator[pb.ModelInferResponse, None]:
-        """``_responses``, with the request counted in ``request_memory`` until its last."""
+        """``_responses``, with the request counted in ``request_memory`` until its last,
+        and traced where the trace settings sample it (its caller's trace context comes as
+        the stream's metadata). A traced request ends when its last response is queued for
+        the stream."""
         memory, nbytes = self.inference.request_memory, wire_bytes(request)
         memory.take(nbytes)
+        tracing = self.inference.tracing
+        trace = tracing.begin("grpc", request.model_name, metadata.get) if tracing.on else None
         try:
-            async for response in self._responses(request, peer):
+            async for response in self._responses(request, peer, trace):
                 yield response
+        except BaseException as exc:
+            if trace is not None:
+                trace.failed(exc)
+            raise
         finally:
             memory.give(nbytes)
+            if trace is not None:
+                trace.finish()
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[Request], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Requests of one stream run concurrently; each answer carries its request's id."""
-        infer = partial(self._counted_responses, peer=self.peer(context))
+        metadata = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+        infer = partial(self._counted_responses, peer=self.peer(context), metadata=metadata)
         serving = self.streams.serve(request_iterator, infer, context)
         async with contextlib.aclosing(serving) as answers:  # its reader ends with the call
             async for answer in answers:
