@@ -176,6 +176,28 @@ def test_each_request_of_a_grpc_stream_is_a_trace_of_its_own(tmp_path: Path) -> 
         assert times == sorted(times), stamps
 
 
+def test_a_failed_request_is_traced_too(tmp_path: Path, protocol: str) -> None:
+    """A request refused at decode (an input the model does not take) is a trace with its
+    model and its start, as Triton writes one; with ``count=1`` at rate 1 it is the count's
+    last, written to ``<file>.0`` at once."""
+    trace = tmp_path / "trace.json"
+    server = _server(tmp_path, f"triton,file={trace}", "level=TIMESTAMPS", "rate=1", "count=1")
+    client = _client(server, protocol)
+    try:
+        module = httpclient if protocol == "http" else grpcclient
+        wrong = module.InferInput("IN", [1, ROW], "FP32")  # the negater takes X
+        wrong.set_data_from_numpy(np.ones((1, ROW), np.float32))
+        with pytest.raises(InferenceServerException, match="unexpected input 'IN'"):
+            client.infer("negater", [wrong], request_id="refused")
+        wait_until(lambda: Path(f"{trace}.0").exists(), what="the count's indexed file")
+    finally:
+        client.close()
+        assert server.stop() == 0
+    ((_, records),) = _traces(Path(f"{trace}.0")).items()
+    assert _head(records)["model_name"] == "negater"
+    assert "REQUEST_END" not in _stamps(records)  # it never reached the model
+
+
 def test_log_frequency_writes_indexed_files_as_the_traces_come(tmp_path: Path) -> None:
     """``log-frequency=2``: every two traces to the next ``<file>.N`` while the server runs,
     the odd one out at the stop, and no ``<file>`` at all."""

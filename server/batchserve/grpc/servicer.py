@@ -144,16 +144,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         if trace is None:
             return await self._infer(request, self.peer(context), ticket)
         try:
-            return await self._infer(request, self.peer(context), ticket)
+            answer = await self._infer(request, self.peer(context), ticket)
         except BaseException as exc:
             trace.failed(exc)
+            trace.finish()  # no answer to send: written now, whatever the mode
             raise
-        finally:
-            if trace.sent_at_call_end:  # a trace file's: it has the answer's send
-                trace.leave()
-                context.add_done_callback(cast("DoneCallback", lambda _: trace.finish()))
-            else:
-                trace.finish()
+        if trace.sent_at_call_end:  # a trace file's: it has the answer's send
+            trace.leave()
+            context.add_done_callback(cast("DoneCallback", lambda _: trace.finish()))
+        else:
+            trace.finish()
+        return answer
 
     def _decoded(self, request: Request, peer: str | None) -> InferRequest:
         model, version = request.model_name, request.model_version
