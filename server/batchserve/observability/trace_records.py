@@ -76,7 +76,8 @@ class FileTrace(RequestTrace):
         return StepTrace(self, self.id, model, version)
 
     def finish(self) -> None:
-        """gRPC: called when the call ends, its answer sent (``sent_at_call_end``)."""
+        """Write its records (and its steps'). gRPC: called when the call ends, its answer
+        sent (``sent_at_call_end``); a stream's request, when its last response is queued."""
         self.leave()
         if self.sent_at_call_end:
             self.mark("send")
