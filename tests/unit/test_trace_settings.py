@@ -302,3 +302,8 @@ def test_counted_traces_and_resets_are_reported() -> None:
     settings.update({"trace_rate": ["2"], "trace_count": ["1"]})
     assert _traced(settings, 2) == 1
     assert counted == [("", False)]  # the count ran out, but not every request was traced
+    counted.clear()
+    settings.update({"trace_rate": ["1"], "trace_count": ["1"]})
+    settings.update({"log_frequency": ["3"]}, "own")  # written apart, counted globally
+    assert _traced(settings, 2, "own") == 1
+    assert counted == [("own", True)]

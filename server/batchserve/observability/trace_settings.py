@@ -131,8 +131,9 @@ class TraceSettings:
 
     def on_counted(self, counted: Callable[[str, bool], None]) -> None:
         """Call ``counted(scope, last)`` for each trace taken from a count here (a worker's
-        too, through ``taken``); ``last``: it took the count to 0 with every request traced
-        (rate 1), where Triton writes what it collected to an indexed file at once."""
+        too, through ``taken``), ``scope`` the settings it is written under; ``last``: it
+        took the count to 0 with every request traced (rate 1), where Triton writes what it
+        collected to an indexed file at once."""
         self._on_counted = counted
 
     def on_reset(self, reset: Callable[[str | None], None]) -> None:
@@ -173,7 +174,7 @@ class TraceSettings:
             if self._on_taken is not None:
                 self._on_taken(taken_from)
             if self._on_counted is not None:
-                self._on_counted(taken_from, left == 1 and rate == 1)
+                self._on_counted(scope, left == 1 and rate == 1)  # where its trace goes
         return sample
 
     def on_taken(self, report: Callable[[str], None]) -> None:
