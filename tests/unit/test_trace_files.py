@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
+from batchserve.observability.request_trace import RequestTrace, current
 from batchserve.observability.trace_files import TraceFiles
 from batchserve.observability.trace_records import tensor_data
 
@@ -109,3 +111,16 @@ def test_a_tensor_s_data_is_its_elements_separated_by_commas(
     """Row-major; numbers exactly (``trace_summary.py`` reads them with ``float``); BYTES
     quoted for a CSV reader (Triton leaves quotes inside bare); BF16 empty, as Triton."""
     assert tensor_data(data, dtype) == text
+
+
+def test_a_trace_left_from_another_context_does_not_raise() -> None:
+    """A stream's request generator may be finalized by another task than the one that
+    began its trace: leaving then has nothing to reset, and must not raise."""
+    trace = RequestTrace("grpc", "m", tensors=False)
+    contextvars.copy_context().run(trace.enter)  # current in a context that is gone
+    trace.leave()
+    assert current() is None
+    trace.enter()
+    assert current() is trace
+    trace.leave()
+    assert current() is None

@@ -10,6 +10,7 @@ Triton's trace-file records (``trace_records.py``).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, Protocol
@@ -74,10 +75,12 @@ class RequestTrace:
         self.token = _current.set(self)
 
     def leave(self) -> None:
-        """It stops being current (the handler returns)."""
+        """It stops being current (the handler returns). A generator closed from another
+        task (a stream's request finalized after its stream ended) leaves nothing to reset."""
         if self.token is not None:
-            _current.reset(self.token)
-            self.token = None
+            token, self.token = self.token, None
+            with contextlib.suppress(ValueError):  # set in another context
+                _current.reset(token)
 
     def mark(self, phase: str) -> None:
         """``phase`` ended now; it began where the previous one ended."""
