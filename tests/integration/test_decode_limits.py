@@ -56,17 +56,23 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 class HealthProbe:
-    """Polls ``/v2/health/live`` on its own connection; ``worst`` is its slowest answer."""
+    """Polls ``/v2/health/live`` on its own connection; ``worst`` is its slowest answer.
+
+    Entering waits for the first answer, so the probe is polling before the attack starts:
+    a refusal quicker than the probe's start-up would otherwise leave it with no answers.
+    """
 
     def __init__(self, server: ServerProcess) -> None:
         self.url = f"http://{server.http_url}/v2/health/live"
         self.worst = 0.0
         self.answers = 0
         self._stop = threading.Event()
+        self._first_answer = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
     def __enter__(self) -> HealthProbe:
         self._thread.start()
+        assert self._first_answer.wait(30), "the health probe never answered before the attack"
         return self
 
     def __exit__(
@@ -85,6 +91,8 @@ class HealthProbe:
                 status = client.get(self.url).status_code
                 self.worst = max(self.worst, time.monotonic() - started)
                 self.answers += status == 200
+                if self.answers:
+                    self._first_answer.set()
                 self._stop.wait(0.005)
 
 
