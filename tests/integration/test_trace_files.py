@@ -17,6 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -174,6 +175,41 @@ def test_each_request_of_a_grpc_stream_is_a_trace_of_its_own(tmp_path: Path) -> 
         assert set(stamps) == set(GRPC_ORDER)
         times = [stamps[name] for name in GRPC_ORDER]
         assert times == sorted(times), stamps
+
+
+def test_generate_and_generate_stream_requests_are_traced_as_inferences(
+    tmp_path: Path,
+) -> None:
+    """Triton's generate endpoints go through its inference path, so they are traced as
+    inference requests over HTTP are: every timestamp, in order, the send ending when the
+    body (or the stream's final event) is out. A body the model cannot take is a trace
+    with its model and its receipt, and no REQUEST_END."""
+    trace = tmp_path / "trace.json"
+    server = _server(tmp_path, f"triton,file={trace}", "level=TIMESTAMPS", "rate=1")
+    row = list(range(ROW))
+    base = f"http://{server.http_url}/v2/models/doubler"
+    try:
+        with httpx.Client(timeout=30) as http:
+            answer = http.post(f"{base}/generate", json={"id": "g", "INPUT0": row})
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["OUTPUT0"] == [2 * v for v in row]
+            streamed = http.post(f"{base}/generate_stream", json={"id": "s", "INPUT0": row})
+            assert streamed.status_code == 200, streamed.text
+            (event,) = [line for line in streamed.text.splitlines() if line]
+            assert json.loads(event.removeprefix("data: "))["id"] == "s"
+            refused = http.post(f"{base}/generate", json={"id": "x", "INPUT0": row[:-1]})
+            assert refused.status_code == 400, refused.text
+    finally:
+        assert server.stop() == 0
+    traces = list(_traces(trace).values())
+    assert len(traces) == 3
+    by_id = {_head(records).get("request_id", ""): records for records in traces}
+    assert set(by_id) == {"g", "s", ""}  # the refused request never had its id read
+    for request_id in ("g", "s"):
+        stamps = _stamps(by_id[request_id])
+        assert tuple(sorted(stamps, key=stamps.__getitem__)) == HTTP_ORDER, stamps
+    refused_stamps = _stamps(by_id[""])
+    assert set(refused_stamps) == {"HTTP_RECV_START", "HTTP_RECV_END"}, refused_stamps
 
 
 def test_a_failed_request_is_traced_too(tmp_path: Path, protocol: str) -> None:

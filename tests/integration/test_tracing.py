@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -242,6 +243,39 @@ def test_a_stream_s_requests_are_traced_each_under_the_stream_s_context(
     finally:
         _settings(client, trace_level=None, trace_rate=None)
         client.close()
+
+
+@pytest.mark.parametrize("endpoint", ["generate", "generate_stream"])
+def test_generate_requests_are_traced_as_http_inferences(
+    server: ServerProcess, receiver: Receiver, endpoint: str
+) -> None:
+    """Triton's generate extension: the phases of an HTTP inference request, continuing the
+    caller's trace from its ``traceparent`` header."""
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        _settings(client, trace_level=["TIMESTAMPS"], trace_rate="1")
+        try:
+            traceparent = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
+            answer = httpx.post(
+                f"http://{server.http_url}/v2/models/{MODEL}/{endpoint}",
+                json={"id": endpoint, "image": [0.0] * 64},
+                headers={"traceparent": traceparent},
+                timeout=30,
+            )
+            assert answer.status_code == 200, answer.text
+            assert "probabilities" in answer.text
+            (trace,) = receiver.traces(endpoint)
+        finally:
+            _settings(client, trace_level=None, trace_rate=None)
+    spans = _named(trace)
+    phases = {"receive", "decode", "infer", "encode", "send"}
+    assert set(spans) == {"InferRequest", "queue", "compute", *phases}
+    root = spans["InferRequest"]
+    assert root.trace_id == CALLER_TRACE
+    assert root.parent_id == CALLER_SPAN
+    assert root.attributes["protocol"] == "http"
+    ends = [spans[phase].end for phase in ("receive", "decode", "infer", "encode", "send")]
+    assert ends == sorted(ends)
+    assert spans["send"].end <= root.end
 
 
 def test_the_caller_s_trace_continues_from_traceparent(client: Client, receiver: Receiver) -> None:

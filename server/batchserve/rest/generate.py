@@ -12,6 +12,9 @@ when set, and each output (one element as a bare value, more as a flat list).
 (``data: {...}``) as it comes, and an error after the first as ``data: {"error": ...}``;
 ``generate`` answers the one response the request gets, as Triton does, and a request to a
 model that may answer many times asks it for one (``streaming=False``).
+
+Both are traced as inference requests are (``--trace-config``): the body read, the request
+built, the model's answer (a stream's last response), encoded and sent.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 import numpy as np
 import orjson
 from fastapi import FastAPI, Request
+from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
 from batchserve.core.datatypes import BY_WIRE
@@ -31,6 +35,7 @@ from batchserve.core.errors import InvalidArgument, public_message
 from batchserve.core.settings import Settings
 from batchserve.core.types import InferRequest, InferResponse, Tensor, request_options
 from batchserve.dataplane.plane import DataPlane
+from batchserve.observability.request_trace import RequestTrace
 from batchserve.rest.bodies import json_object, read_limited
 from batchserve.rest.disconnect import until_disconnect
 from batchserve.rest.json_tensors import check_json_values
@@ -43,34 +48,104 @@ ONE_RESPONSE = (
 
 
 def add_generate_routes(app: FastAPI, dataplane: DataPlane, settings: Settings) -> None:
-    limit = settings.max_json_body_bytes
-
-    async def request_of(http: Request, name: str, version: str) -> InferRequest:
-        body = json_object(await read_limited(http, limit))
-        return generate_request(dataplane, body, name, version)
-
+    endpoints = _GenerateEndpoints(dataplane, settings.max_json_body_bytes)
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
 
         @app.post(f"{prefix}/generate", summary="Generate (one response)")
         async def generate(name: str, request: Request, version: str = "") -> Response:
-            infer = await request_of(request, name, version)
-            answers = await until_disconnect(_two_at_most(dataplane, infer), request.receive)
-            if len(answers) != 1:
-                raise InvalidArgument(ONE_RESPONSE)
-            return Response(response_json(answers[0]), media_type="application/json")
+            return await endpoints.generate(request, name, version)
 
         @app.post(f"{prefix}/generate_stream", summary="Generate (server-sent events)")
         async def generate_stream(name: str, request: Request, version: str = "") -> Response:
-            infer = await request_of(request, name, version)
-            responses = dataplane.respond(infer, streaming=True, every=True)
-            try:  # an error before the first response is an HTTP error
-                first = await until_disconnect(anext(responses), request.receive)
-            except StopAsyncIteration:
-                return StreamingResponse(iter(()), media_type=EVENT_STREAM)
-            except BaseException:
-                await responses.aclose()
-                raise
-            return StreamingResponse(_events(first, responses), media_type=EVENT_STREAM)
+            return await endpoints.generate_stream(request, name, version)
+
+
+class _GenerateEndpoints:
+    """The two endpoints' work, each request traced where the trace settings sample it."""
+
+    def __init__(self, dataplane: DataPlane, limit: int) -> None:
+        self.dataplane = dataplane
+        self.limit = limit
+
+    async def generate(self, http: Request, name: str, version: str) -> Response:
+        trace = self._begin(http, name)
+        try:
+            infer = await self._request(http, name, version, trace)
+            replies = _two_at_most(self.dataplane, infer)
+            answers = await until_disconnect(replies, http.receive)
+            if len(answers) != 1:
+                raise InvalidArgument(ONE_RESPONSE)
+            if trace is not None:
+                _answered(trace, answers[0])
+            body = response_json(answers[0])
+        except BaseException as exc:
+            if trace is not None:
+                _ended(trace, exc)
+            raise
+        if trace is None:
+            return Response(body, media_type="application/json")
+        trace.mark("encode")  # sent, and the trace written, once the body is out
+        return Response(
+            body, media_type="application/json", background=BackgroundTask(_sent, trace)
+        )
+
+    async def generate_stream(self, http: Request, name: str, version: str) -> Response:
+        trace = self._begin(http, name)
+        try:
+            infer = await self._request(http, name, version, trace)
+        except BaseException as exc:
+            if trace is not None:
+                _ended(trace, exc)
+            raise
+        responses = self.dataplane.respond(infer, streaming=True, every=True)
+        try:  # an error before the first response is an HTTP error
+            first = await until_disconnect(anext(responses), http.receive)
+        except StopAsyncIteration:
+            if trace is not None:  # answered with no response at all
+                trace.mark("infer")
+                trace.mark("encode")
+                _sent(trace)
+            return StreamingResponse(iter(()), media_type=EVENT_STREAM)
+        except BaseException as exc:
+            await responses.aclose()
+            if trace is not None:
+                _ended(trace, exc)
+            raise
+        return StreamingResponse(_events(first, responses, trace), media_type=EVENT_STREAM)
+
+    def _begin(self, http: Request, name: str) -> RequestTrace | None:
+        if not self.dataplane.tracing.on:
+            return None
+        return self.dataplane.tracing.begin("http", name, http.headers.get)
+
+    async def _request(
+        self, http: Request, name: str, version: str, trace: RequestTrace | None
+    ) -> InferRequest:
+        body = json_object(await read_limited(http, self.limit))
+        if trace is not None:
+            trace.mark("receive")
+        infer = generate_request(self.dataplane, body, name, version)
+        if trace is not None:
+            trace.mark("decode")
+            trace.decoded(infer.inputs)
+        return infer
+
+
+def _answered(trace: RequestTrace, response: InferResponse) -> None:
+    trace.mark("infer")
+    trace.answered(response)
+
+
+def _ended(trace: RequestTrace, error: BaseException) -> None:
+    """A traced request that failed (or whose client left): written now."""
+    if isinstance(error, Exception):
+        trace.failed(error)
+    trace.finish()
+
+
+def _sent(trace: RequestTrace) -> None:
+    trace.mark("send")
+    trace.finish()
 
 
 async def _two_at_most(dataplane: DataPlane, infer: InferRequest) -> list[InferResponse]:
@@ -88,13 +163,35 @@ async def _two_at_most(dataplane: DataPlane, infer: InferRequest) -> list[InferR
     return answers
 
 
-async def _events(first: InferResponse, rest: AsyncIterator[InferResponse]) -> AsyncIterator[bytes]:
-    yield _event(response_json(first))
+async def _events(
+    first: InferResponse, rest: AsyncIterator[InferResponse], trace: RequestTrace | None
+) -> AsyncIterator[bytes]:
+    """The responses as events; a trace's answer is the final response, and it is sent
+    once the transport has taken that response's event."""
     try:
-        async for response in rest:
-            yield _event(response_json(response))
-    except Exception as exc:  # the status is sent: the error goes in the stream
-        yield _event(orjson.dumps({"error": public_message(exc)}))
+        yield _traced_event(first, trace)
+        try:
+            async for response in rest:
+                yield _traced_event(response, trace)
+        except Exception as exc:  # the status is sent: the error goes in the stream
+            if trace is not None:
+                trace.failed(exc)
+            yield _event(orjson.dumps({"error": public_message(exc)}))
+    finally:
+        if trace is not None:
+            if trace.error is None and trace.response is not None:
+                _sent(trace)
+            else:  # failed, or the client left before the final response
+                trace.finish()
+
+
+def _traced_event(response: InferResponse, trace: RequestTrace | None) -> bytes:
+    if trace is None or not response.final:
+        return _event(response_json(response))
+    _answered(trace, response)
+    event = _event(response_json(response))
+    trace.mark("encode")
+    return event
 
 
 def _event(data: bytes) -> bytes:
