@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 MODEL_REPO ?= model_repo
 PYTEST_ARGS ?=
 
-.PHONY: help venv serve test lint format unit integration gpu-contract gpu-check models protos dashboards prometheus bench soak fuzz clean
+.PHONY: help venv serve test lint format bytecode unit integration gpu-contract gpu-check models protos dashboards prometheus bench soak fuzz clean
 
 help:
 	@echo "make serve    serve ./$(MODEL_REPO) on ports 8000 (HTTP), 8001 (gRPC), 8002 (metrics)"
@@ -66,7 +66,14 @@ format: $(VENV)/.stamp-$(DEV_EXTRAS)
 # deadline tightly: they run after the others, with the cores to themselves.
 TEST_PROCESSES ?= 2
 
-unit: $(VENV)/.stamp-$(DEV_EXTRAS)
+# The project's own sources byte-compiled once, up front: the integration suite starts about
+# two hundred servers (and their workers), and where PYTHONDONTWRITEBYTECODE is set each would
+# compile the package's modules again (0.15-0.2 s of a 1.3 s start). Up-to-date files are
+# skipped, so this costs nothing the second time.
+bytecode: $(VENV)/.stamp-$(DEV_EXTRAS)
+	$(PY) -m compileall -q -j 0 server clients/python/src >/dev/null
+
+unit: $(VENV)/.stamp-$(DEV_EXTRAS) bytecode
 	$(PY) -m pytest tests/unit -n $(TEST_PROCESSES) $(PYTEST_ARGS)
 
 # NVIDIA's perf_analyzer binary (tritonclient 2.50.0 wheel) for the protocol tests.
@@ -83,7 +90,7 @@ $(NODE_EXAMPLE)/node_modules/.package-lock.json: $(NODE_EXAMPLE)/package-lock.js
 	@if command -v npm >/dev/null; then npm ci --prefix $(NODE_EXAMPLE) --silent --no-audit --no-fund; \
 	else echo "npm not found: the Node.js example's test will be skipped"; fi
 
-integration: $(VENV)/.stamp-$(DEV_EXTRAS) $(VENV)/bin/perf_analyzer prometheus $(NODE_EXAMPLE)/node_modules/.package-lock.json
+integration: $(VENV)/.stamp-$(DEV_EXTRAS) bytecode $(VENV)/bin/perf_analyzer prometheus $(NODE_EXAMPLE)/node_modules/.package-lock.json
 	$(PY) -m pytest tests/integration -n $(TEST_PROCESSES) --dist loadscope -m "not alone" $(PYTEST_ARGS) $(none_left)
 	$(PY) -m pytest tests/integration -m alone $(PYTEST_ARGS) $(none_left)
 
