@@ -259,7 +259,7 @@ class EnsembleBatcher(Batcher):
             raise
         finally:
             if traced is not None:
-                traced.done(tensors, _step_outputs(served, arrays))
+                traced.done(tensors, _step_outputs(served, arrays) if traced.tensors else ())
         admission.record_success(served, started, work, "", item.clients)
         types = served.output_types
         batch = valid.batch_size if batching else 0

@@ -139,6 +139,11 @@ class StepTrace:
         self.inputs: list[Tensor] = []
         self.outputs: list[Tensor] = []
 
+    @property
+    def tensors(self) -> bool:
+        """Whether its tensors are written (level TENSORS): only then are they gathered."""
+        return self.root.tensors
+
     def step(self, model: str, version: str) -> StepTrace:
         return StepTrace(self.root, self.id, model, version)
 
@@ -154,7 +159,7 @@ class StepTrace:
             ok = not item.future.cancelled() and item.future.exception() is None
             self.stamps += _batch_stamps(batch_times(item, end, ok), queued=not self.composite)
         self.stamps.append(("REQUEST_END", end))
-        if self.root.tensors:
+        if self.tensors:
             self.inputs, self.outputs = list(inputs), list(outputs)
         self.root.steps.append(self)
 
