@@ -137,7 +137,11 @@ def _served(root: Path, queue_size: int, clock: Callable[[], int] = time.monoton
 
 
 @pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[Served]:
+async def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
+    # The tests hold a run at the backend's gate, which only an instance's thread can wait
+    # at: a batch size measured fast at load runs on the event loop (``inline.py``), and
+    # that run held the loop, the test with it, until the gate's timeout.
+    monkeypatch.setattr("batchserve.models.registry.INLINE_BELOW_NS", 0)
     served = _served(tmp_path, queue_size=1)
     await served.registry.load("fake")
     yield served
