@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import queue
+import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from tests.ensemble_models import (
     write_ensemble,
     write_pipeline_repository,
 )
-from tests.integration.server import CONTROL_TOKEN, ServerProcess, start_server
+from tests.integration.server import CONTROL_TOKEN, MODEL_REPO, ServerProcess, start_server
 from tests.integration.test_faults import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -185,7 +186,11 @@ def test_generate_and_generate_stream_requests_are_traced_as_inferences(
     body (or the stream's final event) is out. A body the model cannot take is a trace
     with its model and its receipt, and no REQUEST_END."""
     trace = tmp_path / "trace.json"
-    server = _server(tmp_path, f"triton,file={trace}", "level=TIMESTAMPS", "rate=1")
+    repo = _repository(tmp_path / "repo")
+    shutil.copytree(MODEL_REPO / "square_int32", repo / "square_int32")
+    args = ["--trace-config", f"triton,file={trace}", "--trace-config", "level=TIMESTAMPS",
+            "--trace-config", "rate=1"]  # fmt: skip
+    server = start_server(repo, args)
     row = list(range(ROW))
     base = f"http://{server.http_url}/v2/models/doubler"
     try:
@@ -197,14 +202,20 @@ def test_generate_and_generate_stream_requests_are_traced_as_inferences(
             assert streamed.status_code == 200, streamed.text
             (event,) = [line for line in streamed.text.splitlines() if line]
             assert json.loads(event.removeprefix("data: "))["id"] == "s"
+            squares = f"http://{server.http_url}/v2/models/square_int32/generate_stream"
+            streamed = http.post(squares, json={"id": "sq", "IN": 3})  # its final flag bare
+            assert streamed.text.count("data: ") == 3, streamed.text
             refused = http.post(f"{base}/generate", json={"id": "x", "INPUT0": row[:-1]})
             assert refused.status_code == 400, refused.text
     finally:
         assert server.stop() == 0
     traces = list(_traces(trace).values())
-    assert len(traces) == 3
+    assert len(traces) == 4
     by_id = {_head(records).get("request_id", ""): records for records in traces}
-    assert set(by_id) == {"g", "s", ""}  # the refused request never had its id read
+    assert set(by_id) == {"g", "s", "sq", ""}  # the refused request never had its id read
+    squares = _stamps(by_id["sq"])  # ended by its last response, the final flag unsent
+    ends = [squares[name] for name in ("REQUEST_START", "REQUEST_END", "HTTP_SEND_END")]
+    assert ends == sorted(ends), squares
     for request_id in ("g", "s"):
         stamps = _stamps(by_id[request_id])
         assert tuple(sorted(stamps, key=stamps.__getitem__)) == HTTP_ORDER, stamps

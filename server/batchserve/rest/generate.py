@@ -166,17 +166,24 @@ async def _two_at_most(dataplane: DataPlane, infer: InferRequest) -> list[InferR
 async def _events(
     first: InferResponse, rest: AsyncIterator[InferResponse], trace: RequestTrace | None
 ) -> AsyncIterator[bytes]:
-    """The responses as events; a trace's answer is the final response, and it is sent
-    once the transport has taken that response's event."""
+    """The responses as events; a trace's answer is the final response (the last sent,
+    where the final flag came bare and was not sent), and it is sent once the transport
+    has taken that response's event."""
+    last = first
     try:
         yield _traced_event(first, trace)
         try:
             async for response in rest:
+                last = response
                 yield _traced_event(response, trace)
         except Exception as exc:  # the status is sent: the error goes in the stream
             if trace is not None:
                 trace.failed(exc)
             yield _event(orjson.dumps({"error": public_message(exc)}))
+            return
+        if trace is not None and trace.response is None:
+            _answered(trace, last)
+            trace.mark("encode")
     finally:
         if trace is not None:
             if trace.error is None and trace.response is not None:
