@@ -54,8 +54,13 @@ class FakeBackend:
         oom_above: int | None = None,
         poison: float | None = None,
         stoppable: bool = False,
+        holds_bytes: int = 0,
     ) -> None:
         self.oom_above = oom_above
+        self.holds_bytes = holds_bytes
+        """Memory a load takes and keeps until unloaded, as a runtime's weights: without it the
+        load probe measures nothing but what the rest of the process did meanwhile."""
+        self._held: np.ndarray | None = None
         self.poison = poison
         self.stoppable = stoppable
         """Whether ``interrupt`` ends a run (ONNX Runtime's) or is ignored (torch's)."""
@@ -82,6 +87,8 @@ class FakeBackend:
 
     def load(self, model_file: Path, config: ModelConfig, device: Device) -> None:
         self._device = device
+        if self.holds_bytes:
+            self._held = np.ones(self.holds_bytes, np.uint8)  # written: resident, not reserved
 
     def infer(
         self, inputs: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
@@ -116,6 +123,7 @@ class FakeBackend:
 
     def unload(self) -> None:
         self.unloaded = True
+        self._held = None
 
 
 @dataclass(eq=False)

@@ -122,11 +122,16 @@ def _repository(root: Path) -> ModelRepository:
     return ModelRepository(root)
 
 
+HELD_BYTES = 8 << 20
+"""What each fake instance holds, so that its reservation is a measurement of the load and not
+of whatever else the test process freed or took meanwhile (it measured 0 once under load)."""
+
+
 def _served(root: Path, queue_size: int, clock: Callable[[], int] = time.monotonic_ns) -> Served:
     backends: list[FakeBackend] = []
 
     def factory(*_: object) -> FakeBackend:
-        backends.append(FakeBackend())
+        backends.append(FakeBackend(holds_bytes=HELD_BYTES))
         return backends[-1]
 
     budgets = MemoryBudgets(parse_budgets(None), device_total_bytes)
@@ -331,7 +336,7 @@ async def test_memory_series_are_the_reservations_and_budgets(served: Served) ->
     version = served.registry.get("fake")
     samples = served.scrape()
     reserved = sum(m.reserved_bytes for m in version.memory)
-    assert reserved > 0
+    assert reserved >= HELD_BYTES
     assert _of(samples, "batchserve_model_memory_bytes", device="cpu", **FAKE) == reserved
     assert _of(samples, "batchserve_memory_reserved_bytes", device="cpu") == reserved
     budget = served.registry.budgets.budgets()[0]
