@@ -312,7 +312,7 @@ class Server:
     ) -> None:
         """Close every listener, then raise why one could not start (CannotStart)."""
         for listener in listeners:
-            listener.should_exit = True
+            listener.stop()
         if self.grpc is not None:
             await self.grpc.stop(0)
         for outcome in await asyncio.gather(*tasks, return_exceptions=True):
@@ -410,7 +410,7 @@ class Server:
             logger.info(IN_FLIGHT)
         stopping: list[Awaitable[None]] = []
         if self.http is not None and http_task is not None:
-            self.http.should_exit = True  # what it accepted has the timeout again
+            self.http.stop()  # what it accepted has the timeout again
             stopping.append(http_task)
         if self.grpc is not None:
             stopping.append(self.grpc.stop(timeout))
@@ -420,7 +420,7 @@ class Server:
         await self.registry.close()
         self.dataplane.shared_memory.close()  # CUDA IPC mappings before the GPUs go
         if self.metrics is not None and metrics_task is not None:
-            self.metrics.should_exit = True
+            self.metrics.stop()
             await metrics_task
         if self.gpus is not None:
             self.gpus.close()

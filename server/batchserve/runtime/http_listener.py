@@ -25,6 +25,13 @@ KEEP_ALIVE_SECONDS = 30
 CLIENTS_POLL_SECONDS = 0.05
 """How often the stop looks whether the clients have closed their connections."""
 WAITED_FOR_CLIENTS = "waited for HTTP clients to close their connections"
+STOP_POLL_SECONDS = 0.005
+"""How often a stopping listener looks whether its last connections have closed: a connection
+told to shut down closes on the loop's next pass, so uvicorn's fixed 0.1 s waits were most of
+a stop that found no client left."""
+DATE_TICKS = 10
+"""uvicorn's ``on_tick`` refreshes the Date header on every tenth count; counting by ten each
+second keeps it refreshed once a second."""
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +45,46 @@ class HttpListener(uvicorn.Server):
         self.sockets: list[socket.socket] | None = None
         """Sockets bound already (a port shared under ``--reuse-http-port``), served in
         place of the config's host and port."""
+        self._stop_asked = asyncio.Event()
+
+    def stop(self) -> None:
+        """Stop listening now: what it accepted still has the graceful timeout."""
+        self.should_exit = True
+        self._stop_asked.set()
+
+    async def main_loop(self) -> None:
+        """uvicorn's, woken by ``stop`` at once rather than at its next 0.1 s tick (each
+        listener's stop waited 50 ms on average for it, in turn)."""
+        counter = 0
+        while not await self.on_tick(counter):
+            counter = (counter + DATE_TICKS) % (DATE_TICKS * 86_400)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop_asked.wait(), timeout=1.0)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's: no new connection, each open one closed after its answer, then a wait
+        for them and their tasks up to the graceful timeout (those left are cancelled); but
+        polled every ``STOP_POLL_SECONDS`` where uvicorn sleeps 0.1 s first and between looks.
+        On the 2-core reference machine a server's stop took 0.45 s, 0.2 s of it those sleeps
+        on the HTTP and metrics listeners with no client left."""
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        state = self.server_state
+        try:
+            async with asyncio.timeout(self.config.timeout_graceful_shutdown):
+                while (state.connections or state.tasks) and not self.force_exit:
+                    await asyncio.sleep(STOP_POLL_SECONDS)
+        except TimeoutError:
+            logger.error("Cancel %s running task(s), timeout graceful shutdown exceeded",
+                         len(state.tasks))  # fmt: skip
+            for task in state.tasks:
+                task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
+        for server in self.servers:
+            await server.wait_closed()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

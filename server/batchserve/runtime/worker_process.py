@@ -110,7 +110,7 @@ async def _serve(start: _Start, sock: socket.socket) -> int:
     stopping: list[Awaitable[None]] = []
     if http is not None and http_task is not None:
         await http.wait_for_clients(loop.time() + timeout)
-        http.should_exit = True  # what it accepted has the timeout again
+        http.stop()  # what it accepted has the timeout again
         stopping.append(http_task)
     if grpc is not None:
         stopping.append(grpc.stop(timeout))
