@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from batchserve.devices import placement
 from batchserve.devices.nvml import SCRAPE_SECONDS, GpuMonitor
 from batchserve.devices.placement import gpu_count
 from batchserve.runtime.metrics_collector import GPU_METRICS, gpu_families
@@ -217,3 +218,16 @@ def test_nvml_reads_every_gpu_of_this_machine() -> None:
             assert 0 <= reading.utilization_ratio <= 1
         if reading.temperature_celsius is not None:
             assert 0 < reading.temperature_celsius < 120
+
+
+def test_without_nvidias_driver_cuda_is_not_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No driver library, no device: cuda-python is neither imported nor asked (it cost 70-90
+    ms of each server start on a CPU-only host). Where the library loads, CUDA decides."""
+    asked: list[str] = []
+    monkeypatch.setattr(placement, "_cuda_runtime", lambda: asked.append("cuda"))
+    monkeypatch.setattr(placement, "DRIVER_LIBRARY", "libcuda-absent-for-this-test.so.1")
+    assert placement.gpu_count() == 0
+    assert asked == []
+    monkeypatch.setattr(placement, "DRIVER_LIBRARY", "libc.so.6")  # a library that loads
+    placement.gpu_count()
+    assert asked == ["cuda"]
