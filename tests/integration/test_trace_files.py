@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from tests.ensemble_models import (
@@ -339,19 +340,44 @@ def test_tensors_level_writes_each_tensor_s_data(tmp_path: Path, protocol: str) 
     assert "timestamps" not in json.dumps(records)  # TENSORS alone: no timestamps
 
 
-def test_an_ensemble_s_steps_are_traces_under_it_nested_ones_under_theirs(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("workers", "in_shared_memory"),
+    [("1", False), ("2", False), ("2", True)],
+    ids=["one-process", "workers", "workers-shared-memory"],
+)
+def test_an_ensemble_s_steps_are_traces_under_it_nested_ones_under_theirs(
+    tmp_path: Path, workers: str, in_shared_memory: bool
+) -> None:
     """Triton's numbering: the ensemble's request first, then each step as it starts (a
     nested ensemble's steps after it), each naming its parent and the request's id; the
-    ensembles have no queue or compute of their own, their steps do."""
+    ensembles have no queue or compute of their own, their steps do. With workers the steps
+    run in the model-owning process and come back to the worker with the answer, whether the
+    worker checked the request (its input in the request) or the model-owning process reads
+    it (its input in the client's shared memory)."""
     trace = tmp_path / "trace.json"
     server = _server(
-        tmp_path, f"triton,file={trace}", "level=TIMESTAMPS", "level=TENSORS", "rate=1"
-    )
+        tmp_path, f"triton,file={trace}", "level=TIMESTAMPS", "level=TENSORS", "rate=1",
+        workers=workers,
+    )  # fmt: skip
     client = httpclient.InferenceServerClient(server.http_url)
     x = np.arange(ROW, dtype=np.float32).reshape(1, ROW)
+    region = None
     try:
-        np.testing.assert_array_equal(_infer(client, NESTED, x, "n1").as_numpy("Y"), 3 * x)
+        if in_shared_memory:
+            key = f"/trace-{tmp_path.name}"
+            region = shm.create_shared_memory_region("x", key, x.nbytes)
+            shm.set_shared_memory_region(region, [x])
+            client.register_system_shared_memory("x", key, x.nbytes)
+            tensor = httpclient.InferInput("X", list(x.shape), "FP32")
+            tensor.set_shared_memory("x", x.nbytes)
+            answer = client.infer(NESTED, [tensor], request_id="n1")
+        else:
+            answer = _infer(client, NESTED, x, "n1")
+        np.testing.assert_array_equal(answer.as_numpy("Y"), 3 * x)
     finally:
+        if region is not None:
+            client.unregister_system_shared_memory()
+            shm.destroy_shared_memory_region(region)
         client.close()
         assert server.stop() == 0
     traces = _traces(trace)

@@ -30,10 +30,12 @@ step's).
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import time
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar, Token
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -42,10 +44,29 @@ from batchserve.observability.trace_files import Record, Sink
 from batchserve.observability.trace_settings import Sample
 
 if TYPE_CHECKING:
-    from batchserve.core.types import Tensor
+    from collections.abc import Awaitable, Iterator
+
+    from batchserve.core.types import InferResponse, Tensor
     from batchserve.observability.request_trace import QueuedWork
 
 Stamp = tuple[str, int]
+FORWARDED_ROOT = 0
+"""The id forwarded steps give the request they belong to: the worker's trace takes it."""
+TRACED, STEPS, STEP_TIMESTAMPS, STEP_TENSORS = 1, 2, 4, 8
+"""What a worker asks of the model-owning process with a traced request (``forwarded_levels``):
+the batcher's times; for a trace-file trace its ensemble steps, with their timestamps and
+tensors as its levels say."""
+
+
+class StepRoot(Protocol):
+    """What a step's records are taken for: the trace file's levels, its ids, and where its
+    steps go as they end."""
+
+    timestamps: bool
+    tensors: bool
+    steps: list[StepTrace]
+
+    def ids(self) -> int: ...
 
 
 class FileTrace(RequestTrace):
@@ -70,6 +91,23 @@ class FileTrace(RequestTrace):
         self.steps: list[StepTrace] = []
         """Its ensemble steps (a nested ensemble's too), as they end."""
         self.sent_at_call_end = protocol == "grpc"
+        self.forwarded: list[Record] = []
+        """Its steps' records, as the model-owning process sent them (``--workers``)."""
+
+    def forwarded_levels(self) -> int:
+        """What a worker asks the model-owning process to send back with the answer."""
+        timestamps = STEP_TIMESTAMPS if self.timestamps else 0
+        return TRACED | STEPS | timestamps | (STEP_TENSORS if self.tensors else 0)
+
+    def steps_forwarded(self, records: Iterable[Record]) -> None:
+        """The steps the model-owning process ran for it (``ForwardedSteps``), numbered as
+        its own: their ids taken here, the request's id for ``FORWARDED_ROOT``."""
+        numbered = {FORWARDED_ROOT: self.id}
+        for record in records:
+            record["id"] = numbered.setdefault(record["id"], self.ids())
+            if "parent_id" in record:
+                record["parent_id"] = numbered.setdefault(record["parent_id"], self.ids())
+            self.forwarded.append(record)
 
     def step(self, model: str, version: str) -> StepTrace:
         """A trace of one of its ensemble's steps (or of a nested ensemble's)."""
@@ -94,6 +132,7 @@ class FileTrace(RequestTrace):
                 records += tensor_records(self.id, "TENSOR_BACKEND_OUTPUT", response.outputs)
         for step in sorted(self.steps, key=lambda step: step.id):
             records += step.records(request_id)
+        records += self.forwarded
         self.sink(self.sample.scope, self.sample.log_frequency, records)
 
     def _stamps(self) -> list[Stamp]:
@@ -126,7 +165,7 @@ class StepTrace:
     its parent. Current while its step is submitted, so that a nested ensemble's steps
     take it as theirs."""
 
-    def __init__(self, root: FileTrace, parent: int, model: str, version: str) -> None:
+    def __init__(self, root: StepRoot, parent: int, model: str, version: str) -> None:
         self.root = root
         self.id = root.ids()
         self.parent = parent
@@ -174,10 +213,57 @@ class StepTrace:
         return records
 
 
-_step: ContextVar[StepTrace | None] = ContextVar("batchserve_trace_step", default=None)
+class ForwardedSteps:
+    """The ensemble steps of a request a worker traces to a file (``--workers``), traced where
+    they run, in the model-owning process, and sent back with the answer
+    (``steps_forwarded``). Current while the request runs, as a step is while submitted."""
+
+    def __init__(self, levels: int) -> None:
+        self.timestamps = bool(levels & STEP_TIMESTAMPS)
+        self.tensors = bool(levels & STEP_TENSORS)
+        self.id = FORWARDED_ROOT
+        self.composite = False
+        self.steps: list[StepTrace] = []
+        self._ids = itertools.count(FORWARDED_ROOT + 1)
+
+    def ids(self) -> int:
+        return next(self._ids)
+
+    def step(self, model: str, version: str) -> StepTrace:
+        return StepTrace(self, self.id, model, version)
+
+    @contextlib.contextmanager
+    def entered(self) -> Iterator[None]:
+        """Current meanwhile: an ensemble submitted now runs its steps under it."""
+        token = enter_step(self)
+        try:
+            yield
+        finally:
+            leave_step(token)
+
+    async def around(self, infer: Awaitable[InferResponse]) -> InferResponse:
+        """``infer``'s answer, its ensemble's steps traced here meanwhile."""
+        with self.entered():
+            return await infer
+
+    def records(self, request_id: str) -> list[Record]:
+        """The steps' records, in the order they started."""
+        return [r for step in sorted(self.steps, key=lambda step: step.id)
+                for r in step.records(request_id)]  # fmt: skip
 
 
-def _traced() -> FileTrace | StepTrace | None:
+Traced = StepTrace | ForwardedSteps
+_step: ContextVar[Traced | None] = ContextVar("batchserve_trace_step", default=None)
+
+
+def forwarded_levels(trace: RequestTrace | None) -> int:
+    """What a worker asks of the model-owning process for ``trace`` (0: not traced)."""
+    if trace is None:
+        return 0
+    return trace.forwarded_levels() if isinstance(trace, FileTrace) else TRACED
+
+
+def _traced() -> FileTrace | Traced | None:
     """The step being submitted, else the request, where it is traced to a file."""
     step = _step.get()
     if step is not None:
@@ -192,13 +278,13 @@ def step_of(model: str, version: str) -> StepTrace | None:
     return None if traced is None else traced.step(model, version)
 
 
-def enter_step(step: StepTrace) -> Token[StepTrace | None]:
+def enter_step(step: Traced) -> Token[Traced | None]:
     """``step`` is current while its request is submitted: a nested ensemble's task takes
     it with the context."""
     return _step.set(step)
 
 
-def leave_step(token: Token[StepTrace | None]) -> None:
+def leave_step(token: Token[Traced | None]) -> None:
     _step.reset(token)
 
 

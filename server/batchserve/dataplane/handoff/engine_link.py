@@ -36,6 +36,7 @@ from batchserve.dataplane.handoff.read_mark import ReadMark
 from batchserve.dataplane.plane import DataPlane
 from batchserve.dataplane.shared_memory.parameters import placeholder
 from batchserve.models.model_table import ServedVersion
+from batchserve.observability import trace_records
 from batchserve.observability.request_trace import batch_times
 from batchserve.scheduler.execution import pinned_on_requests
 from batchserve.scheduler.work import Arrays, WorkItem
@@ -179,19 +180,31 @@ class EngineLink:
         except BatchserveError as exc:
             self._answer_error(rid, exc)
             return
-        task = asyncio.get_running_loop().create_task(self.plane.infer(request))
+        infer = self.plane.infer(request)
+        steps = None
+        if frame[-1] & trace_records.STEPS:  # traced to a file: its ensemble steps are too
+            steps = trace_records.ForwardedSteps(frame[-1])
+            infer = steps.around(infer)
+        task = asyncio.get_running_loop().create_task(infer)
         self._pending[rid] = task
-        task.add_done_callback(partial(self._answer, rid))
+        task.add_done_callback(partial(self._answer, rid, steps))
 
     def _admit(self, rid: int, served: ServedVersion, frame: Frame) -> None:
         """The common case without a coroutine: what ``DataPlane.infer`` does, for a request
         the worker validated against this very schema, with plain outputs."""
         (_, _, _, _, request_id, protocol, priority, timeout_us, _, block, inline, inputs, _,
-         (_, batch_size, names), _, timed) = frame  # fmt: skip
+         (_, batch_size, names), _, traced) = frame  # fmt: skip
         read, requests = descriptors.read, self.requests
         arrays = {d[0]: read(requests, block, inline, d[:5]) for d in inputs}
         valid = ValidRequest(arrays, batch_size, tuple(names))
-        self._submit(rid, served, valid, priority, timeout_us, protocol, request_id, 1, timed)
+        if traced & trace_records.STEPS:  # traced to a file: an ensemble's steps are too
+            steps = trace_records.ForwardedSteps(traced)
+            with steps.entered():  # (an ensemble's run takes it with its context)
+                self._submit(rid, served, valid, priority, timeout_us, protocol, request_id,
+                             1, True, steps)  # fmt: skip
+            return
+        self._submit(rid, served, valid, priority, timeout_us, protocol, request_id, 1,
+                     bool(traced))  # fmt: skip
 
     def _group(self, frame: Frame) -> None:
         """Requests one worker decoded in two passes of its loop, for the same model version,
@@ -221,8 +234,10 @@ class EngineLink:
     def _submit(
         self, rid: int, served: ServedVersion, valid: ValidRequest, priority: int,
         timeout_us: int, protocol: str, request_id: str, members: int, timed: bool = False,
+        steps: trace_records.ForwardedSteps | None = None,
     ) -> None:  # fmt: skip
-        """``timed``: the worker traces the request; its answer carries the batcher's times."""
+        """``timed``: the worker traces the request; its answer carries the batcher's times,
+        and ``steps``' records where it traces it to a file."""
         started = time.monotonic_ns()
         served.stats.received += members
         try:
@@ -242,9 +257,9 @@ class EngineLink:
             self._answer_error(rid, exc)
             return
         self._pending[rid] = item.future
-        item.future.add_done_callback(
-            partial(self._finish, rid, served, item, started, protocol, request_id, members, timed)
-        )
+        finish = partial(self._finish, rid, served, item, started, protocol, request_id,
+                         members, timed, steps)  # fmt: skip
+        item.future.add_done_callback(finish)
 
     def _members_again(self, rid: int, served: ServedVersion, members: int) -> None:
         """The worker sends a group's members again one by one, each to be counted and
@@ -254,7 +269,8 @@ class EngineLink:
 
     def _finish(
         self, rid: int, served: ServedVersion, item: WorkItem, started: int, protocol: str,
-        request_id: str, members: int, timed: bool, future: asyncio.Future[Arrays],
+        request_id: str, members: int, timed: bool, steps: trace_records.ForwardedSteps | None,
+        future: asyncio.Future[Arrays],
     ) -> None:  # fmt: skip
         if self._pending.pop(rid, None) is None:
             return  # the worker went away
@@ -281,8 +297,9 @@ class EngineLink:
             self._answer_error(rid, exc)
             return
         timing = batch_times(item, time.monotonic_ns(), True) if timed else None
+        records = steps.records(request_id) if steps is not None else ()
         self.send(("o", rid, served.name, str(served.version), block, inline, described, (),
-                   names, timing))  # fmt: skip
+                   names, timing, records))  # fmt: skip
 
     def _request(
         self, model: str, version: str, request_id: str, protocol: str, priority: int,
@@ -315,7 +332,13 @@ class EngineLink:
         if waiting is not None:
             waiting.cancel()
 
-    def _answer(self, rid: int, task: asyncio.Task[InferResponse]) -> None:
+    def _answer(
+        self,
+        rid: int,
+        steps: trace_records.ForwardedSteps | None,
+        task: asyncio.Task[InferResponse],
+    ) -> None:
+        """``steps``: those of a request the worker traces to a file, sent with its answer."""
         if self._pending.pop(rid, None) is None:
             return  # the worker went away
         if task.cancelled():
@@ -326,7 +349,9 @@ class EngineLink:
             self._answer_error(rid, error)
             return
         try:
-            self.send(("o", rid, *self._placed(task.result()), None))
+            response = task.result()
+            records = steps.records(response.id) if steps is not None else ()
+            self.send(("o", rid, *self._placed(response), None, records))
         except BatchserveError as exc:
             self._answer_error(rid, exc)
 

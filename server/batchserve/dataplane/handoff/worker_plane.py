@@ -43,6 +43,7 @@ from batchserve.models.ensemble_config import answers_many
 from batchserve.observability import log_settings
 from batchserve.observability.request_trace import current
 from batchserve.observability.trace_files import Record
+from batchserve.observability.trace_records import FileTrace, forwarded_levels
 from batchserve.observability.tracing import RequestTracer
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batch_io import BatchIO
@@ -363,7 +364,7 @@ class WorkerPlane:
         peer = request.peer if in_shared_memory else None
         self._send_request(("i", rid, model, version, request.id, request.protocol,
                             request.priority, request.timeout_us, peer, block, inline, inputs,
-                            outputs, verdict, sequence, trace is not None))  # fmt: skip
+                            outputs, verdict, sequence, forwarded_levels(trace)))  # fmt: skip
         try:
             frame = await future
         except asyncio.CancelledError:
@@ -375,6 +376,8 @@ class WorkerPlane:
             raise error_from(frame[2], frame[3])
         if trace is not None and frame[9] is not None:
             trace.ran(*frame[9])  # its queue and compute spans, from the batcher's times
+        if frame[10] and isinstance(trace, FileTrace):
+            trace.steps_forwarded(frame[10])  # an ensemble's steps, run where it ran
         return self._response(request, frame)
 
     def _placed(self, request: InferRequest) -> tuple[int, bytes, list[Any], list[Any] | None]:
