@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from tests.integration.server import MODEL_REPO, ServerProcess, run_perf_analyzer, start_server
-from tests.stubs.nvml import build_nvml_stub
+from tests.stubs.nvml import build_driver_stub, build_nvml_stub
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 MODEL = "digits_cnn"
@@ -138,8 +138,10 @@ def test_tritons_series_are_the_statistics_tritonclient_reads(
 
 
 def _start_on_stub_gpus(root: Path, *args: str) -> ServerProcess:
-    """A server whose NVML reports two GPUs; digits_cnn on CPU instances (no device runs)."""
+    """A server whose NVML reports two GPUs, with no cuda-python (NVML then counts them);
+    digits_cnn on CPU instances (no device runs)."""
     build_nvml_stub(root / "lib")
+    build_driver_stub(root / "lib")
     hidden = root / "no_cuda_python" / "cuda"
     hidden.mkdir(parents=True)
     (hidden / "__init__.py").write_text('raise ImportError("cuda-python is not installed")\n')

@@ -31,6 +31,17 @@ def build_nvml_stub(out_dir: Path, *, temperature_v: bool = True) -> Path:
     return library
 
 
+def build_driver_stub(out_dir: Path) -> Path:
+    """An empty ``libcuda.so.1`` in ``out_dir``: a host with NVIDIA's driver has it beside
+    NVML, and the server looks for it before asking CUDA for GPUs (``gpu_count``). Nothing in
+    it is called where cuda-python is absent: NVML then counts the GPUs."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    library = out_dir / "libcuda.so.1"
+    command = ["cc", "-shared", "-fPIC", "-x", "c", "-", "-Wl,-soname,libcuda.so.1"]
+    subprocess.run([*command, "-o", str(library)], input=b"", check=True)
+    return library
+
+
 @contextmanager
 def pynvml_over(library: Path, scratch: Path) -> Iterator[ModuleType]:
     """pynvml answering from a fresh copy of ``library``, as it was again afterwards.
