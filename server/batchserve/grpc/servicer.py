@@ -180,7 +180,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.ModelInferResponse:
         decoded = self._decoded(request, peer)
         trace.mark("decode")
-        trace.decoded(decoded.inputs)
+        trace.decoded(decoded)
         response = await self.inference.infer(decoded)
         trace.mark("infer")
         trace.answered(response)
@@ -197,7 +197,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         decoded = self._decoded(request, peer)
         if trace is not None:
             trace.mark("decode")
-            trace.decoded(decoded.inputs)
+            trace.decoded(decoded)
         async for response in self.inference.respond(decoded):
             if trace is not None and response.final:
                 trace.mark("infer")

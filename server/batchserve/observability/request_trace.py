@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from asyncio import Future
-    from collections.abc import Iterable
 
-    from batchserve.core.types import InferResponse, Tensor
+    from batchserve.core.types import InferRequest, InferResponse, Tensor
 
 ComputeStamps = tuple[int, int, int, int] | tuple[()]
 """The run a request's batch went in: start, inputs gathered, model done, outputs split
@@ -69,6 +68,7 @@ class RequestTrace:
         self.failed_ns = 0
         self.response: InferResponse | None = None
         self.inputs: list[Tensor] = []
+        self.request_id = ""
 
     def enter(self) -> None:
         """This trace becomes the current task's."""
@@ -98,9 +98,12 @@ class RequestTrace:
         """The served model version, request id, and (level TENSORS) outputs."""
         self.response = response
 
-    def decoded(self, inputs: Iterable[Tensor]) -> None:
+    def decoded(self, request: InferRequest) -> None:
+        """The request as decoded: its id (a trace names it even when it fails, as Triton's
+        does) and, at level TENSORS, its inputs."""
+        self.request_id = request.id
         if self.tensors:
-            self.inputs = list(inputs)
+            self.inputs = list(request.inputs)
 
     def watch(self, item: QueuedWork) -> None:
         """The request's work item: its batch times are taken once it is answered."""

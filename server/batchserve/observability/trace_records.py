@@ -122,7 +122,7 @@ class FileTrace(RequestTrace):
         self.settle_batch()
         response = self.response
         version = response.model_version if response is not None else ""
-        request_id = response.id if response is not None and response.id else ""
+        request_id = response.id if response is not None and response.id else self.request_id
         records = [_model_record(self.id, self.model, version, request_id, None)]
         if self.timestamps:
             records += _timestamps(self.id, self._stamps())
@@ -218,7 +218,8 @@ class ForwardedSteps:
     they run, in the model-owning process, and sent back with the answer
     (``steps_forwarded``). Current while the request runs, as a step is while submitted."""
 
-    def __init__(self, levels: int) -> None:
+    def __init__(self, levels: int, request_id: str) -> None:
+        self.request_id = request_id
         self.timestamps = bool(levels & STEP_TIMESTAMPS)
         self.tensors = bool(levels & STEP_TENSORS)
         self.id = FORWARDED_ROOT
@@ -246,10 +247,10 @@ class ForwardedSteps:
         with self.entered():
             return await infer
 
-    def records(self, request_id: str) -> list[Record]:
-        """The steps' records, in the order they started."""
+    def records(self) -> list[Record]:
+        """The steps' records, in the order they started (those that ended by now)."""
         return [r for step in sorted(self.steps, key=lambda step: step.id)
-                for r in step.records(request_id)]  # fmt: skip
+                for r in step.records(self.request_id)]  # fmt: skip
 
 
 Traced = StepTrace | ForwardedSteps

@@ -127,7 +127,7 @@ class _GenerateEndpoints:
         infer = generate_request(self.dataplane, body, name, version)
         if trace is not None:
             trace.mark("decode")
-            trace.decoded(infer.inputs)
+            trace.decoded(infer)
         return infer
 
 

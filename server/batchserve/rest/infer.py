@@ -234,7 +234,7 @@ class InferEndpoint:
         request = self.dataplane.decode(decode, name, version, "http", peer)
         if trace is not None:
             trace.mark("decode")
-            trace.decoded(request.inputs)
+            trace.decoded(request)
         response = await until_disconnect(self.dataplane.infer(request), receive)
         if trace is not None:
             trace.mark("infer")

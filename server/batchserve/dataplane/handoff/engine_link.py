@@ -183,7 +183,7 @@ class EngineLink:
         infer = self.plane.infer(request)
         steps = None
         if frame[-1] & trace_records.STEPS:  # traced to a file: its ensemble steps are too
-            steps = trace_records.ForwardedSteps(frame[-1])
+            steps = trace_records.ForwardedSteps(frame[-1], request.id)
             infer = steps.around(infer)
         task = asyncio.get_running_loop().create_task(infer)
         self._pending[rid] = task
@@ -198,7 +198,7 @@ class EngineLink:
         arrays = {d[0]: read(requests, block, inline, d[:5]) for d in inputs}
         valid = ValidRequest(arrays, batch_size, tuple(names))
         if traced & trace_records.STEPS:  # traced to a file: an ensemble's steps are too
-            steps = trace_records.ForwardedSteps(traced)
+            steps = trace_records.ForwardedSteps(traced, request_id)
             with steps.entered():  # (an ensemble's run takes it with its context)
                 self._submit(rid, served, valid, priority, timeout_us, protocol, request_id,
                              1, True, steps)  # fmt: skip
@@ -282,7 +282,7 @@ class EngineLink:
                 self._members_again(rid, served, members)
                 return
             DataPlane.record_failure(served, started, error, protocol, request_id, members)
-            self._answer_error(rid, error)
+            self._answer_error(rid, error, steps)
             return
         arrays = future.result()
         self.plane.busy_poll.touch()
@@ -297,7 +297,7 @@ class EngineLink:
             self._answer_error(rid, exc)
             return
         timing = batch_times(item, time.monotonic_ns(), True) if timed else None
-        records = steps.records(request_id) if steps is not None else ()
+        records = steps.records() if steps is not None else ()
         self.send(("o", rid, served.name, str(served.version), block, inline, described, (),
                    names, timing, records))  # fmt: skip
 
@@ -346,11 +346,11 @@ class EngineLink:
             return
         error = task.exception()
         if error is not None:
-            self._answer_error(rid, error)
+            self._answer_error(rid, error, steps)
             return
         try:
             response = task.result()
-            records = steps.records(response.id) if steps is not None else ()
+            records = steps.records() if steps is not None else ()
             self.send(("o", rid, *self._placed(response), None, records))
         except BatchserveError as exc:
             self._answer_error(rid, exc)
@@ -420,8 +420,12 @@ class EngineLink:
         else:
             self.send(("z", rid))
 
-    def _answer_error(self, rid: int, error: BaseException) -> None:
-        self.send(("e", rid, *error_frame(error)))
+    def _answer_error(
+        self, rid: int, error: BaseException, steps: trace_records.ForwardedSteps | None = None
+    ) -> None:
+        """``steps``: those a request traced to a file ran before it failed, for its trace."""
+        frame = ("e", rid, *error_frame(error))
+        self.send(frame if steps is None else (*frame, steps.records()))
 
     def _release(self, frame: Frame) -> None:
         free = self.responses.ring.free

@@ -41,7 +41,7 @@ from batchserve.dataplane.shared_memory.parameters import REGION
 from batchserve.models.decoupled import builtin_backend
 from batchserve.models.ensemble_config import answers_many
 from batchserve.observability import log_settings
-from batchserve.observability.request_trace import current
+from batchserve.observability.request_trace import RequestTrace, current
 from batchserve.observability.trace_files import Record
 from batchserve.observability.trace_records import FileTrace, forwarded_levels
 from batchserve.observability.tracing import RequestTracer
@@ -372,12 +372,10 @@ class WorkerPlane:
                 self.protocol.send(("c", rid))  # its block is freed when the answer comes
             raise
         self.busy_poll.touch()
+        if trace is not None:
+            _traced_answer(trace, frame)
         if frame[0] == "e":
             raise error_from(frame[2], frame[3])
-        if trace is not None and frame[9] is not None:
-            trace.ran(*frame[9])  # its queue and compute spans, from the batcher's times
-        if frame[10] and isinstance(trace, FileTrace):
-            trace.steps_forwarded(frame[10])  # an ensemble's steps, run where it ran
         return self._response(request, frame)
 
     def _placed(self, request: InferRequest) -> tuple[int, bytes, list[Any], list[Any] | None]:
@@ -586,3 +584,17 @@ class WorkerPlane:
         self._sent += 1
         self._return_released()
         self.protocol.send(frame)
+
+
+def _traced_answer(trace: RequestTrace, frame: Frame) -> None:
+    """What the model-owning process sent back for a traced request: its batch's times (its
+    queue and compute spans), and an ensemble's steps, traced where they ran (with an error,
+    those it ran before it failed)."""
+    if frame[0] == "e":
+        steps = frame[4] if len(frame) > 4 else ()
+    else:
+        if frame[9] is not None:
+            trace.ran(*frame[9])
+        steps = frame[10]
+    if steps and isinstance(trace, FileTrace):
+        trace.steps_forwarded(steps)
