@@ -66,12 +66,20 @@ async def test_the_date_header_is_refreshed_each_second(client: httpx.AsyncClien
     await task
 
 
-async def test_a_stop_answers_the_request_in_flight_then_ends(client: httpx.AsyncClient) -> None:
-    app = HeldApp()
-    listener, task = await _serving(app, 5)
+async def _stopped_holding(
+    client: httpx.AsyncClient, app: HeldApp, shutdown_timeout: float
+) -> tuple[asyncio.Task[None], asyncio.Task[httpx.Response]]:
+    """A listener stopped while ``app`` holds a request: its serving task and the request."""
+    listener, task = await _serving(app, shutdown_timeout)
     held = asyncio.create_task(client.get(f"http://127.0.0.1:{listener.bound_port()}/held"))
     await app.entered.wait()
     listener.stop()
+    return task, held
+
+
+async def test_a_stop_answers_the_request_in_flight_then_ends(client: httpx.AsyncClient) -> None:
+    app = HeldApp()
+    task, held = await _stopped_holding(client, app, 5)
     await asyncio.sleep(0.05)
     assert not task.done(), "the stop ended before the request it accepted was answered"
     app.release.set()
@@ -82,10 +90,7 @@ async def test_a_stop_answers_the_request_in_flight_then_ends(client: httpx.Asyn
 
 async def test_a_request_past_the_graceful_timeout_is_cancelled(client: httpx.AsyncClient) -> None:
     app = HeldApp()
-    listener, task = await _serving(app, 1)
-    held = asyncio.create_task(client.get(f"http://127.0.0.1:{listener.bound_port()}/held"))
-    await app.entered.wait()
-    listener.stop()
+    task, held = await _stopped_holding(client, app, 1)
     await asyncio.wait_for(task, 5)
     assert app.cancelled
     assert (await held).status_code == 500  # uvicorn's answer to an application that failed
