@@ -85,6 +85,8 @@ class HttpListener(uvicorn.Server):
                 task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
         for server in self.servers:
             await server.wait_closed()
+        if not self.force_exit:
+            await self.lifespan.shutdown()  # (off here: a no-op, as uvicorn would call it)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
