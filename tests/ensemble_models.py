@@ -4,14 +4,17 @@
 and ``negater`` negates IN at the same time, so OUT = 3 x IN and NEG = -IN: one step reads
 another's output, two run side by side. The composing models batch (dynamic batching,
 with a queue delay long enough that concurrent ensemble requests meet in their queues).
+``picking`` (``write_picking``) is a pipeline whose second step fails at run time on
+values it cannot look up.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 ROW = 4
 ENSEMBLE = "pipeline"
@@ -217,3 +220,48 @@ def write_shifter(repo: Path) -> None:
         f'{{ name: "B" data_type: TYPE_FP32 dims: [ {ROW} ] optional: true }} ]\n'
         f'output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]\n'
     )
+
+
+PICKING = "picking"
+PICKING_CONFIG = f"""
+name: "{PICKING}"
+platform: "ensemble"
+max_batch_size: 8
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]
+ensemble_scheduling {{
+  step [
+    {{
+      model_name: "doubler"
+      model_version: -1
+      input_map {{ key: "INPUT0" value: "IN" }}
+      output_map {{ key: "OUTPUT0" value: "twice" }}
+    }},
+    {{
+      model_name: "picker"
+      model_version: -1
+      input_map {{ key: "X" value: "twice" }}
+      output_map {{ key: "Y" value: "OUT" }}
+    }}
+  ]
+}}
+"""
+
+
+def write_picking(repo: Path) -> None:
+    """``picking``: the doubler, then ``picker``, which looks each value up in a table of
+    four (ONNX Gather): a value past the table fails the second step at run time."""
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", ROW])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", ROW])
+    table = numpy_helper.from_array(np.arange(10, 14, dtype=np.float32), "table")
+    nodes = [
+        helper.make_node("Cast", ["X"], ["index"], to=TensorProto.INT64),
+        helper.make_node("Gather", ["table", "index"], ["Y"], axis=0),
+    ]
+    graph = helper.make_graph(nodes, "picker", [x], [y], initializer=[table])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (repo / "picker" / "1").mkdir(parents=True)
+    onnx.save(model, str(repo / "picker" / "1" / "model.onnx"))
+    (repo / "picker" / "config.pbtxt").write_text(_config("picker", ["X"], ["Y"], ""))
+    write_ensemble(repo, PICKING_CONFIG, PICKING)

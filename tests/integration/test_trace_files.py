@@ -21,20 +21,20 @@ from typing import Any
 
 import httpx
 import numpy as np
-import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
 from tests.ensemble_models import (
     ENSEMBLE,
     NESTED,
     NESTED_CONFIG,
+    PICKING,
     ROW,
     write_ensemble,
+    write_picking,
     write_pipeline_repository,
 )
 from tests.integration.server import CONTROL_TOKEN, MODEL_REPO, ServerProcess, start_server
@@ -255,67 +255,19 @@ def test_a_failed_request_is_traced_too(tmp_path: Path, protocol: str) -> None:
     assert "REQUEST_END" not in _stamps(records)  # it never reached the model
 
 
-PICKING = "picking"
-PICKING_CONFIG = f"""
-name: "{PICKING}"
-platform: "ensemble"
-max_batch_size: 8
-input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]
-output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]
-ensemble_scheduling {{
-  step [
-    {{
-      model_name: "doubler"
-      model_version: -1
-      input_map {{ key: "INPUT0" value: "IN" }}
-      output_map {{ key: "OUTPUT0" value: "twice" }}
-    }},
-    {{
-      model_name: "picker"
-      model_version: -1
-      input_map {{ key: "X" value: "twice" }}
-      output_map {{ key: "Y" value: "OUT" }}
-    }}
-  ]
-}}
-"""
-
-
-def _write_picking(repo: Path) -> None:
-    """``picking``: the doubler, then ``picker``, which looks each value up in a table of
-    four (ONNX Gather): a value past the table fails the second step at run time."""
-    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", ROW])
-    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", ROW])
-    table = numpy_helper.from_array(np.arange(10, 14, dtype=np.float32), "table")
-    nodes = [
-        helper.make_node("Cast", ["X"], ["index"], to=TensorProto.INT64),
-        helper.make_node("Gather", ["table", "index"], ["Y"], axis=0),
-    ]
-    graph = helper.make_graph(nodes, "picker", [x], [y], initializer=[table])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    (repo / "picker" / "1").mkdir(parents=True)
-    onnx.save(model, str(repo / "picker" / "1" / "model.onnx"))
-    (repo / "picker" / "config.pbtxt").write_text(
-        f'name: "picker"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
-        f'input [ {{ name: "X" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]\n'
-        f'output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ {ROW} ] }} ]\n'
-    )
-    write_ensemble(repo, PICKING_CONFIG, PICKING)
-
-
 @pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "workers"])
 def test_an_ensemble_that_fails_in_a_step_is_traced_with_its_steps(
-    tmp_path: Path, workers: str
+    tmp_path: Path, workers: str, protocol: str
 ) -> None:
     """The step that failed and the one before it are traces under the ensemble's, which
     failed: with workers too, where they ran in the model-owning process."""
     trace = tmp_path / "trace.json"
     server = _server(tmp_path, f"triton,file={trace}", "level=TIMESTAMPS", "rate=1",
-                     workers=workers, extra=_write_picking)  # fmt: skip
-    client = httpclient.InferenceServerClient(server.http_url)
+                     workers=workers, extra=write_picking)  # fmt: skip
+    client = _client(server, protocol)
+    module = httpclient if protocol == "http" else grpcclient
     try:
-        tensor = httpclient.InferInput("IN", [1, ROW], "FP32")
+        tensor = module.InferInput("IN", [1, ROW], "FP32")
         tensor.set_data_from_numpy(np.array([[0, 1, 1, 0]], np.float32))
         answer = client.infer(PICKING, [tensor], request_id="fine")
         np.testing.assert_array_equal(answer.as_numpy("OUT"), [[10, 12, 12, 10]])
