@@ -109,7 +109,7 @@ def server(
     assert running.stop() == 0
 
 
-def _inputs(values: list[int], delay_ms: int) -> list[grpcclient.InferInput]:
+def stream_inputs(values: list[int], delay_ms: int) -> list[grpcclient.InferInput]:
     tensors = [grpcclient.InferInput("IN", [len(values)], "INT32"),
                grpcclient.InferInput("DELAY", [len(values)], "UINT32"),
                grpcclient.InferInput("WAIT", [1], "UINT32")]  # fmt: skip
@@ -128,7 +128,7 @@ def _stream(server: ServerProcess, model: str, values: list[int], delay_ms: int 
     try:
         client.start_stream(callback=lambda result, error: answers.put(error or result))
         client.async_stream_infer(
-            model, _inputs(values, delay_ms), request_id="r1",
+            model, stream_inputs(values, delay_ms), request_id="r1",
             outputs=[grpcclient.InferRequestedOutput("OUT")], enable_empty_final_response=True,
             **sequence,
         )  # fmt: skip
@@ -184,7 +184,7 @@ def test_a_decoupled_ensemble_is_decoupled_and_refuses_one_answer_calls(
         config = client.get_model_config("repeat_square", as_json=True)["config"]
         assert config["model_transaction_policy"] == {"decoupled": True}
         with pytest.raises(InferenceServerException) as refused:
-            client.infer("repeat_square", _inputs([1], 0))
+            client.infer("repeat_square", stream_inputs([1], 0))
         assert refused.value.message().startswith(
             "ModelInfer RPC doesn't support models with decoupled transaction policy"
         )

@@ -38,6 +38,8 @@ from tests.ensemble_models import (
     write_pipeline_repository,
 )
 from tests.integration.server import CONTROL_TOKEN, MODEL_REPO, ServerProcess, start_server
+from tests.integration.test_ensemble_decoupled import stream_inputs
+from tests.integration.test_ensemble_decoupled import write_repository as write_decoupled
 from tests.integration.test_faults import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -437,6 +439,75 @@ def test_an_ensemble_s_steps_are_traces_under_it_nested_ones_under_theirs(
     assert {name: [float(v) for v in next(csv.reader([data]))] for name, data in adder.items()} == {
         "A": [0, 2, 4, 6], "B": [0, 1, 2, 3], "SUM": [0, 3, 6, 9],
     }  # fmt: skip
+
+
+def _stream_decoupled(server: ServerProcess, model: str, values: list[int]) -> list[int]:
+    """OUT of each response to one request to a decoupled ensemble over a gRPC stream."""
+    answers: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    got: list[int] = []
+    try:
+        client.start_stream(callback=lambda result, error: answers.put(error or result))
+        client.async_stream_infer(model, stream_inputs(values, 5), request_id="d1",
+                                  enable_empty_final_response=True)  # fmt: skip
+        while True:
+            result = answers.get(timeout=30)
+            assert not isinstance(result, Exception), result
+            response = result.get_response()
+            if response.outputs:
+                got += result.as_numpy("OUT").tolist()
+            if response.parameters["triton_final_response"].bool_param:
+                break
+        client.stop_stream()
+    finally:
+        client.close()
+    return got
+
+
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "workers"])
+def test_a_decoupled_ensemble_s_steps_are_traced_the_decoupled_ones_too(
+    tmp_path: Path, workers: str
+) -> None:
+    """A decoupled ensemble over a gRPC stream, as Triton traces it: its decoupled step is
+    one trace, with each response's outputs at level TENSORS; the steps each response runs
+    are traces of their own under the ensemble; a nested decoupled ensemble's steps are
+    under it. Every step's timestamps in Triton's order (its start before its queue). With
+    workers the steps come back to the worker with the stream's end."""
+    trace = tmp_path / "trace.json"
+    server = _server(
+        tmp_path, f"triton,file={trace}", "level=TIMESTAMPS", "level=TENSORS", "rate=1",
+        workers=workers, extra=write_decoupled,
+    )  # fmt: skip
+    try:
+        assert sorted(_stream_decoupled(server, "fan_repeat", [1, 2, 3])) == [2, 4, 6]
+        assert sorted(_stream_decoupled(server, "nested_square", [1, 2])) == [1, 2, 2]
+    finally:
+        assert server.stop() == 0
+    traces = _traces(trace)
+    heads = {number: _head(records) for number, records in traces.items()}
+    assert {h["request_id"] for h in heads.values()} == {"d1"}
+    named = sorted((h["model_name"], h.get("parent_id"), n) for n, h in heads.items())
+    fan, nested = (n for m, _, n in named if m in ("fan_repeat", "nested_square"))
+    steps = sorted((h["model_name"], h.get("parent_id")) for h in heads.values())
+    assert steps == sorted([
+        ("fan_repeat", None), ("repeat_int32", fan), *[("identity_int32", fan)] * 3,
+        *[("adder_int32", fan)] * 3,
+        ("nested_square", None), ("simple_repeat", nested), ("repeat_int32", nested + 1),
+        *[("square_int32", nested)] * 2,
+    ])  # fmt: skip
+    assert heads[fan + 1]["model_name"] == "repeat_int32"  # numbered as the steps start
+    assert heads[nested + 1]["model_name"] == "simple_repeat"
+    for number, records in traces.items():
+        stamps = _stamps(records)
+        ordered = [name for name in HTTP_ORDER[2:10] if name in stamps]
+        assert [stamps[name] for name in ordered] == sorted(stamps[n] for n in ordered), stamps
+        batched = heads[number]["model_name"] in ("identity_int32", "adder_int32")
+        assert ("QUEUE_START" in stamps) is batched, stamps
+    repeat = traces[fan + 1]
+    outputs = [r["tensor"] for r in repeat if r.get("activity") == "TENSOR_BACKEND_OUTPUT"]
+    assert [(t["name"], t["data"]) for t in outputs] == [("OUT", "1"), ("OUT", "2"), ("OUT", "3")]
+    inputs = {r["tensor"]["name"] for r in repeat if r.get("activity") == "TENSOR_QUEUE_INPUT"}
+    assert inputs == {"IN", "DELAY", "WAIT"}
 
 
 def test_workers_send_their_traces_to_the_file(tmp_path: Path) -> None:

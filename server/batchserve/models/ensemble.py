@@ -231,9 +231,9 @@ class EnsembleBatcher(Batcher):
         served = self._lookup(step.model, step.version)
         batching = served.config.max_batch_size > 0
         tensors, wanted = step_request(step, served, values)
+        traced = trace_records.step_of(served.name, str(served.version))  # starts before queued
         started = time.monotonic_ns()
         served.stats.received += item.clients
-        traced = trace_records.step_of(served.name, str(served.version))
         arrays: Arrays = {}
         try:
             valid = validate_request(tensors, wanted, served.schema)
@@ -259,7 +259,7 @@ class EnsembleBatcher(Batcher):
             raise
         finally:
             if traced is not None:
-                traced.done(tensors, _step_outputs(served, arrays) if traced.tensors else ())
+                traced.done(tensors, step_outputs(served, arrays) if traced.tensors else ())
         admission.record_success(served, started, work, "", item.clients)
         types = served.output_types
         batch = valid.batch_size if batching else 0
@@ -298,7 +298,7 @@ def _submit_traced(served: ServedVersion, work: WorkItem, traced: StepTrace) -> 
         trace_records.leave_step(token)
 
 
-def _step_outputs(served: ServedVersion, arrays: Arrays) -> list[Tensor]:
+def step_outputs(served: ServedVersion, arrays: Arrays) -> list[Tensor]:
     types = served.output_types
     return [Tensor(name, types[name], array.shape, array) for name, array in arrays.items()]
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Collection
+from asyncio import Task
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Coroutine
 
+from batchserve.core.types import Tensor
 from batchserve.core.validation import ValidRequest, validate_request
 from batchserve.models import admission
 from batchserve.models.ensemble import (
@@ -26,12 +28,15 @@ from batchserve.models.ensemble import (
     Value,
     Values,
     in_ensemble,
+    step_outputs,
     step_request,
     step_timeout_us,
 )
 from batchserve.models.ensemble_config import EnsembleStep
 from batchserve.models.model_table import ServedVersion
 from batchserve.models.replies import counted
+from batchserve.observability import trace_records
+from batchserve.observability.trace_records import StepTrace
 from batchserve.scheduler.responders import CountedRequests, Reply
 from batchserve.scheduler.work import Arrays, WorkItem
 
@@ -58,8 +63,11 @@ class EnsembleResponder(CountedRequests):
                         asyncio.get_running_loop().create_future(), cancelled)  # fmt: skip
         return self.replies_to(item, streaming)
 
-    async def replies_to(self, item: WorkItem, streaming: bool) -> AsyncGenerator[Reply, None]:
-        """Each set of outputs as a flow writes them, then the final flag."""
+    async def replies_to(
+        self, item: WorkItem, streaming: bool, traced: StepTrace | None = None
+    ) -> AsyncGenerator[Reply, None]:
+        """Each set of outputs as a flow writes them, then the final flag. ``traced``: this
+        ensemble is a traced request's step, and its steps are traced under it."""
         answers: asyncio.Queue[Values | None] = asyncio.Queue()
         steps = list(self._batcher.steps_for(item))
 
@@ -70,7 +78,7 @@ class EnsembleResponder(CountedRequests):
                 answers.put_nowait(None)  # (after a failure too: the loop below ends)
 
         self._began()
-        flow = asyncio.ensure_future(run())
+        flow = _started_under(run(), traced)
         try:
             while (values := await answers.get()) is not None:
                 yield Reply(self._batcher.outputs_of(values, item.output_names))
@@ -148,27 +156,38 @@ class EnsembleResponder(CountedRequests):
         self, step: EnsembleStep, item: WorkItem, values: Values
     ) -> AsyncGenerator[dict[str, Value], None]:
         """The tensors each response of the decoupled ``step`` writes, its model's
-        statistics counting the request as a client's."""
+        statistics counting the request as a client's; traced, where the request is, as one
+        trace with every response's outputs, as Triton traces a decoupled step."""
         served = self._batcher.composing(step)
         tensors, wanted = step_request(step, served, values)
+        traced = trace_records.step_of(served.name, str(served.version))
         started = time.monotonic_ns()
         served.stats.received += 1
+        written: list[Tensor] = []
         try:
-            valid = validate_request(tensors, wanted, served.schema)
-            replies = _step_replies(served, valid, item, started)
-        except BaseException as exc:
-            admission.record_failure(served, started, exc, "", "")
-            raise
-        batch = valid.batch_size if served.config.max_batch_size > 0 else 0
-        types = served.output_types
-        stream = counted(served, replies, started, "", "", empty_final=False)
-        async with contextlib.aclosing(stream):
-            async for reply in stream:
-                yield {
-                    tensor: Value(types[model_output], reply.outputs[model_output], batch)
-                    for model_output, tensor in step.outputs
-                    if model_output in reply.outputs
-                }
+            try:
+                valid = validate_request(tensors, wanted, served.schema)
+                replies = _step_replies(served, valid, item, started, traced)
+            except BaseException as exc:
+                admission.record_failure(served, started, exc, "", "")
+                raise
+            batch = valid.batch_size if served.config.max_batch_size > 0 else 0
+            types = served.output_types
+            stream = counted(served, replies, started, "", "", empty_final=False)
+            async with contextlib.aclosing(stream):
+                async for reply in stream:
+                    arrays = {name: reply.outputs[name] for name, _ in step.outputs
+                              if name in reply.outputs}  # fmt: skip
+                    if traced is not None and traced.tensors:
+                        written += step_outputs(served, arrays)
+                    yield {
+                        tensor: Value(types[model_output], arrays[model_output], batch)
+                        for model_output, tensor in step.outputs
+                        if model_output in arrays
+                    }
+        finally:
+            if traced is not None:
+                traced.done(tensors, written)
 
 
 async def _step(
@@ -181,18 +200,32 @@ async def _step(
 
 
 def _step_replies(
-    served: ServedVersion, valid: ValidRequest, item: WorkItem, started: int
-) -> AsyncGenerator[Reply, None]:
+    served: ServedVersion, valid: ValidRequest, item: WorkItem, started: int,
+    traced: StepTrace | None,
+) -> AsyncGenerator[Reply, None]:  # fmt: skip
     """A decoupled step's replies: a nested decoupled ensemble's carry the request's
-    priority, timeout and sequence on to its own steps."""
+    priority, timeout and sequence on to its own steps, traced under ``traced``."""
     responder = served.responder
     assert responder is not None, "a decoupled step's model has a responder"
     if isinstance(responder, EnsembleResponder):
         nested = admission.work_item(served, valid, item.priority, step_timeout_us(item),
                                      started, item.is_cancelled)  # fmt: skip
         nested.sequence = item.sequence
-        return responder.replies_to(nested, True)
+        return responder.replies_to(nested, True, traced)
     return responder.replies(valid.inputs, item.is_cancelled, True)
+
+
+def _started_under(flow: Coroutine[object, object, None], traced: StepTrace | None) -> Task[None]:
+    """``flow`` as a task, with ``traced`` (a composite step's trace) current in it, so that
+    the steps it runs are traced under that step."""
+    if traced is None:
+        return asyncio.ensure_future(flow)
+    traced.composite = True
+    token = trace_records.enter_step(traced)
+    try:
+        return asyncio.ensure_future(flow)  # (the task takes the context as it is now)
+    finally:
+        trace_records.leave_step(token)
 
 
 def _after(step: EnsembleStep, steps: list[EnsembleStep]) -> list[EnsembleStep]:

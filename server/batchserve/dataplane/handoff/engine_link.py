@@ -376,7 +376,7 @@ class EngineLink:
         then "z" (or "e"): a decoupled model's."""
         self._unacknowledged += 1
         (_, rid, model, version, request_id, protocol, priority, timeout_us, peer, block,
-         inline, inputs, outputs, streaming, empty_final, sequence) = frame  # fmt: skip
+         inline, inputs, outputs, streaming, empty_final, sequence, traced) = frame  # fmt: skip
         self.handed_over += 1
         self.handoffs += 1
         try:
@@ -390,9 +390,16 @@ class EngineLink:
         except BatchserveError as exc:
             self._answer_error(rid, exc)
             return
-        task = asyncio.get_running_loop().create_task(self._relay(rid, request, streaming))
+        relay = self._relay(rid, request, streaming)
+        steps = None
+        if traced & trace_records.STEPS:  # traced to a file: a decoupled ensemble's steps too
+            steps = trace_records.ForwardedSteps(traced, request.id)
+            with steps.entered():  # (the task takes its context as it is now)
+                task = asyncio.get_running_loop().create_task(relay)
+        else:
+            task = asyncio.get_running_loop().create_task(relay)
         self._pending[rid] = task
-        task.add_done_callback(partial(self._relayed, rid))
+        task.add_done_callback(partial(self._relayed, rid, steps))
 
     async def _relay(self, rid: int, request: InferRequest, streaming: bool) -> None:
         credit = self._credit[rid] = asyncio.Semaphore(STREAM_CREDIT)
@@ -410,15 +417,19 @@ class EngineLink:
             for _ in range(frame[2]):
                 credit.release()
 
-    def _relayed(self, rid: int, task: asyncio.Task[None]) -> None:
+    def _relayed(
+        self, rid: int, steps: trace_records.ForwardedSteps | None, task: asyncio.Task[None]
+    ) -> None:
+        """The end of a stream ("z"), with ``steps``' records where the worker traces the
+        request to a file (the steps of a decoupled ensemble)."""
         if self._pending.pop(rid, None) is None:
             return  # the worker went away
         if task.cancelled():
             self.send(("e", rid, "Cancelled", "request cancelled"))
         elif (error := task.exception()) is not None:
-            self._answer_error(rid, error)
+            self._answer_error(rid, error, steps)
         else:
-            self.send(("z", rid))
+            self.send(("z", rid, steps.records() if steps is not None else ()))
 
     def _answer_error(
         self, rid: int, error: BaseException, steps: trace_records.ForwardedSteps | None = None

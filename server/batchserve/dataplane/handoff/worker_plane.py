@@ -412,10 +412,11 @@ class WorkerPlane:
         streamed = self._streams[rid] = _Streamed(asyncio.Queue(), block)
         peer = request.peer if shm.uses_shared_memory(request) else None
         sequence = None if request.sequence is None else request.sequence.as_tuple()
+        trace = current() if self.tracing.on else None
         self._send_request(("s", rid, request.model_name, request.model_version, request.id,
                             request.protocol, request.priority, request.timeout_us, peer, block,
                             inline, inputs, outputs, streaming, request.empty_final,
-                            sequence))  # fmt: skip
+                            sequence, forwarded_levels(trace)))  # fmt: skip
         taken = 0
         try:
             while (frame := await streamed.frames.get())[0] == "p":
@@ -429,6 +430,8 @@ class WorkerPlane:
         finally:
             if rid in self._streams:  # the client left first: stop the work there
                 self.protocol.send(("c", rid))
+        if trace is not None:
+            _traced_answer(trace, frame)
         if frame[0] == "e":
             raise error_from(frame[2], frame[3])
 
@@ -592,6 +595,8 @@ def _traced_answer(trace: RequestTrace, frame: Frame) -> None:
     those it ran before it failed)."""
     if frame[0] == "e":
         steps = frame[4] if len(frame) > 4 else ()
+    elif frame[0] == "z":  # a stream's end: a decoupled ensemble's steps
+        steps = frame[2]
     else:
         if frame[9] is not None:
             trace.ran(*frame[9])
