@@ -434,6 +434,7 @@ def test_an_ensemble_s_steps_are_traces_under_it_nested_ones_under_theirs(
         stamps = _stamps(records)
         composite = heads[number]["model_name"] in (NESTED, ENSEMBLE)
         assert ("COMPUTE_INPUT_END" in stamps) is not composite
+        assert ("QUEUE_START" in stamps) is not composite  # with workers too
         assert stamps["REQUEST_START"] <= stamps["REQUEST_END"]
     adder = {r["tensor"]["name"]: r["tensor"]["data"] for r in traces[4] if "activity" in r}
     assert {name: [float(v) for v in next(csv.reader([data]))] for name, data in adder.items()} == {

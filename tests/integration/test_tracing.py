@@ -29,6 +29,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from tests.ensemble_models import (
+    ENSEMBLE,
+    NESTED,
+    NESTED_CONFIG,
+    ROW,
+    write_ensemble,
+    write_pipeline_repository,
+)
 from tests.integration.server import CONTROL_TOKEN, MODEL_REPO, ServerProcess, start_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -102,7 +110,8 @@ class Receiver:
         deadline = time.monotonic() + wait
         while True:
             with self.lock:
-                roots = [s for s in self.spans if s.attributes.get("request_id") == request_id]
+                roots = [s for s in self.spans if s.name == "InferRequest"
+                         and s.attributes.get("request_id") == request_id]  # fmt: skip
                 traces = [[s for s in self.spans if s.trace_id == r.trace_id] for r in roots]
             complete = traces and all(len(t) >= spans for t in traces)
             if complete or time.monotonic() > deadline:
@@ -396,3 +405,48 @@ def test_workers_trace_their_requests_by_the_server_s_settings(
             assert spans["queue"].end <= spans["compute"].start + 1
     finally:
         assert server.stop() == 0
+
+
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "workers"])
+def test_an_ensemble_s_steps_are_spans_under_its_infer(
+    tmp_path: Path, receiver: Receiver, workers: str
+) -> None:
+    """As Triton's model spans: each step of an ensemble a span named after its model, under
+    the request's ``infer`` (a nested ensemble's steps under that step's span), with the
+    ``queue`` and ``compute`` of the batch it ran in; an ensemble has neither of its own.
+    With workers the steps ran in the model-owning process and came back with the answer."""
+    repo = write_pipeline_repository(tmp_path / "repo", delay_us=0)
+    write_ensemble(repo, NESTED_CONFIG, NESTED)
+    args = ["--workers", workers, "--trace-config", f"opentelemetry,url={receiver.url}",
+            "--trace-config", "opentelemetry,bsp_schedule_delay=50",
+            "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1"]  # fmt: skip
+    server = start_server(repo, args)
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        x = np.arange(ROW, dtype=np.float32).reshape(1, ROW)
+        tensor = httpclient.InferInput("X", [1, ROW], "FP32")
+        tensor.set_data_from_numpy(x)
+        answer = client.infer(NESTED, [tensor], request_id=f"steps-{workers}")
+        np.testing.assert_array_equal(answer.as_numpy("Y"), 3 * x)
+        client.close()
+        (trace,) = receiver.traces(f"steps-{workers}", spans=13)
+    finally:
+        assert server.stop() == 0
+    by_id = {span.span_id: span for span in trace}
+    tree = sorted(
+        (span.name, by_id[span.parent_id].name if span.parent_id in by_id else "") for span in trace
+    )
+    root = "InferRequest"
+    assert tree == sorted([
+        (root, ""), ("receive", root), ("decode", root), ("infer", root), ("encode", root),
+        ("send", root), (ENSEMBLE, "infer"), ("doubler", ENSEMBLE), ("adder", ENSEMBLE),
+        ("queue", "doubler"), ("compute", "doubler"), ("queue", "adder"), ("compute", "adder"),
+    ])  # fmt: skip
+    for span in trace:
+        if span.parent_id in by_id:
+            parent = by_id[span.parent_id]
+            assert parent.start <= span.start <= span.end <= parent.end, (parent, span)
+    (doubler,) = [span for span in trace if span.name == "doubler"]
+    assert doubler.attributes == {
+        "model_name": "doubler", "model_version": "1", "request_id": f"steps-{workers}",
+    }  # fmt: skip

@@ -69,28 +69,21 @@ class StepRoot(Protocol):
     def ids(self) -> int: ...
 
 
-class FileTrace(RequestTrace):
-    """A traced request written as Triton's records when it ends."""
+class SteppedTrace(RequestTrace):
+    """A traced request whose ensemble steps are traced under it, in either mode: each
+    step a ``StepTrace`` numbered by ``ids`` as it starts; with ``--workers`` the steps the
+    model-owning process traced come back as Triton's records (``steps_forwarded``)."""
 
-    def __init__(
-        self,
-        protocol: str,
-        model: str,
-        sample: Sample,
-        ids: Callable[[], int],
-        sink: Sink,
-    ) -> None:
-        super().__init__(protocol, model, "TENSORS" in sample.levels)
-        self.timestamps = "TIMESTAMPS" in sample.levels
-        self.sample = sample
-        self.ids = ids
-        self.id = ids()
-        self.sink = sink
+    id: int
+    ids: Callable[[], int]
+
+    def __init__(self, protocol: str, model: str, tensors: bool, timestamps: bool) -> None:
+        super().__init__(protocol, model, tensors)
+        self.timestamps = timestamps
         self.composite = False
         """Its model is an ensemble: no queue or compute of its own."""
         self.steps: list[StepTrace] = []
         """Its ensemble steps (a nested ensemble's too), as they end."""
-        self.sent_at_call_end = protocol == "grpc"
         self.forwarded: list[Record] = []
         """Its steps' records, as the model-owning process sent them (``--workers``)."""
 
@@ -101,17 +94,46 @@ class FileTrace(RequestTrace):
 
     def steps_forwarded(self, records: Iterable[Record]) -> None:
         """The steps the model-owning process ran for it (``ForwardedSteps``), numbered as
-        its own: their ids taken here, the request's id for ``FORWARDED_ROOT``."""
+        its own: their ids taken here, the request's id for ``FORWARDED_ROOT``. A request
+        with steps of its own is an ensemble's (``composite``), as one process marks it."""
         numbered = {FORWARDED_ROOT: self.id}
         for record in records:
             record["id"] = numbered.setdefault(record["id"], self.ids())
             if "parent_id" in record:
+                self.composite |= record["parent_id"] == FORWARDED_ROOT
                 record["parent_id"] = numbered.setdefault(record["parent_id"], self.ids())
             self.forwarded.append(record)
 
     def step(self, model: str, version: str) -> StepTrace:
         """A trace of one of its ensemble's steps (or of a nested ensemble's)."""
         return StepTrace(self, self.id, model, version)
+
+    def step_records(self, request_id: str) -> list[Record]:
+        """Every step's records, as Triton writes them: those traced here in the order they
+        started, then those forwarded."""
+        records: list[Record] = []
+        for step in sorted(self.steps, key=lambda step: step.id):
+            records += step.records(request_id)
+        return records + self.forwarded
+
+
+class FileTrace(SteppedTrace):
+    """A traced request written as Triton's records when it ends."""
+
+    def __init__(
+        self,
+        protocol: str,
+        model: str,
+        sample: Sample,
+        ids: Callable[[], int],
+        sink: Sink,
+    ) -> None:
+        super().__init__(protocol, model, "TENSORS" in sample.levels, "TIMESTAMPS" in sample.levels)
+        self.sample = sample
+        self.ids = ids
+        self.id = ids()
+        self.sink = sink
+        self.sent_at_call_end = protocol == "grpc"
 
     def finish(self) -> None:
         """Write its records (and its steps'). gRPC: called when the call ends, its answer
@@ -130,9 +152,7 @@ class FileTrace(RequestTrace):
             records += tensor_records(self.id, "TENSOR_QUEUE_INPUT", self.inputs)
             if response is not None:
                 records += tensor_records(self.id, "TENSOR_BACKEND_OUTPUT", response.outputs)
-        for step in sorted(self.steps, key=lambda step: step.id):
-            records += step.records(request_id)
-        records += self.forwarded
+        records += self.step_records(request_id)
         self.sink(self.sample.scope, self.sample.log_frequency, records)
 
     def _stamps(self) -> list[Stamp]:
@@ -261,20 +281,20 @@ def forwarded_levels(trace: RequestTrace | None) -> int:
     """What a worker asks of the model-owning process for ``trace`` (0: not traced)."""
     if trace is None:
         return 0
-    return trace.forwarded_levels() if isinstance(trace, FileTrace) else TRACED
+    return trace.forwarded_levels() if isinstance(trace, SteppedTrace) else TRACED
 
 
-def _traced() -> FileTrace | Traced | None:
-    """The step being submitted, else the request, where it is traced to a file."""
+def _traced() -> SteppedTrace | Traced | None:
+    """The step being submitted, else the request, where its steps are traced."""
     step = _step.get()
     if step is not None:
         return step
     trace = current()
-    return trace if isinstance(trace, FileTrace) else None
+    return trace if isinstance(trace, SteppedTrace) else None
 
 
 def step_of(model: str, version: str) -> StepTrace | None:
-    """The trace of an ensemble step about to run, where the request is traced to a file."""
+    """The trace of an ensemble step about to run, where the request's steps are traced."""
     traced = _traced()
     return None if traced is None else traced.step(model, version)
 

@@ -9,6 +9,7 @@
       infer                 the server's work; in a worker, the hand-off round trip
         queue               waiting in the model's batcher (enqueued -> dispatched)
         compute             the batch the request ran in (dispatched -> answered)
+        <step model>        an ensemble's, instead: each step (``step_spans.py``)
       encode                the response to the wire format (and deflating it)
       send                  HTTP: writing the response
 
@@ -34,8 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 from batchserve.core.trace_config import TRITON, TraceConfig, parse_trace_config
 from batchserve.observability.request_trace import QueuedWork, RequestTrace, current
+from batchserve.observability.step_spans import step_spans
 from batchserve.observability.trace_files import Sink, TraceFiles
-from batchserve.observability.trace_records import FileTrace
+from batchserve.observability.trace_records import FileTrace, SteppedTrace
 from batchserve.observability.trace_settings import TraceSettings
 
 if TYPE_CHECKING:
@@ -169,17 +171,19 @@ def _shut_down(provider: TracerProvider) -> None:
     sending.join(SHUTDOWN_TIMEOUT_S)
 
 
-class SpanTrace(RequestTrace):
+class SpanTrace(SteppedTrace):
     """A traced request written as OpenTelemetry spans (on the wall clock, which
-    OpenTelemetry wants) when it ends."""
+    OpenTelemetry wants) when it ends; an ensemble's steps are spans under ``infer``."""
 
     def __init__(
         self, tracer: Tracer, parent: Context | None, protocol: str, model: str, tensors: bool
     ) -> None:
-        super().__init__(protocol, model, tensors)
+        super().__init__(protocol, model, tensors, timestamps=True)
         self.tracer = tracer
         self.parent = parent
         self.offset = time.time_ns() - time.monotonic_ns()
+        self.id = 0  # its steps' parent: the forwarded steps' root (``FORWARDED_ROOT``)
+        self.ids = itertools.count(1).__next__
 
     def finish(self) -> None:
         """Build and end every span; the request's trace stops being current."""
@@ -198,8 +202,11 @@ class SpanTrace(RequestTrace):
         self.settle_batch()
         for phase, start, end_ns in self.phases:
             span = self.tracer.start_span(phase, context=within, start_time=start + wall)
-            if phase == "infer" and self.batch is not None:
-                self._batch_spans(set_span_in_context(span))
+            if phase == "infer":
+                infer = set_span_in_context(span)
+                if self.batch is not None and not self.composite:
+                    self._batch_spans(infer)
+                step_spans(self.tracer, infer, self.step_records(self.request_id), wall)
             span.end(end_time=end_ns + wall)
         root.end(end_time=end + wall)
 

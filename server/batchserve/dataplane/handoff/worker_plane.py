@@ -43,7 +43,7 @@ from batchserve.models.ensemble_config import answers_many
 from batchserve.observability import log_settings
 from batchserve.observability.request_trace import RequestTrace, current
 from batchserve.observability.trace_files import Record
-from batchserve.observability.trace_records import FileTrace, forwarded_levels
+from batchserve.observability.trace_records import SteppedTrace, forwarded_levels
 from batchserve.observability.tracing import RequestTracer
 from batchserve.proto.model_config_pb2 import ModelConfig
 from batchserve.scheduler.batch_io import BatchIO
@@ -601,5 +601,5 @@ def _traced_answer(trace: RequestTrace, frame: Frame) -> None:
         if frame[9] is not None:
             trace.ran(*frame[9])
         steps = frame[10]
-    if steps and isinstance(trace, FileTrace):
+    if steps and isinstance(trace, SteppedTrace):
         trace.steps_forwarded(steps)
