@@ -288,7 +288,7 @@ def step_request(
 
 
 def _submit_traced(served: ServedVersion, work: WorkItem, traced: StepTrace) -> None:
-    """Submit a step traced to a trace file: the trace is current meanwhile, so that a
+    """Submit a traced step: its trace is current meanwhile, so that a
     nested ensemble's steps are traced under it."""
     traced.queued(work)
     token = trace_records.enter_step(traced)

@@ -54,12 +54,12 @@ FORWARDED_ROOT = 0
 """The id forwarded steps give the request they belong to: the worker's trace takes it."""
 TRACED, STEPS, STEP_TIMESTAMPS, STEP_TENSORS = 1, 2, 4, 8
 """What a worker asks of the model-owning process with a traced request (``forwarded_levels``):
-the batcher's times; for a trace-file trace its ensemble steps, with their timestamps and
+the batcher's times; its ensemble steps (either mode's trace), with their timestamps and
 tensors as its levels say."""
 
 
 class StepRoot(Protocol):
-    """What a step's records are taken for: the trace file's levels, its ids, and where its
+    """What a step's records are taken for: the trace's levels, its ids, and where its
     steps go as they end."""
 
     timestamps: bool
@@ -234,7 +234,7 @@ class StepTrace:
 
 
 class ForwardedSteps:
-    """The ensemble steps of a request a worker traces to a file (``--workers``), traced where
+    """The ensemble steps of a request a worker traces (``--workers``), traced where
     they run, in the model-owning process, and sent back with the answer
     (``steps_forwarded``). Current while the request runs, as a step is while submitted."""
 

@@ -182,7 +182,7 @@ class EngineLink:
             return
         infer = self.plane.infer(request)
         steps = None
-        if frame[-1] & trace_records.STEPS:  # traced to a file: its ensemble steps are too
+        if frame[-1] & trace_records.STEPS:  # traced: its ensemble steps are too
             steps = trace_records.ForwardedSteps(frame[-1], request.id)
             infer = steps.around(infer)
         task = asyncio.get_running_loop().create_task(infer)
@@ -197,7 +197,7 @@ class EngineLink:
         read, requests = descriptors.read, self.requests
         arrays = {d[0]: read(requests, block, inline, d[:5]) for d in inputs}
         valid = ValidRequest(arrays, batch_size, tuple(names))
-        if traced & trace_records.STEPS:  # traced to a file: an ensemble's steps are too
+        if traced & trace_records.STEPS:  # traced: an ensemble's steps are too
             steps = trace_records.ForwardedSteps(traced, request_id)
             with steps.entered():  # (an ensemble's run takes it with its context)
                 self._submit(rid, served, valid, priority, timeout_us, protocol, request_id,
@@ -237,7 +237,7 @@ class EngineLink:
         steps: trace_records.ForwardedSteps | None = None,
     ) -> None:  # fmt: skip
         """``timed``: the worker traces the request; its answer carries the batcher's times,
-        and ``steps``' records where it traces it to a file."""
+        and ``steps``' records (its ensemble's steps)."""
         started = time.monotonic_ns()
         served.stats.received += members
         try:
@@ -338,7 +338,7 @@ class EngineLink:
         steps: trace_records.ForwardedSteps | None,
         task: asyncio.Task[InferResponse],
     ) -> None:
-        """``steps``: those of a request the worker traces to a file, sent with its answer."""
+        """``steps``: those of a request the worker traces, sent with its answer."""
         if self._pending.pop(rid, None) is None:
             return  # the worker went away
         if task.cancelled():
@@ -392,7 +392,7 @@ class EngineLink:
             return
         relay = self._relay(rid, request, streaming)
         steps = None
-        if traced & trace_records.STEPS:  # traced to a file: a decoupled ensemble's steps too
+        if traced & trace_records.STEPS:  # traced: a decoupled ensemble's steps too
             steps = trace_records.ForwardedSteps(traced, request.id)
             with steps.entered():  # (the task takes its context as it is now)
                 task = asyncio.get_running_loop().create_task(relay)
@@ -421,7 +421,7 @@ class EngineLink:
         self, rid: int, steps: trace_records.ForwardedSteps | None, task: asyncio.Task[None]
     ) -> None:
         """The end of a stream ("z"), with ``steps``' records where the worker traces the
-        request to a file (the steps of a decoupled ensemble)."""
+        request (the steps of a decoupled ensemble)."""
         if self._pending.pop(rid, None) is None:
             return  # the worker went away
         if task.cancelled():
@@ -434,7 +434,7 @@ class EngineLink:
     def _answer_error(
         self, rid: int, error: BaseException, steps: trace_records.ForwardedSteps | None = None
     ) -> None:
-        """``steps``: those a request traced to a file ran before it failed, for its trace."""
+        """``steps``: those a traced request ran before it failed, for its trace."""
         frame = ("e", rid, *error_frame(error))
         self.send(frame if steps is None else (*frame, steps.records()))
 
