@@ -45,6 +45,7 @@ MODEL = "digits_cnn"
 HEADERS = {"authorization": f"Bearer {CONTROL_TOKEN}"}
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
+COMPUTE_EVENTS = {"COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END"}
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Span:
     end: int
     attributes: dict[str, object]
     error: bool
+    events: frozenset[str] = frozenset()
 
 
 class Receiver:
@@ -96,6 +98,7 @@ class Receiver:
                 span.end_time_unix_nano,
                 {a.key: _value(a.value) for a in span.attributes},
                 span.status.code == 2,
+                frozenset(event.name for event in span.events),
             )
             for resource in export.resource_spans
             for scope in resource.scope_spans
@@ -219,6 +222,15 @@ def test_a_traced_request_has_one_trace_with_every_phase(
     assert infer.start <= queue.start <= queue.end == compute.start <= compute.end <= infer.end
     assert compute.attributes["request_batch_size"] == 2
     assert compute.attributes["batch_size"] >= 2  # the whole batch it ran in
+    # Triton's timestamps as events, on the spans Triton's model and compute spans match
+    side = protocol.upper()
+    ends = {f"{side}_RECV_START", f"{side}_RECV_END", f"{side}_SEND_START", f"{side}_SEND_END"}
+    if protocol == "grpc":  # read and sent by grpc outside the handler
+        ends = {"GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "GRPC_SEND_START"}
+    assert root.events == ends | {"INFER_RESPONSE_COMPLETE"}
+    assert infer.events == {"REQUEST_START", "QUEUE_START", "REQUEST_END"}
+    assert compute.events == COMPUTE_EVENTS
+    assert not queue.events
     assert spans["decode"].end <= infer.start
     assert infer.end <= spans["encode"].start
 
@@ -449,4 +461,12 @@ def test_an_ensemble_s_steps_are_spans_under_its_infer(
     (doubler,) = [span for span in trace if span.name == "doubler"]
     assert doubler.attributes == {
         "model_name": "doubler", "model_version": "1", "request_id": f"steps-{workers}",
+    }  # fmt: skip
+    events = {(span.name, by_id[span.parent_id].name): span.events for span in trace
+              if span.name in ("infer", ENSEMBLE, "doubler", "compute")}  # fmt: skip
+    assert events == {
+        ("infer", root): {"REQUEST_START", "REQUEST_END"},  # an ensemble queues nothing
+        (ENSEMBLE, "infer"): {"REQUEST_START", "REQUEST_END"},
+        ("doubler", ENSEMBLE): {"REQUEST_START", "QUEUE_START", "REQUEST_END"},
+        ("compute", "doubler"): COMPUTE_EVENTS, ("compute", "adder"): COMPUTE_EVENTS,
     }  # fmt: skip

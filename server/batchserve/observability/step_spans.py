@@ -5,7 +5,8 @@ steps come back from the model-owning process as those records, so the spans are
 records in either case: one span per step, named after its model as Triton names its model
 spans, under its parent step's span (a nested ensemble's steps) or else under the request's
 ``infer``; under it ``queue`` and ``compute`` where the step had them (an ensemble step has
-neither); at level TENSORS its tensors' datatypes and shapes as attributes (never their data).
+neither); its timestamps as Triton's events (``span_events.py``); at level TENSORS its
+tensors' datatypes and shapes as attributes (never their data).
 
 The OpenTelemetry API is imported when spans are built, as ``tracing.py`` imports it.
 """
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from batchserve.observability.span_events import COMPUTE_EVENTS, MODEL_EVENTS, add_events
 from batchserve.observability.trace_files import Record
 
 if TYPE_CHECKING:
@@ -62,23 +64,26 @@ def step_spans(tracer: Tracer, infer: Context, records: Iterable[Record], wall: 
             str(step.head.get("model_name", "step")), context=within,
             attributes=step.attributes(), start_time=stamps["REQUEST_START"] + wall,
         )  # fmt: skip
+        add_events(span, stamps.items(), MODEL_EVENTS, wall)
         contexts[number] = set_span_in_context(span)
         _phase(tracer, contexts[number], "queue", stamps, "QUEUE_START",
                ("COMPUTE_START", "REQUEST_END"), wall)  # fmt: skip
         _phase(tracer, contexts[number], "compute", stamps, "COMPUTE_START",
-               ("COMPUTE_END", "REQUEST_END"), wall)  # fmt: skip
+               ("COMPUTE_END", "REQUEST_END"), wall, COMPUTE_EVENTS)  # fmt: skip
         span.end(end_time=stamps.get("REQUEST_END", max(stamps.values())) + wall)
 
 
 def _phase(
     tracer: Tracer, within: Context, name: str, stamps: dict[str, int], begins: str,
-    ends: tuple[str, ...], wall: int,
+    ends: tuple[str, ...], wall: int, events: frozenset[str] = frozenset(),
 ) -> None:  # fmt: skip
-    """A child span from stamp ``begins`` to the first of ``ends`` the step has."""
+    """A child span from stamp ``begins`` to the first of ``ends`` the step has, with the
+    stamps among ``events`` as its events."""
     if begins not in stamps:
         return
     end = next((stamps[stamp] for stamp in ends if stamp in stamps), stamps[begins])
     span = tracer.start_span(name, context=within, start_time=stamps[begins] + wall)
+    add_events(span, stamps.items(), events, wall)
     span.end(end_time=end + wall)
 
 

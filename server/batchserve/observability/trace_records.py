@@ -116,6 +116,32 @@ class SteppedTrace(RequestTrace):
             records += step.records(request_id)
         return records + self.forwarded
 
+    def timeline(self) -> list[Stamp]:
+        """Its timestamps by Triton's names, from its phases and its batch's times (an
+        ensemble's request has no queue or compute of its own)."""
+        ends = {phase: end for phase, _, end in self.phases}
+        http = self.protocol == "http"
+        stamps: list[Stamp] = (
+            [("HTTP_RECV_START", self.start)]
+            if http
+            else [("GRPC_WAITREAD_START", self.start), ("GRPC_WAITREAD_END", self.start)]
+        )
+        if http and "receive" in ends:
+            stamps.append(("HTTP_RECV_END", ends["receive"]))
+        if "decode" in ends:
+            stamps.append(("REQUEST_START", ends["decode"]))
+            if self.batch is not None:
+                stamps += _batch_stamps(self.batch, queued=not self.composite)
+            done = ends.get("infer") or self.failed_ns
+            if done:
+                stamps.append(("REQUEST_END", done))
+        side = "HTTP" if http else "GRPC"
+        if "encode" in ends:
+            stamps.append((f"{side}_SEND_START", ends["encode"]))
+            if "send" in ends:
+                stamps.append((f"{side}_SEND_END", ends["send"]))
+        return stamps
+
 
 class FileTrace(SteppedTrace):
     """A traced request written as Triton's records when it ends."""
@@ -147,37 +173,13 @@ class FileTrace(SteppedTrace):
         request_id = response.id if response is not None and response.id else self.request_id
         records = [_model_record(self.id, self.model, version, request_id, None)]
         if self.timestamps:
-            records += _timestamps(self.id, self._stamps())
+            records += _timestamps(self.id, self.timeline())
         if self.tensors:
             records += tensor_records(self.id, "TENSOR_QUEUE_INPUT", self.inputs)
             if response is not None:
                 records += tensor_records(self.id, "TENSOR_BACKEND_OUTPUT", response.outputs)
         records += self.step_records(request_id)
         self.sink(self.sample.scope, self.sample.log_frequency, records)
-
-    def _stamps(self) -> list[Stamp]:
-        ends = {phase: end for phase, _, end in self.phases}
-        http = self.protocol == "http"
-        stamps: list[Stamp] = (
-            [("HTTP_RECV_START", self.start)]
-            if http
-            else [("GRPC_WAITREAD_START", self.start), ("GRPC_WAITREAD_END", self.start)]
-        )
-        if http and "receive" in ends:
-            stamps.append(("HTTP_RECV_END", ends["receive"]))
-        if "decode" in ends:
-            stamps.append(("REQUEST_START", ends["decode"]))
-            if self.batch is not None:
-                stamps += _batch_stamps(self.batch, queued=not self.composite)
-            done = ends.get("infer") or self.failed_ns
-            if done:
-                stamps.append(("REQUEST_END", done))
-        side = "HTTP" if http else "GRPC"
-        if "encode" in ends:
-            stamps.append((f"{side}_SEND_START", ends["encode"]))
-            if "send" in ends:
-                stamps.append((f"{side}_SEND_END", ends["send"]))
-        return stamps
 
 
 class StepTrace:

@@ -35,6 +35,12 @@ from typing import TYPE_CHECKING, Any
 
 from batchserve.core.trace_config import TRITON, TraceConfig, parse_trace_config
 from batchserve.observability.request_trace import QueuedWork, RequestTrace, current
+from batchserve.observability.span_events import (
+    COMPUTE_EVENTS,
+    MODEL_EVENTS,
+    ROOT_EVENTS,
+    add_events,
+)
 from batchserve.observability.step_spans import step_spans
 from batchserve.observability.trace_files import Sink, TraceFiles
 from batchserve.observability.trace_records import FileTrace, SteppedTrace
@@ -191,21 +197,23 @@ class SpanTrace(SteppedTrace):
 
         end = time.monotonic_ns()
         self.leave()
-        wall = self.offset
+        self.settle_batch()
+        wall, timeline = self.offset, self.timeline()
         root = self.tracer.start_span(
             "InferRequest", context=self.parent, kind=SpanKind.SERVER,
             attributes=self._attributes(), start_time=self.start + wall,
         )  # fmt: skip
         if self.error is not None:
             root.set_status(Status(StatusCode.ERROR, self.error))
+        add_events(root, timeline, ROOT_EVENTS, wall)
         within = set_span_in_context(root)
-        self.settle_batch()
         for phase, start, end_ns in self.phases:
             span = self.tracer.start_span(phase, context=within, start_time=start + wall)
             if phase == "infer":
+                add_events(span, timeline, MODEL_EVENTS, wall)
                 infer = set_span_in_context(span)
                 if self.batch is not None and not self.composite:
-                    self._batch_spans(infer)
+                    self._batch_spans(infer, timeline)
                 step_spans(self.tracer, infer, self.step_records(self.request_id), wall)
             span.end(end_time=end_ns + wall)
         root.end(end_time=end + wall)
@@ -221,7 +229,7 @@ class SpanTrace(SteppedTrace):
                 attributes.update(_tensor_attributes("output", self.response.outputs))
         return attributes
 
-    def _batch_spans(self, within: Context) -> None:
+    def _batch_spans(self, within: Context, timeline: list[tuple[str, int]]) -> None:
         from opentelemetry.trace import Status, StatusCode
 
         assert self.batch is not None
@@ -234,6 +242,7 @@ class SpanTrace(SteppedTrace):
         )
         if not answered:
             compute.set_status(Status(StatusCode.ERROR, "the batch failed or never ran"))
+        add_events(compute, timeline, COMPUTE_EVENTS, wall)
         compute.end(end_time=(answered or dispatched) + wall)
 
 
