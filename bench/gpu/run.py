@@ -1,7 +1,7 @@
 """`make gpu-check` after its environment is set up: tests, exports, engines, served models.
 
     python -m bench.gpu [--cpu] [--out FILE] [--load auto|perf_analyzer|own] [--skip-tests]
-                        [--runtimes a,b] [--budget-s N]
+                        [--cores-only] [--runtimes a,b] [--budget-s N]
 
 1. discovery: the GPU (NVML), each runtime (used, or skipped with the reason), the load tool;
 2. the plan: the grid, each phase's estimate and the cases dropped to fit the budget;
@@ -11,6 +11,8 @@
    per batch at batch 1, 2, 4, ... max;
 6. the served cases, each on a fresh server, with the memory probe's figures and NVML's;
 7. request handling across the machine's cores, where it has 8 or more (``cores.py``);
+   ``--cores-only`` runs only that (with its one export) and then the tests, for a machine
+   lent for a few minutes;
 8. GPU_RESULTS.md (and .json beside it) with the targets judged, written after every phase
    and served case (marked as written while the run was under way, until the last), so that
    a run stopped from outside or failing part-way leaves what it measured. Exit status 1
@@ -36,7 +38,7 @@ from pathlib import Path
 from bench.common import ROOT
 from bench.gpu import cores, discover, engine, exports, load, nvml, plan, report, serve, targets
 from bench.gpu import tests as gpu_tests
-from bench.gpu.records import ExportResult, GpuResults, Phase, dump
+from bench.gpu.records import ExportResult, GpuResults, Key, Phase, dump
 from bench.gpu.runtimes import BY_KEY, RuntimeSpec, for_mode
 from bench.gpu.versions import cuda_line, header
 from bench.inputs import plan as plan_inputs
@@ -69,6 +71,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="what drives the served points (auto: perf_analyzer where its binary runs)",
     )
     add("--skip-tests", action="store_true", help="leave out the GPU-marked tests")
+    add(
+        "--cores-only",
+        action="store_true",
+        help="only request handling across cores (its one export), then the tests: what a "
+        "short loan of a GPU machine can fit",
+    )
     add("--runtimes", help="comma-separated subset of the mode's runtimes")
     add(
         "--budget-s",
@@ -172,6 +180,15 @@ def _phases(
     tool: load.LoadTool,
 ) -> None:
     results, planned = check.results, dict(budget.phases)
+    if args.cores_only:  # the cores figures first: a loan may end before the tests do
+        with check.phase("exports", planned["exports"]):
+            results.exports = _exports(check, present, args.exports_parallel, cores_only=True)
+        _across_cores(check, planned, tool)
+        if not args.skip_tests:
+            with check.phase("GPU tests", planned["GPU tests"]):
+                limit = planned["GPU tests"] * plan.TESTS_LIMIT
+                results.tests = gpu_tests.run(check.work, limit)
+        return
     if not args.skip_tests:
         with check.phase("GPU tests", planned["GPU tests"]):
             results.tests = gpu_tests.run(check.work, planned["GPU tests"] * plan.TESTS_LIMIT)
@@ -182,6 +199,12 @@ def _phases(
     served_name = next(name for name in planned if name.startswith("served"))
     with check.phase("served", planned[served_name]):
         _serve_all(check, budget.kept, tool)
+    _across_cores(check, planned, tool)
+
+
+def _across_cores(check: Check, planned: dict[str, float], tool: load.LoadTool) -> None:
+    """The request-handling-across-cores phase, where the machine and the plan allow it."""
+    results = check.results
     split = cores.placement()
     taken = cores.counts_here(check.grid.cpu, split)
     if not taken:
@@ -220,30 +243,43 @@ def _budget(
     check: Check, present: Sequence[RuntimeSpec], tool: load.LoadTool, args: argparse.Namespace
 ) -> plan.Budget:
     grid = check.grid
-    keys = plan.keys([s.key for s in present])
+    keys = export_keys(present, args.cores_only)
     kinds = {s.key: s.filename.rpartition(".")[2] for s in present}
     exporting = sum(plan.export_s(k, kinds[k.runtime], grid) for k in keys)
     point_s = tool.point_s(grid.window_s)
     fixed = [
         ("GPU tests", 0.0 if args.skip_tests else plan.TESTS_S[grid.cpu]),
         ("exports", exporting / max(1, args.exports_parallel)),
-        ("in-process", len(keys) * plan.engine_s(grid)),
+        ("in-process", 0.0 if args.cores_only else len(keys) * plan.engine_s(grid)),
     ]
+    across = cores.planned_s(cores.counts_here(grid.cpu, cores.placement()), point_s)
+    if args.cores_only:  # nothing served beside it: it always runs
+        return plan.fit([*fixed, (CORES_PHASE, across)], [], grid, point_s)
     candidates = plan.cases([s.key for s in present], grid)
     # Request handling across cores comes after the judged case: where both do not fit, it
     # is dropped (planned at 0 s, and the report says why).
-    across = cores.planned_s(cores.counts_here(grid.cpu, cores.placement()), point_s)
     before = sum(seconds for _, seconds in fixed) + plan.judged_s(candidates, grid, point_s)
     fixed.append((CORES_PHASE, across if before + across <= grid.budget_s else 0.0))
     return plan.fit(fixed, candidates, grid, point_s)
 
 
-def _exports(check: Check, present: Sequence[RuntimeSpec], parallel: int) -> list[ExportResult]:
+def export_keys(present: Sequence[RuntimeSpec], cores_only: bool) -> list[Key]:
+    """The exports the run needs: every network x runtime x precision, or only the FP32
+    digits CNN request handling across cores serves (``cores.served_model``)."""
+    found = plan.keys([s.key for s in present])
+    if cores_only:
+        return [k for k in found if k.model == cores.MODEL and k.precision == "fp32"]
+    return found
+
+
+def _exports(
+    check: Check, present: Sequence[RuntimeSpec], parallel: int, cores_only: bool = False
+) -> list[ExportResult]:
     grid = check.grid
     root = check.work / "exports"
     jobs = [
         exports.job(key, BY_KEY[key.runtime], root, grid.max_batch, grid.image_size)
-        for key in plan.keys([s.key for s in present])
+        for key in export_keys(present, cores_only)
     ]
     return exports.run_all(jobs, parallel)
 

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from bench.gpu import plan
 from bench.gpu.records import DIGITS, RESNET, Key, Variant
+from bench.gpu.run import export_keys
 from bench.gpu.runtimes import BY_KEY, ORT_CUDA, PT2_CUDA, TENSORRT
 from bench.gpu.variants import batch_sizes
 
@@ -69,6 +70,16 @@ def test_keys_cover_each_network_runtime_and_precision() -> None:
     keys = plan.keys(["ort-cuda", "pt2"])
     assert len(keys) == 2 * 2 * 2
     assert Key(DIGITS, "pt2", "fp32") in keys
+
+
+def test_a_cores_only_run_exports_only_the_digits_cnn_it_serves_at_fp32() -> None:
+    """``--cores-only``: one export per runtime, the one request handling across cores
+    serves (``cores.served_model``), so that the phase fits a few minutes' loan."""
+    present = [BY_KEY["ort-cuda"], BY_KEY["pt2"]]
+    assert export_keys(present, cores_only=True) == [
+        Key(DIGITS, "ort-cuda", "fp32"), Key(DIGITS, "pt2", "fp32"),
+    ]  # fmt: skip
+    assert export_keys(present, cores_only=False) == plan.keys(["ort-cuda", "pt2"])
 
 
 def test_everything_fits_a_generous_budget() -> None:
