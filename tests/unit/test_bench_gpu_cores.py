@@ -4,7 +4,6 @@ a run stopped from outside leaves what it had measured."""
 
 from __future__ import annotations
 
-import argparse
 import urllib.error
 from dataclasses import replace
 from pathlib import Path
@@ -117,7 +116,7 @@ def test_a_pytorch_only_gpu_machine_with_16_cores_runs_the_judged_case_and_the_c
     monkeypatch.setattr(cores, "cores", lambda: 16)
     monkeypatch.setattr(cores, "placement", lambda: SIXTEEN_CPUS)
     check = run.Check(plan.Grid.for_mode(cpu=False), GpuResults(), tmp_path)
-    args = argparse.Namespace(skip_tests=False, exports_parallel=3)
+    args = run.parse_args([])
     budget = run._budget(check, [BY_KEY["pt2"]], tool, args)
     phases = dict(budget.phases)
     assert phases[run.CORES_PHASE] == cores.planned_s((1, 2, 4, 8), tool.point_s(2.0))
@@ -131,7 +130,7 @@ def test_with_every_runtime_the_judged_case_runs_past_the_budget_and_the_cores_g
     monkeypatch.setattr(cores, "cores", lambda: 16)
     monkeypatch.setattr(cores, "placement", lambda: SIXTEEN_CPUS)
     check = run.Check(plan.Grid.for_mode(cpu=False), GpuResults(), tmp_path)
-    args = argparse.Namespace(skip_tests=False, exports_parallel=3)
+    args = run.parse_args([])
     present = [BY_KEY[key] for key in ("ort-cuda", "tensorrt", "pt2")]
     budget = run._budget(check, present, PERF_ANALYZER, args)
     assert dict(budget.phases)[run.CORES_PHASE] == 0.0
@@ -139,6 +138,24 @@ def test_with_every_runtime_the_judged_case_runs_past_the_budget_and_the_cores_g
     assert sorted(c.key.runtime for c in judged) == ["ort-cuda", "pt2", "tensorrt"]
     assert all(c.priority == 0 for c in budget.kept)
     assert budget.total_s > check.grid.budget_s
+
+
+def test_cores_only_plans_the_cores_whatever_the_runtimes_and_serves_nothing_else(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``--cores-only`` on the machine where the full check gives the cores way: the phase
+    is planned, one export per runtime, no in-process or served case, within the budget."""
+    monkeypatch.setattr(cores, "cores", lambda: 16)
+    monkeypatch.setattr(cores, "placement", lambda: SIXTEEN_CPUS)
+    check = run.Check(plan.Grid.for_mode(cpu=False), GpuResults(), tmp_path)
+    present = [BY_KEY[key] for key in ("ort-cuda", "tensorrt", "pt2")]
+    budget = run._budget(check, present, PERF_ANALYZER, run.parse_args(["--cores-only"]))
+    phases = dict(budget.phases)
+    assert phases[run.CORES_PHASE] == cores.planned_s((1, 2, 4, 8), PERF_ANALYZER.point_s(2.0))
+    assert phases["in-process"] == 0.0
+    assert not budget.kept
+    assert not budget.dropped
+    assert budget.total_s <= check.grid.budget_s
 
 
 def exported(root: Path, runtime: str, precision: str, ok: bool = True) -> ExportResult:
