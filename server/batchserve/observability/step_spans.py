@@ -5,8 +5,8 @@ steps come back from the model-owning process as those records, so the spans are
 records in either case: one span per step, named after its model as Triton names its model
 spans, under its parent step's span (a nested ensemble's steps) or else under the request's
 ``infer``; under it ``queue`` and ``compute`` where the step had them (an ensemble step has
-neither); its timestamps as Triton's events (``span_events.py``); at level TENSORS its
-tensors' datatypes and shapes as attributes (never their data).
+neither); its timestamps as Triton's events (``span_events.py``). A step's tensors are
+not traced here (the request's own are the root span's attributes at level TENSORS).
 
 The OpenTelemetry API is imported when spans are built, as ``tracing.py`` imports it.
 """
@@ -24,16 +24,13 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Tracer
 
-ACTIVITY_ROLES = {"TENSOR_QUEUE_INPUT": "input", "TENSOR_BACKEND_OUTPUT": "output"}
-
 
 @dataclass
 class _Step:
-    """One step's records gathered: its head, its timestamps by name, its tensors."""
+    """One step's records gathered: its head and its timestamps by name."""
 
     head: Record = field(default_factory=dict)
     stamps: dict[str, int] = field(default_factory=dict)
-    tensors: dict[str, str] = field(default_factory=dict)
 
     def attributes(self) -> dict[str, Any]:
         head = self.head
@@ -44,7 +41,7 @@ class _Step:
         }
         if head.get("request_id"):
             attributes["request_id"] = head["request_id"]
-        return attributes | self.tensors
+        return attributes
 
 
 def step_spans(tracer: Tracer, infer: Context, records: Iterable[Record], wall: int) -> None:
@@ -96,9 +93,4 @@ def _gathered(records: Iterable[Record]) -> dict[int, _Step]:
             step.head = record
         for stamp in record.get("timestamps", ()):
             step.stamps[stamp["name"]] = stamp["ns"]
-        role = ACTIVITY_ROLES.get(record.get("activity", ""))
-        if role is not None:
-            tensor = record["tensor"]
-            step.tensors[f"{role}.{tensor['name']}.datatype"] = tensor["dtype"]
-            step.tensors[f"{role}.{tensor['name']}.shape"] = tensor["shape"]
     return steps

@@ -63,7 +63,7 @@ class StepRoot(Protocol):
     steps go as they end."""
 
     timestamps: bool
-    tensors: bool
+    step_tensors: bool
     steps: list[StepTrace]
 
     def ids(self) -> int: ...
@@ -77,9 +77,14 @@ class SteppedTrace(RequestTrace):
     id: int
     ids: Callable[[], int]
 
-    def __init__(self, protocol: str, model: str, tensors: bool, timestamps: bool) -> None:
+    def __init__(
+        self, protocol: str, model: str, tensors: bool, timestamps: bool, step_tensors: bool
+    ) -> None:
         super().__init__(protocol, model, tensors)
         self.timestamps = timestamps
+        self.step_tensors = step_tensors
+        """Whether its steps' tensors are gathered and written (a trace file's level
+        TENSORS; spans carry no step's tensors)."""
         self.composite = False
         """Its model is an ensemble: no queue or compute of its own."""
         self.steps: list[StepTrace] = []
@@ -90,7 +95,7 @@ class SteppedTrace(RequestTrace):
     def forwarded_levels(self) -> int:
         """What a worker asks the model-owning process to send back with the answer."""
         timestamps = STEP_TIMESTAMPS if self.timestamps else 0
-        return TRACED | STEPS | timestamps | (STEP_TENSORS if self.tensors else 0)
+        return TRACED | STEPS | timestamps | (STEP_TENSORS if self.step_tensors else 0)
 
     def steps_forwarded(self, records: Iterable[Record]) -> None:
         """The steps the model-owning process ran for it (``ForwardedSteps``), numbered as
@@ -154,7 +159,8 @@ class FileTrace(SteppedTrace):
         ids: Callable[[], int],
         sink: Sink,
     ) -> None:
-        super().__init__(protocol, model, "TENSORS" in sample.levels, "TIMESTAMPS" in sample.levels)
+        tensors = "TENSORS" in sample.levels
+        super().__init__(protocol, model, tensors, "TIMESTAMPS" in sample.levels, tensors)
         self.sample = sample
         self.ids = ids
         self.id = ids()
@@ -203,7 +209,7 @@ class StepTrace:
     @property
     def tensors(self) -> bool:
         """Whether its tensors are written (level TENSORS): only then are they gathered."""
-        return self.root.tensors
+        return self.root.step_tensors
 
     def step(self, model: str, version: str) -> StepTrace:
         return StepTrace(self.root, self.id, model, version)
@@ -229,7 +235,7 @@ class StepTrace:
         records = [_model_record(self.id, self.model, self.version, request_id, self.parent)]
         if self.root.timestamps:
             records += _timestamps(self.id, self.stamps)
-        if self.root.tensors:
+        if self.root.step_tensors:
             records += tensor_records(self.id, "TENSOR_QUEUE_INPUT", self.inputs)
             records += tensor_records(self.id, "TENSOR_BACKEND_OUTPUT", self.outputs)
         return records
@@ -243,7 +249,7 @@ class ForwardedSteps:
     def __init__(self, levels: int, request_id: str) -> None:
         self.request_id = request_id
         self.timestamps = bool(levels & STEP_TIMESTAMPS)
-        self.tensors = bool(levels & STEP_TENSORS)
+        self.step_tensors = bool(levels & STEP_TENSORS)
         self.id = FORWARDED_ROOT
         self.composite = False
         self.steps: list[StepTrace] = []

@@ -43,7 +43,7 @@ from batchserve.observability.span_events import (
 )
 from batchserve.observability.step_spans import step_spans
 from batchserve.observability.trace_files import Sink, TraceFiles
-from batchserve.observability.trace_records import FileTrace, SteppedTrace
+from batchserve.observability.trace_records import FORWARDED_ROOT, FileTrace, SteppedTrace
 from batchserve.observability.trace_settings import TraceSettings
 
 if TYPE_CHECKING:
@@ -184,11 +184,13 @@ class SpanTrace(SteppedTrace):
     def __init__(
         self, tracer: Tracer, parent: Context | None, protocol: str, model: str, tensors: bool
     ) -> None:
-        super().__init__(protocol, model, tensors, timestamps=True)
+        # its steps' tensors stay out: their spans would take only datatypes and shapes, and
+        # the records format every value
+        super().__init__(protocol, model, tensors, timestamps=True, step_tensors=False)
         self.tracer = tracer
         self.parent = parent
         self.offset = time.time_ns() - time.monotonic_ns()
-        self.id = 0  # its steps' parent: the forwarded steps' root (``FORWARDED_ROOT``)
+        self.id = FORWARDED_ROOT  # its steps' parent, as the forwarded steps name it
         self.ids = itertools.count(1).__next__
 
     def finish(self) -> None:
